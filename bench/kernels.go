@@ -1,0 +1,312 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/replay"
+)
+
+// Row is one line of the kernel benchmark. Its JSON field names are a
+// contract: scripts read them.
+type Row struct {
+	Device     string `json:"device"`
+	Layer      string `json:"layer"` // "mamba2" or "gdn"
+	Shape      string `json:"shape"`
+	Mode       string `json:"mode"` // baseline, replay, replay-nvfp4, verify, verify-baseline
+	StateDtype string `json:"state_dtype"`
+	Batch      int    `json:"batch"`
+	Window     int    `json:"window"`
+	Drafts     int    `json:"t,omitempty"`
+	Threads    int    `json:"threads,omitempty"`
+
+	// UsPerStep is the mean time of one step of the whole batch; for replay
+	// modes, averaged over a window with every slot at its own flush phase.
+	UsPerStep  float64 `json:"us_per_step"`
+	UsNonflush float64 `json:"us_nonflush"`
+	UsFlush    float64 `json:"us_flush"`
+	// BytesPerStep counts state traffic (DESIGN.md 3): what the step must
+	// read and write of checkpoints, read copies and state buffers.
+	BytesPerStep float64 `json:"bytes_per_step"`
+	// RingBytesPerStep is the ring traffic on top (replay only).
+	RingBytesPerStep  float64 `json:"ring_bytes_per_step,omitempty"`
+	GBps              float64 `json:"gbps"`
+	CopyGBps          float64 `json:"copy_gbps"`
+	PctCopy           float64 `json:"pct_copy"`
+	SpeedupVsBaseline float64 `json:"speedup_vs_baseline"`
+	// NonflushVsReplay, on replay-nvfp4 rows, is the plain replay row's
+	// non-flush time over this row's (same checkpoint dtype).
+	NonflushVsReplay float64 `json:"nonflush_vs_replay,omitempty"`
+}
+
+// KernelConfig selects what RunKernels measures.
+type KernelConfig struct {
+	Shapes  []LayerShape
+	Batches []int
+	Modes   []string
+	Dtypes  []numeric.Format
+	Window  int
+	Drafts  int // T for verify rows
+	Threads int
+	// MinTime is the least time spent timing each row; more windows are
+	// run until it is reached.
+	MinTime time.Duration
+}
+
+// Modes lists the benchmark modes in the order rows are printed.
+var Modes = []string{"baseline", "replay", "replay-nvfp4", "verify-baseline", "verify"}
+
+// RunKernels measures every selected row on the CPU and calls emit for each,
+// in order. The copy bandwidth is measured first, in the same run.
+func RunKernels(ctx context.Context, cfg KernelConfig, emit func(Row) error) error {
+	if cfg.Window == 0 {
+		cfg.Window = replay.DefaultWindow
+	}
+	if cfg.Drafts == 0 {
+		cfg.Drafts = 4
+	}
+	if cfg.MinTime == 0 {
+		cfg.MinTime = 300 * time.Millisecond
+	}
+	copyGBps := CopyBandwidth(256<<20, cfg.Threads)
+	for _, sh := range cfg.Shapes {
+		for _, dt := range cfg.Dtypes {
+			for _, batch := range cfg.Batches {
+				var base, plain Row
+				for _, mode := range Modes {
+					if !slices.Contains(cfg.Modes, mode) {
+						continue
+					}
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+					row, err := measure(ctx, sh, dt, batch, mode, cfg)
+					if err != nil {
+						return fmt.Errorf("%s %s batch %d %s: %w", sh.Name, dt, batch, mode, err)
+					}
+					row.Device = "cpu"
+					row.CopyGBps = copyGBps
+					row.GBps = row.BytesPerStep / row.UsPerStep / 1e3
+					row.PctCopy = 100 * row.GBps / copyGBps
+					switch mode {
+					case "baseline":
+						base = row
+						row.SpeedupVsBaseline = 1
+					case "verify-baseline":
+						base = row
+						row.SpeedupVsBaseline = 1
+					default:
+						if base.UsPerStep > 0 {
+							row.SpeedupVsBaseline = base.UsPerStep / row.UsPerStep
+						}
+					}
+					if mode == "replay" {
+						plain = row
+					}
+					if mode == "replay-nvfp4" && plain.UsNonflush > 0 {
+						row.NonflushVsReplay = plain.UsNonflush / row.UsNonflush
+					}
+					if err := emit(row); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// layerCache is what the benchmark drives, for either layer kind.
+type layerCache interface {
+	admit() (replay.Slot, error)
+	step(slots []replay.Slot, set int) error
+	verify(slots []replay.Slot, set, T int) error
+	commit(slots []replay.Slot, acc []int) error
+	stats() replay.Stats
+	close()
+	ringEntryBytes() int
+}
+
+func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, mode string, cfg KernelConfig) (Row, error) {
+	opt := replay.Options{Window: cfg.Window, State: dt, Threads: cfg.Threads}
+	switch mode {
+	case "baseline", "verify-baseline":
+		opt.Mode = replay.Baseline
+	case "replay-nvfp4":
+		opt.ReadCopy = numeric.NVFP4
+	}
+	T := 0
+	if mode == "verify" || mode == "verify-baseline" {
+		T = cfg.Drafts
+		opt.MaxDraft = T
+	}
+	lc, err := newLayerCache(sh, batch, opt, T)
+	if err != nil {
+		return Row{}, err
+	}
+	defer lc.close()
+	slots := make([]replay.Slot, batch)
+	for i := range slots {
+		if slots[i], err = lc.admit(); err != nil {
+			return Row{}, err
+		}
+	}
+	row := Row{Layer: sh.Layer, Shape: sh.Name, Mode: mode, StateDtype: dt.String(), Batch: batch, Window: cfg.Window, Drafts: T, Threads: opt.Threads}
+	if opt.Mode == replay.Baseline {
+		row.Window = 1
+	}
+	L := cfg.Window
+	set := 0
+	next := func() int { set = (set + 1) % inputSets; return set }
+	timed := func(fn func() error) (float64, error) {
+		start := time.Now()
+		err := fn()
+		return float64(time.Since(start).Nanoseconds()) / 1e3, err
+	}
+	before := lc.stats()
+	switch {
+	case T > 0:
+		// Each verify carries T drafts; all are accepted, so replay slots
+		// walk through early flushes at their own pace.
+		acc := make([]int, batch)
+		for i := range acc {
+			acc[i] = T
+		}
+		var times []float64
+		deadline := time.Now().Add(cfg.MinTime)
+		for len(times) < 3 || time.Now().Before(deadline) {
+			if err := ctx.Err(); err != nil {
+				return row, err
+			}
+			us, err := timed(func() error {
+				if err := lc.verify(slots, next(), T); err != nil {
+					return err
+				}
+				return lc.commit(slots, acc)
+			})
+			if err != nil {
+				return row, err
+			}
+			times = append(times, us)
+		}
+		row.UsPerStep = mean(times)
+		row.UsNonflush, row.UsFlush = row.UsPerStep, row.UsPerStep
+		st := lc.stats()
+		row.BytesPerStep = float64(st.StateBytesRead+st.StateBytesWritten-before.StateBytesRead-before.StateBytesWritten) / float64(len(times))
+	case opt.Mode == replay.Baseline:
+		var times []float64
+		deadline := time.Now().Add(cfg.MinTime)
+		for len(times) < 3 || time.Now().Before(deadline) {
+			if err := ctx.Err(); err != nil {
+				return row, err
+			}
+			us, err := timed(func() error { return lc.step(slots, next()) })
+			if err != nil {
+				return row, err
+			}
+			times = append(times, us)
+		}
+		row.UsPerStep = median(times)
+		row.UsNonflush, row.UsFlush = row.UsPerStep, row.UsPerStep
+		st := lc.stats()
+		row.BytesPerStep = float64(st.StateBytesRead+st.StateBytesWritten-before.StateBytesRead-before.StateBytesWritten) / float64(len(times))
+	default:
+		// Aligned phases: every slot flushes on the window's last step, so
+		// non-flush and flush steps can be timed apart.
+		perIndex := make([][]float64, L)
+		deadline := time.Now().Add(cfg.MinTime / 2)
+		for rounds := 0; rounds < 2 || time.Now().Before(deadline); rounds++ {
+			for k := 0; k < L; k++ {
+				us, err := timed(func() error { return lc.step(slots, next()) })
+				if err != nil {
+					return row, err
+				}
+				perIndex[k] = append(perIndex[k], us)
+			}
+		}
+		var nonflush []float64
+		for k := 0; k < L-1; k++ {
+			nonflush = append(nonflush, median(perIndex[k]))
+		}
+		row.UsFlush = median(perIndex[L-1])
+		row.UsNonflush = row.UsFlush
+		if L > 1 {
+			row.UsNonflush = mean(nonflush)
+		}
+		// Staggered phases, as in serving: slot i sits i steps into its
+		// window, so each step flushes about batch/L slots.
+		for k := 1; k < L; k++ {
+			var sub []replay.Slot
+			for i, s := range slots {
+				if i%L >= k {
+					sub = append(sub, s)
+				}
+			}
+			if len(sub) > 0 {
+				if err := lc.step(sub, 0); err != nil {
+					return row, err
+				}
+			}
+		}
+		before = lc.stats()
+		var windows []float64
+		deadline = time.Now().Add(cfg.MinTime / 2)
+		for len(windows) < 2 || time.Now().Before(deadline) {
+			if err := ctx.Err(); err != nil {
+				return row, err
+			}
+			us, err := timed(func() error {
+				for k := 0; k < L; k++ {
+					if err := lc.step(slots, next()); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return row, err
+			}
+			windows = append(windows, us/float64(L))
+		}
+		row.UsPerStep = median(windows)
+		st := lc.stats()
+		steps := float64(len(windows) * L)
+		row.BytesPerStep = float64(st.StateBytesRead+st.StateBytesWritten-before.StateBytesRead-before.StateBytesWritten) / steps
+		// Ring traffic: a step at position t reads t-1 entries and writes one.
+		row.RingBytesPerStep = float64(batch*lc.ringEntryBytes()) * (float64(L-1)/2 + 1)
+	}
+	return row, nil
+}
+
+const inputSets = 3
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
+
+func fill(r *rand.Rand, x []float32, scale, shift float32) {
+	for i := range x {
+		x[i] = float32(r.NormFloat64())*scale + shift
+	}
+}
+
+func mean(x []float64) float64 {
+	s := 0.0
+	for _, v := range x {
+		s += v
+	}
+	return s / float64(len(x))
+}
+
+func median(x []float64) float64 {
+	y := slices.Clone(x)
+	sort.Float64s(y)
+	n := len(y)
+	if n%2 == 1 {
+		return y[n/2]
+	}
+	return (y[n/2-1] + y[n/2]) / 2
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/replayssm/replayssm/bench"
+	"github.com/replayssm/replayssm/numeric"
+)
+
+func runBench(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 || wantsHelp(args[:1]) {
+		fmt.Fprintln(e.stderr, `Usage: replayssm bench <what> [flags]
+
+What:
+  kernels   SSM state-cache kernels: baseline vs replay vs replay-nvfp4, verify
+  copy      this machine's memory copy bandwidth
+  decode    whole decode steps of a model (not built yet)
+  spec      speculative decoding throughput and capacity (not built yet)`)
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	switch args[0] {
+	case "kernels":
+		return runBenchKernels(ctx, e, args[1:])
+	case "copy":
+		return runBenchCopy(ctx, e, args[1:])
+	case "decode", "spec":
+		return fmt.Errorf("bench %s: not built yet", args[0])
+	}
+	return fmt.Errorf("%w: unknown benchmark %q (want kernels, copy, decode or spec)", errUsage, args[0])
+}
+
+func runBenchCopy(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "bench copy", "bench copy [flags]")
+	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "worker threads")
+	size := fs.Int("mib", 256, "buffer size in MiB")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	gbps := bench.CopyBandwidth(*size<<20, *threads)
+	fmt.Fprintf(e.stdout, "cpu copy bandwidth: %.1f GB/s (read+write, %d threads, %d MiB)\n", gbps, *threads, *size)
+	return nil
+}
+
+func runBenchKernels(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "bench kernels", "bench kernels [flags]")
+	device := fs.String("device", "cpu", "device: cpu or cuda")
+	shapes := fs.String("shapes", "all", "layer shapes: all, mamba2, gdn, or names such as nemotron-3-nano-4b,qwen3.5-4b")
+	batches := fs.String("batch", "1,16,64", "batch sizes, comma-separated")
+	modes := fs.String("modes", "baseline,replay,replay-nvfp4,verify-baseline,verify", "modes, comma-separated")
+	dtypes := fs.String("state-dtype", "fp32,bf16", "state (checkpoint) dtypes, comma-separated")
+	window := fs.Int("window", 16, "replay window L")
+	drafts := fs.Int("drafts", 4, "draft tokens T for verify rows")
+	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "worker threads")
+	minTime := fs.Duration("min-time", 300*time.Millisecond, "least time spent timing each row")
+	asJSON := fs.Bool("json", false, "print one JSON object per row")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *device != "cpu" {
+		return fmt.Errorf("device %q: only the cpu kernels are built so far", *device)
+	}
+	cfg := bench.KernelConfig{Window: *window, Drafts: *drafts, Threads: *threads, MinTime: *minTime, Modes: splitList(*modes)}
+	var err error
+	if cfg.Shapes, err = bench.SelectShapes(splitList(*shapes)); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	for _, b := range splitList(*batches) {
+		n, err := strconv.Atoi(b)
+		if err != nil || n < 1 || n > 4096 {
+			return fmt.Errorf("%w: batch %q: want an integer in [1, 4096]", errUsage, b)
+		}
+		cfg.Batches = append(cfg.Batches, n)
+	}
+	for _, d := range splitList(*dtypes) {
+		f, err := numeric.ParseFormat(d)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		cfg.Dtypes = append(cfg.Dtypes, f)
+	}
+	for _, m := range cfg.Modes {
+		known := false
+		for _, k := range bench.Modes {
+			known = known || k == m
+		}
+		if !known {
+			return fmt.Errorf("%w: unknown mode %q (want %v)", errUsage, m, bench.Modes)
+		}
+	}
+	if *window < 1 || *window > 256 {
+		return fmt.Errorf("%w: window %d out of range [1, 256]", errUsage, *window)
+	}
+	if *drafts < 1 || *drafts > 8 {
+		return fmt.Errorf("%w: drafts %d out of range [1, 8]", errUsage, *drafts)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		return bench.RunKernels(ctx, cfg, func(r bench.Row) error { return enc.Encode(r) })
+	}
+	first := true
+	return bench.RunKernels(ctx, cfg, func(r bench.Row) error {
+		if first {
+			fmt.Fprintf(e.stdout, "device cpu (%d threads), copy bandwidth %.1f GB/s (read+write), window L=%d, verify T=%d\n",
+				r.Threads, r.CopyGBps, *window, *drafts)
+			fmt.Fprintf(e.stdout, "%-20s %-5s %5s %-16s %9s %9s %9s %8s %7s %6s %8s\n",
+				"shape", "dtype", "batch", "mode", "us/step", "nonflush", "flush", "MB/step", "GB/s", "%copy", "vs base")
+			first = false
+		}
+		extra := ""
+		if r.NonflushVsReplay > 0 {
+			extra = fmt.Sprintf("  non-flush %.2fx faster than replay", r.NonflushVsReplay)
+		}
+		_, err := fmt.Fprintf(e.stdout, "%-20s %-5s %5d %-16s %9.0f %9.0f %9.0f %8.1f %7.1f %5.0f%% %7.2fx%s\n",
+			r.Shape, r.StateDtype, r.Batch, r.Mode, r.UsPerStep, r.UsNonflush, r.UsFlush,
+			r.BytesPerStep/1e6, r.GBps, r.PctCopy, r.SpeedupVsBaseline, extra)
+		return err
+	})
+}

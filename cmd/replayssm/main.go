@@ -1,0 +1,169 @@
+// Command replayssm runs hybrid SSM/attention language models with the
+// ReplaySSM state cache: text generation, an HTTP server, benchmarks and
+// evaluations.
+//
+// Usage:
+//
+//	replayssm <command> [flags] [arguments]
+//
+// Every command takes --help.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+)
+
+// command is one subcommand of the CLI.
+type command struct {
+	name    string
+	summary string
+	// run executes the command with the arguments after its name. A nil run
+	// means the command is planned but not built yet.
+	run func(ctx context.Context, env *env, args []string) error
+}
+
+// env is what a command may touch: its output streams. Commands never write
+// to os.Stdout directly, so tests can run them.
+type env struct {
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// errUsage marks an error caused by the command line; main exits with 2.
+var errUsage = errors.New("usage")
+
+func commands() []command {
+	return []command{
+		{name: "generate", summary: "generate text from a prompt"},
+		{name: "serve", summary: "serve an OpenAI-compatible HTTP API"},
+		{name: "bench", summary: "benchmark kernels, decode and speculative decoding", run: runBench},
+		{name: "eval", summary: "evaluate a model (perplexity, accuracy, KL)"},
+		{name: "version", summary: "print the version", run: runVersion},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, &env{stdout: os.Stdout, stderr: os.Stderr}, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches to a subcommand and returns the process exit code.
+func run(ctx context.Context, e *env, args []string) int {
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(e.stderr, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	name := args[0]
+	for _, c := range cmds {
+		if c.name != name {
+			continue
+		}
+		if c.run == nil {
+			if wantsHelp(args[1:]) {
+				fmt.Fprintf(e.stderr, "replayssm %s: %s (not built yet)\n", c.name, c.summary)
+				return 0
+			}
+			fmt.Fprintf(e.stderr, "replayssm %s: not built yet\n", c.name)
+			return 3
+		}
+		err := c.run(ctx, e, args[1:])
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(e.stderr, "replayssm %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(e.stderr, "replayssm %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(e.stderr, "replayssm: unknown command %q\n\n", name)
+	usage(e.stderr, cmds)
+	return 2
+}
+
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			return true
+		}
+	}
+	return false
+}
+
+func usage(w io.Writer, cmds []command) {
+	fmt.Fprintln(w, "replayssm: hybrid SSM/attention inference with the ReplaySSM state cache")
+	fmt.Fprintln(w, "\nUsage: replayssm <command> [flags] [arguments]\n\nCommands:")
+	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
+	for _, c := range cmds {
+		note := ""
+		if c.run == nil {
+			note = " (not built yet)"
+		}
+		fmt.Fprintf(w, "  %-10s %s%s\n", c.name, c.summary, note)
+	}
+	fmt.Fprintln(w, "\nRun 'replayssm <command> --help' for a command's flags.")
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting and
+// prints its usage to e.stderr.
+func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: replayssm %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args and turns flag errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// version is set by the linker (-ldflags "-X main.version=...").
+var version = "dev"
+
+func runVersion(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "version", "version")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "replayssm %s\n", version)
+	return nil
+}

@@ -1,0 +1,703 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/ssm"
+)
+
+// GDNParams are a Gated DeltaNet layer's per-value-head constants, as stored
+// in a checkpoint.
+type GDNParams struct {
+	ALog   []float32
+	DtBias []float32
+}
+
+// GDNInput is one batch of recurrence inputs after the convolution and its
+// activation, before the q/k normalisation: row r holds q and k [Hk·dk],
+// v [Hv·dv], and the raw a and b [Hv] (g = −exp(A_log)·softplus(a+dt_bias),
+// β = sigmoid(b)). Rows are laid out as in Mamba2Input.
+type GDNInput struct {
+	Q, K, V, A, B []float32
+}
+
+// GDNCache is the state cache of one Gated DeltaNet layer. The state of value
+// head j, S[i][m] (i < dk, m < dv), is stored transposed: dv rows of dk, row m
+// holding S[·][m]. Then Sᵀk is one dot product per row and the update
+// S += k⊗u scales and adds k to each row, the same row kernels as Mamba-2's
+// (with dv, dk in the roles of P, N).
+//
+// The delta rule is not additive in v but it is in the corrected update u
+// (DESIGN.md 2.2), so the ring stores the raw k, v, g, β of each step and
+// caches u for the output path. A flush never folds cached u, which carries
+// the read copy's error: it recomputes every u from the raw inputs on the
+// high-precision checkpoint (the exact fold).
+type GDNCache struct {
+	shape ssm.GDNShape
+	opt   Options
+	negA  []float64 // −exp(A_log)
+	dtb   []float64
+
+	slots slotTable
+	state *matrices
+	read  *matrices
+	conv  *convWindow
+
+	// Ring, [slot][entry][...]: k after l2norm [Hk·dk], v [Hv·dv], log-decay
+	// g [Hv], β [Hv], and the cached corrected update u [Hv·dv].
+	ringK, ringV, ringG, ringBeta, ringU []float32
+
+	work    *workers
+	scratch []gdnScratch
+	stats   Stats
+
+	opSlots  []Slot
+	opIn     GDNInput
+	opOut    []float32
+	opT      int
+	opCounts []int
+	taskStep func(worker, i int)
+	taskVer  func(worker, i int)
+}
+
+type gdnScratch struct {
+	s    []float32 // one head's state, dv·dk
+	q    []float32 // normalised, scaled q per draft [T][dk]
+	k    []float32 // normalised k per draft [T][dk]
+	vecs []float32 // vectors to project the state on [R+T][dk]
+	proj []float32 // S₀ᵀv for each of vecs [R+T][dv]
+	tmp  []float32 // one row's projections [R+T]
+	u    []float32 // corrected updates for a fold [R][dv]
+	cumG []float64 // cumulative log-decay [R+1]
+	coef []float32 // per-entry decay weights [R+T]
+	rowc []float32 // per-row rank-update coefficients [R+T]
+	sr   *numeric.Stochastic
+}
+
+// NewGDN builds a cache of capacity slots for one Gated DeltaNet layer. conv
+// may have zero Channels when the caller runs the convolution itself.
+func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, opt Options) (*GDNCache, error) {
+	opt = opt.withDefaults()
+	if err := shape.Validate(); err != nil {
+		return nil, err
+	}
+	if err := opt.validate(); err != nil {
+		return nil, fmt.Errorf("gdn cache: %w", err)
+	}
+	Hk, Hv, dk, dv := shape.KeyHeads, shape.ValueHeads, shape.KeyDim, shape.ValueDim
+	if len(prm.ALog) != Hv || len(prm.DtBias) != Hv {
+		return nil, fmt.Errorf("gdn cache: A_log and dt_bias need %d values each, have %d and %d", Hv, len(prm.ALog), len(prm.DtBias))
+	}
+	if capacity <= 0 {
+		return nil, fmt.Errorf("gdn cache: capacity %d must be positive", capacity)
+	}
+	c := &GDNCache{shape: shape, opt: opt, slots: newSlotTable(capacity)}
+	for j := range Hv {
+		c.negA = append(c.negA, -math.Exp(float64(prm.ALog[j])))
+		c.dtb = append(c.dtb, float64(prm.DtBias[j]))
+	}
+	var err error
+	if c.state, err = newMatrices(opt.State, dk*dv, capacity*opt.stateBuffers()*Hv); err != nil {
+		return nil, fmt.Errorf("gdn cache: %w", err)
+	}
+	if opt.ReadCopy != numeric.F32 {
+		if c.read, err = newMatrices(opt.ReadCopy, dk*dv, capacity*Hv); err != nil {
+			return nil, fmt.Errorf("gdn cache: %w", err)
+		}
+	}
+	if conv.Channels > 0 {
+		if c.conv, err = newConvWindow(conv, capacity, opt.MaxDraft); err != nil {
+			return nil, fmt.Errorf("gdn cache: %w", err)
+		}
+	}
+	R := opt.ring()
+	if opt.Mode == Replay {
+		c.ringK = make([]float32, capacity*R*Hk*dk)
+		c.ringV = make([]float32, capacity*R*Hv*dv)
+		c.ringG = make([]float32, capacity*R*Hv)
+		c.ringBeta = make([]float32, capacity*R*Hv)
+		c.ringU = make([]float32, capacity*R*Hv*dv)
+	}
+	T := max(1, opt.MaxDraft)
+	c.work = newWorkers(opt.Threads)
+	for range opt.Threads {
+		sc := gdnScratch{
+			s:    make([]float32, dk*dv),
+			q:    make([]float32, T*dk),
+			k:    make([]float32, T*dk),
+			vecs: make([]float32, (R+2*T)*dk),
+			proj: make([]float32, (R+2*T)*dv),
+			tmp:  make([]float32, R+2*T),
+			u:    make([]float32, R*dv),
+			cumG: make([]float64, R+1),
+			coef: make([]float32, R+T),
+			rowc: make([]float32, R+T),
+		}
+		if opt.Stochastic {
+			sc.sr = numeric.NewStochastic(opt.Seed)
+		}
+		c.scratch = append(c.scratch, sc)
+	}
+	c.taskStep = c.stepTask
+	c.taskVer = c.verifyTask
+	return c, nil
+}
+
+// Close stops the cache's worker goroutines.
+func (c *GDNCache) Close() { c.work.close() }
+
+// Shape returns the layer shape.
+func (c *GDNCache) Shape() ssm.GDNShape { return c.shape }
+
+// Options returns the options in force (defaults filled in).
+func (c *GDNCache) Options() Options { return c.opt }
+
+// Stats returns the counters since the cache was built.
+func (c *GDNCache) Stats() Stats { return c.stats }
+
+// Capacity is the number of slots.
+func (c *GDNCache) Capacity() int { return c.slots.capacity() }
+
+// Admit takes a free slot and clears it.
+func (c *GDNCache) Admit() (Slot, error) {
+	s, err := c.slots.admit()
+	if err != nil {
+		return s, fmt.Errorf("gdn cache: %w", err)
+	}
+	c.clearSlot(s)
+	return s, nil
+}
+
+// Reset clears a live slot's state, ring and conv window.
+func (c *GDNCache) Reset(s Slot) error {
+	if err := c.slots.check(s); err != nil {
+		return fmt.Errorf("gdn cache: reset: %w", err)
+	}
+	c.slots.resetCursors(s)
+	c.clearSlot(s)
+	return nil
+}
+
+// Evict frees a slot.
+func (c *GDNCache) Evict(s Slot) error {
+	if err := c.slots.evict(s); err != nil {
+		return fmt.Errorf("gdn cache: evict: %w", err)
+	}
+	return nil
+}
+
+func (c *GDNCache) clearSlot(s Slot) {
+	Hv := c.shape.ValueHeads
+	nb := c.opt.stateBuffers()
+	for i := 0; i < nb*Hv; i++ {
+		c.state.zero(int(s)*nb*Hv + i)
+	}
+	if c.read != nil {
+		for j := range Hv {
+			c.read.zero(int(s)*Hv + j)
+		}
+	}
+	if c.conv != nil {
+		c.conv.reset(s)
+	}
+}
+
+// Fork admits a new slot holding a copy of src's state. Pending drafts are
+// not copied.
+func (c *GDNCache) Fork(src Slot) (Slot, error) {
+	if err := c.slots.check(src); err != nil {
+		return -1, fmt.Errorf("gdn cache: fork: %w", err)
+	}
+	dst, err := c.slots.admit()
+	if err != nil {
+		return -1, fmt.Errorf("gdn cache: fork: %w", err)
+	}
+	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
+	nb := c.opt.stateBuffers()
+	for i := 0; i < nb*Hv; i++ {
+		c.state.copyMatrix(int(dst)*nb*Hv+i, c.state, int(src)*nb*Hv+i)
+	}
+	if c.read != nil {
+		for j := range Hv {
+			c.read.copyMatrix(int(dst)*Hv+j, c.read, int(src)*Hv+j)
+		}
+	}
+	if c.ringK != nil {
+		R := c.opt.ring()
+		copyRing(c.ringK, dst, src, R*Hk*dk)
+		copyRing(c.ringV, dst, src, R*Hv*dv)
+		copyRing(c.ringG, dst, src, R*Hv)
+		copyRing(c.ringBeta, dst, src, R*Hv)
+		copyRing(c.ringU, dst, src, R*Hv*dv)
+	}
+	if c.conv != nil {
+		c.conv.copySlot(dst, src)
+	}
+	c.slots.hist[dst] = c.slots.hist[src]
+	c.slots.cur[dst] = c.slots.cur[src]
+	c.slots.flushes[dst] = c.slots.flushes[src]
+	return dst, nil
+}
+
+// Conv runs the depthwise convolution for one step of each slot.
+func (c *GDNCache) Conv(slots []Slot, in, out []float32) error {
+	return convStep(c.conv, &c.slots, slots, in, out)
+}
+
+// ConvVerify runs the convolution over T draft inputs per slot without moving
+// the windows; Commit shifts them by the accepted count.
+func (c *GDNCache) ConvVerify(slots []Slot, T int, in, out []float32) error {
+	return convVerify(c.conv, &c.slots, c.opt.MaxDraft, slots, T, in, out)
+}
+
+func (c *GDNCache) checkIO(slots []Slot, T int, in GDNInput, o []float32) error {
+	if err := c.slots.checkBatch(slots); err != nil {
+		return err
+	}
+	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
+	rows := len(slots) * T
+	for _, e := range []error{
+		checkLen("q", len(in.Q), rows*Hk*dk), checkLen("k", len(in.K), rows*Hk*dk),
+		checkLen("v", len(in.V), rows*Hv*dv), checkLen("a", len(in.A), rows*Hv),
+		checkLen("b", len(in.B), rows*Hv), checkLen("o", len(o), rows*Hv*dv),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// Step runs one standard decode step for each slot and writes o
+// [len(slots)][Hv·dv] (before the gated norm). See Mamba2Cache.Step.
+func (c *GDNCache) Step(slots []Slot, in GDNInput, o []float32) error {
+	if err := c.checkIO(slots, 1, in, o); err != nil {
+		return fmt.Errorf("gdn cache: step: %w", err)
+	}
+	for _, s := range slots {
+		c.slots.pending[s] = 0
+	}
+	c.opSlots, c.opIn, c.opOut, c.opT, c.opCounts = slots, in, o, 1, nil
+	c.work.run(len(slots)*c.shape.KeyHeads, c.taskStep)
+	// Cursors and byte counts.
+	sb := int64(c.state.bytesPerMatrix()) * int64(c.shape.ValueHeads)
+	for _, s := range slots {
+		c.stats.Steps++
+		c.stats.BaselineBytes += 2 * sb
+		if c.opt.Mode == Baseline {
+			c.stats.StateBytesRead += sb
+			c.stats.StateBytesWritten += sb
+			continue
+		}
+		if t := c.slots.hist[s] + 1; int(t) >= c.opt.Window {
+			c.countFlush(s)
+			c.slots.hist[s] = 0
+		} else {
+			c.stats.StateBytesRead += c.outputBytes()
+			c.slots.hist[s] = t
+		}
+	}
+	c.opSlots, c.opIn, c.opOut = nil, GDNInput{}, nil
+	return nil
+}
+
+func (c *GDNCache) countFlush(s Slot) {
+	Hv := int64(c.shape.ValueHeads)
+	c.stats.Flushes++
+	c.slots.flushes[s]++
+	c.stats.StateBytesRead += int64(c.state.bytesPerMatrix()) * Hv
+	c.stats.StateBytesWritten += int64(c.state.bytesPerMatrix()) * Hv
+	if c.read != nil {
+		c.stats.StateBytesWritten += int64(c.read.bytesPerMatrix()) * Hv
+	}
+}
+
+func (c *GDNCache) outputBytes() int64 {
+	if c.read != nil {
+		return int64(c.read.bytesPerMatrix()) * int64(c.shape.ValueHeads)
+	}
+	return int64(c.state.bytesPerMatrix()) * int64(c.shape.ValueHeads)
+}
+
+// prepare normalises q and k of op rows r0..r0+n-1 for key head kh into the
+// scratch: k̂ = l2norm(k), q̂ = l2norm(q)/√dk.
+func (c *GDNCache) prepare(sc *gdnScratch, kh, r0, n int) {
+	Hk, dk := c.shape.KeyHeads, c.shape.KeyDim
+	qs := float32(1 / math.Sqrt(float64(dk)))
+	for k := 0; k < n; k++ {
+		r := r0 + k
+		l2norm(sc.q[k*dk:(k+1)*dk], c.opIn.Q[(r*Hk+kh)*dk:][:dk], qs)
+		l2norm(sc.k[k*dk:(k+1)*dk], c.opIn.K[(r*Hk+kh)*dk:][:dk], 1)
+	}
+}
+
+func l2norm(dst, x []float32, scale float32) {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	r := float32(1/math.Sqrt(ss+ssm.L2NormEps)) * scale
+	for i, v := range x {
+		dst[i] = v * r
+	}
+}
+
+// appendRing writes normalised k (from scratch draft k), and v, g, β of op
+// row r into ring entry e of slot s for key head kh and its value heads.
+func (c *GDNCache) appendRing(sc *gdnScratch, s Slot, kh, k, r, e int) {
+	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
+	R := c.opt.ring()
+	base := int(s)*R + e
+	copy(c.ringK[(base*Hk+kh)*dk:][:dk], sc.k[k*dk:(k+1)*dk])
+	vpk := Hv / Hk
+	for j := kh * vpk; j < (kh+1)*vpk; j++ {
+		copy(c.ringV[(base*Hv+j)*dv:][:dv], c.opIn.V[(r*Hv+j)*dv:][:dv])
+		c.ringG[base*Hv+j] = float32(c.negA[j] * ssm.Softplus(float64(c.opIn.A[r*Hv+j])+c.dtb[j]))
+		c.ringBeta[base*Hv+j] = float32(ssm.Sigmoid(float64(c.opIn.B[r*Hv+j])))
+	}
+}
+
+func (c *GDNCache) stepTask(worker, i int) {
+	Hk := c.shape.KeyHeads
+	b, kh := i/Hk, i%Hk
+	sc := &c.scratch[worker]
+	c.prepare(sc, kh, b, 1)
+	if c.opt.Mode == Baseline {
+		c.baselineGroup(sc, b, kh, 1, 1, false)
+		return
+	}
+	s := c.opSlots[b]
+	n := int(c.slots.hist[s])
+	c.appendRing(sc, s, kh, 0, b, n)
+	if n+1 >= c.opt.Window {
+		c.fold(sc, s, kh, n+1, b)
+		return
+	}
+	c.outputs(sc, s, kh, n, 1, b)
+}
+
+// ringKey returns ring entry e's normalised k for key head kh of slot s.
+func (c *GDNCache) ringKey(s Slot, kh, e int) []float32 {
+	Hk, dk := c.shape.KeyHeads, c.shape.KeyDim
+	return c.ringK[((int(s)*c.opt.ring()+e)*Hk+kh)*dk:][:dk]
+}
+
+func (c *GDNCache) ringVec(ring []float32, s Slot, j, e, width int) []float32 {
+	Hv := c.shape.ValueHeads
+	return ring[((int(s)*c.opt.ring()+e)*Hv+j)*width:][:width]
+}
+
+// cumulate fills sc.cumG[e] = Σ_{i<e} g_i over ring entries of value head j
+// (cumG[0] = 0, so γ after entry e-1 is exp(cumG[e])).
+func (c *GDNCache) cumulate(sc *gdnScratch, s Slot, j, t int) {
+	Hv := c.shape.ValueHeads
+	R := c.opt.ring()
+	sc.cumG[0] = 0
+	for e := 1; e <= t; e++ {
+		sc.cumG[e] = sc.cumG[e-1] + float64(c.ringG[(int(s)*R+e-1)*Hv+j])
+	}
+}
+
+// project computes out[a·dv+m] = S_m·V_a for each row m of a state (dv rows
+// of dk) and each of n vectors V_a = V[a·dk:(a+1)·dk]: Sᵀv for n vectors in
+// one pass over the state.
+func project(S []float32, dk, dv int, V []float32, n int, out, tmp []float32) {
+	for m := 0; m < dv; m++ {
+		dots(S[m*dk:(m+1)*dk], V, dk, tmp[:n])
+		for a := 0; a < n; a++ {
+			out[a*dv+m] = tmp[a]
+		}
+	}
+}
+
+// outputs computes, for nd entries appended at ring positions n..n+nd-1 of
+// slot s (their q in scratch drafts 0..nd-1, op rows r0..), the corrected
+// updates u (cached in the ring) and the outputs, from the read copy (or
+// checkpoint) S₀ and the ring (DESIGN.md 2.2):
+//
+//	u_t = β_t·(v_t − [γ_t·S₀ᵀk_t + Σ_{i<t} (γ_t/γ_i)(k_i·k_t)·u_i])
+//	o_t = γ_t·S₀ᵀq_t + Σ_{i≤t} (γ_t/γ_i)(k_i·q_t)·u_i
+//
+// Verify's drafts are the same formula run forward over several t: the UT
+// transform solved by forward substitution.
+func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
+	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
+	vpk := Hv / Hk
+	nb := c.opt.stateBuffers()
+	// Project S₀ on k and q of each new entry: vecs = [k_n.. | q_0..].
+	for k := 0; k < nd; k++ {
+		copy(sc.vecs[k*dk:(k+1)*dk], c.ringKey(s, kh, n+k))
+	}
+	copy(sc.vecs[nd*dk:2*nd*dk], sc.q[:nd*dk])
+	for j := kh * vpk; j < (kh+1)*vpk; j++ {
+		src, mat := c.state, (int(s)*nb)*Hv+j
+		if c.read != nil {
+			src, mat = c.read, int(s)*Hv+j
+		}
+		S := src.raw(mat)
+		if S == nil {
+			S = sc.s
+			src.load(mat, S)
+		}
+		project(S, dk, dv, sc.vecs, 2*nd, sc.proj, sc.tmp)
+		c.cumulate(sc, s, j, n+nd)
+		for k := 0; k < nd; k++ {
+			t := n + k // 0-based ring position of this entry
+			kt := c.ringKey(s, kh, t)
+			qt := sc.q[k*dk : (k+1)*dk]
+			gt := math.Exp(sc.cumG[t+1])
+			beta := c.ringBeta[(int(s)*c.opt.ring()+t)*Hv+j]
+			ut := c.ringVec(c.ringU, s, j, t, dv)
+			vt := c.ringVec(c.ringV, s, j, t, dv)
+			sk := sc.proj[k*dv : (k+1)*dv]
+			for m := 0; m < dv; m++ {
+				ut[m] = vt[m] - float32(gt)*sk[m]
+			}
+			for i := 0; i < t; i++ {
+				w := float32(math.Exp(sc.cumG[t+1]-sc.cumG[i+1])) * dot(c.ringKey(s, kh, i), kt)
+				axpy(ut, -w, c.ringVec(c.ringU, s, j, i, dv))
+			}
+			scaleRow(ut, beta)
+			o := c.opOut[((r0+k)*Hv+j)*dv:][:dv]
+			sq := sc.proj[(nd+k)*dv : (nd+k+1)*dv]
+			for m := 0; m < dv; m++ {
+				o[m] = float32(gt) * sq[m]
+			}
+			for i := 0; i <= t; i++ {
+				w := float32(math.Exp(sc.cumG[t+1]-sc.cumG[i+1])) * dot(c.ringKey(s, kh, i), qt)
+				axpy(o, w, c.ringVec(c.ringU, s, j, i, dv))
+			}
+		}
+	}
+}
+
+// fold is the exact flush of slot s's ring entries 0..t-1 into the
+// checkpoint for key head kh's value heads. It recomputes every corrected
+// update from the raw k, v, g, β on the high-precision checkpoint S₀, never
+// from the cached u:
+//
+//	u'_i = β_i·(v_i − [γ_i·S₀ᵀk_i + Σ_{l<i} (γ_i/γ_l)(k_l·k_i)·u'_l])
+//	S₀  ← γ_t·S₀ + Σ_i (γ_t/γ_i)·k_i ⊗ u'_i
+//
+// which is the plain recurrence S = e^g·S; u = β(v − Sᵀk); S += k⊗u run over
+// the window, written in closed form so the state is read once and written
+// once. With r ≥ 0 it also writes the output of the last entry (q in scratch
+// draft 0) for op row r: o = S₀ᵀq after the fold.
+func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
+	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
+	vpk := Hv / Hk
+	// vecs = [k_0 .. k_{t-1} | q]: the ring's keys are Hk·dk apart.
+	for i := 0; i < t; i++ {
+		copy(sc.vecs[i*dk:(i+1)*dk], c.ringKey(s, kh, i))
+	}
+	nv := t
+	if r >= 0 {
+		copy(sc.vecs[t*dk:(t+1)*dk], sc.q[:dk])
+		nv++
+	}
+	kv := func(i int) []float32 { return sc.vecs[i*dk : (i+1)*dk] }
+	for j := kh * vpk; j < (kh+1)*vpk; j++ {
+		mat := int(s)*Hv + j
+		S := c.state.raw(mat)
+		if S == nil {
+			S = sc.s
+			c.state.load(mat, S)
+		}
+		project(S, dk, dv, sc.vecs, nv, sc.proj, sc.tmp)
+		c.cumulate(sc, s, j, t)
+		for i := 0; i < t; i++ {
+			ui := sc.u[i*dv : (i+1)*dv]
+			gi := float32(math.Exp(sc.cumG[i+1]))
+			vi := c.ringVec(c.ringV, s, j, i, dv)
+			pi := sc.proj[i*dv : (i+1)*dv]
+			for m := 0; m < dv; m++ {
+				ui[m] = vi[m] - gi*pi[m]
+			}
+			for l := 0; l < i; l++ {
+				w := float32(math.Exp(sc.cumG[i+1]-sc.cumG[l+1])) * dot(kv(l), kv(i))
+				axpy(ui, -w, sc.u[l*dv:(l+1)*dv])
+			}
+			scaleRow(ui, c.ringBeta[(int(s)*c.opt.ring()+i)*Hv+j])
+		}
+		gt := float32(math.Exp(sc.cumG[t]))
+		if r >= 0 {
+			o := c.opOut[(r*Hv+j)*dv:][:dv]
+			pq := sc.proj[t*dv : (t+1)*dv]
+			for m := 0; m < dv; m++ {
+				o[m] = gt * pq[m]
+			}
+			for i := 0; i < t; i++ {
+				w := float32(math.Exp(sc.cumG[t]-sc.cumG[i+1])) * dot(kv(i), kv(t))
+				axpy(o, w, sc.u[i*dv:(i+1)*dv])
+			}
+		}
+		for i := 0; i < t; i++ {
+			sc.coef[i] = float32(math.Exp(sc.cumG[t] - sc.cumG[i+1]))
+		}
+		// S_m ← γ_t·S_m + Σ_i (γ_t/γ_i)·u'_i[m]·k_i, row by row.
+		for m := 0; m < dv; m++ {
+			for i := 0; i < t; i++ {
+				sc.rowc[i] = sc.coef[i] * sc.u[i*dv+m]
+			}
+			rankUpdateDot(S[m*dk:(m+1)*dk], gt, sc.rowc[:t], sc.vecs, dk, nil)
+		}
+		if c.state.raw(mat) == nil {
+			sr := sc.sr
+			if sr != nil {
+				*sr = *numeric.NewStochastic(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.slots.flushes[s])*0x9e3779b97f4a7c15 ^ uint64(mat))
+			}
+			c.state.store(mat, S, sr)
+		}
+		if c.read != nil {
+			c.read.store(int(s)*Hv+j, S, nil)
+		}
+	}
+}
+
+// baselineGroup runs the in-place recurrence for the value heads of key head
+// kh over nd consecutive inputs of op slot b (rows b·T..; their normalised
+// q, k in scratch). For a verify, input k's state goes to buffer cur+1+k.
+func (c *GDNCache) baselineGroup(sc *gdnScratch, b, kh, T, nd int, verify bool) {
+	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
+	_ = Hk
+	vpk := Hv / Hk
+	nb := c.opt.stateBuffers()
+	s := c.opSlots[b]
+	cur := int(c.slots.cur[s])
+	sk := sc.proj[:dv]
+	for j := kh * vpk; j < (kh+1)*vpk; j++ {
+		src := (int(s)*nb+cur)*Hv + j
+		S := sc.s
+		if raw := c.state.raw(src); raw != nil && !verify {
+			S = raw
+		} else {
+			c.state.load(src, S)
+		}
+		for k := 0; k < nd; k++ {
+			r := b*T + k
+			kt, qt := sc.k[k*dk:(k+1)*dk], sc.q[k*dk:(k+1)*dk]
+			g := float32(math.Exp(c.negA[j] * ssm.Softplus(float64(c.opIn.A[r*Hv+j])+c.dtb[j])))
+			beta := float32(ssm.Sigmoid(float64(c.opIn.B[r*Hv+j])))
+			// Pass 1 reads Sᵀk; u = β(v − g·Sᵀk); pass 2 updates each row,
+			// S_m = g·S_m + u[m]·k, and reads the output o[m] = S_m·q.
+			for m := 0; m < dv; m++ {
+				sk[m] = dot(S[m*dk:(m+1)*dk], kt)
+			}
+			v := c.opIn.V[(r*Hv+j)*dv:][:dv]
+			o := c.opOut[(r*Hv+j)*dv:][:dv]
+			for m := 0; m < dv; m++ {
+				u := beta * (v[m] - g*sk[m])
+				o[m] = updateRowDot(S[m*dk:(m+1)*dk], g, u, kt, qt)
+			}
+			dst := src
+			if verify {
+				dst = (int(s)*nb+(cur+1+k)%nb)*Hv + j
+			}
+			if raw := c.state.raw(dst); raw != nil {
+				if &raw[0] != &S[0] {
+					copy(raw, S)
+				}
+			} else {
+				sr := sc.sr
+				if sr != nil {
+					*sr = *numeric.NewStochastic(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.stats.Steps+int64(k))*0x9e3779b97f4a7c15 ^ uint64(dst))
+				}
+				c.state.store(dst, S, sr)
+				c.state.load(dst, S)
+			}
+		}
+	}
+}
+
+// Verify computes the outputs of T draft inputs per slot without writing any
+// checkpoint. See Mamba2Cache.Verify.
+func (c *GDNCache) Verify(slots []Slot, T int, counts []int, in GDNInput, o []float32) error {
+	if err := checkDrafts(counts, len(slots), T, c.opt.MaxDraft); err != nil {
+		return fmt.Errorf("gdn cache: %w", err)
+	}
+	if err := c.checkIO(slots, T, in, o); err != nil {
+		return fmt.Errorf("gdn cache: verify: %w", err)
+	}
+	c.opSlots, c.opIn, c.opOut, c.opT, c.opCounts = slots, in, o, T, counts
+	sb := int64(c.state.bytesPerMatrix()) * int64(c.shape.ValueHeads)
+	for i, s := range slots {
+		cnt := T
+		if counts != nil {
+			cnt = counts[i]
+		}
+		n := int(c.slots.hist[s])
+		c.slots.pending[s] = int32(cnt)
+		c.stats.Verifies++
+		c.stats.Drafts += int64(cnt)
+		c.stats.BaselineBytes += int64(1+cnt) * sb
+		if c.opt.Mode == Baseline {
+			c.stats.StateBytesRead += sb
+			c.stats.StateBytesWritten += int64(cnt) * sb
+			continue
+		}
+		c.slots.fold[s] = n > 0 && n+2*cnt > c.opt.ring()
+		if c.slots.fold[s] {
+			c.countFlush(s)
+		}
+		c.stats.StateBytesRead += c.outputBytes()
+	}
+	c.work.run(len(slots)*c.shape.KeyHeads, c.taskVer)
+	for _, s := range slots {
+		if c.slots.fold[s] {
+			c.slots.hist[s] = 0
+			c.slots.fold[s] = false
+		}
+	}
+	c.opSlots, c.opIn, c.opOut, c.opCounts = nil, GDNInput{}, nil, nil
+	return nil
+}
+
+func (c *GDNCache) verifyTask(worker, i int) {
+	Hk := c.shape.KeyHeads
+	b, kh := i/Hk, i%Hk
+	T := c.opT
+	cnt := T
+	if c.opCounts != nil {
+		cnt = c.opCounts[b]
+	}
+	sc := &c.scratch[worker]
+	c.prepare(sc, kh, b*T, cnt)
+	if c.opt.Mode == Baseline {
+		c.baselineGroup(sc, b, kh, T, cnt, true)
+		return
+	}
+	s := c.opSlots[b]
+	n := int(c.slots.hist[s])
+	if c.slots.fold[s] {
+		c.fold(sc, s, kh, n, -1)
+		n = 0
+	}
+	for k := 0; k < cnt; k++ {
+		c.appendRing(sc, s, kh, k, b*T+k, n+k)
+	}
+	c.outputs(sc, s, kh, n, cnt, b*T)
+}
+
+// Commit accepts the first accepted[i] drafts of slots[i]'s last Verify. See
+// Mamba2Cache.Commit.
+func (c *GDNCache) Commit(slots []Slot, accepted []int) error {
+	if err := c.slots.checkCommit(slots, accepted); err != nil {
+		return fmt.Errorf("gdn cache: %w", err)
+	}
+	for i, s := range slots {
+		n := accepted[i]
+		c.stats.Accepted += int64(n)
+		if c.opt.Mode == Replay {
+			c.slots.hist[s] += int32(n)
+		} else {
+			c.slots.cur[s] = int32((int(c.slots.cur[s]) + n) % c.opt.stateBuffers())
+		}
+		if c.conv != nil {
+			c.conv.shift(s, n)
+		}
+		c.slots.pending[s] = 0
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package replay
+
+// The inner loops of the CPU kernels. Each is the plain scalar loop its doc
+// comment states (the ...Go function); the SIMD versions (kernels_amd64.s,
+// AVX2+FMA) compute the same function up to the order of float32 additions,
+// and are chosen at start-up where the processor has them.
+
+// dot returns Σ a[i]·b[i] over len(a) elements.
+func dot(a, b []float32) float32 {
+	if simd {
+		return dotSIMD(a, b)
+	}
+	return dotGo(a, b)
+}
+
+// axpy does y[i] += a·x[i].
+func axpy(y []float32, a float32, x []float32) {
+	if simd {
+		axpySIMD(y, a, x)
+		return
+	}
+	axpyGo(y, a, x)
+}
+
+// updateRowDot does row[i] = a·row[i] + c·B[i] and returns Σ row[i]·C[i]
+// over the updated row: one in-place recurrence row and its output.
+func updateRowDot(row []float32, a, c float32, B, C []float32) float32 {
+	if simd {
+		return updateRowDotSIMD(row, a, c, B, C)
+	}
+	return updateRowDotGo(row, a, c, B, C)
+}
+
+// rankUpdateDot does row[i] = decay·row[i] + Σ_j coef[j]·V[j·stride+i] and
+// returns Σ row[i]·C[i] over the updated row (0 when C is nil): a rank-t
+// update of one state row, as a flush applies it.
+func rankUpdateDot(row []float32, decay float32, coef []float32, V []float32, stride int, C []float32) float32 {
+	if simd {
+		rankUpdateSIMD(row, decay, coef, V, stride)
+	} else {
+		rankUpdateGo(row, decay, coef, V, stride)
+	}
+	if C == nil {
+		return 0
+	}
+	return dot(row, C)
+}
+
+func dotGo(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func axpyGo(y []float32, a float32, x []float32) {
+	x = x[:len(y)]
+	for i := range y {
+		y[i] += a * x[i]
+	}
+}
+
+// scaleRow does y[i] *= a.
+func scaleRow(y []float32, a float32) {
+	for i := range y {
+		y[i] *= a
+	}
+}
+
+func updateRowDotGo(row []float32, a, c float32, B, C []float32) float32 {
+	B = B[:len(row)]
+	C = C[:len(row)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(row); i += 4 {
+		r0 := a*row[i] + c*B[i]
+		r1 := a*row[i+1] + c*B[i+1]
+		r2 := a*row[i+2] + c*B[i+2]
+		r3 := a*row[i+3] + c*B[i+3]
+		row[i], row[i+1], row[i+2], row[i+3] = r0, r1, r2, r3
+		s0 += r0 * C[i]
+		s1 += r1 * C[i+1]
+		s2 += r2 * C[i+2]
+		s3 += r3 * C[i+3]
+	}
+	for ; i < len(row); i++ {
+		r := a*row[i] + c*B[i]
+		row[i] = r
+		s0 += r * C[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func rankUpdateGo(row []float32, decay float32, coef []float32, V []float32, stride int) {
+	for i := range row {
+		r := decay * row[i]
+		for j, c := range coef {
+			r += c * V[j*stride+i]
+		}
+		row[i] = r
+	}
+}
+
+// dots writes out[k] = Σ row[i]·V[k·stride+i] for each k < len(out): one row
+// against several vectors, read once.
+func dots(row []float32, V []float32, stride int, out []float32) {
+	for k := range out {
+		out[k] = dot(row, V[k*stride:k*stride+len(row)])
+	}
+}

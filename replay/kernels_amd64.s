@@ -1,0 +1,235 @@
+//go:build !noasm
+
+#include "textflag.h"
+
+// func dotAVX2(a, b *float32, n int) float32
+// n must be a multiple of 8.
+TEXT ·dotAVX2(SB), NOSPLIT, $0-28
+	MOVQ a+0(FP), SI
+	MOVQ b+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+dot32:
+	CMPQ CX, $32
+	JL   dot8
+	VMOVUPS (SI), Y4
+	VMOVUPS 32(SI), Y5
+	VMOVUPS 64(SI), Y6
+	VMOVUPS 96(SI), Y7
+	VFMADD231PS (DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP  dot32
+
+dot8:
+	CMPQ CX, $8
+	JL   dotdone
+	VMOVUPS (SI), Y4
+	VFMADD231PS (DI), Y4, Y0
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  dot8
+
+dotdone:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// func axpyAVX2(y *float32, a float32, x *float32, n int)
+// y[i] += a*x[i]; n must be a multiple of 8.
+TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
+	MOVQ y+0(FP), DI
+	VBROADCASTSS a+8(FP), Y0
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+
+axpy32:
+	CMPQ CX, $32
+	JL   axpy8
+	VMOVUPS (DI), Y1
+	VMOVUPS 32(DI), Y2
+	VMOVUPS 64(DI), Y3
+	VMOVUPS 96(DI), Y4
+	VFMADD231PS (SI), Y0, Y1
+	VFMADD231PS 32(SI), Y0, Y2
+	VFMADD231PS 64(SI), Y0, Y3
+	VFMADD231PS 96(SI), Y0, Y4
+	VMOVUPS Y1, (DI)
+	VMOVUPS Y2, 32(DI)
+	VMOVUPS Y3, 64(DI)
+	VMOVUPS Y4, 96(DI)
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JMP  axpy32
+
+axpy8:
+	CMPQ CX, $8
+	JL   axpydone
+	VMOVUPS (DI), Y1
+	VFMADD231PS (SI), Y0, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $8, CX
+	JMP  axpy8
+
+axpydone:
+	VZEROUPPER
+	RET
+
+// func updateRowDotAVX2(row *float32, a, c float32, b, cv *float32, n int) float32
+// row[i] = a*row[i] + c*b[i]; returns Σ row[i]*cv[i]. n must be a multiple of 8.
+TEXT ·updateRowDotAVX2(SB), NOSPLIT, $0-44
+	MOVQ row+0(FP), DI
+	VBROADCASTSS a+8(FP), Y8
+	VBROADCASTSS c+12(FP), Y9
+	MOVQ b+16(FP), SI
+	MOVQ cv+24(FP), DX
+	MOVQ n+32(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+upd32:
+	CMPQ CX, $32
+	JL   upd8
+	VMULPS (DI), Y8, Y4
+	VMULPS 32(DI), Y8, Y5
+	VMULPS 64(DI), Y8, Y6
+	VMULPS 96(DI), Y8, Y7
+	VFMADD231PS (SI), Y9, Y4
+	VFMADD231PS 32(SI), Y9, Y5
+	VFMADD231PS 64(SI), Y9, Y6
+	VFMADD231PS 96(SI), Y9, Y7
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+	VMOVUPS Y6, 64(DI)
+	VMOVUPS Y7, 96(DI)
+	VFMADD231PS (DX), Y4, Y0
+	VFMADD231PS 32(DX), Y5, Y1
+	VFMADD231PS 64(DX), Y6, Y2
+	VFMADD231PS 96(DX), Y7, Y3
+	ADDQ $128, DI
+	ADDQ $128, SI
+	ADDQ $128, DX
+	SUBQ $32, CX
+	JMP  upd32
+
+upd8:
+	CMPQ CX, $8
+	JL   upddone
+	VMULPS (DI), Y8, Y4
+	VFMADD231PS (SI), Y9, Y4
+	VMOVUPS Y4, (DI)
+	VFMADD231PS (DX), Y4, Y0
+	ADDQ $32, DI
+	ADDQ $32, SI
+	ADDQ $32, DX
+	SUBQ $8, CX
+	JMP  upd8
+
+upddone:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+40(FP)
+	RET
+
+// func rankUpdateAVX2(row *float32, decay float32, coef *float32, t int, v *float32, stride int, n int)
+// row[i] = decay*row[i] + Σ_j coef[j]*v[j*stride+i] (stride in elements).
+// n must be a multiple of 8; t may be 0.
+TEXT ·rankUpdateAVX2(SB), NOSPLIT, $0-56
+	MOVQ row+0(FP), DI
+	VBROADCASTSS decay+8(FP), Y8
+	MOVQ coef+16(FP), R11
+	MOVQ t+24(FP), R12
+	MOVQ v+32(FP), SI
+	MOVQ stride+40(FP), R13
+	SHLQ $2, R13
+	MOVQ n+48(FP), CX
+
+rk32:
+	CMPQ CX, $32
+	JL   rk8
+	VMULPS (DI), Y8, Y0
+	VMULPS 32(DI), Y8, Y1
+	VMULPS 64(DI), Y8, Y2
+	VMULPS 96(DI), Y8, Y3
+	MOVQ SI, R8
+	MOVQ R11, R9
+	MOVQ R12, R10
+	TESTQ R10, R10
+	JZ   rk32store
+
+rk32j:
+	VBROADCASTSS (R9), Y4
+	VFMADD231PS (R8), Y4, Y0
+	VFMADD231PS 32(R8), Y4, Y1
+	VFMADD231PS 64(R8), Y4, Y2
+	VFMADD231PS 96(R8), Y4, Y3
+	ADDQ R13, R8
+	ADDQ $4, R9
+	DECQ R10
+	JNZ  rk32j
+
+rk32store:
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ $128, DI
+	ADDQ $128, SI
+	SUBQ $32, CX
+	JMP  rk32
+
+rk8:
+	CMPQ CX, $8
+	JL   rkdone
+	VMULPS (DI), Y8, Y0
+	MOVQ SI, R8
+	MOVQ R11, R9
+	MOVQ R12, R10
+	TESTQ R10, R10
+	JZ   rk8store
+
+rk8j:
+	VBROADCASTSS (R9), Y4
+	VFMADD231PS (R8), Y4, Y0
+	ADDQ R13, R8
+	ADDQ $4, R9
+	DECQ R10
+	JNZ  rk8j
+
+rk8store:
+	VMOVUPS Y0, (DI)
+	ADDQ $32, DI
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JMP  rk8
+
+rkdone:
+	VZEROUPPER
+	RET

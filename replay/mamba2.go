@@ -1,0 +1,653 @@
+package replay
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/ssm"
+)
+
+// Mamba2Params are a Mamba-2 layer's per-head constants, as stored in a
+// checkpoint (A_log, not A).
+type Mamba2Params struct {
+	ALog   []float32
+	DtBias []float32
+	D      []float32
+}
+
+// Mamba2Input is one batch of SSM-core inputs, after the convolution and its
+// activation: row r holds x [H·P], B and C [G·N] and the raw dt [H] (before
+// dt_bias and the softplus). For Step, row i belongs to slots[i]; for Verify
+// with T drafts, row i·T+s is draft s of slots[i].
+type Mamba2Input struct {
+	X, B, C, Dt []float32
+}
+
+// Mamba2Cache is the state cache of one Mamba-2 layer.
+type Mamba2Cache struct {
+	shape ssm.Mamba2Shape
+	opt   Options
+	a     []float64 // A = −exp(A_log)
+	dtb   []float64
+	d     []float32
+
+	slots slotTable
+	state *matrices // checkpoint (replay) or state buffers (baseline): [slot][buffer][head]
+	read  *matrices // read copy [slot][head], or nil
+	conv  *convWindow
+
+	// Ring of raw inputs since the checkpoint: [slot][entry][...].
+	ringX  []float32 // H·P per entry
+	ringB  []float32 // G·N per entry
+	ringDt []float32 // H per entry: Δ after the softplus
+
+	work    *workers
+	scratch []mamba2Scratch
+	stats   Stats
+
+	// Arguments of the operation in flight, read by the task methods.
+	opSlots  []Slot
+	opIn     Mamba2Input
+	opOut    []float32
+	opT      int
+	opCounts []int
+	taskStep func(worker, i int)
+	taskVer  func(worker, i int)
+}
+
+type mamba2Scratch struct {
+	s    []float32 // one head's state, P·N
+	bc   []float32 // B_j·C per ring entry (and per draft for verify)
+	w    []float64 // per-entry decay weights
+	lam  []float64 // cumulative Λ
+	dots []float32 // P·T dot products for verify
+	tmp  []float32 // one row's dot products
+	coef []float32 // one row's rank-update coefficients
+	sr   *numeric.Stochastic
+}
+
+// NewMamba2 builds a cache of capacity slots for one Mamba-2 layer.
+// conv may have zero Channels when the caller runs the convolution itself.
+func NewMamba2(shape ssm.Mamba2Shape, prm Mamba2Params, conv ConvWeights, capacity int, opt Options) (*Mamba2Cache, error) {
+	opt = opt.withDefaults()
+	if err := shape.Validate(); err != nil {
+		return nil, err
+	}
+	if err := opt.validate(); err != nil {
+		return nil, fmt.Errorf("mamba2 cache: %w", err)
+	}
+	H, P, N, G := shape.Heads, shape.HeadDim, shape.StateSize, shape.Groups
+	if len(prm.ALog) != H || len(prm.DtBias) != H || len(prm.D) != H {
+		return nil, fmt.Errorf("mamba2 cache: A_log, dt_bias and D need %d values each, have %d, %d, %d", H, len(prm.ALog), len(prm.DtBias), len(prm.D))
+	}
+	if capacity <= 0 {
+		return nil, fmt.Errorf("mamba2 cache: capacity %d must be positive", capacity)
+	}
+	c := &Mamba2Cache{shape: shape, opt: opt, slots: newSlotTable(capacity)}
+	c.a = make([]float64, H)
+	c.dtb = make([]float64, H)
+	c.d = append([]float32(nil), prm.D...)
+	for h := range H {
+		c.a[h] = -math.Exp(float64(prm.ALog[h]))
+		c.dtb[h] = float64(prm.DtBias[h])
+	}
+	var err error
+	if c.state, err = newMatrices(opt.State, P*N, capacity*opt.stateBuffers()*H); err != nil {
+		return nil, fmt.Errorf("mamba2 cache: %w", err)
+	}
+	if opt.ReadCopy != numeric.F32 {
+		if c.read, err = newMatrices(opt.ReadCopy, P*N, capacity*H); err != nil {
+			return nil, fmt.Errorf("mamba2 cache: %w", err)
+		}
+	}
+	if conv.Channels > 0 {
+		if c.conv, err = newConvWindow(conv, capacity, opt.MaxDraft); err != nil {
+			return nil, fmt.Errorf("mamba2 cache: %w", err)
+		}
+	}
+	if opt.Mode == Replay {
+		R := opt.ring()
+		c.ringX = make([]float32, capacity*R*H*P)
+		c.ringB = make([]float32, capacity*R*G*N)
+		c.ringDt = make([]float32, capacity*R*H)
+	}
+	c.work = newWorkers(opt.Threads)
+	R := opt.ring() + 1
+	for range opt.Threads {
+		sc := mamba2Scratch{
+			s:    make([]float32, P*N),
+			bc:   make([]float32, R*max(1, opt.MaxDraft)),
+			w:    make([]float64, R),
+			lam:  make([]float64, R+1),
+			dots: make([]float32, P*max(1, opt.MaxDraft)),
+			tmp:  make([]float32, max(1, opt.MaxDraft)),
+			coef: make([]float32, R),
+		}
+		if opt.Stochastic {
+			sc.sr = numeric.NewStochastic(opt.Seed)
+		}
+		c.scratch = append(c.scratch, sc)
+	}
+	c.taskStep = c.stepTask
+	c.taskVer = c.verifyTask
+	return c, nil
+}
+
+// Close stops the cache's worker goroutines.
+func (c *Mamba2Cache) Close() { c.work.close() }
+
+// Shape returns the layer shape.
+func (c *Mamba2Cache) Shape() ssm.Mamba2Shape { return c.shape }
+
+// Options returns the options in force (defaults filled in).
+func (c *Mamba2Cache) Options() Options { return c.opt }
+
+// Stats returns the counters since the cache was built.
+func (c *Mamba2Cache) Stats() Stats { return c.stats }
+
+// Capacity is the number of slots.
+func (c *Mamba2Cache) Capacity() int { return c.slots.capacity() }
+
+// Admit takes a free slot and clears it.
+func (c *Mamba2Cache) Admit() (Slot, error) {
+	s, err := c.slots.admit()
+	if err != nil {
+		return s, fmt.Errorf("mamba2 cache: %w", err)
+	}
+	c.clearSlot(s)
+	return s, nil
+}
+
+// Reset clears a live slot's state, ring and conv window.
+func (c *Mamba2Cache) Reset(s Slot) error {
+	if err := c.slots.check(s); err != nil {
+		return fmt.Errorf("mamba2 cache: reset: %w", err)
+	}
+	c.slots.resetCursors(s)
+	c.clearSlot(s)
+	return nil
+}
+
+// Evict frees a slot.
+func (c *Mamba2Cache) Evict(s Slot) error {
+	if err := c.slots.evict(s); err != nil {
+		return fmt.Errorf("mamba2 cache: evict: %w", err)
+	}
+	return nil
+}
+
+func (c *Mamba2Cache) clearSlot(s Slot) {
+	H := c.shape.Heads
+	nb := c.opt.stateBuffers()
+	for i := 0; i < nb*H; i++ {
+		c.state.zero(int(s)*nb*H + i)
+	}
+	if c.read != nil {
+		for h := range H {
+			c.read.zero(int(s)*H + h)
+		}
+	}
+	if c.conv != nil {
+		c.conv.reset(s)
+	}
+}
+
+// Fork admits a new slot holding a copy of src's state (for beams and
+// parallel samples). Pending drafts are not copied.
+func (c *Mamba2Cache) Fork(src Slot) (Slot, error) {
+	if err := c.slots.check(src); err != nil {
+		return -1, fmt.Errorf("mamba2 cache: fork: %w", err)
+	}
+	dst, err := c.slots.admit()
+	if err != nil {
+		return -1, fmt.Errorf("mamba2 cache: fork: %w", err)
+	}
+	H := c.shape.Heads
+	nb := c.opt.stateBuffers()
+	for i := 0; i < nb*H; i++ {
+		c.state.copyMatrix(int(dst)*nb*H+i, c.state, int(src)*nb*H+i)
+	}
+	if c.read != nil {
+		for h := range H {
+			c.read.copyMatrix(int(dst)*H+h, c.read, int(src)*H+h)
+		}
+	}
+	if c.ringX != nil {
+		copyRing(c.ringX, dst, src, c.opt.ring()*H*c.shape.HeadDim)
+		copyRing(c.ringB, dst, src, c.opt.ring()*c.shape.Groups*c.shape.StateSize)
+		copyRing(c.ringDt, dst, src, c.opt.ring()*H)
+	}
+	if c.conv != nil {
+		c.conv.copySlot(dst, src)
+	}
+	c.slots.hist[dst] = c.slots.hist[src]
+	c.slots.cur[dst] = c.slots.cur[src]
+	c.slots.flushes[dst] = c.slots.flushes[src]
+	return dst, nil
+}
+
+func copyRing(ring []float32, dst, src Slot, per int) {
+	copy(ring[int(dst)*per:(int(dst)+1)*per], ring[int(src)*per:(int(src)+1)*per])
+}
+
+// Conv runs the depthwise convolution for one step of each slot: in and out
+// are [len(slots)][Channels]. The raw inputs enter the slots' windows.
+func (c *Mamba2Cache) Conv(slots []Slot, in, out []float32) error {
+	return convStep(c.conv, &c.slots, slots, in, out)
+}
+
+// ConvVerify runs the convolution over T draft inputs per slot ([slot][T][C])
+// without moving the windows; Commit shifts them by the accepted count.
+func (c *Mamba2Cache) ConvVerify(slots []Slot, T int, in, out []float32) error {
+	return convVerify(c.conv, &c.slots, c.opt.MaxDraft, slots, T, in, out)
+}
+
+// Step runs one standard decode step for each slot: it appends the inputs to
+// the slot's ring and writes y [len(slots)][H·P] (the SSM output before the
+// gated norm). A replay slot whose ring reaches the window flushes: its
+// checkpoint (and read copy) are rewritten with the current token folded in.
+// Slots flush at their own phases. Pending drafts of a previous Verify are
+// dropped.
+func (c *Mamba2Cache) Step(slots []Slot, in Mamba2Input, y []float32) error {
+	if err := c.checkIO(slots, 1, in, y); err != nil {
+		return fmt.Errorf("mamba2 cache: step: %w", err)
+	}
+	for _, s := range slots {
+		c.slots.pending[s] = 0
+	}
+	c.opSlots, c.opIn, c.opOut, c.opT = slots, in, y, 1
+	c.work.run(len(slots)*c.shape.Groups, c.taskStep)
+	c.finishStep(slots)
+	c.opSlots, c.opIn, c.opOut = nil, Mamba2Input{}, nil
+	return nil
+}
+
+func (c *Mamba2Cache) checkIO(slots []Slot, T int, in Mamba2Input, y []float32) error {
+	if err := c.slots.checkBatch(slots); err != nil {
+		return err
+	}
+	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
+	rows := len(slots) * T
+	for _, e := range []error{
+		checkLen("x", len(in.X), rows*H*P), checkLen("B", len(in.B), rows*G*N),
+		checkLen("C", len(in.C), rows*G*N), checkLen("dt", len(in.Dt), rows*H),
+		checkLen("y", len(y), rows*H*P),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// finishStep moves the cursors after a step and counts bytes.
+func (c *Mamba2Cache) finishStep(slots []Slot) {
+	H := int64(c.shape.Heads)
+	sb := int64(c.state.bytesPerMatrix()) * H
+	for _, s := range slots {
+		c.stats.Steps++
+		c.stats.BaselineBytes += 2 * sb
+		if c.opt.Mode == Baseline {
+			c.stats.StateBytesRead += sb
+			c.stats.StateBytesWritten += sb
+			continue
+		}
+		t := c.slots.hist[s] + 1
+		if int(t) >= c.opt.Window {
+			c.countFlush(s)
+			c.slots.hist[s] = 0
+		} else {
+			c.stats.StateBytesRead += c.outputBytes()
+			c.slots.hist[s] = t
+		}
+	}
+}
+
+func (c *Mamba2Cache) countFlush(s Slot) {
+	H := int64(c.shape.Heads)
+	c.stats.Flushes++
+	c.slots.flushes[s]++
+	c.stats.StateBytesRead += int64(c.state.bytesPerMatrix()) * H
+	c.stats.StateBytesWritten += int64(c.state.bytesPerMatrix()) * H
+	if c.read != nil {
+		c.stats.StateBytesWritten += int64(c.read.bytesPerMatrix()) * H
+	}
+}
+
+// outputBytes is what a non-flush output read moves for one slot.
+func (c *Mamba2Cache) outputBytes() int64 {
+	if c.read != nil {
+		return int64(c.read.bytesPerMatrix()) * int64(c.shape.Heads)
+	}
+	return int64(c.state.bytesPerMatrix()) * int64(c.shape.Heads)
+}
+
+// stepTask handles one (slot, group) of a Step.
+func (c *Mamba2Cache) stepTask(worker, i int) {
+	G := c.shape.Groups
+	b, g := i/G, i%G
+	if c.opt.Mode == Baseline {
+		c.baselineGroup(worker, b, g, 1, false)
+		return
+	}
+	s := c.opSlots[b]
+	n := int(c.slots.hist[s])
+	sc := &c.scratch[worker]
+	c.appendRing(s, b, g, n)
+	t := n + 1
+	C := c.groupVec(c.opIn.C, b, g)
+	if t >= c.opt.Window {
+		c.flushGroup(sc, s, g, t, C, c.opOut, b, true)
+		return
+	}
+	c.outputsGroup(sc, s, g, t, t, b)
+}
+
+// groupVec returns the G·N-strided vector of group g in row r.
+func (c *Mamba2Cache) groupVec(v []float32, r, g int) []float32 {
+	N := c.shape.StateSize
+	return v[(r*c.shape.Groups+g)*N:][:N]
+}
+
+// appendRing writes input row r of the op into ring entry e of slot s, for the
+// heads of group g (and the group's B).
+func (c *Mamba2Cache) appendRing(s Slot, r, g, e int) {
+	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
+	R := c.opt.ring()
+	hpg := H / G
+	h0 := g * hpg
+	base := int(s)*R + e
+	copy(c.ringX[(base*H+h0)*P:(base*H+h0+hpg)*P], c.opIn.X[(r*H+h0)*P:(r*H+h0+hpg)*P])
+	copy(c.ringB[(base*G+g)*N:(base*G+g+1)*N], c.opIn.B[(r*G+g)*N:(r*G+g+1)*N])
+	for h := h0; h < h0+hpg; h++ {
+		c.ringDt[base*H+h] = float32(ssm.Softplus(float64(c.opIn.Dt[r*H+h]) + c.dtb[h]))
+	}
+}
+
+// decays fills sc.lam[0..t] with Λ_j = A·Σ_{i≤j} Δ_i for ring entries of
+// slot s and head h (lam[0] = 0).
+func (c *Mamba2Cache) decays(sc *mamba2Scratch, s Slot, h, t int) {
+	H := c.shape.Heads
+	R := c.opt.ring()
+	sc.lam[0] = 0
+	for j := 1; j <= t; j++ {
+		sc.lam[j] = sc.lam[j-1] + c.a[h]*float64(c.ringDt[(int(s)*R+j-1)*H+h])
+	}
+}
+
+// flushGroup folds ring entries 1..t of slot s into the checkpoint for the
+// heads of group g (DESIGN.md 2.1):
+//
+//	S₀ ← e^{Λ_t}·S₀ + Σ_j Δ_j·e^{Λ_t−Λ_j}·x_j ⊗ B_j
+//
+// and, when withOutput, writes y = S₀·C + D·x for op row r.
+func (c *Mamba2Cache) flushGroup(sc *mamba2Scratch, s Slot, g, t int, C []float32, y []float32, r int, withOutput bool) {
+	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
+	R := c.opt.ring()
+	hpg := H / G
+	base := int(s) * R
+	ringB := c.ringB[(base*G+g)*N:]
+	var xs [MaxDraftLimit + 256][]float32
+	Xj := xs[:t]
+	for h := g * hpg; h < (g+1)*hpg; h++ {
+		c.decays(sc, s, h, t)
+		decay := float32(math.Exp(sc.lam[t]))
+		for j := 0; j < t; j++ {
+			sc.w[j] = float64(c.ringDt[(base+j)*H+h]) * math.Exp(sc.lam[t]-sc.lam[j+1])
+			Xj[j] = c.ringX[((base+j)*H+h)*P:][:P]
+		}
+		mat := int(s)*H + h
+		S := c.state.raw(mat)
+		if S == nil {
+			S = sc.s
+			c.state.load(mat, S)
+		}
+		coef := sc.coef[:t]
+		for p := 0; p < P; p++ {
+			for j := range coef {
+				coef[j] = float32(sc.w[j]) * Xj[j][p]
+			}
+			yp := rankUpdateDot(S[p*N:(p+1)*N], decay, coef, ringB, G*N, C)
+			if withOutput {
+				y[(r*H+h)*P+p] = yp + c.d[h]*Xj[t-1][p]
+			}
+		}
+		c.storeState(sc, s, mat, S)
+		if c.read != nil {
+			c.read.store(int(s)*H+h, S, nil)
+		}
+	}
+}
+
+// storeState writes a decoded state back when the store is not fp32.
+func (c *Mamba2Cache) storeState(sc *mamba2Scratch, s Slot, mat int, S []float32) {
+	if c.state.raw(mat) != nil {
+		return
+	}
+	sr := sc.sr
+	if sr != nil {
+		*sr = *numeric.NewStochastic(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.slots.flushes[s])*0x9e3779b97f4a7c15 ^ uint64(mat))
+	}
+	c.state.store(mat, S, sr)
+}
+
+// outputsGroup computes outputs for op rows r0..r0+T-1 of slot s (row r0+k
+// at ring position tFirst+k, 1-based) from the checkpoint or its read copy
+// and the ring (DESIGN.md 2.1):
+//
+//	y_t = e^{Λ_t}·(S₀·C_t) + Σ_{j≤t} Δ_j·e^{Λ_t−Λ_j}·(B_j·C_t)·x_j + D·x_t
+func (c *Mamba2Cache) outputsGroup(sc *mamba2Scratch, s Slot, g, tFirst, tLast, r0 int) {
+	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
+	R := c.opt.ring()
+	hpg := H / G
+	base := int(s) * R
+	nd := tLast - tFirst + 1
+	// B_j·C_t for every ring entry j ≤ t and every output t: shared by all
+	// heads of the group.
+	for k := 0; k < nd; k++ {
+		C := c.groupVec(c.opIn.C, r0+k, g)
+		t := tFirst + k
+		for j := 0; j < t; j++ {
+			sc.bc[k*(R+1)+j] = dot(c.ringB[((base+j)*G+g)*N:][:N], C)
+		}
+	}
+	for h := g * hpg; h < (g+1)*hpg; h++ {
+		c.decays(sc, s, h, tLast)
+		// S₀·C_t for all outputs, one pass over the state.
+		c.readDots(sc, s, h, g, r0, nd)
+		for k := 0; k < nd; k++ {
+			t := tFirst + k
+			yh := c.opOut[((r0+k)*H+h)*P:][:P]
+			e := float32(math.Exp(sc.lam[t]))
+			xt := c.ringX[((base+t-1)*H+h)*P:][:P]
+			for p := 0; p < P; p++ {
+				yh[p] = e*sc.dots[k*P+p] + c.d[h]*xt[p]
+			}
+			for j := 0; j < t; j++ {
+				w := float32(float64(c.ringDt[(base+j)*H+h]) * math.Exp(sc.lam[t]-sc.lam[j+1]))
+				axpy(yh, w*sc.bc[k*(R+1)+j], c.ringX[((base+j)*H+h)*P:][:P])
+			}
+		}
+	}
+}
+
+// readDots writes sc.dots[k·P+p] = S₀[p]·C_k for nd outputs, reading the read
+// copy when there is one, else the checkpoint.
+func (c *Mamba2Cache) readDots(sc *mamba2Scratch, s Slot, h, g, r0, nd int) {
+	P, N, H := c.shape.HeadDim, c.shape.StateSize, c.shape.Heads
+	src := c.state
+	mat := int(s)*c.opt.stateBuffers()*H + h
+	if c.read != nil {
+		src, mat = c.read, int(s)*H+h
+	}
+	S := src.raw(mat)
+	if S == nil {
+		S = sc.s
+		src.load(mat, S)
+	}
+	G := c.shape.Groups
+	Cs := c.opIn.C[(r0*G+g)*N:]
+	for p := 0; p < P; p++ {
+		dots(S[p*N:(p+1)*N], Cs, G*N, sc.tmp[:nd])
+		for k := 0; k < nd; k++ {
+			sc.dots[k*P+p] = sc.tmp[k]
+		}
+	}
+}
+
+// baselineGroup runs the in-place recurrence for T consecutive inputs of op
+// slot b (rows b·T..b·T+T-1) on the heads of group g. With T > 1 (verify),
+// input k's state goes to buffer cur+1+k, so the accepted one can be selected
+// by Commit; with T = 1 (step) the state is updated in its own buffer.
+func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
+	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
+	nb := c.opt.stateBuffers()
+	sc := &c.scratch[worker]
+	s := c.opSlots[b]
+	cur := int(c.slots.cur[s])
+	count := T
+	if c.opCounts != nil {
+		count = c.opCounts[b]
+	}
+	hpg := H / G
+	for h := g * hpg; h < (g+1)*hpg; h++ {
+		src := (int(s)*nb+cur)*H + h
+		S := sc.s
+		if raw := c.state.raw(src); raw != nil && !verify {
+			S = raw
+		} else {
+			c.state.load(src, S)
+		}
+		for k := 0; k < count; k++ {
+			r := b*T + k
+			delta := ssm.Softplus(float64(c.opIn.Dt[r*H+h]) + c.dtb[h])
+			a := float32(math.Exp(delta * c.a[h]))
+			xh := c.opIn.X[(r*H+h)*P:][:P]
+			Bv := c.groupVec(c.opIn.B, r, g)
+			Cv := c.groupVec(c.opIn.C, r, g)
+			yh := c.opOut[(r*H+h)*P:][:P]
+			for p := 0; p < P; p++ {
+				yh[p] = updateRowDot(S[p*N:(p+1)*N], a, float32(delta)*xh[p], Bv, Cv) + c.d[h]*xh[p]
+			}
+			dst := src
+			if verify {
+				dst = (int(s)*nb+(cur+1+k)%nb)*H + h
+			}
+			if raw := c.state.raw(dst); raw != nil {
+				if &raw[0] != &S[0] {
+					copy(raw, S)
+				}
+			} else {
+				sr := sc.sr
+				if sr != nil {
+					*sr = *numeric.NewStochastic(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.stats.Steps+int64(k))*0x9e3779b97f4a7c15 ^ uint64(dst))
+				}
+				c.state.store(dst, S, sr)
+				// Naive low precision: the next update starts from the
+				// rounded state, as it would in a real low-precision cache.
+				c.state.load(dst, S)
+			}
+		}
+	}
+}
+
+// Verify computes the outputs of T draft inputs per slot (rows [slot][T] of
+// in and y; counts, if not nil, gives each slot's own number of drafts ≤ T)
+// without writing any checkpoint (DESIGN.md 2.3). In replay mode the drafts
+// are appended to the ring; if the committed history plus 2T would overflow
+// the ring, the history is folded first (early flush). In baseline mode each
+// draft's state is written to its own buffer. Commit then accepts a prefix.
+func (c *Mamba2Cache) Verify(slots []Slot, T int, counts []int, in Mamba2Input, y []float32) error {
+	if err := checkDrafts(counts, len(slots), T, c.opt.MaxDraft); err != nil {
+		return fmt.Errorf("mamba2 cache: %w", err)
+	}
+	if err := c.checkIO(slots, T, in, y); err != nil {
+		return fmt.Errorf("mamba2 cache: verify: %w", err)
+	}
+	c.opSlots, c.opIn, c.opOut, c.opT, c.opCounts = slots, in, y, T, counts
+	// Early flushes are decided before the parallel section so that every
+	// group of a slot sees the same decision.
+	for i, s := range slots {
+		n := int(c.slots.hist[s])
+		cnt := T
+		if counts != nil {
+			cnt = counts[i]
+		}
+		c.slots.pending[s] = int32(cnt)
+		c.stats.Verifies++
+		c.stats.Drafts += int64(cnt)
+		sb := int64(c.state.bytesPerMatrix()) * int64(c.shape.Heads)
+		c.stats.BaselineBytes += int64(1+cnt) * sb
+		if c.opt.Mode == Baseline {
+			c.stats.StateBytesRead += sb
+			c.stats.StateBytesWritten += int64(cnt) * sb
+			continue
+		}
+		c.slots.fold[s] = n > 0 && n+2*cnt > c.opt.ring()
+		if c.slots.fold[s] {
+			c.countFlush(s)
+		}
+		c.stats.StateBytesRead += c.outputBytes()
+	}
+	c.work.run(len(slots)*c.shape.Groups, c.taskVer)
+	if c.opt.Mode == Replay {
+		for _, s := range slots {
+			if c.slots.fold[s] {
+				c.slots.hist[s] = 0
+				c.slots.fold[s] = false
+			}
+		}
+	}
+	c.opSlots, c.opIn, c.opOut, c.opCounts = nil, Mamba2Input{}, nil, nil
+	return nil
+}
+
+func (c *Mamba2Cache) verifyTask(worker, i int) {
+	G := c.shape.Groups
+	b, g := i/G, i%G
+	T := c.opT
+	if c.opt.Mode == Baseline {
+		c.baselineGroup(worker, b, g, T, true)
+		return
+	}
+	s := c.opSlots[b]
+	sc := &c.scratch[worker]
+	n := int(c.slots.hist[s])
+	if c.slots.fold[s] {
+		c.flushGroup(sc, s, g, n, nil, nil, 0, false)
+		n = 0
+	}
+	cnt := T
+	if c.opCounts != nil {
+		cnt = c.opCounts[b]
+	}
+	for k := 0; k < cnt; k++ {
+		c.appendRing(s, b*T+k, g, n+k)
+	}
+	c.outputsGroup(sc, s, g, n+1, n+cnt, b*T)
+}
+
+// Commit accepts the first accepted[i] drafts of slots[i]'s last Verify. In
+// replay mode it moves the ring cursor; in baseline mode it selects the
+// accepted draft's state buffer. Nothing is copied. Conv windows shift by the
+// accepted count.
+func (c *Mamba2Cache) Commit(slots []Slot, accepted []int) error {
+	if err := c.slots.checkCommit(slots, accepted); err != nil {
+		return fmt.Errorf("mamba2 cache: %w", err)
+	}
+	for i, s := range slots {
+		n := accepted[i]
+		c.stats.Accepted += int64(n)
+		if c.opt.Mode == Replay {
+			c.slots.hist[s] += int32(n)
+		} else {
+			c.slots.cur[s] = int32((int(c.slots.cur[s]) + n) % c.opt.stateBuffers())
+		}
+		if c.conv != nil {
+			c.conv.shift(s, n)
+		}
+		c.slots.pending[s] = 0
+	}
+	return nil
+}

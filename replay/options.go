@@ -1,0 +1,146 @@
+// Package replay is the ReplaySSM state cache: the recurrent state of every
+// live sequence of one SSM layer (Mamba-2 or Gated DeltaNet), kept as a
+// checkpoint plus a ring of the raw inputs of the steps since it.
+//
+// A plain decode step reads the whole state, updates it and writes it back.
+// The cache instead computes each step's output from the checkpoint and the
+// ring (DESIGN.md 2.1, 2.2) and writes the state only when the ring is full
+// (a flush), so a step moves about half the bytes. Speculative drafts are
+// appended to the ring and verified against the same checkpoint; accepting a
+// prefix is a cursor move (DESIGN.md 2.3). Outputs may read a low-precision
+// read copy of the checkpoint while the recurrence keeps its own precision, so
+// quantisation error never compounds (DESIGN.md 2.4).
+//
+// The baseline modes live behind the same API: in-place update every step,
+// and a speculative path that stores one state per draft token. Every mode is
+// checked against the float64 references of package ssm.
+//
+// A cache is not safe for concurrent use: one engine loop drives it. Its
+// operations run in parallel across slots and heads internally.
+package replay
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/replayssm/replayssm/numeric"
+)
+
+// Mode selects how a cache keeps state.
+type Mode uint8
+
+const (
+	// Replay keeps a checkpoint plus a ring of inputs and flushes when the
+	// ring holds Window steps.
+	Replay Mode = iota
+	// Baseline updates the state in place every step; speculative verify
+	// writes one full state per draft token and commit selects the accepted
+	// one, as vLLM and SGLang do.
+	Baseline
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Replay:
+		return "replay"
+	case Baseline:
+		return "baseline"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// ParseMode parses "replay" or "baseline".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "replay":
+		return Replay, nil
+	case "baseline":
+		return Baseline, nil
+	}
+	return 0, fmt.Errorf("unknown state mode %q (want replay or baseline)", s)
+}
+
+// DefaultWindow is the ring window L of the published ReplaySSM kernels.
+const DefaultWindow = 16
+
+// MaxDraftLimit bounds the number of draft tokens one verify may carry.
+const MaxDraftLimit = 8
+
+// Options configure a cache.
+type Options struct {
+	Mode Mode
+	// Window is L: a replay slot flushes when its ring holds L steps.
+	// Zero means DefaultWindow. L=1 flushes every step and equals Baseline.
+	Window int
+	// MaxDraft is the largest number of draft tokens a Verify may carry
+	// (0 disables Verify). It sizes the ring (L+MaxDraft entries) and, in
+	// Baseline mode, the per-draft states (1+MaxDraft per slot).
+	MaxDraft int
+	// State is the format of the recurrence: the replay checkpoint, or the
+	// baseline state itself. A baseline in a low format rounds the state
+	// after every update ("naive low precision", DESIGN.md 2.4).
+	// Replay checkpoints take fp32, fp16, bf16 or fp8-e4m3 (with one scale
+	// per slot and head); a baseline state also takes nvfp4.
+	State numeric.Format
+	// ReadCopy is the format of the copy of the checkpoint that non-flush
+	// steps read for their outputs (replay only): bf16, fp8-e4m3 or nvfp4,
+	// written by each flush. The zero value, fp32, means no read copy: the
+	// outputs read the checkpoint.
+	ReadCopy numeric.Format
+	// Stochastic rounds state writes in low formats stochastically, with a
+	// generator seeded from Seed, the slot and the flush count, so a run is
+	// reproducible.
+	Stochastic bool
+	Seed       uint64
+	// Threads is the number of worker goroutines; zero means GOMAXPROCS.
+	Threads int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Window == 0 {
+		o.Window = DefaultWindow
+	}
+	if o.Threads <= 0 {
+		o.Threads = runtime.GOMAXPROCS(0)
+	}
+	return o
+}
+
+func (o Options) validate() error {
+	if o.Window < 1 || o.Window > 256 {
+		return fmt.Errorf("window %d out of range [1, 256]", o.Window)
+	}
+	if o.MaxDraft < 0 || o.MaxDraft > MaxDraftLimit {
+		return fmt.Errorf("max draft %d out of range [0, %d]", o.MaxDraft, MaxDraftLimit)
+	}
+	switch o.State {
+	case numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3:
+	case numeric.NVFP4:
+		if o.Mode != Baseline {
+			return fmt.Errorf("an nvfp4 checkpoint would feed quantisation error into the recurrence; use it as a read copy, or as a naive baseline state")
+		}
+	default:
+		return fmt.Errorf("state format %v not supported (want fp32, fp16, bf16 or fp8-e4m3)", o.State)
+	}
+	switch o.ReadCopy {
+	case numeric.F32, numeric.BF16, numeric.E4M3, numeric.NVFP4:
+	default:
+		return fmt.Errorf("read copy format %v not supported (want bf16, fp8-e4m3 or nvfp4)", o.ReadCopy)
+	}
+	if o.ReadCopy != numeric.F32 && o.Mode != Replay {
+		return fmt.Errorf("a read copy needs replay mode")
+	}
+	return nil
+}
+
+// ring is the number of ring entries per slot: L committed steps plus room
+// for one verify's drafts.
+func (o Options) ring() int { return o.Window + o.MaxDraft }
+
+// stateBuffers is the number of full states a slot owns.
+func (o Options) stateBuffers() int {
+	if o.Mode == Baseline {
+		return 1 + o.MaxDraft
+	}
+	return 1
+}
