@@ -35,6 +35,11 @@ func NewStochastic(seed uint64) *Stochastic {
 	return s
 }
 
+// Reseed restarts the random stream as NewStochastic(seed) would, without
+// allocating: a cache reseeds per (slot, flush) so results do not depend on
+// which worker handled which slot.
+func (s *Stochastic) Reseed(seed uint64) { s.rng.Seed(seed, stochasticStream) }
+
 // F16FromF32 returns f rounded stochastically to binary16. Finite values
 // beyond ±65504 give ±65504; ±Inf and NaN convert as in F16FromF32.
 func (s *Stochastic) F16FromF32(f float32) uint16 {

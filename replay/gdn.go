@@ -72,7 +72,9 @@ type gdnScratch struct {
 	u    []float32 // corrected updates for a fold [R][dv]
 	cumG []float64 // cumulative log-decay [R+1]
 	coef []float32 // per-entry decay weights [R+T]
-	rowc []float32 // per-row rank-update coefficients [R+T]
+	rowc []float32 // rank-update coefficients [dv][t]
+	gram []float32 // key-head dot products shared by its value heads
+	rb   readBuffers
 	sr   *numeric.Stochastic
 }
 
@@ -133,7 +135,9 @@ func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, o
 			u:    make([]float32, R*dv),
 			cumG: make([]float64, R+1),
 			coef: make([]float32, R+T),
-			rowc: make([]float32, R+T),
+			rowc: make([]float32, dv*(R+T)),
+			rb:   newReadBuffers(dk*dv, dk),
+			gram: make([]float32, (R+2*T)*(R+2*T)),
 		}
 		if opt.Stochastic {
 			sc.sr = numeric.NewStochastic(opt.Seed)
@@ -403,12 +407,9 @@ func (c *GDNCache) cumulate(sc *gdnScratch, s Slot, j, t int) {
 // project computes out[a·dv+m] = S_m·V_a for each row m of a state (dv rows
 // of dk) and each of n vectors V_a = V[a·dk:(a+1)·dk]: Sᵀv for n vectors in
 // one pass over the state.
-func project(S []float32, dk, dv int, V []float32, n int, out, tmp []float32) {
-	for m := 0; m < dv; m++ {
-		dots(S[m*dk:(m+1)*dk], V, dk, tmp[:n])
-		for a := 0; a < n; a++ {
-			out[a*dv+m] = tmp[a]
-		}
+func project(S []float32, dk, dv int, V []float32, n int, out, _ []float32) {
+	for a := 0; a < n; a++ {
+		dotRows(S, dk, V[a*dk:(a+1)*dk], out[a*dv:(a+1)*dv])
 	}
 }
 
@@ -431,22 +432,27 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 		copy(sc.vecs[k*dk:(k+1)*dk], c.ringKey(s, kh, n+k))
 	}
 	copy(sc.vecs[nd*dk:2*nd*dk], sc.q[:nd*dk])
+	// k_i·k_t and k_i·q_t depend on the key head only: compute them once
+	// for all its value heads. gram[k][i] = k_i·k_t, gram[nd+k][i] = k_i·q_t.
+	W := n + nd
+	for k := 0; k < nd; k++ {
+		kt := c.ringKey(s, kh, n+k)
+		qt := sc.q[k*dk : (k+1)*dk]
+		for i := 0; i <= n+k; i++ {
+			ki := c.ringKey(s, kh, i)
+			sc.gram[k*W+i] = dot(ki, kt)
+			sc.gram[(nd+k)*W+i] = dot(ki, qt)
+		}
+	}
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
 		src, mat := c.state, (int(s)*nb)*Hv+j
 		if c.read != nil {
 			src, mat = c.read, int(s)*Hv+j
 		}
-		S := src.raw(mat)
-		if S == nil {
-			S = sc.s
-			src.load(mat, S)
-		}
-		project(S, dk, dv, sc.vecs, 2*nd, sc.proj, sc.tmp)
+		readDots(src, mat, dv, dk, sc.vecs, dk, 2*nd, sc.proj, &sc.rb)
 		c.cumulate(sc, s, j, n+nd)
 		for k := 0; k < nd; k++ {
 			t := n + k // 0-based ring position of this entry
-			kt := c.ringKey(s, kh, t)
-			qt := sc.q[k*dk : (k+1)*dk]
 			gt := math.Exp(sc.cumG[t+1])
 			beta := c.ringBeta[(int(s)*c.opt.ring()+t)*Hv+j]
 			ut := c.ringVec(c.ringU, s, j, t, dv)
@@ -456,7 +462,7 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 				ut[m] = vt[m] - float32(gt)*sk[m]
 			}
 			for i := 0; i < t; i++ {
-				w := float32(math.Exp(sc.cumG[t+1]-sc.cumG[i+1])) * dot(c.ringKey(s, kh, i), kt)
+				w := float32(math.Exp(sc.cumG[t+1]-sc.cumG[i+1])) * sc.gram[k*W+i]
 				axpy(ut, -w, c.ringVec(c.ringU, s, j, i, dv))
 			}
 			scaleRow(ut, beta)
@@ -466,7 +472,7 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 				o[m] = float32(gt) * sq[m]
 			}
 			for i := 0; i <= t; i++ {
-				w := float32(math.Exp(sc.cumG[t+1]-sc.cumG[i+1])) * dot(c.ringKey(s, kh, i), qt)
+				w := float32(math.Exp(sc.cumG[t+1]-sc.cumG[i+1])) * sc.gram[(nd+k)*W+i]
 				axpy(o, w, c.ringVec(c.ringU, s, j, i, dv))
 			}
 		}
@@ -498,6 +504,12 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 		nv++
 	}
 	kv := func(i int) []float32 { return sc.vecs[i*dk : (i+1)*dk] }
+	// gram[i·nv+l] = k_l·k_i (and k_l·q for i = t), shared by the value heads.
+	for i := 0; i < nv; i++ {
+		for l := 0; l < min(i, t); l++ {
+			sc.gram[i*nv+l] = dot(kv(l), kv(i))
+		}
+	}
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
 		mat := int(s)*Hv + j
 		S := c.state.raw(mat)
@@ -516,7 +528,7 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 				ui[m] = vi[m] - gi*pi[m]
 			}
 			for l := 0; l < i; l++ {
-				w := float32(math.Exp(sc.cumG[i+1]-sc.cumG[l+1])) * dot(kv(l), kv(i))
+				w := float32(math.Exp(sc.cumG[i+1]-sc.cumG[l+1])) * sc.gram[i*nv+l]
 				axpy(ui, -w, sc.u[l*dv:(l+1)*dv])
 			}
 			scaleRow(ui, c.ringBeta[(int(s)*c.opt.ring()+i)*Hv+j])
@@ -529,7 +541,7 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 				o[m] = gt * pq[m]
 			}
 			for i := 0; i < t; i++ {
-				w := float32(math.Exp(sc.cumG[t]-sc.cumG[i+1])) * dot(kv(i), kv(t))
+				w := float32(math.Exp(sc.cumG[t]-sc.cumG[i+1])) * sc.gram[t*nv+i]
 				axpy(o, w, sc.u[i*dv:(i+1)*dv])
 			}
 		}
@@ -537,16 +549,19 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 			sc.coef[i] = float32(math.Exp(sc.cumG[t] - sc.cumG[i+1]))
 		}
 		// S_m ← γ_t·S_m + Σ_i (γ_t/γ_i)·u'_i[m]·k_i, row by row.
+		rowc := sc.rowc[:dv*t]
 		for m := 0; m < dv; m++ {
 			for i := 0; i < t; i++ {
-				sc.rowc[i] = sc.coef[i] * sc.u[i*dv+m]
+				rowc[m*t+i] = sc.coef[i] * sc.u[i*dv+m]
 			}
-			rankUpdateDot(S[m*dk:(m+1)*dk], gt, sc.rowc[:t], sc.vecs, dk, nil)
+		}
+		if t > 0 {
+			rankUpdateRows(S, dk, gt, rowc, t, sc.vecs, dk)
 		}
 		if c.state.raw(mat) == nil {
 			sr := sc.sr
 			if sr != nil {
-				*sr = *numeric.NewStochastic(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.slots.flushes[s])*0x9e3779b97f4a7c15 ^ uint64(mat))
+				sr.Reseed(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.slots.flushes[s])*0x9e3779b97f4a7c15 ^ uint64(mat))
 			}
 			c.state.store(mat, S, sr)
 		}
@@ -582,15 +597,14 @@ func (c *GDNCache) baselineGroup(sc *gdnScratch, b, kh, T, nd int, verify bool) 
 			beta := float32(ssm.Sigmoid(float64(c.opIn.B[r*Hv+j])))
 			// Pass 1 reads Sᵀk; u = β(v − g·Sᵀk); pass 2 updates each row,
 			// S_m = g·S_m + u[m]·k, and reads the output o[m] = S_m·q.
-			for m := 0; m < dv; m++ {
-				sk[m] = dot(S[m*dk:(m+1)*dk], kt)
-			}
+			dotRows(S, dk, kt, sk)
 			v := c.opIn.V[(r*Hv+j)*dv:][:dv]
 			o := c.opOut[(r*Hv+j)*dv:][:dv]
+			u := sc.u[:dv]
 			for m := 0; m < dv; m++ {
-				u := beta * (v[m] - g*sk[m])
-				o[m] = updateRowDot(S[m*dk:(m+1)*dk], g, u, kt, qt)
+				u[m] = beta * (v[m] - g*sk[m])
 			}
+			updateRows(S, dk, g, u, kt, qt, o)
 			dst := src
 			if verify {
 				dst = (int(s)*nb+(cur+1+k)%nb)*Hv + j
@@ -602,7 +616,7 @@ func (c *GDNCache) baselineGroup(sc *gdnScratch, b, kh, T, nd int, verify bool) 
 			} else {
 				sr := sc.sr
 				if sr != nil {
-					*sr = *numeric.NewStochastic(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.stats.Steps+int64(k))*0x9e3779b97f4a7c15 ^ uint64(dst))
+					sr.Reseed(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.stats.Steps+int64(k))*0x9e3779b97f4a7c15 ^ uint64(dst))
 				}
 				c.state.store(dst, S, sr)
 				c.state.load(dst, S)

@@ -117,3 +117,58 @@ func dots(row []float32, V []float32, stride int, out []float32) {
 		out[k] = dot(row, V[k*stride:k*stride+len(row)])
 	}
 }
+
+// dotRows writes out[p] = Σ_i S[p·n+i]·v[i] for p < len(out): a state matrix
+// of len(out) rows of n times a vector (the output read S·C, or Sᵀk in the
+// transposed GDN layout).
+func dotRows(S []float32, n int, v []float32, out []float32) {
+	if simd {
+		dotRowsSIMD(S, n, v, out)
+		return
+	}
+	dotRowsGo(S, n, v, out)
+}
+
+func dotRowsGo(S []float32, n int, v []float32, out []float32) {
+	for p := range out {
+		out[p] = dotGo(S[p*n:(p+1)*n], v)
+	}
+}
+
+// rankUpdateRows does, for each row p < len(coef)/t,
+// S[p·n+i] = decay·S[p·n+i] + Σ_{j<t} coef[p·t+j]·V[j·vstride+i]: the flush's
+// rank-t update of a whole state matrix, S ← decay·S + coef·V.
+func rankUpdateRows(S []float32, n int, decay float32, coef []float32, t int, V []float32, vstride int) {
+	if t == 0 {
+		scaleRow(S[:len(coef)/max(t, 1)*n], decay)
+		return
+	}
+	if simd {
+		rankUpdateRowsSIMD(S, n, decay, coef, t, V, vstride)
+		return
+	}
+	rankUpdateRowsGo(S, n, decay, coef, t, V, vstride)
+}
+
+func rankUpdateRowsGo(S []float32, n int, decay float32, coef []float32, t int, V []float32, vstride int) {
+	for p := 0; p < len(coef)/t; p++ {
+		rankUpdateGo(S[p*n:(p+1)*n], decay, coef[p*t:(p+1)*t], V, vstride)
+	}
+}
+
+// updateRows does, for each row p < len(out), S[p·n+i] = a·S[p·n+i] + c[p]·B[i]
+// and out[p] = Σ_i S[p·n+i]·C[i] over the updated row: the in-place
+// recurrence of a whole state matrix and its output read.
+func updateRows(S []float32, n int, a float32, c, B, C, out []float32) {
+	if simd {
+		updateRowsSIMD(S, n, a, c, B, C, out)
+		return
+	}
+	updateRowsGo(S, n, a, c, B, C, out)
+}
+
+func updateRowsGo(S []float32, n int, a float32, c, B, C, out []float32) {
+	for p := range out {
+		out[p] = updateRowDotGo(S[p*n:(p+1)*n], a, c[p], B, C)
+	}
+}

@@ -2,7 +2,11 @@
 
 package replay
 
-import "golang.org/x/sys/cpu"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/replayssm/replayssm/numeric"
+)
 
 // simd reports whether the AVX2+FMA kernels run on this machine. It is fixed
 // at start-up; the plain-Go kernels are used where it is false.
@@ -82,4 +86,119 @@ func rankUpdateSIMD(row []float32, decay float32, coef []float32, V []float32, s
 		}
 		row[i] = r
 	}
+}
+
+//go:noescape
+func dotRowsAVX2(s *float32, rows, n int, v *float32, out *float32)
+
+//go:noescape
+func rankUpdateRowsAVX2(s *float32, rows, n int, decay float32, coef *float32, t int, v *float32, vstride int)
+
+//go:noescape
+func updateRowsAVX2(s *float32, rows, n int, a float32, c *float32, b, cv *float32, out *float32)
+
+func dotRowsSIMD(S []float32, n int, v []float32, out []float32) {
+	rows := len(out)
+	_ = S[rows*n-1]
+	v = v[:n]
+	r4 := rows &^ 3
+	if n%8 == 0 && r4 > 0 {
+		dotRowsAVX2(&S[0], r4, n, &v[0], &out[0])
+	} else {
+		r4 = 0
+	}
+	for p := r4; p < rows; p++ {
+		out[p] = dotSIMD(S[p*n:(p+1)*n], v)
+	}
+}
+
+func rankUpdateRowsSIMD(S []float32, n int, decay float32, coef []float32, t int, V []float32, vstride int) {
+	rows := len(coef) / t
+	_ = S[rows*n-1]
+	_ = V[(t-1)*vstride+n-1]
+	r2 := rows &^ 1
+	if n%8 == 0 && r2 > 0 {
+		rankUpdateRowsAVX2(&S[0], r2, n, decay, &coef[0], t, &V[0], vstride)
+	} else {
+		r2 = 0
+	}
+	for p := r2; p < rows; p++ {
+		rankUpdateSIMD(S[p*n:(p+1)*n], decay, coef[p*t:(p+1)*t], V, vstride)
+	}
+}
+
+func updateRowsSIMD(S []float32, n int, a float32, c, B, C, out []float32) {
+	rows := len(out)
+	_ = S[rows*n-1]
+	c = c[:rows]
+	B, C = B[:n], C[:n]
+	r2 := rows &^ 1
+	if n%8 == 0 && r2 > 0 {
+		updateRowsAVX2(&S[0], r2, n, a, &c[0], &B[0], &C[0], &out[0])
+	} else {
+		r2 = 0
+	}
+	for p := r2; p < rows; p++ {
+		out[p] = updateRowDotSIMD(S[p*n:(p+1)*n], a, c[p], B, C)
+	}
+}
+
+//go:noescape
+func dotRowsNVFP4AVX512(codes, scales *byte, rows, n int, vEven, vOdd *float32, lut *float32, e2m1 *float32, global float32, out *float32)
+
+//go:noescape
+func dotRowsBF16AVX2(s *uint16, rows, n int, v *float32, out *float32)
+
+// simd512 reports whether the AVX-512 kernels (the nvfp4 read) run here.
+var simd512 = simd && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL
+
+func dotRowsNVFP4SIMD(codes, scales []byte, global float32, n int, even, odd []float32, out []float32) bool {
+	if !simd512 || n%32 != 0 || len(out) == 0 {
+		return false
+	}
+	rows := len(out)
+	_ = codes[rows*n/2-1]
+	_ = scales[rows*n/16-1]
+	_ = even[n/2-1]
+	_ = odd[n/2-1]
+	dotRowsNVFP4AVX512(&codes[0], &scales[0], rows, n, &even[0], &odd[0], &e4m3LUT[0], &e2m1LUT[0], global, &out[0])
+	return true
+}
+
+func dotRowsBF16SIMD(S []uint16, n int, v []float32, out []float32) bool {
+	if !simd || n%16 != 0 || len(out) == 0 {
+		return false
+	}
+	_ = S[len(out)*n-1]
+	_ = v[n-1]
+	dotRowsBF16AVX2(&S[0], len(out), n, &v[0], &out[0])
+	return true
+}
+
+//go:noescape
+func decodeBF16AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
+func encodeBF16AVX2(dst *uint16, src *float32, n int)
+
+func decodeBF16(dst []float32, src []uint16) {
+	n := len(src) &^ 15
+	if simd && n > 0 {
+		_ = dst[len(src)-1]
+		decodeBF16AVX2(&dst[0], &src[0], n)
+	} else {
+		n = 0
+	}
+	numeric.DecodeBF16(dst[n:len(src)], src[n:])
+}
+
+func encodeBF16(dst []uint16, src []float32) {
+	n := len(src) &^ 15
+	if simd && n > 0 {
+		_ = dst[len(src)-1]
+		encodeBF16AVX2(&dst[0], &src[0], n)
+	} else {
+		n = 0
+	}
+	numeric.EncodeBF16(dst[n:len(src)], src[n:])
 }

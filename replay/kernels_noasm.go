@@ -2,6 +2,8 @@
 
 package replay
 
+import "github.com/replayssm/replayssm/numeric"
+
 // simd is false where no assembly kernels are built.
 const simd = false
 
@@ -13,3 +15,20 @@ func updateRowDotSIMD(row []float32, a, c float32, B, C []float32) float32 {
 func rankUpdateSIMD(row []float32, decay float32, coef []float32, V []float32, stride int) {
 	rankUpdateGo(row, decay, coef, V, stride)
 }
+
+func dotRowsSIMD(S []float32, n int, v []float32, out []float32) { dotRowsGo(S, n, v, out) }
+func rankUpdateRowsSIMD(S []float32, n int, decay float32, coef []float32, t int, V []float32, vstride int) {
+	rankUpdateRowsGo(S, n, decay, coef, t, V, vstride)
+}
+func updateRowsSIMD(S []float32, n int, a float32, c, B, C, out []float32) {
+	updateRowsGo(S, n, a, c, B, C, out)
+}
+
+func dotRowsNVFP4SIMD(codes, scales []byte, global float32, n int, even, odd []float32, out []float32) bool {
+	return false
+}
+
+func dotRowsBF16SIMD(S []uint16, n int, v []float32, out []float32) bool { return false }
+
+func decodeBF16(dst []float32, src []uint16) { numeric.DecodeBF16(dst, src) }
+func encodeBF16(dst []uint16, src []float32) { numeric.EncodeBF16(dst, src) }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/replayssm/replayssm/numeric"
 )
 
 // TestKernels checks every row kernel, SIMD and plain Go, against float64
@@ -95,4 +97,148 @@ func BenchmarkDot128(b *testing.B) {
 		s += dot(x, y)
 	}
 	_ = s
+}
+
+// TestMatrixKernels checks the whole-matrix kernels (SIMD where present,
+// else plain Go) against float64 on shapes that exercise the 4-row and 2-row
+// blocks, their remainders and column tails. Same tolerance as TestKernels.
+func TestMatrixKernels(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	vec := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	for _, rows := range []int{1, 2, 3, 4, 5, 7, 8, 80} {
+		for _, n := range []int{8, 13, 16, 40, 64, 128} {
+			S, v := vec(rows*n), vec(n)
+			out := make([]float32, rows)
+			poison(out)
+			dotRows(S, n, v, out)
+			for p := 0; p < rows; p++ {
+				want, scale := 0.0, 0.0
+				for i := 0; i < n; i++ {
+					want += float64(S[p*n+i]) * float64(v[i])
+					scale += math.Abs(float64(S[p*n+i]) * float64(v[i]))
+				}
+				if math.Abs(float64(out[p])-want) > 1e-5*scale {
+					t.Fatalf("dotRows rows %d n %d: out[%d] = %v, want %v", rows, n, p, out[p], want)
+				}
+			}
+			for _, tt := range []int{1, 3, 16} {
+				vs := n + 5
+				V, coef := vec(tt*vs), vec(rows*tt)
+				got := append([]float32(nil), S...)
+				rankUpdateRows(got, n, 0.75, coef, tt, V, vs)
+				for p := 0; p < rows; p++ {
+					for i := 0; i < n; i++ {
+						want, scale := 0.75*float64(S[p*n+i]), math.Abs(0.75*float64(S[p*n+i]))
+						for j := 0; j < tt; j++ {
+							want += float64(coef[p*tt+j]) * float64(V[j*vs+i])
+							scale += math.Abs(float64(coef[p*tt+j]) * float64(V[j*vs+i]))
+						}
+						if math.Abs(float64(got[p*n+i])-want) > 1e-5*scale {
+							t.Fatalf("rankUpdateRows rows %d n %d t %d: [%d][%d] = %v, want %v", rows, n, tt, p, i, got[p*n+i], want)
+						}
+					}
+				}
+			}
+			c, B, C := vec(rows), vec(n), vec(n)
+			got := append([]float32(nil), S...)
+			poison(out)
+			updateRows(got, n, 0.9, c, B, C, out)
+			for p := 0; p < rows; p++ {
+				want, scale := 0.0, 0.0
+				for i := 0; i < n; i++ {
+					r := 0.9*float64(S[p*n+i]) + float64(c[p])*float64(B[i])
+					if math.Abs(float64(got[p*n+i])-r) > 1e-5*(math.Abs(r)+1) {
+						t.Fatalf("updateRows row %d col %d: %v want %v", p, i, got[p*n+i], r)
+					}
+					want += r * float64(C[i])
+					scale += math.Abs(r * float64(C[i]))
+				}
+				if math.Abs(float64(out[p])-want) > 1e-5*scale {
+					t.Fatalf("updateRows rows %d n %d: out[%d] = %v, want %v", rows, n, p, out[p], want)
+				}
+			}
+		}
+	}
+}
+
+// TestReadDots checks the output read in every stored format against a
+// float64 dot of the decoded matrix (the decode is numeric's exact one, so
+// the only differences are float32 summation order): 1e-5 of Σ|terms|.
+func TestReadDots(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, f := range []numeric.Format{numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3, numeric.NVFP4} {
+		for _, dims := range [][2]int{{80, 128}, {7, 64}, {5, 32}, {3, 48}} {
+			rows, n := dims[0], dims[1]
+			m, err := newMatrices(f, rows*n, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := make([]float32, rows*n)
+			for i := range src {
+				src[i] = float32(rng.NormFloat64() * math.Exp(rng.NormFloat64()))
+			}
+			m.store(1, src, nil)
+			dec := make([]float32, rows*n)
+			m.load(1, dec)
+			const nv, vstride = 3, 200
+			V := make([]float32, nv*vstride)
+			for i := range V {
+				V[i] = float32(rng.NormFloat64())
+			}
+			out := make([]float32, nv*rows)
+			poison(out)
+			rb := newReadBuffers(rows*n, n)
+			readDots(m, 1, rows, n, V, vstride, nv, out, &rb)
+			for a := 0; a < nv; a++ {
+				for p := 0; p < rows; p++ {
+					want, scale := 0.0, 0.0
+					for i := 0; i < n; i++ {
+						x := float64(dec[p*n+i]) * float64(V[a*vstride+i])
+						want += x
+						scale += math.Abs(x)
+					}
+					if got := float64(out[a*rows+p]); math.Abs(got-want) > 1e-5*scale+1e-30 || math.IsNaN(got) {
+						t.Fatalf("%v %dx%d vector %d row %d: got %v want %v", f, rows, n, a, p, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestBF16Codec checks the SIMD bf16 conversions against package numeric's
+// exact ones, bit for bit, on random bit patterns (ties, subnormals, NaN and
+// infinities included) and lengths with tails.
+func TestBF16Codec(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	for _, n := range []int{1, 15, 16, 17, 64, 1000} {
+		src := make([]float32, n)
+		for i := range src {
+			bits := rng.Uint32()
+			if i%7 == 0 {
+				bits = bits&0xffff0000 | 0x8000 // a tie
+			}
+			src[i] = math.Float32frombits(bits)
+		}
+		got := make([]uint16, n)
+		encodeBF16(got, src)
+		for i, v := range src {
+			if want := numeric.BF16FromF32(v); got[i] != want {
+				t.Fatalf("encode %08x: got %04x want %04x", math.Float32bits(v), got[i], want)
+			}
+		}
+		dec := make([]float32, n)
+		decodeBF16(dec, got)
+		for i, h := range got {
+			if want := numeric.F32FromBF16(h); math.Float32bits(dec[i]) != math.Float32bits(want) {
+				t.Fatalf("decode %04x: got %v want %v", h, dec[i], want)
+			}
+		}
+	}
 }

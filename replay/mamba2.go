@@ -63,7 +63,9 @@ type mamba2Scratch struct {
 	lam  []float64 // cumulative Λ
 	dots []float32 // P·T dot products for verify
 	tmp  []float32 // one row's dot products
-	coef []float32 // one row's rank-update coefficients
+	coef []float32 // rank-update coefficients [P][t]
+	xc   []float32 // Δ·x per row for the in-place update
+	rb   readBuffers
 	sr   *numeric.Stochastic
 }
 
@@ -122,7 +124,9 @@ func NewMamba2(shape ssm.Mamba2Shape, prm Mamba2Params, conv ConvWeights, capaci
 			lam:  make([]float64, R+1),
 			dots: make([]float32, P*max(1, opt.MaxDraft)),
 			tmp:  make([]float32, max(1, opt.MaxDraft)),
-			coef: make([]float32, R),
+			coef: make([]float32, P*R),
+			xc:   make([]float32, P),
+			rb:   newReadBuffers(P*N, N),
 		}
 		if opt.Stochastic {
 			sc.sr = numeric.NewStochastic(opt.Seed)
@@ -403,14 +407,20 @@ func (c *Mamba2Cache) flushGroup(sc *mamba2Scratch, s Slot, g, t int, C []float3
 			S = sc.s
 			c.state.load(mat, S)
 		}
-		coef := sc.coef[:t]
+		// S ← e^{Λ_t}·S + W·B with W[p][j] = w_j·x_j[p]: one rank-t update.
+		coef := sc.coef[:P*t]
 		for p := 0; p < P; p++ {
-			for j := range coef {
-				coef[j] = float32(sc.w[j]) * Xj[j][p]
+			for j := 0; j < t; j++ {
+				coef[p*t+j] = float32(sc.w[j]) * Xj[j][p]
 			}
-			yp := rankUpdateDot(S[p*N:(p+1)*N], decay, coef, ringB, G*N, C)
-			if withOutput {
-				y[(r*H+h)*P+p] = yp + c.d[h]*Xj[t-1][p]
+		}
+		rankUpdateRows(S, N, decay, coef, t, ringB, G*N)
+		if withOutput {
+			yh := y[(r*H+h)*P:][:P]
+			dotRows(S, N, C, yh)
+			xt := Xj[t-1]
+			for p := range yh {
+				yh[p] += c.d[h] * xt[p]
 			}
 		}
 		c.storeState(sc, s, mat, S)
@@ -427,7 +437,7 @@ func (c *Mamba2Cache) storeState(sc *mamba2Scratch, s Slot, mat int, S []float32
 	}
 	sr := sc.sr
 	if sr != nil {
-		*sr = *numeric.NewStochastic(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.slots.flushes[s])*0x9e3779b97f4a7c15 ^ uint64(mat))
+		sr.Reseed(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.slots.flushes[s])*0x9e3779b97f4a7c15 ^ uint64(mat))
 	}
 	c.state.store(mat, S, sr)
 }
@@ -475,25 +485,13 @@ func (c *Mamba2Cache) outputsGroup(sc *mamba2Scratch, s Slot, g, tFirst, tLast, 
 // readDots writes sc.dots[k·P+p] = S₀[p]·C_k for nd outputs, reading the read
 // copy when there is one, else the checkpoint.
 func (c *Mamba2Cache) readDots(sc *mamba2Scratch, s Slot, h, g, r0, nd int) {
-	P, N, H := c.shape.HeadDim, c.shape.StateSize, c.shape.Heads
+	P, N, H, G := c.shape.HeadDim, c.shape.StateSize, c.shape.Heads, c.shape.Groups
 	src := c.state
 	mat := int(s)*c.opt.stateBuffers()*H + h
 	if c.read != nil {
 		src, mat = c.read, int(s)*H+h
 	}
-	S := src.raw(mat)
-	if S == nil {
-		S = sc.s
-		src.load(mat, S)
-	}
-	G := c.shape.Groups
-	Cs := c.opIn.C[(r0*G+g)*N:]
-	for p := 0; p < P; p++ {
-		dots(S[p*N:(p+1)*N], Cs, G*N, sc.tmp[:nd])
-		for k := 0; k < nd; k++ {
-			sc.dots[k*P+p] = sc.tmp[k]
-		}
-	}
+	readDots(src, mat, P, N, c.opIn.C[(r0*G+g)*N:], G*N, nd, sc.dots, &sc.rb)
 }
 
 // baselineGroup runs the in-place recurrence for T consecutive inputs of op
@@ -527,8 +525,12 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 			Bv := c.groupVec(c.opIn.B, r, g)
 			Cv := c.groupVec(c.opIn.C, r, g)
 			yh := c.opOut[(r*H+h)*P:][:P]
-			for p := 0; p < P; p++ {
-				yh[p] = updateRowDot(S[p*N:(p+1)*N], a, float32(delta)*xh[p], Bv, Cv) + c.d[h]*xh[p]
+			for p, xp := range xh {
+				sc.xc[p] = float32(delta) * xp
+			}
+			updateRows(S, N, a, sc.xc, Bv, Cv, yh)
+			for p, xp := range xh {
+				yh[p] += c.d[h] * xp
 			}
 			dst := src
 			if verify {
@@ -541,7 +543,7 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 			} else {
 				sr := sc.sr
 				if sr != nil {
-					*sr = *numeric.NewStochastic(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.stats.Steps+int64(k))*0x9e3779b97f4a7c15 ^ uint64(dst))
+					sr.Reseed(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.stats.Steps+int64(k))*0x9e3779b97f4a7c15 ^ uint64(dst))
 				}
 				c.state.store(dst, S, sr)
 				// Naive low precision: the next update starts from the

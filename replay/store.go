@@ -78,7 +78,7 @@ func (m *matrices) load(i int, dst []float32) {
 	case numeric.F16:
 		numeric.DecodeF16(dst, m.u16[i*e:(i+1)*e])
 	case numeric.BF16:
-		numeric.DecodeBF16(dst, m.u16[i*e:(i+1)*e])
+		decodeBF16(dst, m.u16[i*e:(i+1)*e])
 	case numeric.E4M3:
 		numeric.DecodeE4M3(dst, m.u8[i*e:(i+1)*e], m.scale[i])
 	case numeric.NVFP4:
@@ -103,7 +103,7 @@ func (m *matrices) store(i int, src []float32, sr *numeric.Stochastic) {
 		if sr != nil {
 			sr.EncodeBF16(m.u16[i*e:(i+1)*e], src)
 		} else {
-			numeric.EncodeBF16(m.u16[i*e:(i+1)*e], src)
+			encodeBF16(m.u16[i*e:(i+1)*e], src)
 		}
 	case numeric.E4M3:
 		amax := absMax(src)

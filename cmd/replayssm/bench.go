@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -61,8 +63,20 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "worker threads")
 	minTime := fs.Duration("min-time", 300*time.Millisecond, "least time spent timing each row")
 	asJSON := fs.Bool("json", false, "print one JSON object per row")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if *device != "cpu" {
 		return fmt.Errorf("device %q: only the cpu kernels are built so far", *device)

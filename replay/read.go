@@ -1,0 +1,76 @@
+package replay
+
+import "github.com/replayssm/replayssm/numeric"
+
+// Lookup tables of the read kernels, computed once from package numeric's
+// exact decoders and never written again.
+var (
+	e4m3LUT = func() (t [256]float32) {
+		for i := range t {
+			t[i] = numeric.F32FromE4M3(uint8(i))
+		}
+		return t
+	}()
+	e2m1LUT = func() (t [16]float32) {
+		for i := range t {
+			t[i] = numeric.F32FromE2M1(uint8(i))
+		}
+		return t
+	}()
+)
+
+// readBuffers is the scratch a read needs: a decoded matrix for formats
+// without a direct kernel, and v split into even and odd elements for nvfp4.
+type readBuffers struct {
+	mat       []float32
+	even, odd []float32
+}
+
+func newReadBuffers(elems, n int) readBuffers {
+	return readBuffers{mat: make([]float32, elems), even: make([]float32, n/2+1), odd: make([]float32, n/2+1)}
+}
+
+// readDots writes out[a·rows+p] = S_p·V_a for each row p of matrix mat of m
+// (rows of n elements) and each of nv vectors V_a = V[a·vstride:][:n],
+// reading the matrix in its stored format: the output path of a non-flush
+// step. fp32, bf16 and nvfp4 are read directly; other formats are decoded
+// into the scratch first.
+func readDots(m *matrices, mat, rows, n int, V []float32, vstride, nv int, out []float32, rb *readBuffers) {
+	e := m.elems
+	switch m.format {
+	case numeric.F32:
+		S := m.raw(mat)
+		for a := 0; a < nv; a++ {
+			dotRows(S, n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
+		}
+		return
+	case numeric.BF16:
+		S := m.u16[mat*e : (mat+1)*e]
+		done := true
+		for a := 0; a < nv && done; a++ {
+			done = dotRowsBF16SIMD(S, n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
+		}
+		if done {
+			return
+		}
+	case numeric.NVFP4:
+		codes := m.u8[mat*e/2 : (mat+1)*e/2]
+		scales := m.scales[mat*e/16 : (mat+1)*e/16]
+		done := true
+		for a := 0; a < nv && done; a++ {
+			v := V[a*vstride : a*vstride+n]
+			for i := 0; i < n/2; i++ {
+				rb.even[i], rb.odd[i] = v[2*i], v[2*i+1]
+			}
+			done = dotRowsNVFP4SIMD(codes, scales, m.scale[mat], n, rb.even, rb.odd, out[a*rows:(a+1)*rows])
+		}
+		if done {
+			return
+		}
+	}
+	S := rb.mat[:e]
+	m.load(mat, S)
+	for a := 0; a < nv; a++ {
+		dotRows(S, n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
+	}
+}
