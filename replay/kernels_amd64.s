@@ -261,6 +261,8 @@ dr4:
 	MOVQ R9, CX
 
 drcol:
+	PREFETCHT0 2048(R11)
+	PREFETCHT0 2048(R14)
 	VMOVUPS (BX), Y8
 	VFMADD231PS (R11), Y8, Y0
 	VFMADD231PS (R12), Y8, Y1
@@ -316,6 +318,10 @@ ru2:
 ru32:
 	CMPQ AX, $32
 	JL   ru8
+	PREFETCHT0 1024(DI)(CX*1)
+	PREFETCHT0 1088(DI)(CX*1)
+	PREFETCHT0 1024(DX)(CX*1)
+	PREFETCHT0 1088(DX)(CX*1)
 	VMULPS (DI)(CX*1), Y15, Y0
 	VMULPS 32(DI)(CX*1), Y15, Y1
 	VMULPS 64(DI)(CX*1), Y15, Y2
@@ -423,6 +429,8 @@ up2:
 	MOVQ R9, AX
 
 upcol:
+	PREFETCHT0 1024(DI)(CX*1)
+	PREFETCHT0 1024(R13)(CX*1)
 	VMOVUPS (SI)(CX*1), Y8    // b
 	VMOVUPS (DX)(CX*1), Y9    // cv
 	VMULPS (DI)(CX*1), Y15, Y4
@@ -478,6 +486,7 @@ nvrow:
 	XORQ CX, CX                // chunk index
 
 nvchunk:
+	PREFETCHT0 512(SI)
 	VPMOVZXBD (SI), Z1         // 16 bytes -> 16 dwords
 	VPERMPS Z15, Z1, Z2        // even elements
 	VPSRLD $4, Z1, Z1
@@ -533,6 +542,7 @@ bfrow:
 	MOVQ R9, CX
 
 bfcol:
+	PREFETCHT0 1024(SI)
 	VPMOVZXWD (SI), Y2
 	VPMOVZXWD 16(SI), Y3
 	VPSLLD $16, Y2, Y2

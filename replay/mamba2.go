@@ -57,16 +57,17 @@ type Mamba2Cache struct {
 }
 
 type mamba2Scratch struct {
-	s    []float32 // one head's state, P·N
-	bc   []float32 // B_j·C per ring entry (and per draft for verify)
-	w    []float64 // per-entry decay weights
-	lam  []float64 // cumulative Λ
-	dots []float32 // P·T dot products for verify
-	tmp  []float32 // one row's dot products
-	coef []float32 // rank-update coefficients [P][t]
-	xc   []float32 // Δ·x per row for the in-place update
-	rb   readBuffers
-	sr   *numeric.Stochastic
+	s     []float32 // one head's state, P·N
+	bc    []float32 // B_j·C per ring entry (and per draft for verify)
+	w     []float64 // per-entry decay weights
+	lam   []float64 // cumulative Λ
+	dots  []float32 // P·T dot products for verify
+	tmp   []float32 // one row's dot products
+	coef  []float32 // rank-update coefficients [P][t]
+	xc    []float32 // Δ·x per row for the in-place update
+	bvecs []float32 // the ring's B_j, contiguous [t][N]
+	rb    readBuffers
+	sr    *numeric.Stochastic
 }
 
 // NewMamba2 builds a cache of capacity slots for one Mamba-2 layer.
@@ -118,15 +119,16 @@ func NewMamba2(shape ssm.Mamba2Shape, prm Mamba2Params, conv ConvWeights, capaci
 	R := opt.ring() + 1
 	for range opt.Threads {
 		sc := mamba2Scratch{
-			s:    make([]float32, P*N),
-			bc:   make([]float32, R*max(1, opt.MaxDraft)),
-			w:    make([]float64, R),
-			lam:  make([]float64, R+1),
-			dots: make([]float32, P*max(1, opt.MaxDraft)),
-			tmp:  make([]float32, max(1, opt.MaxDraft)),
-			coef: make([]float32, P*R),
-			xc:   make([]float32, P),
-			rb:   newReadBuffers(P*N, N),
+			s:     make([]float32, P*N),
+			bc:    make([]float32, R*max(1, opt.MaxDraft)),
+			w:     make([]float64, R),
+			lam:   make([]float64, R+1),
+			dots:  make([]float32, P*max(1, opt.MaxDraft)),
+			tmp:   make([]float32, max(1, opt.MaxDraft)),
+			coef:  make([]float32, P*R),
+			xc:    make([]float32, P),
+			bvecs: make([]float32, R*N),
+			rb:    newReadBuffers(P*N, N),
 		}
 		if opt.Stochastic {
 			sc.sr = numeric.NewStochastic(opt.Seed)
@@ -391,7 +393,12 @@ func (c *Mamba2Cache) flushGroup(sc *mamba2Scratch, s Slot, g, t int, C []float3
 	R := c.opt.ring()
 	hpg := H / G
 	base := int(s) * R
-	ringB := c.ringB[(base*G+g)*N:]
+	// The ring's B_j sit G·N floats apart (4 KiB for the target shapes):
+	// the same L1 set, which the rank update would thrash. Gather them.
+	ringB := sc.bvecs[:t*N]
+	for j := 0; j < t; j++ {
+		copy(ringB[j*N:(j+1)*N], c.ringB[((base+j)*G+g)*N:][:N])
+	}
 	var xs [MaxDraftLimit + 256][]float32
 	Xj := xs[:t]
 	for h := g * hpg; h < (g+1)*hpg; h++ {
@@ -414,7 +421,7 @@ func (c *Mamba2Cache) flushGroup(sc *mamba2Scratch, s Slot, g, t int, C []float3
 				coef[p*t+j] = float32(sc.w[j]) * Xj[j][p]
 			}
 		}
-		rankUpdateRows(S, N, decay, coef, t, ringB, G*N)
+		rankUpdateRows(S, N, decay, coef, t, ringB, N)
 		if withOutput {
 			yh := y[(r*H+h)*P:][:P]
 			dotRows(S, N, C, yh)
