@@ -166,8 +166,8 @@ func (c *Mamba2Cache) exportable() *exportable {
 	e := &exportable{kind: "mamba2", dims: [4]int32{int32(sh.Heads), int32(sh.HeadDim), int32(sh.StateSize), int32(sh.Groups)},
 		opt: c.opt, slots: &c.slots, state: c.state, read: c.read, conv: c.conv, heads: sh.Heads}
 	if c.ringX != nil {
-		e.rings = [][]float32{c.ringX, c.ringB, c.ringDt}
-		e.widths = []int{sh.Heads * sh.HeadDim, sh.Groups * sh.StateSize, sh.Heads}
+		e.rings = [][]float32{c.ringX, c.ringB, c.ringDt, c.ringA}
+		e.widths = []int{sh.Heads * sh.HeadDim, sh.Groups * sh.StateSize, sh.Heads, sh.Heads}
 	}
 	return e
 }
@@ -186,8 +186,8 @@ func (c *GDNCache) exportable() *exportable {
 	e := &exportable{kind: "gdn", dims: [4]int32{int32(sh.KeyHeads), int32(sh.ValueHeads), int32(sh.KeyDim), int32(sh.ValueDim)},
 		opt: c.opt, slots: &c.slots, state: c.state, read: c.read, conv: c.conv, heads: sh.ValueHeads}
 	if c.ringK != nil {
-		e.rings = [][]float32{c.ringK, c.ringV, c.ringG, c.ringBeta, c.ringU}
-		e.widths = []int{sh.KeyHeads * sh.KeyDim, sh.ValueHeads * sh.ValueDim, sh.ValueHeads, sh.ValueHeads, sh.ValueHeads * sh.ValueDim}
+		e.rings = [][]float32{c.ringK, c.ringV, c.ringG, c.ringA, c.ringBeta, c.ringU}
+		e.widths = []int{sh.KeyHeads * sh.KeyDim, sh.ValueHeads * sh.ValueDim, sh.ValueHeads, sh.ValueHeads, sh.ValueHeads, sh.ValueHeads * sh.ValueDim}
 	}
 	return e
 }

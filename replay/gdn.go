@@ -47,7 +47,8 @@ type GDNCache struct {
 
 	// Ring, [slot][entry][...]: k after l2norm [Hk·dk], v [Hv·dv], log-decay
 	// g [Hv], β [Hv], and the cached corrected update u [Hv·dv].
-	ringK, ringV, ringG, ringBeta, ringU []float32
+	// ringA caches each step's decay exp(g) for the output path.
+	ringK, ringV, ringG, ringA, ringBeta, ringU []float32
 
 	work    *workers
 	scratch []gdnScratch
@@ -71,6 +72,7 @@ type gdnScratch struct {
 	tmp  []float32 // one row's projections [R+T]
 	u    []float32 // corrected updates for a fold [R][dv]
 	cumG []float64 // cumulative log-decay [R+1]
+	suf  []float64 // decay products from each entry to the current one [R+2]
 	coef []float32 // per-entry decay weights [R+T]
 	rowc []float32 // rank-update coefficients [dv][t]
 	gram []float32 // key-head dot products shared by its value heads
@@ -119,6 +121,7 @@ func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, o
 		c.ringK = make([]float32, capacity*R*Hk*dk)
 		c.ringV = make([]float32, capacity*R*Hv*dv)
 		c.ringG = make([]float32, capacity*R*Hv)
+		c.ringA = make([]float32, capacity*R*Hv)
 		c.ringBeta = make([]float32, capacity*R*Hv)
 		c.ringU = make([]float32, capacity*R*Hv*dv)
 	}
@@ -134,6 +137,7 @@ func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, o
 			tmp:  make([]float32, R+2*T),
 			u:    make([]float32, R*dv),
 			cumG: make([]float64, R+1),
+			suf:  make([]float64, R+2),
 			coef: make([]float32, R+T),
 			rowc: make([]float32, dv*(R+T)),
 			rb:   newReadBuffers(dk*dv, dk),
@@ -233,6 +237,7 @@ func (c *GDNCache) Fork(src Slot) (Slot, error) {
 		copyRing(c.ringK, dst, src, R*Hk*dk)
 		copyRing(c.ringV, dst, src, R*Hv*dv)
 		copyRing(c.ringG, dst, src, R*Hv)
+		copyRing(c.ringA, dst, src, R*Hv)
 		copyRing(c.ringBeta, dst, src, R*Hv)
 		copyRing(c.ringU, dst, src, R*Hv*dv)
 	}
@@ -358,7 +363,9 @@ func (c *GDNCache) appendRing(sc *gdnScratch, s Slot, kh, k, r, e int) {
 	vpk := Hv / Hk
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
 		copy(c.ringV[(base*Hv+j)*dv:][:dv], c.opIn.V[(r*Hv+j)*dv:][:dv])
-		c.ringG[base*Hv+j] = float32(c.negA[j] * ssm.Softplus(float64(c.opIn.A[r*Hv+j])+c.dtb[j]))
+		g := float32(c.negA[j] * ssm.Softplus(float64(c.opIn.A[r*Hv+j])+c.dtb[j]))
+		c.ringG[base*Hv+j] = g
+		c.ringA[base*Hv+j] = float32(math.Exp(float64(g)))
 		c.ringBeta[base*Hv+j] = float32(ssm.Sigmoid(float64(c.opIn.B[r*Hv+j])))
 	}
 }
@@ -450,10 +457,14 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 			src, mat = c.read, int(s)*Hv+j
 		}
 		readDots(src, mat, dv, dk, sc.vecs, dk, 2*nd, sc.proj, &sc.rb)
-		c.cumulate(sc, s, j, n+nd)
 		for k := 0; k < nd; k++ {
 			t := n + k // 0-based ring position of this entry
-			gt := math.Exp(sc.cumG[t+1])
+			// suf[i] = Π_{l=i..t} exp(g_l): γ_t = suf[0], γ_t/γ_i = suf[i+1].
+			sc.suf[t+1] = 1
+			for i := t; i >= 0; i-- {
+				sc.suf[i] = sc.suf[i+1] * float64(c.ringA[(int(s)*c.opt.ring()+i)*Hv+j])
+			}
+			gt := sc.suf[0]
 			beta := c.ringBeta[(int(s)*c.opt.ring()+t)*Hv+j]
 			ut := c.ringVec(c.ringU, s, j, t, dv)
 			vt := c.ringVec(c.ringV, s, j, t, dv)
@@ -462,7 +473,7 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 				ut[m] = vt[m] - float32(gt)*sk[m]
 			}
 			for i := 0; i < t; i++ {
-				w := float32(math.Exp(sc.cumG[t+1]-sc.cumG[i+1])) * sc.gram[k*W+i]
+				w := float32(sc.suf[i+1]) * sc.gram[k*W+i]
 				axpy(ut, -w, c.ringVec(c.ringU, s, j, i, dv))
 			}
 			scaleRow(ut, beta)
@@ -472,7 +483,7 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 				o[m] = float32(gt) * sq[m]
 			}
 			for i := 0; i <= t; i++ {
-				w := float32(math.Exp(sc.cumG[t+1]-sc.cumG[i+1])) * sc.gram[(nd+k)*W+i]
+				w := float32(sc.suf[i+1]) * sc.gram[(nd+k)*W+i]
 				axpy(o, w, c.ringVec(c.ringU, s, j, i, dv))
 			}
 		}

@@ -41,6 +41,7 @@ type Mamba2Cache struct {
 	ringX  []float32 // H·P per entry
 	ringB  []float32 // G·N per entry
 	ringDt []float32 // H per entry: Δ after the softplus
+	ringA  []float32 // H per entry: the step's decay exp(Δ·A)
 
 	work    *workers
 	scratch []mamba2Scratch
@@ -60,7 +61,7 @@ type mamba2Scratch struct {
 	s     []float32 // one head's state, P·N
 	bc    []float32 // B_j·C per ring entry (and per draft for verify)
 	w     []float64 // per-entry decay weights
-	lam   []float64 // cumulative Λ
+	suf   []float64 // decay products from each entry to the current one
 	dots  []float32 // P·T dot products for verify
 	tmp   []float32 // one row's dot products
 	coef  []float32 // rank-update coefficients [P][t]
@@ -114,6 +115,7 @@ func NewMamba2(shape ssm.Mamba2Shape, prm Mamba2Params, conv ConvWeights, capaci
 		c.ringX = make([]float32, capacity*R*H*P)
 		c.ringB = make([]float32, capacity*R*G*N)
 		c.ringDt = make([]float32, capacity*R*H)
+		c.ringA = make([]float32, capacity*R*H)
 	}
 	c.work = newWorkers(opt.Threads)
 	R := opt.ring() + 1
@@ -122,7 +124,7 @@ func NewMamba2(shape ssm.Mamba2Shape, prm Mamba2Params, conv ConvWeights, capaci
 			s:     make([]float32, P*N),
 			bc:    make([]float32, R*max(1, opt.MaxDraft)),
 			w:     make([]float64, R),
-			lam:   make([]float64, R+1),
+			suf:   make([]float64, R+1),
 			dots:  make([]float32, P*max(1, opt.MaxDraft)),
 			tmp:   make([]float32, max(1, opt.MaxDraft)),
 			coef:  make([]float32, P*R),
@@ -223,6 +225,7 @@ func (c *Mamba2Cache) Fork(src Slot) (Slot, error) {
 		copyRing(c.ringX, dst, src, c.opt.ring()*H*c.shape.HeadDim)
 		copyRing(c.ringB, dst, src, c.opt.ring()*c.shape.Groups*c.shape.StateSize)
 		copyRing(c.ringDt, dst, src, c.opt.ring()*H)
+		copyRing(c.ringA, dst, src, c.opt.ring()*H)
 	}
 	if c.conv != nil {
 		c.conv.copySlot(dst, src)
@@ -367,18 +370,23 @@ func (c *Mamba2Cache) appendRing(s Slot, r, g, e int) {
 	copy(c.ringX[(base*H+h0)*P:(base*H+h0+hpg)*P], c.opIn.X[(r*H+h0)*P:(r*H+h0+hpg)*P])
 	copy(c.ringB[(base*G+g)*N:(base*G+g+1)*N], c.opIn.B[(r*G+g)*N:(r*G+g+1)*N])
 	for h := h0; h < h0+hpg; h++ {
-		c.ringDt[base*H+h] = float32(ssm.Softplus(float64(c.opIn.Dt[r*H+h]) + c.dtb[h]))
+		delta := float32(ssm.Softplus(float64(c.opIn.Dt[r*H+h]) + c.dtb[h]))
+		c.ringDt[base*H+h] = delta
+		c.ringA[base*H+h] = float32(math.Exp(float64(delta) * c.a[h]))
 	}
 }
 
-// decays fills sc.lam[0..t] with Λ_j = A·Σ_{i≤j} Δ_i for ring entries of
-// slot s and head h (lam[0] = 0).
-func (c *Mamba2Cache) decays(sc *mamba2Scratch, s Slot, h, t int) {
+// suffix fills sc.suf[j] = Π_{l=j+1..t} a_l for j = 0..t (suf[t] = 1), the
+// decay from entry j to entry t of slot s's ring for head h (1-based
+// entries; a_l = exp(Δ_l·A)). So e^{Λ_t} = suf[0] and e^{Λ_t−Λ_j} = suf[j].
+// Products of the per-step decays, as the recurrence itself applies them,
+// need no exp per term.
+func (c *Mamba2Cache) suffix(sc *mamba2Scratch, s Slot, h, t int) {
 	H := c.shape.Heads
-	R := c.opt.ring()
-	sc.lam[0] = 0
-	for j := 1; j <= t; j++ {
-		sc.lam[j] = sc.lam[j-1] + c.a[h]*float64(c.ringDt[(int(s)*R+j-1)*H+h])
+	base := int(s) * c.opt.ring()
+	sc.suf[t] = 1
+	for j := t - 1; j >= 0; j-- {
+		sc.suf[j] = sc.suf[j+1] * float64(c.ringA[(base+j)*H+h])
 	}
 }
 
@@ -402,10 +410,10 @@ func (c *Mamba2Cache) flushGroup(sc *mamba2Scratch, s Slot, g, t int, C []float3
 	var xs [MaxDraftLimit + 256][]float32
 	Xj := xs[:t]
 	for h := g * hpg; h < (g+1)*hpg; h++ {
-		c.decays(sc, s, h, t)
-		decay := float32(math.Exp(sc.lam[t]))
+		c.suffix(sc, s, h, t)
+		decay := float32(sc.suf[0])
 		for j := 0; j < t; j++ {
-			sc.w[j] = float64(c.ringDt[(base+j)*H+h]) * math.Exp(sc.lam[t]-sc.lam[j+1])
+			sc.w[j] = float64(c.ringDt[(base+j)*H+h]) * sc.suf[j+1]
 			Xj[j] = c.ringX[((base+j)*H+h)*P:][:P]
 		}
 		mat := int(s)*H + h
@@ -470,19 +478,19 @@ func (c *Mamba2Cache) outputsGroup(sc *mamba2Scratch, s Slot, g, tFirst, tLast, 
 		}
 	}
 	for h := g * hpg; h < (g+1)*hpg; h++ {
-		c.decays(sc, s, h, tLast)
 		// S₀·C_t for all outputs, one pass over the state.
 		c.readDots(sc, s, h, g, r0, nd)
 		for k := 0; k < nd; k++ {
 			t := tFirst + k
 			yh := c.opOut[((r0+k)*H+h)*P:][:P]
-			e := float32(math.Exp(sc.lam[t]))
+			c.suffix(sc, s, h, t)
+			e := float32(sc.suf[0])
 			xt := c.ringX[((base+t-1)*H+h)*P:][:P]
 			for p := 0; p < P; p++ {
 				yh[p] = e*sc.dots[k*P+p] + c.d[h]*xt[p]
 			}
 			for j := 0; j < t; j++ {
-				w := float32(float64(c.ringDt[(base+j)*H+h]) * math.Exp(sc.lam[t]-sc.lam[j+1]))
+				w := float32(float64(c.ringDt[(base+j)*H+h]) * sc.suf[j+1])
 				axpy(yh, w*sc.bc[k*(R+1)+j], c.ringX[((base+j)*H+h)*P:][:P])
 			}
 		}
