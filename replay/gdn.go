@@ -472,10 +472,12 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 			for m := 0; m < dv; m++ {
 				ut[m] = vt[m] - float32(gt)*sk[m]
 			}
+			coef := sc.coef[:t+1]
+			uBase := c.ringU[(int(s)*c.opt.ring()*Hv+j)*dv:]
 			for i := 0; i < t; i++ {
-				w := float32(sc.suf[i+1]) * sc.gram[k*W+i]
-				axpy(ut, -w, c.ringVec(c.ringU, s, j, i, dv))
+				coef[i] = -float32(sc.suf[i+1]) * sc.gram[k*W+i]
 			}
+			combine(ut, coef[:t], uBase, Hv*dv)
 			scaleRow(ut, beta)
 			o := c.opOut[((r0+k)*Hv+j)*dv:][:dv]
 			sq := sc.proj[(nd+k)*dv : (nd+k+1)*dv]
@@ -483,9 +485,9 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 				o[m] = float32(gt) * sq[m]
 			}
 			for i := 0; i <= t; i++ {
-				w := float32(sc.suf[i+1]) * sc.gram[(nd+k)*W+i]
-				axpy(o, w, c.ringVec(c.ringU, s, j, i, dv))
+				coef[i] = float32(sc.suf[i+1]) * sc.gram[(nd+k)*W+i]
 			}
+			combine(o, coef[:t+1], uBase, Hv*dv)
 		}
 	}
 }
@@ -539,9 +541,9 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 				ui[m] = vi[m] - gi*pi[m]
 			}
 			for l := 0; l < i; l++ {
-				w := float32(math.Exp(sc.cumG[i+1]-sc.cumG[l+1])) * sc.gram[i*nv+l]
-				axpy(ui, -w, sc.u[l*dv:(l+1)*dv])
+				sc.rowc[l] = -float32(math.Exp(sc.cumG[i+1]-sc.cumG[l+1])) * sc.gram[i*nv+l]
 			}
+			combine(ui, sc.rowc[:i], sc.u, dv)
 			scaleRow(ui, c.ringBeta[(int(s)*c.opt.ring()+i)*Hv+j])
 		}
 		gt := float32(math.Exp(sc.cumG[t]))
@@ -552,9 +554,9 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 				o[m] = gt * pq[m]
 			}
 			for i := 0; i < t; i++ {
-				w := float32(math.Exp(sc.cumG[t]-sc.cumG[i+1])) * sc.gram[t*nv+i]
-				axpy(o, w, sc.u[i*dv:(i+1)*dv])
+				sc.rowc[i] = float32(math.Exp(sc.cumG[t]-sc.cumG[i+1])) * sc.gram[t*nv+i]
 			}
+			combine(o, sc.rowc[:t], sc.u, dv)
 		}
 		for i := 0; i < t; i++ {
 			sc.coef[i] = float32(math.Exp(sc.cumG[t] - sc.cumG[i+1]))

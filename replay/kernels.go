@@ -172,3 +172,16 @@ func updateRowsGo(S []float32, n int, a float32, c, B, C, out []float32) {
 		out[p] = updateRowDotGo(S[p*n:(p+1)*n], a, c[p], B, C)
 	}
 }
+
+// combine does y[i] += Σ_j coef[j]·V[j·stride+i]: the ring terms of an
+// output, one pass over y instead of one per ring entry.
+func combine(y []float32, coef []float32, V []float32, stride int) {
+	if len(coef) == 0 {
+		return
+	}
+	if simd {
+		rankUpdateSIMD(y, 1, coef, V, stride)
+		return
+	}
+	rankUpdateGo(y, 1, coef, V, stride)
+}

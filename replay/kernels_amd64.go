@@ -95,6 +95,9 @@ func dotRowsAVX2(s *float32, rows, n int, v *float32, out *float32)
 func rankUpdateRowsAVX2(s *float32, rows, n int, decay float32, coef *float32, t int, v *float32, vstride int)
 
 //go:noescape
+func rankUpdateRowsAVX512(s *float32, rows, n int, decay float32, coef *float32, t int, v *float32, vstride int)
+
+//go:noescape
 func updateRowsAVX2(s *float32, rows, n int, a float32, c *float32, b, cv *float32, out *float32)
 
 func dotRowsSIMD(S []float32, n int, v []float32, out []float32) {
@@ -117,7 +120,9 @@ func rankUpdateRowsSIMD(S []float32, n int, decay float32, coef []float32, t int
 	_ = S[rows*n-1]
 	_ = V[(t-1)*vstride+n-1]
 	r2 := rows &^ 1
-	if n%8 == 0 && r2 > 0 {
+	if simd512 && n%16 == 0 && r2 > 0 {
+		rankUpdateRowsAVX512(&S[0], r2, n, decay, &coef[0], t, &V[0], vstride)
+	} else if n%8 == 0 && r2 > 0 {
 		rankUpdateRowsAVX2(&S[0], r2, n, decay, &coef[0], t, &V[0], vstride)
 	} else {
 		r2 = 0
@@ -201,4 +206,29 @@ func encodeBF16(dst []uint16, src []float32) {
 		n = 0
 	}
 	numeric.EncodeBF16(dst[n:len(src)], src[n:])
+}
+
+//go:noescape
+func absMaxAVX512(src *float32, n int) float32
+
+//go:noescape
+func quantizeNVFP4AVX512(src *float32, blocks int, sixGlobal, global float32, lut *float32, packed, scales *byte)
+
+// quantizeNVFP4 is numeric.QuantizeNVFP4 for finite src whose length is a
+// multiple of 16, bit for bit, with AVX-512 where the machine has it.
+func quantizeNVFP4(packed []byte, scales []uint8, src []float32) float32 {
+	n := len(src)
+	if !simd512 || n == 0 || n%16 != 0 {
+		return numeric.QuantizeNVFP4(packed, scales, src)
+	}
+	_ = packed[n/2-1]
+	_ = scales[n/16-1]
+	global := absMaxAVX512(&src[0], n) / (6 * 448)
+	if global == 0 {
+		clear(packed[:n/2])
+		clear(scales[:n/16])
+		return 0
+	}
+	quantizeNVFP4AVX512(&src[0], n/16, 6*global, global, &e4m3LUT[0], &packed[0], &scales[0])
+	return global
 }

@@ -261,8 +261,8 @@ dr4:
 	MOVQ R9, CX
 
 drcol:
-	PREFETCHT0 2048(R11)
-	PREFETCHT0 2048(R14)
+	PREFETCHNTA 4096(R11)
+	PREFETCHNTA 4096(R14)
 	VMOVUPS (BX), Y8
 	VFMADD231PS (R11), Y8, Y0
 	VFMADD231PS (R12), Y8, Y1
@@ -639,5 +639,280 @@ enbf:
 	ADDQ $32, DI
 	SUBQ $16, CX
 	JNZ  enbf
+	VZEROUPPER
+	RET
+
+// func rankUpdateRowsAVX512(s *float32, rows, n int, decay float32, coef *float32, t int, v *float32, vstride int)
+// The AVX-512 form of rankUpdateRowsAVX2: 2 rows × 64 columns per block.
+// n must be a multiple of 16, rows a multiple of 2, t >= 1.
+TEXT ·rankUpdateRowsAVX512(SB), NOSPLIT, $0-64
+	MOVQ s+0(FP), DI
+	MOVQ rows+8(FP), R8
+	MOVQ n+16(FP), R9
+	VBROADCASTSS decay+24(FP), Z15
+	MOVQ coef+32(FP), R11
+	MOVQ t+40(FP), R12
+	MOVQ v+48(FP), SI
+	MOVQ vstride+56(FP), R13
+	SHLQ $2, R13
+	MOVQ R12, R14
+	SHLQ $2, R14
+
+zru2:
+	CMPQ R8, $2
+	JL   zrudone
+	LEAQ (DI)(R9*4), DX
+	XORQ CX, CX
+	MOVQ R9, AX
+
+zru64:
+	CMPQ AX, $64
+	JL   zru16
+	PREFETCHT0 1024(DI)(CX*1)
+	PREFETCHT0 1088(DI)(CX*1)
+	PREFETCHT0 1152(DI)(CX*1)
+	PREFETCHT0 1216(DI)(CX*1)
+	PREFETCHT0 1024(DX)(CX*1)
+	PREFETCHT0 1088(DX)(CX*1)
+	PREFETCHT0 1152(DX)(CX*1)
+	PREFETCHT0 1216(DX)(CX*1)
+	VMULPS (DI)(CX*1), Z15, Z0
+	VMULPS 64(DI)(CX*1), Z15, Z1
+	VMULPS 128(DI)(CX*1), Z15, Z2
+	VMULPS 192(DI)(CX*1), Z15, Z3
+	VMULPS (DX)(CX*1), Z15, Z4
+	VMULPS 64(DX)(CX*1), Z15, Z5
+	VMULPS 128(DX)(CX*1), Z15, Z6
+	VMULPS 192(DX)(CX*1), Z15, Z7
+	LEAQ (SI)(CX*1), BX
+	MOVQ R11, R15
+	MOVQ R12, R10
+
+zru64j:
+	VBROADCASTSS (R15), Z12
+	VBROADCASTSS (R15)(R14*1), Z13
+	VMOVUPS (BX), Z8
+	VMOVUPS 64(BX), Z9
+	VMOVUPS 128(BX), Z10
+	VMOVUPS 192(BX), Z11
+	VFMADD231PS Z8, Z12, Z0
+	VFMADD231PS Z9, Z12, Z1
+	VFMADD231PS Z10, Z12, Z2
+	VFMADD231PS Z11, Z12, Z3
+	VFMADD231PS Z8, Z13, Z4
+	VFMADD231PS Z9, Z13, Z5
+	VFMADD231PS Z10, Z13, Z6
+	VFMADD231PS Z11, Z13, Z7
+	ADDQ R13, BX
+	ADDQ $4, R15
+	DECQ R10
+	JNZ  zru64j
+
+	VMOVUPS Z0, (DI)(CX*1)
+	VMOVUPS Z1, 64(DI)(CX*1)
+	VMOVUPS Z2, 128(DI)(CX*1)
+	VMOVUPS Z3, 192(DI)(CX*1)
+	VMOVUPS Z4, (DX)(CX*1)
+	VMOVUPS Z5, 64(DX)(CX*1)
+	VMOVUPS Z6, 128(DX)(CX*1)
+	VMOVUPS Z7, 192(DX)(CX*1)
+	ADDQ $256, CX
+	SUBQ $64, AX
+	JMP  zru64
+
+zru16:
+	CMPQ AX, $16
+	JL   zrunext
+	VMULPS (DI)(CX*1), Z15, Z0
+	VMULPS (DX)(CX*1), Z15, Z4
+	LEAQ (SI)(CX*1), BX
+	MOVQ R11, R15
+	MOVQ R12, R10
+
+zru16j:
+	VBROADCASTSS (R15), Z12
+	VBROADCASTSS (R15)(R14*1), Z13
+	VMOVUPS (BX), Z8
+	VFMADD231PS Z8, Z12, Z0
+	VFMADD231PS Z8, Z13, Z4
+	ADDQ R13, BX
+	ADDQ $4, R15
+	DECQ R10
+	JNZ  zru16j
+
+	VMOVUPS Z0, (DI)(CX*1)
+	VMOVUPS Z4, (DX)(CX*1)
+	ADDQ $64, CX
+	SUBQ $16, AX
+	JMP  zru16
+
+zrunext:
+	LEAQ (DX)(R9*4), DI
+	LEAQ (R11)(R14*2), R11
+	SUBQ $2, R8
+	JMP  zru2
+
+zrudone:
+	VZEROUPPER
+	RET
+
+DATA absmask<>+0(SB)/4, $0x7fffffff
+GLOBL absmask<>(SB), RODATA|NOPTR, $4
+
+// func absMaxAVX512(src *float32, n int) float32
+// max |src[i]|; n must be a multiple of 16 and the values finite.
+TEXT ·absMaxAVX512(SB), NOSPLIT, $0-20
+	MOVQ src+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS absmask<>(SB), Z15
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+
+am32:
+	CMPQ CX, $32
+	JL   am16
+	VANDPS (SI), Z15, Z2
+	VANDPS 64(SI), Z15, Z3
+	VMAXPS Z2, Z0, Z0
+	VMAXPS Z3, Z1, Z1
+	ADDQ $128, SI
+	SUBQ $32, CX
+	JMP  am32
+
+am16:
+	CMPQ CX, $16
+	JL   amdone
+	VANDPS (SI), Z15, Z2
+	VMAXPS Z2, Z0, Z0
+
+amdone:
+	VMAXPS Z1, Z0, Z0
+	VEXTRACTF32X8 $1, Z0, Y1
+	VMAXPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS X1, X0, X0
+	VPERMILPS $0x4e, X0, X1
+	VMAXPS X1, X0, X0
+	VPERMILPS $0xb1, X0, X1
+	VMAXPS X1, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+16(FP)
+	RET
+
+DATA nvconst<>+0(SB)/4, $0xc11fffff  // e2m1 normal rounding bias
+DATA nvconst<>+4(SB)/4, $0x00000000  // (free slot)
+DATA nvconst<>+8(SB)/4, $0x4a800000  // bits of 2^22
+DATA nvconst<>+12(SB)/4, $0x3f800000 // 1.0
+DATA nvconst<>+16(SB)/4, $0x40c00000 // 6.0
+DATA nvconst<>+20(SB)/4, $7
+DATA nvconst<>+24(SB)/4, $1
+DATA nvconst<>+28(SB)/4, $8
+DATA nvconst<>+32(SB)/2, $0x00ff
+GLOBL nvconst<>(SB), RODATA|NOPTR, $36
+
+// func quantizeNVFP4AVX512(src *float32, blocks int, sixGlobal, global float32, lut *float32, packed, scales *byte)
+// NVFP4 quantisation of blocks·16 finite values with a given global scale,
+// bit-identical to numeric.QuantizeNVFP4: per block, scale code
+// s = e4m3(amax_block / (6·global)), d = f32(s)·global, codes e2m1(x/d).
+TEXT ·quantizeNVFP4AVX512(SB), NOSPLIT, $0-48
+	MOVQ src+0(FP), SI
+	MOVQ blocks+8(FP), CX
+	MOVSS sixGlobal+16(FP), X14
+	MOVSS global+20(FP), X13
+	MOVQ lut+24(FP), R13
+	MOVQ packed+32(FP), DI
+	MOVQ scales+40(FP), R8
+	VBROADCASTSS absmask<>(SB), Z15
+	VPBROADCASTD nvconst<>+0(SB), Z12   // bias
+	VBROADCASTSS nvconst<>+8(SB), Z11   // 2^22
+	VPBROADCASTD nvconst<>+8(SB), Z10   // bits(2^22)
+	VPBROADCASTD nvconst<>+12(SB), Z9   // bits(1.0)
+	VPBROADCASTD nvconst<>+16(SB), Z8   // bits(6.0)
+	VPBROADCASTD nvconst<>+20(SB), Z7   // 7
+	VPBROADCASTD nvconst<>+24(SB), Z6   // 1
+	VPBROADCASTD nvconst<>+28(SB), Z5   // 8
+	VPBROADCASTW nvconst<>+32(SB), X4   // 0x00ff words
+
+qblock:
+	TESTQ CX, CX
+	JZ   qdone
+	VMOVUPS (SI), Z0
+	VANDPS Z15, Z0, Z1
+	VEXTRACTF32X8 $1, Z1, Y2
+	VMAXPS Y2, Y1, Y2
+	VEXTRACTF128 $1, Y2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0x4e, X2, X3
+	VMAXPS X3, X2, X2
+	VPERMILPS $0xb1, X2, X3
+	VMAXPS X3, X2, X2            // block amax in lane 0
+	VDIVSS X14, X2, X2           // q = amax / (6·global)
+	MOVL X2, AX                  // bits of q (q >= 0)
+	// e4m3, round to nearest even, saturating at 448 (0x7e).
+	CMPL AX, $0x3c800000         // q < 2^-6: subnormal
+	JB   qsub
+
+qnormal:
+	MOVL AX, BX
+	SHRL $20, BX
+	ANDL $1, BX
+	LEAL 0x7ffff(AX)(BX*1), BX
+	SUBL $0x3c000000, BX
+	SHRL $20, BX
+	CMPL BX, $0x7e
+	JBE  qscale
+	MOVL $0x7e, BX
+	JMP  qscale
+
+qsub:
+	MOVL $0x46800000, DX         // 16384.0: its ulp is 2^-9
+	MOVL DX, X3
+	VADDSS X3, X2, X3
+	MOVL X3, BX
+	SUBL $0x46800000, BX
+
+qscale:
+	MOVB BX, (R8)
+	TESTL BX, BX
+	JNZ  qcodes
+	MOVQ $0, (DI)                // zero block: +0 codes
+	JMP  qnext
+
+qcodes:
+	MOVSS (R13)(BX*4), X3
+	VMULSS X13, X3, X3           // d = f32(s)·global
+	VBROADCASTSS X3, Z3
+	VDIVPS Z3, Z0, Z0            // x / d
+	// e2m1 codes, as numeric.E2M1FromF32.
+	VPANDD Z15, Z0, Z1           // a = |bits|
+	VPSRLD $22, Z1, Z2
+	VPANDD Z6, Z2, Z2
+	VPADDD Z12, Z2, Z2
+	VPADDD Z1, Z2, Z2
+	VPSRLD $22, Z2, Z2           // normal code
+	VADDPS Z11, Z1, Z3           // |f| + 2^22 (a as a float)
+	VPSUBD Z10, Z3, Z3           // subnormal code
+	VPCMPUD $1, Z9, Z1, K1       // a < 1.0
+	VMOVDQA32 Z3, K1, Z2
+	VPCMPUD $5, Z8, Z1, K2       // a >= 6.0
+	VMOVDQA32 Z7, K2, Z2
+	VPSRLD $28, Z0, Z3
+	VPANDD Z5, Z3, Z3            // sign -> bit 3
+	VPORD Z3, Z2, Z2
+	VPMOVDB Z2, X2               // 16 codes, one per byte
+	VPSRLW $4, X2, X3
+	VPOR X3, X2, X2
+	VPAND X4, X2, X2
+	VPACKUSWB X2, X2, X2
+	MOVQ X2, (DI)
+
+qnext:
+	ADDQ $64, SI
+	ADDQ $8, DI
+	INCQ R8
+	DECQ CX
+	JMP  qblock
+
+qdone:
 	VZEROUPPER
 	RET

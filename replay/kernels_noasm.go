@@ -32,3 +32,7 @@ func dotRowsBF16SIMD(S []uint16, n int, v []float32, out []float32) bool { retur
 
 func decodeBF16(dst []float32, src []uint16) { numeric.DecodeBF16(dst, src) }
 func encodeBF16(dst []uint16, src []float32) { numeric.EncodeBF16(dst, src) }
+
+func quantizeNVFP4(packed []byte, scales []uint8, src []float32) float32 {
+	return numeric.QuantizeNVFP4(packed, scales, src)
+}

@@ -242,3 +242,45 @@ func TestBF16Codec(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizeNVFP4 checks the read copy's NVFP4 quantiser against package
+// numeric's, bit for bit: codes, block scales and the global scale, on
+// finite data with zero blocks, tiny blocks (subnormal e4m3 scales) and
+// values spread over many binades.
+func TestQuantizeNVFP4(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for trial := 0; trial < 200; trial++ {
+		n := 16 * (1 + rng.IntN(64))
+		src := make([]float32, n)
+		for i := range src {
+			src[i] = float32(rng.NormFloat64() * math.Exp(3*rng.NormFloat64()))
+		}
+		for b := 0; b < n/16; b++ {
+			switch rng.IntN(6) {
+			case 0:
+				clear(src[b*16 : (b+1)*16])
+			case 1:
+				for i := b * 16; i < (b+1)*16; i++ {
+					src[i] *= 1e-7
+				}
+			}
+		}
+		gotP, wantP := make([]byte, n/2), make([]byte, n/2)
+		gotS, wantS := make([]uint8, n/16), make([]uint8, n/16)
+		g := quantizeNVFP4(gotP, gotS, src)
+		w := numeric.QuantizeNVFP4(wantP, wantS, src)
+		if math.Float32bits(g) != math.Float32bits(w) {
+			t.Fatalf("trial %d: global %v, want %v", trial, g, w)
+		}
+		for i := range wantS {
+			if gotS[i] != wantS[i] {
+				t.Fatalf("trial %d block %d: scale %#x, want %#x", trial, i, gotS[i], wantS[i])
+			}
+		}
+		for i := range wantP {
+			if gotP[i] != wantP[i] {
+				t.Fatalf("trial %d byte %d: codes %#x, want %#x (x=%v %v)", trial, i, gotP[i], wantP[i], src[2*i], src[2*i+1])
+			}
+		}
+	}
+}

@@ -489,10 +489,11 @@ func (c *Mamba2Cache) outputsGroup(sc *mamba2Scratch, s Slot, g, tFirst, tLast, 
 			for p := 0; p < P; p++ {
 				yh[p] = e*sc.dots[k*P+p] + c.d[h]*xt[p]
 			}
+			coef := sc.coef[:t]
 			for j := 0; j < t; j++ {
-				w := float32(float64(c.ringDt[(base+j)*H+h]) * sc.suf[j+1])
-				axpy(yh, w*sc.bc[k*(R+1)+j], c.ringX[((base+j)*H+h)*P:][:P])
+				coef[j] = float32(float64(c.ringDt[(base+j)*H+h])*sc.suf[j+1]) * sc.bc[k*(R+1)+j]
 			}
+			combine(yh, coef, c.ringX[(base*H+h)*P:], H*P)
 		}
 	}
 }

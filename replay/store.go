@@ -119,7 +119,7 @@ func (m *matrices) store(i int, src []float32, sr *numeric.Stochastic) {
 			numeric.EncodeE4M3(m.u8[i*e:(i+1)*e], src, inv)
 		}
 	case numeric.NVFP4:
-		m.scale[i] = numeric.QuantizeNVFP4(m.u8[i*e/2:(i+1)*e/2], m.scales[i*e/16:(i+1)*e/16], src)
+		m.scale[i] = quantizeNVFP4(m.u8[i*e/2:(i+1)*e/2], m.scales[i*e/16:(i+1)*e/16], src)
 	}
 }
 

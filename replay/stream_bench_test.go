@@ -1,0 +1,34 @@
+package replay
+
+import (
+	"sync"
+	"testing"
+)
+
+// BenchmarkStreamDotRows reads 256 MiB of 80×128 fp32 state matrices with
+// the output-read kernel on two goroutines: the non-flush step's memory
+// pattern. Compare its MB/s with `replayssm bench copy`.
+func BenchmarkStreamDotRows(b *testing.B) {
+	const rows, n = 80, 128
+	const mats = (256 << 20) / (rows * n * 4)
+	S := make([]float32, mats*rows*n)
+	for i := range S {
+		S[i] = float32(i % 7)
+	}
+	v := make([]float32, n)
+	b.SetBytes(int64(len(S) * 4))
+	for b.Loop() {
+		var wg sync.WaitGroup
+		for w := 0; w < 2; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out := make([]float32, rows)
+				for m := w; m < mats; m += 2 {
+					dotRows(S[m*rows*n:(m+1)*rows*n], n, v, out)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}
