@@ -37,6 +37,7 @@ type Row struct {
 	RingBytesPerStep  float64 `json:"ring_bytes_per_step,omitempty"`
 	GBps              float64 `json:"gbps"`
 	CopyGBps          float64 `json:"copy_gbps"`
+	ReadGBps          float64 `json:"read_gbps,omitempty"` // read-only bandwidth, same run
 	PctCopy           float64 `json:"pct_copy"`
 	SpeedupVsBaseline float64 `json:"speedup_vs_baseline"`
 	// NonflushVsReplay, on replay-nvfp4 rows, is the plain replay row's
@@ -73,7 +74,8 @@ func RunKernels(ctx context.Context, cfg KernelConfig, emit func(Row) error) err
 	if cfg.MinTime == 0 {
 		cfg.MinTime = 300 * time.Millisecond
 	}
-	copyGBps := CopyBandwidth(256<<20, cfg.Threads)
+	cp, upd, rd := MemoryBandwidth(256<<20, cfg.Threads)
+	copyGBps := max(cp, upd)
 	for _, sh := range cfg.Shapes {
 		for _, dt := range cfg.Dtypes {
 			for _, batch := range cfg.Batches {
@@ -91,6 +93,7 @@ func RunKernels(ctx context.Context, cfg KernelConfig, emit func(Row) error) err
 					}
 					row.Device = "cpu"
 					row.CopyGBps = copyGBps
+					row.ReadGBps = rd
 					row.GBps = row.BytesPerStep / row.UsPerStep / 1e3
 					row.PctCopy = 100 * row.GBps / copyGBps
 					switch mode {

@@ -2,9 +2,10 @@ package replay
 
 import "fmt"
 
-// ConvWeights is a depthwise causal convolution: Weight[c*K+k] applies to the
-// input k-(K-1) steps back... precisely, out[t][c] = Σ_k Weight[c][k]·in[t-(K-1)+k][c]
-// + Bias[c], the layout of PyTorch's Conv1d weight [C, 1, K]. Bias may be nil.
+// ConvWeights is a depthwise causal convolution over the last Kernel inputs:
+// out[t][c] = Σ_k Weight[c·K+k]·in[t−(K−1)+k][c] + Bias[c], the layout of
+// PyTorch's Conv1d weight [C, 1, K] (k = K−1 weighs the current input).
+// Bias may be nil.
 type ConvWeights struct {
 	Channels int
 	Kernel   int

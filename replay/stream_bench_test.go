@@ -32,3 +32,31 @@ func BenchmarkStreamDotRows(b *testing.B) {
 		wg.Wait()
 	}
 }
+
+// BenchmarkStreamUpdateRows updates 256 MiB of 80×128 fp32 state matrices
+// in place with the baseline kernel on two goroutines (bytes counted once;
+// the traffic is read plus write).
+func BenchmarkStreamUpdateRows(b *testing.B) {
+	const rows, n = 80, 128
+	const mats = (256 << 20) / (rows * n * 4)
+	S := make([]float32, mats*rows*n)
+	for i := range S {
+		S[i] = float32(i % 7)
+	}
+	B, C, c := make([]float32, n), make([]float32, n), make([]float32, rows)
+	b.SetBytes(int64(len(S) * 4))
+	for b.Loop() {
+		var wg sync.WaitGroup
+		for w := 0; w < 2; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out := make([]float32, rows)
+				for m := w * mats / 2; m < (w+1)*mats/2; m++ {
+					updateRows(S[m*rows*n:(m+1)*rows*n], n, 0.99, c, B, C, out)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(context.Background(), &env{stdout: &out, stderr: &errb}, args)
+	return code, out.String(), errb.String()
+}
+
+func TestCLIDispatch(t *testing.T) {
+	tests := []struct {
+		args     []string
+		code     int
+		inStderr string
+	}{
+		{nil, 2, "Usage"},
+		{[]string{"--help"}, 0, "Commands"},
+		{[]string{"nosuch"}, 2, `unknown command "nosuch"`},
+		{[]string{"serve"}, 3, "not built yet"},
+		{[]string{"serve", "--help"}, 0, "not built yet"},
+		{[]string{"bench", "kernels", "--batch", "0"}, 2, "batch"},
+		{[]string{"bench", "kernels", "--shapes", "llama"}, 2, "unknown shape"},
+		{[]string{"bench", "kernels", "--modes", "fast"}, 2, "unknown mode"},
+		{[]string{"bench", "kernels", "--state-dtype", "fp7"}, 2, "fp7"},
+		{[]string{"bench", "kernels", "--window", "0"}, 2, "window"},
+		{[]string{"bench", "nosuch"}, 2, "unknown benchmark"},
+		{[]string{"version"}, 0, ""},
+	}
+	for _, tt := range tests {
+		code, _, stderr := runCLI(tt.args...)
+		if code != tt.code || !strings.Contains(stderr, tt.inStderr) {
+			t.Errorf("replayssm %v: exit %d, stderr %q; want exit %d and %q", tt.args, code, stderr, tt.code, tt.inStderr)
+		}
+	}
+}
+
+// TestBenchKernelsJSON runs one small row of each mode and checks the JSON
+// contract scripts rely on.
+func TestBenchKernelsJSON(t *testing.T) {
+	code, stdout, stderr := runCLI("bench", "kernels", "--json", "--shapes", "nemotron-3-nano-4b",
+		"--batch", "1", "--state-dtype", "fp32", "--min-time", "5ms", "--window", "4", "--drafts", "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	modes := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(stdout))
+	for sc.Scan() {
+		var row map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &row); err != nil {
+			t.Fatalf("bad JSON line %q: %v", sc.Text(), err)
+		}
+		for _, f := range []string{"device", "layer", "shape", "mode", "state_dtype", "batch", "window",
+			"us_per_step", "us_nonflush", "us_flush", "bytes_per_step", "gbps", "copy_gbps", "pct_copy", "speedup_vs_baseline"} {
+			if _, ok := row[f]; !ok {
+				t.Errorf("row %v lacks %q", row["mode"], f)
+			}
+		}
+		if row["device"] != "cpu" || row["layer"] != "mamba2" || row["state_dtype"] != "fp32" {
+			t.Errorf("row fields: %v", row)
+		}
+		for _, f := range []string{"us_per_step", "bytes_per_step", "gbps", "copy_gbps", "speedup_vs_baseline"} {
+			if v, _ := row[f].(float64); !(v > 0) {
+				t.Errorf("row %v: %s = %v, want > 0", row["mode"], f, row[f])
+			}
+		}
+		modes[row["mode"].(string)] = true
+	}
+	for _, m := range []string{"baseline", "replay", "replay-nvfp4", "verify-baseline", "verify"} {
+		if !modes[m] {
+			t.Errorf("no %s row", m)
+		}
+	}
+}
