@@ -46,8 +46,8 @@ func runBenchCopy(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	gbps := bench.CopyBandwidth(*size<<20, *threads)
-	fmt.Fprintf(e.stdout, "cpu copy bandwidth: %.1f GB/s (read+write, %d threads, %d MiB)\n", gbps, *threads, *size)
+	c, u, r := bench.MemoryBandwidth(*size<<20, *threads)
+	fmt.Fprintf(e.stdout, "cpu memory bandwidth (%d threads, %d MiB): copy %.1f GB/s and in-place update %.1f GB/s (read+write), read-only %.1f GB/s\n", *threads, *size, c, u, r)
 	return nil
 }
 
@@ -122,8 +122,8 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	first := true
 	return bench.RunKernels(ctx, cfg, func(r bench.Row) error {
 		if first {
-			fmt.Fprintf(e.stdout, "device cpu (%d threads), copy bandwidth %.1f GB/s (read+write), window L=%d, verify T=%d\n",
-				r.Threads, r.CopyGBps, *window, *drafts)
+			fmt.Fprintf(e.stdout, "device cpu (%d threads), copy bandwidth %.1f GB/s (read+write), read-only %.1f GB/s, window L=%d, verify T=%d\n",
+				r.Threads, r.CopyGBps, r.ReadGBps, *window, *drafts)
 			fmt.Fprintf(e.stdout, "%-20s %-5s %5s %-16s %9s %9s %9s %8s %7s %6s %8s\n",
 				"shape", "dtype", "batch", "mode", "us/step", "nonflush", "flush", "MB/step", "GB/s", "%copy", "vs base")
 			first = false
