@@ -415,9 +415,7 @@ func (c *GDNCache) cumulate(sc *gdnScratch, s Slot, j, t int) {
 // of dk) and each of n vectors V_a = V[a·dk:(a+1)·dk]: Sᵀv for n vectors in
 // one pass over the state.
 func project(S []float32, dk, dv int, V []float32, n int, out, _ []float32) {
-	for a := 0; a < n; a++ {
-		dotRows(S, dk, V[a*dk:(a+1)*dk], out[a*dv:(a+1)*dv])
-	}
+	dotRowsMulti(S, dk, V[:n*dk], n, out[:n*dv])
 }
 
 // outputs computes, for nd entries appended at ring positions n..n+nd-1 of
@@ -597,6 +595,9 @@ func (c *GDNCache) baselineGroup(sc *gdnScratch, b, kh, T, nd int, verify bool) 
 	sk := sc.proj[:dv]
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
 		src := (int(s)*nb+cur)*Hv + j
+		if !verify && c.state.format == numeric.BF16 && sc.sr == nil && c.bf16Step(sc, b, j, src) {
+			continue
+		}
 		S := sc.s
 		if raw := c.state.raw(src); raw != nil && !verify {
 			S = raw
@@ -636,6 +637,28 @@ func (c *GDNCache) baselineGroup(sc *gdnScratch, b, kh, T, nd int, verify bool) 
 			}
 		}
 	}
+}
+
+// bf16Step is the in-place step of value head j on a bf16 state, fused: one
+// bf16 read pass for Sᵀk, then the update, its output read and the rounding
+// in one read-write pass.
+func (c *GDNCache) bf16Step(sc *gdnScratch, b, j, mat int) bool {
+	Hv, dk, dv := c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
+	e := c.state.elems
+	S := c.state.u16[mat*e : (mat+1)*e]
+	kt, qt := sc.k[:dk], sc.q[:dk]
+	sk := sc.proj[:dv]
+	if !dotRowsBF16SIMD(S, dk, kt, sk) {
+		return false
+	}
+	g := float32(math.Exp(c.negA[j] * ssm.Softplus(float64(c.opIn.A[b*Hv+j])+c.dtb[j])))
+	beta := float32(ssm.Sigmoid(float64(c.opIn.B[b*Hv+j])))
+	v := c.opIn.V[(b*Hv+j)*dv:][:dv]
+	u := sc.u[:dv]
+	for m := 0; m < dv; m++ {
+		u[m] = beta * (v[m] - g*sk[m])
+	}
+	return updateRowsBF16(S, dk, g, u, kt, qt, c.opOut[(b*Hv+j)*dv:][:dv])
 }
 
 // Verify computes the outputs of T draft inputs per slot without writing any

@@ -185,3 +185,16 @@ func combine(y []float32, coef []float32, V []float32, stride int) {
 	}
 	rankUpdateGo(y, 1, coef, V, stride)
 }
+
+// dotRowsMulti writes out[a·rows+p] = Σ_i S[p·n+i]·V[a·n+i] for rows =
+// len(out)/nv rows and nv vectors stored one after another: a state matrix
+// read once for several vectors (Sᵀk for every key of a window).
+func dotRowsMulti(S []float32, n int, V []float32, nv int, out []float32) {
+	if simd && dotRowsMultiSIMD(S, n, V, nv, out) {
+		return
+	}
+	rows := len(out) / nv
+	for a := 0; a < nv; a++ {
+		dotRows(S, n, V[a*n:(a+1)*n], out[a*rows:(a+1)*rows])
+	}
+}

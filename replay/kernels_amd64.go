@@ -232,3 +232,46 @@ func quantizeNVFP4(packed []byte, scales []uint8, src []float32) float32 {
 	quantizeNVFP4AVX512(&src[0], n/16, 6*global, global, &e4m3LUT[0], &packed[0], &scales[0])
 	return global
 }
+
+//go:noescape
+func dotRowsMultiAVX512(s *float32, rows, n int, v *float32, nv int, out *float32, outRows int)
+
+// dotRowsMultiSIMD writes out[a·rows+p] = S_p·V_a for nv vectors stored
+// contiguously (V_a = V[a·n:(a+1)·n]); it reports false where it cannot run.
+func dotRowsMultiSIMD(S []float32, n int, V []float32, nv int, out []float32) bool {
+	rows := len(out) / nv
+	if !simd512 || n%16 != 0 || rows < 2 || nv < 4 {
+		return false
+	}
+	_ = S[rows*n-1]
+	_ = V[nv*n-1]
+	r2, v4 := rows&^1, nv&^3
+	dotRowsMultiAVX512(&S[0], r2, n, &V[0], v4, &out[0], rows)
+	// The last row and vectors the blocks did not cover.
+	if r2 < rows {
+		for a := 0; a < v4; a++ {
+			out[a*rows+rows-1] = dotSIMD(S[(rows-1)*n:rows*n], V[a*n:(a+1)*n])
+		}
+	}
+	for a := v4; a < nv; a++ {
+		dotRowsSIMD(S, n, V[a*n:(a+1)*n], out[a*rows:(a+1)*rows])
+	}
+	return true
+}
+
+//go:noescape
+func updateRowsBF16AVX2(s *uint16, rows, n int, a float32, c *float32, b, cv *float32, out *float32)
+
+// updateRowsBF16 is decodeBF16, updateRows and encodeBF16 fused over a bf16
+// state, with the same result; it reports false where it cannot run.
+func updateRowsBF16(S []uint16, n int, a float32, c, B, C, out []float32) bool {
+	rows := len(out)
+	if !simd || n%16 != 0 || rows == 0 {
+		return false
+	}
+	_ = S[rows*n-1]
+	c = c[:rows]
+	B, C = B[:n], C[:n]
+	updateRowsBF16AVX2(&S[0], rows, n, a, &c[0], &B[0], &C[0], &out[0])
+	return true
+}

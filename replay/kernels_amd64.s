@@ -916,3 +916,207 @@ qnext:
 qdone:
 	VZEROUPPER
 	RET
+
+// func dotRowsMultiAVX512(s *float32, rows, n int, v *float32, nv int, out *float32, outRows int)
+// out[a*outRows+p] = Σ_i s[p*n+i]*v[a*n+i] for p < rows, a < nv: a state
+// matrix against several vectors, 2 rows × 4 vectors per block so each row
+// chunk is loaded once per 4 vectors. rows must be even, nv a multiple of 4
+// and n a multiple of 16.
+TEXT ·dotRowsMultiAVX512(SB), NOSPLIT, $0-56
+	MOVQ s+0(FP), SI
+	MOVQ rows+8(FP), R8
+	MOVQ n+16(FP), R9
+	MOVQ v+24(FP), DX
+	MOVQ nv+32(FP), R10
+	MOVQ out+40(FP), DI
+	MOVQ outRows+48(FP), R15
+	SHLQ $2, R15               // bytes between vectors in out
+	MOVQ R9, R14
+	SHLQ $2, R14               // bytes per row
+	XORQ R11, R11              // p
+
+mrow:
+	CMPQ R11, R8
+	JGE  mdone
+	LEAQ (SI)(R14*1), R12      // row p+1
+	XORQ R13, R13              // a
+
+mvec:
+	CMPQ R13, R10
+	JGE  mrownext
+	MOVQ R13, BX
+	IMULQ R14, BX
+	ADDQ DX, BX                // &v[a*n]
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+	XORQ CX, CX
+
+mcol:
+	VMOVUPS (SI)(CX*1), Z8
+	VMOVUPS (R12)(CX*1), Z9
+	LEAQ (BX)(CX*1), AX
+	VMOVUPS (AX), Z10
+	VMOVUPS (AX)(R14*1), Z11
+	VMOVUPS (AX)(R14*2), Z12
+	LEAQ (AX)(R14*2), AX
+	VMOVUPS (AX)(R14*1), Z13
+	VFMADD231PS Z10, Z8, Z0
+	VFMADD231PS Z11, Z8, Z1
+	VFMADD231PS Z12, Z8, Z2
+	VFMADD231PS Z13, Z8, Z3
+	VFMADD231PS Z10, Z9, Z4
+	VFMADD231PS Z11, Z9, Z5
+	VFMADD231PS Z12, Z9, Z6
+	VFMADD231PS Z13, Z9, Z7
+	ADDQ $64, CX
+	CMPQ CX, R14
+	JL   mcol
+
+	VEXTRACTF32X8 $1, Z0, Y14
+	VADDPS Y14, Y0, Y0
+	VEXTRACTF32X8 $1, Z1, Y14
+	VADDPS Y14, Y1, Y1
+	VEXTRACTF32X8 $1, Z2, Y14
+	VADDPS Y14, Y2, Y2
+	VEXTRACTF32X8 $1, Z3, Y14
+	VADDPS Y14, Y3, Y3
+	VEXTRACTF32X8 $1, Z4, Y14
+	VADDPS Y14, Y4, Y4
+	VEXTRACTF32X8 $1, Z5, Y14
+	VADDPS Y14, Y5, Y5
+	VEXTRACTF32X8 $1, Z6, Y14
+	VADDPS Y14, Y6, Y6
+	VEXTRACTF32X8 $1, Z7, Y14
+	VADDPS Y14, Y7, Y7
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X14
+	VADDPS X14, X0, X0         // row p against vectors a..a+3
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	VHADDPS Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X14
+	VADDPS X14, X4, X4         // row p+1 against vectors a..a+3
+
+	MOVQ R13, AX
+	IMULQ R15, AX
+	ADDQ DI, AX
+	LEAQ (AX)(R11*4), AX       // &out[a*rows+p]
+	VMOVSS X0, (AX)
+	VMOVSS X4, 4(AX)
+	ADDQ R15, AX
+	VEXTRACTPS $1, X0, (AX)
+	VEXTRACTPS $1, X4, 4(AX)
+	ADDQ R15, AX
+	VEXTRACTPS $2, X0, (AX)
+	VEXTRACTPS $2, X4, 4(AX)
+	ADDQ R15, AX
+	VEXTRACTPS $3, X0, (AX)
+	VEXTRACTPS $3, X4, 4(AX)
+	ADDQ $4, R13
+	JMP  mvec
+
+mrownext:
+	LEAQ (R12)(R14*1), SI
+	ADDQ $2, R11
+	JMP  mrow
+
+mdone:
+	VZEROUPPER
+	RET
+
+// func updateRowsBF16AVX2(s *uint16, rows, n int, a float32, c *float32, b, cv *float32, out *float32)
+// The in-place update of a bf16 state: for p < rows, r = a*f32(s_p) + c[p]*b,
+// out[p] = Σ r·cv (over the unrounded r), s_p = bf16(r) rounded to nearest
+// even (NaN -> 0x7fc0 with the sign), exactly as decode, updateRows, encode.
+// n must be a multiple of 16.
+TEXT ·updateRowsBF16AVX2(SB), NOSPLIT, $0-64
+	MOVQ s+0(FP), DI
+	MOVQ rows+8(FP), R8
+	MOVQ n+16(FP), R9
+	VBROADCASTSS a+24(FP), Y15
+	MOVQ c+32(FP), R11
+	MOVQ b+40(FP), SI
+	MOVQ cv+48(FP), DX
+	MOVQ out+56(FP), R12
+	MOVL $0x7fff, AX
+	MOVL AX, X10
+	VPBROADCASTD X10, Y10
+	MOVL $1, AX
+	MOVL AX, X11
+	VPBROADCASTD X11, Y11
+	MOVL $0x7fc00000, AX
+	MOVL AX, X12
+	VPBROADCASTD X12, Y12
+	MOVL $0x80000000, AX
+	MOVL AX, X13
+	VPBROADCASTD X13, Y13
+
+ubrow:
+	TESTQ R8, R8
+	JZ   ubdone
+	VBROADCASTSS (R11), Y14
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ CX, CX                // element offset *4 for b and cv
+	MOVQ R9, R10
+
+ubcol:
+	PREFETCHT0 512(DI)
+	VPMOVZXWD (DI), Y2
+	VPMOVZXWD 16(DI), Y3
+	VPSLLD $16, Y2, Y2
+	VPSLLD $16, Y3, Y3
+	VMULPS Y15, Y2, Y2
+	VMULPS Y15, Y3, Y3
+	VFMADD231PS (SI)(CX*1), Y14, Y2
+	VFMADD231PS 32(SI)(CX*1), Y14, Y3
+	VFMADD231PS (DX)(CX*1), Y2, Y0
+	VFMADD231PS 32(DX)(CX*1), Y3, Y1
+	VPSRLD $16, Y2, Y4
+	VPAND Y11, Y4, Y4
+	VPADDD Y10, Y4, Y4
+	VPADDD Y2, Y4, Y4
+	VPSRLD $16, Y3, Y5
+	VPAND Y11, Y5, Y5
+	VPADDD Y10, Y5, Y5
+	VPADDD Y3, Y5, Y5
+	VCMPPS $3, Y2, Y2, Y6
+	VPAND Y13, Y2, Y7
+	VPOR Y12, Y7, Y7
+	VBLENDVPS Y6, Y7, Y4, Y4
+	VCMPPS $3, Y3, Y3, Y6
+	VPAND Y13, Y3, Y7
+	VPOR Y12, Y7, Y7
+	VBLENDVPS Y6, Y7, Y5, Y5
+	VPSRLD $16, Y4, Y4
+	VPSRLD $16, Y5, Y5
+	VPACKUSDW Y5, Y4, Y4
+	VPERMQ $0xd8, Y4, Y4
+	VMOVDQU Y4, (DI)
+	ADDQ $32, DI
+	ADDQ $64, CX
+	SUBQ $16, R10
+	JNZ  ubcol
+
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	MOVSS X0, (R12)
+	ADDQ $4, R12
+	ADDQ $4, R11
+	DECQ R8
+	JMP  ubrow
+
+ubdone:
+	VZEROUPPER
+	RET

@@ -36,3 +36,7 @@ func encodeBF16(dst []uint16, src []float32) { numeric.EncodeBF16(dst, src) }
 func quantizeNVFP4(packed []byte, scales []uint8, src []float32) float32 {
 	return numeric.QuantizeNVFP4(packed, scales, src)
 }
+
+func dotRowsMultiSIMD(S []float32, n int, V []float32, nv int, out []float32) bool { return false }
+
+func updateRowsBF16(S []uint16, n int, a float32, c, B, C, out []float32) bool { return false }

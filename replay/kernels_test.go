@@ -284,3 +284,81 @@ func TestQuantizeNVFP4(t *testing.T) {
 		}
 	}
 }
+
+// TestDotRowsMulti checks the multi-vector read against float64 on shapes
+// that leave row and vector remainders.
+func TestDotRowsMulti(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	for _, rows := range []int{1, 2, 3, 8, 128} {
+		for _, nv := range []int{1, 2, 4, 5, 17} {
+			for _, n := range []int{16, 24, 128} {
+				S, V := make([]float32, rows*n), make([]float32, nv*n)
+				for i := range S {
+					S[i] = float32(rng.NormFloat64())
+				}
+				for i := range V {
+					V[i] = float32(rng.NormFloat64())
+				}
+				out := make([]float32, nv*rows)
+				poison(out)
+				dotRowsMulti(S, n, V, nv, out)
+				for a := 0; a < nv; a++ {
+					for p := 0; p < rows; p++ {
+						want, scale := 0.0, 0.0
+						for i := 0; i < n; i++ {
+							want += float64(S[p*n+i]) * float64(V[a*n+i])
+							scale += math.Abs(float64(S[p*n+i]) * float64(V[a*n+i]))
+						}
+						if got := float64(out[a*rows+p]); !(math.Abs(got-want) <= 1e-5*scale) {
+							t.Fatalf("rows %d nv %d n %d: out[%d][%d] = %v, want %v", rows, nv, n, a, p, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestUpdateRowsBF16 checks the fused bf16 update against the unfused path
+// (decode, updateRows, encode) bit for bit in the state and within float32
+// summation order in the outputs.
+func TestUpdateRowsBF16(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, dims := range [][2]int{{80, 128}, {3, 16}, {5, 64}} {
+		rows, n := dims[0], dims[1]
+		src := make([]float32, rows*n)
+		for i := range src {
+			src[i] = float32(rng.NormFloat64() * 3)
+		}
+		S := make([]uint16, rows*n)
+		numeric.EncodeBF16(S, src)
+		c, B, C := make([]float32, rows), make([]float32, n), make([]float32, n)
+		for i := range c {
+			c[i] = float32(rng.NormFloat64())
+		}
+		for i := range B {
+			B[i], C[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+		}
+		want := make([]float32, rows*n)
+		numeric.DecodeBF16(want, S)
+		wantOut := make([]float32, rows)
+		updateRowsGo(want, n, 0.93, c, B, C, wantOut)
+		wantS := make([]uint16, rows*n)
+		numeric.EncodeBF16(wantS, want)
+		out := make([]float32, rows)
+		poison(out)
+		if !updateRowsBF16(S, n, 0.93, c, B, C, out) {
+			t.Skip("no fused bf16 kernel on this machine")
+		}
+		for i := range S {
+			if S[i] != wantS[i] {
+				t.Fatalf("%dx%d: state[%d] = %#04x, want %#04x", rows, n, i, S[i], wantS[i])
+			}
+		}
+		for p := range out {
+			if math.Abs(float64(out[p]-wantOut[p])) > 1e-4*(1+math.Abs(float64(wantOut[p]))) {
+				t.Fatalf("%dx%d: out[%d] = %v, want %v", rows, n, p, out[p], wantOut[p])
+			}
+		}
+	}
+}

@@ -527,6 +527,9 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 	hpg := H / G
 	for h := g * hpg; h < (g+1)*hpg; h++ {
 		src := (int(s)*nb+cur)*H + h
+		if !verify && c.state.format == numeric.BF16 && sc.sr == nil && c.bf16Step(sc, b, g, h, src) {
+			continue
+		}
 		S := sc.s
 		if raw := c.state.raw(src); raw != nil && !verify {
 			S = raw
@@ -568,6 +571,27 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 			}
 		}
 	}
+}
+
+// bf16Step is the in-place step of head h on a bf16 state, fused: the state
+// is read and written once in bf16 (decode, update and round in registers).
+func (c *Mamba2Cache) bf16Step(sc *mamba2Scratch, b, g, h, mat int) bool {
+	H, P, N := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize
+	delta := ssm.Softplus(float64(c.opIn.Dt[b*H+h]) + c.dtb[h])
+	a := float32(math.Exp(delta * c.a[h]))
+	xh := c.opIn.X[(b*H+h)*P:][:P]
+	yh := c.opOut[(b*H+h)*P:][:P]
+	for p, xp := range xh {
+		sc.xc[p] = float32(delta) * xp
+	}
+	e := c.state.elems
+	if !updateRowsBF16(c.state.u16[mat*e:(mat+1)*e], N, a, sc.xc, c.groupVec(c.opIn.B, b, g), c.groupVec(c.opIn.C, b, g), yh) {
+		return false
+	}
+	for p, xp := range xh {
+		yh[p] += c.d[h] * xp
+	}
+	return true
 }
 
 // Verify computes the outputs of T draft inputs per slot (rows [slot][T] of

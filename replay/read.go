@@ -40,6 +40,10 @@ func readDots(m *matrices, mat, rows, n int, V []float32, vstride, nv int, out [
 	switch m.format {
 	case numeric.F32:
 		S := m.raw(mat)
+		if vstride == n && nv > 1 {
+			dotRowsMulti(S, n, V[:nv*n], nv, out[:nv*rows])
+			return
+		}
 		for a := 0; a < nv; a++ {
 			dotRows(S, n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
 		}
