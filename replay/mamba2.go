@@ -22,6 +22,11 @@ type Mamba2Params struct {
 // with T drafts, row i·T+s is draft s of slots[i].
 type Mamba2Input struct {
 	X, B, C, Dt []float32
+	// DtMin, when positive, clamps Δ = softplus(dt + dt_bias) from below.
+	// transformers' NemotronH clamps Δ ≥ time_step_min on its multi-token
+	// path (prefill, and a multi-token forward on a cache) and not in
+	// single-token decode; a model sets DtMin to match.
+	DtMin float32
 }
 
 // Mamba2Cache is the state cache of one Mamba-2 layer.
@@ -370,7 +375,7 @@ func (c *Mamba2Cache) appendRing(s Slot, r, g, e int) {
 	copy(c.ringX[(base*H+h0)*P:(base*H+h0+hpg)*P], c.opIn.X[(r*H+h0)*P:(r*H+h0+hpg)*P])
 	copy(c.ringB[(base*G+g)*N:(base*G+g+1)*N], c.opIn.B[(r*G+g)*N:(r*G+g+1)*N])
 	for h := h0; h < h0+hpg; h++ {
-		delta := float32(ssm.Softplus(float64(c.opIn.Dt[r*H+h]) + c.dtb[h]))
+		delta := max(float32(ssm.Softplus(float64(c.opIn.Dt[r*H+h])+c.dtb[h])), c.opIn.DtMin)
 		c.ringDt[base*H+h] = delta
 		c.ringA[base*H+h] = float32(math.Exp(float64(delta) * c.a[h]))
 	}
@@ -538,7 +543,7 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 		}
 		for k := 0; k < count; k++ {
 			r := b*T + k
-			delta := ssm.Softplus(float64(c.opIn.Dt[r*H+h]) + c.dtb[h])
+			delta := max(ssm.Softplus(float64(c.opIn.Dt[r*H+h])+c.dtb[h]), float64(c.opIn.DtMin))
 			a := float32(math.Exp(delta * c.a[h]))
 			xh := c.opIn.X[(r*H+h)*P:][:P]
 			Bv := c.groupVec(c.opIn.B, r, g)
@@ -577,7 +582,7 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 // is read and written once in bf16 (decode, update and round in registers).
 func (c *Mamba2Cache) bf16Step(sc *mamba2Scratch, b, g, h, mat int) bool {
 	H, P, N := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize
-	delta := ssm.Softplus(float64(c.opIn.Dt[b*H+h]) + c.dtb[h])
+	delta := max(ssm.Softplus(float64(c.opIn.Dt[b*H+h])+c.dtb[h]), float64(c.opIn.DtMin))
 	a := float32(math.Exp(delta * c.a[h]))
 	xh := c.opIn.X[(b*H+h)*P:][:P]
 	yh := c.opOut[(b*H+h)*P:][:P]

@@ -213,3 +213,56 @@ func TestMamba2BadInput(t *testing.T) {
 	}
 	_ = fmt.Sprint()
 }
+
+// TestMamba2DtMin checks the Δ clamp (transformers' multi-token path) in
+// every mode against the float64 reference with the same clamp, with inputs
+// drawn so that most Δ fall under it.
+func TestMamba2DtMin(t *testing.T) {
+	shape := ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 16, Groups: 2}
+	for _, opt := range []Options{
+		{Mode: Replay, Window: 3, MaxDraft: 2, Threads: 2},
+		{Mode: Baseline, MaxDraft: 2, Threads: 2},
+		{Mode: Baseline, State: numeric.BF16, Threads: 2},
+	} {
+		f := newMamba2Fixture(31, shape)
+		f.dtShift = -2
+		ref := f.ref
+		ref.DtMin = 0.2
+		c, err := NewMamba2(shape, f.prm, ConvWeights{}, 1, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := c.Admit()
+		state := make([]float64, shape.StateElems())
+		HP := shape.Heads * shape.HeadDim
+		clamped := 0
+		for step := 0; step < 12; step++ {
+			in := f.input(1)
+			in.DtMin = 0.2
+			for h, dt := range in.Dt {
+				if ssm.Softplus(float64(dt)+float64(f.prm.DtBias[h])) < 0.2 {
+					clamped++
+				}
+			}
+			y := make([]float32, HP)
+			poison(y)
+			if err := c.Step([]Slot{s}, in, y); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float64, HP)
+			G, N, H, P := shape.Groups, shape.StateSize, shape.Heads, shape.HeadDim
+			ssm.Mamba2Step64(shape, ref, state, to64(in.X[:H*P]), to64(in.B[:G*N]), to64(in.C[:G*N]), to64(in.Dt[:H]), want)
+			bound := 1e-5
+			if opt.State == numeric.BF16 {
+				bound = 8e-3
+			}
+			if e := relErr(y, want); e > bound {
+				t.Fatalf("%v %v step %d: error %.3g", opt.Mode, opt.State, step, e)
+			}
+		}
+		if clamped < 12 {
+			t.Fatalf("only %d clamped Δ: the test does not exercise the clamp", clamped)
+		}
+		c.Close()
+	}
+}

@@ -7,6 +7,10 @@ type Mamba2Params struct {
 	ALog   []float64 // A = −exp(A_log), one per head
 	DtBias []float64 // added to dt before the softplus
 	D      []float64 // skip connection
+	// DtMin clamps Δ from below when positive: transformers' multi-token
+	// (prefill, verify) path clamps Δ ≥ time_step_min; single-token decode
+	// does not (DESIGN.md 1.1).
+	DtMin float64
 }
 
 // Mamba2Step64 runs one decode step of a Mamba-2 SSM core for a batch of
@@ -24,7 +28,7 @@ func Mamba2Step64(sh Mamba2Shape, prm Mamba2Params, state, x, B, C, dt, y []floa
 	for b := 0; b < batch; b++ {
 		for h := 0; h < H; h++ {
 			g := sh.Group(h)
-			delta := Softplus(dt[b*H+h] + prm.DtBias[h])
+			delta := max(Softplus(dt[b*H+h]+prm.DtBias[h]), prm.DtMin)
 			a := math.Exp(delta * -math.Exp(prm.ALog[h]))
 			Bv := B[(b*G+g)*N:][:N]
 			Cv := C[(b*G+g)*N:][:N]
