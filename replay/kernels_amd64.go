@@ -236,10 +236,24 @@ func quantizeNVFP4(packed []byte, scales []uint8, src []float32) float32 {
 //go:noescape
 func dotRowsMultiAVX512(s *float32, rows, n int, v *float32, nv int, out *float32, outRows int)
 
+//go:noescape
+func dotRowsPairAVX512(s *float32, rows, n int, v0, v1 *float32, out0, out1 *float32)
+
 // dotRowsMultiSIMD writes out[a·rows+p] = S_p·V_a for nv vectors stored
 // contiguously (V_a = V[a·n:(a+1)·n]); it reports false where it cannot run.
 func dotRowsMultiSIMD(S []float32, n int, V []float32, nv int, out []float32) bool {
 	rows := len(out) / nv
+	if simd512 && nv == 2 && n%16 == 0 && rows >= 4 {
+		_ = S[rows*n-1]
+		_ = V[2*n-1]
+		r4 := rows &^ 3
+		dotRowsPairAVX512(&S[0], r4, n, &V[0], &V[n], &out[0], &out[rows])
+		for p := r4; p < rows; p++ {
+			out[p] = dotSIMD(S[p*n:(p+1)*n], V[:n])
+			out[rows+p] = dotSIMD(S[p*n:(p+1)*n], V[n:2*n])
+		}
+		return true
+	}
 	if !simd512 || n%16 != 0 || rows < 2 || nv < 4 {
 		return false
 	}
