@@ -186,8 +186,8 @@ func (c *GDNCache) exportable() *exportable {
 	e := &exportable{kind: "gdn", dims: [4]int32{int32(sh.KeyHeads), int32(sh.ValueHeads), int32(sh.KeyDim), int32(sh.ValueDim)},
 		opt: c.opt, slots: &c.slots, state: c.state, read: c.read, conv: c.conv, heads: sh.ValueHeads}
 	if c.ringK != nil {
-		e.rings = [][]float32{c.ringK, c.ringV, c.ringG, c.ringA, c.ringBeta, c.ringU}
-		e.widths = []int{sh.KeyHeads * sh.KeyDim, sh.ValueHeads * sh.ValueDim, sh.ValueHeads, sh.ValueHeads, sh.ValueHeads, sh.ValueHeads * sh.ValueDim}
+		e.rings = [][]float32{c.ringK, c.ringV, c.ringA, c.ringBeta, c.ringU}
+		e.widths = []int{sh.KeyHeads * sh.KeyDim, sh.ValueHeads * sh.ValueDim, sh.ValueHeads, sh.ValueHeads, sh.ValueHeads * sh.ValueDim}
 	}
 	return e
 }

@@ -45,10 +45,11 @@ type GDNCache struct {
 	read  *matrices
 	conv  *convWindow
 
-	// Ring, [slot][entry][...]: k after l2norm [Hk·dk], v [Hv·dv], log-decay
-	// g [Hv], β [Hv], and the cached corrected update u [Hv·dv].
-	// ringA caches each step's decay exp(g) for the output path.
-	ringK, ringV, ringG, ringA, ringBeta, ringU []float32
+	// Ring, [slot][entry][...]: k after l2norm [Hk·dk], v [Hv·dv], decay
+	// exp(g) [Hv], β [Hv], and the cached corrected update u [Hv·dv].
+	// The per-step decay is kept as exp(g), the factor the recurrence
+	// applies, so decay products need no exp.
+	ringK, ringV, ringA, ringBeta, ringU []float32
 
 	work    *workers
 	scratch []gdnScratch
@@ -71,7 +72,6 @@ type gdnScratch struct {
 	proj []float32 // S₀ᵀv for each of vecs [R+T][dv]
 	tmp  []float32 // one row's projections [R+T]
 	u    []float32 // corrected updates for a fold [R][dv]
-	cumG []float64 // cumulative log-decay [R+1]
 	suf  []float64 // decay products from each entry to the current one [R+2]
 	coef []float32 // per-entry decay weights [R+T]
 	rowc []float32 // rank-update coefficients [dv][t]
@@ -120,7 +120,6 @@ func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, o
 	if opt.Mode == Replay {
 		c.ringK = make([]float32, capacity*R*Hk*dk)
 		c.ringV = make([]float32, capacity*R*Hv*dv)
-		c.ringG = make([]float32, capacity*R*Hv)
 		c.ringA = make([]float32, capacity*R*Hv)
 		c.ringBeta = make([]float32, capacity*R*Hv)
 		c.ringU = make([]float32, capacity*R*Hv*dv)
@@ -136,7 +135,6 @@ func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, o
 			proj: make([]float32, (R+2*T)*dv),
 			tmp:  make([]float32, R+2*T),
 			u:    make([]float32, R*dv),
-			cumG: make([]float64, R+1),
 			suf:  make([]float64, R+2),
 			coef: make([]float32, R+T),
 			rowc: make([]float32, dv*(R+T)),
@@ -236,7 +234,6 @@ func (c *GDNCache) Fork(src Slot) (Slot, error) {
 		R := c.opt.ring()
 		copyRing(c.ringK, dst, src, R*Hk*dk)
 		copyRing(c.ringV, dst, src, R*Hv*dv)
-		copyRing(c.ringG, dst, src, R*Hv)
 		copyRing(c.ringA, dst, src, R*Hv)
 		copyRing(c.ringBeta, dst, src, R*Hv)
 		copyRing(c.ringU, dst, src, R*Hv*dv)
@@ -364,7 +361,6 @@ func (c *GDNCache) appendRing(sc *gdnScratch, s Slot, kh, k, r, e int) {
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
 		copy(c.ringV[(base*Hv+j)*dv:][:dv], c.opIn.V[(r*Hv+j)*dv:][:dv])
 		g := float32(c.negA[j] * ssm.Softplus(float64(c.opIn.A[r*Hv+j])+c.dtb[j]))
-		c.ringG[base*Hv+j] = g
 		c.ringA[base*Hv+j] = float32(math.Exp(float64(g)))
 		c.ringBeta[base*Hv+j] = float32(ssm.Sigmoid(float64(c.opIn.B[r*Hv+j])))
 	}
@@ -398,17 +394,6 @@ func (c *GDNCache) ringKey(s Slot, kh, e int) []float32 {
 func (c *GDNCache) ringVec(ring []float32, s Slot, j, e, width int) []float32 {
 	Hv := c.shape.ValueHeads
 	return ring[((int(s)*c.opt.ring()+e)*Hv+j)*width:][:width]
-}
-
-// cumulate fills sc.cumG[e] = Σ_{i<e} g_i over ring entries of value head j
-// (cumG[0] = 0, so γ after entry e-1 is exp(cumG[e])).
-func (c *GDNCache) cumulate(sc *gdnScratch, s Slot, j, t int) {
-	Hv := c.shape.ValueHeads
-	R := c.opt.ring()
-	sc.cumG[0] = 0
-	for e := 1; e <= t; e++ {
-		sc.cumG[e] = sc.cumG[e-1] + float64(c.ringG[(int(s)*R+e-1)*Hv+j])
-	}
 }
 
 // project computes out[a·dv+m] = S_m·V_a for each row m of a state (dv rows
@@ -529,22 +514,34 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 			c.state.load(mat, S)
 		}
 		project(S, dk, dv, sc.vecs, nv, sc.proj, sc.tmp)
-		c.cumulate(sc, s, j, t)
+		// Decays as products of the per-step exp(g) (no exp per pair, and
+		// no division, so nothing overflows when a decay underflows).
+		aj := func(i int) float64 { return float64(c.ringA[(int(s)*c.opt.ring()+i)*Hv+j]) }
+		gprod := 1.0
 		for i := 0; i < t; i++ {
 			ui := sc.u[i*dv : (i+1)*dv]
-			gi := float32(math.Exp(sc.cumG[i+1]))
+			gprod *= aj(i)
+			gi := float32(gprod)
 			vi := c.ringVec(c.ringV, s, j, i, dv)
 			pi := sc.proj[i*dv : (i+1)*dv]
 			for m := 0; m < dv; m++ {
 				ui[m] = vi[m] - gi*pi[m]
 			}
-			for l := 0; l < i; l++ {
-				sc.rowc[l] = -float32(math.Exp(sc.cumG[i+1]-sc.cumG[l+1])) * sc.gram[i*nv+l]
+			w := 1.0 // γ_i/γ_l = Π_{m=l+1..i} exp(g_m)
+			for l := i - 1; l >= 0; l-- {
+				w *= aj(l + 1)
+				sc.rowc[l] = -float32(w) * sc.gram[i*nv+l]
 			}
 			combine(ui, sc.rowc[:i], sc.u, dv)
 			scaleRow(ui, c.ringBeta[(int(s)*c.opt.ring()+i)*Hv+j])
 		}
-		gt := float32(math.Exp(sc.cumG[t]))
+		gt := float32(gprod)
+		// coef[i] = γ_t/γ_i = Π_{m=i+1..t-1} exp(g_m).
+		w := 1.0
+		for i := t - 1; i >= 0; i-- {
+			sc.coef[i] = float32(w)
+			w *= aj(i)
+		}
 		if r >= 0 {
 			o := c.opOut[(r*Hv+j)*dv:][:dv]
 			pq := sc.proj[t*dv : (t+1)*dv]
@@ -552,12 +549,9 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 				o[m] = gt * pq[m]
 			}
 			for i := 0; i < t; i++ {
-				sc.rowc[i] = float32(math.Exp(sc.cumG[t]-sc.cumG[i+1])) * sc.gram[t*nv+i]
+				sc.rowc[i] = sc.coef[i] * sc.gram[t*nv+i]
 			}
 			combine(o, sc.rowc[:t], sc.u, dv)
-		}
-		for i := 0; i < t; i++ {
-			sc.coef[i] = float32(math.Exp(sc.cumG[t] - sc.cumG[i+1]))
 		}
 		// S_m ← γ_t·S_m + Σ_i (γ_t/γ_i)·u'_i[m]·k_i, row by row.
 		rowc := sc.rowc[:dv*t]
