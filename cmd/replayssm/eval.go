@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/replayssm/replayssm/engine"
+)
+
+func runEval(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 || wantsHelp(args[:1]) {
+		fmt.Fprintln(e.stderr, `Usage: replayssm eval <what> [flags]
+
+What:
+  perplexity   teacher-forced NLL and perplexity of a model over a text file`)
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	switch args[0] {
+	case "perplexity":
+		return runEvalPerplexity(ctx, e, args[1:])
+	}
+	return fmt.Errorf("%w: unknown evaluation %q (want perplexity)", errUsage, args[0])
+}
+
+func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "eval perplexity", "eval perplexity --model DIR [flags] FILE | --ids FILE")
+	dir := fs.String("model", "", "model directory")
+	idsFile := fs.String("ids", "", "score this file of token ids (comma or white-space separated) instead of text")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	chunk := fs.Int("chunk", 512, "tokens per prefill forward")
+	maxTokens := fs.Int("max-tokens", 0, "score at most this many tokens (0: all)")
+	sf := addStateFlags(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	opt, err := sf.options()
+	if err != nil {
+		return err
+	}
+	if (*idsFile == "") == (len(pos) != 1) {
+		return fmt.Errorf("%w: give one text FILE or --ids FILE", errUsage)
+	}
+	d, err := loadModel(e.stderr, *dir)
+	if err != nil {
+		return err
+	}
+	var ids []int
+	if *idsFile != "" {
+		raw, err := os.ReadFile(*idsFile)
+		if err != nil {
+			return err
+		}
+		if ids, err = parseIDs(string(raw), d.Vocab); err != nil {
+			return fmt.Errorf("%s: %w", *idsFile, err)
+		}
+	} else {
+		tok, err := loadTokenizer(*dir)
+		if err != nil {
+			return err
+		}
+		if tok == nil {
+			return fmt.Errorf("%s has no tokenizer.json: score token ids with --ids FILE", *dir)
+		}
+		raw, err := os.ReadFile(pos[0])
+		if err != nil {
+			return err
+		}
+		ids = tok.Encode(string(raw))
+	}
+	if *maxTokens > 0 && len(ids) > *maxTokens+1 {
+		ids = ids[:*maxTokens+1]
+	}
+	eng, err := engine.New(d, 1, opt)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	sum, n, err := eng.NLL(ctx, ids, *chunk)
+	if err != nil {
+		return err
+	}
+	mean := sum / float64(n)
+	if *asJSON {
+		return json.NewEncoder(e.stdout).Encode(struct {
+			Model      string  `json:"model"`
+			Tokens     int     `json:"tokens"`
+			NLL        float64 `json:"nll"`
+			Perplexity float64 `json:"perplexity"`
+			Mode       string  `json:"mode"`
+			Precision  string  `json:"precision"`
+		}{filepath.Base(filepath.Clean(*dir)), n, mean, math.Exp(mean), opt.Mode.String(), precision(opt)})
+	}
+	fmt.Fprintf(e.stdout, "tokens      %d\nmean NLL    %.6f\nperplexity  %.4f\n", n, mean, math.Exp(mean))
+	return nil
+}

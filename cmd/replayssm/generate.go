@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/model"
+	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tokenizer"
+	"github.com/replayssm/replayssm/tokenizer/chat"
+)
+
+// stateFlags are the ReplaySSM options shared by generate and eval.
+type stateFlags struct {
+	mode     *string
+	window   *int
+	dtype    *string
+	readCopy *string
+}
+
+func addStateFlags(fs *flag.FlagSet) stateFlags {
+	return stateFlags{
+		mode:     fs.String("state-mode", "replay", "SSM state management: replay or baseline"),
+		window:   fs.Int("window", replay.DefaultWindow, "replay window L (ring entries before a flush)"),
+		dtype:    fs.String("state-dtype", "fp32", "SSM state (checkpoint) format: fp32, fp16, bf16 or fp8"),
+		readCopy: fs.String("read-copy", "none", "replay read copy of the checkpoint: none, bf16, fp8 or nvfp4"),
+	}
+}
+
+func (f stateFlags) options() (replay.Options, error) {
+	mode, err := replay.ParseMode(*f.mode)
+	if err != nil {
+		return replay.Options{}, fmt.Errorf("%w: --state-mode: %v", errUsage, err)
+	}
+	st, err := numeric.ParseFormat(*f.dtype)
+	if err != nil {
+		return replay.Options{}, fmt.Errorf("%w: --state-dtype: %v", errUsage, err)
+	}
+	rc := numeric.F32
+	if *f.readCopy != "none" && *f.readCopy != "" {
+		if rc, err = numeric.ParseFormat(*f.readCopy); err != nil {
+			return replay.Options{}, fmt.Errorf("%w: --read-copy: %v", errUsage, err)
+		}
+	}
+	return replay.Options{Mode: mode, Window: *f.window, State: st, ReadCopy: rc}, nil
+}
+
+// precision names the state formats of opt, e.g. "fp32" or "fp32+nvfp4-read".
+func precision(opt replay.Options) string {
+	s := opt.State.String()
+	if opt.ReadCopy != numeric.F32 {
+		s += "+" + opt.ReadCopy.String() + "-read"
+	}
+	return s
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+// parseInterleaved parses flags that may come before or after positional
+// arguments and returns the positional ones.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// loadModel loads the model in dir, drawing a progress bar on w for
+// checkpoints large enough to take a while.
+func loadModel(w io.Writer, dir string) (*nn.Decoder, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: --model DIR is required", errUsage)
+	}
+	bar := newProgress(w, "loading "+filepath.Base(filepath.Clean(dir)))
+	d, err := model.Load(dir, model.Options{Progress: bar.update})
+	bar.done()
+	return d, err
+}
+
+// progress is a one-line loading bar, shown only for checkpoints above
+// progressMin bytes so that small models load silently.
+type progress struct {
+	w     io.Writer
+	label string
+	shown bool
+	last  time.Time
+	start time.Time
+}
+
+const progressMin = 256 << 20
+
+func newProgress(w io.Writer, label string) *progress {
+	return &progress{w: w, label: label, start: time.Now()}
+}
+
+func (p *progress) update(done, total int64) {
+	if total < progressMin || (time.Since(p.last) < 100*time.Millisecond && done < total) {
+		return
+	}
+	p.last, p.shown = time.Now(), true
+	const width = 30
+	frac := float64(done) / float64(total)
+	n := int(frac * width)
+	fmt.Fprintf(p.w, "\r%s [%s%s] %3.0f%% %.1f/%.1f GiB", p.label, strings.Repeat("=", n), strings.Repeat(" ", width-n),
+		100*frac, float64(done)/(1<<30), float64(total)/(1<<30))
+}
+
+func (p *progress) done() {
+	if p.shown {
+		fmt.Fprintf(p.w, " %.1fs\n", time.Since(p.start).Seconds())
+	}
+}
+
+// loadTokenizer returns the model's tokenizer, or nil and no error when the
+// directory has no tokenizer.json (the test fixtures).
+func loadTokenizer(dir string) (*tokenizer.Tokenizer, error) {
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return tokenizer.Load(dir)
+}
+
+// parseIDs reads token ids separated by commas or white space.
+func parseIDs(s string, vocab int) ([]int, error) {
+	f := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' || r == '\r' })
+	ids := make([]int, 0, len(f))
+	for _, x := range f {
+		id, err := strconv.Atoi(x)
+		if err != nil {
+			return nil, fmt.Errorf("token id %q: %w", x, err)
+		}
+		if id < 0 || id >= vocab {
+			return nil, fmt.Errorf("token id %d outside the vocabulary [0, %d)", id, vocab)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func runGenerate(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "generate", `generate --model DIR [flags] "prompt"`)
+	dir := fs.String("model", "", "model directory (config.json, safetensors, tokenizer.json)")
+	temp := fs.Float64("temperature", 0, "sampling temperature; 0 is greedy")
+	topK := fs.Int("top-k", 0, "sample among the K most likely tokens (0: all)")
+	topP := fs.Float64("top-p", 1, "nucleus sampling probability mass (1: all)")
+	seed := fs.Uint64("seed", 0, "random seed for sampling")
+	maxTokens := fs.Int("max-tokens", 256, "most tokens to generate")
+	var stops stringList
+	fs.Var(&stops, "stop", "stop when this text appears (repeatable)")
+	useChat := fs.Bool("chat", false, "wrap the prompt in the model's chat template as a user turn")
+	promptIDs := fs.String("prompt-ids", "", "prompt as comma-separated token ids instead of text")
+	sf := addStateFlags(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	opt, err := sf.options()
+	if err != nil {
+		return err
+	}
+	if *maxTokens <= 0 {
+		return fmt.Errorf("%w: --max-tokens must be positive", errUsage)
+	}
+	sampling := engine.SamplerOptions{Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed}
+	if err := sampling.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	text := strings.Join(pos, " ")
+	if *promptIDs == "" && text == "" {
+		return fmt.Errorf("%w: give a prompt, or --prompt-ids", errUsage)
+	}
+
+	d, err := loadModel(e.stderr, *dir)
+	if err != nil {
+		return err
+	}
+	tok, err := loadTokenizer(*dir)
+	if err != nil {
+		return err
+	}
+	var prompt []int
+	switch {
+	case *promptIDs != "":
+		if prompt, err = parseIDs(*promptIDs, d.Vocab); err != nil {
+			return fmt.Errorf("%w: --prompt-ids: %v", errUsage, err)
+		}
+	case tok == nil:
+		return fmt.Errorf("%s has no tokenizer.json: pass the prompt as --prompt-ids \"1,2,3\"", *dir)
+	case *useChat:
+		tmpl, err := chat.Load(*dir)
+		if err != nil {
+			return err
+		}
+		s, err := tmpl.Render([]chat.Message{{Role: "user", Content: text}}, chat.Options{AddGenerationPrompt: true})
+		if err != nil {
+			return err
+		}
+		prompt = tok.EncodeRaw(s)
+	default:
+		prompt = tok.Encode(text)
+	}
+	if len(prompt) == 0 {
+		return fmt.Errorf("%w: the prompt encodes to no tokens", errUsage)
+	}
+
+	eng, err := engine.New(d, 1, opt)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	isEnd := func(id int) bool {
+		for _, x := range d.Config.EOSTokenIDs {
+			if id == x {
+				return true
+			}
+		}
+		return tok != nil && tok.IsEOS(id)
+	}
+	stopper := engine.NewStopText(stops)
+	var stream *tokenizer.StreamDecoder
+	if tok != nil {
+		stream = tok.NewStreamDecoder()
+		stream.SkipSpecial = true
+	}
+	var werr error
+	write := func(s string) {
+		if werr == nil && s != "" {
+			_, werr = io.WriteString(e.stdout, s)
+		}
+	}
+	first := true
+	onToken := func(id int) bool {
+		if stream == nil {
+			if !first {
+				write(" ")
+			}
+			first = false
+			write(strconv.Itoa(id))
+			return werr == nil
+		}
+		if isEnd(id) {
+			return true
+		}
+		out, stopped := stopper.Add(stream.Add(id))
+		write(out)
+		return !stopped && werr == nil
+	}
+	res, tm, err := eng.Generate(ctx, []engine.Request{{Prompt: prompt, MaxTokens: *maxTokens, Sampling: sampling, IsEnd: isEnd, OnToken: onToken}})
+	if err != nil {
+		return err
+	}
+	if stream != nil && res[0].Reason != engine.StopCallback {
+		out, _ := stopper.Add(stream.Flush())
+		write(out + stopper.Flush())
+	}
+	write("\n")
+	if werr != nil {
+		return werr
+	}
+	n := len(res[0].Tokens)
+	fmt.Fprintf(e.stderr, "\n%s: %d prompt tokens in %.2fs (%.1f tok/s), %d generated in %.2fs (%.1f tok/s decode), stop: %v\n",
+		d.Config.ModelType, tm.PromptTokens, tm.Prefill.Seconds(), rate(tm.PromptTokens, tm.Prefill),
+		n, tm.Decode.Seconds(), rate(tm.DecodeTokens, tm.Decode), res[0].Reason)
+	printReplayStats(e.stderr, eng.Stats(), opt)
+	return nil
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// printReplayStats prints the state traffic of the SSM layers against what
+// the in-place baseline would have moved.
+func printReplayStats(w io.Writer, st replay.Stats, opt replay.Options) {
+	if st.Steps == 0 {
+		return
+	}
+	moved := st.StateBytesRead + st.StateBytesWritten
+	ratio := 0.0
+	if moved > 0 {
+		ratio = float64(st.BaselineBytes) / float64(moved)
+	}
+	window := ""
+	if opt.Mode == replay.Replay {
+		w := opt.Window
+		if w == 0 {
+			w = replay.DefaultWindow
+		}
+		window = fmt.Sprintf(" window %d,", w)
+	}
+	fmt.Fprintf(w, "state (%v,%s %s): %d layer-steps, %d flushes; state bytes read %s + written %s = %s vs baseline %s (%.2fx fewer)\n",
+		opt.Mode, window, precision(opt), st.Steps, st.Flushes, bytesString(st.StateBytesRead), bytesString(st.StateBytesWritten),
+		bytesString(moved), bytesString(st.BaselineBytes), ratio)
+}
+
+func bytesString(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const nemotronFixture = "../../model/testdata/fixtures/nemotron_h"
+
+// The main prompt of the nemotron_h fixture and transformers' first greedy
+// tokens after it (reference.safetensors prompt.0.ids, greedy.0.ids) and the
+// mean teacher-forced NLL over it (reference.json).
+const (
+	nemotronPrompt = "159,248,153,102,305,74,248,169,298,43,145,111,214,244,350,65,23,287,132,368,275,21,333,89,367,378,113,372,115,346,107,207,160"
+	nemotronGreedy = "262 131 193 381 130 104 106 137 177 212"
+	nemotronNLL    = 7.729390667716197
+)
+
+func TestGenerateFixture(t *testing.T) {
+	for _, mode := range [][]string{{"--state-mode", "replay", "--window", "4"}, {"--state-mode", "baseline"}} {
+		args := append([]string{"generate", "--model", nemotronFixture, "--prompt-ids", nemotronPrompt, "--max-tokens", "10"}, mode...)
+		code, stdout, stderr := runCLI(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", mode, code, stderr)
+		}
+		if got := strings.TrimSpace(stdout); got != nemotronGreedy {
+			t.Errorf("%v: generated %q, want %q", mode, got, nemotronGreedy)
+		}
+		for _, want := range []string{"tok/s", "flushes", "vs baseline"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("%v: stderr %q lacks %q", mode, stderr, want)
+			}
+		}
+	}
+}
+
+func TestGenerateErrors(t *testing.T) {
+	tests := []struct {
+		args     []string
+		code     int
+		inStderr string
+	}{
+		{[]string{"generate", "--model", nemotronFixture, "hello"}, 1, "no tokenizer.json"},
+		{[]string{"generate", "hello"}, 2, "--model"},
+		{[]string{"generate", "--model", nemotronFixture}, 2, "prompt"},
+		{[]string{"generate", "--model", nemotronFixture, "--prompt-ids", "1,x"}, 2, `"x"`},
+		{[]string{"generate", "--model", nemotronFixture, "--prompt-ids", "999"}, 2, "vocabulary"},
+		{[]string{"generate", "--model", nemotronFixture, "--prompt-ids", "1", "--temperature", "-1"}, 2, "temperature"},
+		{[]string{"generate", "--model", nemotronFixture, "--prompt-ids", "1", "--state-mode", "fast"}, 2, "state mode"},
+		{[]string{"generate", "--model", nemotronFixture, "--prompt-ids", "1", "--state-dtype", "fp7"}, 2, "fp7"},
+		{[]string{"generate", "--model", "/nonexistent", "--prompt-ids", "1"}, 1, "nonexistent"},
+		{[]string{"eval"}, 2, "perplexity"},
+		{[]string{"eval", "accuracy"}, 2, "unknown evaluation"},
+		{[]string{"eval", "perplexity", "--model", nemotronFixture}, 2, "FILE"},
+		{[]string{"eval", "perplexity", "--model", nemotronFixture, "text.txt"}, 1, "no tokenizer.json"},
+	}
+	for _, tt := range tests {
+		code, _, stderr := runCLI(tt.args...)
+		if code != tt.code || !strings.Contains(stderr, tt.inStderr) {
+			t.Errorf("replayssm %v: exit %d, stderr %q; want exit %d and %q", tt.args, code, stderr, tt.code, tt.inStderr)
+		}
+	}
+}
+
+func TestEvalPerplexityFixture(t *testing.T) {
+	ids := filepath.Join(t.TempDir(), "ids.txt")
+	if err := os.WriteFile(ids, []byte(strings.ReplaceAll(nemotronPrompt, ",", " ")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"replay", "baseline"} {
+		code, stdout, stderr := runCLI("eval", "perplexity", "--model", nemotronFixture, "--ids", ids, "--json", "--chunk", "7", "--state-mode", mode)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		var got struct {
+			Model      string  `json:"model"`
+			Tokens     int     `json:"tokens"`
+			NLL        float64 `json:"nll"`
+			Perplexity float64 `json:"perplexity"`
+			Mode       string  `json:"mode"`
+			Precision  string  `json:"precision"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+			t.Fatalf("bad JSON %q: %v", stdout, err)
+		}
+		if got.Tokens != 32 || math.Abs(got.NLL-nemotronNLL) > 1e-4*nemotronNLL || math.Abs(got.Perplexity-math.Exp(got.NLL)) > 1e-9*got.Perplexity ||
+			got.Model != "nemotron_h" || got.Mode != mode || got.Precision != "fp32" {
+			t.Errorf("%s: got %+v, want 32 tokens, NLL %.6f", mode, got, nemotronNLL)
+		}
+	}
+	code, stdout, stderr := runCLI("eval", "perplexity", "--model", nemotronFixture, "--ids", ids)
+	if code != 0 || !strings.Contains(stdout, "perplexity") {
+		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+	}
+}

@@ -1,0 +1,243 @@
+// Package engine runs generation on a model: sequences, the sampler, and the
+// loop that admits requests, prefills their prompts and decodes every live
+// sequence together, one token per step (continuous batching on the CPU).
+//
+// A request's life, top to bottom in Generate: admitted into a free
+// sequence of the model state → its whole prompt runs in the next forward
+// (alongside the decode tokens of the others) → each step samples one token
+// from its logits and feeds it back → it stops at an end token, its token
+// budget, or when its callback says so → its sequence is evicted and the next
+// queued request takes it.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tensor"
+)
+
+// Engine drives one model and its state for up to Capacity concurrent
+// sequences. It is not safe for concurrent use.
+type Engine struct {
+	dec *nn.Decoder
+	st  *nn.State
+}
+
+// New builds an engine whose state holds capacity sequences, each SSM layer
+// keeping its recurrent state as opt says.
+func New(dec *nn.Decoder, capacity int, opt replay.Options) (*Engine, error) {
+	st, err := dec.NewState(capacity, opt)
+	if err != nil {
+		return nil, err
+	}
+	return &Engine{dec: dec, st: st}, nil
+}
+
+// Close releases the state.
+func (e *Engine) Close() { e.st.Close() }
+
+// Model returns the decoder.
+func (e *Engine) Model() *nn.Decoder { return e.dec }
+
+// State returns the model state (for statistics).
+func (e *Engine) State() *nn.State { return e.st }
+
+// Stats sums the replay statistics of the SSM layers since the engine began.
+func (e *Engine) Stats() replay.Stats { return e.st.Stats() }
+
+// Request is one generation.
+type Request struct {
+	Prompt    []int
+	MaxTokens int // 0: no limit but the callback's and the end tokens
+	Sampling  SamplerOptions
+	// IsEnd reports end-of-generation tokens (EOS); nil means none.
+	IsEnd func(id int) bool
+	// OnToken, if set, receives each generated token as soon as it is
+	// sampled; returning false stops the request after it.
+	OnToken func(id int) bool
+}
+
+// StopReason says why a request ended.
+type StopReason uint8
+
+const (
+	StopLength   StopReason = iota // MaxTokens reached
+	StopEnd                        // an end token was sampled (it is in Tokens)
+	StopCallback                   // OnToken returned false
+)
+
+func (r StopReason) String() string {
+	return [...]string{"length", "end", "stop"}[r]
+}
+
+// Result is a finished request.
+type Result struct {
+	Tokens []int
+	Reason StopReason
+}
+
+// Timing splits the wall time of a Generate call.
+type Timing struct {
+	Prefill, Decode time.Duration
+	PromptTokens    int // tokens run through prefill
+	DecodeTokens    int // tokens run through one-token decode steps
+}
+
+// sequence is a request in flight.
+type sequence struct {
+	req     int
+	seq     nn.Seq
+	sampler *Sampler
+	next    int  // the token to feed in the next step
+	fresh   bool // its prompt has not run yet
+	out     []int
+}
+
+// Generate runs reqs to completion, at most Capacity at a time, and returns
+// their results in order.
+func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing, error) {
+	var tm Timing
+	for i, r := range reqs {
+		if len(r.Prompt) == 0 {
+			return nil, tm, fmt.Errorf("request %d: empty prompt", i)
+		}
+		if err := r.Sampling.Validate(); err != nil {
+			return nil, tm, fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	results := make([]Result, len(reqs))
+	var live []*sequence
+	defer func() {
+		for _, s := range live {
+			_ = e.st.Evict(s.seq)
+		}
+	}()
+	V := e.dec.Vocab
+	var rows []nn.Row
+	var logits []float32
+	queued := 0
+	for queued < len(reqs) || len(live) > 0 {
+		if err := ctx.Err(); err != nil {
+			return nil, tm, err
+		}
+		for queued < len(reqs) && len(live) < e.st.Capacity() {
+			q, err := e.st.Admit()
+			if err != nil {
+				return nil, tm, err
+			}
+			live = append(live, &sequence{req: queued, seq: q, sampler: NewSampler(reqs[queued].Sampling), fresh: true})
+			queued++
+		}
+		// One forward: new prompts whole, one token for the others.
+		rows = rows[:0]
+		prefill := 0
+		for _, s := range live {
+			if s.fresh {
+				p := reqs[s.req].Prompt
+				for i, id := range p {
+					rows = append(rows, nn.Row{Seq: s.seq, Token: id, Logits: i == len(p)-1})
+				}
+				prefill += len(p)
+			} else {
+				rows = append(rows, nn.Row{Seq: s.seq, Token: s.next, Logits: true})
+			}
+		}
+		logits = grow(logits, len(live)*V)
+		start := time.Now()
+		if err := e.dec.Forward(ctx, e.st, rows, logits); err != nil {
+			return nil, tm, err
+		}
+		if prefill > 0 {
+			tm.Prefill += time.Since(start)
+			tm.PromptTokens += prefill
+		} else {
+			tm.Decode += time.Since(start)
+		}
+		tm.DecodeTokens += len(rows) - prefill
+
+		kept := live[:0]
+		for k, s := range live {
+			s.fresh = false
+			r := &reqs[s.req]
+			id := s.sampler.Sample(logits[k*V : (k+1)*V])
+			s.out = append(s.out, id)
+			s.next = id
+			done, reason := false, StopLength
+			if r.OnToken != nil && !r.OnToken(id) {
+				done, reason = true, StopCallback
+			}
+			if !done && r.IsEnd != nil && r.IsEnd(id) {
+				done, reason = true, StopEnd
+			}
+			if !done && r.MaxTokens > 0 && len(s.out) >= r.MaxTokens {
+				done, reason = true, StopLength
+			}
+			if done {
+				results[s.req] = Result{Tokens: s.out, Reason: reason}
+				if err := e.st.Evict(s.seq); err != nil {
+					return nil, tm, err
+				}
+				continue
+			}
+			kept = append(kept, s)
+		}
+		live = kept
+	}
+	return results, tm, nil
+}
+
+// NLL returns the summed negative log-likelihood of ids[1:] given their
+// prefixes (teacher forcing) and the number of tokens scored. The text runs
+// through prefill forwards of up to chunk tokens (0: all at once).
+func (e *Engine) NLL(ctx context.Context, ids []int, chunk int) (float64, int, error) {
+	if len(ids) < 2 {
+		return 0, 0, errors.New("need at least two tokens to score")
+	}
+	if chunk <= 0 {
+		chunk = len(ids)
+	}
+	q, err := e.st.Admit()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer e.st.Evict(q)
+	V := e.dec.Vocab
+	var nll float64
+	var logits []float32
+	n := len(ids) - 1 // the last token's logits predict nothing
+	for lo := 0; lo < n; {
+		hi := min(n, lo+chunk)
+		if n-hi == 1 {
+			// Never leave a one-token forward: it would run as a decode step,
+			// which NemotronH computes differently from its scan path.
+			hi = n
+		}
+		rows := make([]nn.Row, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			rows = append(rows, nn.Row{Seq: q, Token: ids[i], Logits: true})
+		}
+		logits = grow(logits, len(rows)*V)
+		if err := e.dec.Forward(ctx, e.st, rows, logits); err != nil {
+			return 0, 0, err
+		}
+		for i := lo; i < hi; i++ {
+			nll -= logSoftmaxAt(logits[(i-lo)*V:(i-lo+1)*V], ids[i+1])
+		}
+		lo = hi
+	}
+	return nll, len(ids) - 1, nil
+}
+
+func grow(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
+}
+
+func logSoftmaxAt(x []float32, i int) float64 { return tensor.LogSoftmaxAt(x, i) }

@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+)
+
+// SamplerOptions choose how a token is drawn from a row of logits.
+type SamplerOptions struct {
+	// Temperature divides the logits; 0 (or less) is greedy decoding.
+	Temperature float64
+	// TopK keeps the K most likely tokens; 0 keeps all.
+	TopK int
+	// TopP keeps the smallest set of most likely tokens whose probability
+	// reaches TopP (nucleus sampling); 0 or 1 keeps all.
+	TopP float64
+	// Seed makes the draws reproducible.
+	Seed uint64
+}
+
+// Validate reports options out of range.
+func (o SamplerOptions) Validate() error {
+	if math.IsNaN(o.Temperature) || o.Temperature < 0 {
+		return fmt.Errorf("temperature %v must be ≥ 0", o.Temperature)
+	}
+	if o.TopK < 0 {
+		return fmt.Errorf("top-k %d must be ≥ 0", o.TopK)
+	}
+	if math.IsNaN(o.TopP) || o.TopP < 0 || o.TopP > 1 {
+		return fmt.Errorf("top-p %v must be in [0, 1]", o.TopP)
+	}
+	return nil
+}
+
+// Sampler draws tokens: greedy, or from softmax(logits/T) restricted by top-k
+// then top-p, with its own seeded generator. A Sampler is not safe for
+// concurrent use; make one per sequence.
+type Sampler struct {
+	opt  SamplerOptions
+	rng  *rand.Rand
+	cand []candidate
+}
+
+type candidate struct {
+	id int
+	p  float64
+}
+
+// NewSampler returns a sampler for opt.
+func NewSampler(opt SamplerOptions) *Sampler {
+	return &Sampler{opt: opt, rng: rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15))}
+}
+
+// Greedy reports whether the sampler always takes the most likely token.
+func (s *Sampler) Greedy() bool { return s.opt.Temperature <= 0 || s.opt.TopK == 1 }
+
+// Sample returns the chosen token id for one row of logits.
+func (s *Sampler) Sample(logits []float32) int {
+	if s.Greedy() {
+		return argmax(logits)
+	}
+	inv := 1 / s.opt.Temperature
+	m := float64(logits[argmax(logits)])
+	c := s.cand[:0]
+	if k := s.opt.TopK; k > 0 && k < len(logits) {
+		// A min-heap of the k best logits: O(V log k), no full sort.
+		h := candHeap(c)
+		for id, l := range logits {
+			v := float64(l)
+			if len(h) < k {
+				heap.Push(&h, candidate{id, v})
+			} else if v > h[0].p || (v == h[0].p && id < h[0].id) {
+				h[0] = candidate{id, v}
+				heap.Fix(&h, 0)
+			}
+		}
+		c = []candidate(h)
+		for i := range c {
+			c[i].p = math.Exp((c[i].p - m) * inv)
+		}
+	} else {
+		for id, l := range logits {
+			c = append(c, candidate{id, math.Exp((float64(l) - m) * inv)})
+		}
+	}
+	if p := s.opt.TopP; p > 0 && p < 1 {
+		sort.Slice(c, func(i, j int) bool {
+			if c[i].p != c[j].p {
+				return c[i].p > c[j].p
+			}
+			return c[i].id < c[j].id
+		})
+		var total float64
+		for _, x := range c {
+			total += x.p
+		}
+		var cum float64
+		for i, x := range c {
+			cum += x.p
+			if cum >= p*total {
+				c = c[:i+1]
+				break
+			}
+		}
+	}
+	s.cand = c
+	var total float64
+	for _, x := range c {
+		total += x.p
+	}
+	u := s.rng.Float64() * total
+	for _, x := range c {
+		u -= x.p
+		if u < 0 {
+			return x.id
+		}
+	}
+	return c[len(c)-1].id
+}
+
+func argmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// candHeap is a min-heap on (logit, then higher id first), so the root is the
+// weakest of the kept candidates.
+type candHeap []candidate
+
+func (h candHeap) Len() int { return len(h) }
+func (h candHeap) Less(i, j int) bool {
+	if h[i].p != h[j].p {
+		return h[i].p < h[j].p
+	}
+	return h[i].id > h[j].id
+}
+func (h candHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *candHeap) Push(x any)   { *h = append(*h, x.(candidate)) }
+func (h *candHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

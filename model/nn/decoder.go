@@ -1,0 +1,367 @@
+package nn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/replayssm/replayssm/model/hfconfig"
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tensor"
+)
+
+// Block is one residual branch's computation: a mixer (Mamba-2, Gated
+// DeltaNet, attention) or a feed-forward block (MLP, MoE). The blocks of this
+// package are the only implementations.
+type Block interface {
+	// Kind names the block in errors and statistics.
+	Kind() hfconfig.LayerKind
+	// Params is the number of weights.
+	Params() int
+	// newState builds the per-sequence state of the block (nil if none).
+	newState(capacity int, opt replay.Options) (blockState, error)
+	// forward writes out [rows][hidden] from the normalised input x.
+	forward(b *batch, st blockState, x, out []float32) error
+}
+
+// blockState is what a block keeps per sequence: an SSM layer's replay slots,
+// an attention layer's keys and values.
+type blockState interface {
+	admit(seq int) error
+	evict(seq int) error
+	stats() replay.Stats
+	close()
+}
+
+// Branch is one residual branch: h += Block(Norm(h)).
+type Branch struct {
+	Norm  RMSNorm
+	Block Block
+}
+
+// Layer is one decoder layer: its residual branches in order (one for
+// NemotronH and Mamba-2, mixer then feed-forward for Qwen).
+type Layer struct {
+	Branches []Branch
+}
+
+// Decoder is a decoder-only language model: token embedding, layers, final
+// norm and the LM head.
+type Decoder struct {
+	Config    *hfconfig.Config
+	Hidden    int
+	Vocab     int
+	Embed     []float32 // [Vocab][Hidden]
+	Layers    []Layer
+	FinalNorm RMSNorm
+	LMHead    Linear // shares Embed's memory when the embeddings are tied
+	Tied      bool
+}
+
+// Params is the number of weights (tied embeddings counted once).
+func (d *Decoder) Params() int {
+	n := len(d.Embed)
+	if !d.Tied {
+		n += d.LMHead.Params()
+	}
+	n += len(d.FinalNorm.W)
+	for _, l := range d.Layers {
+		for _, b := range l.Branches {
+			n += len(b.Norm.W) + b.Block.Params()
+		}
+	}
+	return n
+}
+
+// Validate checks the sizes the forward pass relies on.
+func (d *Decoder) Validate() error {
+	if d.Hidden <= 0 || d.Vocab <= 0 || len(d.Embed) != d.Vocab*d.Hidden {
+		return fmt.Errorf("embedding has %d values, want %d×%d", len(d.Embed), d.Vocab, d.Hidden)
+	}
+	if err := d.LMHead.check("lm_head"); err != nil {
+		return err
+	}
+	if d.LMHead.In != d.Hidden || d.LMHead.Out != d.Vocab {
+		return fmt.Errorf("lm_head is %d×%d, want %d×%d", d.LMHead.Out, d.LMHead.In, d.Vocab, d.Hidden)
+	}
+	if len(d.FinalNorm.W) != d.Hidden {
+		return fmt.Errorf("final norm has %d weights, want %d", len(d.FinalNorm.W), d.Hidden)
+	}
+	for i, l := range d.Layers {
+		for j, b := range l.Branches {
+			if len(b.Norm.W) != d.Hidden {
+				return fmt.Errorf("layer %d branch %d: norm has %d weights, want %d", i, j, len(b.Norm.W), d.Hidden)
+			}
+			if b.Block == nil {
+				return fmt.Errorf("layer %d branch %d: no block", i, j)
+			}
+			if v, ok := b.Block.(interface{ Validate() error }); ok {
+				if err := v.Validate(); err != nil {
+					return fmt.Errorf("layer %d %v: %w", i, b.Block.Kind(), err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Seq names one live sequence of a State.
+type Seq int
+
+// State is the per-sequence state of a Decoder for up to Capacity sequences:
+// a replay cache per SSM layer (one slot per sequence), a KV cache per
+// attention layer, and each sequence's position. It is not safe for
+// concurrent use.
+type State struct {
+	dec    *Decoder
+	opt    replay.Options
+	blocks [][]blockState // [layer][branch]
+	live   []bool
+	pos    []int
+	mem    arena
+	b      batch
+
+	// OnLayer, if set, is called after each layer with the residual stream
+	// h [rows][hidden] of the rows being computed (for layer-by-layer checks
+	// against a reference). The slice is valid only during the call.
+	OnLayer func(layer int, h []float32)
+}
+
+// NewState builds the caches for capacity sequences. opt configures every
+// SSM layer's replay cache.
+func (d *Decoder) NewState(capacity int, opt replay.Options) (*State, error) {
+	if capacity <= 0 {
+		return nil, fmt.Errorf("state capacity %d must be positive", capacity)
+	}
+	s := &State{dec: d, opt: opt, live: make([]bool, capacity), pos: make([]int, capacity)}
+	for i, l := range d.Layers {
+		row := make([]blockState, len(l.Branches))
+		for j, br := range l.Branches {
+			st, err := br.Block.newState(capacity, opt)
+			if err != nil {
+				s.Close()
+				return nil, fmt.Errorf("layer %d %v: %w", i, br.Block.Kind(), err)
+			}
+			row[j] = st
+		}
+		s.blocks = append(s.blocks, row)
+	}
+	return s, nil
+}
+
+// Capacity is the number of sequences the state can hold at once.
+func (s *State) Capacity() int { return len(s.live) }
+
+// Admit takes a free sequence with empty caches at position 0.
+func (s *State) Admit() (Seq, error) {
+	for i, l := range s.live {
+		if l {
+			continue
+		}
+		var admitted []blockState
+		for li, row := range s.blocks {
+			for _, st := range row {
+				if st == nil {
+					continue
+				}
+				if err := st.admit(i); err != nil {
+					for _, a := range admitted { // undo exactly what was admitted
+						_ = a.evict(i)
+					}
+					return 0, fmt.Errorf("admit sequence %d, layer %d: %w", i, li, err)
+				}
+				admitted = append(admitted, st)
+			}
+		}
+		s.live[i] = true
+		s.pos[i] = 0
+		return Seq(i), nil
+	}
+	return 0, fmt.Errorf("all %d sequences are live", len(s.live))
+}
+
+// Evict frees a sequence.
+func (s *State) Evict(q Seq) error {
+	if err := s.check(q); err != nil {
+		return err
+	}
+	var errs []error
+	for _, row := range s.blocks {
+		for _, st := range row {
+			if st != nil {
+				errs = append(errs, st.evict(int(q)))
+			}
+		}
+	}
+	s.live[q] = false
+	return errors.Join(errs...)
+}
+
+// Len is the number of tokens sequence q has consumed (its next position).
+func (s *State) Len(q Seq) int { return s.pos[q] }
+
+// Stats sums the replay statistics over the SSM layers.
+func (s *State) Stats() replay.Stats {
+	var t replay.Stats
+	for _, row := range s.blocks {
+		for _, st := range row {
+			if st != nil {
+				t = t.Add(st.stats())
+			}
+		}
+	}
+	return t
+}
+
+// Options returns the replay options the caches were built with.
+func (s *State) Options() replay.Options { return s.opt }
+
+// Close stops the caches' worker goroutines.
+func (s *State) Close() {
+	for _, row := range s.blocks {
+		for _, st := range row {
+			if st != nil {
+				st.close()
+			}
+		}
+	}
+}
+
+func (s *State) check(q Seq) error {
+	if q < 0 || int(q) >= len(s.live) || !s.live[q] {
+		return fmt.Errorf("sequence %d is not live", q)
+	}
+	return nil
+}
+
+// Row is one token to run: the next token of sequence Seq. Logits asks for
+// the logits after it.
+type Row struct {
+	Seq    Seq
+	Token  int
+	Logits bool
+}
+
+// batch is the bookkeeping of one Forward, shared by the blocks.
+type batch struct {
+	n     int
+	seq   []int
+	pos   []int
+	scan  []bool  // row belongs to a multi-token (prefill or verify) forward of its sequence
+	waves [][]int // row indices; each wave holds each sequence at most once, in order
+	mem   *arena
+
+	count, seen []int // per sequence, while planning
+}
+
+func (b *batch) plan(s *State, rows []Row) {
+	b.n = len(rows)
+	b.seq = b.seq[:0]
+	b.pos = b.pos[:0]
+	b.scan = b.scan[:0]
+	for w := range b.waves {
+		b.waves[w] = b.waves[w][:0]
+	}
+	if len(b.count) < len(s.live) {
+		b.count, b.seen = make([]int, len(s.live)), make([]int, len(s.live))
+	}
+	for _, r := range rows {
+		b.count[r.Seq]++
+	}
+	for i, r := range rows {
+		q := int(r.Seq)
+		k := b.seen[q]
+		b.seen[q] = k + 1
+		b.seq = append(b.seq, q)
+		b.pos = append(b.pos, s.pos[q]+k)
+		b.scan = append(b.scan, b.count[q] > 1 || s.pos[q] == 0)
+		for len(b.waves) <= k {
+			b.waves = append(b.waves, nil)
+		}
+		b.waves[k] = append(b.waves[k], i)
+	}
+	for _, r := range rows {
+		b.count[r.Seq], b.seen[r.Seq] = 0, 0
+	}
+	for len(b.waves) > 0 && len(b.waves[len(b.waves)-1]) == 0 {
+		b.waves = b.waves[:len(b.waves)-1]
+	}
+}
+
+// Forward runs rows through the model, writing the logits of the rows that
+// ask for them, in row order, to logits ([that many][Vocab]). Rows of one
+// sequence must appear in the order of its tokens; any mix of sequences
+// works (a decode batch, a prompt, several prompts, both at once).
+//
+// SSM layers step each sequence's tokens in order through its replay slot;
+// attention layers append keys and values and attend causally. A sequence
+// with several rows in the call, or starting at position 0, is a multi-token
+// forward: NemotronH clamps its Δ as transformers' scan path does
+// (REFERENCE-NOTES point 1). On error the caches of the batch's sequences
+// are in an unknown state: evict them.
+func (d *Decoder) Forward(ctx context.Context, s *State, rows []Row, logits []float32) error {
+	if s.dec != d {
+		return errors.New("forward: state belongs to another model")
+	}
+	nLogits := 0
+	for i, r := range rows {
+		if err := s.check(r.Seq); err != nil {
+			return fmt.Errorf("forward row %d: %w", i, err)
+		}
+		if r.Token < 0 || r.Token >= d.Vocab {
+			return fmt.Errorf("forward row %d: token %d outside the vocabulary [0, %d)", i, r.Token, d.Vocab)
+		}
+		if r.Logits {
+			nLogits++
+		}
+	}
+	if len(logits) < nLogits*d.Vocab {
+		return fmt.Errorf("forward: logits buffer has %d values, want %d×%d", len(logits), nLogits, d.Vocab)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	s.mem.reset()
+	b := &s.b
+	b.mem = &s.mem
+	b.plan(s, rows)
+	n, H := len(rows), d.Hidden
+
+	h := s.mem.get(n * H)
+	for i, r := range rows {
+		copy(h[i*H:(i+1)*H], d.Embed[r.Token*H:(r.Token+1)*H])
+	}
+	xn := s.mem.get(n * H)
+	out := s.mem.get(n * H)
+	for li, l := range d.Layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for bi, br := range l.Branches {
+			br.Norm.Forward(xn, h, n)
+			clear(out)
+			if err := br.Block.forward(b, s.blocks[li][bi], xn, out); err != nil {
+				return fmt.Errorf("layer %d %v: %w", li, br.Block.Kind(), err)
+			}
+			tensor.Add(h, out)
+		}
+		if s.OnLayer != nil {
+			s.OnLayer(li, h)
+		}
+	}
+	if nLogits > 0 {
+		sel := s.mem.get(nLogits * H)
+		k := 0
+		for i, r := range rows {
+			if r.Logits {
+				d.FinalNorm.Forward(sel[k*H:(k+1)*H], h[i*H:(i+1)*H], 1)
+				k++
+			}
+		}
+		d.LMHead.Forward(logits[:nLogits*d.Vocab], sel, nLogits)
+	}
+	for _, r := range rows {
+		s.pos[r.Seq]++
+	}
+	return nil
+}

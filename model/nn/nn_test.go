@@ -1,0 +1,112 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/replayssm/replayssm/tensor"
+)
+
+func TestClampDelta(t *testing.T) {
+	bias := []float32{-4, 0.5, 2}
+	dt := []float32{-10, -10, 30}
+	clampDelta(dt, bias, [2]float64{0.02, 5})
+	want := []float64{0.02, 0.02, 5}
+	for h := range dt {
+		got := tensor.Softplus(float64(dt[h]) + float64(bias[h]))
+		if math.Abs(got-want[h]) > 1e-6*want[h] {
+			t.Errorf("head %d: Δ = %v after clamping, want %v", h, got, want[h])
+		}
+	}
+	in := []float32{0.3, -1}
+	clampDelta(in, bias[:2], [2]float64{0, math.Inf(1)})
+	if in[0] != 0.3 || in[1] != -1 {
+		t.Errorf("no clamp changed dt: %v", in)
+	}
+}
+
+func TestPlan(t *testing.T) {
+	s := &State{live: []bool{true, true, true}, pos: []int{5, 0, 2}}
+	var b batch
+	// Sequence 0 decodes two tokens, 1 prefills two, 2 decodes one.
+	b.plan(s, []Row{{Seq: 0}, {Seq: 1}, {Seq: 0}, {Seq: 2}, {Seq: 1}})
+	if got := fmt.Sprint(b.waves); got != "[[0 1 3] [2 4]]" {
+		t.Errorf("waves %s", got)
+	}
+	if got := fmt.Sprint(b.pos); got != "[5 0 6 2 1]" {
+		t.Errorf("positions %s", got)
+	}
+	if got := fmt.Sprint(b.scan); got != "[true true true false true]" {
+		t.Errorf("scan flags %s", got)
+	}
+	b.plan(s, []Row{{Seq: 2}})
+	if fmt.Sprint(b.waves, b.pos, b.scan) != "[[0]] [2] [false]" {
+		t.Errorf("replanning: %v %v %v", b.waves, b.pos, b.scan)
+	}
+}
+
+func TestRoute(t *testing.T) {
+	E := 8
+	logits := []float32{0.1, 2, -1, 0.5, 1.5, 0, -0.3, 1.9}
+	prob, sel := make([]float32, E), make([]float32, E)
+	chosen, weight := make([]int, 2), make([]float32, 2)
+
+	m := &MoE{Routing: SoftmaxRouter, TopK: 2, NormTopK: true}
+	m.route(logits, prob, sel, chosen, weight)
+	if fmt.Sprint(chosen) != "[1 7]" || math.Abs(float64(weight[0]+weight[1])-1) > 1e-6 || weight[0] <= weight[1] {
+		t.Errorf("softmax router: %v %v", chosen, weight)
+	}
+
+	// The correction bias moves expert 2 into the top 2 but its weight is
+	// its unbiased sigmoid.
+	bias := make([]float32, E)
+	bias[2] = 3
+	m = &MoE{Routing: SigmoidRouter, TopK: 2, NormTopK: false, Scale: 2.5, CorrectionBias: bias}
+	m.route(logits, prob, sel, chosen, weight)
+	if fmt.Sprint(chosen) != "[2 1]" || math.Abs(float64(weight[0])-2.5*float64(tensor.Sigmoid(-1))) > 1e-6 {
+		t.Errorf("sigmoid router: %v %v", chosen, weight)
+	}
+
+	// Four groups of two; a group scores the sum of its two sigmoids: group 0
+	// (experts 0, 1) 1.40 beats group 2 (1.32) and group 3 (1.30). With one
+	// group kept, expert 7 (the second best overall) is out.
+	m = &MoE{Routing: SigmoidRouter, TopK: 2, Groups: 4, TopKGroups: 1, Scale: 1}
+	m.route(logits, prob, sel, chosen, weight)
+	if fmt.Sprint(chosen) != "[1 0]" {
+		t.Errorf("grouped router: %v", chosen)
+	}
+}
+
+func TestStackRows(t *testing.T) {
+	a := Linear{In: 2, Out: 1, W: []float32{1, 2}}
+	b := Linear{In: 2, Out: 2, W: []float32{3, 4, 5, 6}, B: []float32{1, 1}}
+	s, err := StackRows(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := make([]float32, 3)
+	s.Forward(y, []float32{1, 1}, 1)
+	if fmt.Sprint(y) != "[3 8 12]" {
+		t.Errorf("stacked forward %v", y)
+	}
+	if _, err := StackRows(a, Linear{In: 3, Out: 1, W: make([]float32, 3)}); err == nil {
+		t.Error("mismatched inputs accepted")
+	}
+}
+
+func TestArena(t *testing.T) {
+	var a arena
+	x := a.get(10)
+	x[0] = 1
+	a.reset()
+	y := a.get(4)
+	z := a.get(6)
+	if len(a.buf) < 10 || y[0] != 0 || &y[0] == &z[0] {
+		t.Errorf("arena reuse: buf %d, y %v", len(a.buf), y)
+	}
+	y = append(y, 7) // capacity is capped: must not overwrite z
+	if z[0] != 0 {
+		t.Error("append to one buffer overwrote the next")
+	}
+}

@@ -1,0 +1,77 @@
+//go:build !noasm
+
+package tensor
+
+import "golang.org/x/sys/cpu"
+
+// simd reports whether the AVX2+FMA kernels run on this machine.
+var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// dotAVX2 returns Σᵢ a[i]·b[i] for i < n; n must be a multiple of 8.
+//
+//go:noescape
+func dotAVX2(a, b *float32, n int) float32
+
+// dot4AVX2 writes acc[j] = Σᵢ x[i]·w[j·stride+i] for j < 4, i < n; n must
+// be a multiple of 8, stride is in elements.
+//
+//go:noescape
+func dot4AVX2(x, w *float32, stride, n int, acc *[4]float32)
+
+// axpyAVX2 computes y[i] += a·x[i] for i < n; n must be a multiple of 8.
+//
+//go:noescape
+func axpyAVX2(y *float32, a float32, x *float32, n int)
+
+func axpy(y []float32, a float32, x []float32) {
+	if !simd {
+		axpyGo(y, a, x)
+		return
+	}
+	n := len(y) &^ 7
+	x = x[:len(y)]
+	if n > 0 {
+		axpyAVX2(&y[0], a, &x[0], n)
+	}
+	for i := n; i < len(y); i++ {
+		y[i] += a * x[i]
+	}
+}
+
+func dot(a, b []float32) float32 {
+	if !simd {
+		return dotGo(a, b)
+	}
+	n := len(a) &^ 7
+	b = b[:len(a)]
+	var s float32
+	if n > 0 {
+		s = dotAVX2(&a[0], &b[0], n)
+	}
+	for i := n; i < len(a); i++ {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+func dot4(x, w []float32, n int, acc *[4]float32) {
+	if !simd {
+		dot4Go(x, w, n, acc)
+		return
+	}
+	m := n &^ 7
+	x = x[:n]
+	w = w[:4*n]
+	if m == 0 {
+		dot4Go(x, w, n, acc)
+		return
+	}
+	dot4AVX2(&x[0], &w[0], n, m, acc)
+	for i := m; i < n; i++ {
+		v := x[i]
+		acc[0] += v * w[i]
+		acc[1] += v * w[n+i]
+		acc[2] += v * w[2*n+i]
+		acc[3] += v * w[3*n+i]
+	}
+}

@@ -1,0 +1,10 @@
+//go:build !amd64 || noasm
+
+package tensor
+
+// simd is false where no assembly kernels are built.
+const simd = false
+
+func dot(a, b []float32) float32                  { return dotGo(a, b) }
+func dot4(x, w []float32, n int, acc *[4]float32) { dot4Go(x, w, n, acc) }
+func axpy(y []float32, a float32, x []float32)    { axpyGo(y, a, x) }
