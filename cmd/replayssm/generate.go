@@ -20,6 +20,7 @@ import (
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/tokenizer"
 	"github.com/replayssm/replayssm/tokenizer/chat"
+	"github.com/schollz/progressbar/v3"
 )
 
 // stateFlags are the ReplaySSM options shared by generate and eval.
@@ -104,37 +105,40 @@ func loadModel(w io.Writer, dir string) (*nn.Decoder, error) {
 	return d, err
 }
 
-// progress is a one-line loading bar, shown only for checkpoints above
-// progressMin bytes so that small models load silently.
+// progress draws a loading bar (github.com/schollz/progressbar), shown only
+// for checkpoints above progressMin bytes so that small models load silently.
 type progress struct {
 	w     io.Writer
 	label string
-	shown bool
-	last  time.Time
-	start time.Time
+	bar   *progressbar.ProgressBar
 }
 
 const progressMin = 256 << 20
 
 func newProgress(w io.Writer, label string) *progress {
-	return &progress{w: w, label: label, start: time.Now()}
+	return &progress{w: w, label: label}
 }
 
 func (p *progress) update(done, total int64) {
-	if total < progressMin || (time.Since(p.last) < 100*time.Millisecond && done < total) {
+	if total < progressMin {
 		return
 	}
-	p.last, p.shown = time.Now(), true
-	const width = 30
-	frac := float64(done) / float64(total)
-	n := int(frac * width)
-	fmt.Fprintf(p.w, "\r%s [%s%s] %3.0f%% %.1f/%.1f GiB", p.label, strings.Repeat("=", n), strings.Repeat(" ", width-n),
-		100*frac, float64(done)/(1<<30), float64(total)/(1<<30))
+	if p.bar == nil {
+		p.bar = progressbar.NewOptions64(total,
+			progressbar.OptionSetWriter(p.w),
+			progressbar.OptionSetDescription(p.label),
+			progressbar.OptionShowBytes(true),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionShowElapsedTimeOnFinish(),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(p.w) }))
+	}
+	_ = p.bar.Set64(done)
 }
 
 func (p *progress) done() {
-	if p.shown {
-		fmt.Fprintf(p.w, " %.1fs\n", time.Since(p.start).Seconds())
+	if p.bar != nil {
+		_ = p.bar.Finish()
 	}
 }
 
