@@ -78,8 +78,13 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if *device != "cpu" {
-		return fmt.Errorf("device %q: only the cpu kernels are built so far", *device)
+	run := bench.RunKernels
+	switch *device {
+	case "cpu":
+	case "cuda":
+		run = bench.RunKernelsCUDA
+	default:
+		return fmt.Errorf("%w: device %q (want cpu or cuda)", errUsage, *device)
 	}
 	cfg := bench.KernelConfig{Window: *window, Drafts: *drafts, Threads: *threads, MinTime: *minTime, Modes: splitList(*modes)}
 	var err error
@@ -117,13 +122,17 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
-		return bench.RunKernels(ctx, cfg, func(r bench.Row) error { return enc.Encode(r) })
+		return run(ctx, cfg, func(r bench.Row) error { return enc.Encode(r) })
 	}
 	first := true
-	return bench.RunKernels(ctx, cfg, func(r bench.Row) error {
+	return run(ctx, cfg, func(r bench.Row) error {
 		if first {
-			fmt.Fprintf(e.stdout, "device cpu (%d threads), copy bandwidth %.1f GB/s (read+write), read-only %.1f GB/s, window L=%d, verify T=%d\n",
-				r.Threads, r.CopyGBps, r.ReadGBps, *window, *drafts)
+			where := fmt.Sprintf("cpu (%d threads)", r.Threads)
+			if r.Device != "cpu" {
+				where = r.Device
+			}
+			fmt.Fprintf(e.stdout, "device %s, copy bandwidth %.1f GB/s (read+write), read-only %.1f GB/s, window L=%d, verify T=%d\n",
+				where, r.CopyGBps, r.ReadGBps, *window, *drafts)
 			fmt.Fprintf(e.stdout, "%-20s %-5s %5s %-16s %9s %9s %9s %8s %7s %6s %8s\n",
 				"shape", "dtype", "batch", "mode", "us/step", "nonflush", "flush", "MB/step", "GB/s", "%copy", "vs base")
 			first = false

@@ -1,0 +1,390 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/replay"
+)
+
+// This file holds what the GPU state caches (Mamba2Cache, GDNCache) share:
+// options, the compiled module, the host-side slot table and the device-side
+// cursors. The caches mirror package replay's semantics and data layout on
+// device buffers (DESIGN.md 2, 2.3): every per-slot decision of a step (flush
+// or not, early fold before a verify) is taken by the kernels from cursors in
+// device memory, and small kernels move the cursors afterwards, so a decode
+// step queues a fixed sequence of launches with no host round trip and can be
+// captured in a CUDA graph. Commit reads the accepted counts from device
+// memory for the same reason.
+
+// ErrReplayOptions reports options or shapes the GPU caches do not support.
+var ErrReplayOptions = errors.New("cuda: unsupported replay cache options")
+
+// replayRingMax bounds window + max drafts: the ring's per-entry tables live
+// in static shared memory (48 KiB per block).
+const replayRingMax = 32
+
+// replayCommon is the state both GPU caches share.
+type replayCommon struct {
+	d        *Device
+	opt      replay.Options
+	capacity int
+	threads  int // per CTA
+
+	mod                               *Module
+	cursorStep, cursorVerify, commitF *Function
+
+	// Device cursors, one int32 per slot: hist is the number of committed
+	// ring entries since the checkpoint (replay), cur the current state
+	// buffer (baseline), pending the drafts of the last verify; errFlag is
+	// set by commit when a count was out of range.
+	hist, cur, pending, errFlag Buffer
+
+	live []bool
+	free []replay.Slot
+
+	args Args // the launch being built; a cache is driven by one goroutine
+	bufs []Buffer
+}
+
+// replayDefaults fills in the defaults of package replay and checks what the
+// GPU kernels support.
+func replayDefaults(opt replay.Options) (replay.Options, error) {
+	if opt.Window == 0 {
+		opt.Window = replay.DefaultWindow
+	}
+	if opt.Window < 1 || opt.MaxDraft < 0 || opt.MaxDraft > replay.MaxDraftLimit {
+		return opt, fmt.Errorf("%w: window %d, max draft %d", ErrReplayOptions, opt.Window, opt.MaxDraft)
+	}
+	if opt.Window+opt.MaxDraft > replayRingMax {
+		return opt, fmt.Errorf("%w: window %d + max draft %d exceeds %d ring entries", ErrReplayOptions, opt.Window, opt.MaxDraft, replayRingMax)
+	}
+	switch opt.State {
+	case numeric.F32, numeric.BF16:
+	default:
+		return opt, fmt.Errorf("%w: state format %v (want fp32 or bf16)", ErrReplayOptions, opt.State)
+	}
+	switch opt.ReadCopy {
+	case numeric.F32, numeric.NVFP4:
+	default:
+		return opt, fmt.Errorf("%w: read copy %v (want none or nvfp4)", ErrReplayOptions, opt.ReadCopy)
+	}
+	if opt.ReadCopy != numeric.F32 && opt.Mode != replay.Replay {
+		return opt, fmt.Errorf("%w: a read copy needs replay mode", ErrReplayOptions)
+	}
+	if opt.Stochastic {
+		return opt, fmt.Errorf("%w: stochastic rounding", ErrReplayOptions)
+	}
+	return opt, nil
+}
+
+// checkMatrix checks that rows x cols matrices map onto the kernels' lanes:
+// every row splits into 4-, 8- and 16-element chunks shared by 1, 2, 4 or a
+// multiple of 8 lanes.
+func checkMatrix(rows, cols, heads int) error {
+	if cols%16 != 0 || rows < 1 {
+		return fmt.Errorf("%w: state rows of %d elements (want a multiple of 16)", ErrReplayOptions, cols)
+	}
+	for _, vec := range []int{4, 8, 16} {
+		ch := cols / vec
+		if (ch < 8 && ch&(ch-1) != 0) || (ch >= 8 && ch%8 != 0) {
+			return fmt.Errorf("%w: state rows of %d elements", ErrReplayOptions, cols)
+		}
+	}
+	if heads*rows*cols%64 != 0 {
+		return fmt.Errorf("%w: %d state elements per slot (want a multiple of 64)", ErrReplayOptions, heads*rows*cols)
+	}
+	return nil
+}
+
+// replayThreads picks the CTA size: 4 to 8 warps, preferring a count whose
+// rows per pass divide the matrix rows, so no warp idles in the last pass.
+func replayThreads(rows, cols int, state numeric.Format) int {
+	vec := 4
+	if state == numeric.BF16 {
+		vec = 8
+	}
+	lanes := min(8, cols/vec)
+	rpw := 32 / lanes
+	for w := 8; w >= 4; w-- {
+		if rows%(w*rpw) == 0 {
+			return 32 * w
+		}
+	}
+	if rows <= 4*rpw {
+		return 128
+	}
+	return 256
+}
+
+func fmtDefine(f numeric.Format) int {
+	switch f {
+	case numeric.BF16:
+		return 1
+	case numeric.NVFP4:
+		return 2
+	}
+	return 0
+}
+
+func (c *replayCommon) ring() int { return c.opt.Window + c.opt.MaxDraft }
+
+func (c *replayCommon) stateBuffers() int {
+	if c.opt.Mode == replay.Baseline {
+		return 1 + c.opt.MaxDraft
+	}
+	return 1
+}
+
+// init compiles the module (replay_common.cu + file) with the shape defines
+// and allocates the cursors.
+func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, capacity, rows, cols int, file string, defines []string) error {
+	c.d, c.opt, c.capacity = d, opt, capacity
+	c.threads = replayThreads(rows, cols, opt.State)
+	common, err := KernelSource("replay_common.cu")
+	if err != nil {
+		return err
+	}
+	src, err := KernelSource(file)
+	if err != nil {
+		return err
+	}
+	opts := append([]string{
+		"--std=c++17",
+		fmt.Sprintf("-DROWS=%d", rows), fmt.Sprintf("-DCOLS=%d", cols), fmt.Sprintf("-DNT=%d", c.threads),
+		fmt.Sprintf("-DSTATE_FMT=%d", fmtDefine(opt.State)), fmt.Sprintf("-DREAD_FMT=%d", fmtDefine(opt.ReadCopy)),
+		fmt.Sprintf("-DRMAX=%d", c.ring()), fmt.Sprintf("-DTMAX=%d", max(1, opt.MaxDraft)),
+	}, defines...)
+	if c.mod, err = d.Compile(ctx, file, common+"\n"+src, opts...); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		dst  **Function
+		name string
+	}{{&c.cursorStep, "cursor_step"}, {&c.cursorVerify, "cursor_verify"}, {&c.commitF, "commit"}} {
+		if *f.dst, err = c.mod.Function(f.name); err != nil {
+			return err
+		}
+	}
+	for _, b := range []*Buffer{&c.hist, &c.cur, &c.pending} {
+		if *b, err = c.alloc(4 * capacity); err != nil {
+			return err
+		}
+	}
+	if c.errFlag, err = c.alloc(4); err != nil {
+		return err
+	}
+	if err := d.Memset(c.errFlag, 0); err != nil {
+		return err
+	}
+	c.live = make([]bool, capacity)
+	for i := capacity - 1; i >= 0; i-- {
+		c.free = append(c.free, replay.Slot(i))
+	}
+	return nil
+}
+
+// alloc allocates a buffer that Close frees.
+func (c *replayCommon) alloc(bytes int) (Buffer, error) {
+	b, err := c.d.Alloc(max(bytes, 4))
+	if err != nil {
+		return Buffer{}, err
+	}
+	c.bufs = append(c.bufs, b)
+	return b, nil
+}
+
+// uploadF64 allocates a buffer holding v as float64.
+func (c *replayCommon) uploadF64(v []float64) (Buffer, error) {
+	b, err := c.alloc(8 * len(v))
+	if err != nil {
+		return Buffer{}, err
+	}
+	raw := make([]byte, 8*len(v))
+	for i, x := range v {
+		putU64(raw[8*i:], math.Float64bits(x))
+	}
+	return b, c.d.CopyToDevice(b, raw)
+}
+
+// uploadF32 allocates a buffer holding v.
+func (c *replayCommon) uploadF32(v []float32) (Buffer, error) {
+	b, err := c.alloc(4 * len(v))
+	if err != nil {
+		return Buffer{}, err
+	}
+	return b, c.d.CopyToDeviceF32(b, v)
+}
+
+func (c *replayCommon) close() error {
+	var errs []error
+	for _, b := range c.bufs {
+		if err := c.d.Free(b); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.bufs = nil
+	if err := c.mod.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// admit takes the lowest free slot.
+func (c *replayCommon) admit() (replay.Slot, error) {
+	if len(c.free) == 0 {
+		return -1, fmt.Errorf("cache full: all %d slots are live", c.capacity)
+	}
+	s := c.free[len(c.free)-1]
+	c.free = c.free[:len(c.free)-1]
+	c.live[s] = true
+	return s, nil
+}
+
+func (c *replayCommon) evict(s replay.Slot) error {
+	if s < 0 || int(s) >= c.capacity || !c.live[s] {
+		return fmt.Errorf("slot %d is not live", s)
+	}
+	c.live[s] = false
+	c.free = append(c.free, s)
+	return nil
+}
+
+// clearRegion queues zeroing bytes [off, off+n) of b on s.
+func clearRegion(s *Stream, b Buffer, off, n int) error {
+	if n == 0 {
+		return nil
+	}
+	r, err := b.Slice(off, n)
+	if err != nil {
+		return err
+	}
+	return s.Memset32(r, 0)
+}
+
+// resetCursors queues zeroing slot s's cursors.
+func (c *replayCommon) resetCursors(st *Stream, s replay.Slot) error {
+	for _, b := range []Buffer{c.hist, c.cur, c.pending} {
+		if err := clearRegion(st, b, 4*int(s), 4); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// need checks that a device buffer holds at least n bytes.
+func need(name string, b Buffer, n int) error {
+	if b.bytes < n || b.ptr == 0 {
+		return fmt.Errorf("%s: %d bytes, want %d", name, b.bytes, n)
+	}
+	return nil
+}
+
+// launchCursorStep queues the cursor move after a step.
+func (c *replayCommon) launchCursorStep(st *Stream, slots Buffer, batch int) error {
+	replayMode := int32(0)
+	if c.opt.Mode == replay.Replay {
+		replayMode = 1
+	}
+	a := &c.args
+	a.Reset()
+	a.Ptr(c.hist)
+	a.Ptr(c.pending)
+	a.Ptr(slots)
+	a.I32(int32(batch))
+	a.I32(int32(c.opt.Window))
+	a.I32(replayMode)
+	return c.d.Launch(c.cursorStep, [3]uint32{uint32((batch + 127) / 128), 1, 1}, [3]uint32{128, 1, 1}, 0, st, a)
+}
+
+// launchCursorVerify queues the cursor move after a verify.
+func (c *replayCommon) launchCursorVerify(st *Stream, slots, counts Buffer, batch, T int) error {
+	replayMode := int32(0)
+	if c.opt.Mode == replay.Replay {
+		replayMode = 1
+	}
+	a := &c.args
+	a.Reset()
+	a.Ptr(c.hist)
+	a.Ptr(c.pending)
+	a.Ptr(slots)
+	a.Ptr(counts)
+	a.I32(int32(T))
+	a.I32(int32(batch))
+	a.I32(int32(c.ring()))
+	a.I32(replayMode)
+	return c.d.Launch(c.cursorVerify, [3]uint32{uint32((batch + 127) / 128), 1, 1}, [3]uint32{128, 1, 1}, 0, st, a)
+}
+
+// commit queues the acceptance of accepted[b] (int32, device memory) drafts
+// of slots[b]'s last verify: a cursor move in replay mode, the choice of a
+// state buffer in baseline mode. Nothing is copied.
+func (c *replayCommon) commit(st *Stream, batch int, slots, accepted Buffer) error {
+	if batch < 1 || batch > c.capacity {
+		return fmt.Errorf("commit: batch %d out of range [1, %d]", batch, c.capacity)
+	}
+	if err := need("slots", slots, 4*batch); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	if err := need("accepted", accepted, 4*batch); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	replayMode := int32(0)
+	if c.opt.Mode == replay.Replay {
+		replayMode = 1
+	}
+	a := &c.args
+	a.Reset()
+	a.Ptr(c.hist)
+	a.Ptr(c.cur)
+	a.Ptr(c.pending)
+	a.Ptr(slots)
+	a.Ptr(accepted)
+	a.I32(int32(batch))
+	a.I32(int32(c.stateBuffers()))
+	a.I32(replayMode)
+	a.Ptr(c.errFlag)
+	return c.d.Launch(c.commitF, [3]uint32{uint32((batch + 127) / 128), 1, 1}, [3]uint32{128, 1, 1}, 0, st, a)
+}
+
+// commitErrors reads and clears the flag commit sets for accepted counts
+// outside [0, pending]; it synchronises with st.
+func (c *replayCommon) commitErrors(st *Stream) error {
+	var b [4]byte
+	if err := st.CopyFromDevice(b[:], c.errFlag); err != nil {
+		return err
+	}
+	if b[0]|b[1]|b[2]|b[3] != 0 {
+		if err := clearRegion(st, c.errFlag, 0, 4); err != nil {
+			return err
+		}
+		return errors.New("commit: an accepted count was outside [0, pending drafts]; it was clamped")
+	}
+	return nil
+}
+
+// checkBatch validates the batch and its slot list.
+func (c *replayCommon) checkBatch(batch int, slots Buffer) error {
+	if batch < 1 || batch > c.capacity || batch > 65535 {
+		return fmt.Errorf("batch %d out of range [1, %d]", batch, min(c.capacity, 65535))
+	}
+	return need("slots", slots, 4*batch)
+}
+
+// checkDrafts validates the draft stride T and the optional per-slot counts
+// (int32 in 1..T, device memory) of a Verify.
+func (c *replayCommon) checkDrafts(batch, T int, counts Buffer) error {
+	if c.opt.MaxDraft == 0 {
+		return errors.New("verify: cache built with MaxDraft 0")
+	}
+	if T < 1 || T > c.opt.MaxDraft {
+		return fmt.Errorf("verify: %d drafts per slot, cache allows 1..%d", T, c.opt.MaxDraft)
+	}
+	if counts.ptr != 0 {
+		return need("counts", counts, 4*batch)
+	}
+	return nil
+}

@@ -1,0 +1,347 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/ssm"
+)
+
+// GDNInput is one batch of Gated DeltaNet recurrence inputs in device
+// memory, laid out as replay.GDNInput: row r holds q and k [Hk·dk] (before the
+// l2 normalisation), v [Hv·dv] and the raw a and b [Hv] (float32). Slots and
+// Counts are as in Mamba2Input.
+type GDNInput struct {
+	Slots         Buffer
+	Q, K, V, A, B Buffer
+	Counts        Buffer
+}
+
+// GDNCache is the GPU twin of replay.GDNCache (see Mamba2Cache for what is
+// shared). The state of value head j is stored transposed, dv rows of dk, as
+// on the CPU. The ring keeps the normalised k [Hk·dk], v [Hv·dv], the decay
+// exp(g) and β [Hv] of each step and caches the corrected update u [Hv·dv] for the
+// output path; a flush is the exact fold from the raw k, v, g, β on the
+// checkpoint, never from cached u (DESIGN.md 2.2).
+type GDNCache struct {
+	replayCommon
+	shape ssm.GDNShape
+
+	nonflush, flush, verify      *Function
+	baselineStep, baselineVerify *Function
+
+	negA, dtb Buffer // −exp(A_log), dt_bias (float64)
+	qscale    float32
+
+	state                Buffer
+	codes, scales, scale Buffer
+	ringK, ringV, ringU  Buffer
+	ringA, ringBeta      Buffer
+}
+
+// NewGDNCache compiles the kernels for the shape and options and allocates a
+// cache of capacity slots on d (see NewMamba2Cache for the options).
+func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.GDNParams, capacity int, opt replay.Options) (*GDNCache, error) {
+	if err := shape.Validate(); err != nil {
+		return nil, err
+	}
+	opt, err := replayDefaults(opt)
+	if err != nil {
+		return nil, err
+	}
+	Hk, Hv, dk, dv := shape.KeyHeads, shape.ValueHeads, shape.KeyDim, shape.ValueDim
+	if err := checkMatrix(dv, dk, Hv); err != nil {
+		return nil, err
+	}
+	if len(prm.ALog) != Hv || len(prm.DtBias) != Hv {
+		return nil, fmt.Errorf("cuda: gdn cache: A_log and dt_bias need %d values each", Hv)
+	}
+	if capacity < 1 {
+		return nil, fmt.Errorf("cuda: gdn cache: capacity %d must be positive", capacity)
+	}
+	c := &GDNCache{shape: shape, qscale: float32(1 / math.Sqrt(float64(dk)))}
+	fail := func(err error) (*GDNCache, error) {
+		c.close()
+		return nil, fmt.Errorf("cuda: gdn cache: %w", err)
+	}
+	if err := c.init(ctx, d, opt, capacity, dv, dk, "replay_gdn.cu", []string{
+		fmt.Sprintf("-DNKH=%d", Hk), fmt.Sprintf("-DNVH=%d", Hv), fmt.Sprintf("-DL2EPS=%g", ssm.L2NormEps),
+	}); err != nil {
+		return fail(err)
+	}
+	for _, f := range []struct {
+		dst  **Function
+		name string
+	}{
+		{&c.nonflush, "gdn_replay_nonflush"}, {&c.flush, "gdn_replay_flush"},
+		{&c.verify, "gdn_replay_verify"},
+		{&c.baselineStep, "gdn_baseline_step"}, {&c.baselineVerify, "gdn_baseline_verify"},
+	} {
+		if *f.dst, err = c.mod.Function(f.name); err != nil {
+			return fail(err)
+		}
+	}
+	negA, dtb := make([]float64, Hv), make([]float64, Hv)
+	for j := range Hv {
+		negA[j] = -math.Exp(float64(prm.ALog[j]))
+		dtb[j] = float64(prm.DtBias[j])
+	}
+	if c.negA, err = c.uploadF64(negA); err != nil {
+		return fail(err)
+	}
+	if c.dtb, err = c.uploadF64(dtb); err != nil {
+		return fail(err)
+	}
+	es := 4
+	if opt.State == numeric.BF16 {
+		es = 2
+	}
+	E := dk * dv
+	if c.state, err = c.alloc(capacity * c.stateBuffers() * Hv * E * es); err != nil {
+		return fail(err)
+	}
+	if opt.ReadCopy == numeric.NVFP4 {
+		if c.codes, err = c.alloc(capacity * Hv * E / 2); err != nil {
+			return fail(err)
+		}
+		if c.scales, err = c.alloc(capacity * Hv * E / 16); err != nil {
+			return fail(err)
+		}
+		if c.scale, err = c.alloc(4 * capacity * Hv); err != nil {
+			return fail(err)
+		}
+	}
+	if opt.Mode == replay.Replay {
+		R := c.ring()
+		for _, b := range []struct {
+			dst   *Buffer
+			elems int
+		}{
+			{&c.ringK, Hk * dk}, {&c.ringV, Hv * dv}, {&c.ringU, Hv * dv},
+			{&c.ringA, Hv}, {&c.ringBeta, Hv},
+		} {
+			if *b.dst, err = c.alloc(4 * capacity * R * b.elems); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	return c, nil
+}
+
+// Close frees the cache's device memory and module. Work queued on it must
+// have finished.
+func (c *GDNCache) Close() error { return c.close() }
+
+// Shape returns the layer shape.
+func (c *GDNCache) Shape() ssm.GDNShape { return c.shape }
+
+// Options returns the options in force (defaults filled in).
+func (c *GDNCache) Options() replay.Options { return c.opt }
+
+// Capacity is the number of slots.
+func (c *GDNCache) Capacity() int { return c.capacity }
+
+// ThreadsPerBlock is the CTA size the kernels were compiled for.
+func (c *GDNCache) ThreadsPerBlock() int { return c.threads }
+
+// Module is the compiled kernel module.
+func (c *GDNCache) Module() *Module { return c.mod }
+
+// Admit takes a free slot and queues on s the clearing of its state, read
+// copy and cursors.
+func (c *GDNCache) Admit(s *Stream) (replay.Slot, error) {
+	slot, err := c.admit()
+	if err != nil {
+		return slot, fmt.Errorf("cuda: gdn cache: %w", err)
+	}
+	if err := c.clearSlot(s, slot); err != nil {
+		return slot, fmt.Errorf("cuda: gdn cache: admit: %w", err)
+	}
+	return slot, nil
+}
+
+// Reset queues on s the clearing of a live slot's state and cursors.
+func (c *GDNCache) Reset(s *Stream, slot replay.Slot) error {
+	if slot < 0 || int(slot) >= c.capacity || !c.live[slot] {
+		return fmt.Errorf("cuda: gdn cache: reset: slot %d is not live", slot)
+	}
+	return c.clearSlot(s, slot)
+}
+
+// Evict frees a slot.
+func (c *GDNCache) Evict(slot replay.Slot) error {
+	if err := c.evict(slot); err != nil {
+		return fmt.Errorf("cuda: gdn cache: evict: %w", err)
+	}
+	return nil
+}
+
+func (c *GDNCache) clearSlot(st *Stream, s replay.Slot) error {
+	Hv, E := c.shape.ValueHeads, c.shape.KeyDim*c.shape.ValueDim
+	per := c.state.bytes / c.capacity
+	if err := clearRegion(st, c.state, int(s)*per, per); err != nil {
+		return err
+	}
+	if c.codes.ptr != 0 {
+		if err := clearRegion(st, c.codes, int(s)*Hv*E/2, Hv*E/2); err != nil {
+			return err
+		}
+		if err := clearRegion(st, c.scales, int(s)*Hv*E/16, Hv*E/16); err != nil {
+			return err
+		}
+		if err := clearRegion(st, c.scale, 4*int(s)*Hv, 4*Hv); err != nil {
+			return err
+		}
+	}
+	return c.resetCursors(st, s)
+}
+
+func (c *GDNCache) checkInput(batch, T int, in GDNInput, o Buffer) error {
+	if err := c.checkBatch(batch, in.Slots); err != nil {
+		return err
+	}
+	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
+	rows := batch * T
+	for _, e := range []error{
+		need("q", in.Q, 4*rows*Hk*dk), need("k", in.K, 4*rows*Hk*dk), need("v", in.V, 4*rows*Hv*dv),
+		need("a", in.A, 4*rows*Hv), need("b", in.B, 4*rows*Hv), need("o", o, 4*rows*Hv*dv),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func (c *GDNCache) grid(batch int) [3]uint32 {
+	return [3]uint32{uint32(c.shape.ValueHeads), uint32(batch), 1}
+}
+
+func (c *GDNCache) replayArgs(a *Args) {
+	a.Ptr(c.state)
+	a.Ptr(c.codes)
+	a.Ptr(c.scales)
+	a.Ptr(c.scale)
+	a.Ptr(c.ringK)
+	a.Ptr(c.ringV)
+	a.Ptr(c.ringA)
+	a.Ptr(c.ringBeta)
+	a.Ptr(c.ringU)
+}
+
+func (c *GDNCache) inputArgs(a *Args, in GDNInput, o Buffer) {
+	a.Ptr(in.Q)
+	a.Ptr(in.K)
+	a.Ptr(in.V)
+	a.Ptr(in.A)
+	a.Ptr(in.B)
+	a.Ptr(o)
+	a.Ptr(c.negA)
+	a.Ptr(c.dtb)
+	a.F32(c.qscale)
+}
+
+// Step queues one standard decode step for the batch's slots on s and writes
+// o [batch][Hv·dv] (before the gated norm). See Mamba2Cache.Step.
+func (c *GDNCache) Step(s *Stream, batch int, in GDNInput, o Buffer) error {
+	if err := c.checkInput(batch, 1, in, o); err != nil {
+		return fmt.Errorf("cuda: gdn cache: step: %w", err)
+	}
+	if c.opt.Mode == replay.Baseline {
+		if err := c.launchBaseline(s, batch, 1, false, in, o); err != nil {
+			return err
+		}
+		return c.launchCursorStep(s, in.Slots, batch)
+	}
+	a := &c.args
+	a.Reset()
+	c.replayArgs(a)
+	a.Ptr(c.hist)
+	a.Ptr(in.Slots)
+	c.inputArgs(a, in, o)
+	a.I32(int32(c.opt.Window))
+	for _, fn := range []*Function{c.nonflush, c.flush} {
+		if err := c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
+			return err
+		}
+	}
+	return c.launchCursorStep(s, in.Slots, batch)
+}
+
+func (c *GDNCache) launchBaseline(s *Stream, batch, T int, verify bool, in GDNInput, o Buffer) error {
+	fn := c.baselineStep
+	if verify {
+		fn = c.baselineVerify
+	}
+	a := &c.args
+	a.Reset()
+	a.Ptr(c.state)
+	a.Ptr(c.cur)
+	a.Ptr(in.Slots)
+	a.Ptr(in.Counts)
+	a.I32(int32(T))
+	a.I32(int32(c.stateBuffers()))
+	c.inputArgs(a, in, o)
+	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
+}
+
+// Verify queues the outputs of T draft inputs per slot without writing any
+// checkpoint. See Mamba2Cache.Verify.
+func (c *GDNCache) Verify(s *Stream, batch, T int, in GDNInput, o Buffer) error {
+	if err := c.checkDrafts(batch, T, in.Counts); err != nil {
+		return fmt.Errorf("cuda: gdn cache: %w", err)
+	}
+	if err := c.checkInput(batch, T, in, o); err != nil {
+		return fmt.Errorf("cuda: gdn cache: verify: %w", err)
+	}
+	if c.opt.Mode == replay.Baseline {
+		if err := c.launchBaseline(s, batch, T, true, in, o); err != nil {
+			return err
+		}
+		return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
+	}
+	a := &c.args
+	a.Reset()
+	c.replayArgs(a)
+	a.Ptr(c.hist)
+	a.Ptr(in.Slots)
+	a.Ptr(in.Counts)
+	a.I32(int32(T))
+	c.inputArgs(a, in, o)
+	a.I32(int32(c.ring()))
+	if err := c.d.Launch(c.verify, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
+		return err
+	}
+	return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
+}
+
+// Commit queues the acceptance of accepted[i] drafts of slots[i]'s last
+// Verify. See Mamba2Cache.Commit.
+func (c *GDNCache) Commit(s *Stream, batch int, slots, accepted Buffer) error {
+	if err := c.commit(s, batch, slots, accepted); err != nil {
+		return fmt.Errorf("cuda: gdn cache: %w", err)
+	}
+	return nil
+}
+
+// CommitErrors reports (and clears) whether a Commit saw an accepted count
+// outside [0, pending drafts]; it synchronises with s.
+func (c *GDNCache) CommitErrors(s *Stream) error { return c.commitErrors(s) }
+
+// StateBytes is what one full state transfer of one slot moves, and
+// ReadBytes what a non-flush step reads of one slot's state.
+func (c *GDNCache) StateBytes() (state, read int) {
+	E := c.shape.ValueHeads * c.shape.KeyDim * c.shape.ValueDim
+	state = 4 * E
+	if c.opt.State == numeric.BF16 {
+		state = 2 * E
+	}
+	read = state
+	if c.opt.ReadCopy == numeric.NVFP4 {
+		read = E/2 + E/16 + 4*c.shape.ValueHeads
+	}
+	return state, read
+}

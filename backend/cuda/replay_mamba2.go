@@ -1,0 +1,386 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/ssm"
+)
+
+// Mamba2Input is one batch of Mamba-2 SSM-core inputs in device memory, laid
+// out as replay.Mamba2Input: row r holds x [H·P], B and C [G·N] and the raw dt
+// [H] (float32). Slots holds one int32 slot per batch row; for Verify with T
+// drafts, row i·T+s is draft s of Slots[i], and Counts (optional, int32 in
+// 1..T) gives each slot's own number of drafts.
+type Mamba2Input struct {
+	Slots       Buffer
+	X, B, C, Dt Buffer
+	Counts      Buffer
+	// DtMin, when positive, clamps Δ = softplus(dt + dt_bias) from below,
+	// as replay.Mamba2Input.DtMin does (transformers' multi-token path).
+	DtMin float32
+}
+
+// Mamba2Cache is the GPU twin of replay.Mamba2Cache: the same modes
+// (replay, baseline), state formats (fp32, bf16 checkpoints; an nvfp4 read
+// copy), data layout and semantics, on device buffers. Step, Verify and
+// Commit only queue work on a stream: the flush decisions and cursor moves
+// happen on the device, so they can be captured in a CUDA graph.
+//
+// Device layouts (all little-endian, as the CPU cache's):
+//   - state [slot][buffer][head][P][N] in fp32 or bf16 (1+MaxDraft buffers
+//     in baseline mode, 1 in replay mode);
+//   - read copy (nvfp4) codes [slot][head][P·N/2] (element 2i in the low
+//     nibble of byte i), block scales [slot][head][P·N/16] (e4m3), global
+//     scales [slot][head] (float32);
+//   - ring [slot][L+MaxDraft entries]: x [H·P], B [G·N], Δ [H], exp(Δ·A) [H].
+//
+// A cache is driven by one goroutine at a time.
+type Mamba2Cache struct {
+	replayCommon
+	shape ssm.Mamba2Shape
+
+	nonflush, flush, verify      *Function
+	baselineStep, baselineVerify *Function
+
+	a, dtb, dd Buffer // A = −exp(A_log) and dt_bias (float64), D (float32)
+
+	state                Buffer
+	codes, scales, scale Buffer // read copy
+	ringX, ringB         Buffer
+	ringDt, ringA        Buffer
+}
+
+// NewMamba2Cache compiles the kernels for the shape and options and
+// allocates a cache of capacity slots on d. Options are package replay's;
+// the GPU supports fp32 and bf16 states, an nvfp4 read copy or none, no
+// stochastic rounding, and window + max drafts ≤ 32.
+func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm replay.Mamba2Params, capacity int, opt replay.Options) (*Mamba2Cache, error) {
+	if err := shape.Validate(); err != nil {
+		return nil, err
+	}
+	opt, err := replayDefaults(opt)
+	if err != nil {
+		return nil, err
+	}
+	H, P, N, G := shape.Heads, shape.HeadDim, shape.StateSize, shape.Groups
+	if err := checkMatrix(P, N, H); err != nil {
+		return nil, err
+	}
+	if len(prm.ALog) != H || len(prm.DtBias) != H || len(prm.D) != H {
+		return nil, fmt.Errorf("cuda: mamba2 cache: A_log, dt_bias and D need %d values each", H)
+	}
+	if capacity < 1 {
+		return nil, fmt.Errorf("cuda: mamba2 cache: capacity %d must be positive", capacity)
+	}
+	c := &Mamba2Cache{shape: shape}
+	fail := func(err error) (*Mamba2Cache, error) {
+		c.close()
+		return nil, fmt.Errorf("cuda: mamba2 cache: %w", err)
+	}
+	if err := c.init(ctx, d, opt, capacity, P, N, "replay_mamba2.cu",
+		[]string{fmt.Sprintf("-DNHEADS=%d", H), fmt.Sprintf("-DNGROUPS=%d", G)}); err != nil {
+		return fail(err)
+	}
+	for _, f := range []struct {
+		dst  **Function
+		name string
+	}{
+		{&c.nonflush, "mamba2_replay_nonflush"}, {&c.flush, "mamba2_replay_flush"},
+		{&c.verify, "mamba2_replay_verify"},
+		{&c.baselineStep, "mamba2_baseline_step"}, {&c.baselineVerify, "mamba2_baseline_verify"},
+	} {
+		if *f.dst, err = c.mod.Function(f.name); err != nil {
+			return fail(err)
+		}
+	}
+	a, dtb := make([]float64, H), make([]float64, H)
+	for h := range H {
+		a[h] = -math.Exp(float64(prm.ALog[h]))
+		dtb[h] = float64(prm.DtBias[h])
+	}
+	if c.a, err = c.uploadF64(a); err != nil {
+		return fail(err)
+	}
+	if c.dtb, err = c.uploadF64(dtb); err != nil {
+		return fail(err)
+	}
+	if c.dd, err = c.uploadF32(prm.D); err != nil {
+		return fail(err)
+	}
+	es := 4
+	if opt.State == numeric.BF16 {
+		es = 2
+	}
+	E := P * N
+	if c.state, err = c.alloc(capacity * c.stateBuffers() * H * E * es); err != nil {
+		return fail(err)
+	}
+	if opt.ReadCopy == numeric.NVFP4 {
+		if c.codes, err = c.alloc(capacity * H * E / 2); err != nil {
+			return fail(err)
+		}
+		if c.scales, err = c.alloc(capacity * H * E / 16); err != nil {
+			return fail(err)
+		}
+		if c.scale, err = c.alloc(4 * capacity * H); err != nil {
+			return fail(err)
+		}
+	}
+	if opt.Mode == replay.Replay {
+		R := c.ring()
+		if c.ringX, err = c.alloc(4 * capacity * R * H * P); err != nil {
+			return fail(err)
+		}
+		if c.ringB, err = c.alloc(4 * capacity * R * G * N); err != nil {
+			return fail(err)
+		}
+		if c.ringDt, err = c.alloc(4 * capacity * R * H); err != nil {
+			return fail(err)
+		}
+		if c.ringA, err = c.alloc(4 * capacity * R * H); err != nil {
+			return fail(err)
+		}
+	}
+	return c, nil
+}
+
+// Close frees the cache's device memory and module. Work queued on it must
+// have finished.
+func (c *Mamba2Cache) Close() error { return c.close() }
+
+// Shape returns the layer shape.
+func (c *Mamba2Cache) Shape() ssm.Mamba2Shape { return c.shape }
+
+// Options returns the options in force (defaults filled in).
+func (c *Mamba2Cache) Options() replay.Options { return c.opt }
+
+// Capacity is the number of slots.
+func (c *Mamba2Cache) Capacity() int { return c.capacity }
+
+// ThreadsPerBlock is the CTA size the kernels were compiled for.
+func (c *Mamba2Cache) ThreadsPerBlock() int { return c.threads }
+
+// Module is the compiled kernel module (for its resources and compile info).
+func (c *Mamba2Cache) Module() *Module { return c.mod }
+
+// Admit takes a free slot and queues on s the clearing of its state, read
+// copy and cursors.
+func (c *Mamba2Cache) Admit(s *Stream) (replay.Slot, error) {
+	slot, err := c.admit()
+	if err != nil {
+		return slot, fmt.Errorf("cuda: mamba2 cache: %w", err)
+	}
+	if err := c.clearSlot(s, slot); err != nil {
+		return slot, fmt.Errorf("cuda: mamba2 cache: admit: %w", err)
+	}
+	return slot, nil
+}
+
+// Reset queues on s the clearing of a live slot's state and cursors.
+func (c *Mamba2Cache) Reset(s *Stream, slot replay.Slot) error {
+	if slot < 0 || int(slot) >= c.capacity || !c.live[slot] {
+		return fmt.Errorf("cuda: mamba2 cache: reset: slot %d is not live", slot)
+	}
+	return c.clearSlot(s, slot)
+}
+
+// Evict frees a slot.
+func (c *Mamba2Cache) Evict(slot replay.Slot) error {
+	if err := c.evict(slot); err != nil {
+		return fmt.Errorf("cuda: mamba2 cache: evict: %w", err)
+	}
+	return nil
+}
+
+func (c *Mamba2Cache) clearSlot(st *Stream, s replay.Slot) error {
+	H, E := c.shape.Heads, c.shape.HeadDim*c.shape.StateSize
+	per := c.state.bytes / c.capacity
+	if err := clearRegion(st, c.state, int(s)*per, per); err != nil {
+		return err
+	}
+	if c.codes.ptr != 0 {
+		if err := clearRegion(st, c.codes, int(s)*H*E/2, H*E/2); err != nil {
+			return err
+		}
+		if err := clearRegion(st, c.scales, int(s)*H*E/16, H*E/16); err != nil {
+			return err
+		}
+		if err := clearRegion(st, c.scale, 4*int(s)*H, 4*H); err != nil {
+			return err
+		}
+	}
+	return c.resetCursors(st, s)
+}
+
+func (c *Mamba2Cache) checkInput(batch, T int, in Mamba2Input, y Buffer) error {
+	if err := c.checkBatch(batch, in.Slots); err != nil {
+		return err
+	}
+	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
+	rows := batch * T
+	for _, e := range []error{
+		need("x", in.X, 4*rows*H*P), need("B", in.B, 4*rows*G*N), need("C", in.C, 4*rows*G*N),
+		need("dt", in.Dt, 4*rows*H), need("y", y, 4*rows*H*P),
+	} {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// Step queues one standard decode step for the batch's slots on s: inputs
+// are appended to each slot's ring, y [batch][H·P] receives the SSM output
+// (before the gated norm), and a slot whose ring reaches the window flushes
+// its checkpoint (and read copy), each slot at its own phase. Pending drafts
+// of a previous Verify are dropped. The slots must be live and distinct (not
+// checked: they are in device memory).
+func (c *Mamba2Cache) Step(s *Stream, batch int, in Mamba2Input, y Buffer) error {
+	if err := c.checkInput(batch, 1, in, y); err != nil {
+		return fmt.Errorf("cuda: mamba2 cache: step: %w", err)
+	}
+	if c.opt.Mode == replay.Baseline {
+		if err := c.launchBaseline(s, batch, 1, false, in, y); err != nil {
+			return err
+		}
+		return c.launchCursorStep(s, in.Slots, batch)
+	}
+	a := &c.args
+	a.Reset()
+	c.replayArgs(a)
+	a.Ptr(c.hist)
+	a.Ptr(in.Slots)
+	a.Ptr(in.X)
+	a.Ptr(in.B)
+	a.Ptr(in.C)
+	a.Ptr(in.Dt)
+	a.Ptr(y)
+	a.Ptr(c.a)
+	a.Ptr(c.dtb)
+	a.Ptr(c.dd)
+	a.F32(in.DtMin)
+	a.I32(int32(c.opt.Window))
+	// The non-flush and flush kernels each take their own slots' CTAs;
+	// the launch copies the arguments, so both share one Args.
+	for _, fn := range []*Function{c.nonflush, c.flush} {
+		if err := c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
+			return err
+		}
+	}
+	return c.launchCursorStep(s, in.Slots, batch)
+}
+
+func (c *Mamba2Cache) grid(batch int) [3]uint32 {
+	return [3]uint32{uint32(c.shape.Heads), uint32(batch), 1}
+}
+
+func (c *Mamba2Cache) replayArgs(a *Args) {
+	a.Ptr(c.state)
+	a.Ptr(c.codes)
+	a.Ptr(c.scales)
+	a.Ptr(c.scale)
+	a.Ptr(c.ringX)
+	a.Ptr(c.ringB)
+	a.Ptr(c.ringDt)
+	a.Ptr(c.ringA)
+}
+
+func (c *Mamba2Cache) launchBaseline(s *Stream, batch, T int, verify bool, in Mamba2Input, y Buffer) error {
+	fn := c.baselineStep
+	if verify {
+		fn = c.baselineVerify
+	}
+	a := &c.args
+	a.Reset()
+	a.Ptr(c.state)
+	a.Ptr(c.cur)
+	a.Ptr(in.Slots)
+	a.Ptr(in.Counts)
+	a.I32(int32(T))
+	a.I32(int32(c.stateBuffers()))
+	a.Ptr(in.X)
+	a.Ptr(in.B)
+	a.Ptr(in.C)
+	a.Ptr(in.Dt)
+	a.Ptr(y)
+	a.Ptr(c.a)
+	a.Ptr(c.dtb)
+	a.Ptr(c.dd)
+	a.F32(in.DtMin)
+	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
+}
+
+// Verify queues the outputs of T draft inputs per slot (rows [slot][T] of in
+// and y; rows past a slot's count are not written) without writing any
+// checkpoint (DESIGN.md 2.3). Replay mode appends the drafts to the ring,
+// folding the committed history first where history + 2·count would overflow
+// it; baseline mode writes one state per draft. Commit accepts a prefix.
+func (c *Mamba2Cache) Verify(s *Stream, batch, T int, in Mamba2Input, y Buffer) error {
+	if err := c.checkDrafts(batch, T, in.Counts); err != nil {
+		return fmt.Errorf("cuda: mamba2 cache: %w", err)
+	}
+	if err := c.checkInput(batch, T, in, y); err != nil {
+		return fmt.Errorf("cuda: mamba2 cache: verify: %w", err)
+	}
+	if c.opt.Mode == replay.Baseline {
+		if err := c.launchBaseline(s, batch, T, true, in, y); err != nil {
+			return err
+		}
+		return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
+	}
+	a := &c.args
+	a.Reset()
+	c.replayArgs(a)
+	a.Ptr(c.hist)
+	a.Ptr(in.Slots)
+	a.Ptr(in.Counts)
+	a.I32(int32(T))
+	a.Ptr(in.X)
+	a.Ptr(in.B)
+	a.Ptr(in.C)
+	a.Ptr(in.Dt)
+	a.Ptr(y)
+	a.Ptr(c.a)
+	a.Ptr(c.dtb)
+	a.Ptr(c.dd)
+	a.F32(in.DtMin)
+	a.I32(int32(c.ring()))
+	if err := c.d.Launch(c.verify, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
+		return err
+	}
+	return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
+}
+
+// Commit queues the acceptance of accepted[i] (int32, device memory) drafts
+// of slots[i]'s last Verify: replay moves the ring cursor, baseline selects
+// the accepted draft's state buffer. Nothing is copied.
+func (c *Mamba2Cache) Commit(s *Stream, batch int, slots, accepted Buffer) error {
+	if err := c.commit(s, batch, slots, accepted); err != nil {
+		return fmt.Errorf("cuda: mamba2 cache: %w", err)
+	}
+	return nil
+}
+
+// CommitErrors reports (and clears) whether a Commit since the last call
+// saw an accepted count outside [0, pending drafts]; it synchronises with s.
+func (c *Mamba2Cache) CommitErrors(s *Stream) error { return c.commitErrors(s) }
+
+// StateBytes is what one full state transfer of one slot moves (H·P·N
+// elements in the state format), and ReadBytes what a non-flush step reads of
+// one slot: the read copy if there is one, else the checkpoint.
+func (c *Mamba2Cache) StateBytes() (state, read int) {
+	E := c.shape.Heads * c.shape.HeadDim * c.shape.StateSize
+	state = 4 * E
+	if c.opt.State == numeric.BF16 {
+		state = 2 * E
+	}
+	read = state
+	if c.opt.ReadCopy == numeric.NVFP4 {
+		read = E/2 + E/16 + 4*c.shape.Heads
+	}
+	return state, read
+}

@@ -1,0 +1,595 @@
+package cuda
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/ssm"
+)
+
+// The GPU state caches are checked the way package replay checks the CPU
+// cache (harness_test.go): every output of every mode and precision against
+// the float64 references of package ssm, on fresh random inputs, with outputs
+// poisoned (NaN) before each run, over many steps with slots admitted,
+// evicted and stepped in random subsets so that they sit at different flush
+// phases; speculative verify/commit against sequential decoding; and a step
+// captured in a CUDA graph against the same step launched directly.
+
+// gpuLayer is what the tests need of a layer kind.
+type gpuLayer struct {
+	name     string
+	width    int   // output floats per row
+	perRow   []int // input floats per row, one per input field
+	refState func() []float64
+	draw     func(rng *rand.Rand, rows int) [][]float32
+	ref      func(state []float64, in [][]float32, r int) []float64
+	build    func(d *Device, opt replay.Options, capacity int) (*gpuCache, error)
+}
+
+// gpuCache wraps either cache with inputs as device buffers in field order.
+type gpuCache struct {
+	admit  func(*Stream) (replay.Slot, error)
+	evict  func(replay.Slot) error
+	step   func(s *Stream, batch int, slots Buffer, in []Buffer, y Buffer) error
+	verify func(s *Stream, batch, T int, slots, counts Buffer, in []Buffer, y Buffer) error
+	commit func(s *Stream, batch int, slots, acc Buffer) error
+	errs   func(s *Stream) error
+	close  func() error
+}
+
+func mamba2TestLayer(seed uint64, shape ssm.Mamba2Shape) gpuLayer {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	H, P, N, G := shape.Heads, shape.HeadDim, shape.StateSize, shape.Groups
+	var prm replay.Mamba2Params
+	for range H {
+		prm.ALog = append(prm.ALog, float32(math.Log(1+7*rng.Float64())))
+		prm.DtBias = append(prm.DtBias, float32(rng.NormFloat64()*0.5-1))
+		prm.D = append(prm.D, float32(rng.NormFloat64()))
+	}
+	ref := ssm.Mamba2Params{ALog: to64(prm.ALog), DtBias: to64(prm.DtBias), D: to64(prm.D)}
+	return gpuLayer{
+		name:     fmt.Sprintf("mamba2-H%dP%dN%dG%d", H, P, N, G),
+		width:    H * P,
+		perRow:   []int{H * P, G * N, G * N, H},
+		refState: func() []float64 { return make([]float64, shape.StateElems()) },
+		draw: func(rng *rand.Rand, rows int) [][]float32 {
+			x, b, c, dt := make([]float32, rows*H*P), make([]float32, rows*G*N), make([]float32, rows*G*N), make([]float32, rows*H)
+			sn := 1 / math.Sqrt(float64(N))
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			for i := range b {
+				b[i] = float32(rng.NormFloat64() * sn)
+				c[i] = float32(rng.NormFloat64() * sn)
+			}
+			for i := range dt {
+				dt[i] = float32(rng.NormFloat64())
+			}
+			return [][]float32{x, b, c, dt}
+		},
+		ref: func(state []float64, in [][]float32, r int) []float64 {
+			y := make([]float64, H*P)
+			ssm.Mamba2Step64(shape, ref, state, to64(in[0][r*H*P:(r+1)*H*P]), to64(in[1][r*G*N:(r+1)*G*N]),
+				to64(in[2][r*G*N:(r+1)*G*N]), to64(in[3][r*H:(r+1)*H]), y)
+			return y
+		},
+		build: func(d *Device, opt replay.Options, capacity int) (*gpuCache, error) {
+			c, err := NewMamba2Cache(context.Background(), d, shape, prm, capacity, opt)
+			if err != nil {
+				return nil, err
+			}
+			in := func(slots, counts Buffer, b []Buffer) Mamba2Input {
+				return Mamba2Input{Slots: slots, X: b[0], B: b[1], C: b[2], Dt: b[3], Counts: counts}
+			}
+			return &gpuCache{
+				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
+				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
+					return c.Step(s, batch, in(slots, Buffer{}, b), y)
+				},
+				verify: func(s *Stream, batch, T int, slots, counts Buffer, b []Buffer, y Buffer) error {
+					return c.Verify(s, batch, T, in(slots, counts, b), y)
+				},
+			}, nil
+		},
+	}
+}
+
+func gdnTestLayer(seed uint64, shape ssm.GDNShape) gpuLayer {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	Hk, Hv, dk, dv := shape.KeyHeads, shape.ValueHeads, shape.KeyDim, shape.ValueDim
+	var prm replay.GDNParams
+	for range Hv {
+		prm.ALog = append(prm.ALog, float32(math.Log(0.5+4*rng.Float64())))
+		prm.DtBias = append(prm.DtBias, float32(rng.NormFloat64()*0.5-1))
+	}
+	ref := ssm.GDNParams{ALog: to64(prm.ALog), DtBias: to64(prm.DtBias)}
+	return gpuLayer{
+		name:     fmt.Sprintf("gdn-Hk%dHv%ddk%ddv%d", Hk, Hv, dk, dv),
+		width:    Hv * dv,
+		perRow:   []int{Hk * dk, Hk * dk, Hv * dv, Hv, Hv},
+		refState: func() []float64 { return make([]float64, shape.StateElems()) },
+		draw: func(rng *rand.Rand, rows int) [][]float32 {
+			f := [][]float32{make([]float32, rows*Hk*dk), make([]float32, rows*Hk*dk), make([]float32, rows*Hv*dv),
+				make([]float32, rows*Hv), make([]float32, rows*Hv)}
+			for _, v := range f {
+				for i := range v {
+					v[i] = float32(rng.NormFloat64())
+				}
+			}
+			return f
+		},
+		ref: func(state []float64, in [][]float32, r int) []float64 {
+			// ssm.GDNStep64 keeps the state as [j][i][m] (key index i
+			// major); the cache's transposed layout is its own business.
+			o := make([]float64, Hv*dv)
+			ssm.GDNStep64(shape, ref, state, to64(in[0][r*Hk*dk:(r+1)*Hk*dk]), to64(in[1][r*Hk*dk:(r+1)*Hk*dk]),
+				to64(in[2][r*Hv*dv:(r+1)*Hv*dv]), to64(in[3][r*Hv:(r+1)*Hv]), to64(in[4][r*Hv:(r+1)*Hv]), o)
+			return o
+		},
+		build: func(d *Device, opt replay.Options, capacity int) (*gpuCache, error) {
+			c, err := NewGDNCache(context.Background(), d, shape, prm, capacity, opt)
+			if err != nil {
+				return nil, err
+			}
+			in := func(slots, counts Buffer, b []Buffer) GDNInput {
+				return GDNInput{Slots: slots, Q: b[0], K: b[1], V: b[2], A: b[3], B: b[4], Counts: counts}
+			}
+			return &gpuCache{
+				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
+				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
+					return c.Step(s, batch, in(slots, Buffer{}, b), y)
+				},
+				verify: func(s *Stream, batch, T int, slots, counts Buffer, b []Buffer, y Buffer) error {
+					return c.Verify(s, batch, T, in(slots, counts, b), y)
+				},
+			}, nil
+		},
+	}
+}
+
+func to64(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// smallLayers are the CPU harness's shapes; largeLayers have the target
+// models' head dimensions (rows of 128, 80 rows per Mamba-2 head), which
+// take the kernels' multi-pass paths.
+func smallLayers() []gpuLayer {
+	return []gpuLayer{
+		mamba2TestLayer(11, ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 16, Groups: 2}),
+		gdnTestLayer(12, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}),
+	}
+}
+
+func largeLayers() []gpuLayer {
+	return []gpuLayer{
+		mamba2TestLayer(13, ssm.Mamba2Shape{Heads: 4, HeadDim: 80, StateSize: 128, Groups: 2}),
+		gdnTestLayer(14, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 128, ValueDim: 128}),
+	}
+}
+
+// staging holds a test's device-side inputs and outputs.
+type staging struct {
+	slots, counts, acc, y Buffer
+	in                    []Buffer
+}
+
+func newStaging(t *testing.T, d *Device, l gpuLayer, rows, batch int) *staging {
+	st := &staging{
+		slots:  alloc(t, d, 4*batch),
+		counts: alloc(t, d, 4*batch),
+		acc:    alloc(t, d, 4*batch),
+		y:      alloc(t, d, 4*rows*l.width),
+	}
+	for _, n := range l.perRow {
+		st.in = append(st.in, alloc(t, d, 4*rows*n))
+	}
+	return st
+}
+
+func i32Bytes(v []int) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(int32(x)))
+	}
+	return b
+}
+
+func slotInts(slots []replay.Slot) []int {
+	out := make([]int, len(slots))
+	for i, s := range slots {
+		out[i] = int(s)
+	}
+	return out
+}
+
+// upload copies the slots and the input fields, and poisons the output.
+func (st *staging) upload(t *testing.T, d *Device, s *Stream, slots []replay.Slot, in [][]float32) {
+	t.Helper()
+	must(t, s.CopyToDevice(st.slots, i32Bytes(slotInts(slots))))
+	for i, f := range in {
+		must(t, s.CopyToDevice(st.in[i], f32Bytes(f)))
+	}
+	must(t, d.FillF32(context.Background(), s, st.y, float32(math.NaN())))
+}
+
+func (st *staging) download(t *testing.T, s *Stream, n int) []float32 {
+	t.Helper()
+	y := make([]float32, n)
+	must(t, s.CopyFromDevice(f32Bytes(y), st.y))
+	return y
+}
+
+// relErr is ‖got − want‖₂ / ‖want‖₂; NaN or Inf in got gives +Inf.
+func relErr(got []float32, want []float64) float64 {
+	var num, den float64
+	for i, w := range want {
+		g := float64(got[i])
+		if math.IsNaN(g) || math.IsInf(g, 0) {
+			return math.Inf(1)
+		}
+		num += (g - w) * (g - w)
+		den += w * w
+	}
+	return math.Sqrt(num / den)
+}
+
+type gpuCase struct {
+	name  string
+	opt   replay.Options
+	bound float64
+}
+
+// gpuCases are the modes and precisions the GPU caches support, with the
+// bounds of replay/mamba2_test.go precisionCases (‖y−ref‖/‖ref‖ per
+// slot-step; doubled for GDN above fp32, whose outputs are smaller).
+func gpuCases(window int) []gpuCase {
+	r := func(state, read numeric.Format) replay.Options {
+		return replay.Options{Mode: replay.Replay, Window: window, MaxDraft: 4, State: state, ReadCopy: read}
+	}
+	b := func(state numeric.Format) replay.Options {
+		return replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: state}
+	}
+	return []gpuCase{
+		{"baseline/fp32", b(numeric.F32), 1e-5},
+		{"replay/fp32", r(numeric.F32, numeric.F32), 1e-5},
+		{"replay-L1/fp32", replay.Options{Mode: replay.Replay, Window: 1, MaxDraft: 4}, 1e-5},
+		{"baseline/bf16", b(numeric.BF16), 8e-3},
+		{"replay/bf16", r(numeric.BF16, numeric.F32), 8e-3},
+		{"replay/fp32+nvfp4", r(numeric.F32, numeric.NVFP4), 0.35},
+		{"replay/bf16+nvfp4", r(numeric.BF16, numeric.NVFP4), 0.35},
+	}
+}
+
+func boundFor(l gpuLayer, b float64) float64 {
+	if l.name[:3] == "gdn" && b > 1e-5 {
+		return 2 * b
+	}
+	return b
+}
+
+// TestReplayCacheMatchesReference drives every GPU mode and precision for
+// 6·L+3 steps with random batch composition and slots admitted and evicted
+// mid-stream (so slots flush at different phases within one launch),
+// comparing every output with the float64 reference.
+func TestReplayCacheMatchesReference(t *testing.T) {
+	d := gpu(t)
+	const L = 5
+	layers := append(smallLayers(), largeLayers()...)
+	for li, l := range layers {
+		for ci, tc := range gpuCases(L) {
+			if li >= 2 && (tc.name == "replay-L1/fp32" || tc.name == "baseline/fp32") {
+				continue // the small shapes cover these; keep compile time down
+			}
+			t.Run(l.name+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				const capacity = 6
+				c, err := l.build(d, tc.opt, capacity)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { must(t, c.close()) }()
+				s := stream(t, d)
+				st := newStaging(t, d, l, capacity, capacity)
+				rng := rand.New(rand.NewPCG(uint64(100*li+ci), 9))
+				refs := map[replay.Slot][]float64{}
+				var order []replay.Slot
+				worst := 0.0
+				bound := boundFor(l, tc.bound)
+				for step := 0; step < 6*L+3; step++ {
+					if len(refs) < capacity && (len(refs) < 2 || rng.IntN(3) == 0) {
+						slot, err := c.admit(s)
+						if err != nil {
+							t.Fatal(err)
+						}
+						refs[slot] = l.refState()
+						order = append(order, slot)
+					}
+					if len(order) > 2 && rng.IntN(6) == 0 {
+						i := rng.IntN(len(order))
+						must(t, c.evict(order[i]))
+						delete(refs, order[i])
+						order = append(order[:i], order[i+1:]...)
+					}
+					var slots []replay.Slot
+					for _, slot := range order {
+						if rng.IntN(4) != 0 {
+							slots = append(slots, slot)
+						}
+					}
+					rng.Shuffle(len(slots), func(i, j int) { slots[i], slots[j] = slots[j], slots[i] })
+					if len(slots) == 0 {
+						continue
+					}
+					in := l.draw(rng, len(slots))
+					st.upload(t, d, s, slots, in)
+					must(t, c.step(s, len(slots), st.slots, st.in, st.y))
+					y := st.download(t, s, len(slots)*l.width)
+					for i, slot := range slots {
+						e := relErr(y[i*l.width:(i+1)*l.width], l.ref(refs[slot], in, i))
+						worst = max(worst, e)
+						if e > bound {
+							t.Fatalf("step %d slot %d: relative error %.3g > %.3g", step, slot, e, bound)
+						}
+					}
+				}
+				t.Logf("worst relative error %.3g (bound %.3g)", worst, bound)
+			})
+		}
+	}
+}
+
+// TestReplayCacheSpeculative is the metamorphic test of speculative decoding
+// on the GPU: each round every slot verifies a random number of drafts (per
+// slot counts in device memory) and accepts a random prefix (accepted counts
+// in device memory). Committed outputs must equal plain sequential decoding
+// of the accepted inputs, drafts past the accepted ones must match a scratch
+// reference, rows past a slot's count must stay unwritten, and rejected
+// drafts must leave no trace. Plain steps are mixed in.
+func TestReplayCacheSpeculative(t *testing.T) {
+	d := gpu(t)
+	type spec struct {
+		name   string
+		opt    replay.Options
+		layers []gpuLayer
+	}
+	specs := []spec{
+		{"replay-L16", replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 5}, smallLayers()},
+		{"replay-L4", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, append(smallLayers(), largeLayers()...)},
+		{"replay-L1", replay.Options{Mode: replay.Replay, Window: 1, MaxDraft: 3}, smallLayers()},
+		{"baseline", replay.Options{Mode: replay.Baseline, MaxDraft: 5}, append(smallLayers(), largeLayers()...)},
+		{"baseline-bf16", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.BF16}, smallLayers()},
+		{"replay-nvfp4", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, append(smallLayers(), largeLayers()...)},
+	}
+	for si, sp := range specs {
+		for li, l := range sp.layers {
+			t.Run(l.name+"/"+sp.name, func(t *testing.T) {
+				t.Parallel()
+				bound := boundFor(l, 1e-5)
+				if sp.opt.ReadCopy == numeric.NVFP4 {
+					bound = boundFor(l, 0.35)
+				}
+				if sp.opt.State == numeric.BF16 {
+					bound = boundFor(l, 8e-3)
+				}
+				const nslots = 4
+				c, err := l.build(d, sp.opt, nslots)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { must(t, c.close()) }()
+				s := stream(t, d)
+				maxT := sp.opt.MaxDraft
+				st := newStaging(t, d, l, nslots*maxT, nslots)
+				rng := rand.New(rand.NewPCG(uint64(10*si+li), 5))
+				var slots []replay.Slot
+				refs := map[replay.Slot][]float64{}
+				for range nslots {
+					slot, err := c.admit(s)
+					if err != nil {
+						t.Fatal(err)
+					}
+					slots = append(slots, slot)
+					refs[slot] = l.refState()
+				}
+				w := l.width
+				worst := 0.0
+				for round := 0; round < 100; round++ {
+					if rng.IntN(5) == 0 {
+						in := l.draw(rng, len(slots))
+						st.upload(t, d, s, slots, in)
+						must(t, c.step(s, len(slots), st.slots, st.in, st.y))
+						y := st.download(t, s, len(slots)*w)
+						for i, slot := range slots {
+							if e := relErr(y[i*w:(i+1)*w], l.ref(refs[slot], in, i)); e > bound {
+								t.Fatalf("round %d step slot %d: error %.3g", round, slot, e)
+							}
+						}
+						continue
+					}
+					T := 1 + rng.IntN(maxT)
+					counts := make([]int, len(slots))
+					for i := range counts {
+						counts[i] = 1 + rng.IntN(T)
+					}
+					in := l.draw(rng, len(slots)*T)
+					st.upload(t, d, s, slots, in)
+					must(t, s.CopyToDevice(st.counts, i32Bytes(counts)))
+					must(t, c.verify(s, len(slots), T, st.slots, st.counts, st.in, st.y))
+					y := st.download(t, s, len(slots)*T*w)
+					acc := make([]int, len(slots))
+					for i, slot := range slots {
+						acc[i] = rng.IntN(counts[i] + 1)
+						scratch := append([]float64(nil), refs[slot]...)
+						for k := 0; k < counts[i]; k++ {
+							r := i*T + k
+							state := scratch
+							if k < acc[i] {
+								state = refs[slot]
+							}
+							want := l.ref(state, in, r)
+							if k < acc[i] {
+								copy(scratch, refs[slot])
+							}
+							e := relErr(y[r*w:(r+1)*w], want)
+							worst = max(worst, e)
+							if e > bound {
+								t.Fatalf("round %d slot %d draft %d/%d (T %d): error %.3g", round, slot, k, counts[i], T, e)
+							}
+						}
+						for k := counts[i]; k < T; k++ {
+							if v := y[(i*T+k)*w]; !math.IsNaN(float64(v)) {
+								t.Fatalf("round %d slot %d: row %d past the draft count was written", round, slot, k)
+							}
+						}
+					}
+					must(t, s.CopyToDevice(st.acc, i32Bytes(acc)))
+					must(t, c.commit(s, len(slots), st.slots, st.acc))
+				}
+				must(t, c.errs(s))
+				t.Logf("worst relative error %.3g (bound %.3g)", worst, bound)
+			})
+		}
+	}
+}
+
+// TestReplayCacheGraph captures a decode step (layer kernel + cursor kernel)
+// and a verify + commit in CUDA graphs and replays them on one cache while
+// another cache runs the same inputs with direct launches: outputs must be
+// bit-identical at every step, across flushes and early folds, which shows
+// that no per-slot decision needs the host.
+func TestReplayCacheGraph(t *testing.T) {
+	d := gpu(t)
+	for _, l := range smallLayers() {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			opt := replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 2, ReadCopy: numeric.NVFP4}
+			const nslots, T = 3, 2
+			direct, err := l.build(d, opt, nslots)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { must(t, direct.close()) }()
+			graphed, err := l.build(d, opt, nslots)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { must(t, graphed.close()) }()
+			s := stream(t, d)
+			sd := newStaging(t, d, l, nslots*T, nslots)
+			sg := newStaging(t, d, l, nslots*T, nslots)
+			var slots []replay.Slot
+			for range nslots {
+				a, err := direct.admit(s)
+				must(t, err)
+				b, err := graphed.admit(s)
+				must(t, err)
+				if a != b {
+					t.Fatalf("slots differ: %d, %d", a, b)
+				}
+				slots = append(slots, a)
+			}
+			must(t, s.Synchronize())
+			must(t, s.CopyToDevice(sg.slots, i32Bytes(slotInts(slots))))
+			capture := func(enqueue func() error) *GraphExec {
+				must(t, s.BeginCapture())
+				err := enqueue()
+				g, cerr := s.EndCapture()
+				must(t, err)
+				must(t, cerr)
+				x, err := g.Instantiate()
+				must(t, err)
+				must(t, g.Close())
+				t.Cleanup(func() { x.Close() })
+				return x
+			}
+			stepGraph := capture(func() error { return graphed.step(s, nslots, sg.slots, sg.in, sg.y) })
+			verifyGraph := capture(func() error {
+				if err := graphed.verify(s, nslots, T, sg.slots, Buffer{}, sg.in, sg.y); err != nil {
+					return err
+				}
+				return graphed.commit(s, nslots, sg.slots, sg.acc)
+			})
+			rng := rand.New(rand.NewPCG(3, 3))
+			for round := 0; round < 40; round++ {
+				verify := round%3 == 2
+				rows := nslots
+				if verify {
+					rows = nslots * T
+				}
+				in := l.draw(rng, rows)
+				sd.upload(t, d, s, slots, in)
+				sg.upload(t, d, s, slots, in)
+				if verify {
+					acc := []int{rng.IntN(T + 1), rng.IntN(T + 1), rng.IntN(T + 1)}
+					must(t, s.CopyToDevice(sd.acc, i32Bytes(acc)))
+					must(t, s.CopyToDevice(sg.acc, i32Bytes(acc)))
+					must(t, direct.verify(s, nslots, T, sd.slots, Buffer{}, sd.in, sd.y))
+					must(t, direct.commit(s, nslots, sd.slots, sd.acc))
+					must(t, verifyGraph.Launch(s))
+				} else {
+					must(t, direct.step(s, nslots, sd.slots, sd.in, sd.y))
+					must(t, stepGraph.Launch(s))
+				}
+				a := sd.download(t, s, rows*l.width)
+				b := sg.download(t, s, rows*l.width)
+				for i := range a {
+					if math.Float32bits(a[i]) != math.Float32bits(b[i]) || math.IsNaN(float64(a[i])) {
+						t.Fatalf("round %d (verify %v): output %d direct %v graph %v", round, verify, i, a[i], b[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestReplayCacheOptions checks the option and shape validation, which needs
+// no GPU.
+func TestReplayCacheOptions(t *testing.T) {
+	tests := []struct {
+		name string
+		opt  replay.Options
+		ok   bool
+	}{
+		{"defaults", replay.Options{}, true},
+		{"bf16 nvfp4", replay.Options{State: numeric.BF16, ReadCopy: numeric.NVFP4, MaxDraft: 8}, true},
+		{"fp16 state", replay.Options{State: numeric.F16}, false},
+		{"bf16 read copy", replay.Options{ReadCopy: numeric.BF16}, false},
+		{"baseline read copy", replay.Options{Mode: replay.Baseline, ReadCopy: numeric.NVFP4}, false},
+		{"ring too long", replay.Options{Window: 64}, false},
+		{"stochastic", replay.Options{Stochastic: true}, false},
+	}
+	for _, tt := range tests {
+		_, err := replayDefaults(tt.opt)
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: error %v, want ok %v", tt.name, err, tt.ok)
+		}
+		if err != nil && !errors.Is(err, ErrReplayOptions) {
+			t.Errorf("%s: %v does not wrap ErrReplayOptions", tt.name, err)
+		}
+	}
+	for _, m := range []struct{ rows, cols, heads int }{{8, 16, 4}, {80, 128, 96}, {128, 128, 32}, {64, 256, 2}} {
+		if err := checkMatrix(m.rows, m.cols, m.heads); err != nil {
+			t.Errorf("%v: %v", m, err)
+		}
+	}
+	for _, m := range []struct{ rows, cols, heads int }{{8, 24, 4}, {8, 48, 4}, {8, 8, 4}} {
+		if err := checkMatrix(m.rows, m.cols, m.heads); err == nil {
+			t.Errorf("%v accepted", m)
+		}
+	}
+	if got := replayThreads(80, 128, numeric.F32); got != 160 {
+		t.Errorf("threads for 80x128 fp32: %d, want 160", got)
+	}
+}
