@@ -152,6 +152,9 @@ func updateRowsSIMD(S []float32, n int, a float32, c, B, C, out []float32) {
 func dotRowsNVFP4AVX512(codes, scales *byte, rows, n int, vEven, vOdd *float32, lut *float32, e2m1 *float32, global float32, out *float32)
 
 //go:noescape
+func dotRowsNVFP4PairAVX512(codes, scales *byte, rows, n int, vEven, vOdd *float32, lut *float32, e2m1 *float32, global float32, out *float32, wEven, wOdd *float32, out2 *float32)
+
+//go:noescape
 func dotRowsBF16AVX2(s *uint16, rows, n int, v *float32, out *float32)
 
 // simd512 reports whether the AVX-512 kernels (the nvfp4 read) run here.
@@ -167,6 +170,19 @@ func dotRowsNVFP4SIMD(codes, scales []byte, global float32, n int, even, odd []f
 	_ = even[n/2-1]
 	_ = odd[n/2-1]
 	dotRowsNVFP4AVX512(&codes[0], &scales[0], rows, n, &even[0], &odd[0], &e4m3LUT[0], &e2m1LUT[0], global, &out[0])
+	return true
+}
+
+func dotRowsNVFP4PairSIMD(codes, scales []byte, global float32, n int, even, odd, even2, odd2 []float32, out, out2 []float32) bool {
+	if !simd512 || n%32 != 0 || len(out) == 0 {
+		return false
+	}
+	rows := len(out)
+	_ = codes[rows*n/2-1]
+	_ = scales[rows*n/16-1]
+	_ = out2[rows-1]
+	_, _, _, _ = even[n/2-1], odd[n/2-1], even2[n/2-1], odd2[n/2-1]
+	dotRowsNVFP4PairAVX512(&codes[0], &scales[0], rows, n, &even[0], &odd[0], &e4m3LUT[0], &e2m1LUT[0], global, &out[0], &even2[0], &odd2[0], &out2[0])
 	return true
 }
 

@@ -524,6 +524,83 @@ nvdone:
 	VZEROUPPER
 	RET
 
+// func dotRowsNVFP4PairAVX512(codes, scales *byte, rows, n int, vEven, vOdd *float32, lut *float32, e2m1 *float32, global float32, out *float32, wEven, wOdd *float32, out2 *float32)
+// dotRowsNVFP4AVX512 for two vectors v and w at once: each row is decoded
+// once. n must be a multiple of 32.
+TEXT ·dotRowsNVFP4PairAVX512(SB), NOSPLIT, $0-104
+	MOVQ codes+0(FP), SI
+	MOVQ scales+8(FP), R8
+	MOVQ rows+16(FP), R9
+	MOVQ n+24(FP), R10
+	MOVQ vEven+32(FP), R11
+	MOVQ vOdd+40(FP), R12
+	MOVQ lut+48(FP), R13
+	MOVQ e2m1+56(FP), AX
+	VMOVUPS (AX), Z15          // the 16 E2M1 values, by code
+	VBROADCASTSS global+64(FP), X14
+	MOVQ out+72(FP), DI
+	MOVQ wEven+80(FP), R14
+	MOVQ wOdd+88(FP), R15
+	MOVQ out2+96(FP), BX
+	SHRQ $5, R10               // chunks of 32 elements per row
+
+nprow:
+	TESTQ R9, R9
+	JZ   npdone
+	VXORPS Z0, Z0, Z0
+	VXORPS Z6, Z6, Z6
+	XORQ CX, CX                // chunk index
+
+npchunk:
+	PREFETCHT0 512(SI)
+	VPMOVZXBD (SI), Z1         // 16 bytes -> 16 dwords
+	VPERMPS Z15, Z1, Z2        // even elements
+	VPSRLD $4, Z1, Z1
+	VPERMPS Z15, Z1, Z3        // odd elements
+	MOVBLZX (R8), AX
+	VBROADCASTSS (R13)(AX*4), Y4
+	MOVBLZX 1(R8), AX
+	VBROADCASTSS (R13)(AX*4), Y5
+	VINSERTF32X8 $1, Y5, Z4, Z4 // lanes 0-7: block 2c, lanes 8-15: block 2c+1
+	VMULPS Z4, Z2, Z2
+	VMULPS Z4, Z3, Z3
+	MOVQ CX, DX
+	SHLQ $6, DX                // 16 floats per chunk of each half
+	VFMADD231PS (R11)(DX*1), Z2, Z0
+	VFMADD231PS (R12)(DX*1), Z3, Z0
+	VFMADD231PS (R14)(DX*1), Z2, Z6
+	VFMADD231PS (R15)(DX*1), Z3, Z6
+	ADDQ $16, SI
+	ADDQ $2, R8
+	INCQ CX
+	CMPQ CX, R10
+	JL   npchunk
+
+	VEXTRACTF32X8 $1, Z0, Y1
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMULSS X14, X0, X0
+	MOVSS X0, (DI)
+	ADDQ $4, DI
+	VEXTRACTF32X8 $1, Z6, Y1
+	VADDPS Y1, Y6, Y6
+	VEXTRACTF128 $1, Y6, X1
+	VADDPS X1, X6, X6
+	VHADDPS X6, X6, X6
+	VHADDPS X6, X6, X6
+	VMULSS X14, X6, X6
+	MOVSS X6, (BX)
+	ADDQ $4, BX
+	DECQ R9
+	JMP  nprow
+
+npdone:
+	VZEROUPPER
+	RET
+
 // func dotRowsBF16AVX2(s *uint16, rows, n int, v *float32, out *float32)
 // out[p] = Σ_i f32(s[p*n+i])*v[i]; n must be a multiple of 16.
 TEXT ·dotRowsBF16AVX2(SB), NOSPLIT, $0-40

@@ -40,3 +40,7 @@ func quantizeNVFP4(packed []byte, scales []uint8, src []float32) float32 {
 func dotRowsMultiSIMD(S []float32, n int, V []float32, nv int, out []float32) bool { return false }
 
 func updateRowsBF16(S []uint16, n int, a float32, c, B, C, out []float32) bool { return false }
+
+func dotRowsNVFP4PairSIMD(codes, scales []byte, global float32, n int, even, odd, even2, odd2 []float32, out, out2 []float32) bool {
+	return false
+}

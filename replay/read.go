@@ -22,12 +22,15 @@ var (
 // readBuffers is the scratch a read needs: a decoded matrix for formats
 // without a direct kernel, and v split into even and odd elements for nvfp4.
 type readBuffers struct {
-	mat       []float32
-	even, odd []float32
+	mat         []float32
+	even, odd   []float32
+	even2, odd2 []float32
 }
 
 func newReadBuffers(elems, n int) readBuffers {
-	return readBuffers{mat: make([]float32, elems), even: make([]float32, n/2+1), odd: make([]float32, n/2+1)}
+	h := n/2 + 1
+	return readBuffers{mat: make([]float32, elems), even: make([]float32, h), odd: make([]float32, h),
+		even2: make([]float32, h), odd2: make([]float32, h)}
 }
 
 // readDots writes out[a·rows+p] = S_p·V_a for each row p of matrix mat of m
@@ -61,7 +64,18 @@ func readDots(m *matrices, mat, rows, n int, V []float32, vstride, nv int, out [
 		codes := m.u8[mat*e/2 : (mat+1)*e/2]
 		scales := m.scales[mat*e/16 : (mat+1)*e/16]
 		done := true
-		for a := 0; a < nv && done; a++ {
+		a := 0
+		// Two vectors at a time: each row is decoded once for both.
+		for ; a+1 < nv && done; a += 2 {
+			v, w := V[a*vstride:a*vstride+n], V[(a+1)*vstride:(a+1)*vstride+n]
+			for i := 0; i < n/2; i++ {
+				rb.even[i], rb.odd[i] = v[2*i], v[2*i+1]
+				rb.even2[i], rb.odd2[i] = w[2*i], w[2*i+1]
+			}
+			done = dotRowsNVFP4PairSIMD(codes, scales, m.scale[mat], n, rb.even, rb.odd, rb.even2, rb.odd2,
+				out[a*rows:(a+1)*rows], out[(a+1)*rows:(a+2)*rows])
+		}
+		for ; a < nv && done; a++ {
 			v := V[a*vstride : a*vstride+n]
 			for i := 0; i < n/2; i++ {
 				rb.even[i], rb.odd[i] = v[2*i], v[2*i+1]
