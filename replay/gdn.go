@@ -35,15 +35,10 @@ type GDNInput struct {
 // the read copy's error: it recomputes every u from the raw inputs on the
 // high-precision checkpoint (the exact fold).
 type GDNCache struct {
+	core
 	shape ssm.GDNShape
-	opt   Options
 	negA  []float64 // −exp(A_log)
 	dtb   []float64
-
-	slots slotTable
-	state *matrices
-	read  *matrices
-	conv  *convWindow
 
 	// Ring, [slot][entry][...]: k after l2norm [Hk·dk], v [Hv·dv], decay
 	// exp(g) [Hv], β [Hv], and the cached corrected update u [Hv·dv].
@@ -51,9 +46,7 @@ type GDNCache struct {
 	// applies, so decay products need no exp.
 	ringK, ringV, ringA, ringBeta, ringU []float32
 
-	work    *workers
 	scratch []gdnScratch
-	stats   Stats
 
 	opSlots  []Slot
 	opIn     GDNInput
@@ -87,45 +80,25 @@ func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, o
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}
-	if err := opt.validate(); err != nil {
-		return nil, fmt.Errorf("gdn cache: %w", err)
-	}
 	Hk, Hv, dk, dv := shape.KeyHeads, shape.ValueHeads, shape.KeyDim, shape.ValueDim
 	if len(prm.ALog) != Hv || len(prm.DtBias) != Hv {
 		return nil, fmt.Errorf("gdn cache: A_log and dt_bias need %d values each, have %d and %d", Hv, len(prm.ALog), len(prm.DtBias))
 	}
-	if capacity <= 0 {
-		return nil, fmt.Errorf("gdn cache: capacity %d must be positive", capacity)
+	cr, err := newCore("gdn", [4]int32{int32(Hk), int32(Hv), int32(dk), int32(dv)}, opt, Hv, dk*dv, capacity, conv,
+		[]int{Hk * dk, Hv * dv, Hv, Hv, Hv * dv})
+	if err != nil {
+		return nil, err
 	}
-	c := &GDNCache{shape: shape, opt: opt, slots: newSlotTable(capacity)}
+	c := &GDNCache{core: cr, shape: shape}
 	for j := range Hv {
 		c.negA = append(c.negA, -math.Exp(float64(prm.ALog[j])))
 		c.dtb = append(c.dtb, float64(prm.DtBias[j]))
 	}
-	var err error
-	if c.state, err = newMatrices(opt.State, dk*dv, capacity*opt.stateBuffers()*Hv); err != nil {
-		return nil, fmt.Errorf("gdn cache: %w", err)
-	}
-	if opt.ReadCopy != numeric.F32 {
-		if c.read, err = newMatrices(opt.ReadCopy, dk*dv, capacity*Hv); err != nil {
-			return nil, fmt.Errorf("gdn cache: %w", err)
-		}
-	}
-	if conv.Channels > 0 {
-		if c.conv, err = newConvWindow(conv, capacity, opt.MaxDraft); err != nil {
-			return nil, fmt.Errorf("gdn cache: %w", err)
-		}
+	if c.rings != nil {
+		c.ringK, c.ringV, c.ringA, c.ringBeta, c.ringU = c.rings[0], c.rings[1], c.rings[2], c.rings[3], c.rings[4]
 	}
 	R := opt.ring()
-	if opt.Mode == Replay {
-		c.ringK = make([]float32, capacity*R*Hk*dk)
-		c.ringV = make([]float32, capacity*R*Hv*dv)
-		c.ringA = make([]float32, capacity*R*Hv)
-		c.ringBeta = make([]float32, capacity*R*Hv)
-		c.ringU = make([]float32, capacity*R*Hv*dv)
-	}
 	T := max(1, opt.MaxDraft)
-	c.work = newWorkers(opt.Threads)
 	for range opt.Threads {
 		sc := gdnScratch{
 			s:    make([]float32, dk*dv),
@@ -151,112 +124,8 @@ func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, o
 	return c, nil
 }
 
-// Close stops the cache's worker goroutines.
-func (c *GDNCache) Close() { c.work.close() }
-
 // Shape returns the layer shape.
 func (c *GDNCache) Shape() ssm.GDNShape { return c.shape }
-
-// Options returns the options in force (defaults filled in).
-func (c *GDNCache) Options() Options { return c.opt }
-
-// Stats returns the counters since the cache was built.
-func (c *GDNCache) Stats() Stats { return c.stats }
-
-// Capacity is the number of slots.
-func (c *GDNCache) Capacity() int { return c.slots.capacity() }
-
-// Admit takes a free slot and clears it.
-func (c *GDNCache) Admit() (Slot, error) {
-	s, err := c.slots.admit()
-	if err != nil {
-		return s, fmt.Errorf("gdn cache: %w", err)
-	}
-	c.clearSlot(s)
-	return s, nil
-}
-
-// Reset clears a live slot's state, ring and conv window.
-func (c *GDNCache) Reset(s Slot) error {
-	if err := c.slots.check(s); err != nil {
-		return fmt.Errorf("gdn cache: reset: %w", err)
-	}
-	c.slots.resetCursors(s)
-	c.clearSlot(s)
-	return nil
-}
-
-// Evict frees a slot.
-func (c *GDNCache) Evict(s Slot) error {
-	if err := c.slots.evict(s); err != nil {
-		return fmt.Errorf("gdn cache: evict: %w", err)
-	}
-	return nil
-}
-
-func (c *GDNCache) clearSlot(s Slot) {
-	Hv := c.shape.ValueHeads
-	nb := c.opt.stateBuffers()
-	for i := 0; i < nb*Hv; i++ {
-		c.state.zero(int(s)*nb*Hv + i)
-	}
-	if c.read != nil {
-		for j := range Hv {
-			c.read.zero(int(s)*Hv + j)
-		}
-	}
-	if c.conv != nil {
-		c.conv.reset(s)
-	}
-}
-
-// Fork admits a new slot holding a copy of src's state. Pending drafts are
-// not copied.
-func (c *GDNCache) Fork(src Slot) (Slot, error) {
-	if err := c.slots.check(src); err != nil {
-		return -1, fmt.Errorf("gdn cache: fork: %w", err)
-	}
-	dst, err := c.slots.admit()
-	if err != nil {
-		return -1, fmt.Errorf("gdn cache: fork: %w", err)
-	}
-	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
-	nb := c.opt.stateBuffers()
-	for i := 0; i < nb*Hv; i++ {
-		c.state.copyMatrix(int(dst)*nb*Hv+i, c.state, int(src)*nb*Hv+i)
-	}
-	if c.read != nil {
-		for j := range Hv {
-			c.read.copyMatrix(int(dst)*Hv+j, c.read, int(src)*Hv+j)
-		}
-	}
-	if c.ringK != nil {
-		R := c.opt.ring()
-		copyRing(c.ringK, dst, src, R*Hk*dk)
-		copyRing(c.ringV, dst, src, R*Hv*dv)
-		copyRing(c.ringA, dst, src, R*Hv)
-		copyRing(c.ringBeta, dst, src, R*Hv)
-		copyRing(c.ringU, dst, src, R*Hv*dv)
-	}
-	if c.conv != nil {
-		c.conv.copySlot(dst, src)
-	}
-	c.slots.hist[dst] = c.slots.hist[src]
-	c.slots.cur[dst] = c.slots.cur[src]
-	c.slots.flushes[dst] = c.slots.flushes[src]
-	return dst, nil
-}
-
-// Conv runs the depthwise convolution for one step of each slot.
-func (c *GDNCache) Conv(slots []Slot, in, out []float32) error {
-	return convStep(c.conv, &c.slots, slots, in, out)
-}
-
-// ConvVerify runs the convolution over T draft inputs per slot without moving
-// the windows; Commit shifts them by the accepted count.
-func (c *GDNCache) ConvVerify(slots []Slot, T int, in, out []float32) error {
-	return convVerify(c.conv, &c.slots, c.opt.MaxDraft, slots, T, in, out)
-}
 
 func (c *GDNCache) checkIO(slots []Slot, T int, in GDNInput, o []float32) error {
 	if err := c.slots.checkBatch(slots); err != nil {
@@ -282,49 +151,12 @@ func (c *GDNCache) Step(slots []Slot, in GDNInput, o []float32) error {
 	if err := c.checkIO(slots, 1, in, o); err != nil {
 		return fmt.Errorf("gdn cache: step: %w", err)
 	}
-	for _, s := range slots {
-		c.slots.pending[s] = 0
-	}
+	c.beginStep(slots)
 	c.opSlots, c.opIn, c.opOut, c.opT, c.opCounts = slots, in, o, 1, nil
 	c.work.run(len(slots)*c.shape.KeyHeads, c.taskStep)
-	// Cursors and byte counts.
-	sb := int64(c.state.bytesPerMatrix()) * int64(c.shape.ValueHeads)
-	for _, s := range slots {
-		c.stats.Steps++
-		c.stats.BaselineBytes += 2 * sb
-		if c.opt.Mode == Baseline {
-			c.stats.StateBytesRead += sb
-			c.stats.StateBytesWritten += sb
-			continue
-		}
-		if t := c.slots.hist[s] + 1; int(t) >= c.opt.Window {
-			c.countFlush(s)
-			c.slots.hist[s] = 0
-		} else {
-			c.stats.StateBytesRead += c.outputBytes()
-			c.slots.hist[s] = t
-		}
-	}
+	c.finishStep(slots)
 	c.opSlots, c.opIn, c.opOut = nil, GDNInput{}, nil
 	return nil
-}
-
-func (c *GDNCache) countFlush(s Slot) {
-	Hv := int64(c.shape.ValueHeads)
-	c.stats.Flushes++
-	c.slots.flushes[s]++
-	c.stats.StateBytesRead += int64(c.state.bytesPerMatrix()) * Hv
-	c.stats.StateBytesWritten += int64(c.state.bytesPerMatrix()) * Hv
-	if c.read != nil {
-		c.stats.StateBytesWritten += int64(c.read.bytesPerMatrix()) * Hv
-	}
-}
-
-func (c *GDNCache) outputBytes() int64 {
-	if c.read != nil {
-		return int64(c.read.bytesPerMatrix()) * int64(c.shape.ValueHeads)
-	}
-	return int64(c.state.bytesPerMatrix()) * int64(c.shape.ValueHeads)
 }
 
 // prepare normalises q and k of op rows r0..r0+n-1 for key head kh into the
@@ -565,9 +397,7 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 		}
 		if c.state.raw(mat) == nil {
 			sr := sc.sr
-			if sr != nil {
-				sr.Reseed(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.slots.flushes[s])*0x9e3779b97f4a7c15 ^ uint64(mat))
-			}
+			c.reseed(sr, s, mat, int64(c.slots.flushes[s]))
 			c.state.store(mat, S, sr)
 		}
 		if c.read != nil {
@@ -623,9 +453,7 @@ func (c *GDNCache) baselineGroup(sc *gdnScratch, b, kh, T, nd int, verify bool) 
 				}
 			} else {
 				sr := sc.sr
-				if sr != nil {
-					sr.Reseed(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.stats.Steps+int64(k))*0x9e3779b97f4a7c15 ^ uint64(dst))
-				}
+				c.reseed(sr, s, dst, int64(c.stats.Steps+int64(k)))
 				c.state.store(dst, S, sr)
 				c.state.load(dst, S)
 			}
@@ -665,35 +493,9 @@ func (c *GDNCache) Verify(slots []Slot, T int, counts []int, in GDNInput, o []fl
 		return fmt.Errorf("gdn cache: verify: %w", err)
 	}
 	c.opSlots, c.opIn, c.opOut, c.opT, c.opCounts = slots, in, o, T, counts
-	sb := int64(c.state.bytesPerMatrix()) * int64(c.shape.ValueHeads)
-	for i, s := range slots {
-		cnt := T
-		if counts != nil {
-			cnt = counts[i]
-		}
-		n := int(c.slots.hist[s])
-		c.slots.pending[s] = int32(cnt)
-		c.stats.Verifies++
-		c.stats.Drafts += int64(cnt)
-		c.stats.BaselineBytes += int64(1+cnt) * sb
-		if c.opt.Mode == Baseline {
-			c.stats.StateBytesRead += sb
-			c.stats.StateBytesWritten += int64(cnt) * sb
-			continue
-		}
-		c.slots.fold[s] = n > 0 && n+2*cnt > c.opt.ring()
-		if c.slots.fold[s] {
-			c.countFlush(s)
-		}
-		c.stats.StateBytesRead += c.outputBytes()
-	}
+	c.beginVerify(slots, T, counts)
 	c.work.run(len(slots)*c.shape.KeyHeads, c.taskVer)
-	for _, s := range slots {
-		if c.slots.fold[s] {
-			c.slots.hist[s] = 0
-			c.slots.fold[s] = false
-		}
-	}
+	c.finishVerify(slots)
 	c.opSlots, c.opIn, c.opOut, c.opCounts = nil, GDNInput{}, nil, nil
 	return nil
 }
@@ -722,26 +524,4 @@ func (c *GDNCache) verifyTask(worker, i int) {
 		c.appendRing(sc, s, kh, k, b*T+k, n+k)
 	}
 	c.outputs(sc, s, kh, n, cnt, b*T)
-}
-
-// Commit accepts the first accepted[i] drafts of slots[i]'s last Verify. See
-// Mamba2Cache.Commit.
-func (c *GDNCache) Commit(slots []Slot, accepted []int) error {
-	if err := c.slots.checkCommit(slots, accepted); err != nil {
-		return fmt.Errorf("gdn cache: %w", err)
-	}
-	for i, s := range slots {
-		n := accepted[i]
-		c.stats.Accepted += int64(n)
-		if c.opt.Mode == Replay {
-			c.slots.hist[s] += int32(n)
-		} else {
-			c.slots.cur[s] = int32((int(c.slots.cur[s]) + n) % c.opt.stateBuffers())
-		}
-		if c.conv != nil {
-			c.conv.shift(s, n)
-		}
-		c.slots.pending[s] = 0
-	}
-	return nil
 }

@@ -31,26 +31,20 @@ type Mamba2Input struct {
 
 // Mamba2Cache is the state cache of one Mamba-2 layer.
 type Mamba2Cache struct {
+	core
 	shape ssm.Mamba2Shape
-	opt   Options
 	a     []float64 // A = −exp(A_log)
 	dtb   []float64
 	d     []float32
 
-	slots slotTable
-	state *matrices // checkpoint (replay) or state buffers (baseline): [slot][buffer][head]
-	read  *matrices // read copy [slot][head], or nil
-	conv  *convWindow
-
-	// Ring of raw inputs since the checkpoint: [slot][entry][...].
+	// Ring of raw inputs since the checkpoint: [slot][entry][...], views
+	// of core.rings.
 	ringX  []float32 // H·P per entry
 	ringB  []float32 // G·N per entry
 	ringDt []float32 // H per entry: Δ after the softplus
 	ringA  []float32 // H per entry: the step's decay exp(Δ·A)
 
-	work    *workers
 	scratch []mamba2Scratch
-	stats   Stats
 
 	// Arguments of the operation in flight, read by the task methods.
 	opSlots  []Slot
@@ -83,17 +77,16 @@ func NewMamba2(shape ssm.Mamba2Shape, prm Mamba2Params, conv ConvWeights, capaci
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}
-	if err := opt.validate(); err != nil {
-		return nil, fmt.Errorf("mamba2 cache: %w", err)
-	}
 	H, P, N, G := shape.Heads, shape.HeadDim, shape.StateSize, shape.Groups
 	if len(prm.ALog) != H || len(prm.DtBias) != H || len(prm.D) != H {
 		return nil, fmt.Errorf("mamba2 cache: A_log, dt_bias and D need %d values each, have %d, %d, %d", H, len(prm.ALog), len(prm.DtBias), len(prm.D))
 	}
-	if capacity <= 0 {
-		return nil, fmt.Errorf("mamba2 cache: capacity %d must be positive", capacity)
+	cr, err := newCore("mamba2", [4]int32{int32(H), int32(P), int32(N), int32(G)}, opt, H, P*N, capacity, conv,
+		[]int{H * P, G * N, H, H})
+	if err != nil {
+		return nil, err
 	}
-	c := &Mamba2Cache{shape: shape, opt: opt, slots: newSlotTable(capacity)}
+	c := &Mamba2Cache{core: cr, shape: shape}
 	c.a = make([]float64, H)
 	c.dtb = make([]float64, H)
 	c.d = append([]float32(nil), prm.D...)
@@ -101,28 +94,9 @@ func NewMamba2(shape ssm.Mamba2Shape, prm Mamba2Params, conv ConvWeights, capaci
 		c.a[h] = -math.Exp(float64(prm.ALog[h]))
 		c.dtb[h] = float64(prm.DtBias[h])
 	}
-	var err error
-	if c.state, err = newMatrices(opt.State, P*N, capacity*opt.stateBuffers()*H); err != nil {
-		return nil, fmt.Errorf("mamba2 cache: %w", err)
+	if c.rings != nil {
+		c.ringX, c.ringB, c.ringDt, c.ringA = c.rings[0], c.rings[1], c.rings[2], c.rings[3]
 	}
-	if opt.ReadCopy != numeric.F32 {
-		if c.read, err = newMatrices(opt.ReadCopy, P*N, capacity*H); err != nil {
-			return nil, fmt.Errorf("mamba2 cache: %w", err)
-		}
-	}
-	if conv.Channels > 0 {
-		if c.conv, err = newConvWindow(conv, capacity, opt.MaxDraft); err != nil {
-			return nil, fmt.Errorf("mamba2 cache: %w", err)
-		}
-	}
-	if opt.Mode == Replay {
-		R := opt.ring()
-		c.ringX = make([]float32, capacity*R*H*P)
-		c.ringB = make([]float32, capacity*R*G*N)
-		c.ringDt = make([]float32, capacity*R*H)
-		c.ringA = make([]float32, capacity*R*H)
-	}
-	c.work = newWorkers(opt.Threads)
 	R := opt.ring() + 1
 	for range opt.Threads {
 		sc := mamba2Scratch{
@@ -147,115 +121,8 @@ func NewMamba2(shape ssm.Mamba2Shape, prm Mamba2Params, conv ConvWeights, capaci
 	return c, nil
 }
 
-// Close stops the cache's worker goroutines.
-func (c *Mamba2Cache) Close() { c.work.close() }
-
 // Shape returns the layer shape.
 func (c *Mamba2Cache) Shape() ssm.Mamba2Shape { return c.shape }
-
-// Options returns the options in force (defaults filled in).
-func (c *Mamba2Cache) Options() Options { return c.opt }
-
-// Stats returns the counters since the cache was built.
-func (c *Mamba2Cache) Stats() Stats { return c.stats }
-
-// Capacity is the number of slots.
-func (c *Mamba2Cache) Capacity() int { return c.slots.capacity() }
-
-// Admit takes a free slot and clears it.
-func (c *Mamba2Cache) Admit() (Slot, error) {
-	s, err := c.slots.admit()
-	if err != nil {
-		return s, fmt.Errorf("mamba2 cache: %w", err)
-	}
-	c.clearSlot(s)
-	return s, nil
-}
-
-// Reset clears a live slot's state, ring and conv window.
-func (c *Mamba2Cache) Reset(s Slot) error {
-	if err := c.slots.check(s); err != nil {
-		return fmt.Errorf("mamba2 cache: reset: %w", err)
-	}
-	c.slots.resetCursors(s)
-	c.clearSlot(s)
-	return nil
-}
-
-// Evict frees a slot.
-func (c *Mamba2Cache) Evict(s Slot) error {
-	if err := c.slots.evict(s); err != nil {
-		return fmt.Errorf("mamba2 cache: evict: %w", err)
-	}
-	return nil
-}
-
-func (c *Mamba2Cache) clearSlot(s Slot) {
-	H := c.shape.Heads
-	nb := c.opt.stateBuffers()
-	for i := 0; i < nb*H; i++ {
-		c.state.zero(int(s)*nb*H + i)
-	}
-	if c.read != nil {
-		for h := range H {
-			c.read.zero(int(s)*H + h)
-		}
-	}
-	if c.conv != nil {
-		c.conv.reset(s)
-	}
-}
-
-// Fork admits a new slot holding a copy of src's state (for beams and
-// parallel samples). Pending drafts are not copied.
-func (c *Mamba2Cache) Fork(src Slot) (Slot, error) {
-	if err := c.slots.check(src); err != nil {
-		return -1, fmt.Errorf("mamba2 cache: fork: %w", err)
-	}
-	dst, err := c.slots.admit()
-	if err != nil {
-		return -1, fmt.Errorf("mamba2 cache: fork: %w", err)
-	}
-	H := c.shape.Heads
-	nb := c.opt.stateBuffers()
-	for i := 0; i < nb*H; i++ {
-		c.state.copyMatrix(int(dst)*nb*H+i, c.state, int(src)*nb*H+i)
-	}
-	if c.read != nil {
-		for h := range H {
-			c.read.copyMatrix(int(dst)*H+h, c.read, int(src)*H+h)
-		}
-	}
-	if c.ringX != nil {
-		copyRing(c.ringX, dst, src, c.opt.ring()*H*c.shape.HeadDim)
-		copyRing(c.ringB, dst, src, c.opt.ring()*c.shape.Groups*c.shape.StateSize)
-		copyRing(c.ringDt, dst, src, c.opt.ring()*H)
-		copyRing(c.ringA, dst, src, c.opt.ring()*H)
-	}
-	if c.conv != nil {
-		c.conv.copySlot(dst, src)
-	}
-	c.slots.hist[dst] = c.slots.hist[src]
-	c.slots.cur[dst] = c.slots.cur[src]
-	c.slots.flushes[dst] = c.slots.flushes[src]
-	return dst, nil
-}
-
-func copyRing(ring []float32, dst, src Slot, per int) {
-	copy(ring[int(dst)*per:(int(dst)+1)*per], ring[int(src)*per:(int(src)+1)*per])
-}
-
-// Conv runs the depthwise convolution for one step of each slot: in and out
-// are [len(slots)][Channels]. The raw inputs enter the slots' windows.
-func (c *Mamba2Cache) Conv(slots []Slot, in, out []float32) error {
-	return convStep(c.conv, &c.slots, slots, in, out)
-}
-
-// ConvVerify runs the convolution over T draft inputs per slot ([slot][T][C])
-// without moving the windows; Commit shifts them by the accepted count.
-func (c *Mamba2Cache) ConvVerify(slots []Slot, T int, in, out []float32) error {
-	return convVerify(c.conv, &c.slots, c.opt.MaxDraft, slots, T, in, out)
-}
 
 // Step runs one standard decode step for each slot: it appends the inputs to
 // the slot's ring and writes y [len(slots)][H·P] (the SSM output before the
@@ -267,9 +134,7 @@ func (c *Mamba2Cache) Step(slots []Slot, in Mamba2Input, y []float32) error {
 	if err := c.checkIO(slots, 1, in, y); err != nil {
 		return fmt.Errorf("mamba2 cache: step: %w", err)
 	}
-	for _, s := range slots {
-		c.slots.pending[s] = 0
-	}
+	c.beginStep(slots)
 	c.opSlots, c.opIn, c.opOut, c.opT = slots, in, y, 1
 	c.work.run(len(slots)*c.shape.Groups, c.taskStep)
 	c.finishStep(slots)
@@ -293,48 +158,6 @@ func (c *Mamba2Cache) checkIO(slots []Slot, T int, in Mamba2Input, y []float32) 
 		}
 	}
 	return nil
-}
-
-// finishStep moves the cursors after a step and counts bytes.
-func (c *Mamba2Cache) finishStep(slots []Slot) {
-	H := int64(c.shape.Heads)
-	sb := int64(c.state.bytesPerMatrix()) * H
-	for _, s := range slots {
-		c.stats.Steps++
-		c.stats.BaselineBytes += 2 * sb
-		if c.opt.Mode == Baseline {
-			c.stats.StateBytesRead += sb
-			c.stats.StateBytesWritten += sb
-			continue
-		}
-		t := c.slots.hist[s] + 1
-		if int(t) >= c.opt.Window {
-			c.countFlush(s)
-			c.slots.hist[s] = 0
-		} else {
-			c.stats.StateBytesRead += c.outputBytes()
-			c.slots.hist[s] = t
-		}
-	}
-}
-
-func (c *Mamba2Cache) countFlush(s Slot) {
-	H := int64(c.shape.Heads)
-	c.stats.Flushes++
-	c.slots.flushes[s]++
-	c.stats.StateBytesRead += int64(c.state.bytesPerMatrix()) * H
-	c.stats.StateBytesWritten += int64(c.state.bytesPerMatrix()) * H
-	if c.read != nil {
-		c.stats.StateBytesWritten += int64(c.read.bytesPerMatrix()) * H
-	}
-}
-
-// outputBytes is what a non-flush output read moves for one slot.
-func (c *Mamba2Cache) outputBytes() int64 {
-	if c.read != nil {
-		return int64(c.read.bytesPerMatrix()) * int64(c.shape.Heads)
-	}
-	return int64(c.state.bytesPerMatrix()) * int64(c.shape.Heads)
 }
 
 // stepTask handles one (slot, group) of a Step.
@@ -456,9 +279,7 @@ func (c *Mamba2Cache) storeState(sc *mamba2Scratch, s Slot, mat int, S []float32
 		return
 	}
 	sr := sc.sr
-	if sr != nil {
-		sr.Reseed(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.slots.flushes[s])*0x9e3779b97f4a7c15 ^ uint64(mat))
-	}
+	c.reseed(sr, s, mat, int64(c.slots.flushes[s]))
 	c.state.store(mat, S, sr)
 }
 
@@ -566,9 +387,7 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 				}
 			} else {
 				sr := sc.sr
-				if sr != nil {
-					sr.Reseed(c.opt.Seed ^ uint64(s)<<32 ^ uint64(c.stats.Steps+int64(k))*0x9e3779b97f4a7c15 ^ uint64(dst))
-				}
+				c.reseed(sr, s, dst, int64(c.stats.Steps+int64(k)))
 				c.state.store(dst, S, sr)
 				// Naive low precision: the next update starts from the
 				// rounded state, as it would in a real low-precision cache.
@@ -613,39 +432,9 @@ func (c *Mamba2Cache) Verify(slots []Slot, T int, counts []int, in Mamba2Input, 
 		return fmt.Errorf("mamba2 cache: verify: %w", err)
 	}
 	c.opSlots, c.opIn, c.opOut, c.opT, c.opCounts = slots, in, y, T, counts
-	// Early flushes are decided before the parallel section so that every
-	// group of a slot sees the same decision.
-	for i, s := range slots {
-		n := int(c.slots.hist[s])
-		cnt := T
-		if counts != nil {
-			cnt = counts[i]
-		}
-		c.slots.pending[s] = int32(cnt)
-		c.stats.Verifies++
-		c.stats.Drafts += int64(cnt)
-		sb := int64(c.state.bytesPerMatrix()) * int64(c.shape.Heads)
-		c.stats.BaselineBytes += int64(1+cnt) * sb
-		if c.opt.Mode == Baseline {
-			c.stats.StateBytesRead += sb
-			c.stats.StateBytesWritten += int64(cnt) * sb
-			continue
-		}
-		c.slots.fold[s] = n > 0 && n+2*cnt > c.opt.ring()
-		if c.slots.fold[s] {
-			c.countFlush(s)
-		}
-		c.stats.StateBytesRead += c.outputBytes()
-	}
+	c.beginVerify(slots, T, counts)
 	c.work.run(len(slots)*c.shape.Groups, c.taskVer)
-	if c.opt.Mode == Replay {
-		for _, s := range slots {
-			if c.slots.fold[s] {
-				c.slots.hist[s] = 0
-				c.slots.fold[s] = false
-			}
-		}
-	}
+	c.finishVerify(slots)
 	c.opSlots, c.opIn, c.opOut, c.opCounts = nil, Mamba2Input{}, nil, nil
 	return nil
 }
@@ -673,28 +462,4 @@ func (c *Mamba2Cache) verifyTask(worker, i int) {
 		c.appendRing(s, b*T+k, g, n+k)
 	}
 	c.outputsGroup(sc, s, g, n+1, n+cnt, b*T)
-}
-
-// Commit accepts the first accepted[i] drafts of slots[i]'s last Verify. In
-// replay mode it moves the ring cursor; in baseline mode it selects the
-// accepted draft's state buffer. Nothing is copied. Conv windows shift by the
-// accepted count.
-func (c *Mamba2Cache) Commit(slots []Slot, accepted []int) error {
-	if err := c.slots.checkCommit(slots, accepted); err != nil {
-		return fmt.Errorf("mamba2 cache: %w", err)
-	}
-	for i, s := range slots {
-		n := accepted[i]
-		c.stats.Accepted += int64(n)
-		if c.opt.Mode == Replay {
-			c.slots.hist[s] += int32(n)
-		} else {
-			c.slots.cur[s] = int32((int(c.slots.cur[s]) + n) % c.opt.stateBuffers())
-		}
-		if c.conv != nil {
-			c.conv.shift(s, n)
-		}
-		c.slots.pending[s] = 0
-	}
-	return nil
 }

@@ -266,3 +266,57 @@ func TestMamba2DtMin(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestExportImportAcrossCaches moves a slot's state between two caches with
+// the same configuration (outputs continue identically) and refuses a cache
+// with another window or shape.
+func TestExportImportAcrossCaches(t *testing.T) {
+	shape := ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 16, Groups: 2}
+	f := newMamba2Fixture(41, shape)
+	opt := Options{Window: 5, MaxDraft: 2, ReadCopy: numeric.BF16, Threads: 1}
+	a, _ := NewMamba2(shape, f.prm, ConvWeights{}, 2, opt)
+	b, _ := NewMamba2(shape, f.prm, ConvWeights{}, 2, opt)
+	defer a.Close()
+	defer b.Close()
+	sa, _ := a.Admit()
+	sb, _ := b.Admit()
+	HP := shape.Heads * shape.HeadDim
+	for step := 0; step < 7; step++ { // mid-window: history and checkpoint both matter
+		if err := a.Step([]Slot{sa}, f.input(1), make([]float32, HP)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blob, err := a.Export(sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Import(sb, blob); err != nil {
+		t.Fatal(err)
+	}
+	for step := 0; step < 9; step++ {
+		in := f.input(1)
+		ya, yb := make([]float32, HP), make([]float32, HP)
+		if err := a.Step([]Slot{sa}, in, ya); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Step([]Slot{sb}, in, yb); err != nil {
+			t.Fatal(err)
+		}
+		for i := range ya {
+			if ya[i] != yb[i] {
+				t.Fatalf("step %d: imported slot gives %v, source %v", step, yb[i], ya[i])
+			}
+		}
+	}
+	other, _ := NewMamba2(shape, f.prm, ConvWeights{}, 1, Options{Window: 6, MaxDraft: 2, ReadCopy: numeric.BF16, Threads: 1})
+	defer other.Close()
+	so, _ := other.Admit()
+	if err := other.Import(so, blob); err == nil {
+		t.Error("a blob from a window-5 cache was imported into a window-6 cache")
+	} else {
+		t.Log(err)
+	}
+	if err := other.Import(so, []byte("not a state")); err == nil {
+		t.Error("garbage imported")
+	}
+}
