@@ -63,8 +63,9 @@ func ParseMode(s string) (Mode, error) {
 // DefaultWindow is the ring window L of the published ReplaySSM kernels.
 const DefaultWindow = 16
 
-// MaxDraftLimit bounds the number of draft tokens one verify may carry.
-const MaxDraftLimit = 8
+// MaxDraftLimit bounds the positions one verify may carry (T drafts plus
+// the last accepted token).
+const MaxDraftLimit = 16
 
 // Options configure a cache.
 type Options struct {

@@ -22,7 +22,8 @@ What:
   kernels   SSM state-cache kernels: baseline vs replay vs replay-nvfp4, verify
   copy      this machine's memory copy bandwidth
   decode    whole decode steps of a model (not built yet)
-  spec      speculative decoding throughput and capacity (not built yet)`)
+  spec      speculative decoding: tokens/s, acceptance, state memory and max
+            concurrency (nospec, spec-baseline, spec-replay)`)
 		if len(args) == 0 {
 			return errUsage
 		}
@@ -33,7 +34,9 @@ What:
 		return runBenchKernels(ctx, e, args[1:])
 	case "copy":
 		return runBenchCopy(ctx, e, args[1:])
-	case "decode", "spec":
+	case "spec":
+		return runBenchSpec(ctx, e, args[1:])
+	case "decode":
 		return fmt.Errorf("bench %s: not built yet", args[0])
 	}
 	return fmt.Errorf("%w: unknown benchmark %q (want kernels, copy, decode or spec)", errUsage, args[0])

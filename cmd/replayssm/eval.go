@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/models"
 )
 
 func runEval(ctx context.Context, e *env, args []string) error {
@@ -30,12 +31,13 @@ What:
 }
 
 func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "eval perplexity", "eval perplexity --model DIR [flags] FILE | --ids FILE")
-	dir := fs.String("model", "", "model directory")
+	fs := newFlagSet(e, "eval perplexity", "eval perplexity [--model DIR] [flags] FILE | --ids FILE")
+	dir := fs.String("model", "", "model directory; default: the built-in "+models.Default+" model")
 	idsFile := fs.String("ids", "", "score this file of token ids (comma or white-space separated) instead of text")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	chunk := fs.Int("chunk", 512, "tokens per prefill forward")
 	maxTokens := fs.Int("max-tokens", 0, "score at most this many tokens (0: all)")
+	segment := fs.Int("segment", 0, "score non-overlapping segments of this many tokens, each from a fresh state, as the model cards in models/ do (0: the whole text as one sequence)")
 	sf := addStateFlags(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -47,6 +49,16 @@ func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
 	}
 	if (*idsFile == "") == (len(pos) != 1) {
 		return fmt.Errorf("%w: give one text FILE or --ids FILE", errUsage)
+	}
+	if *segment == 1 || *segment < 0 {
+		return fmt.Errorf("%w: --segment must be 0 or at least 2", errUsage)
+	}
+	name := models.Default
+	if *dir != "" {
+		name = filepath.Base(filepath.Clean(*dir))
+	}
+	if *dir, err = modelDir(*dir); err != nil {
+		return err
 	}
 	d, err := loadModel(e.stderr, *dir)
 	if err != nil {
@@ -83,9 +95,21 @@ func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer eng.Close()
-	sum, n, err := eng.NLL(ctx, ids, *chunk)
-	if err != nil {
-		return err
+	w := *segment
+	if w == 0 {
+		w = len(ids)
+	}
+	var sum float64
+	var n int
+	for lo := 0; lo+1 < len(ids); lo += w {
+		s, c, err := eng.NLL(ctx, ids[lo:min(lo+w, len(ids))], *chunk)
+		if err != nil {
+			return err
+		}
+		sum, n = sum+s, n+c
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: need at least two tokens to score", errUsage)
 	}
 	mean := sum / float64(n)
 	if *asJSON {
@@ -96,7 +120,7 @@ func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
 			Perplexity float64 `json:"perplexity"`
 			Mode       string  `json:"mode"`
 			Precision  string  `json:"precision"`
-		}{filepath.Base(filepath.Clean(*dir)), n, mean, math.Exp(mean), opt.Mode.String(), precision(opt)})
+		}{name, n, mean, math.Exp(mean), opt.Mode.String(), precision(opt)})
 	}
 	fmt.Fprintf(e.stdout, "tokens      %d\nmean NLL    %.6f\nperplexity  %.4f\n", n, mean, math.Exp(mean))
 	return nil

@@ -16,6 +16,7 @@ import (
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/models"
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/tokenizer"
@@ -91,6 +92,15 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
+}
+
+// modelDir returns the --model flag's value, or the folder of the model
+// compiled into the program (models.Default) when the flag is empty.
+func modelDir(flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	return models.DefaultDir()
 }
 
 // loadModel loads the model in dir, drawing a progress bar on w for
@@ -169,8 +179,8 @@ func parseIDs(s string, vocab int) ([]int, error) {
 }
 
 func runGenerate(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "generate", `generate --model DIR [flags] "prompt"`)
-	dir := fs.String("model", "", "model directory (config.json, safetensors, tokenizer.json)")
+	fs := newFlagSet(e, "generate", `generate [--model DIR] [flags] "prompt"`)
+	dir := fs.String("model", "", "model directory (config.json, safetensors, tokenizer.json); default: the built-in "+models.Default+" model")
 	temp := fs.Float64("temperature", 0, "sampling temperature; 0 is greedy")
 	topK := fs.Int("top-k", 0, "sample among the K most likely tokens (0: all)")
 	topP := fs.Float64("top-p", 1, "nucleus sampling probability mass (1: all)")
@@ -181,6 +191,7 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 	useChat := fs.Bool("chat", false, "wrap the prompt in the model's chat template as a user turn")
 	promptIDs := fs.String("prompt-ids", "", "prompt as comma-separated token ids instead of text")
 	sf := addStateFlags(fs)
+	spf := addSpecFlags(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -188,6 +199,15 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 	opt, err := sf.options()
 	if err != nil {
 		return err
+	}
+	acceptRule, err := spf.check()
+	if err != nil {
+		return err
+	}
+	if spf.enabled() {
+		if opt, err = spf.stateOptions(opt); err != nil {
+			return err
+		}
 	}
 	if *maxTokens <= 0 {
 		return fmt.Errorf("%w: --max-tokens must be positive", errUsage)
@@ -201,6 +221,9 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w: give a prompt, or --prompt-ids", errUsage)
 	}
 
+	if *dir, err = modelDir(*dir); err != nil {
+		return err
+	}
 	d, err := loadModel(e.stderr, *dir)
 	if err != nil {
 		return err
@@ -276,8 +299,23 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 		write(out)
 		return !stopped && werr == nil
 	}
-	res, tm, err := eng.Generate(ctx, []engine.Request{{Prompt: prompt, MaxTokens: *maxTokens, Sampling: sampling, IsEnd: isEnd, OnToken: onToken}})
-	if err != nil {
+	reqs := []engine.Request{{Prompt: prompt, MaxTokens: *maxTokens, Sampling: sampling, IsEnd: isEnd, OnToken: onToken}}
+	var (
+		res []engine.Result
+		tm  engine.Timing
+		ss  engine.SpecStats
+	)
+	if spf.enabled() {
+		dr, err := spf.newDrafter(e.stderr, d, 1, opt)
+		if err != nil {
+			return err
+		}
+		defer dr.Close()
+		res, tm, ss, err = eng.GenerateSpeculative(ctx, reqs, engine.Speculation{Drafter: dr, Drafts: *spf.drafts, Accept: acceptRule})
+		if err != nil {
+			return err
+		}
+	} else if res, tm, err = eng.Generate(ctx, reqs); err != nil {
 		return err
 	}
 	if stream != nil && res[0].Reason != engine.StopCallback {
@@ -293,6 +331,9 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 		d.Config.ModelType, tm.PromptTokens, tm.Prefill.Seconds(), rate(tm.PromptTokens, tm.Prefill),
 		n, tm.Decode.Seconds(), rate(tm.DecodeTokens, tm.Decode), res[0].Reason)
 	printReplayStats(e.stderr, eng.Stats(), opt)
+	if spf.enabled() {
+		printSpecStats(e.stderr, ss, *spf.drafts, opt)
+	}
 	return nil
 }
 

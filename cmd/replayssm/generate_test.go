@@ -45,7 +45,7 @@ func TestGenerateErrors(t *testing.T) {
 		inStderr string
 	}{
 		{[]string{"generate", "--model", nemotronFixture, "hello"}, 1, "no tokenizer.json"},
-		{[]string{"generate", "hello"}, 2, "--model"},
+		{[]string{"generate"}, 2, "prompt"},
 		{[]string{"generate", "--model", nemotronFixture}, 2, "prompt"},
 		{[]string{"generate", "--model", nemotronFixture, "--prompt-ids", "1,x"}, 2, `"x"`},
 		{[]string{"generate", "--model", nemotronFixture, "--prompt-ids", "999"}, 2, "vocabulary"},
