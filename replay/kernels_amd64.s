@@ -496,12 +496,12 @@ nvchunk:
 	VBROADCASTSS (R13)(AX*4), Y4
 	VBROADCASTSS (R13)(BX*4), Y5
 	VINSERTF32X8 $1, Y5, Z4, Z4 // lanes 0-7: block 2c, lanes 8-15: block 2c+1
-	VMULPS Z4, Z2, Z2
-	VMULPS Z4, Z3, Z3
 	MOVQ CX, DX
 	SHLQ $6, DX                // 16 floats per chunk of each half
-	VFMADD231PS (R11)(DX*1), Z2, Z0
-	VFMADD231PS (R12)(DX*1), Z3, Z0
+	// s·(q_even·v_even + q_odd·v_odd): the block scales multiply once.
+	VMULPS (R11)(DX*1), Z2, Z2
+	VFMADD231PS (R12)(DX*1), Z3, Z2
+	VFMADD231PS Z4, Z2, Z0
 	ADDQ $16, SI
 	ADDQ $2, R8
 	INCQ CX
@@ -562,14 +562,14 @@ npchunk:
 	MOVBLZX 1(R8), AX
 	VBROADCASTSS (R13)(AX*4), Y5
 	VINSERTF32X8 $1, Y5, Z4, Z4 // lanes 0-7: block 2c, lanes 8-15: block 2c+1
-	VMULPS Z4, Z2, Z2
-	VMULPS Z4, Z3, Z3
 	MOVQ CX, DX
 	SHLQ $6, DX                // 16 floats per chunk of each half
-	VFMADD231PS (R11)(DX*1), Z2, Z0
-	VFMADD231PS (R12)(DX*1), Z3, Z0
-	VFMADD231PS (R14)(DX*1), Z2, Z6
-	VFMADD231PS (R15)(DX*1), Z3, Z6
+	VMULPS (R11)(DX*1), Z2, Z5
+	VFMADD231PS (R12)(DX*1), Z3, Z5
+	VFMADD231PS Z4, Z5, Z0
+	VMULPS (R14)(DX*1), Z2, Z5
+	VFMADD231PS (R15)(DX*1), Z3, Z5
+	VFMADD231PS Z4, Z5, Z6
 	ADDQ $16, SI
 	ADDQ $2, R8
 	INCQ CX

@@ -3,6 +3,8 @@ package replay
 import (
 	"sync"
 	"testing"
+
+	"github.com/replayssm/replayssm/numeric"
 )
 
 // BenchmarkStreamDotRows reads 256 MiB of 80×128 fp32 state matrices with
@@ -89,4 +91,44 @@ func BenchmarkCodecs(b *testing.B) {
 			quantizeNVFP4(packed, scales, src)
 		}
 	})
+}
+
+// BenchmarkStreamNVFP4Rows reads 252 MiB worth of fp32 state (63M elements)
+// stored as nvfp4 (80×128 matrices) with the output-read kernel on two
+// goroutines: the nvfp4 non-flush step's state read. SetBytes counts the
+// fp32-equivalent bytes, so MB/s compares with BenchmarkStreamDotRows.
+func BenchmarkStreamNVFP4Rows(b *testing.B) {
+	const rows, n = 80, 128
+	const mats = (256 << 20) / (rows * n * 4)
+	m, err := newMatrices(numeric.NVFP4, rows*n, mats)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := make([]float32, rows*n)
+	for i := range src {
+		src[i] = float32(i%13) - 6
+	}
+	for i := 0; i < mats; i++ {
+		m.store(i, src, nil)
+	}
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(i%5) * 0.1
+	}
+	b.SetBytes(int64(mats * rows * n * 4))
+	for b.Loop() {
+		var wg sync.WaitGroup
+		for w := 0; w < 2; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out := make([]float32, rows)
+				rb := newReadBuffers(rows*n, n)
+				for i := w; i < mats; i += 2 {
+					readDots(m, i, rows, n, v, n, 1, out, &rb)
+				}
+			}()
+		}
+		wg.Wait()
+	}
 }
