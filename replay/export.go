@@ -66,10 +66,12 @@ func (c *core) Export(s Slot) ([]byte, error) {
 	if c.read != nil {
 		out = c.read.appendBytes(out, int(s)*c.heads, c.heads)
 	}
+	// Whole ring sections: the rings are laid out head-major, so a slot's
+	// committed entries are not one prefix.
 	R := c.opt.ring()
 	for i, ring := range c.rings {
 		w := c.widths[i]
-		for _, v := range ring[int(s)*R*w : (int(s)*R+int(h.Hist))*w] {
+		for _, v := range ring[int(s)*R*w : (int(s)+1)*R*w] {
 			out = appendF32(out, v)
 		}
 	}
@@ -127,7 +129,7 @@ func (c *core) importInto(s Slot, blob []byte) error {
 	R := c.opt.ring()
 	need := 0
 	for _, w := range c.widths {
-		need += 4 * w * int(h.Hist)
+		need += 4 * w * R
 	}
 	if c.conv != nil {
 		need += 4 * (c.conv.w.Kernel - 1) * c.conv.w.Channels
@@ -137,7 +139,7 @@ func (c *core) importInto(s Slot, blob []byte) error {
 	}
 	for i, ring := range c.rings {
 		w := c.widths[i]
-		dst := ring[int(s)*R*w : (int(s)*R+int(h.Hist))*w]
+		dst := ring[int(s)*R*w : (int(s)+1)*R*w]
 		for j := range dst {
 			dst[j], rest = readF32(rest)
 		}

@@ -186,15 +186,13 @@ func l2norm(dst, x []float32, scale float32) {
 // row r into ring entry e of slot s for key head kh and its value heads.
 func (c *GDNCache) appendRing(sc *gdnScratch, s Slot, kh, k, r, e int) {
 	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
-	R := c.opt.ring()
-	base := int(s)*R + e
-	copy(c.ringK[(base*Hk+kh)*dk:][:dk], sc.k[k*dk:(k+1)*dk])
+	copy(c.ringKey(s, kh, e), sc.k[k*dk:(k+1)*dk])
 	vpk := Hv / Hk
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
-		copy(c.ringV[(base*Hv+j)*dv:][:dv], c.opIn.V[(r*Hv+j)*dv:][:dv])
+		copy(c.ringVec(c.ringV, s, j, e, dv), c.opIn.V[(r*Hv+j)*dv:][:dv])
 		g := float32(c.negA[j] * ssm.Softplus(float64(c.opIn.A[r*Hv+j])+c.dtb[j]))
-		c.ringA[base*Hv+j] = float32(math.Exp(float64(g)))
-		c.ringBeta[base*Hv+j] = float32(ssm.Sigmoid(float64(c.opIn.B[r*Hv+j])))
+		c.ringA[c.at(s, j, e)] = float32(math.Exp(float64(g)))
+		c.ringBeta[c.at(s, j, e)] = float32(ssm.Sigmoid(float64(c.opIn.B[r*Hv+j])))
 	}
 }
 
@@ -220,12 +218,20 @@ func (c *GDNCache) stepTask(worker, i int) {
 // ringKey returns ring entry e's normalised k for key head kh of slot s.
 func (c *GDNCache) ringKey(s Slot, kh, e int) []float32 {
 	Hk, dk := c.shape.KeyHeads, c.shape.KeyDim
-	return c.ringK[((int(s)*c.opt.ring()+e)*Hk+kh)*dk:][:dk]
+	return c.ringK[((int(s)*Hk+kh)*c.opt.ring()+e)*dk:][:dk]
 }
 
+// ringVec returns ring entry e of value head j of slot s in a per-value-head
+// ring of the given width (ringV, ringU).
 func (c *GDNCache) ringVec(ring []float32, s Slot, j, e, width int) []float32 {
-	Hv := c.shape.ValueHeads
-	return ring[((int(s)*c.opt.ring()+e)*Hv+j)*width:][:width]
+	return ring[c.at(s, j, e)*width:][:width]
+}
+
+// at is the index of ring entry e of value head j of slot s in the
+// per-head rings (ringA, ringBeta; times the width for ringV, ringU). The
+// rings are head-major so that a head's entries are contiguous.
+func (c *GDNCache) at(s Slot, j, e int) int {
+	return (int(s)*c.shape.ValueHeads+j)*c.opt.ring() + e
 }
 
 // project computes out[a·dv+m] = S_m·V_a for each row m of a state (dv rows
@@ -277,10 +283,10 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 			// suf[i] = Π_{l=i..t} exp(g_l): γ_t = suf[0], γ_t/γ_i = suf[i+1].
 			sc.suf[t+1] = 1
 			for i := t; i >= 0; i-- {
-				sc.suf[i] = sc.suf[i+1] * float64(c.ringA[(int(s)*c.opt.ring()+i)*Hv+j])
+				sc.suf[i] = sc.suf[i+1] * float64(c.ringA[c.at(s, j, i)])
 			}
 			gt := sc.suf[0]
-			beta := c.ringBeta[(int(s)*c.opt.ring()+t)*Hv+j]
+			beta := c.ringBeta[c.at(s, j, t)]
 			ut := c.ringVec(c.ringU, s, j, t, dv)
 			vt := c.ringVec(c.ringV, s, j, t, dv)
 			sk := sc.proj[k*dv : (k+1)*dv]
@@ -288,11 +294,11 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 				ut[m] = vt[m] - float32(gt)*sk[m]
 			}
 			coef := sc.coef[:t+1]
-			uBase := c.ringU[(int(s)*c.opt.ring()*Hv+j)*dv:]
+			uBase := c.ringU[c.at(s, j, 0)*dv:][:(t+1)*dv]
 			for i := 0; i < t; i++ {
 				coef[i] = -float32(sc.suf[i+1]) * sc.gram[k*W+i]
 			}
-			combine(ut, coef[:t], uBase, Hv*dv)
+			combine(ut, coef[:t], uBase, dv)
 			scaleRow(ut, beta)
 			o := c.opOut[((r0+k)*Hv+j)*dv:][:dv]
 			sq := sc.proj[(nd+k)*dv : (nd+k+1)*dv]
@@ -302,7 +308,7 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 			for i := 0; i <= t; i++ {
 				coef[i] = float32(sc.suf[i+1]) * sc.gram[(nd+k)*W+i]
 			}
-			combine(o, coef[:t+1], uBase, Hv*dv)
+			combine(o, coef[:t+1], uBase, dv)
 		}
 	}
 }
@@ -348,7 +354,7 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 		project(S, dk, dv, sc.vecs, nv, sc.proj, sc.tmp)
 		// Decays as products of the per-step exp(g) (no exp per pair, and
 		// no division, so nothing overflows when a decay underflows).
-		aj := func(i int) float64 { return float64(c.ringA[(int(s)*c.opt.ring()+i)*Hv+j]) }
+		aj := func(i int) float64 { return float64(c.ringA[c.at(s, j, i)]) }
 		gprod := 1.0
 		for i := 0; i < t; i++ {
 			ui := sc.u[i*dv : (i+1)*dv]
@@ -365,7 +371,7 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 				sc.rowc[l] = -float32(w) * sc.gram[i*nv+l]
 			}
 			combine(ui, sc.rowc[:i], sc.u, dv)
-			scaleRow(ui, c.ringBeta[(int(s)*c.opt.ring()+i)*Hv+j])
+			scaleRow(ui, c.ringBeta[c.at(s, j, i)])
 		}
 		gt := float32(gprod)
 		// coef[i] = γ_t/γ_i = Π_{m=i+1..t-1} exp(g_m).

@@ -37,12 +37,13 @@ type Mamba2Cache struct {
 	dtb   []float64
 	d     []float32
 
-	// Ring of raw inputs since the checkpoint: [slot][entry][...], views
-	// of core.rings.
-	ringX  []float32 // H·P per entry
-	ringB  []float32 // G·N per entry
-	ringDt []float32 // H per entry: Δ after the softplus
-	ringA  []float32 // H per entry: the step's decay exp(Δ·A)
+	// Ring of raw inputs since the checkpoint, views of core.rings, laid
+	// out head-major so that one head's (group's) entries are contiguous:
+	// the output path reads them as one stream (xAt, bAt, at).
+	ringX  []float32 // [slot][head][entry][P]
+	ringB  []float32 // [slot][group][entry][N]
+	ringDt []float32 // [slot][head][entry]: Δ after the softplus
+	ringA  []float32 // [slot][head][entry]: the step's decay exp(Δ·A)
 
 	scratch []mamba2Scratch
 
@@ -57,17 +58,16 @@ type Mamba2Cache struct {
 }
 
 type mamba2Scratch struct {
-	s     []float32 // one head's state, P·N
-	bc    []float32 // B_j·C per ring entry (and per draft for verify)
-	w     []float64 // per-entry decay weights
-	suf   []float64 // decay products from each entry to the current one
-	dots  []float32 // P·T dot products for verify
-	tmp   []float32 // one row's dot products
-	coef  []float32 // rank-update coefficients [P][t]
-	xc    []float32 // Δ·x per row for the in-place update
-	bvecs []float32 // the ring's B_j, contiguous [t][N]
-	rb    readBuffers
-	sr    *numeric.Stochastic
+	s    []float32 // one head's state, P·N
+	bc   []float32 // B_j·C per ring entry (and per draft for verify)
+	w    []float64 // per-entry decay weights
+	suf  []float64 // decay products from each entry to the current one
+	dots []float32 // P·T dot products for verify
+	tmp  []float32 // one row's dot products
+	coef []float32 // rank-update coefficients [P][t]
+	xc   []float32 // Δ·x per row for the in-place update
+	rb   readBuffers
+	sr   *numeric.Stochastic
 }
 
 // NewMamba2 builds a cache of capacity slots for one Mamba-2 layer.
@@ -100,16 +100,15 @@ func NewMamba2(shape ssm.Mamba2Shape, prm Mamba2Params, conv ConvWeights, capaci
 	R := opt.ring() + 1
 	for range opt.Threads {
 		sc := mamba2Scratch{
-			s:     make([]float32, P*N),
-			bc:    make([]float32, R*max(1, opt.MaxDraft)),
-			w:     make([]float64, R),
-			suf:   make([]float64, R+1),
-			dots:  make([]float32, P*max(1, opt.MaxDraft)),
-			tmp:   make([]float32, max(1, opt.MaxDraft)),
-			coef:  make([]float32, P*R),
-			xc:    make([]float32, P),
-			bvecs: make([]float32, R*N),
-			rb:    newReadBuffers(P*N, N),
+			s:    make([]float32, P*N),
+			bc:   make([]float32, R*max(1, opt.MaxDraft)),
+			w:    make([]float64, R),
+			suf:  make([]float64, R+1),
+			dots: make([]float32, P*max(1, opt.MaxDraft)),
+			tmp:  make([]float32, max(1, opt.MaxDraft)),
+			coef: make([]float32, P*R),
+			xc:   make([]float32, P),
+			rb:   newReadBuffers(P*N, N),
 		}
 		if opt.Stochastic {
 			sc.sr = numeric.NewStochastic(opt.Seed)
@@ -181,6 +180,23 @@ func (c *Mamba2Cache) stepTask(worker, i int) {
 	c.outputsGroup(sc, s, g, t, t, b)
 }
 
+// xAt is ring entry e's x for head h of slot s.
+func (c *Mamba2Cache) xAt(s Slot, h, e int) []float32 {
+	P := c.shape.HeadDim
+	return c.ringX[((int(s)*c.shape.Heads+h)*c.opt.ring()+e)*P:][:P]
+}
+
+// bAt is ring entry e's B for group g of slot s.
+func (c *Mamba2Cache) bAt(s Slot, g, e int) []float32 {
+	N := c.shape.StateSize
+	return c.ringB[((int(s)*c.shape.Groups+g)*c.opt.ring()+e)*N:][:N]
+}
+
+// at is the index of ring entry e of head h in ringDt and ringA.
+func (c *Mamba2Cache) at(s Slot, h, e int) int {
+	return (int(s)*c.shape.Heads+h)*c.opt.ring() + e
+}
+
 // groupVec returns the G·N-strided vector of group g in row r.
 func (c *Mamba2Cache) groupVec(v []float32, r, g int) []float32 {
 	N := c.shape.StateSize
@@ -191,16 +207,13 @@ func (c *Mamba2Cache) groupVec(v []float32, r, g int) []float32 {
 // heads of group g (and the group's B).
 func (c *Mamba2Cache) appendRing(s Slot, r, g, e int) {
 	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
-	R := c.opt.ring()
 	hpg := H / G
-	h0 := g * hpg
-	base := int(s)*R + e
-	copy(c.ringX[(base*H+h0)*P:(base*H+h0+hpg)*P], c.opIn.X[(r*H+h0)*P:(r*H+h0+hpg)*P])
-	copy(c.ringB[(base*G+g)*N:(base*G+g+1)*N], c.opIn.B[(r*G+g)*N:(r*G+g+1)*N])
-	for h := h0; h < h0+hpg; h++ {
+	copy(c.bAt(s, g, e), c.opIn.B[(r*G+g)*N:(r*G+g+1)*N])
+	for h := g * hpg; h < (g+1)*hpg; h++ {
+		copy(c.xAt(s, h, e), c.opIn.X[(r*H+h)*P:(r*H+h+1)*P])
 		delta := max(float32(ssm.Softplus(float64(c.opIn.Dt[r*H+h])+c.dtb[h])), c.opIn.DtMin)
-		c.ringDt[base*H+h] = delta
-		c.ringA[base*H+h] = float32(math.Exp(float64(delta) * c.a[h]))
+		c.ringDt[c.at(s, h, e)] = delta
+		c.ringA[c.at(s, h, e)] = float32(math.Exp(float64(delta) * c.a[h]))
 	}
 }
 
@@ -210,11 +223,10 @@ func (c *Mamba2Cache) appendRing(s Slot, r, g, e int) {
 // Products of the per-step decays, as the recurrence itself applies them,
 // need no exp per term.
 func (c *Mamba2Cache) suffix(sc *mamba2Scratch, s Slot, h, t int) {
-	H := c.shape.Heads
-	base := int(s) * c.opt.ring()
+	base := c.at(s, h, 0)
 	sc.suf[t] = 1
 	for j := t - 1; j >= 0; j-- {
-		sc.suf[j] = sc.suf[j+1] * float64(c.ringA[(base+j)*H+h])
+		sc.suf[j] = sc.suf[j+1] * float64(c.ringA[base+j])
 	}
 }
 
@@ -228,21 +240,17 @@ func (c *Mamba2Cache) flushGroup(sc *mamba2Scratch, s Slot, g, t int, C []float3
 	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
 	R := c.opt.ring()
 	hpg := H / G
-	base := int(s) * R
-	// The ring's B_j sit G·N floats apart (4 KiB for the target shapes):
-	// the same L1 set, which the rank update would thrash. Gather them.
-	ringB := sc.bvecs[:t*N]
-	for j := 0; j < t; j++ {
-		copy(ringB[j*N:(j+1)*N], c.ringB[((base+j)*G+g)*N:][:N])
-	}
+	// The group's B_j are contiguous (head-major ring): the rank update
+	// streams them from L1.
+	ringB := c.ringB[((int(s)*G+g)*R)*N:][:t*N]
 	var xs [MaxDraftLimit + 256][]float32
 	Xj := xs[:t]
 	for h := g * hpg; h < (g+1)*hpg; h++ {
 		c.suffix(sc, s, h, t)
 		decay := float32(sc.suf[0])
 		for j := 0; j < t; j++ {
-			sc.w[j] = float64(c.ringDt[(base+j)*H+h]) * sc.suf[j+1]
-			Xj[j] = c.ringX[((base+j)*H+h)*P:][:P]
+			sc.w[j] = float64(c.ringDt[c.at(s, h, j)]) * sc.suf[j+1]
+			Xj[j] = c.xAt(s, h, j)
 		}
 		mat := int(s)*H + h
 		S := c.state.raw(mat)
@@ -289,10 +297,9 @@ func (c *Mamba2Cache) storeState(sc *mamba2Scratch, s Slot, mat int, S []float32
 //
 //	y_t = e^{Λ_t}·(S₀·C_t) + Σ_{j≤t} Δ_j·e^{Λ_t−Λ_j}·(B_j·C_t)·x_j + D·x_t
 func (c *Mamba2Cache) outputsGroup(sc *mamba2Scratch, s Slot, g, tFirst, tLast, r0 int) {
-	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
+	H, P, G := c.shape.Heads, c.shape.HeadDim, c.shape.Groups
 	R := c.opt.ring()
 	hpg := H / G
-	base := int(s) * R
 	nd := tLast - tFirst + 1
 	// B_j·C_t for every ring entry j ≤ t and every output t: shared by all
 	// heads of the group.
@@ -300,7 +307,7 @@ func (c *Mamba2Cache) outputsGroup(sc *mamba2Scratch, s Slot, g, tFirst, tLast, 
 		C := c.groupVec(c.opIn.C, r0+k, g)
 		t := tFirst + k
 		for j := 0; j < t; j++ {
-			sc.bc[k*(R+1)+j] = dot(c.ringB[((base+j)*G+g)*N:][:N], C)
+			sc.bc[k*(R+1)+j] = dot(c.bAt(s, g, j), C)
 		}
 	}
 	for h := g * hpg; h < (g+1)*hpg; h++ {
@@ -311,15 +318,15 @@ func (c *Mamba2Cache) outputsGroup(sc *mamba2Scratch, s Slot, g, tFirst, tLast, 
 			yh := c.opOut[((r0+k)*H+h)*P:][:P]
 			c.suffix(sc, s, h, t)
 			e := float32(sc.suf[0])
-			xt := c.ringX[((base+t-1)*H+h)*P:][:P]
+			xt := c.xAt(s, h, t-1)
 			for p := 0; p < P; p++ {
 				yh[p] = e*sc.dots[k*P+p] + c.d[h]*xt[p]
 			}
 			coef := sc.coef[:t]
 			for j := 0; j < t; j++ {
-				coef[j] = float32(float64(c.ringDt[(base+j)*H+h])*sc.suf[j+1]) * sc.bc[k*(R+1)+j]
+				coef[j] = float32(float64(c.ringDt[c.at(s, h, j)])*sc.suf[j+1]) * sc.bc[k*(R+1)+j]
 			}
-			combine(yh, coef, c.ringX[(base*H+h)*P:], H*P)
+			combine(yh, coef, c.ringX[c.at(s, h, 0)*P:][:t*P], P)
 		}
 	}
 }
