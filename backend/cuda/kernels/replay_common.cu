@@ -59,6 +59,12 @@ template <> struct StateIO<FMT_F32> {
         const float4 x = *reinterpret_cast<const float4*>(p + e);
         v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
     }
+    // unpack decodes a raw 16-byte chunk (a prefetch kept in registers).
+    __device__ static __forceinline__ void unpack(uint4 x, float* v)
+    {
+        v[0] = __uint_as_float(x.x); v[1] = __uint_as_float(x.y);
+        v[2] = __uint_as_float(x.z); v[3] = __uint_as_float(x.w);
+    }
     // store writes v and leaves in v what was stored (identity for fp32).
     __device__ static __forceinline__ void store(float* p, u64 e, float* v)
     {
@@ -78,6 +84,13 @@ template <> struct StateIO<FMT_BF16> {
         v[4] = bf16_lo(x.z); v[5] = bf16_hi(x.z);
         v[6] = bf16_lo(x.w); v[7] = bf16_hi(x.w);
     }
+    __device__ static __forceinline__ void unpack(uint4 x, float* v)
+    {
+        v[0] = bf16_lo(x.x); v[1] = bf16_hi(x.x);
+        v[2] = bf16_lo(x.y); v[3] = bf16_hi(x.y);
+        v[4] = bf16_lo(x.z); v[5] = bf16_hi(x.z);
+        v[6] = bf16_lo(x.w); v[7] = bf16_hi(x.w);
+    }
     __device__ static __forceinline__ void store(u16* p, u64 e, float* v)
     {
         u32 w[4];
@@ -91,6 +104,33 @@ template <> struct StateIO<FMT_BF16> {
         *reinterpret_cast<uint4*>(p + e) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 };
+
+// ---- asynchronous global -> shared copies (sm_80+) ----
+//
+// The non-flush step kernels gather the ring with these, so the gather holds
+// no registers and its loads are in flight together with the state prefetch.
+// gmem is a generic pointer to global memory (the same address on sm_80+).
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem)
+{
+    const u32 sa = (u32)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem)
+{
+    const u32 sa = (u32)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// NF_VARIANT (a -D define, default 4) picks the Mamba-2 non-flush step
+// kernel: 3 = v3 (ring gather, then the state), 4 = v4 (state prefetched
+// into registers first, ring by cp.async). See NOTES.md.
+#ifndef NF_VARIANT
+#define NF_VARIANT 4
+#endif
 
 // ---- thread-to-element mapping of one ROWS x COLS matrix ----
 //

@@ -281,6 +281,184 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     }
 }
 
+// mamba2_nonflush_pf is the non-flush step (mamba2_step<false>'s outputs,
+// bit for bit) with the state traffic issued first (v4): the CTA's whole
+// share of the checkpoint is loaded into registers (raw 16-byte chunks) as
+// soon as hist[s] says the slot does not flush, and the ring gather, C, and
+// the ring's delta / decay go to shared memory by cp.async in the same round
+// trip; the current token's x, B, dt (which depend on the batch row only) are
+// loaded before slots[b]. Dependent chain: slots -> hist -> {state, ring} ->
+// y, one global round trip shorter than v3 (slots -> hist -> ring -> state).
+__device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict__ ringX, float* __restrict__ ringB,
+                                                   float* __restrict__ ringDt, float* __restrict__ ringA,
+                                                   const int* __restrict__ hist, const int* __restrict__ slots,
+                                                   const float* __restrict__ x, const float* __restrict__ B,
+                                                   const float* __restrict__ C, const float* __restrict__ dt,
+                                                   float* __restrict__ y, const double* __restrict__ A,
+                                                   const double* __restrict__ dtb, const float* __restrict__ D,
+                                                   float dtMin, int L)
+{
+    __shared__ __align__(16) float sC[N];
+    __shared__ __align__(16) float sB[RMAX * N];
+    __shared__ float sX[P * CSTRIDE];
+    __shared__ float sDot[P];
+    __shared__ float sW[RMAX];
+    __shared__ float sBC[RMAX];
+    __shared__ float sDelta[RMAX];
+    __shared__ float sDecay[RMAX];
+    __shared__ float sE;
+
+    constexpr int VEC = SM::VEC;
+    constexpr int XT = (P + NT - 1) / NT;
+    constexpr int BT = (N + NT - 1) / NT;
+    const int h = blockIdx.x, b = blockIdx.y, g = h / HPG;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const float* xt = x + ((u64)b * NHEADS + h) * P;
+    const float* Bt = B + ((u64)b * NGROUPS + g) * N;
+
+    // The current token: independent of the slot, in flight with slots[b].
+    float xc[XT], bc[BT];
+#pragma unroll
+    for (int it = 0; it < XT; it++) {
+        const int p = tid + it * NT;
+        xc[it] = p < P ? xt[p] : 0.0f;
+    }
+#pragma unroll
+    for (int it = 0; it < BT; it++) {
+        const int i = tid + it * NT;
+        bc[it] = i < N ? Bt[i] : 0.0f;
+    }
+    double dtv = 0.0, dtbh = 0.0, Ah = 0.0;
+    if (tid == 0) {
+        dtv = (double)dt[(u64)b * NHEADS + h];
+        dtbh = dtb[h];
+        Ah = A[h];
+    }
+    const float dh = D[h];
+
+    const int s = slots[b];
+    const int n = hist[s];
+    const int t = n + 1;
+    if (t >= L) {
+        return;
+    }
+    const u64 mat = (u64)s * NHEADS + h;
+    const ST* S = state + mat * (P * N);
+
+    // The state first: every chunk of this thread in flight at once.
+    uint4 raw[SM::PASSES][SM::CPL];
+#pragma unroll
+    for (int pass = 0; pass < SM::PASSES; pass++) {
+        const int r = SM::row(pass);
+#pragma unroll
+        for (int c = 0; c < SM::CPL; c++) {
+            raw[pass][c] = make_uint4(0, 0, 0, 0);
+            if (r < ROWS) {
+                raw[pass][c] = *reinterpret_cast<const uint4*>(S + (u64)r * N + SM::col(c));
+            }
+        }
+    }
+    // The ring and C straight to shared memory, in the same round trip.
+    for (int q = tid; q < N / 4; q += NT) {
+        cp_async16(sC + 4 * q, C + ((u64)b * NGROUPS + g) * N + 4 * q);
+    }
+    for (int q = tid; q < n * (N / 4); q += NT) {
+        const int j = q / (N / 4), i = 4 * (q % (N / 4));
+        cp_async16(sB + j * N + i, ringB + (ring_at(s, j) * NGROUPS + g) * N + i);
+    }
+    for (int idx = tid; idx < P * n; idx += NT) {
+        const int j = idx / P, p = idx % P;
+        cp_async4(sX + p * CSTRIDE + j, ringX + (ring_at(s, j) * NHEADS + h) * P + p);
+    }
+    for (int j = tid; j < n; j += NT) {
+        cp_async4(sDelta + j, ringDt + ring_at(s, j) * NHEADS + h);
+        cp_async4(sDecay + j, ringA + ring_at(s, j) * NHEADS + h);
+    }
+    // Append the current token at entry n.
+#pragma unroll
+    for (int it = 0; it < XT; it++) {
+        const int p = tid + it * NT;
+        if (p < P) {
+            sX[p * CSTRIDE + n] = xc[it];
+            ringX[(ring_at(s, n) * NHEADS + h) * P + p] = xc[it];
+        }
+    }
+#pragma unroll
+    for (int it = 0; it < BT; it++) {
+        const int i = tid + it * NT;
+        if (i < N) {
+            sB[n * N + i] = bc[it];
+            if (h % HPG == 0) {
+                ringB[(ring_at(s, n) * NGROUPS + g) * N + i] = bc[it];
+            }
+        }
+    }
+    if (tid == 0) {
+        const float delta = fmaxf((float)softplus_d(dtv + dtbh), dtMin);
+        const float a = (float)exp((double)delta * Ah);
+        sDelta[n] = delta;
+        sDecay[n] = a;
+        ringDt[ring_at(s, n) * NHEADS + h] = delta;
+        ringA[ring_at(s, n) * NHEADS + h] = a;
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    // S0 . C from the registers (dots_state's order of operations).
+#pragma unroll
+    for (int pass = 0; pass < SM::PASSES; pass++) {
+        const int r = SM::row(pass);
+        float acc = 0.0f;
+#pragma unroll
+        for (int c = 0; c < SM::CPL; c++) {
+            const int col = SM::col(c);
+            float v[VEC];
+            SIO::unpack(raw[pass][c], v);
+            const float4* vp = reinterpret_cast<const float4*>(sC + col);
+#pragma unroll
+            for (int q = 0; q < VEC / 4; q++) {
+                const float4 c4 = vp[q];
+                acc = fmaf(v[4 * q], c4.x, acc);
+                acc = fmaf(v[4 * q + 1], c4.y, acc);
+                acc = fmaf(v[4 * q + 2], c4.z, acc);
+                acc = fmaf(v[4 * q + 3], c4.w, acc);
+            }
+        }
+        acc = lanes_sum<SM::LANES>(acc);
+        if (r < ROWS && SM::lane() == 0) {
+            sDot[r] = acc;
+        }
+    }
+    // B_j . C, one warp per ring entry; the last warp's lane 0 also forms
+    // the decay products (float64, like the CPU cache).
+    for (int j = warp; j < t; j += NWARPS) {
+        float acc = 0.0f;
+        for (int i = lane; i < N; i += 32) {
+            acc = fmaf(sB[j * N + i], sC[i], acc);
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) {
+            sBC[j] = acc;
+        }
+    }
+    if (tid == NT - 32) {
+        double suf = 1.0;
+        for (int j = t - 1; j >= 0; j--) {
+            sW[j] = (float)((double)sDelta[j] * suf);
+            suf *= (double)sDecay[j];
+        }
+        sE = (float)suf;
+    }
+    __syncthreads();
+    const float e = sE;
+    for (int p = tid; p < P; p += NT) {
+        float yv = e * sDot[p] + dh * sX[p * CSTRIDE + n];
+        for (int j = 0; j < t; j++) {
+            yv = fmaf(sW[j] * sBC[j], sX[p * CSTRIDE + j], yv);
+        }
+        y[((u64)b * NHEADS + h) * P + p] = yv;
+    }
+}
+
 #define MAMBA2_STEP_PARAMS                                                                                        \
     ST *state, u8 *rcodes, u8 *rscales, float *rglobal, float *__restrict__ ringX, float *__restrict__ ringB,     \
         float *__restrict__ ringDt, float *__restrict__ ringA, const int *__restrict__ hist,                       \
@@ -291,7 +469,11 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
 
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_nonflush(MAMBA2_STEP_PARAMS)
 {
+#if READ_FMT == FMT_NVFP4 || NF_VARIANT != 4
     mamba2_step<false>(MAMBA2_STEP_ARGS);
+#else
+    mamba2_nonflush_pf(state, ringX, ringB, ringDt, ringA, hist, slots, x, B, C, dt, y, A, dtb, D, dtMin, L);
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_flush(MAMBA2_STEP_PARAMS)
