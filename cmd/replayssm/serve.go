@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/replayssm/replayssm/models"
+	"github.com/replayssm/replayssm/server"
+	"github.com/replayssm/replayssm/tokenizer/chat"
+)
+
+// shutdownGrace is how long in-flight requests may run on after an
+// interrupt before they are cancelled.
+const shutdownGrace = 5 * time.Second
+
+func runServe(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "serve", "serve [--model DIR] [--addr HOST:PORT] [flags]")
+	dir := fs.String("model", "", "model directory (config.json, safetensors, tokenizer.json); default: the built-in "+models.Default+" model")
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on (port 0: any free port)")
+	maxBatch := fs.Int("max-batch", 16, "sequences decoded together")
+	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a free sequence; more are answered 429")
+	maxTokens := fs.Int("max-tokens", 256, "completion budget of a request without max_tokens")
+	ctxLen := fs.Int("context", 0, "most prompt plus completion tokens (0: the model's max_position_embeddings)")
+	sf := addStateFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	opt, err := sf.options()
+	if err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--max-batch", *maxBatch}, {"--max-queue", *maxQueue}, {"--max-tokens", *maxTokens}} {
+		if f.v <= 0 {
+			return fmt.Errorf("%w: %s must be positive", errUsage, f.name)
+		}
+	}
+	if *ctxLen < 0 {
+		return fmt.Errorf("%w: --context must not be negative", errUsage)
+	}
+	name := filepath.Base(filepath.Clean(*dir))
+	if *dir == "" {
+		name = models.Default
+	}
+	if *dir, err = modelDir(*dir); err != nil {
+		return err
+	}
+	d, err := loadModel(e.stderr, *dir)
+	if err != nil {
+		return err
+	}
+	tok, err := loadTokenizer(*dir)
+	if err != nil {
+		return err
+	}
+	var tmpl *chat.Template
+	if tok != nil {
+		if tmpl, err = chat.Load(*dir); err != nil {
+			fmt.Fprintf(e.stderr, "no chat template (%v): /v1/chat/completions will answer 400\n", err)
+			tmpl = nil
+		}
+	}
+	srv, err := server.New(server.Config{
+		Model: d, Tokenizer: tok, Template: tmpl, Name: name,
+		MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxTokens: *maxTokens, ContextLength: *ctxLen, State: opt,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", *addr)
+	if err != nil {
+		return err
+	}
+	// The engine outlives ctx by the grace period, so that requests in
+	// flight at an interrupt can finish.
+	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEngine()
+	engDone := make(chan error, 1)
+	go func() { engDone <- srv.Run(engCtx) }()
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(e.stderr, "serve: ", log.LstdFlags),
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	fmt.Fprintf(e.stdout, "serving %s (%s, %s state, %d sequences) on http://%s\n",
+		name, d.Config.ModelType, precision(opt), *maxBatch, ln.Addr())
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served:
+	case serveErr = <-engDone:
+		engDone <- serveErr
+	}
+	fmt.Fprintln(e.stderr, "shutting down")
+	// Stop accepting, let requests in flight finish for the grace period,
+	// then cancel the rest: stopping the engine ends their streams.
+	shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(shCtx); err != nil {
+		stopEngine()
+		shCtx2, cancel2 := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel2()
+		if hs.Shutdown(shCtx2) != nil {
+			_ = hs.Close()
+		}
+	}
+	stopEngine()
+	if err := <-engDone; err != nil && serveErr == nil {
+		serveErr = err
+	}
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}

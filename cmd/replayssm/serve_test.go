@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServe starts `replayssm serve` on a free loopback port, asks it for a
+// completion, then interrupts it: it must exit cleanly within the grace
+// period.
+func TestServe(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, outW := io.Pipe()
+	var errb strings.Builder
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, &env{stdout: outW, stderr: &errb}, []string{"serve", "--addr", "127.0.0.1:0", "--max-batch", "2"})
+		outW.Close()
+	}()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no address printed: %v", err)
+	}
+	go io.Copy(io.Discard, out)
+	i := strings.Index(line, "http://")
+	if i < 0 {
+		t.Fatalf("no address in %q", line)
+	}
+	url := strings.TrimSpace(line[i:])
+	rsp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"In the beginning","max_tokens":4,"temperature":0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(rsp.Body)
+	rsp.Body.Close()
+	if rsp.StatusCode != 200 || !strings.Contains(string(body), `"completion_tokens":4`) {
+		t.Errorf("completion: %d %s", rsp.StatusCode, body)
+	}
+	cancel()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Errorf("exit %d after interrupt", c)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop after the interrupt")
+	}
+}

@@ -1,0 +1,453 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/tokenizer/chat"
+)
+
+// maxStops bounds the stop strings of one request.
+const maxStops = 16
+
+// generation is a validated request, ready for the engine.
+type generation struct {
+	prompt       []int
+	maxTokens    int
+	sampling     engine.SamplerOptions
+	stops        []string
+	stream       bool
+	includeUsage bool
+	chat         bool
+}
+
+// event is one piece of a generation's output, sent from the engine's
+// goroutine to the request's handler.
+type event struct {
+	text   string
+	final  bool
+	reason string // "stop" or "length", with final
+	tokens int    // completion tokens, with final
+	err    error
+}
+
+func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
+	var req completionRequest
+	if e := decodeBody(w, r, s.cfg.MaxBodyBytes, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	g, e := s.completionPrompt(&req)
+	if e == nil {
+		e = s.sampling(g, &req.samplingFields, req.MaxTokens)
+	}
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	s.generate(w, r, g)
+}
+
+func (s *Server) completionPrompt(req *completionRequest) (*generation, *apiError) {
+	p := &req.Prompt
+	g := &generation{}
+	switch {
+	case !p.set:
+		return nil, invalid("prompt", "prompt is required")
+	case p.isIDs:
+		for _, id := range p.ids {
+			if id < 0 || id >= s.cfg.Model.Vocab {
+				return nil, invalid("prompt", "token id %d is outside the vocabulary [0, %d)", id, s.cfg.Model.Vocab)
+			}
+		}
+		g.prompt = p.ids
+	case s.cfg.Tokenizer == nil:
+		return nil, invalid("prompt", "the model has no tokenizer: give the prompt as a list of token ids")
+	default:
+		g.prompt = s.cfg.Tokenizer.Encode(p.text)
+	}
+	if len(g.prompt) == 0 {
+		return nil, invalid("prompt", "the prompt is empty")
+	}
+	return g, nil
+}
+
+// roles are the chat roles a request may use; "developer" (OpenAI's newer
+// name for system) is rendered as "system".
+var roles = []string{"system", "developer", "user", "assistant", "tool"}
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	if e := decodeBody(w, r, s.cfg.MaxBodyBytes, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	g, e := s.chatPrompt(&req)
+	if e == nil {
+		budget := req.MaxTokens
+		if budget == nil {
+			budget = req.MaxCompletionTokens
+		}
+		e = s.sampling(g, &req.samplingFields, budget)
+	}
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	s.generate(w, r, g)
+}
+
+func (s *Server) chatPrompt(req *chatRequest) (*generation, *apiError) {
+	if len(req.Messages) == 0 {
+		return nil, invalid("messages", "messages must hold at least one message")
+	}
+	if s.cfg.Tokenizer == nil || s.cfg.Template == nil {
+		return nil, invalid("messages", "the model %s has no chat template: use /v1/completions", s.cfg.Name)
+	}
+	msgs := make([]chat.Message, len(req.Messages))
+	for i, m := range req.Messages {
+		if !slices.Contains(roles, m.Role) {
+			return nil, invalid(fmt.Sprintf("messages[%d].role", i), "unknown role %q (want one of %s)", m.Role, strings.Join(roles, ", "))
+		}
+		role := m.Role
+		if role == "developer" {
+			role = "system"
+		}
+		msgs[i] = chat.Message{Role: role, Content: string(m.Content), Name: m.Name}
+	}
+	text, err := s.cfg.Template.Render(msgs, chat.Options{AddGenerationPrompt: true})
+	if err != nil {
+		return nil, invalid("messages", "the chat template rejected the messages: %v", err)
+	}
+	g := &generation{chat: true, prompt: s.cfg.Tokenizer.EncodeRaw(text)}
+	if len(g.prompt) == 0 {
+		return nil, invalid("messages", "the messages render to an empty prompt")
+	}
+	return g, nil
+}
+
+// sampling checks the shared fields and fills g's budget and sampler.
+func (s *Server) sampling(g *generation, f *samplingFields, maxTokens *int) *apiError {
+	limit := s.cfg.ContextLength
+	if len(g.prompt) >= limit {
+		return invalid("prompt", "the prompt has %d tokens; this model's context is %d", len(g.prompt), limit)
+	}
+	switch {
+	case maxTokens == nil:
+		g.maxTokens = min(s.cfg.MaxTokens, limit-len(g.prompt))
+	case *maxTokens <= 0:
+		return invalid("max_tokens", "max_tokens must be at least 1, not %d", *maxTokens)
+	case len(g.prompt)+*maxTokens > limit:
+		return invalid("max_tokens", "this model's context is %d tokens; the prompt has %d and max_tokens asks for %d more",
+			limit, len(g.prompt), *maxTokens)
+	default:
+		g.maxTokens = *maxTokens
+	}
+	if f.N != nil && *f.N != 1 {
+		return invalid("n", "only n=1 is supported")
+	}
+	o := engine.SamplerOptions{Temperature: 1, TopP: 1}
+	if f.Temperature != nil {
+		if *f.Temperature < 0 {
+			return invalid("temperature", "temperature must be ≥ 0, not %v", *f.Temperature)
+		}
+		o.Temperature = *f.Temperature
+	}
+	if f.TopP != nil {
+		if *f.TopP <= 0 || *f.TopP > 1 {
+			return invalid("top_p", "top_p must be in (0, 1], not %v", *f.TopP)
+		}
+		o.TopP = *f.TopP
+	}
+	if f.TopK != nil {
+		switch {
+		case *f.TopK < -1:
+			return invalid("top_k", "top_k must be ≥ 0 (or -1 for all), not %d", *f.TopK)
+		case *f.TopK > 0:
+			o.TopK = *f.TopK
+		}
+	}
+	if f.Seed != nil {
+		o.Seed = uint64(*f.Seed)
+	} else {
+		o.Seed = mrand.Uint64()
+	}
+	if err := o.Validate(); err != nil {
+		return invalid("", "%v", err)
+	}
+	g.sampling = o
+	if len(f.Stop) > maxStops {
+		return invalid("stop", "at most %d stop strings", maxStops)
+	}
+	g.stops = f.Stop
+	g.stream = f.Stream
+	g.includeUsage = f.Stream && f.StreamOptions != nil && f.StreamOptions.IncludeUsage
+	return nil
+}
+
+// decoder turns the generated ids into the text a client sees: special
+// tokens dropped, stop strings cut, and the end token not shown.
+type decoder struct {
+	s       *Server
+	stopper *engine.StopText
+	piece   func(id int) string
+	flush   func() string
+}
+
+func (s *Server) newDecoder(stops []string) *decoder {
+	d := &decoder{s: s, stopper: engine.NewStopText(stops)}
+	if t := s.cfg.Tokenizer; t != nil {
+		sd := t.NewStreamDecoder()
+		sd.SkipSpecial = true
+		d.piece, d.flush = sd.Add, sd.Flush
+	} else {
+		first := true
+		d.piece = func(id int) string {
+			sep := " "
+			if first {
+				sep, first = "", false
+			}
+			return sep + strconv.Itoa(id)
+		}
+		d.flush = func() string { return "" }
+	}
+	return d
+}
+
+func (s *Server) isEnd(id int) bool {
+	return slices.Contains(s.eos, id) || (s.cfg.Tokenizer != nil && s.cfg.Tokenizer.IsEOS(id))
+}
+
+// generate submits g to the engine and answers with its output, whole or
+// as Server-Sent Events.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel() // a handler that returns early frees its sequence
+	// One event per token at most, plus the final one: the engine never
+	// waits on a slow client.
+	events := make(chan event, g.maxTokens+1)
+	send := func(ev event) {
+		select {
+		case events <- ev:
+		default: // unreachable by the capacity above
+		}
+	}
+	dec := s.newDecoder(g.stops)
+	job := &engine.Job{
+		Request: engine.Request{
+			Prompt:    g.prompt,
+			MaxTokens: g.maxTokens,
+			Sampling:  g.sampling,
+			IsEnd:     s.isEnd,
+			OnToken: func(id int) bool {
+				if s.isEnd(id) {
+					return true
+				}
+				out, stopped := dec.stopper.Add(dec.piece(id))
+				if out != "" {
+					send(event{text: out})
+				}
+				return !stopped
+			},
+		},
+		Context: ctx,
+		Finish: func(res engine.Result, err error) {
+			ev := event{final: true, tokens: len(res.Tokens), err: err, reason: "stop"}
+			if res.Reason == engine.StopLength {
+				ev.reason = "length"
+			}
+			if err == nil && res.Reason != engine.StopCallback {
+				out, stopped := dec.stopper.Add(dec.flush())
+				if !stopped {
+					out += dec.stopper.Flush()
+				}
+				ev.text = out
+			}
+			s.pending.Add(-1)
+			send(ev)
+		},
+	}
+	select {
+	case <-s.stopped:
+		writeError(w, unavailable())
+		return
+	default:
+	}
+	s.pending.Add(1)
+	select {
+	case s.jobs <- job:
+	default:
+		s.pending.Add(-1)
+		writeError(w, newError(http.StatusTooManyRequests, "rate_limit_error", "", "queue_full",
+			"the server is busy: %d requests are waiting; retry later", cap(s.jobs)))
+		return
+	}
+
+	rsp := &responder{s: s, w: w, g: g, id: "cmpl-" + rand.Text(), created: time.Now().Unix()}
+	if g.chat {
+		rsp.id = "chatcmpl-" + rand.Text()
+	}
+	if g.stream {
+		rsp.startStream()
+	}
+	stopped := s.stopped
+	for {
+		var ev event
+		select {
+		case ev = <-events:
+		case <-r.Context().Done():
+			return
+		case <-stopped:
+			// Run has finished every job it took: an event is there, or
+			// the job never left the queue.
+			select {
+			case ev = <-events:
+			default:
+				rsp.fail(unavailable())
+				return
+			}
+		}
+		if !rsp.add(ev) {
+			return
+		}
+	}
+}
+
+func unavailable() *apiError {
+	return newError(http.StatusServiceUnavailable, "server_error", "", "unavailable", "the server is shutting down")
+}
+
+// responder writes one generation's answer.
+type responder struct {
+	s       *Server
+	w       http.ResponseWriter
+	g       *generation
+	id      string
+	created int64
+	text    strings.Builder
+	werr    error
+}
+
+func (r *responder) object() string {
+	switch {
+	case r.g.chat && r.g.stream:
+		return "chat.completion.chunk"
+	case r.g.chat:
+		return "chat.completion"
+	}
+	return "text_completion"
+}
+
+func (r *responder) response(choices any, u *usage) response {
+	return response{ID: r.id, Object: r.object(), Created: r.created, Model: r.s.cfg.Name, Choices: choices, Usage: u}
+}
+
+// choice is the one choice of a response or chunk; reason nil: not final.
+func (r *responder) choice(text string, reason *string, role string) any {
+	if !r.g.chat {
+		return []completionChoice{{Text: text, FinishReason: reason}}
+	}
+	c := chatChoice{FinishReason: reason}
+	content := &chatContent{Role: role}
+	if text != "" || role != "" || !r.g.stream {
+		content.Content = &text
+	}
+	if r.g.stream {
+		c.Delta = content
+	} else {
+		c.Message = content
+	}
+	return []chatChoice{c}
+}
+
+func (r *responder) startStream() {
+	h := r.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("Connection", "keep-alive")
+	r.w.WriteHeader(http.StatusOK)
+	if r.g.chat {
+		r.chunk(r.response(r.choice("", nil, "assistant"), nil))
+	} else {
+		_ = http.NewResponseController(r.w).Flush()
+	}
+}
+
+// chunk writes one Server-Sent Event.
+func (r *responder) chunk(v any) {
+	b, err := json.Marshal(v)
+	if err != nil || r.werr != nil {
+		return
+	}
+	if _, r.werr = fmt.Fprintf(r.w, "data: %s\n\n", b); r.werr == nil {
+		r.werr = http.NewResponseController(r.w).Flush()
+	}
+}
+
+func (r *responder) done() {
+	if r.werr == nil {
+		_, r.werr = r.w.Write([]byte("data: [DONE]\n\n"))
+		_ = http.NewResponseController(r.w).Flush()
+	}
+}
+
+// add handles one event and reports whether more are wanted.
+func (r *responder) add(ev event) bool {
+	if ev.err != nil {
+		e := newError(http.StatusInternalServerError, "server_error", "", "", "generation failed: %v", ev.err)
+		if errors.Is(ev.err, engine.ErrStopped) {
+			e = unavailable()
+		}
+		r.fail(e)
+		return false
+	}
+	if r.g.stream {
+		if ev.text != "" {
+			r.chunk(r.response(r.choice(ev.text, nil, ""), nil))
+		}
+		if ev.final {
+			r.chunk(r.response(r.choice("", &ev.reason, ""), nil))
+			if r.g.includeUsage {
+				r.chunk(r.response([]any{}, r.usage(ev.tokens)))
+			}
+			r.done()
+		}
+		return !ev.final && r.werr == nil
+	}
+	r.text.WriteString(ev.text)
+	if !ev.final {
+		return true
+	}
+	role := ""
+	if r.g.chat {
+		role = "assistant"
+	}
+	writeJSON(r.w, http.StatusOK, r.response(r.choice(r.text.String(), &ev.reason, role), r.usage(ev.tokens)))
+	return false
+}
+
+func (r *responder) usage(completion int) *usage {
+	p := len(r.g.prompt)
+	return &usage{PromptTokens: p, CompletionTokens: completion, TotalTokens: p + completion}
+}
+
+// fail answers e: as the response before a stream starts, as a last event
+// after.
+func (r *responder) fail(e *apiError) {
+	if !r.g.stream {
+		writeError(r.w, e)
+		return
+	}
+	r.chunk(map[string]*apiError{"error": e})
+	r.done()
+}

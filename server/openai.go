@@ -1,0 +1,249 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// apiError is an error answered to the client in OpenAI's shape:
+// {"error": {"message", "type", "param", "code"}}.
+type apiError struct {
+	status  int
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+// invalid is a 400 about one request field (param may be "").
+func invalid(param, format string, args ...any) *apiError {
+	return newError(http.StatusBadRequest, "invalid_request_error", param, "", format, args...)
+}
+
+func newError(status int, typ, param, code, format string, args ...any) *apiError {
+	e := &apiError{status: status, Message: fmt.Sprintf(format, args...), Type: typ}
+	if param != "" {
+		e.Param = &param
+	}
+	if code != "" {
+		e.Code = &code
+	}
+	return e
+}
+
+// stopField is "stop": a string, a list of strings, or null.
+type stopField []string
+
+func (s *stopField) UnmarshalJSON(b []byte) error {
+	if isNull(b) {
+		*s = nil
+		return nil
+	}
+	var one string
+	if json.Unmarshal(b, &one) == nil {
+		*s = stopField{one}
+		return nil
+	}
+	var list []string
+	if err := json.Unmarshal(b, &list); err != nil {
+		return invalid("stop", "stop must be a string or a list of strings")
+	}
+	*s = list
+	return nil
+}
+
+// promptField is the completions "prompt": text, token ids, or a list
+// holding one of those (batched prompts are not supported).
+type promptField struct {
+	text  string
+	ids   []int
+	isIDs bool
+	set   bool
+}
+
+func (p *promptField) UnmarshalJSON(b []byte) error {
+	if isNull(b) {
+		return nil
+	}
+	p.set = true
+	if json.Unmarshal(b, &p.text) == nil {
+		return nil
+	}
+	if json.Unmarshal(b, &p.ids) == nil {
+		p.isIDs = true
+		return nil
+	}
+	var list []json.RawMessage
+	if json.Unmarshal(b, &list) == nil {
+		if len(list) != 1 {
+			return invalid("prompt", "a list of %d prompts: give one prompt per request", len(list))
+		}
+		return p.UnmarshalJSON(list[0])
+	}
+	return invalid("prompt", "prompt must be a string or a list of token ids")
+}
+
+// contentField is a chat message's "content": a string, a list of
+// {"type": "text", "text": ...} parts, or null.
+type contentField string
+
+func (c *contentField) UnmarshalJSON(b []byte) error {
+	if isNull(b) {
+		*c = ""
+		return nil
+	}
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		*c = contentField(s)
+		return nil
+	}
+	var parts []struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return invalid("content", "content must be a string or a list of text parts")
+	}
+	var sb strings.Builder
+	for _, p := range parts {
+		if p.Type != "text" || p.Text == nil {
+			return invalid("content", "content part of type %q is not supported: only text", p.Type)
+		}
+		sb.WriteString(*p.Text)
+	}
+	*c = contentField(sb.String())
+	return nil
+}
+
+func isNull(b []byte) bool { return bytes.Equal(bytes.TrimSpace(b), []byte("null")) }
+
+// samplingFields are the fields shared by completions and chat requests.
+// Fields the server does not use (model, user, logprobs, penalties...) are
+// accepted and ignored, as OpenAI clients send many of them.
+type samplingFields struct {
+	MaxTokens     *int      `json:"max_tokens"`
+	Temperature   *float64  `json:"temperature"`
+	TopP          *float64  `json:"top_p"`
+	TopK          *int      `json:"top_k"`
+	Seed          *int64    `json:"seed"`
+	Stop          stopField `json:"stop"`
+	Stream        bool      `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	N *int `json:"n"`
+}
+
+// completionRequest is the body of POST /v1/completions.
+type completionRequest struct {
+	samplingFields
+	Prompt promptField `json:"prompt"`
+}
+
+// chatMessage is one message of a chat request.
+type chatMessage struct {
+	Role    string       `json:"role"`
+	Content contentField `json:"content"`
+	Name    string       `json:"name"`
+}
+
+// chatRequest is the body of POST /v1/chat/completions.
+type chatRequest struct {
+	samplingFields
+	Messages            []chatMessage `json:"messages"`
+	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+}
+
+// decodeBody reads one JSON object of at most limit bytes into v.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) *apiError {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	err := dec.Decode(v)
+	if err == nil {
+		if _, err2 := dec.Token(); err2 != io.EOF {
+			err = errors.New("data after the JSON object")
+			var mbe *http.MaxBytesError
+			if errors.As(err2, &mbe) {
+				err = err2
+			}
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	var (
+		ae  *apiError
+		mbe *http.MaxBytesError
+		te  *json.UnmarshalTypeError
+		se  *json.SyntaxError
+	)
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.As(err, &mbe):
+		return newError(http.StatusRequestEntityTooLarge, "invalid_request_error", "", "request_too_large",
+			"request body is larger than %d bytes", mbe.Limit)
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return invalid("", "the request body must be a JSON object, not %s", te.Value)
+		}
+		// The embedded struct's Go name leads the path of its fields.
+		field := strings.TrimPrefix(te.Field, "samplingFields.")
+		return invalid(field, "%s has the wrong type: %s, want %v", field, te.Value, te.Type)
+	case errors.As(err, &se), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid("", "malformed JSON: %v", err)
+	}
+	return invalid("", "malformed request body: %v", err)
+}
+
+// The response bodies.
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+type completionChoice struct {
+	Index        int     `json:"index"`
+	Text         string  `json:"text"`
+	Logprobs     any     `json:"logprobs"`
+	FinishReason *string `json:"finish_reason"`
+}
+
+type chatContent struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+type chatChoice struct {
+	Index        int          `json:"index"`
+	Message      *chatContent `json:"message,omitempty"`
+	Delta        *chatContent `json:"delta,omitempty"`
+	Logprobs     any          `json:"logprobs"`
+	FinishReason *string      `json:"finish_reason"`
+}
+
+// response is a completion, a chat completion, or a chunk of either.
+type response struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices any    `json:"choices"`
+	Usage   *usage `json:"usage,omitempty"`
+}
+
+type modelCard struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	MaxModelLen int    `json:"max_model_len"`
+}

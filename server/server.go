@@ -1,0 +1,195 @@
+// Package server is replayssm's OpenAI-compatible HTTP API: /v1/completions,
+// /v1/chat/completions (both streaming), /v1/models and /health, in front of
+// one engine loop that batches every request in flight (engine.Run).
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tokenizer"
+	"github.com/replayssm/replayssm/tokenizer/chat"
+)
+
+// Config describes the model a Server serves and its limits. Zero values
+// take the defaults named on each field.
+type Config struct {
+	Model *nn.Decoder // required
+	// Tokenizer encodes text prompts and decodes output; nil (test fixtures)
+	// accepts token-id prompts only and answers token ids as text.
+	Tokenizer *tokenizer.Tokenizer
+	// Template renders chat messages; nil answers chat requests with 400.
+	Template *chat.Template
+	// Name is the model id in /v1/models and in responses.
+	Name string
+	// MaxBatch is the number of sequences decoded together (default 16).
+	MaxBatch int
+	// MaxQueue is the number of requests that may wait for a free sequence
+	// (default 64); more are answered 429.
+	MaxQueue int
+	// MaxTokens is the completion budget of a request without max_tokens
+	// (default 256), cut to what the context leaves.
+	MaxTokens int
+	// ContextLength bounds prompt plus completion tokens (default: the
+	// model's max_position_embeddings, else 32768).
+	ContextLength int
+	// MaxBodyBytes bounds a request body (default 4 MiB).
+	MaxBodyBytes int64
+	// State configures the SSM layers' state (ReplaySSM options).
+	State replay.Options
+}
+
+// Server answers the API. Create it with New, run its engine with Run, and
+// serve HTTP with it (it is an http.Handler) from any number of goroutines.
+type Server struct {
+	cfg     Config
+	eng     *engine.Engine
+	jobs    chan *engine.Job
+	stopped chan struct{} // closed when Run returns
+	created int64
+	eos     []int
+	pending atomic.Int64 // requests submitted to the engine and not finished
+}
+
+// New builds the engine state for cfg.MaxBatch sequences.
+func New(cfg Config) (*Server, error) {
+	if cfg.Model == nil {
+		return nil, errors.New("server: no model")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "model"
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 16
+	}
+	if cfg.MaxQueue <= 0 {
+		cfg.MaxQueue = 64
+	}
+	if cfg.MaxTokens <= 0 {
+		cfg.MaxTokens = 256
+	}
+	if cfg.ContextLength <= 0 {
+		cfg.ContextLength = 32768
+		if c := cfg.Model.Config; c != nil && c.MaxPositionEmbeddings > 0 {
+			cfg.ContextLength = c.MaxPositionEmbeddings
+		}
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 4 << 20
+	}
+	eng, err := engine.New(cfg.Model, cfg.MaxBatch, cfg.State)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:     cfg,
+		eng:     eng,
+		jobs:    make(chan *engine.Job, cfg.MaxQueue),
+		stopped: make(chan struct{}),
+		created: time.Now().Unix(),
+	}
+	if c := cfg.Model.Config; c != nil {
+		s.eos = slices.Clone(c.EOSTokenIDs)
+	}
+	return s, nil
+}
+
+// Run runs the engine loop until ctx is done; requests are answered only
+// while it runs, and those in flight when it stops get an error. Call it
+// once, then Close.
+func (s *Server) Run(ctx context.Context) error {
+	defer close(s.stopped)
+	err := s.eng.Run(ctx, s.jobs)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// Close releases the engine's state; call it after Run has returned.
+func (s *Server) Close() { s.eng.Close() }
+
+// Name is the model id the server answers with.
+func (s *Server) Name() string { return s.cfg.Name }
+
+// ServeHTTP routes a request, answering unknown paths with 404 and wrong
+// methods with 405, both in OpenAI's error shape.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	var (
+		allow   string
+		handler func(http.ResponseWriter, *http.Request)
+	)
+	switch {
+	case path == "/health":
+		allow, handler = "GET, HEAD", s.health
+	case path == "/v1/models":
+		allow, handler = "GET, HEAD", s.models
+	case strings.HasPrefix(path, "/v1/models/"):
+		allow, handler = "GET, HEAD", s.model
+	case path == "/v1/completions":
+		allow, handler = "POST", s.completions
+	case path == "/v1/chat/completions":
+		allow, handler = "POST", s.chatCompletions
+	default:
+		writeError(w, newError(http.StatusNotFound, "not_found_error", "", "not_found", "no route for %s %s", r.Method, r.URL.Path))
+		return
+	}
+	if !slices.Contains(strings.Split(allow, ", "), r.Method) {
+		w.Header().Set("Allow", allow)
+		writeError(w, newError(http.StatusMethodNotAllowed, "invalid_request_error", "", "method_not_allowed",
+			"method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
+		return
+	}
+	handler(w, r)
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-s.stopped:
+		writeError(w, newError(http.StatusServiceUnavailable, "server_error", "", "unavailable", "the engine has stopped"))
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	}
+}
+
+func (s *Server) card() modelCard {
+	return modelCard{ID: s.cfg.Name, Object: "model", Created: s.created, OwnedBy: "replayssm", MaxModelLen: s.cfg.ContextLength}
+}
+
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelCard{s.card()}})
+}
+
+func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+	id := strings.TrimPrefix(strings.TrimSuffix(r.URL.Path, "/"), "/v1/models/")
+	if id != s.cfg.Name {
+		writeError(w, newError(http.StatusNotFound, "not_found_error", "model", "model_not_found", "the model %q does not exist", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, s.card())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"message":"encoding the response failed","type":"server_error","param":null,"code":null}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.status, map[string]*apiError{"error": e})
+}

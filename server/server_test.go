@@ -1,0 +1,497 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/model"
+	"github.com/replayssm/replayssm/models"
+	"github.com/replayssm/replayssm/tokenizer"
+	"github.com/replayssm/replayssm/tokenizer/chat"
+)
+
+// fixture is the built-in model served over loopback.
+type fixture struct {
+	s   *Server
+	url string
+	cfg Config
+}
+
+// newFixture serves the built-in model with cfg's limits (its Model,
+// Tokenizer, Template and Name are filled in).
+func newFixture(t testing.TB, cfg Config) *fixture {
+	t.Helper()
+	dir, err := models.DefaultDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Model, err = model.Load(dir, model.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Tokenizer, err = tokenizer.Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Template, err = chat.Load(dir); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Name = models.Default
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- s.Run(ctx) }()
+	hs := httptest.NewServer(s)
+	t.Cleanup(func() {
+		hs.Close()
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		s.Close()
+	})
+	return &fixture{s: s, url: hs.URL, cfg: cfg}
+}
+
+// greedy is what engine.Generate makes of prompt, as the server should
+// answer it: the text before any end token, the token count and the
+// finish reason.
+func (f *fixture) greedy(t *testing.T, prompt []int, maxTokens int) (string, int, string) {
+	t.Helper()
+	e, err := engine.New(f.cfg.Model, 1, f.cfg.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	res, _, err := e.Generate(context.Background(), []engine.Request{{Prompt: prompt, MaxTokens: maxTokens, IsEnd: f.s.isEnd}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := res[0].Tokens
+	reason := "length"
+	if res[0].Reason == engine.StopEnd {
+		ids, reason = ids[:len(ids)-1], "stop"
+	}
+	return f.cfg.Tokenizer.Decode(ids, true), len(res[0].Tokens), reason
+}
+
+func (f *fixture) do(t *testing.T, ctx context.Context, method, path, body string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, f.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	rsp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rsp
+}
+
+// post sends body and decodes a 200 JSON answer into v.
+func (f *fixture) post(t *testing.T, path, body string, v any) {
+	t.Helper()
+	rsp := f.do(t, context.Background(), "POST", path, body)
+	defer rsp.Body.Close()
+	b, _ := io.ReadAll(rsp.Body)
+	if rsp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s %s: %d %s", path, body, rsp.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("POST %s: %v in %s", path, err, b)
+	}
+}
+
+type completion struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Model   string `json:"model"`
+	Created int64  `json:"created"`
+	Choices []struct {
+		Index   int    `json:"index"`
+		Text    string `json:"text"`
+		Message *struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"message"`
+		Delta *struct {
+			Role    string  `json:"role"`
+			Content *string `json:"content"`
+		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage *usage `json:"usage"`
+}
+
+// text is the choice's text or message content.
+func (c *completion) text() string {
+	if m := c.Choices[0].Message; m != nil {
+		return m.Content
+	}
+	return c.Choices[0].Text
+}
+
+// stream posts body and reads the Server-Sent Events up to [DONE]: the
+// concatenated text, the finish reason and the chunks.
+func (f *fixture) stream(t *testing.T, path, body string) (string, string, []completion) {
+	t.Helper()
+	rsp := f.do(t, context.Background(), "POST", path, body)
+	defer rsp.Body.Close()
+	if rsp.StatusCode != http.StatusOK || !strings.HasPrefix(rsp.Header.Get("Content-Type"), "text/event-stream") {
+		b, _ := io.ReadAll(rsp.Body)
+		t.Fatalf("POST %s: %d %s %s", path, rsp.StatusCode, rsp.Header.Get("Content-Type"), b)
+	}
+	var (
+		text, reason string
+		chunks       []completion
+	)
+	sc := bufio.NewScanner(rsp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			t.Fatalf("not an SSE data line: %q", line)
+		}
+		if data == "[DONE]" {
+			for sc.Scan() {
+				if sc.Text() != "" {
+					t.Errorf("data after [DONE]: %q", sc.Text())
+				}
+			}
+			return text, reason, chunks
+		}
+		var c completion
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			t.Fatalf("chunk %q: %v", data, err)
+		}
+		chunks = append(chunks, c)
+		if len(c.Choices) == 0 {
+			continue // the usage chunk
+		}
+		if reason != "" {
+			t.Errorf("chunk after the finish reason: %s", data)
+		}
+		if d := c.Choices[0].Delta; d != nil && d.Content != nil {
+			text += *d.Content
+		}
+		text += c.Choices[0].Text
+		if r := c.Choices[0].FinishReason; r != nil {
+			reason = *r
+		}
+	}
+	t.Fatalf("stream ended without [DONE] (%v)", sc.Err())
+	return "", "", nil
+}
+
+const mosesPrompt = "And the LORD spake unto Moses, saying,"
+
+func TestCompletionsGreedyMatchesEngine(t *testing.T) {
+	f := newFixture(t, Config{MaxBatch: 4})
+	prompt := f.cfg.Tokenizer.Encode(mosesPrompt)
+	want, n, reason := f.greedy(t, prompt, 24)
+	if want == "" {
+		t.Fatal("the engine generated no text")
+	}
+	ids, _ := json.Marshal(prompt)
+	for _, p := range []string{fmt.Sprintf("%q", mosesPrompt), string(ids), fmt.Sprintf("[%q]", mosesPrompt)} {
+		body := fmt.Sprintf(`{"model":"x","prompt":%s,"max_tokens":24,"temperature":0}`, p)
+		var c completion
+		f.post(t, "/v1/completions", body, &c)
+		if c.Object != "text_completion" || c.Model != models.Default || !strings.HasPrefix(c.ID, "cmpl-") || c.Created == 0 {
+			t.Errorf("envelope: %+v", c)
+		}
+		if got := c.text(); got != want || *c.Choices[0].FinishReason != reason {
+			t.Errorf("prompt %s: got %q (%s), want %q (%s)", p, got, *c.Choices[0].FinishReason, want, reason)
+		}
+		if u := c.Usage; u == nil || u.PromptTokens != len(prompt) || u.CompletionTokens != n || u.TotalTokens != len(prompt)+n {
+			t.Errorf("usage %+v, want %d + %d", c.Usage, len(prompt), n)
+		}
+		text, sreason, chunks := f.stream(t, "/v1/completions", strings.Replace(body, `"temperature"`, `"stream":true,"stream_options":{"include_usage":true},"temperature"`, 1))
+		if text != want || sreason != reason {
+			t.Errorf("streamed %q (%s), want %q (%s)", text, sreason, want, reason)
+		}
+		if last := chunks[len(chunks)-1]; last.Usage == nil || last.Usage.CompletionTokens != n || len(last.Choices) != 0 {
+			t.Errorf("usage chunk: %+v", last)
+		}
+	}
+}
+
+func TestChatCompletions(t *testing.T) {
+	f := newFixture(t, Config{MaxBatch: 2})
+	msgs := []chat.Message{{Role: "system", Content: "Thou art the scribe."}, {Role: "user", Content: "Who spake unto Moses?"}}
+	rendered, err := f.cfg.Template.Render(msgs, chat.Options{AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := f.cfg.Tokenizer.EncodeRaw(rendered)
+	want, n, reason := f.greedy(t, prompt, 16)
+	body := `{"messages":[{"role":"system","content":"Thou art the scribe."},
+		{"role":"user","content":[{"type":"text","text":"Who spake "},{"type":"text","text":"unto Moses?"}]}],
+		"max_tokens":16,"temperature":0}`
+	var c completion
+	f.post(t, "/v1/chat/completions", body, &c)
+	if c.Object != "chat.completion" || !strings.HasPrefix(c.ID, "chatcmpl-") || c.Choices[0].Message == nil || c.Choices[0].Message.Role != "assistant" {
+		t.Errorf("envelope: %+v", c)
+	}
+	if c.text() != want || *c.Choices[0].FinishReason != reason || c.Usage.PromptTokens != len(prompt) || c.Usage.CompletionTokens != n {
+		t.Errorf("got %q (%s, %+v), want %q (%s, %d + %d)", c.text(), *c.Choices[0].FinishReason, c.Usage, want, reason, len(prompt), n)
+	}
+	text, sreason, chunks := f.stream(t, "/v1/chat/completions", strings.Replace(body, `"max_tokens"`, `"stream":true,"max_tokens"`, 1))
+	if text != want || sreason != reason {
+		t.Errorf("streamed %q (%s), want %q (%s)", text, sreason, want, reason)
+	}
+	if d := chunks[0].Choices[0].Delta; chunks[0].Object != "chat.completion.chunk" || d == nil || d.Role != "assistant" {
+		t.Errorf("first chunk: %+v", chunks[0])
+	}
+}
+
+func TestStopStrings(t *testing.T) {
+	f := newFixture(t, Config{})
+	full, _, _ := f.greedy(t, f.cfg.Tokenizer.Encode(mosesPrompt), 32)
+	i := strings.Index(full[8:], " ")
+	if i < 0 {
+		t.Fatalf("no word to stop at in %q", full)
+	}
+	stop := full[8+i : 8+i+3] // a space and the two letters after it
+	want := full[:strings.Index(full, stop)]
+	for _, field := range []string{fmt.Sprintf("%q", stop), fmt.Sprintf(`["zzzz", %q]`, stop)} {
+		body := fmt.Sprintf(`{"prompt":%q,"max_tokens":32,"temperature":0,"stop":%s}`, mosesPrompt, field)
+		var c completion
+		f.post(t, "/v1/completions", body, &c)
+		if c.text() != want || *c.Choices[0].FinishReason != "stop" {
+			t.Errorf("stop %s: got %q (%s), want %q (stop)", field, c.text(), *c.Choices[0].FinishReason, want)
+		}
+		text, reason, _ := f.stream(t, "/v1/completions", strings.Replace(body, "{", `{"stream":true,`, 1))
+		if text != want || reason != "stop" {
+			t.Errorf("stop %s streamed: got %q (%s), want %q (stop)", field, text, reason, want)
+		}
+	}
+}
+
+// TestConcurrent sends more requests than there are sequences; every one
+// must get its own greedy continuation.
+func TestConcurrent(t *testing.T) {
+	f := newFixture(t, Config{MaxBatch: 2})
+	prompts := []string{mosesPrompt, "In the beginning", "Blessed are the", "And it came to pass"}
+	var wg sync.WaitGroup
+	got := make([]string, len(prompts))
+	for i, p := range prompts {
+		wg.Go(func() {
+			var c completion
+			f.post(t, "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":20,"temperature":0}`, p), &c)
+			got[i] = c.text()
+		})
+	}
+	wg.Wait()
+	for i, p := range prompts {
+		if want, _, _ := f.greedy(t, f.cfg.Tokenizer.Encode(p), 20); got[i] != want {
+			t.Errorf("%q: got %q, want %q", p, got[i], want)
+		}
+	}
+}
+
+// TestCancelFreesSequence disconnects a long streaming request on a
+// one-sequence server: the engine must drop it, and the next request run.
+func TestCancelFreesSequence(t *testing.T) {
+	f := newFixture(t, Config{MaxBatch: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	rsp := f.do(t, ctx, "POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":4000,"temperature":1,"seed":1,"stream":true}`, mosesPrompt))
+	br := bufio.NewReader(rsp.Body)
+	if line, err := br.ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	cancel()
+	rsp.Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.s.pending.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the cancelled request still holds its sequence")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var c completion
+	f.post(t, "/v1/completions", `{"prompt":"In the beginning","max_tokens":4,"temperature":0}`, &c)
+	if c.Usage.CompletionTokens == 0 {
+		t.Errorf("no tokens after the cancellation: %+v", c)
+	}
+}
+
+// TestQueueFull fills the one sequence and the one queue place: the next
+// request is answered 429.
+func TestQueueFull(t *testing.T) {
+	f := newFixture(t, Config{MaxBatch: 1, MaxQueue: 1})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rsp := f.do(t, ctx, "POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":4000,"temperature":1,"seed":1,"stream":true}`, mosesPrompt))
+	defer rsp.Body.Close()
+	if line, err := bufio.NewReader(rsp.Body).ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	waiting := make(chan struct{})
+	go func() {
+		defer close(waiting)
+		r, err := http.DefaultClient.Do(must(http.NewRequestWithContext(ctx, "POST", f.url+"/v1/completions", strings.NewReader(`{"prompt":"Amen","max_tokens":2}`))))
+		if err == nil {
+			r.Body.Close()
+		}
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(f.s.jobs) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second request never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	r := f.do(t, context.Background(), "POST", "/v1/completions", `{"prompt":"Amen","max_tokens":2}`)
+	b, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != http.StatusTooManyRequests || !bytes.Contains(b, []byte(`"code":"queue_full"`)) {
+		t.Errorf("third request: %d %s, want 429 queue_full", r.StatusCode, b)
+	}
+	cancel()
+	<-waiting
+}
+
+func must(r *http.Request, err error) *http.Request {
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+func TestModelsAndHealth(t *testing.T) {
+	f := newFixture(t, Config{})
+	var list struct {
+		Object string      `json:"object"`
+		Data   []modelCard `json:"data"`
+	}
+	rsp := f.do(t, context.Background(), "GET", "/v1/models", "")
+	if err := json.NewDecoder(rsp.Body).Decode(&list); err != nil || rsp.StatusCode != 200 {
+		t.Fatalf("/v1/models: %d %v", rsp.StatusCode, err)
+	}
+	rsp.Body.Close()
+	if list.Object != "list" || len(list.Data) != 1 || list.Data[0].ID != models.Default || list.Data[0].Object != "model" || list.Data[0].MaxModelLen != 4096 {
+		t.Errorf("/v1/models: %+v", list)
+	}
+	for path, want := range map[string]int{"/health": 200, "/v1/models/" + models.Default: 200, "/v1/models/gpt-4": 404} {
+		rsp := f.do(t, context.Background(), "GET", path, "")
+		rsp.Body.Close()
+		if rsp.StatusCode != want || rsp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("GET %s: %d %s, want %d JSON", path, rsp.StatusCode, rsp.Header.Get("Content-Type"), want)
+		}
+	}
+}
+
+// TestErrors checks that bad requests get a 4xx in OpenAI's error shape,
+// naming the field at fault.
+func TestErrors(t *testing.T) {
+	f := newFixture(t, Config{MaxBodyBytes: 1 << 10})
+	const c, ch = "/v1/completions", "/v1/chat/completions"
+	tests := []struct {
+		method, path, body string
+		status             int
+		param              string
+	}{
+		{"POST", c, `{"prompt": "a", `, 400, ""},
+		{"POST", c, ``, 400, ""},
+		{"POST", c, `[1, 2]`, 400, ""},
+		{"POST", c, `{"prompt": "a"} {"prompt": "b"}`, 400, ""},
+		{"POST", c, `{}`, 400, "prompt"},
+		{"POST", c, `{"prompt": ""}`, 400, "prompt"},
+		{"POST", c, `{"prompt": 7}`, 400, "prompt"},
+		{"POST", c, `{"prompt": ["a", "b"]}`, 400, "prompt"},
+		{"POST", c, `{"prompt": [1, 99999]}`, 400, "prompt"},
+		{"POST", c, `{"prompt": "a", "max_tokens": 0}`, 400, "max_tokens"},
+		{"POST", c, `{"prompt": "a", "max_tokens": -5}`, 400, "max_tokens"},
+		{"POST", c, `{"prompt": "a", "max_tokens": 1000000000}`, 400, "max_tokens"},
+		{"POST", c, `{"prompt": "a", "max_tokens": "ten"}`, 400, "max_tokens"},
+		{"POST", c, `{"prompt": "a", "max_tokens": 1.5}`, 400, "max_tokens"},
+		{"POST", c, `{"prompt": "a", "temperature": -0.1}`, 400, "temperature"},
+		{"POST", c, `{"prompt": "a", "temperature": "hot"}`, 400, "temperature"},
+		{"POST", c, `{"prompt": "a", "top_p": 0}`, 400, "top_p"},
+		{"POST", c, `{"prompt": "a", "top_p": 1.5}`, 400, "top_p"},
+		{"POST", c, `{"prompt": "a", "top_k": -2}`, 400, "top_k"},
+		{"POST", c, `{"prompt": "a", "n": 2}`, 400, "n"},
+		{"POST", c, `{"prompt": "a", "stop": 3}`, 400, "stop"},
+		{"POST", c, `{"prompt": "a", "stream": "yes"}`, 400, "stream"},
+		{"POST", c, `{"prompt": "` + strings.Repeat("a", 2000) + `"}`, 413, ""},
+		{"POST", ch, `{"messages": []}`, 400, "messages"},
+		{"POST", ch, `{}`, 400, "messages"},
+		{"POST", ch, `{"messages": [{"role": "wizard", "content": "hi"}]}`, 400, "messages[0].role"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`, 400, "content"},
+		{"POST", ch, `{"messages": "hi"}`, 400, "messages"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}`, 400, "max_tokens"},
+		{"GET", c, ``, 405, ""},
+		{"DELETE", "/v1/models", ``, 405, ""},
+		{"POST", "/health", ``, 405, ""},
+		{"GET", "/v1/nothing", ``, 404, ""},
+		{"GET", "/", ``, 404, ""},
+	}
+	for _, tt := range tests {
+		rsp := f.do(t, context.Background(), tt.method, tt.path, tt.body)
+		var e struct {
+			Error struct {
+				Message string  `json:"message"`
+				Type    string  `json:"type"`
+				Param   *string `json:"param"`
+				Code    *string `json:"code"`
+			} `json:"error"`
+		}
+		err := json.NewDecoder(rsp.Body).Decode(&e)
+		rsp.Body.Close()
+		param := ""
+		if e.Error.Param != nil {
+			param = *e.Error.Param
+		}
+		body := tt.body[:min(len(tt.body), 80)]
+		if rsp.StatusCode != tt.status || err != nil || e.Error.Message == "" || e.Error.Type == "" || param != tt.param {
+			t.Errorf("%s %s %s: %d %+v (%v), want %d with param %q", tt.method, tt.path, body, rsp.StatusCode, e.Error, err, tt.status, tt.param)
+		}
+		if tt.status == 405 && rsp.Header.Get("Allow") == "" {
+			t.Errorf("%s %s: 405 without Allow", tt.method, tt.path)
+		}
+	}
+}
+
+// FuzzCompletionRequest posts arbitrary bodies: the answer must be 2xx or
+// 4xx, never a panic or a 5xx.
+func FuzzCompletionRequest(f *testing.F) {
+	fx := newFixture(f, Config{MaxBatch: 2, MaxTokens: 4, ContextLength: 64})
+	for _, s := range []string{
+		`{"prompt":"In the beginning","max_tokens":3}`,
+		`{"prompt":[1,2,3],"max_tokens":2,"temperature":0.7,"top_p":0.9,"top_k":5,"seed":3,"stop":["\n"]}`,
+		`{"prompt":"a","stream":true,"max_tokens":2,"stream_options":{"include_usage":true}}`,
+		`{"prompt":["x"],"stop":"e","max_tokens":63}`,
+		`{"prompt":"a","max_tokens":-1}`,
+		`{"prompt":null}`,
+		`{"prompt":"a","temperature":1e308,"max_tokens":2}`,
+		`[]`, `{`, ``, `null`, `"x"`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+			w := httptest.NewRecorder()
+			fx.s.ServeHTTP(w, httptest.NewRequest("POST", path, strings.NewReader(body)))
+			if w.Code < 200 || w.Code >= 500 || (w.Code >= 300 && w.Code < 400) {
+				t.Fatalf("POST %s %q: %d %s", path, body, w.Code, w.Body)
+			}
+		}
+	})
+}
