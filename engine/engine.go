@@ -98,6 +98,38 @@ type sequence struct {
 	out     []int
 }
 
+// appendRows adds this sequence's rows of the next forward to rows: its
+// whole prompt the first time, else the token it sampled last. It returns
+// how many prompt tokens it added.
+func (s *sequence) appendRows(rows []nn.Row, prompt []int) ([]nn.Row, int) {
+	if !s.fresh {
+		return append(rows, nn.Row{Seq: s.seq, Token: s.next, Logits: true}), 0
+	}
+	for i, id := range prompt {
+		rows = append(rows, nn.Row{Seq: s.seq, Token: id, Logits: i == len(prompt)-1})
+	}
+	return rows, len(prompt)
+}
+
+// advance samples the sequence's next token from its logits and reports
+// whether the request ends with it, and why: its callback, an end token or
+// its token budget, checked in that order.
+func (s *sequence) advance(req *Request, logits []float32) (bool, StopReason) {
+	s.fresh = false
+	id := s.sampler.Sample(logits)
+	s.out = append(s.out, id)
+	s.next = id
+	switch {
+	case req.OnToken != nil && !req.OnToken(id):
+		return true, StopCallback
+	case req.IsEnd != nil && req.IsEnd(id):
+		return true, StopEnd
+	case req.MaxTokens > 0 && len(s.out) >= req.MaxTokens:
+		return true, StopLength
+	}
+	return false, StopLength
+}
+
 // Generate runs reqs to completion, at most Capacity at a time, and returns
 // their results in order.
 func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing, error) {
@@ -137,15 +169,9 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 		rows = rows[:0]
 		prefill := 0
 		for _, s := range live {
-			if s.fresh {
-				p := reqs[s.req].Prompt
-				for i, id := range p {
-					rows = append(rows, nn.Row{Seq: s.seq, Token: id, Logits: i == len(p)-1})
-				}
-				prefill += len(p)
-			} else {
-				rows = append(rows, nn.Row{Seq: s.seq, Token: s.next, Logits: true})
-			}
+			var n int
+			rows, n = s.appendRows(rows, reqs[s.req].Prompt)
+			prefill += n
 		}
 		logits = grow(logits, len(live)*V)
 		start := time.Now()
@@ -162,22 +188,7 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 
 		kept := live[:0]
 		for k, s := range live {
-			s.fresh = false
-			r := &reqs[s.req]
-			id := s.sampler.Sample(logits[k*V : (k+1)*V])
-			s.out = append(s.out, id)
-			s.next = id
-			done, reason := false, StopLength
-			if r.OnToken != nil && !r.OnToken(id) {
-				done, reason = true, StopCallback
-			}
-			if !done && r.IsEnd != nil && r.IsEnd(id) {
-				done, reason = true, StopEnd
-			}
-			if !done && r.MaxTokens > 0 && len(s.out) >= r.MaxTokens {
-				done, reason = true, StopLength
-			}
-			if done {
+			if done, reason := s.advance(&reqs[s.req], logits[k*V:(k+1)*V]); done {
 				results[s.req] = Result{Tokens: s.out, Reason: reason}
 				if err := e.st.Evict(s.seq); err != nil {
 					return nil, tm, err

@@ -111,14 +111,7 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 
 		rows = rows[:0]
 		for _, r := range live {
-			if r.fresh {
-				p := r.job.Prompt
-				for i, id := range p {
-					rows = append(rows, nn.Row{Seq: r.seq, Token: id, Logits: i == len(p)-1})
-				}
-			} else {
-				rows = append(rows, nn.Row{Seq: r.seq, Token: r.next, Logits: true})
-			}
+			rows, _ = r.appendRows(rows, r.job.Prompt)
 		}
 		logits = grow(logits, len(live)*V)
 		if err := e.dec.Forward(ctx, e.st, rows, logits); err != nil {
@@ -135,21 +128,7 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 
 		kept = live[:0]
 		for k, r := range live {
-			r.fresh = false
-			req := &r.job.Request
-			id := r.sampler.Sample(logits[k*V : (k+1)*V])
-			r.out = append(r.out, id)
-			r.next = id
-			done, reason := false, StopLength
-			if req.OnToken != nil && !req.OnToken(id) {
-				done, reason = true, StopCallback
-			}
-			if !done && req.IsEnd != nil && req.IsEnd(id) {
-				done, reason = true, StopEnd
-			}
-			if !done && req.MaxTokens > 0 && len(r.out) >= req.MaxTokens {
-				done, reason = true, StopLength
-			}
+			done, reason := r.advance(&r.job.Request, logits[k*V:(k+1)*V])
 			if done {
 				end(r, Result{Tokens: r.out, Reason: reason}, nil)
 				continue
