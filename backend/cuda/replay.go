@@ -27,15 +27,24 @@ var ErrReplayOptions = errors.New("cuda: unsupported replay cache options")
 // in static shared memory (48 KiB per block).
 const replayRingMax = 32
 
-// replayCommon is the state both GPU caches share.
+// replayCommon is the state both GPU caches share, and the operations that
+// do not depend on the layer's math.
 type replayCommon struct {
+	kind     string // "mamba2" or "gdn", for errors
 	d        *Device
 	opt      replay.Options
 	capacity int
 	threads  int // per CTA
+	heads    int // state matrices per slot and state buffer
+	elems    int // elements per state matrix
 
 	mod                               *Module
 	cursorStep, cursorVerify, commitF *Function
+	nonflush, flush, verify           *Function
+	baselineStep, baselineVerify      *Function
+
+	state                Buffer // checkpoint (replay) or state buffers (baseline)
+	codes, scales, scale Buffer // nvfp4 read copy: codes, block scales, global scales
 
 	// Device cursors, one int32 per slot: hist is the number of committed
 	// ring entries since the checkpoint (replay), cur the current state
@@ -388,3 +397,82 @@ func (c *replayCommon) checkDrafts(batch, T int, counts Buffer) error {
 	}
 	return nil
 }
+
+// Close frees the cache's device memory and module. Work queued on it must
+// have finished.
+func (c *replayCommon) Close() error { return c.close() }
+
+// Options returns the options in force (defaults filled in).
+func (c *replayCommon) Options() replay.Options { return c.opt }
+
+// Capacity is the number of slots.
+func (c *replayCommon) Capacity() int { return c.capacity }
+
+// ThreadsPerBlock is the CTA size the kernels were compiled for.
+func (c *replayCommon) ThreadsPerBlock() int { return c.threads }
+
+// Module is the compiled kernel module.
+func (c *replayCommon) Module() *Module { return c.mod }
+
+// Admit takes a free slot and queues on s the clearing of its state, read
+// copy and cursors.
+func (c *replayCommon) Admit(s *Stream) (replay.Slot, error) {
+	slot, err := c.admit()
+	if err != nil {
+		return slot, fmt.Errorf("cuda: %s cache: %w", c.kind, err)
+	}
+	if err := c.clearSlot(s, slot); err != nil {
+		return slot, fmt.Errorf("cuda: %s cache: admit: %w", c.kind, err)
+	}
+	return slot, nil
+}
+
+// Reset queues on s the clearing of a live slot's state and cursors.
+func (c *replayCommon) Reset(s *Stream, slot replay.Slot) error {
+	if slot < 0 || int(slot) >= c.capacity || !c.live[slot] {
+		return fmt.Errorf("cuda: %s cache: reset: slot %d is not live", c.kind, slot)
+	}
+	return c.clearSlot(s, slot)
+}
+
+// Evict frees a slot.
+func (c *replayCommon) Evict(slot replay.Slot) error {
+	if err := c.evict(slot); err != nil {
+		return fmt.Errorf("cuda: %s cache: evict: %w", c.kind, err)
+	}
+	return nil
+}
+
+func (c *replayCommon) clearSlot(st *Stream, s replay.Slot) error {
+	H, E := c.heads, c.elems
+	per := c.state.bytes / c.capacity
+	if err := clearRegion(st, c.state, int(s)*per, per); err != nil {
+		return err
+	}
+	if c.codes.ptr != 0 {
+		if err := clearRegion(st, c.codes, int(s)*H*E/2, H*E/2); err != nil {
+			return err
+		}
+		if err := clearRegion(st, c.scales, int(s)*H*E/16, H*E/16); err != nil {
+			return err
+		}
+		if err := clearRegion(st, c.scale, 4*int(s)*H, 4*H); err != nil {
+			return err
+		}
+	}
+	return c.resetCursors(st, s)
+}
+
+// Commit accepts, for each of the batch's slots (device int32 arrays), the
+// first accepted drafts of its last Verify: a cursor move (replay) or the
+// accepted draft's state buffer (baseline), done on the device.
+func (c *replayCommon) Commit(s *Stream, batch int, slots, accepted Buffer) error {
+	if err := c.commit(s, batch, slots, accepted); err != nil {
+		return fmt.Errorf("cuda: %s cache: %w", c.kind, err)
+	}
+	return nil
+}
+
+// CommitErrors reports (and clears) whether a Commit since the last call
+// saw an accepted count outside [0, pending drafts]; it synchronises with s.
+func (c *replayCommon) CommitErrors(s *Stream) error { return c.commitErrors(s) }

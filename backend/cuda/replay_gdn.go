@@ -30,16 +30,11 @@ type GDNCache struct {
 	replayCommon
 	shape ssm.GDNShape
 
-	nonflush, flush, verify      *Function
-	baselineStep, baselineVerify *Function
-
 	negA, dtb Buffer // −exp(A_log), dt_bias (float64)
 	qscale    float32
 
-	state                Buffer
-	codes, scales, scale Buffer
-	ringK, ringV, ringU  Buffer
-	ringA, ringBeta      Buffer
+	ringK, ringV, ringU Buffer
+	ringA, ringBeta     Buffer
 }
 
 // NewGDNCache compiles the kernels for the shape and options and allocates a
@@ -63,6 +58,7 @@ func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 		return nil, fmt.Errorf("cuda: gdn cache: capacity %d must be positive", capacity)
 	}
 	c := &GDNCache{shape: shape, qscale: float32(1 / math.Sqrt(float64(dk)))}
+	c.kind, c.heads, c.elems = "gdn", Hv, dk*dv
 	fail := func(err error) (*GDNCache, error) {
 		c.close()
 		return nil, fmt.Errorf("cuda: gdn cache: %w", err)
@@ -131,73 +127,8 @@ func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	return c, nil
 }
 
-// Close frees the cache's device memory and module. Work queued on it must
-// have finished.
-func (c *GDNCache) Close() error { return c.close() }
-
 // Shape returns the layer shape.
 func (c *GDNCache) Shape() ssm.GDNShape { return c.shape }
-
-// Options returns the options in force (defaults filled in).
-func (c *GDNCache) Options() replay.Options { return c.opt }
-
-// Capacity is the number of slots.
-func (c *GDNCache) Capacity() int { return c.capacity }
-
-// ThreadsPerBlock is the CTA size the kernels were compiled for.
-func (c *GDNCache) ThreadsPerBlock() int { return c.threads }
-
-// Module is the compiled kernel module.
-func (c *GDNCache) Module() *Module { return c.mod }
-
-// Admit takes a free slot and queues on s the clearing of its state, read
-// copy and cursors.
-func (c *GDNCache) Admit(s *Stream) (replay.Slot, error) {
-	slot, err := c.admit()
-	if err != nil {
-		return slot, fmt.Errorf("cuda: gdn cache: %w", err)
-	}
-	if err := c.clearSlot(s, slot); err != nil {
-		return slot, fmt.Errorf("cuda: gdn cache: admit: %w", err)
-	}
-	return slot, nil
-}
-
-// Reset queues on s the clearing of a live slot's state and cursors.
-func (c *GDNCache) Reset(s *Stream, slot replay.Slot) error {
-	if slot < 0 || int(slot) >= c.capacity || !c.live[slot] {
-		return fmt.Errorf("cuda: gdn cache: reset: slot %d is not live", slot)
-	}
-	return c.clearSlot(s, slot)
-}
-
-// Evict frees a slot.
-func (c *GDNCache) Evict(slot replay.Slot) error {
-	if err := c.evict(slot); err != nil {
-		return fmt.Errorf("cuda: gdn cache: evict: %w", err)
-	}
-	return nil
-}
-
-func (c *GDNCache) clearSlot(st *Stream, s replay.Slot) error {
-	Hv, E := c.shape.ValueHeads, c.shape.KeyDim*c.shape.ValueDim
-	per := c.state.bytes / c.capacity
-	if err := clearRegion(st, c.state, int(s)*per, per); err != nil {
-		return err
-	}
-	if c.codes.ptr != 0 {
-		if err := clearRegion(st, c.codes, int(s)*Hv*E/2, Hv*E/2); err != nil {
-			return err
-		}
-		if err := clearRegion(st, c.scales, int(s)*Hv*E/16, Hv*E/16); err != nil {
-			return err
-		}
-		if err := clearRegion(st, c.scale, 4*int(s)*Hv, 4*Hv); err != nil {
-			return err
-		}
-	}
-	return c.resetCursors(st, s)
-}
 
 func (c *GDNCache) checkInput(batch, T int, in GDNInput, o Buffer) error {
 	if err := c.checkBatch(batch, in.Slots); err != nil {
@@ -317,19 +248,6 @@ func (c *GDNCache) Verify(s *Stream, batch, T int, in GDNInput, o Buffer) error 
 	}
 	return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
 }
-
-// Commit queues the acceptance of accepted[i] drafts of slots[i]'s last
-// Verify. See Mamba2Cache.Commit.
-func (c *GDNCache) Commit(s *Stream, batch int, slots, accepted Buffer) error {
-	if err := c.commit(s, batch, slots, accepted); err != nil {
-		return fmt.Errorf("cuda: gdn cache: %w", err)
-	}
-	return nil
-}
-
-// CommitErrors reports (and clears) whether a Commit saw an accepted count
-// outside [0, pending drafts]; it synchronises with s.
-func (c *GDNCache) CommitErrors(s *Stream) error { return c.commitErrors(s) }
 
 // StateBytes is what one full state transfer of one slot moves, and
 // ReadBytes what a non-flush step reads of one slot's state.

@@ -43,15 +43,10 @@ type Mamba2Cache struct {
 	replayCommon
 	shape ssm.Mamba2Shape
 
-	nonflush, flush, verify      *Function
-	baselineStep, baselineVerify *Function
-
 	a, dtb, dd Buffer // A = −exp(A_log) and dt_bias (float64), D (float32)
 
-	state                Buffer
-	codes, scales, scale Buffer // read copy
-	ringX, ringB         Buffer
-	ringDt, ringA        Buffer
+	ringX, ringB  Buffer
+	ringDt, ringA Buffer
 }
 
 // NewMamba2Cache compiles the kernels for the shape and options and
@@ -77,6 +72,7 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 		return nil, fmt.Errorf("cuda: mamba2 cache: capacity %d must be positive", capacity)
 	}
 	c := &Mamba2Cache{shape: shape}
+	c.kind, c.heads, c.elems = "mamba2", H, P*N
 	fail := func(err error) (*Mamba2Cache, error) {
 		c.close()
 		return nil, fmt.Errorf("cuda: mamba2 cache: %w", err)
@@ -148,73 +144,8 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	return c, nil
 }
 
-// Close frees the cache's device memory and module. Work queued on it must
-// have finished.
-func (c *Mamba2Cache) Close() error { return c.close() }
-
 // Shape returns the layer shape.
 func (c *Mamba2Cache) Shape() ssm.Mamba2Shape { return c.shape }
-
-// Options returns the options in force (defaults filled in).
-func (c *Mamba2Cache) Options() replay.Options { return c.opt }
-
-// Capacity is the number of slots.
-func (c *Mamba2Cache) Capacity() int { return c.capacity }
-
-// ThreadsPerBlock is the CTA size the kernels were compiled for.
-func (c *Mamba2Cache) ThreadsPerBlock() int { return c.threads }
-
-// Module is the compiled kernel module (for its resources and compile info).
-func (c *Mamba2Cache) Module() *Module { return c.mod }
-
-// Admit takes a free slot and queues on s the clearing of its state, read
-// copy and cursors.
-func (c *Mamba2Cache) Admit(s *Stream) (replay.Slot, error) {
-	slot, err := c.admit()
-	if err != nil {
-		return slot, fmt.Errorf("cuda: mamba2 cache: %w", err)
-	}
-	if err := c.clearSlot(s, slot); err != nil {
-		return slot, fmt.Errorf("cuda: mamba2 cache: admit: %w", err)
-	}
-	return slot, nil
-}
-
-// Reset queues on s the clearing of a live slot's state and cursors.
-func (c *Mamba2Cache) Reset(s *Stream, slot replay.Slot) error {
-	if slot < 0 || int(slot) >= c.capacity || !c.live[slot] {
-		return fmt.Errorf("cuda: mamba2 cache: reset: slot %d is not live", slot)
-	}
-	return c.clearSlot(s, slot)
-}
-
-// Evict frees a slot.
-func (c *Mamba2Cache) Evict(slot replay.Slot) error {
-	if err := c.evict(slot); err != nil {
-		return fmt.Errorf("cuda: mamba2 cache: evict: %w", err)
-	}
-	return nil
-}
-
-func (c *Mamba2Cache) clearSlot(st *Stream, s replay.Slot) error {
-	H, E := c.shape.Heads, c.shape.HeadDim*c.shape.StateSize
-	per := c.state.bytes / c.capacity
-	if err := clearRegion(st, c.state, int(s)*per, per); err != nil {
-		return err
-	}
-	if c.codes.ptr != 0 {
-		if err := clearRegion(st, c.codes, int(s)*H*E/2, H*E/2); err != nil {
-			return err
-		}
-		if err := clearRegion(st, c.scales, int(s)*H*E/16, H*E/16); err != nil {
-			return err
-		}
-		if err := clearRegion(st, c.scale, 4*int(s)*H, 4*H); err != nil {
-			return err
-		}
-	}
-	return c.resetCursors(st, s)
-}
 
 func (c *Mamba2Cache) checkInput(batch, T int, in Mamba2Input, y Buffer) error {
 	if err := c.checkBatch(batch, in.Slots); err != nil {
@@ -354,20 +285,6 @@ func (c *Mamba2Cache) Verify(s *Stream, batch, T int, in Mamba2Input, y Buffer) 
 	}
 	return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
 }
-
-// Commit queues the acceptance of accepted[i] (int32, device memory) drafts
-// of slots[i]'s last Verify: replay moves the ring cursor, baseline selects
-// the accepted draft's state buffer. Nothing is copied.
-func (c *Mamba2Cache) Commit(s *Stream, batch int, slots, accepted Buffer) error {
-	if err := c.commit(s, batch, slots, accepted); err != nil {
-		return fmt.Errorf("cuda: mamba2 cache: %w", err)
-	}
-	return nil
-}
-
-// CommitErrors reports (and clears) whether a Commit since the last call
-// saw an accepted count outside [0, pending drafts]; it synchronises with s.
-func (c *Mamba2Cache) CommitErrors(s *Stream) error { return c.commitErrors(s) }
 
 // StateBytes is what one full state transfer of one slot moves (H·P·N
 // elements in the state format), and ReadBytes what a non-flush step reads of
