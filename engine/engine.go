@@ -71,8 +71,12 @@ const (
 	StopCallback                   // OnToken returned false
 )
 
+// String names the reason as the CLI prints it: length, end or stop.
 func (r StopReason) String() string {
-	return [...]string{"length", "end", "stop"}[r]
+	if names := [...]string{"length", "end", "stop"}; int(r) < len(names) {
+		return names[r]
+	}
+	return fmt.Sprintf("StopReason(%d)", uint8(r))
 }
 
 // Result is a finished request.

@@ -39,6 +39,7 @@ const (
 	Baseline
 )
 
+// String names the mode: replay or baseline.
 func (m Mode) String() string {
 	switch m {
 	case Replay:

@@ -72,6 +72,7 @@ const (
 	Stochastic
 )
 
+// String names the acceptance rule: greedy or stochastic.
 func (a Acceptance) String() string {
 	switch a {
 	case Greedy:
