@@ -56,6 +56,9 @@ func (f stateFlags) options() (replay.Options, error) {
 			return replay.Options{}, fmt.Errorf("%w: --read-copy: %v", errUsage, err)
 		}
 	}
+	if *f.window < 1 || *f.window > 256 {
+		return replay.Options{}, fmt.Errorf("%w: --window %d out of range [1, 256]", errUsage, *f.window)
+	}
 	return replay.Options{Mode: mode, Window: *f.window, State: st, ReadCopy: rc}, nil
 }
 

@@ -33,6 +33,8 @@ func TestCLIDispatch(t *testing.T) {
 		{[]string{"bench", "kernels", "--window", "0"}, 2, "window"},
 		{[]string{"bench", "nosuch"}, 2, "unknown benchmark"},
 		{[]string{"version"}, 0, ""},
+		{[]string{"generate", "--window", "0", "x"}, 2, "--window 0 out of range"},
+		{[]string{"generate", "--state-mode", "sideways", "x"}, 2, "--state-mode"},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCLI(tt.args...)
