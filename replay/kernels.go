@@ -1,5 +1,7 @@
 package replay
 
+import vec "github.com/replayssm/replayssm/internal/simd"
+
 // The inner loops of the CPU kernels. Each is the plain scalar loop its doc
 // comment states (the ...Go function); the SIMD versions (kernels_amd64.s,
 // AVX2+FMA) compute the same function up to the order of float32 additions,
@@ -46,28 +48,9 @@ func rankUpdateDot(row []float32, decay float32, coef []float32, V []float32, st
 	return dot(row, C)
 }
 
-func dotGo(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
+func dotGo(a, b []float32) float32 { return vec.DotGo(a, b) }
 
-func axpyGo(y []float32, a float32, x []float32) {
-	x = x[:len(y)]
-	for i := range y {
-		y[i] += a * x[i]
-	}
-}
+func axpyGo(y []float32, a float32, x []float32) { vec.AxpyGo(y, a, x) }
 
 // scaleRow does y[i] *= a.
 func scaleRow(y []float32, a float32) {

@@ -5,6 +5,7 @@ package replay
 import (
 	"golang.org/x/sys/cpu"
 
+	vec "github.com/replayssm/replayssm/internal/simd"
 	"github.com/replayssm/replayssm/numeric"
 )
 
@@ -13,40 +14,14 @@ import (
 var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
 //go:noescape
-func dotAVX2(a, b *float32, n int) float32
-
-//go:noescape
-func axpyAVX2(y *float32, a float32, x *float32, n int)
-
-//go:noescape
 func updateRowDotAVX2(row *float32, a, c float32, b, cv *float32, n int) float32
 
 //go:noescape
 func rankUpdateAVX2(row *float32, decay float32, coef *float32, t int, v *float32, stride int, n int)
 
-func dotSIMD(a, b []float32) float32 {
-	n := len(a) &^ 7
-	b = b[:len(a)]
-	var s float32
-	if n > 0 {
-		s = dotAVX2(&a[0], &b[0], n)
-	}
-	for i := n; i < len(a); i++ {
-		s += a[i] * b[i]
-	}
-	return s
-}
+func dotSIMD(a, b []float32) float32 { return vec.Dot(a, b) }
 
-func axpySIMD(y []float32, a float32, x []float32) {
-	n := len(y) &^ 7
-	x = x[:len(y)]
-	if n > 0 {
-		axpyAVX2(&y[0], a, &x[0], n)
-	}
-	for i := n; i < len(y); i++ {
-		y[i] += a * x[i]
-	}
-}
+func axpySIMD(y []float32, a float32, x []float32) { vec.Axpy(y, a, x) }
 
 func updateRowDotSIMD(row []float32, a, c float32, B, C []float32) float32 {
 	n := len(row) &^ 7

@@ -2,15 +2,14 @@
 
 package tensor
 
-import "golang.org/x/sys/cpu"
+import (
+	"golang.org/x/sys/cpu"
+
+	vec "github.com/replayssm/replayssm/internal/simd"
+)
 
 // simd reports whether the AVX2+FMA kernels run on this machine.
 var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA
-
-// dotAVX2 returns Σᵢ a[i]·b[i] for i < n; n must be a multiple of 8.
-//
-//go:noescape
-func dotAVX2(a, b *float32, n int) float32
 
 // dot4AVX2 writes acc[j] = Σᵢ x[i]·w[j·stride+i] for j < 4, i < n; n must
 // be a multiple of 8, stride is in elements.
@@ -18,41 +17,9 @@ func dotAVX2(a, b *float32, n int) float32
 //go:noescape
 func dot4AVX2(x, w *float32, stride, n int, acc *[4]float32)
 
-// axpyAVX2 computes y[i] += a·x[i] for i < n; n must be a multiple of 8.
-//
-//go:noescape
-func axpyAVX2(y *float32, a float32, x *float32, n int)
+func axpy(y []float32, a float32, x []float32) { vec.Axpy(y, a, x) }
 
-func axpy(y []float32, a float32, x []float32) {
-	if !simd {
-		axpyGo(y, a, x)
-		return
-	}
-	n := len(y) &^ 7
-	x = x[:len(y)]
-	if n > 0 {
-		axpyAVX2(&y[0], a, &x[0], n)
-	}
-	for i := n; i < len(y); i++ {
-		y[i] += a * x[i]
-	}
-}
-
-func dot(a, b []float32) float32 {
-	if !simd {
-		return dotGo(a, b)
-	}
-	n := len(a) &^ 7
-	b = b[:len(a)]
-	var s float32
-	if n > 0 {
-		s = dotAVX2(&a[0], &b[0], n)
-	}
-	for i := n; i < len(a); i++ {
-		s += a[i] * b[i]
-	}
-	return s
-}
+func dot(a, b []float32) float32 { return vec.Dot(a, b) }
 
 func dot4(x, w []float32, n int, acc *[4]float32) {
 	if !simd {

@@ -2,54 +2,6 @@
 
 #include "textflag.h"
 
-// func dotAVX2(a, b *float32, n int) float32
-TEXT ·dotAVX2(SB), NOSPLIT, $0-28
-	MOVQ a+0(FP), SI
-	MOVQ b+8(FP), DI
-	MOVQ n+16(FP), CX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-
-dot32:
-	CMPQ CX, $32
-	JL   dot8
-	VMOVUPS (SI), Y4
-	VMOVUPS 32(SI), Y5
-	VMOVUPS 64(SI), Y6
-	VMOVUPS 96(SI), Y7
-	VFMADD231PS (DI), Y4, Y0
-	VFMADD231PS 32(DI), Y5, Y1
-	VFMADD231PS 64(DI), Y6, Y2
-	VFMADD231PS 96(DI), Y7, Y3
-	ADDQ $128, SI
-	ADDQ $128, DI
-	SUBQ $32, CX
-	JMP  dot32
-
-dot8:
-	CMPQ CX, $8
-	JL   dotdone
-	VMOVUPS (SI), Y4
-	VFMADD231PS (DI), Y4, Y0
-	ADDQ $32, SI
-	ADDQ $32, DI
-	SUBQ $8, CX
-	JMP  dot8
-
-dotdone:
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS X1, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VZEROUPPER
-	MOVSS X0, ret+24(FP)
-	RET
-
 // func dot4AVX2(x, w *float32, stride, n int, acc *[4]float32)
 // Two accumulators per weight row (Y0-Y3 and Y8-Y11) hide the FMA latency.
 // The four rows are four short streams that restart every call, which the
@@ -124,44 +76,3 @@ d4done:
 	VZEROUPPER
 	RET
 
-// func axpyAVX2(y *float32, a float32, x *float32, n int)
-TEXT ·axpyAVX2(SB), NOSPLIT, $0-32
-	MOVQ y+0(FP), DI
-	VBROADCASTSS a+8(FP), Y0
-	MOVQ x+16(FP), SI
-	MOVQ n+24(FP), CX
-
-axpy32:
-	CMPQ CX, $32
-	JL   axpy8
-	VMOVUPS (DI), Y1
-	VMOVUPS 32(DI), Y2
-	VMOVUPS 64(DI), Y3
-	VMOVUPS 96(DI), Y4
-	VFMADD231PS (SI), Y0, Y1
-	VFMADD231PS 32(SI), Y0, Y2
-	VFMADD231PS 64(SI), Y0, Y3
-	VFMADD231PS 96(SI), Y0, Y4
-	VMOVUPS Y1, (DI)
-	VMOVUPS Y2, 32(DI)
-	VMOVUPS Y3, 64(DI)
-	VMOVUPS Y4, 96(DI)
-	ADDQ $128, SI
-	ADDQ $128, DI
-	SUBQ $32, CX
-	JMP  axpy32
-
-axpy8:
-	CMPQ CX, $8
-	JL   axpydone
-	VMOVUPS (DI), Y1
-	VFMADD231PS (SI), Y0, Y1
-	VMOVUPS Y1, (DI)
-	ADDQ $32, SI
-	ADDQ $32, DI
-	SUBQ $8, CX
-	JMP  axpy8
-
-axpydone:
-	VZEROUPPER
-	RET

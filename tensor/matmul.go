@@ -1,6 +1,10 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+
+	vec "github.com/replayssm/replayssm/internal/simd"
+)
 
 // rowBlockBytes bounds the rows of x one pass over a block of weight rows
 // reads, so that they stay in the L2 cache while the weight block sits in L1.
@@ -63,21 +67,7 @@ func matMulCols(y, x, w []float32, n, in, out, lo, hi int) {
 func Dot(a, b []float32) float32 { return dot(a, b[:len(a)]) }
 
 // dotGo is the plain-Go dot product: four partial sums, added at the end.
-func dotGo(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < len(a); i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
+func dotGo(a, b []float32) float32 { return vec.DotGo(a, b) }
 
 // dot4Go computes acc[j] = Σᵢ x[i]·w[j·n+i] for the four rows of w: each
 // element of x is loaded once for four products.

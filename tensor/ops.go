@@ -1,6 +1,10 @@
 package tensor
 
-import "math"
+import (
+	"math"
+
+	vec "github.com/replayssm/replayssm/internal/simd"
+)
 
 // RMSNorm writes x·rsqrt(mean(x²) + eps)·w to dst (dst may alias x); a nil w
 // means no weight. The sum of squares is accumulated in float64, the rest is
@@ -111,12 +115,7 @@ func Add(dst, src []float32) {
 // Axpy adds a·x to y element-wise.
 func Axpy(y []float32, a float32, x []float32) { axpy(y, a, x[:len(y)]) }
 
-func axpyGo(y []float32, a float32, x []float32) {
-	x = x[:len(y)]
-	for i := range y {
-		y[i] += a * x[i]
-	}
-}
+func axpyGo(y []float32, a float32, x []float32) { vec.AxpyGo(y, a, x) }
 
 // Argmax returns the index of the largest element (the first on ties).
 func Argmax(x []float32) int {
