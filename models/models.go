@@ -4,7 +4,8 @@
 //
 // Each model is a Hugging Face folder next to this file (config.json,
 // bf16 model.safetensors, tokenizer.json, tokenizer_config.json,
-// generation_config.json, eval.json) with its model card in README.md:
+// generation_config.json, eval.json) with its model card in README.md;
+// qwen35-kjv also has its MTP head in mtp.safetensors:
 //
 //	qwen35-kjv     Qwen3.5-style (Gated DeltaNet + gated attention, 3:1), 7.0M parameters: the default
 //	nemotronh-kjv  NemotronH-style (Mamba-2 + attention + relu² MLP), 7.0M parameters
@@ -34,7 +35,7 @@ const Default = "qwen35-kjv"
 // defaultFiles are the files of the default model that loading and
 // generation read.
 //
-//go:embed qwen35-kjv/config.json qwen35-kjv/generation_config.json qwen35-kjv/model.safetensors
+//go:embed qwen35-kjv/config.json qwen35-kjv/generation_config.json qwen35-kjv/model.safetensors qwen35-kjv/mtp.safetensors
 //go:embed qwen35-kjv/tokenizer.json qwen35-kjv/tokenizer_config.json
 var defaultFiles embed.FS
 

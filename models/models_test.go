@@ -200,8 +200,8 @@ func TestDefaultDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 5 {
-		t.Errorf("%s holds %d files, want 5", dir, len(entries))
+	if len(entries) != 6 {
+		t.Errorf("%s holds %d files, want 6", dir, len(entries))
 	}
 	for _, e := range entries {
 		got, err := os.ReadFile(filepath.Join(dir, e.Name()))

@@ -17,6 +17,7 @@ import (
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/engine/spec"
 	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/model/qwen"
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
@@ -98,7 +99,7 @@ func runBenchSpec(ctx context.Context, e *env, args []string) error {
 	batches := fs.String("batch", "1,16,64", "batch sizes, comma-separated (up to 512)")
 	drafts := fs.String("draft-tokens", "4", fmt.Sprintf("draft tokens T per step, comma-separated (1..%d)", engine.MaxDrafts))
 	modes := fs.String("modes", "nospec,spec-baseline,spec-replay", fmt.Sprintf("modes, comma-separated, of %v", specModes))
-	drafter := fs.String("speculative", "ngram", "model runs: drafter, ngram or draft (--draft-model)")
+	drafter := fs.String("speculative", "ngram", "model runs: drafter, ngram, draft (--draft-model) or mtp (the model's MTP head)")
 	draftModel := fs.String("draft-model", "", "model runs: draft model directory")
 	maxTokens := fs.Int("max-tokens", 64, "model runs: tokens generated per request")
 	promptLen := fs.Int("prompt-len", 32, "model runs: prompt length (a random 8-token phrase, repeated)")
@@ -149,8 +150,8 @@ func runBenchSpec(ctx context.Context, e *env, args []string) error {
 	}
 	emit := specPrinter(e, *asJSON)
 	if *dir != "" {
-		if cfg.drafter != "ngram" && cfg.drafter != "draft" {
-			return fmt.Errorf("%w: --speculative %q (want ngram or draft)", errUsage, cfg.drafter)
+		if cfg.drafter != "ngram" && cfg.drafter != "draft" && cfg.drafter != "mtp" {
+			return fmt.Errorf("%w: --speculative %q (want ngram, draft or mtp)", errUsage, cfg.drafter)
 		}
 		return benchSpecModel(ctx, e, *dir, cfg, emit)
 	}
@@ -343,6 +344,12 @@ func benchSpecModel(ctx context.Context, e *env, dir string, cfg specBenchConfig
 			return fmt.Errorf("draft model vocabulary %d differs from the target's %d", draft.Vocab, d.Vocab)
 		}
 	}
+	var head *nn.MTP
+	if cfg.drafter == "mtp" {
+		if head, err = qwen.LoadMTP(dir, d); err != nil {
+			return err
+		}
+	}
 	name := filepath.Base(filepath.Clean(dir))
 	nLayers := 0
 	for _, l := range d.Layers {
@@ -385,7 +392,12 @@ func benchSpecModel(ctx context.Context, e *env, dir string, cfg specBenchConfig
 					_, tm, err = eng.Generate(ctx, reqs)
 				} else {
 					var dr spec.Drafter = &spec.NGram{}
-					if draft != nil {
+					if head != nil {
+						if dr, err = spec.NewMTP(head, d, eng.State(), B, k.T); err != nil {
+							eng.Close()
+							return err
+						}
+					} else if draft != nil {
 						if dr, err = spec.NewDraftModel(draft, B, k.T, replay.Options{Mode: opt.Mode, Window: opt.Window, Threads: opt.Threads}); err != nil {
 							eng.Close()
 							return err

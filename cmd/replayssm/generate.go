@@ -309,7 +309,7 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 		ss  engine.SpecStats
 	)
 	if spf.enabled() {
-		dr, err := spf.newDrafter(e.stderr, d, 1, opt)
+		dr, err := spf.newDrafter(e.stderr, *dir, d, eng.State(), 1, opt)
 		if err != nil {
 			return err
 		}

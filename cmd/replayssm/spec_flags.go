@@ -8,6 +8,7 @@ import (
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/engine/spec"
 	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/model/qwen"
 	"github.com/replayssm/replayssm/replay"
 )
 
@@ -23,7 +24,7 @@ type specFlags struct {
 
 func addSpecFlags(fs *flag.FlagSet) specFlags {
 	return specFlags{
-		drafter:    fs.String("speculative", "none", "speculative decoding drafter: ngram (prompt lookup), draft (a small model, --draft-model) or none"),
+		drafter:    fs.String("speculative", "none", "speculative decoding drafter: ngram (prompt lookup), draft (a small model, --draft-model), mtp (the model's multi-token-prediction head, mtp.* tensors) or none"),
 		drafts:     fs.Int("draft-tokens", engine.DefaultDrafts, fmt.Sprintf("draft tokens T per step (1..%d)", engine.MaxDrafts)),
 		draftModel: fs.String("draft-model", "", "draft model directory (same tokenizer as --model)"),
 		mode:       fs.String("spec-mode", "", "SSM state under speculation: replay (drafts in the ring, rejection = cursor move) or baseline (one state per draft); default: --state-mode"),
@@ -41,13 +42,13 @@ func (f specFlags) check() (spec.Acceptance, error) {
 		return 0, fmt.Errorf("%w: --accept: %v", errUsage, err)
 	}
 	switch *f.drafter {
-	case "none", "", "ngram":
+	case "none", "", "ngram", "mtp":
 	case "draft":
 		if *f.draftModel == "" {
 			return 0, fmt.Errorf("%w: --speculative draft needs --draft-model DIR", errUsage)
 		}
 	default:
-		return 0, fmt.Errorf("%w: --speculative %q (want ngram, draft or none)", errUsage, *f.drafter)
+		return 0, fmt.Errorf("%w: --speculative %q (want ngram, draft, mtp or none)", errUsage, *f.drafter)
 	}
 	if *f.drafts < 1 || *f.drafts > engine.MaxDrafts {
 		return 0, fmt.Errorf("%w: --draft-tokens %d out of range [1, %d]", errUsage, *f.drafts, engine.MaxDrafts)
@@ -69,10 +70,19 @@ func (f specFlags) stateOptions(opt replay.Options) (replay.Options, error) {
 }
 
 // drafter builds the drafter for a target with vocabulary vocab and room for
-// capacity sequences; the draft model's caches follow opt's mode.
-func (f specFlags) newDrafter(w io.Writer, target *nn.Decoder, capacity int, opt replay.Options) (spec.Drafter, error) {
-	if *f.drafter == "ngram" {
+// capacity sequences; the draft model's caches follow opt's mode. The MTP
+// drafter reads the head from the target's directory dir and hooks the
+// target's state tst.
+func (f specFlags) newDrafter(w io.Writer, dir string, target *nn.Decoder, tst *nn.State, capacity int, opt replay.Options) (spec.Drafter, error) {
+	switch *f.drafter {
+	case "ngram":
 		return &spec.NGram{}, nil
+	case "mtp":
+		head, err := qwen.LoadMTP(dir, target)
+		if err != nil {
+			return nil, err
+		}
+		return spec.NewMTP(head, target, tst, capacity, *f.drafts)
 	}
 	d, err := loadModel(w, *f.draftModel)
 	if err != nil {

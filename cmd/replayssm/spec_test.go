@@ -33,7 +33,7 @@ func TestGenerateSpeculative(t *testing.T) {
 		inStderr string
 	}{
 		{[]string{"--speculative", "draft"}, "--draft-model"},
-		{[]string{"--speculative", "mtp"}, "mtp"},
+		{[]string{"--speculative", "eagle"}, "eagle"},
 		{[]string{"--speculative", "ngram", "--draft-tokens", "16"}, "--draft-tokens"},
 		{[]string{"--speculative", "ngram", "--accept", "lenient"}, "lenient"},
 		{[]string{"--speculative", "ngram", "--spec-mode", "fast"}, "--spec-mode"},

@@ -41,8 +41,8 @@ type Request struct {
 //
 // The interface carries only tokens, so that every kind of drafter fits: a
 // lookup in the sequence's own history (NGram), a small model with its own
-// state (DraftModel), or multi-token-prediction heads of the target, which
-// will read the target's hidden states from the verify forward
+// state (DraftModel), or the target's multi-token-prediction head (MTP),
+// which reads the target's hidden states from the verify forward
 // (nn.State.OnLayer) next to the tokens given here.
 type Drafter interface {
 	// Propose fills Drafts for each request.

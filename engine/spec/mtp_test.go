@@ -1,0 +1,79 @@
+package spec_test
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/engine/spec"
+	"github.com/replayssm/replayssm/model"
+	"github.com/replayssm/replayssm/model/qwen"
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tokenizer"
+)
+
+// TestMTPGreedyLossless runs the shipped qwen35-kjv with its MTP head as the
+// drafter: greedy speculative output must be plain greedy output, token for
+// token, in both state modes, with three requests sharing two sequences (so
+// a slot is reused), and the head must have its drafts accepted.
+func TestMTPGreedyLossless(t *testing.T) {
+	dir := filepath.Join("..", "..", "models", "qwen35-kjv")
+	d, err := model.Load(dir, model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := qwen.LoadMTP(dir, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []engine.Request
+	for _, p := range []string{"And the LORD spake unto Moses, saying,", "And Jesus said unto them,", "In the beginning"} {
+		reqs = append(reqs, engine.Request{Prompt: tok.Encode(p), MaxTokens: 48})
+	}
+	ctx := context.Background()
+	plain, err := engine.New(d, 2, replay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := plain.Generate(ctx, reqs)
+	plain.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const T = 4
+	for _, mode := range []replay.Mode{replay.Replay, replay.Baseline} {
+		eng, err := engine.New(d, 2, engine.StateOptions(replay.Options{Mode: mode}, T))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dr, err := spec.NewMTP(head, d, eng.State(), 2, T)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _, ss, err := eng.GenerateSpeculative(ctx, reqs, engine.Speculation{Drafter: dr, Drafts: T, Accept: spec.Greedy})
+		dr.Close()
+		if eng.State().OnLayer != nil {
+			t.Errorf("%v: Close left the target hooked", mode)
+		}
+		eng.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if !slices.Equal(got[i].Tokens, want[i].Tokens) {
+				t.Errorf("%v request %d: speculative %v\nplain %v", mode, i, got[i].Tokens, want[i].Tokens)
+			}
+		}
+		t.Logf("%v: %d of %d drafts accepted (%.0f%%), %.2f tokens per verify", mode, ss.Accepted, ss.Drafted,
+			100*ss.AcceptanceRate(), ss.MeanAccepted()+1)
+		if ss.AcceptanceRate() < 0.3 {
+			t.Errorf("%v: acceptance rate %.2f, want ≥ 0.3 from the trained head", mode, ss.AcceptanceRate())
+		}
+	}
+}

@@ -1,0 +1,184 @@
+package nn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/replayssm/replayssm/tensor"
+)
+
+// MTP is a multi-token-prediction head, Qwen3-Next's and Qwen3.5's mtp.*
+// module: from the target's hidden state at position t and the token at
+// t+1 it predicts the token at t+2.
+//
+//	e      = EmbedNorm(embed(token[t+1]))          pre_fc_norm_embedding
+//	h      = HiddenNorm(hidden[t])                 pre_fc_norm_hidden
+//	x      = FC(concat(e, h))                      fc: 2H → H, no bias
+//	x      = Layers(x)  at position t              one decoder layer: gated attention over the
+//	                                               head's own KV cache of MTP rows, then the MLP
+//	out    = FinalNorm(x)                          mtp.norm
+//	logits = LMHead(out)                           the target's LM head
+//
+// hidden[t] is the target's last hidden state after its final norm (what
+// its LM head reads; State.OnLayer gives the residual before it). Drafting
+// several tokens chains the head: the next row takes out as its hidden and
+// the drafted token as its token.
+//
+// Dec holds the head's layers as a Decoder with the target's embedding and
+// LM head and mtp.norm as its final norm, so that State, Commit and the
+// blocks' caches work unchanged; only Forward (here) differs from the
+// Decoder's, as the rows' inputs are FC's outputs, not token embeddings.
+type MTP struct {
+	EmbedNorm  RMSNorm
+	HiddenNorm RMSNorm
+	FC         Linear // [Hidden][2·Hidden]
+	Dec        *Decoder
+}
+
+// Validate checks the sizes Forward relies on.
+func (m *MTP) Validate() error {
+	if m.Dec == nil {
+		return errors.New("mtp: no layers")
+	}
+	H := m.Dec.Hidden
+	if err := m.Dec.Validate(); err != nil {
+		return fmt.Errorf("mtp: %w", err)
+	}
+	if m.Dec.hasSSM() {
+		return errors.New("mtp: the head's layers must not hold SSM mixers")
+	}
+	if len(m.EmbedNorm.W) != H || len(m.HiddenNorm.W) != H {
+		return fmt.Errorf("mtp: pre-fc norms have %d and %d weights, want %d", len(m.EmbedNorm.W), len(m.HiddenNorm.W), H)
+	}
+	if err := m.FC.check("mtp.fc"); err != nil {
+		return err
+	}
+	if m.FC.In != 2*H || m.FC.Out != H {
+		return fmt.Errorf("mtp.fc is %d×%d, want %d×%d", m.FC.Out, m.FC.In, H, 2*H)
+	}
+	return nil
+}
+
+// Params is the number of the head's own weights (not the shared embedding
+// and LM head).
+func (m *MTP) Params() int {
+	n := len(m.EmbedNorm.W) + len(m.HiddenNorm.W) + m.FC.Params() + len(m.Dec.FinalNorm.W)
+	for _, l := range m.Dec.Layers {
+		for _, b := range l.Branches {
+			n += len(b.Norm.W) + b.Block.Params()
+		}
+	}
+	return n
+}
+
+// Forward runs MTP rows: row i is the next row of sequence rows[i].Seq, with
+// token rows[i].Token (token t+1) and hidden state hidden[i·H:(i+1)·H]
+// (hidden t). It writes every row's output (after the final norm) to out
+// [rows][Hidden] when out is not nil, and the logits of the rows that ask
+// for them, in row order, to logits.
+//
+// With commit, each sequence's uncommitted rows are dropped first and the
+// rows are committed: the sequence's position advances. Without it the rows
+// follow the sequence's uncommitted ones (a chain of drafts) and stay
+// uncommitted; the next committing Forward (or Decoder.Commit) drops them.
+func (m *MTP) Forward(ctx context.Context, s *State, rows []Row, hidden []float32, commit bool, out, logits []float32) error {
+	d := m.Dec
+	if s.dec != d {
+		return errors.New("mtp: state belongs to another model")
+	}
+	n, H := len(rows), d.Hidden
+	nLogits := 0
+	for i, r := range rows {
+		if err := s.check(r.Seq); err != nil {
+			return fmt.Errorf("mtp row %d: %w", i, err)
+		}
+		if r.Token < 0 || r.Token >= d.Vocab {
+			return fmt.Errorf("mtp row %d: token %d outside the vocabulary [0, %d)", i, r.Token, d.Vocab)
+		}
+		if r.Logits {
+			nLogits++
+		}
+	}
+	if len(hidden) < n*H {
+		return fmt.Errorf("mtp: %d hidden values for %d rows of %d", len(hidden), n, H)
+	}
+	if out != nil && len(out) < n*H {
+		return fmt.Errorf("mtp: output buffer has %d values, want %d×%d", len(out), n, H)
+	}
+	if len(logits) < nLogits*d.Vocab {
+		return fmt.Errorf("mtp: logits buffer has %d values, want %d×%d", len(logits), nLogits, d.Vocab)
+	}
+	if n == 0 {
+		return nil
+	}
+	// pending[q]: the uncommitted rows of q the new rows follow.
+	pending := map[int]int{}
+	d.eachKV(s, func(st *kvState, kw int) {
+		for _, r := range rows {
+			q := int(r.Seq)
+			if commit {
+				st.truncate(q, s.pos[q]*kw)
+			} else {
+				pending[q] = len(st.k[q])/kw - s.pos[q]
+			}
+		}
+	})
+	s.mem.reset()
+	b := &s.b
+	b.mem = &s.mem
+	b.plan(s, rows)
+	if !commit {
+		for i := range b.pos {
+			b.pos[i] += pending[b.seq[i]]
+		}
+	}
+	x := s.mem.get(n * 2 * H)
+	for i, r := range rows {
+		m.EmbedNorm.Forward(x[2*i*H:(2*i+1)*H], d.Embed[r.Token*H:(r.Token+1)*H], 1)
+		m.HiddenNorm.Forward(x[(2*i+1)*H:(2*i+2)*H], hidden[i*H:(i+1)*H], 1)
+	}
+	h := s.mem.get(n * H)
+	m.FC.Forward(h, x, n)
+	xn := s.mem.get(n * H)
+	blk := s.mem.get(n * H)
+	for li, l := range d.Layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for bi, br := range l.Branches {
+			br.Norm.Forward(xn, h, n)
+			clear(blk)
+			if err := br.Block.forward(b, s.blocks[li][bi], xn, blk); err != nil {
+				return fmt.Errorf("mtp layer %d %v: %w", li, br.Block.Kind(), err)
+			}
+			tensor.Add(h, blk)
+		}
+	}
+	d.FinalNorm.Forward(xn, h, n)
+	if out != nil {
+		copy(out[:n*H], xn)
+	}
+	if nLogits > 0 {
+		sel := s.mem.get(nLogits * H)
+		k := 0
+		for i, r := range rows {
+			if r.Logits {
+				copy(sel[k*H:(k+1)*H], xn[i*H:(i+1)*H])
+				k++
+			}
+		}
+		d.LMHead.Forward(logits[:nLogits*d.Vocab], sel, nLogits)
+	}
+	if commit {
+		for _, r := range rows {
+			s.pos[r.Seq]++
+		}
+	}
+	return nil
+}
+
+// Row returns the sequence and position of row i of the Forward or Verify in
+// progress: it is valid only inside State.OnLayer, whose h holds the rows in
+// that order.
+func (s *State) Row(i int) (Seq, int) { return Seq(s.b.seq[i]), s.b.pos[i] }
