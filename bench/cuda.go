@@ -422,12 +422,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 	case "mamba2":
 		s := sh.Mamba2
 		H, P, N, G := s.Heads, s.HeadDim, s.StateSize, s.Groups
-		prm := replay.Mamba2Params{ALog: make([]float32, H), DtBias: make([]float32, H), D: make([]float32, H)}
-		for h := range H {
-			prm.ALog[h] = float32(math.Log(1 + 15*r.Float64()))
-			prm.DtBias[h] = float32(r.NormFloat64()*0.5 - 2)
-			prm.D[h] = float32(r.NormFloat64())
-		}
+		prm := randomMamba2Params(r, H)
 		c, err := cuda.NewMamba2Cache(ctx, b.dev, s, prm, capacity, opt)
 		if err != nil {
 			return nil, err
@@ -479,11 +474,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 	case "gdn":
 		s := sh.GDN
 		Hk, Hv, dk, dv := s.KeyHeads, s.ValueHeads, s.KeyDim, s.ValueDim
-		prm := replay.GDNParams{ALog: make([]float32, Hv), DtBias: make([]float32, Hv)}
-		for j := range Hv {
-			prm.ALog[j] = float32(math.Log(1 + 15*r.Float64()))
-			prm.DtBias[j] = float32(r.NormFloat64()*0.5 - 2)
-		}
+		prm := randomGDNParams(r, Hv)
 		c, err := cuda.NewGDNCache(ctx, b.dev, s, prm, capacity, opt)
 		if err != nil {
 			return nil, err

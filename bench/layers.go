@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 
 	"github.com/replayssm/replayssm/replay"
 )
@@ -16,12 +17,7 @@ func newLayerCache(sh LayerShape, batch int, opt replay.Options, T int) (layerCa
 	case "mamba2":
 		s := sh.Mamba2
 		H, P, N, G := s.Heads, s.HeadDim, s.StateSize, s.Groups
-		prm := replay.Mamba2Params{ALog: make([]float32, H), DtBias: make([]float32, H), D: make([]float32, H)}
-		for h := range H {
-			prm.ALog[h] = float32(math.Log(1 + 15*r.Float64()))
-			prm.DtBias[h] = float32(r.NormFloat64()*0.5 - 2)
-			prm.D[h] = float32(r.NormFloat64())
-		}
+		prm := randomMamba2Params(r, H)
 		c, err := replay.NewMamba2(s, prm, replay.ConvWeights{}, batch, opt)
 		if err != nil {
 			return nil, err
@@ -40,11 +36,7 @@ func newLayerCache(sh LayerShape, batch int, opt replay.Options, T int) (layerCa
 	case "gdn":
 		s := sh.GDN
 		Hk, Hv, dk, dv := s.KeyHeads, s.ValueHeads, s.KeyDim, s.ValueDim
-		prm := replay.GDNParams{ALog: make([]float32, Hv), DtBias: make([]float32, Hv)}
-		for j := range Hv {
-			prm.ALog[j] = float32(math.Log(1 + 15*r.Float64()))
-			prm.DtBias[j] = float32(r.NormFloat64()*0.5 - 2)
-		}
+		prm := randomGDNParams(r, Hv)
 		c, err := replay.NewGDN(s, prm, replay.ConvWeights{}, batch, opt)
 		if err != nil {
 			return nil, err
@@ -63,6 +55,28 @@ func newLayerCache(sh LayerShape, batch int, opt replay.Options, T int) (layerCa
 		return g, nil
 	}
 	return nil, fmt.Errorf("unknown layer kind %q", sh.Layer)
+}
+
+// randomMamba2Params draws a layer's constants as the benchmarks use them:
+// A in [-16, -1], Δ around softplus(-2), D standard normal.
+func randomMamba2Params(r *rand.Rand, H int) replay.Mamba2Params {
+	prm := replay.Mamba2Params{ALog: make([]float32, H), DtBias: make([]float32, H), D: make([]float32, H)}
+	for h := range H {
+		prm.ALog[h] = float32(math.Log(1 + 15*r.Float64()))
+		prm.DtBias[h] = float32(r.NormFloat64()*0.5 - 2)
+		prm.D[h] = float32(r.NormFloat64())
+	}
+	return prm
+}
+
+// randomGDNParams draws a GDN layer's constants the same way.
+func randomGDNParams(r *rand.Rand, Hv int) replay.GDNParams {
+	prm := replay.GDNParams{ALog: make([]float32, Hv), DtBias: make([]float32, Hv)}
+	for j := range Hv {
+		prm.ALog[j] = float32(math.Log(1 + 15*r.Float64()))
+		prm.DtBias[j] = float32(r.NormFloat64()*0.5 - 2)
+	}
+	return prm
 }
 
 type mamba2Bench struct {
