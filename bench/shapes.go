@@ -17,6 +17,9 @@ type LayerShape struct {
 	Layer  string // "mamba2" or "gdn"
 	Mamba2 ssm.Mamba2Shape
 	GDN    ssm.GDNShape
+	// SSMLayers is the number of SSM layers of the whole model, to turn a
+	// layer's time into a model's.
+	SSMLayers int
 }
 
 // StateElems is the number of state elements per sequence.
@@ -30,10 +33,10 @@ func (s LayerShape) StateElems() int {
 // Shapes returns the four target layer shapes.
 func Shapes() []LayerShape {
 	return []LayerShape{
-		{Name: "nemotron-3-nano-4b", Layer: "mamba2", Mamba2: ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}},
-		{Name: "nemotron-3-super", Layer: "mamba2", Mamba2: ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8}},
-		{Name: "qwen3.5-4b", Layer: "gdn", GDN: ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}},
-		{Name: "qwen3.5-122b", Layer: "gdn", GDN: ssm.GDNShape{KeyHeads: 16, ValueHeads: 64, KeyDim: 128, ValueDim: 128}},
+		{Name: "nemotron-3-nano-4b", Layer: "mamba2", Mamba2: ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}, SSMLayers: 21},
+		{Name: "nemotron-3-super", Layer: "mamba2", Mamba2: ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8}, SSMLayers: 40},
+		{Name: "qwen3.5-4b", Layer: "gdn", GDN: ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}, SSMLayers: 24},
+		{Name: "qwen3.5-122b", Layer: "gdn", GDN: ssm.GDNShape{KeyHeads: 16, ValueHeads: 64, KeyDim: 128, ValueDim: 128}, SSMLayers: 36},
 	}
 }
 

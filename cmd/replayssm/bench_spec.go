@@ -73,10 +73,6 @@ type specRow struct {
 // specModes lists the bench spec modes in the order rows are printed.
 var specModes = []string{"nospec", "nospec-baseline", "spec-baseline", "spec-replay"}
 
-// ssmLayers is the number of SSM layers of each target model (MODELS.md),
-// by bench shape name.
-var ssmLayers = map[string]int{"nemotron-3-nano-4b": 21, "nemotron-3-super": 40, "qwen3.5-4b": 24, "qwen3.5-122b": 36}
-
 type specBenchConfig struct {
 	batches, drafts []int
 	modes           []string
@@ -440,7 +436,7 @@ func benchSpecShapes(ctx context.Context, shapes []bench.LayerShape, cfg specBen
 	for _, sh := range shapes {
 		nLayers := cfg.layers
 		if nLayers == 0 {
-			nLayers = ssmLayers[sh.Name]
+			nLayers = sh.SSMLayers
 		}
 		for _, B := range cfg.batches {
 			keys := benchKeys(cfg)
