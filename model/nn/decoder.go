@@ -299,24 +299,36 @@ func (b *batch) plan(s *State, rows []Row) {
 // forward: NemotronH clamps its Δ as transformers' scan path does
 // (REFERENCE-NOTES point 1). On error the caches of the batch's sequences
 // are in an unknown state: evict them.
-func (d *Decoder) Forward(ctx context.Context, s *State, rows []Row, logits []float32) error {
+// checkRows validates a call's rows before any cache moves: the state is
+// this model's, every sequence is live, every token is in the vocabulary,
+// and logits has room for the rows that ask for them, whose number it
+// returns.
+func (d *Decoder) checkRows(op string, s *State, rows []Row, logits []float32) (int, error) {
 	if s.dec != d {
-		return errors.New("forward: state belongs to another model")
+		return 0, fmt.Errorf("%s: state belongs to another model", op)
 	}
 	nLogits := 0
 	for i, r := range rows {
 		if err := s.check(r.Seq); err != nil {
-			return fmt.Errorf("forward row %d: %w", i, err)
+			return 0, fmt.Errorf("%s row %d: %w", op, i, err)
 		}
 		if r.Token < 0 || r.Token >= d.Vocab {
-			return fmt.Errorf("forward row %d: token %d outside the vocabulary [0, %d)", i, r.Token, d.Vocab)
+			return 0, fmt.Errorf("%s row %d: token %d outside the vocabulary [0, %d)", op, i, r.Token, d.Vocab)
 		}
 		if r.Logits {
 			nLogits++
 		}
 	}
 	if len(logits) < nLogits*d.Vocab {
-		return fmt.Errorf("forward: logits buffer has %d values, want %d×%d", len(logits), nLogits, d.Vocab)
+		return 0, fmt.Errorf("%s: logits buffer has %d values, want %d×%d", op, len(logits), nLogits, d.Vocab)
+	}
+	return nLogits, nil
+}
+
+func (d *Decoder) Forward(ctx context.Context, s *State, rows []Row, logits []float32) error {
+	nLogits, err := d.checkRows("forward", s, rows, logits)
+	if err != nil {
+		return err
 	}
 	if len(rows) == 0 {
 		return nil

@@ -74,23 +74,9 @@ func newVerifyPlan(rows []Row, capacity int) *verifyPlan {
 //
 // On error the batch's sequences are in an unknown state: evict them.
 func (d *Decoder) Verify(ctx context.Context, s *State, rows []Row, logits []float32) error {
-	if s.dec != d {
-		return errors.New("verify: state belongs to another model")
-	}
-	nLogits := 0
-	for i, r := range rows {
-		if err := s.check(r.Seq); err != nil {
-			return fmt.Errorf("verify row %d: %w", i, err)
-		}
-		if r.Token < 0 || r.Token >= d.Vocab {
-			return fmt.Errorf("verify row %d: token %d outside the vocabulary [0, %d)", i, r.Token, d.Vocab)
-		}
-		if r.Logits {
-			nLogits++
-		}
-	}
-	if len(logits) < nLogits*d.Vocab {
-		return fmt.Errorf("verify: logits buffer has %d values, want %d×%d", len(logits), nLogits, d.Vocab)
+	nLogits, err := d.checkRows("verify", s, rows, logits)
+	if err != nil {
+		return err
 	}
 	if len(rows) == 0 {
 		return nil
