@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 
 	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/models"
+	"github.com/replayssm/replayssm/tokenizer"
 )
 
 func runEval(ctx context.Context, e *env, args []string) error {
@@ -53,15 +54,10 @@ func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
 	if *segment == 1 || *segment < 0 {
 		return fmt.Errorf("%w: --segment must be 0 or at least 2", errUsage)
 	}
-	name := models.Default
-	if *dir != "" {
-		name = filepath.Base(filepath.Clean(*dir))
-	}
-	if *dir, err = modelDir(*dir); err != nil {
-		return err
-	}
-	d, err := loadModel(e.stderr, *dir)
-	if err != nil {
+	var name string
+	var d *nn.Decoder
+	var tok *tokenizer.Tokenizer
+	if *dir, name, d, tok, err = openModel(e, *dir); err != nil {
 		return err
 	}
 	var ids []int
@@ -74,10 +70,6 @@ func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("%s: %w", *idsFile, err)
 		}
 	} else {
-		tok, err := loadTokenizer(*dir)
-		if err != nil {
-			return err
-		}
 		if tok == nil {
 			return fmt.Errorf("%s has no tokenizer.json: score token ids with --ids FILE", *dir)
 		}

@@ -106,6 +106,27 @@ func modelDir(flagValue string) (string, error) {
 	return models.DefaultDir()
 }
 
+// openModel resolves the --model flag (empty: the built-in model) and loads
+// the model and its tokenizer (nil for a directory without tokenizer.json).
+// It returns the directory it used and the model's name: the directory's base
+// name, or the built-in model's.
+func openModel(e *env, flagValue string) (dir, name string, d *nn.Decoder, tok *tokenizer.Tokenizer, err error) {
+	name = models.Default
+	if flagValue != "" {
+		name = filepath.Base(filepath.Clean(flagValue))
+	}
+	if dir, err = modelDir(flagValue); err != nil {
+		return "", "", nil, nil, err
+	}
+	if d, err = loadModel(e.stderr, dir); err != nil {
+		return "", "", nil, nil, err
+	}
+	if tok, err = loadTokenizer(dir); err != nil {
+		return "", "", nil, nil, err
+	}
+	return dir, name, d, tok, nil
+}
+
 // loadModel loads the model in dir, drawing a progress bar on w for
 // checkpoints large enough to take a while.
 func loadModel(w io.Writer, dir string) (*nn.Decoder, error) {
@@ -224,15 +245,9 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w: give a prompt, or --prompt-ids", errUsage)
 	}
 
-	if *dir, err = modelDir(*dir); err != nil {
-		return err
-	}
-	d, err := loadModel(e.stderr, *dir)
-	if err != nil {
-		return err
-	}
-	tok, err := loadTokenizer(*dir)
-	if err != nil {
+	var d *nn.Decoder
+	var tok *tokenizer.Tokenizer
+	if *dir, _, d, tok, err = openModel(e, *dir); err != nil {
 		return err
 	}
 	var prompt []int

@@ -7,11 +7,12 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"path/filepath"
 	"time"
 
+	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/models"
 	"github.com/replayssm/replayssm/server"
+	"github.com/replayssm/replayssm/tokenizer"
 	"github.com/replayssm/replayssm/tokenizer/chat"
 )
 
@@ -49,19 +50,10 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if *ctxLen < 0 {
 		return fmt.Errorf("%w: --context must not be negative", errUsage)
 	}
-	name := filepath.Base(filepath.Clean(*dir))
-	if *dir == "" {
-		name = models.Default
-	}
-	if *dir, err = modelDir(*dir); err != nil {
-		return err
-	}
-	d, err := loadModel(e.stderr, *dir)
-	if err != nil {
-		return err
-	}
-	tok, err := loadTokenizer(*dir)
-	if err != nil {
+	var name string
+	var d *nn.Decoder
+	var tok *tokenizer.Tokenizer
+	if *dir, name, d, tok, err = openModel(e, *dir); err != nil {
 		return err
 	}
 	var tmpl *chat.Template
