@@ -65,7 +65,7 @@ func RunKernelsCUDA(ctx context.Context, cfg KernelConfig, emit func(Row) error)
 	for _, sh := range cfg.Shapes {
 		for _, dt := range cfg.Dtypes {
 			for _, batch := range cfg.Batches {
-				var base, plain Row
+				var group ratios
 				for _, mode := range Modes {
 					if !slices.Contains(cfg.Modes, mode) {
 						continue
@@ -79,23 +79,7 @@ func RunKernelsCUDA(ctx context.Context, cfg KernelConfig, emit func(Row) error)
 					}
 					row.Device = "cuda"
 					row.CopyGBps = copyGBps
-					row.GBps = row.BytesPerStep / row.UsPerStep / 1e3
-					row.PctCopy = 100 * row.GBps / copyGBps
-					switch mode {
-					case "baseline", "verify-baseline":
-						base = row
-						row.SpeedupVsBaseline = 1
-					default:
-						if base.UsPerStep > 0 {
-							row.SpeedupVsBaseline = base.UsPerStep / row.UsPerStep
-						}
-					}
-					if mode == "replay" {
-						plain = row
-					}
-					if mode == "replay-nvfp4" && plain.UsNonflush > 0 {
-						row.NonflushVsReplay = plain.UsNonflush / row.UsNonflush
-					}
+					group.fill(&row, copyGBps)
 					if err := emit(row); err != nil {
 						return err
 					}

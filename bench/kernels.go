@@ -79,7 +79,7 @@ func RunKernels(ctx context.Context, cfg KernelConfig, emit func(Row) error) err
 	for _, sh := range cfg.Shapes {
 		for _, dt := range cfg.Dtypes {
 			for _, batch := range cfg.Batches {
-				var base, plain Row
+				var group ratios
 				for _, mode := range Modes {
 					if !slices.Contains(cfg.Modes, mode) {
 						continue
@@ -94,26 +94,7 @@ func RunKernels(ctx context.Context, cfg KernelConfig, emit func(Row) error) err
 					row.Device = "cpu"
 					row.CopyGBps = copyGBps
 					row.ReadGBps = rd
-					row.GBps = row.BytesPerStep / row.UsPerStep / 1e3
-					row.PctCopy = 100 * row.GBps / copyGBps
-					switch mode {
-					case "baseline":
-						base = row
-						row.SpeedupVsBaseline = 1
-					case "verify-baseline":
-						base = row
-						row.SpeedupVsBaseline = 1
-					default:
-						if base.UsPerStep > 0 {
-							row.SpeedupVsBaseline = base.UsPerStep / row.UsPerStep
-						}
-					}
-					if mode == "replay" {
-						plain = row
-					}
-					if mode == "replay-nvfp4" && plain.UsNonflush > 0 {
-						row.NonflushVsReplay = plain.UsNonflush / row.UsNonflush
-					}
+					group.fill(&row, copyGBps)
 					if err := emit(row); err != nil {
 						return err
 					}
@@ -122,6 +103,33 @@ func RunKernels(ctx context.Context, cfg KernelConfig, emit func(Row) error) err
 		}
 	}
 	return nil
+}
+
+// ratios fills a row's derived figures from the rows measured before it in
+// the same (shape, dtype, batch) group, on any device: bandwidth, % of the
+// copy bandwidth, the speedup over the group's baseline (the in-place one,
+// or the per-draft-state one for verify rows) and, for the nvfp4 read copy,
+// its non-flush speedup over plain replay's.
+type ratios struct{ base, plain Row }
+
+func (g *ratios) fill(row *Row, copyGBps float64) {
+	row.GBps = row.BytesPerStep / row.UsPerStep / 1e3
+	row.PctCopy = 100 * row.GBps / copyGBps
+	switch row.Mode {
+	case "baseline", "verify-baseline":
+		g.base = *row
+		row.SpeedupVsBaseline = 1
+	default:
+		if g.base.UsPerStep > 0 {
+			row.SpeedupVsBaseline = g.base.UsPerStep / row.UsPerStep
+		}
+	}
+	switch {
+	case row.Mode == "replay":
+		g.plain = *row
+	case row.Mode == "replay-nvfp4" && g.plain.UsNonflush > 0:
+		row.NonflushVsReplay = g.plain.UsNonflush / row.UsNonflush
+	}
 }
 
 // layerCache is what the benchmark drives, for either layer kind.
