@@ -135,20 +135,28 @@ func dotRowsBF16AVX2(s *uint16, rows, n int, v *float32, out *float32)
 // simd512 reports whether the AVX-512 kernels (the nvfp4 read) run here.
 var simd512 = simd && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL
 
-func dotRowsNVFP4SIMD(codes, scales []byte, global float32, n int, even, odd []float32, out []float32) bool {
+//go:noescape
+func splitEvenOddAVX512(v, even, odd *float32, n int)
+
+// dotRowsNVFP4SIMD writes out[p] = S_p·v for the nvfp4 matrix (codes,
+// scales, global) of len(out) rows of n, splitting v into rb's even and odd
+// halves first; it reports false where it cannot run.
+func dotRowsNVFP4SIMD(codes, scales []byte, global float32, n int, v []float32, rb *readBuffers, out []float32) bool {
 	if !simd512 || n%32 != 0 || len(out) == 0 {
 		return false
 	}
 	rows := len(out)
 	_ = codes[rows*n/2-1]
 	_ = scales[rows*n/16-1]
-	_ = even[n/2-1]
-	_ = odd[n/2-1]
+	even, odd := rb.even[:n/2], rb.odd[:n/2]
+	splitEvenOddAVX512(&v[:n][0], &even[0], &odd[0], n)
 	dotRowsNVFP4AVX512(&codes[0], &scales[0], rows, n, &even[0], &odd[0], &e4m3LUT[0], &e2m1LUT[0], global, &out[0])
 	return true
 }
 
-func dotRowsNVFP4PairSIMD(codes, scales []byte, global float32, n int, even, odd, even2, odd2 []float32, out, out2 []float32) bool {
+// dotRowsNVFP4PairSIMD is dotRowsNVFP4SIMD for two vectors v and w at once
+// (out = S·v, out2 = S·w), each row decoded once.
+func dotRowsNVFP4PairSIMD(codes, scales []byte, global float32, n int, v, w []float32, rb *readBuffers, out, out2 []float32) bool {
 	if !simd512 || n%32 != 0 || len(out) == 0 {
 		return false
 	}
@@ -156,7 +164,9 @@ func dotRowsNVFP4PairSIMD(codes, scales []byte, global float32, n int, even, odd
 	_ = codes[rows*n/2-1]
 	_ = scales[rows*n/16-1]
 	_ = out2[rows-1]
-	_, _, _, _ = even[n/2-1], odd[n/2-1], even2[n/2-1], odd2[n/2-1]
+	even, odd, even2, odd2 := rb.even[:n/2], rb.odd[:n/2], rb.even2[:n/2], rb.odd2[:n/2]
+	splitEvenOddAVX512(&v[:n][0], &even[0], &odd[0], n)
+	splitEvenOddAVX512(&w[:n][0], &even2[0], &odd2[0], n)
 	dotRowsNVFP4PairAVX512(&codes[0], &scales[0], rows, n, &even[0], &odd[0], &e4m3LUT[0], &e2m1LUT[0], global, &out[0], &even2[0], &odd2[0], &out2[0])
 	return true
 }

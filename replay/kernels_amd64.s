@@ -372,7 +372,11 @@ updone2:
 // For p < rows: out[p] = global * Σ_i lut[scale code of i's block] * e2m1[code_i] * v[i],
 // where codes hold two elements per byte (element 2i in the low nibble),
 // scales one e4m3 code per 16 elements, and vEven/vOdd the even and odd
-// elements of v. n must be a multiple of 32.
+// elements of v. n must be a multiple of 32. Rows go four at a time (then
+// two, then one) so that each v load serves several rows and the rows'
+// accumulator chains overlap; codes are prefetched 8 KiB ahead and scale
+// codes 1 KiB ahead (the same point of the stream): the hardware
+// prefetchers alone leave the decode waiting on memory.
 TEXT ·dotRowsNVFP4AVX512(SB), NOSPLIT, $0-80
 	MOVQ codes+0(FP), SI
 	MOVQ scales+8(FP), R8
@@ -386,6 +390,171 @@ TEXT ·dotRowsNVFP4AVX512(SB), NOSPLIT, $0-80
 	VBROADCASTSS global+64(FP), X14
 	MOVQ out+72(FP), DI
 	SHRQ $5, R10               // chunks of 32 elements per row
+	MOVQ R10, BX
+	SHLQ $4, BX                // bytes of codes per row
+	MOVQ R10, DX
+	SHLQ $1, DX                // scale codes per row
+	MOVQ R10, R15
+	SHLQ $6, R15               // bytes of vEven (and vOdd)
+	LEAQ (DX)(DX*2), R14       // 3 rows of scale codes; ×8: 3 rows of codes
+
+	// Four rows at a time: v is loaded once for all, and the four
+	// accumulator chains are independent.
+nv4row:
+	CMPQ R9, $4
+	JL   nv2row
+	VXORPS Z0, Z0, Z0
+	VXORPS Z6, Z6, Z6
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	XORQ CX, CX                // byte offset into vEven, vOdd
+
+nv4chunk:
+	PREFETCHT0 8192(SI)
+	PREFETCHT0 8192(SI)(BX*1)
+	PREFETCHT0 8192(SI)(BX*2)
+	PREFETCHT0 8192(SI)(R14*8)
+	PREFETCHT0 1024(R8)
+	VMOVUPS (R11)(CX*1), Z8
+	VMOVUPS (R12)(CX*1), Z9
+	VPMOVZXBD (SI), Z1
+	VPERMPS Z15, Z1, Z2
+	VPSRLD $4, Z1, Z1
+	VPERMPS Z15, Z1, Z3
+	MOVBLZX (R8), AX
+	VBROADCASTSS (R13)(AX*4), Y4
+	MOVBLZX 1(R8), AX
+	VBROADCASTSS (R13)(AX*4), Y7
+	VINSERTF32X8 $1, Y7, Z4, Z4
+	VMULPS Z8, Z2, Z2
+	VFMADD231PS Z9, Z3, Z2
+	VFMADD231PS Z4, Z2, Z0
+	VPMOVZXBD (SI)(BX*1), Z5
+	VPERMPS Z15, Z5, Z10
+	VPSRLD $4, Z5, Z5
+	VPERMPS Z15, Z5, Z11
+	MOVBLZX (R8)(DX*1), AX
+	VBROADCASTSS (R13)(AX*4), Y12
+	MOVBLZX 1(R8)(DX*1), AX
+	VBROADCASTSS (R13)(AX*4), Y13
+	VINSERTF32X8 $1, Y13, Z12, Z12
+	VMULPS Z8, Z10, Z10
+	VFMADD231PS Z9, Z11, Z10
+	VFMADD231PS Z12, Z10, Z6
+	VPMOVZXBD (SI)(BX*2), Z18
+	VPERMPS Z15, Z18, Z19
+	VPSRLD $4, Z18, Z18
+	VPERMPS Z15, Z18, Z20
+	MOVBLZX (R8)(DX*2), AX
+	VBROADCASTSS (R13)(AX*4), Y24
+	MOVBLZX 1(R8)(DX*2), AX
+	VBROADCASTSS (R13)(AX*4), Y26
+	VINSERTF32X8 $1, Y26, Z24, Z24
+	VMULPS Z8, Z19, Z19
+	VFMADD231PS Z9, Z20, Z19
+	VFMADD231PS Z24, Z19, Z16
+	VPMOVZXBD (SI)(R14*8), Z21
+	VPERMPS Z15, Z21, Z22
+	VPSRLD $4, Z21, Z21
+	VPERMPS Z15, Z21, Z23
+	MOVBLZX (R8)(R14*1), AX
+	VBROADCASTSS (R13)(AX*4), Y25
+	MOVBLZX 1(R8)(R14*1), AX
+	VBROADCASTSS (R13)(AX*4), Y27
+	VINSERTF32X8 $1, Y27, Z25, Z25
+	VMULPS Z8, Z22, Z22
+	VFMADD231PS Z9, Z23, Z22
+	VFMADD231PS Z25, Z22, Z17
+	ADDQ $16, SI
+	ADDQ $2, R8
+	ADDQ $64, CX
+	CMPQ CX, R15
+	JL   nv4chunk
+
+	// [a b c d] = rows p..p+3 from Z0, Z6, Z16, Z17.
+	VEXTRACTF32X8 $1, Z0, Y1
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF32X8 $1, Z6, Y1
+	VADDPS Y1, Y6, Y6
+	VEXTRACTF32X8 $1, Z16, Y1
+	VADDPS Y1, Y16, Y2
+	VEXTRACTF32X8 $1, Z17, Y1
+	VADDPS Y1, Y17, Y3
+	VHADDPS Y6, Y0, Y0         // [a01 a23 b01 b23 | a45 a67 b45 b67]
+	VHADDPS Y3, Y2, Y2         // [c01 c23 d01 d23 | ...]
+	VHADDPS Y2, Y0, Y0         // [a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7]
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VMULPS X14, X0, X0
+	VMOVUPS X0, (DI)
+	ADDQ $16, DI
+	ADDQ BX, SI                // skip rows p+1..p+3
+	ADDQ BX, SI
+	ADDQ BX, SI
+	ADDQ R14, R8
+	SUBQ $4, R9
+	JMP  nv4row
+
+	// Two rows at a time: v is loaded once for both, and the two
+	// accumulator chains are independent.
+nv2row:
+	CMPQ R9, $2
+	JL   nvrow
+	VXORPS Z0, Z0, Z0
+	VXORPS Z6, Z6, Z6
+	XORQ CX, CX                // byte offset into vEven, vOdd
+
+nv2chunk:
+	PREFETCHT0 8192(SI)
+	PREFETCHT0 8192(SI)(BX*1)
+	PREFETCHT0 1024(R8)
+	VMOVUPS (R11)(CX*1), Z8
+	VMOVUPS (R12)(CX*1), Z9
+	VPMOVZXBD (SI), Z1         // row p: 16 bytes -> 16 dwords
+	VPMOVZXBD (SI)(BX*1), Z5   // row p+1
+	VPERMPS Z15, Z1, Z2        // even elements
+	VPSRLD $4, Z1, Z1
+	VPERMPS Z15, Z1, Z3        // odd elements
+	VPERMPS Z15, Z5, Z10
+	VPSRLD $4, Z5, Z5
+	VPERMPS Z15, Z5, Z11
+	MOVBLZX (R8), AX
+	MOVBLZX 1(R8), R14
+	VBROADCASTSS (R13)(AX*4), Y4
+	VBROADCASTSS (R13)(R14*4), Y7
+	VINSERTF32X8 $1, Y7, Z4, Z4
+	MOVBLZX (R8)(DX*1), AX
+	MOVBLZX 1(R8)(DX*1), R14
+	VBROADCASTSS (R13)(AX*4), Y12
+	VBROADCASTSS (R13)(R14*4), Y7
+	VINSERTF32X8 $1, Y7, Z12, Z12
+	VMULPS Z8, Z2, Z2
+	VFMADD231PS Z9, Z3, Z2
+	VFMADD231PS Z4, Z2, Z0
+	VMULPS Z8, Z10, Z10
+	VFMADD231PS Z9, Z11, Z10
+	VFMADD231PS Z12, Z10, Z6
+	ADDQ $16, SI
+	ADDQ $2, R8
+	ADDQ $64, CX
+	CMPQ CX, R15
+	JL   nv2chunk
+
+	VEXTRACTF32X8 $1, Z0, Y1
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF32X8 $1, Z6, Y1
+	VADDPS Y1, Y6, Y6
+	VHADDPS Y6, Y0, Y0         // [a01 a23 b01 b23 | a45 a67 b45 b67]
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0         // [a, b, a, b]
+	VMULPS X14, X0, X0
+	VMOVLPS X0, (DI)
+	ADDQ $8, DI
+	ADDQ BX, SI                // skip row p+1
+	ADDQ DX, R8
+	SUBQ $2, R9
+	JMP  nv2row
 
 nvrow:
 	TESTQ R9, R9
@@ -394,7 +563,8 @@ nvrow:
 	XORQ CX, CX                // chunk index
 
 nvchunk:
-	PREFETCHT0 512(SI)
+	PREFETCHT0 8192(SI)
+	PREFETCHT0 1024(R8)
 	VPMOVZXBD (SI), Z1         // 16 bytes -> 16 dwords
 	VPERMPS Z15, Z1, Z2        // even elements
 	VPSRLD $4, Z1, Z1
@@ -434,7 +604,7 @@ nvdone:
 
 // func dotRowsNVFP4PairAVX512(codes, scales *byte, rows, n int, vEven, vOdd *float32, lut *float32, e2m1 *float32, global float32, out *float32, wEven, wOdd *float32, out2 *float32)
 // dotRowsNVFP4AVX512 for two vectors v and w at once: each row is decoded
-// once. n must be a multiple of 32.
+// once, two rows at a time (then one). n must be a multiple of 32.
 TEXT ·dotRowsNVFP4PairAVX512(SB), NOSPLIT, $0-104
 	MOVQ codes+0(FP), SI
 	MOVQ scales+8(FP), R8
@@ -452,6 +622,114 @@ TEXT ·dotRowsNVFP4PairAVX512(SB), NOSPLIT, $0-104
 	MOVQ out2+96(FP), BX
 	SHRQ $5, R10               // chunks of 32 elements per row
 
+	// Two rows at a time, as dotRowsNVFP4AVX512. R10 holds the bytes of
+	// codes per row, DX the scale codes per row; the vector pointers point
+	// past their ends and CX runs from -(bytes of vEven) up to 0.
+	SHLQ $4, R10
+	MOVQ R10, DX
+	SHRQ $3, DX
+	MOVQ R10, AX
+	SHLQ $2, AX
+	ADDQ AX, R11
+	ADDQ AX, R12
+	ADDQ AX, R14
+	ADDQ AX, R15
+
+np2row:
+	CMPQ R9, $2
+	JL   np1
+	VXORPS Z0, Z0, Z0
+	VXORPS Z6, Z6, Z6
+	VXORPS Z16, Z16, Z16
+	VXORPS Z17, Z17, Z17
+	MOVQ R10, CX
+	SHLQ $2, CX
+	NEGQ CX
+
+np2chunk:
+	PREFETCHT0 8192(SI)
+	PREFETCHT0 8192(SI)(R10*1)
+	PREFETCHT0 1024(R8)
+	VPMOVZXBD (SI), Z1         // row p: 16 bytes -> 16 dwords
+	VPMOVZXBD (SI)(R10*1), Z5  // row p+1
+	VPERMPS Z15, Z1, Z2        // row p, even elements
+	VPSRLD $4, Z1, Z1
+	VPERMPS Z15, Z1, Z3        // row p, odd elements
+	VPERMPS Z15, Z5, Z10       // row p+1, even
+	VPSRLD $4, Z5, Z5
+	VPERMPS Z15, Z5, Z11       // row p+1, odd
+	MOVBLZX (R8), AX
+	VBROADCASTSS (R13)(AX*4), Y4
+	MOVBLZX 1(R8), AX
+	VBROADCASTSS (R13)(AX*4), Y7
+	VINSERTF32X8 $1, Y7, Z4, Z4 // row p: lanes 0-7 block 2c, 8-15 block 2c+1
+	MOVBLZX (R8)(DX*1), AX
+	VBROADCASTSS (R13)(AX*4), Y12
+	MOVBLZX 1(R8)(DX*1), AX
+	VBROADCASTSS (R13)(AX*4), Y7
+	VINSERTF32X8 $1, Y7, Z12, Z12 // row p+1
+	VMOVUPS (R11)(CX*1), Z8    // v even
+	VMOVUPS (R12)(CX*1), Z9    // v odd
+	VMULPS Z8, Z2, Z7
+	VFMADD231PS Z9, Z3, Z7
+	VFMADD231PS Z4, Z7, Z0
+	VMULPS Z8, Z10, Z7
+	VFMADD231PS Z9, Z11, Z7
+	VFMADD231PS Z12, Z7, Z16
+	VMOVUPS (R14)(CX*1), Z8    // w even
+	VMOVUPS (R15)(CX*1), Z9    // w odd
+	VMULPS Z8, Z2, Z7
+	VFMADD231PS Z9, Z3, Z7
+	VFMADD231PS Z4, Z7, Z6
+	VMULPS Z8, Z10, Z7
+	VFMADD231PS Z9, Z11, Z7
+	VFMADD231PS Z12, Z7, Z17
+	ADDQ $16, SI
+	ADDQ $2, R8
+	ADDQ $64, CX
+	JNZ  np2chunk
+
+	// out[p], out[p+1] from Z0, Z16; out2[p], out2[p+1] from Z6, Z17.
+	VEXTRACTF32X8 $1, Z0, Y1
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF32X8 $1, Z16, Y1
+	VADDPS Y1, Y16, Y13
+	VHADDPS Y13, Y0, Y0        // [a01 a23 b01 b23 | a45 a67 b45 b67]
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0         // [a, b, a, b]
+	VMULPS X14, X0, X0
+	VMOVLPS X0, (DI)
+	VEXTRACTF32X8 $1, Z6, Y1
+	VADDPS Y1, Y6, Y6
+	VEXTRACTF32X8 $1, Z17, Y1
+	VADDPS Y1, Y17, Y13
+	VHADDPS Y13, Y6, Y6
+	VEXTRACTF128 $1, Y6, X1
+	VADDPS X1, X6, X6
+	VHADDPS X6, X6, X6
+	VMULPS X14, X6, X6
+	VMOVLPS X6, (BX)
+	ADDQ $8, DI
+	ADDQ $8, BX
+	ADDQ R10, SI               // skip row p+1
+	ADDQ DX, R8
+	SUBQ $2, R9
+	JMP  np2row
+
+np1:
+	// The last row of an odd count: restore the vector pointers and the
+	// chunk count for the one-row loop.
+	TESTQ R9, R9
+	JZ   npdone
+	MOVQ R10, AX
+	SHLQ $2, AX
+	SUBQ AX, R11
+	SUBQ AX, R12
+	SUBQ AX, R14
+	SUBQ AX, R15
+	SHRQ $4, R10
+
 nprow:
 	TESTQ R9, R9
 	JZ   npdone
@@ -460,7 +738,8 @@ nprow:
 	XORQ CX, CX                // chunk index
 
 npchunk:
-	PREFETCHT0 512(SI)
+	PREFETCHT0 8192(SI)
+	PREFETCHT0 1024(R8)
 	VPMOVZXBD (SI), Z1         // 16 bytes -> 16 dwords
 	VPERMPS Z15, Z1, Z2        // even elements
 	VPSRLD $4, Z1, Z1
@@ -1195,3 +1474,64 @@ pcol:
 pdone:
 	VZEROUPPER
 	RET
+
+// func splitEvenOddAVX512(v, even, odd *float32, n int)
+// even[i] = v[2i], odd[i] = v[2i+1] for i < n/2; n must be a multiple of 32.
+TEXT ·splitEvenOddAVX512(SB), NOSPLIT, $0-32
+	MOVQ v+0(FP), SI
+	MOVQ even+8(FP), DI
+	MOVQ odd+16(FP), DX
+	MOVQ n+24(FP), CX
+	VMOVDQU32 evenodd<>+0(SB), Z6
+	VMOVDQU32 evenodd<>+64(SB), Z7
+
+eosplit:
+	VMOVUPS (SI), Z0
+	VMOVUPS 64(SI), Z1
+	VMOVAPS Z0, Z2
+	VPERMT2PS Z1, Z6, Z2       // v[0], v[2], ..., v[30]
+	VPERMT2PS Z1, Z7, Z0       // v[1], v[3], ..., v[31]
+	VMOVUPS Z2, (DI)
+	VMOVUPS Z0, (DX)
+	ADDQ $128, SI
+	ADDQ $64, DI
+	ADDQ $64, DX
+	SUBQ $32, CX
+	JNZ  eosplit
+	VZEROUPPER
+	RET
+
+// The indexes of the even elements of 32 (two zmm), then of the odd ones.
+DATA evenodd<>+0(SB)/4, $0
+DATA evenodd<>+4(SB)/4, $2
+DATA evenodd<>+8(SB)/4, $4
+DATA evenodd<>+12(SB)/4, $6
+DATA evenodd<>+16(SB)/4, $8
+DATA evenodd<>+20(SB)/4, $10
+DATA evenodd<>+24(SB)/4, $12
+DATA evenodd<>+28(SB)/4, $14
+DATA evenodd<>+32(SB)/4, $16
+DATA evenodd<>+36(SB)/4, $18
+DATA evenodd<>+40(SB)/4, $20
+DATA evenodd<>+44(SB)/4, $22
+DATA evenodd<>+48(SB)/4, $24
+DATA evenodd<>+52(SB)/4, $26
+DATA evenodd<>+56(SB)/4, $28
+DATA evenodd<>+60(SB)/4, $30
+DATA evenodd<>+64(SB)/4, $1
+DATA evenodd<>+68(SB)/4, $3
+DATA evenodd<>+72(SB)/4, $5
+DATA evenodd<>+76(SB)/4, $7
+DATA evenodd<>+80(SB)/4, $9
+DATA evenodd<>+84(SB)/4, $11
+DATA evenodd<>+88(SB)/4, $13
+DATA evenodd<>+92(SB)/4, $15
+DATA evenodd<>+96(SB)/4, $17
+DATA evenodd<>+100(SB)/4, $19
+DATA evenodd<>+104(SB)/4, $21
+DATA evenodd<>+108(SB)/4, $23
+DATA evenodd<>+112(SB)/4, $25
+DATA evenodd<>+116(SB)/4, $27
+DATA evenodd<>+120(SB)/4, $29
+DATA evenodd<>+124(SB)/4, $31
+GLOBL evenodd<>(SB), RODATA|NOPTR, $128

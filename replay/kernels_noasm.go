@@ -24,7 +24,7 @@ func updateRowsSIMD(S []float32, n int, a float32, c, B, C, out []float32) {
 	updateRowsGo(S, n, a, c, B, C, out)
 }
 
-func dotRowsNVFP4SIMD(codes, scales []byte, global float32, n int, even, odd []float32, out []float32) bool {
+func dotRowsNVFP4SIMD(codes, scales []byte, global float32, n int, v []float32, rb *readBuffers, out []float32) bool {
 	return false
 }
 
@@ -41,6 +41,6 @@ func dotRowsMultiSIMD(S []float32, n int, V []float32, nv int, out []float32) bo
 
 func updateRowsBF16(S []uint16, n int, a float32, c, B, C, out []float32) bool { return false }
 
-func dotRowsNVFP4PairSIMD(codes, scales []byte, global float32, n int, even, odd, even2, odd2 []float32, out, out2 []float32) bool {
+func dotRowsNVFP4PairSIMD(codes, scales []byte, global float32, n int, v, w []float32, rb *readBuffers, out, out2 []float32) bool {
 	return false
 }

@@ -173,7 +173,7 @@ func TestMatrixKernels(t *testing.T) {
 func TestReadDots(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	for _, f := range []numeric.Format{numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3, numeric.NVFP4} {
-		for _, dims := range [][2]int{{80, 128}, {7, 64}, {5, 32}, {3, 48}} {
+		for _, dims := range [][2]int{{80, 128}, {7, 64}, {5, 32}, {3, 48}, {6, 96}, {2, 192}} {
 			rows, n := dims[0], dims[1]
 			m, err := newMatrices(f, rows*n, 2)
 			if err != nil {
@@ -358,6 +358,43 @@ func TestUpdateRowsBF16(t *testing.T) {
 		for p := range out {
 			if math.Abs(float64(out[p]-wantOut[p])) > 1e-4*(1+math.Abs(float64(wantOut[p]))) {
 				t.Fatalf("%dx%d: out[%d] = %v, want %v", rows, n, p, out[p], wantOut[p])
+			}
+		}
+	}
+}
+
+// TestCombine checks combine (y += Σ_j coef[j]·V_j) against float64 on
+// lengths that cover whole and partial 128-column blocks of the AVX-512
+// kernel, a row stride longer than y, and the plain-Go tails.
+func TestCombine(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, n := range []int{8, 16, 24, 64, 80, 128, 144, 256, 272, 400} {
+		for _, tt := range []int{1, 2, 5, 16, 17} {
+			stride := n + 16*rng.IntN(3)
+			y, V, coef := make([]float32, n), make([]float32, (tt-1)*stride+n), make([]float32, tt)
+			for i := range y {
+				y[i] = float32(rng.NormFloat64())
+			}
+			for i := range V {
+				V[i] = float32(rng.NormFloat64())
+			}
+			for i := range coef {
+				coef[i] = float32(rng.NormFloat64())
+			}
+			want, scale := make([]float64, n), make([]float64, n)
+			for i := range y {
+				want[i], scale[i] = float64(y[i]), math.Abs(float64(y[i]))
+				for j, c := range coef {
+					x := float64(c) * float64(V[j*stride+i])
+					want[i] += x
+					scale[i] += math.Abs(x)
+				}
+			}
+			combine(y, coef, V, stride)
+			for i := range y {
+				if math.Abs(float64(y[i])-want[i]) > 1e-5*scale[i] {
+					t.Fatalf("n %d t %d stride %d: y[%d] = %v, want %v", n, tt, stride, i, y[i], want[i])
+				}
 			}
 		}
 	}

@@ -67,20 +67,12 @@ func readDots(m *matrices, mat, rows, n int, V []float32, vstride, nv int, out [
 		a := 0
 		// Two vectors at a time: each row is decoded once for both.
 		for ; a+1 < nv && done; a += 2 {
-			v, w := V[a*vstride:a*vstride+n], V[(a+1)*vstride:(a+1)*vstride+n]
-			for i := 0; i < n/2; i++ {
-				rb.even[i], rb.odd[i] = v[2*i], v[2*i+1]
-				rb.even2[i], rb.odd2[i] = w[2*i], w[2*i+1]
-			}
-			done = dotRowsNVFP4PairSIMD(codes, scales, m.scale[mat], n, rb.even, rb.odd, rb.even2, rb.odd2,
+			done = dotRowsNVFP4PairSIMD(codes, scales, m.scale[mat], n,
+				V[a*vstride:a*vstride+n], V[(a+1)*vstride:(a+1)*vstride+n], rb,
 				out[a*rows:(a+1)*rows], out[(a+1)*rows:(a+2)*rows])
 		}
 		for ; a < nv && done; a++ {
-			v := V[a*vstride : a*vstride+n]
-			for i := 0; i < n/2; i++ {
-				rb.even[i], rb.odd[i] = v[2*i], v[2*i+1]
-			}
-			done = dotRowsNVFP4SIMD(codes, scales, m.scale[mat], n, rb.even, rb.odd, out[a*rows:(a+1)*rows])
+			done = dotRowsNVFP4SIMD(codes, scales, m.scale[mat], n, V[a*vstride:a*vstride+n], rb, out[a*rows:(a+1)*rows])
 		}
 		if done {
 			return

@@ -132,3 +132,37 @@ func BenchmarkStreamNVFP4Rows(b *testing.B) {
 		wg.Wait()
 	}
 }
+
+// BenchmarkNVFP4RowsCached runs the nvfp4 output read on one goroutine over
+// a few 80×128 matrices that stay in L2: the kernel's compute rate without
+// memory traffic (fp32-equivalent bytes, as BenchmarkStreamNVFP4Rows).
+func BenchmarkNVFP4RowsCached(b *testing.B) {
+	const rows, n, mats = 80, 128, 16
+	for _, nv := range []int{1, 2} {
+		b.Run(map[int]string{1: "one", 2: "pair"}[nv], func(b *testing.B) {
+			m, err := newMatrices(numeric.NVFP4, rows*n, mats)
+			if err != nil {
+				b.Fatal(err)
+			}
+			src := make([]float32, rows*n)
+			for i := range src {
+				src[i] = float32(i%13) - 6
+			}
+			for i := 0; i < mats; i++ {
+				m.store(i, src, nil)
+			}
+			V := make([]float32, 2*n)
+			for i := range V {
+				V[i] = float32(i%5) * 0.1
+			}
+			out := make([]float32, 2*rows)
+			rb := newReadBuffers(rows*n, n)
+			b.SetBytes(int64(mats * rows * n * 4))
+			for b.Loop() {
+				for i := 0; i < mats; i++ {
+					readDots(m, i, rows, n, V, n, nv, out, &rb)
+				}
+			}
+		})
+	}
+}
