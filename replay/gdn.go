@@ -172,14 +172,8 @@ func (c *GDNCache) prepare(sc *gdnScratch, kh, r0, n int) {
 }
 
 func l2norm(dst, x []float32, scale float32) {
-	var ss float64
-	for _, v := range x {
-		ss += float64(v) * float64(v)
-	}
-	r := float32(1/math.Sqrt(ss+ssm.L2NormEps)) * scale
-	for i, v := range x {
-		dst[i] = v * r
-	}
+	r := float32(1/math.Sqrt(sumSquares(x)+ssm.L2NormEps)) * scale
+	scaleTo(dst, x, r)
 }
 
 // appendRing writes normalised k (from scratch draft k), and v, g, β of op
@@ -255,6 +249,7 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
 	vpk := Hv / Hk
 	nb := c.opt.stateBuffers()
+	b := r0 / c.opT
 	// Project S₀ on k and q of each new entry: vecs = [k_n.. | q_0..].
 	for k := 0; k < nd; k++ {
 		copy(sc.vecs[k*dk:(k+1)*dk], c.ringKey(s, kh, n+k))
@@ -262,22 +257,21 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 	copy(sc.vecs[nd*dk:2*nd*dk], sc.q[:nd*dk])
 	// k_i·k_t and k_i·q_t depend on the key head only: compute them once
 	// for all its value heads. gram[k][i] = k_i·k_t, gram[nd+k][i] = k_i·q_t.
+	// The key head's ring entries are contiguous (head-major ring): one
+	// multi-vector pass over them.
 	W := n + nd
-	for k := 0; k < nd; k++ {
-		kt := c.ringKey(s, kh, n+k)
-		qt := sc.q[k*dk : (k+1)*dk]
-		for i := 0; i <= n+k; i++ {
-			ki := c.ringKey(s, kh, i)
-			sc.gram[k*W+i] = dot(ki, kt)
-			sc.gram[(nd+k)*W+i] = dot(ki, qt)
-		}
-	}
+	keys := c.ringK[(int(s)*Hk+kh)*c.opt.ring()*dk:][:W*dk]
+	dotRowsMulti(keys, dk, sc.vecs[:2*nd*dk], 2*nd, sc.gram[:2*nd*W])
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
+		// The next head's ring rows start a new run: ask for them now, a
+		// head's work ahead.
+		c.prefetchHead(b, j+1)
 		src, mat := c.state, (int(s)*nb)*Hv+j
 		if c.read != nil {
 			src, mat = c.read, int(s)*Hv+j
 		}
 		readDots(src, mat, dv, dk, sc.vecs, dk, 2*nd, sc.proj, &sc.rb)
+		uBase := c.ringU[c.at(s, j, 0)*dv:]
 		for k := 0; k < nd; k++ {
 			t := n + k // 0-based ring position of this entry
 			// suf[i] = Π_{l=i..t} exp(g_l): γ_t = suf[0], γ_t/γ_i = suf[i+1].
@@ -285,32 +279,68 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 			for i := t; i >= 0; i-- {
 				sc.suf[i] = sc.suf[i+1] * float64(c.ringA[c.at(s, j, i)])
 			}
-			gt := sc.suf[0]
+			gt := float32(sc.suf[0])
 			beta := c.ringBeta[c.at(s, j, t)]
 			ut := c.ringVec(c.ringU, s, j, t, dv)
 			vt := c.ringVec(c.ringV, s, j, t, dv)
 			sk := sc.proj[k*dv : (k+1)*dv]
-			for m := 0; m < dv; m++ {
-				ut[m] = vt[m] - float32(gt)*sk[m]
-			}
-			coef := sc.coef[:t+1]
-			uBase := c.ringU[c.at(s, j, 0)*dv:][:(t+1)*dv]
-			for i := 0; i < t; i++ {
-				coef[i] = -float32(sc.suf[i+1]) * sc.gram[k*W+i]
-			}
-			combine(ut, coef[:t], uBase, dv)
-			scaleRow(ut, beta)
-			o := c.opOut[((r0+k)*Hv+j)*dv:][:dv]
 			sq := sc.proj[(nd+k)*dv : (nd+k+1)*dv]
-			for m := 0; m < dv; m++ {
-				o[m] = float32(gt) * sq[m]
+			// u_t = β_t·(v_t − γ_t·S₀ᵀk_t − Σ_i (γ_t/γ_i)(k_i·k_t)·u_i) and
+			// o = γ_t·S₀ᵀq_t + Σ_{i≤t} (γ_t/γ_i)(k_i·q_t)·u_i: both ring
+			// sums in one pass over u_0..u_{t-1}.
+			ck, cq := sc.rowc[:t], sc.rowc[t:2*t]
+			for i := 0; i < t; i++ {
+				w := float32(sc.suf[i+1])
+				ck[i] = -w * sc.gram[k*W+i]
+				cq[i] = w * sc.gram[(nd+k)*W+i]
 			}
-			for i := 0; i <= t; i++ {
-				coef[i] = float32(sc.suf[i+1]) * sc.gram[(nd+k)*W+i]
-			}
-			combine(o, coef[:t+1], uBase, dv)
+			cqt := float32(sc.suf[t+1]) * sc.gram[(nd+k)*W+t]
+			o := c.opOut[((r0+k)*Hv+j)*dv:][:dv]
+			gdnOut(vt, sk, sq, uBase[:t*dv], ck, cq, gt, beta, cqt, ut, o)
 		}
 	}
+}
+
+// prefetchHead prefetches what value head j of op slot b (j = Hv: the next
+// slot's first head) reads from the ring in a step or verify: its cached u
+// and decays up to the entries the op appends, the v rows it appends, its
+// output row and, for a key head's first value head, the key head's keys
+// and the v rows of all its value heads.
+func (c *GDNCache) prefetchHead(b, j int) {
+	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
+	if j == Hv {
+		b, j = b+1, 0
+	}
+	if b >= len(c.opSlots) {
+		return
+	}
+	s := c.opSlots[b]
+	R := c.opt.ring()
+	T := c.opT
+	n := int(c.slots.hist[s])
+	if n+T > R {
+		return
+	}
+	vpk := Hv / Hk
+	if j%vpk == 0 {
+		// The key head's task first normalises its q and k inputs and
+		// appends k and every value head's v.
+		kh := j / vpk
+		prefetch(c.ringK[(int(s)*Hk+kh)*R*dk:][:(n+T)*dk])
+		for jj := j; jj < j+vpk; jj++ {
+			prefetch(c.ringV[(c.at(s, jj, 0)+n)*dv:][:T*dv])
+		}
+		for r := b * T; r < (b+1)*T; r++ {
+			prefetch(c.opIn.Q[(r*Hk+kh)*dk:][:dk])
+			prefetch(c.opIn.K[(r*Hk+kh)*dk:][:dk])
+			prefetch(c.opIn.V[(r*Hv+j)*dv:][:vpk*dv])
+		}
+	}
+	base := c.at(s, j, 0)
+	prefetch(c.ringU[base*dv:][:(n+T)*dv])
+	prefetch(c.ringA[base:][:n+T])
+	prefetch(c.ringBeta[base:][:n+T])
+	prefetch(c.opOut[(b*T*Hv+j)*dv:][:dv])
 }
 
 // fold is the exact flush of slot s's ring entries 0..t-1 into the

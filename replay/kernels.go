@@ -181,3 +181,50 @@ func dotRowsMulti(S []float32, n int, V []float32, nv int, out []float32) {
 		dotRows(S, n, V[a*n:(a+1)*n], out[a*rows:(a+1)*rows])
 	}
 }
+
+// gdnOut computes one GDN output of a non-flush step from its projections
+// and the ring's cached updates U (rows of len(o), t = len(ck) of them):
+//
+//	a = vt − gt·sk + Σ_i ck[i]·U_i,  b = gt·sq + Σ_i cq[i]·U_i
+//	ut = beta·a,  o = b + cqt·ut
+//
+// both sums in one pass over U.
+func gdnOut(vt, sk, sq, U, ck, cq []float32, gt, beta, cqt float32, ut, o []float32) {
+	if simd && gdnOutSIMD(vt, sk, sq, U, ck, cq, gt, beta, cqt, ut, o) {
+		return
+	}
+	gdnOutGo(vt, sk, sq, U, ck, cq, gt, beta, cqt, ut, o)
+}
+
+func gdnOutGo(vt, sk, sq, U, ck, cq []float32, gt, beta, cqt float32, ut, o []float32) {
+	n := len(o)
+	vt, sk, sq, ut = vt[:n], sk[:n], sq[:n], ut[:n]
+	cq = cq[:len(ck)]
+	for m := 0; m < n; m++ {
+		a := vt[m] - gt*sk[m]
+		b := gt * sq[m]
+		for i, c := range ck {
+			u := U[i*n+m]
+			a += c * u
+			b += cq[i] * u
+		}
+		u := beta * a
+		ut[m] = u
+		o[m] = b + cqt*u
+	}
+}
+
+func sumSquaresGo(x []float32) float64 {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	return ss
+}
+
+func scaleToGo(dst, x []float32, r float32) {
+	dst = dst[:len(x)]
+	for i, v := range x {
+		dst[i] = v * r
+	}
+}

@@ -290,3 +290,61 @@ func updateRowsBF16(S []uint16, n int, a float32, c, B, C, out []float32) bool {
 	updateRowsBF16AVX2(&S[0], rows, n, a, &c[0], &B[0], &C[0], &out[0])
 	return true
 }
+
+//go:noescape
+func prefetchLinesAsm(p *float32, n int)
+
+// prefetch asks for every cache line of v ahead of its use: the ring rows a
+// head will read next, which start a new short run (a DRAM latency and a TLB
+// miss that no hardware prefetcher sees coming).
+func prefetch(v []float32) {
+	if len(v) > 0 {
+		prefetchLinesAsm(&v[0], len(v))
+	}
+}
+
+//go:noescape
+func gdnOutAVX512(vt, sk, sq, u, ck, cq *float32, t, n int, gt, beta, cqt float32, ut, o *float32)
+
+// gdnOutSIMD is gdnOutGo with AVX-512; it reports false where it cannot run.
+func gdnOutSIMD(vt, sk, sq, U, ck, cq []float32, gt, beta, cqt float32, ut, o []float32) bool {
+	n, t := len(o), len(ck)
+	if !simd512 || n%64 != 0 || n == 0 {
+		return false
+	}
+	vt, sk, sq, ut = vt[:n], sk[:n], sq[:n], ut[:n]
+	cq = cq[:t]
+	up := &vt[0] // not read when t = 0
+	if t > 0 {
+		_ = U[t*n-1]
+		up = &U[0]
+		gdnOutAVX512(&vt[0], &sk[0], &sq[0], up, &ck[0], &cq[0], t, n, gt, beta, cqt, &ut[0], &o[0])
+		return true
+	}
+	gdnOutAVX512(&vt[0], &sk[0], &sq[0], up, up, up, 0, n, gt, beta, cqt, &ut[0], &o[0])
+	return true
+}
+
+//go:noescape
+func sumSquaresAVX512(x *float32, n int) float64
+
+//go:noescape
+func scaleToAVX512(dst, x *float32, n int, r float32)
+
+// sumSquares returns Σ x[i]² accumulated in float64.
+func sumSquares(x []float32) float64 {
+	if simd512 && len(x) > 0 && len(x)%16 == 0 {
+		return sumSquaresAVX512(&x[0], len(x))
+	}
+	return sumSquaresGo(x)
+}
+
+// scaleTo does dst[i] = r·x[i].
+func scaleTo(dst, x []float32, r float32) {
+	if simd512 && len(x) > 0 && len(x)%16 == 0 {
+		_ = dst[len(x)-1]
+		scaleToAVX512(&dst[0], &x[0], len(x), r)
+		return
+	}
+	scaleToGo(dst, x, r)
+}

@@ -1535,3 +1535,150 @@ DATA evenodd<>+116(SB)/4, $27
 DATA evenodd<>+120(SB)/4, $29
 DATA evenodd<>+124(SB)/4, $31
 GLOBL evenodd<>(SB), RODATA|NOPTR, $128
+
+// func prefetchLinesAsm(p *float32, n int)
+// PREFETCHT0 on every 64-byte line of p[0:n] (n > 0 floats).
+TEXT ·prefetchLinesAsm(SB), NOSPLIT, $0-16
+	MOVQ p+0(FP), SI
+	MOVQ n+8(FP), CX
+	LEAQ (SI)(CX*4), CX
+	ANDQ $-64, SI
+
+pfloop:
+	PREFETCHT0 (SI)
+	ADDQ $64, SI
+	CMPQ SI, CX
+	JB   pfloop
+	RET
+
+// func gdnOutAVX512(vt, sk, sq, u, ck, cq *float32, t, n int, gt, beta, cqt float32, ut, o *float32)
+// For each column m < n (a multiple of 64):
+//	a = vt[m] − gt·sk[m] + Σ_{i<t} ck[i]·u[i·n+m]
+//	b = gt·sq[m] + Σ_{i<t} cq[i]·u[i·n+m]
+//	ut[m] = beta·a;  o[m] = b + cqt·ut[m]
+// 64 columns at a time: both sums share each load of u.
+TEXT ·gdnOutAVX512(SB), NOSPLIT, $0-96
+	MOVQ vt+0(FP), AX
+	MOVQ sk+8(FP), BX
+	MOVQ sq+16(FP), CX
+	MOVQ u+24(FP), DX
+	MOVQ ck+32(FP), SI
+	MOVQ cq+40(FP), DI
+	MOVQ t+48(FP), R8
+	MOVQ n+56(FP), R9
+	VBROADCASTSS gt+64(FP), Z14
+	VBROADCASTSS beta+68(FP), Z15
+	VBROADCASTSS cqt+72(FP), Z16
+	MOVQ ut+80(FP), R10
+	MOVQ o+88(FP), R11
+	SHLQ $2, R9                // bytes per row of u
+	XORQ R13, R13              // byte offset of the column block
+
+gblock:
+	VMOVUPS (AX)(R13*1), Z0
+	VMOVUPS 64(AX)(R13*1), Z1
+	VMOVUPS 128(AX)(R13*1), Z2
+	VMOVUPS 192(AX)(R13*1), Z3
+	VMOVUPS (BX)(R13*1), Z10
+	VMOVUPS 64(BX)(R13*1), Z11
+	VMOVUPS 128(BX)(R13*1), Z12
+	VMOVUPS 192(BX)(R13*1), Z13
+	VFNMADD231PS Z10, Z14, Z0  // a = vt − gt·sk
+	VFNMADD231PS Z11, Z14, Z1
+	VFNMADD231PS Z12, Z14, Z2
+	VFNMADD231PS Z13, Z14, Z3
+	VMULPS (CX)(R13*1), Z14, Z4 // b = gt·sq
+	VMULPS 64(CX)(R13*1), Z14, Z5
+	VMULPS 128(CX)(R13*1), Z14, Z6
+	VMULPS 192(CX)(R13*1), Z14, Z7
+	LEAQ (DX)(R13*1), R14      // row i of u at this block
+	XORQ R12, R12              // i
+	TESTQ R8, R8
+	JZ   gstore
+
+gloop:
+	VBROADCASTSS (SI)(R12*4), Z8
+	VBROADCASTSS (DI)(R12*4), Z9
+	VMOVUPS (R14), Z10
+	VMOVUPS 64(R14), Z11
+	VMOVUPS 128(R14), Z12
+	VMOVUPS 192(R14), Z13
+	VFMADD231PS Z10, Z8, Z0
+	VFMADD231PS Z11, Z8, Z1
+	VFMADD231PS Z12, Z8, Z2
+	VFMADD231PS Z13, Z8, Z3
+	VFMADD231PS Z10, Z9, Z4
+	VFMADD231PS Z11, Z9, Z5
+	VFMADD231PS Z12, Z9, Z6
+	VFMADD231PS Z13, Z9, Z7
+	ADDQ R9, R14
+	INCQ R12
+	CMPQ R12, R8
+	JL   gloop
+
+gstore:
+	VMULPS Z15, Z0, Z0         // u_t = beta·a
+	VMULPS Z15, Z1, Z1
+	VMULPS Z15, Z2, Z2
+	VMULPS Z15, Z3, Z3
+	VMOVUPS Z0, (R10)(R13*1)
+	VMOVUPS Z1, 64(R10)(R13*1)
+	VMOVUPS Z2, 128(R10)(R13*1)
+	VMOVUPS Z3, 192(R10)(R13*1)
+	VFMADD231PS Z0, Z16, Z4    // o = b + cqt·u_t
+	VFMADD231PS Z1, Z16, Z5
+	VFMADD231PS Z2, Z16, Z6
+	VFMADD231PS Z3, Z16, Z7
+	VMOVUPS Z4, (R11)(R13*1)
+	VMOVUPS Z5, 64(R11)(R13*1)
+	VMOVUPS Z6, 128(R11)(R13*1)
+	VMOVUPS Z7, 192(R11)(R13*1)
+	ADDQ $256, R13
+	CMPQ R13, R9
+	JL   gblock
+	VZEROUPPER
+	RET
+
+// func sumSquaresAVX512(x *float32, n int) float64
+// Σ x[i]² in float64 (each square exact); n must be a multiple of 16.
+TEXT ·sumSquaresAVX512(SB), NOSPLIT, $0-24
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VXORPD Z0, Z0, Z0
+	VXORPD Z1, Z1, Z1
+
+ssloop:
+	VCVTPS2PD (SI), Z2
+	VCVTPS2PD 32(SI), Z3
+	VFMADD231PD Z2, Z2, Z0
+	VFMADD231PD Z3, Z3, Z1
+	ADDQ $64, SI
+	SUBQ $16, CX
+	JNZ  ssloop
+	VADDPD Z1, Z0, Z0
+	VEXTRACTF64X4 $1, Z0, Y1
+	VADDPD Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPD X1, X0, X0
+	VHADDPD X0, X0, X0
+	VZEROUPPER
+	MOVSD X0, ret+16(FP)
+	RET
+
+// func scaleToAVX512(dst, x *float32, n int, r float32)
+// dst[i] = r·x[i]; n must be a multiple of 16.
+TEXT ·scaleToAVX512(SB), NOSPLIT, $0-28
+	MOVQ dst+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS r+24(FP), Z1
+
+scloop:
+	VMULPS (SI), Z1, Z0
+	VMOVUPS Z0, (DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JNZ  scloop
+	VZEROUPPER
+	RET

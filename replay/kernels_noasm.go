@@ -44,3 +44,12 @@ func updateRowsBF16(S []uint16, n int, a float32, c, B, C, out []float32) bool {
 func dotRowsNVFP4PairSIMD(codes, scales []byte, global float32, n int, v, w []float32, rb *readBuffers, out, out2 []float32) bool {
 	return false
 }
+
+func prefetch(v []float32) {}
+
+func gdnOutSIMD(vt, sk, sq, U, ck, cq []float32, gt, beta, cqt float32, ut, o []float32) bool {
+	return false
+}
+
+func sumSquares(x []float32) float64      { return sumSquaresGo(x) }
+func scaleTo(dst, x []float32, r float32) { scaleToGo(dst, x, r) }

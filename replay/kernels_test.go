@@ -399,3 +399,70 @@ func TestCombine(t *testing.T) {
 		}
 	}
 }
+
+// TestGDNOut checks the fused GDN output kernel, SIMD and plain Go, against
+// float64 on random rows (widths the AVX-512 blocks take and one they do not).
+func TestGDNOut(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 1))
+	vec := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	for _, f := range []struct {
+		name string
+		fn   func(vt, sk, sq, U, ck, cq []float32, gt, beta, cqt float32, ut, o []float32)
+	}{{"go", gdnOutGo}, {"dispatch", gdnOut}} {
+		for _, n := range []int{64, 80, 128, 192} {
+			for _, tt := range []int{0, 1, 5, 17} {
+				vt, sk, sq, U, ck, cq := vec(n), vec(n), vec(n), vec(tt*n), vec(tt), vec(tt)
+				const gt, beta, cqt = 0.7, 0.4, -0.3
+				ut, o := make([]float32, n), make([]float32, n)
+				f.fn(vt, sk, sq, U, ck, cq, gt, beta, cqt, ut, o)
+				for m := 0; m < n; m++ {
+					a := float64(vt[m]) - gt*float64(sk[m])
+					b := gt * float64(sq[m])
+					sa, sb := math.Abs(float64(vt[m]))+math.Abs(gt*float64(sk[m])), math.Abs(gt*float64(sq[m]))
+					for i := 0; i < tt; i++ {
+						a += float64(ck[i]) * float64(U[i*n+m])
+						b += float64(cq[i]) * float64(U[i*n+m])
+						sa += math.Abs(float64(ck[i]) * float64(U[i*n+m]))
+						sb += math.Abs(float64(cq[i]) * float64(U[i*n+m]))
+					}
+					u := float64(float32(beta)) * a
+					ob := b + float64(float32(cqt))*u
+					if math.Abs(float64(ut[m])-u) > 1e-5*sa || math.Abs(float64(o[m])-ob) > 1e-5*(sb+sa) {
+						t.Fatalf("%s n=%d t=%d m=%d: u %v want %v, o %v want %v", f.name, n, tt, m, ut[m], u, o[m], ob)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestSumSquaresScaleTo checks the l2norm kernels against float64 and the
+// plain-Go loops.
+func TestSumSquaresScaleTo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 1))
+	for _, n := range []int{1, 15, 16, 64, 100, 128, 256} {
+		x := make([]float32, n)
+		want := 0.0
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+			want += float64(x[i]) * float64(x[i])
+		}
+		if got := sumSquares(x); math.Abs(got-want) > 1e-12*want {
+			t.Fatalf("n=%d: sumSquares %v want %v", n, got, want)
+		}
+		dst, ref := make([]float32, n), make([]float32, n)
+		scaleTo(dst, x, 0.37)
+		scaleToGo(ref, x, 0.37)
+		for i := range dst {
+			if dst[i] != ref[i] {
+				t.Fatalf("n=%d: scaleTo[%d] %v want %v", n, i, dst[i], ref[i])
+			}
+		}
+	}
+}

@@ -170,13 +170,15 @@ func (c *Mamba2Cache) stepTask(worker, i int) {
 	s := c.opSlots[b]
 	n := int(c.slots.hist[s])
 	sc := &c.scratch[worker]
-	c.appendRing(s, b, g, n)
 	t := n + 1
 	C := c.groupVec(c.opIn.C, b, g)
 	if t >= c.opt.Window {
+		c.appendRing(s, b, g, n)
 		c.flushGroup(sc, s, g, t, C, c.opOut, b, true)
 		return
 	}
+	// outputsGroup appends each head's x as it reaches it.
+	c.appendB(s, b, g, n)
 	c.outputsGroup(sc, s, g, t, t, b)
 }
 
@@ -206,15 +208,57 @@ func (c *Mamba2Cache) groupVec(v []float32, r, g int) []float32 {
 // appendRing writes input row r of the op into ring entry e of slot s, for the
 // heads of group g (and the group's B).
 func (c *Mamba2Cache) appendRing(s Slot, r, g, e int) {
-	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
+	H, G := c.shape.Heads, c.shape.Groups
 	hpg := H / G
-	copy(c.bAt(s, g, e), c.opIn.B[(r*G+g)*N:(r*G+g+1)*N])
+	c.appendB(s, r, g, e)
 	for h := g * hpg; h < (g+1)*hpg; h++ {
-		copy(c.xAt(s, h, e), c.opIn.X[(r*H+h)*P:(r*H+h+1)*P])
-		delta := max(float32(ssm.Softplus(float64(c.opIn.Dt[r*H+h])+c.dtb[h])), c.opIn.DtMin)
-		c.ringDt[c.at(s, h, e)] = delta
-		c.ringA[c.at(s, h, e)] = float32(math.Exp(float64(delta) * c.a[h]))
+		c.appendHead(s, r, h, e)
 	}
+}
+
+// appendB writes input row r's B of group g into ring entry e of slot s.
+func (c *Mamba2Cache) appendB(s Slot, r, g, e int) {
+	N, G := c.shape.StateSize, c.shape.Groups
+	copy(c.bAt(s, g, e), c.opIn.B[(r*G+g)*N:(r*G+g+1)*N])
+}
+
+// appendHead writes input row r's x, Δ and decay of head h into ring entry e
+// of slot s.
+func (c *Mamba2Cache) appendHead(s Slot, r, h, e int) {
+	H, P := c.shape.Heads, c.shape.HeadDim
+	copy(c.xAt(s, h, e), c.opIn.X[(r*H+h)*P:(r*H+h+1)*P])
+	delta := max(float32(ssm.Softplus(float64(c.opIn.Dt[r*H+h])+c.dtb[h])), c.opIn.DtMin)
+	c.ringDt[c.at(s, h, e)] = delta
+	c.ringA[c.at(s, h, e)] = float32(math.Exp(float64(delta) * c.a[h]))
+}
+
+// prefetchHead prefetches what head h of op slot b (h = H: the next slot's
+// first head) touches in the ring in a step or verify: its x, Δ and decay up
+// to the entries the op appends, its output row and, for a group's first
+// head, the group's B.
+func (c *Mamba2Cache) prefetchHead(b, h int) {
+	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
+	if h == H {
+		b, h = b+1, 0
+	}
+	if b >= len(c.opSlots) {
+		return
+	}
+	s := c.opSlots[b]
+	R := c.opt.ring()
+	T := c.opT
+	cnt := int(c.slots.hist[s]) + T
+	if cnt > R {
+		return
+	}
+	if hpg := H / G; h%hpg == 0 {
+		prefetch(c.ringB[(int(s)*G+h/hpg)*R*N:][:cnt*N])
+	}
+	base := c.at(s, h, 0)
+	prefetch(c.ringX[base*P:][:cnt*P])
+	prefetch(c.ringDt[base:][:cnt])
+	prefetch(c.ringA[base:][:cnt])
+	prefetch(c.opOut[(b*T*H+h)*P:][:P])
 }
 
 // suffix fills sc.suf[j] = Π_{l=j+1..t} a_l for j = 0..t (suf[t] = 1), the
@@ -296,21 +340,29 @@ func (c *Mamba2Cache) storeState(sc *mamba2Scratch, s Slot, mat int, S []float32
 // and the ring (DESIGN.md 2.1):
 //
 //	y_t = e^{Λ_t}·(S₀·C_t) + Σ_{j≤t} Δ_j·e^{Λ_t−Λ_j}·(B_j·C_t)·x_j + D·x_t
+//
+// The group's B of those rows must be in the ring; each head's x, Δ and
+// decay are appended here, just before the head is read.
 func (c *Mamba2Cache) outputsGroup(sc *mamba2Scratch, s Slot, g, tFirst, tLast, r0 int) {
-	H, P, G := c.shape.Heads, c.shape.HeadDim, c.shape.Groups
+	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
 	R := c.opt.ring()
 	hpg := H / G
 	nd := tLast - tFirst + 1
+	b := r0 / c.opT
 	// B_j·C_t for every ring entry j ≤ t and every output t: shared by all
-	// heads of the group.
+	// heads of the group. The group's B_j are contiguous (head-major ring).
+	ringB := c.ringB[(int(s)*G+g)*R*N:]
 	for k := 0; k < nd; k++ {
-		C := c.groupVec(c.opIn.C, r0+k, g)
 		t := tFirst + k
-		for j := 0; j < t; j++ {
-			sc.bc[k*(R+1)+j] = dot(c.bAt(s, g, j), C)
-		}
+		dotRows(ringB[:t*N], N, c.groupVec(c.opIn.C, r0+k, g), sc.bc[k*(R+1):][:t])
 	}
 	for h := g * hpg; h < (g+1)*hpg; h++ {
+		// The next head's ring rows start a new run: ask for them now, a
+		// head's work ahead.
+		c.prefetchHead(b, h+1)
+		for k := 0; k < nd; k++ {
+			c.appendHead(s, r0+k, h, tFirst-1+k)
+		}
 		// S₀·C_t for all outputs, one pass over the state.
 		c.readDots(sc, s, h, g, r0, nd)
 		for k := 0; k < nd; k++ {
@@ -466,7 +518,7 @@ func (c *Mamba2Cache) verifyTask(worker, i int) {
 		cnt = c.opCounts[b]
 	}
 	for k := 0; k < cnt; k++ {
-		c.appendRing(s, b*T+k, g, n+k)
+		c.appendB(s, b*T+k, g, n+k)
 	}
 	c.outputsGroup(sc, s, g, n+1, n+cnt, b*T)
 }
