@@ -15,12 +15,12 @@
 //
 // The default model's files are compiled into the program (go:embed), so
 // it runs from any directory: DefaultDir writes them once to the user's
-// cache directory and returns that folder.
+// cache directory and returns that folder. Building with -tags nomodel
+// leaves them out (a binary 16 MB smaller that needs --model).
 package models
 
 import (
 	"crypto/sha256"
-	"embed"
 	"encoding/hex"
 	"fmt"
 	"io/fs"
@@ -31,13 +31,6 @@ import (
 
 // Default names the model that replayssm uses when no --model is given.
 const Default = "qwen35-kjv"
-
-// defaultFiles are the files of the default model that loading and
-// generation read.
-//
-//go:embed qwen35-kjv/config.json qwen35-kjv/generation_config.json qwen35-kjv/model.safetensors qwen35-kjv/mtp.safetensors
-//go:embed qwen35-kjv/tokenizer.json qwen35-kjv/tokenizer_config.json
-var defaultFiles embed.FS
 
 // DefaultDir returns a directory holding the default model, ready for
 // model.Load, tokenizer.Load and chat.Load. The first call writes the
@@ -56,6 +49,9 @@ func DefaultDir() (string, error) {
 // extract writes the default model under parent unless a complete copy is
 // there already, and returns its folder.
 func extract(parent string) (string, error) {
+	if !embedded {
+		return "", fmt.Errorf("this replayssm was built with -tags nomodel and has no built-in model: pass --model <folder>")
+	}
 	entries, err := fs.ReadDir(defaultFiles, Default)
 	if err != nil {
 		return "", err

@@ -36,6 +36,7 @@ const (
 	attrCCMajor          = 75
 	attrCCMinor          = 76
 	attrSharedOptinBytes = 97
+	attrSharedPerSMBytes = 81
 )
 
 // Pinned parameter area: an array of argument pointers followed by the
@@ -64,6 +65,7 @@ type Device struct {
 	smCount       int
 	l2Bytes       int
 	sharedOptin   int
+	sharedPerSM   int
 	driverVersion int
 
 	// hot guards the scratch argument array and the pinned parameter
@@ -151,6 +153,7 @@ func (d *Device) open() error {
 	}{
 		{attrCCMajor, &d.ccMajor}, {attrCCMinor, &d.ccMinor}, {attrMultiprocessors, &d.smCount},
 		{attrL2CacheBytes, &d.l2Bytes}, {attrSharedOptinBytes, &d.sharedOptin},
+		{attrSharedPerSMBytes, &d.sharedPerSM},
 	} {
 		var v int32
 		if err := drv.check(call(drv.deviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(a.attr), d.cuDev), "cuDeviceGetAttribute(%d)", a.attr); err != nil {
@@ -239,6 +242,10 @@ func (d *Device) L2CacheBytes() int { return d.l2Bytes }
 // MaxSharedMemoryPerBlock is the opt-in shared memory limit of one block;
 // a kernel gets more than 48 KiB only after Function.SetMaxDynamicSharedMemory.
 func (d *Device) MaxSharedMemoryPerBlock() int { return d.sharedOptin }
+
+// SharedMemoryPerMultiprocessor is the shared memory of one SM, shared by
+// the blocks resident on it.
+func (d *Device) SharedMemoryPerMultiprocessor() int { return d.sharedPerSM }
 
 // DriverVersion is the CUDA version the driver supports, as 1000·major +
 // 10·minor (13000 for CUDA 13.0).

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
@@ -42,6 +45,7 @@ type replayCommon struct {
 	cursorStep, cursorVerify, commitF *Function
 	nonflush, flush, verify           *Function
 	baselineStep, baselineVerify      *Function
+	pipe                              pipeline
 
 	state                Buffer // checkpoint (replay) or state buffers (baseline)
 	codes, scales, scale Buffer // nvfp4 read copy: codes, block scales, global scales
@@ -57,6 +61,146 @@ type replayCommon struct {
 
 	args Args // the launch being built; a cache is driven by one goroutine
 	bufs []Buffer
+}
+
+// pipeGroupWarps is the number of consumer warps in one group of a
+// pipelined kernel's block; the block has one group per stage plus a
+// producer warp.
+const pipeGroupWarps = 4
+
+// pipeline is the launch plan of the pipelined (v5) replay kernels: the
+// non-flush step and the verify as persistent blocks that stream each
+// (batch row, head) item's state into shared-memory stages with bulk
+// copies (sm_90+). Without it (older GPUs, shapes whose rows are not
+// 16-byte multiples, or REPLAYSSM_CUDA_KERNELS=v4) the v4 kernels run.
+type pipeline struct {
+	on             bool
+	stepOn         bool // the decode step runs the pipelined kernel (else only the verify does)
+	warps          int  // consumer warps per block
+	stages         int  // shared-memory stages per block
+	smem           int  // dynamic shared memory per block, bytes
+	blocksPerSM    int
+	sms            int
+	maxBlocks      int // REPLAYSSM_CUDA_PIPE_BLOCKS: a test bound on the grid (0: none)
+	step, verify   *Function
+	verifyFold     *Function // the legacy verify restricted to early-fold slots
+	stageBytes     int
+	scratchBytes   int
+	reasonDisabled string
+}
+
+// planPipeline sizes the pipelined kernels for a stage of stageBytes (bulk
+// copy destinations) and scratchBytes (the consumers' per-stage scalars),
+// and returns the -D defines that compile them (none when it is off).
+//
+// maxStages bounds the stages (and consumer groups) of one block: six for
+// state reads; four for an nvfp4 read copy, whose small stages then fit
+// two blocks per SM (eight groups), which measured faster than six groups
+// in one block (NOTES.md v5).
+func planPipeline(d *Device, stageBytes, scratchBytes, maxStages int, shapeOK bool) (pipeline, []string) {
+	round := func(v, m int) int { return (v + m - 1) / m * m }
+	p := pipeline{stageBytes: round(stageBytes, 128), scratchBytes: round(scratchBytes, 128), sms: d.Multiprocessors()}
+	major, _ := d.ComputeCapability()
+	switch {
+	case os.Getenv("REPLAYSSM_CUDA_KERNELS") == "v4":
+		p.reasonDisabled = "REPLAYSSM_CUDA_KERNELS=v4"
+	case major < 9:
+		p.reasonDisabled = fmt.Sprintf("compute capability %d < 9 (no bulk copies)", major)
+	case !shapeOK:
+		p.reasonDisabled = "state rows, ring entries or nvfp4 scale rows are not 16-byte multiples"
+	}
+	if p.reasonDisabled != "" {
+		return p, nil
+	}
+	smem := func(stages int) int { return stages*(p.stageBytes+p.scratchBytes) + 16*stages + 64 }
+	// As many stages as fit, up to maxStages, one consumer group per stage: a
+	// group's per-item latency (reductions, float64 decay products, barriers)
+	// is what limits these kernels, so more groups in flight beat deeper
+	// per-group prefetch (measured on the H200, NOTES.md v5).
+	for st := maxStages; st >= 2; st-- {
+		if smem(st) <= d.MaxSharedMemoryPerBlock() {
+			p.stages = st
+			break
+		}
+	}
+	if p.stages == 0 {
+		p.reasonDisabled = fmt.Sprintf("two stages of %d bytes exceed the %d bytes of shared memory per block", p.stageBytes+p.scratchBytes, d.MaxSharedMemoryPerBlock())
+		return p, nil
+	}
+	// REPLAYSSM_CUDA_PIPE_GROUPS overrides the group count if it divides
+	// the stages (a group then owns several stages in turn).
+	groups := p.stages
+	if g, err := strconv.Atoi(os.Getenv("REPLAYSSM_CUDA_PIPE_GROUPS")); err == nil && g >= 1 && p.stages%g == 0 {
+		groups = g
+	}
+	p.on, p.stepOn = true, true
+	p.warps = pipeGroupWarps * groups
+	p.smem = smem(p.stages)
+	perSM := d.SharedMemoryPerMultiprocessor()
+	if perSM <= 0 {
+		perSM = d.MaxSharedMemoryPerBlock()
+	}
+	// About 1 KiB per resident block is reserved by the system (sm_8x/9x).
+	p.blocksPerSM = min(8, 2048/(32*(p.warps+1)), max(1, perSM/(p.smem+1024)))
+	// Tests bound the grid so that each block streams many items through
+	// its stages (every stage and phase of the mbarrier protocol in use).
+	if b, err := strconv.Atoi(os.Getenv("REPLAYSSM_CUDA_PIPE_BLOCKS")); err == nil && b >= 1 {
+		p.maxBlocks = b
+	}
+	return p, []string{
+		fmt.Sprintf("-DNCW=%d", p.warps), fmt.Sprintf("-DGW=%d", pipeGroupWarps), fmt.Sprintf("-DNSTAGE=%d", p.stages),
+		fmt.Sprintf("-DSTAGE_BYTES=%d", p.stageBytes), fmt.Sprintf("-DSCR_BYTES=%d", p.scratchBytes),
+	}
+}
+
+// grid is the pipelined kernels' grid for items (batch row, head) pairs.
+func (p *pipeline) grid(items int) [3]uint32 {
+	blocks := min(items, p.sms*p.blocksPerSM)
+	if p.maxBlocks > 0 {
+		blocks = min(blocks, p.maxBlocks)
+	}
+	return [3]uint32{uint32(max(1, blocks)), 1, 1}
+}
+
+func (p *pipeline) block() [3]uint32 { return [3]uint32{uint32(32 * (p.warps + 1)), 1, 1} }
+
+// bind looks up the pipelined kernels and allows their shared memory; an
+// empty verify name leaves the verify on the v4 kernel.
+func (p *pipeline) bind(m *Module, step, verify, verifyFold string) error {
+	if !p.on {
+		return nil
+	}
+	var err error
+	if p.step, err = m.Function(step); err != nil {
+		return err
+	}
+	if err := p.step.SetMaxDynamicSharedMemory(p.smem); err != nil {
+		return err
+	}
+	if verify == "" { // the layer has no pipelined verify yet
+		return nil
+	}
+	if p.verify, err = m.Function(verify); err != nil {
+		return err
+	}
+	if p.verifyFold, err = m.Function(verifyFold); err != nil {
+		return err
+	}
+	return p.verify.SetMaxDynamicSharedMemory(p.smem)
+}
+
+// Pipelined reports whether the non-flush step and the verify run the
+// pipelined (v5) kernels, and if not, why.
+func (c *replayCommon) Pipelined() (step, verify bool, why string) {
+	return c.pipe.on && c.pipe.stepOn, c.pipe.on && c.pipe.verify != nil, c.pipe.reasonDisabled
+}
+
+// pipeStages is maxStages for planPipeline (see there).
+func pipeStages(opt replay.Options) int {
+	if opt.ReadCopy == numeric.NVFP4 {
+		return 4
+	}
+	return 6
 }
 
 // replayDefaults fills in the defaults of package replay and checks what the
@@ -139,7 +283,14 @@ func fmtDefine(f numeric.Format) int {
 	return 0
 }
 
-func (c *replayCommon) ring() int { return c.opt.Window + c.opt.MaxDraft }
+func (c *replayCommon) ring() int { return replayRing(c.opt) }
+
+// replayRing is the ring size (entries per slot) of options with defaults.
+func replayRing(opt replay.Options) int { return opt.Window + opt.MaxDraft }
+
+// ringScalars is the length of a ring's per-head scalar row (Δ, decays, β):
+// r entries rounded up to 4, so a row is a 16-byte multiple (RMAXP).
+func ringScalars(r int) int { return (r + 3) &^ 3 }
 
 func (c *replayCommon) stateBuffers() int {
 	if c.opt.Mode == replay.Baseline {
@@ -167,6 +318,9 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 		fmt.Sprintf("-DSTATE_FMT=%d", fmtDefine(opt.State)), fmt.Sprintf("-DREAD_FMT=%d", fmtDefine(opt.ReadCopy)),
 		fmt.Sprintf("-DRMAX=%d", c.ring()), fmt.Sprintf("-DTMAX=%d", max(1, opt.MaxDraft)),
 	}, defines...)
+	// Kernel experiments: extra NVRTC options (-D switches such as
+	// -DPIPE_RING=0, NOTES.md) without rebuilding the program.
+	opts = append(opts, strings.Fields(os.Getenv("REPLAYSSM_CUDA_DEFINES"))...)
 	if c.mod, err = d.Compile(ctx, file, common+"\n"+src, opts...); err != nil {
 		return err
 	}

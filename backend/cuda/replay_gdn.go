@@ -63,9 +63,19 @@ func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 		c.close()
 		return nil, fmt.Errorf("cuda: gdn cache: %w", err)
 	}
-	if err := c.init(ctx, d, opt, capacity, dv, dk, "replay_gdn.cu", []string{
+	defines := []string{
 		fmt.Sprintf("-DNKH=%d", Hk), fmt.Sprintf("-DNVH=%d", Hv), fmt.Sprintf("-DL2EPS=%g", ssm.L2NormEps),
-	}); err != nil {
+	}
+	if opt.Mode == replay.Replay {
+		var pd []string
+		stage, scratch := gdnPipeBytes(dk, dv, opt, replayRing(opt))
+		c.pipe, pd = planPipeline(d, stage, scratch, pipeStages(opt), dk%4 == 0 && dv%4 == 0 && (opt.ReadCopy != numeric.NVFP4 || dk*dv%256 == 0))
+		defines = append(defines, pd...)
+	}
+	if err := c.init(ctx, d, opt, capacity, dv, dk, "replay_gdn.cu", defines); err != nil {
+		return fail(err)
+	}
+	if err := c.pipe.bind(c.mod, "gdn_pipe_step", "", ""); err != nil {
 		return fail(err)
 	}
 	for _, f := range []struct {
@@ -117,9 +127,13 @@ func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 			elems int
 		}{
 			{&c.ringK, Hk * dk}, {&c.ringV, Hv * dv}, {&c.ringU, Hv * dv},
-			{&c.ringA, Hv}, {&c.ringBeta, Hv},
 		} {
 			if *b.dst, err = c.alloc(4 * capacity * R * b.elems); err != nil {
+				return fail(err)
+			}
+		}
+		for _, b := range []*Buffer{&c.ringA, &c.ringBeta} {
+			if *b, err = c.alloc(4 * capacity * Hv * ringScalars(R)); err != nil {
 				return fail(err)
 			}
 		}
@@ -145,6 +159,22 @@ func (c *GDNCache) checkInput(batch, T int, in GDNInput, o Buffer) error {
 		}
 	}
 	return nil
+}
+
+// gdnPipeBytes is the size of one stage of the pipelined step
+// (replay_gdn.cu: the matrix, R ring keys and updates, q, v, the decay
+// row) and of its consumer scratch (struct GDNScratch).
+func gdnPipeBytes(dk, dv int, opt replay.Options, R int) (stage, scratch int) {
+	mat := dk * dv * 4
+	switch {
+	case opt.ReadCopy == numeric.NVFP4:
+		mat = dk*dv/2 + dk*dv/16
+	case opt.State == numeric.BF16:
+		mat = dk * dv * 2
+	}
+	stage = (mat+15)/16*16 + 4*(R*dk+R*dv+dk+dv+ringScalars(R))
+	scratch = 4 * (2*dk + 2*dv + 3*(R+1) + 4 + 5)
+	return stage, scratch
 }
 
 func (c *GDNCache) grid(batch int) [3]uint32 {
@@ -194,6 +224,16 @@ func (c *GDNCache) Step(s *Stream, batch int, in GDNInput, o Buffer) error {
 	a.Ptr(in.Slots)
 	c.inputArgs(a, in, o)
 	a.I32(int32(c.opt.Window))
+	if c.pipe.on {
+		if err := c.d.Launch(c.flush, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
+			return err
+		}
+		a.I32(int32(batch))
+		if err := c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.shape.ValueHeads), c.pipe.block(), uint32(c.pipe.smem), s, a); err != nil {
+			return err
+		}
+		return c.launchCursorStep(s, in.Slots, batch)
+	}
 	for _, fn := range []*Function{c.nonflush, c.flush} {
 		if err := c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
 			return err

@@ -36,7 +36,8 @@ type Mamba2Input struct {
 //   - read copy (nvfp4) codes [slot][head][P·N/2] (element 2i in the low
 //     nibble of byte i), block scales [slot][head][P·N/16] (e4m3), global
 //     scales [slot][head] (float32);
-//   - ring [slot][L+MaxDraft entries]: x [H·P], B [G·N], Δ [H], exp(Δ·A) [H].
+//   - ring [slot][L+MaxDraft entries]: x [H·P], B [G·N]; ring scalars
+//     [slot][head][L+MaxDraft rounded up to 4]: Δ, exp(Δ·A).
 //
 // A cache is driven by one goroutine at a time.
 type Mamba2Cache struct {
@@ -77,8 +78,23 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 		c.close()
 		return nil, fmt.Errorf("cuda: mamba2 cache: %w", err)
 	}
-	if err := c.init(ctx, d, opt, capacity, P, N, "replay_mamba2.cu",
-		[]string{fmt.Sprintf("-DNHEADS=%d", H), fmt.Sprintf("-DNGROUPS=%d", G)}); err != nil {
+	defines := []string{fmt.Sprintf("-DNHEADS=%d", H), fmt.Sprintf("-DNGROUPS=%d", G)}
+	if opt.Mode == replay.Replay {
+		var pd []string
+		stage, scratch := mamba2PipeBytes(P, N, opt, replayRing(opt))
+		c.pipe, pd = planPipeline(d, stage, scratch, pipeStages(opt), P%4 == 0 && N%4 == 0 && (opt.ReadCopy != numeric.NVFP4 || P*N%256 == 0))
+		defines = append(defines, pd...)
+		// A bf16 checkpoint read whole by the step: the v4 kernel measured
+		// as fast (Nano) or 14% faster (Super) than v5, whose per-item
+		// latency a 20 KB matrix does not hide; the verify stays on v5.
+		if opt.State == numeric.BF16 && opt.ReadCopy != numeric.NVFP4 {
+			c.pipe.stepOn = false
+		}
+	}
+	if err := c.init(ctx, d, opt, capacity, P, N, "replay_mamba2.cu", defines); err != nil {
+		return fail(err)
+	}
+	if err := c.pipe.bind(c.mod, "mamba2_pipe_step", "mamba2_pipe_verify", "mamba2_replay_verify_fold"); err != nil {
 		return fail(err)
 	}
 	for _, f := range []struct {
@@ -134,14 +150,31 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 		if c.ringB, err = c.alloc(4 * capacity * R * G * N); err != nil {
 			return fail(err)
 		}
-		if c.ringDt, err = c.alloc(4 * capacity * R * H); err != nil {
+		if c.ringDt, err = c.alloc(4 * capacity * H * ringScalars(R)); err != nil {
 			return fail(err)
 		}
-		if c.ringA, err = c.alloc(4 * capacity * R * H); err != nil {
+		if c.ringA, err = c.alloc(4 * capacity * H * ringScalars(R)); err != nil {
 			return fail(err)
 		}
 	}
 	return c, nil
+}
+
+// mamba2PipeBytes is the size of one stage of the pipelined kernels
+// (replay_mamba2.cu: the matrix, R ring entries of x and B, TMAX rows of C,
+// the Δ and decay rows) and of its consumer scratch (struct M2Scratch).
+func mamba2PipeBytes(P, N int, opt replay.Options, R int) (stage, scratch int) {
+	tmax := max(1, opt.MaxDraft)
+	mat := P * N * 4
+	switch {
+	case opt.ReadCopy == numeric.NVFP4:
+		mat = P*N/2 + P*N/16
+	case opt.State == numeric.BF16:
+		mat = P * N * 2
+	}
+	stage = (mat+15)/16*16 + 4*(R*P+R*N+tmax*N+2*ringScalars(R))
+	scratch = 4 * (2*tmax*R + 3*tmax + tmax*P + 2 + 6)
+	return stage, scratch
 }
 
 // Shape returns the layer shape.
@@ -195,8 +228,18 @@ func (c *Mamba2Cache) Step(s *Stream, batch int, in Mamba2Input, y Buffer) error
 	a.Ptr(c.dd)
 	a.F32(in.DtMin)
 	a.I32(int32(c.opt.Window))
-	// The non-flush and flush kernels each take their own slots' CTAs;
+	// The non-flush and flush kernels each take their own slots' items;
 	// the launch copies the arguments, so both share one Args.
+	if c.pipe.on && c.pipe.stepOn {
+		if err := c.d.Launch(c.flush, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
+			return err
+		}
+		a.I32(int32(batch))
+		if err := c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.shape.Heads), c.pipe.block(), uint32(c.pipe.smem), s, a); err != nil {
+			return err
+		}
+		return c.launchCursorStep(s, in.Slots, batch)
+	}
 	for _, fn := range []*Function{c.nonflush, c.flush} {
 		if err := c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
 			return err
@@ -280,6 +323,18 @@ func (c *Mamba2Cache) Verify(s *Stream, batch, T int, in Mamba2Input, y Buffer) 
 	a.Ptr(c.dd)
 	a.F32(in.DtMin)
 	a.I32(int32(c.ring()))
+	if c.pipe.on {
+		// Slots that fold their history early take the v4 kernel; the
+		// pipelined one takes the rest.
+		if err := c.d.Launch(c.pipe.verifyFold, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
+			return err
+		}
+		a.I32(int32(batch))
+		if err := c.d.Launch(c.pipe.verify, c.pipe.grid(batch*c.shape.Heads), c.pipe.block(), uint32(c.pipe.smem), s, a); err != nil {
+			return err
+		}
+		return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
+	}
 	if err := c.d.Launch(c.verify, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
 		return err
 	}

@@ -42,6 +42,9 @@ type gpuCache struct {
 	commit func(s *Stream, batch int, slots, acc Buffer) error
 	errs   func(s *Stream) error
 	close  func() error
+	// pipelined reports whether the non-flush step (and, for Mamba-2, the
+	// verify) run the pipelined v5 kernels.
+	pipelined func() bool
 }
 
 func mamba2TestLayer(seed uint64, shape ssm.Mamba2Shape) gpuLayer {
@@ -90,6 +93,7 @@ func mamba2TestLayer(seed uint64, shape ssm.Mamba2Shape) gpuLayer {
 			}
 			return &gpuCache{
 				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
+				pipelined: func() bool { step, verify, _ := c.Pipelined(); return step || verify },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},
@@ -143,6 +147,7 @@ func gdnTestLayer(seed uint64, shape ssm.GDNShape) gpuLayer {
 			}
 			return &gpuCache{
 				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
+				pipelined: func() bool { step, verify, _ := c.Pipelined(); return step || verify },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},
@@ -551,6 +556,139 @@ func TestReplayCacheGraph(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReplayPipelineMatchesV4 runs the same random sequence of steps,
+// verifies (random draft counts) and commits (random acceptance) through the
+// pipelined v5 kernels and through the v4 kernels (REPLAYSSM_CUDA_KERNELS=v4)
+// and requires bit-identical outputs: v5 keeps v4's order of operations, so
+// any difference is a bug in the pipeline (a stage read before its copy
+// landed, a wrong ring entry, a skipped item). The float64 comparisons of
+// TestReplayCacheMatchesReference cover both against the reference.
+func TestReplayPipelineMatchesV4(t *testing.T) {
+	d := gpu(t)
+	if major, _ := d.ComputeCapability(); major < 9 {
+		t.Skip("pipelined kernels need sm_90 (bulk copies); this GPU runs v4 only")
+	}
+	layers := append(smallLayers(), largeLayers()...)
+	opts := []struct {
+		name string
+		opt  replay.Options
+	}{
+		{"fp32", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3}},
+		{"bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, State: numeric.BF16}},
+		{"fp32+nvfp4", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, ReadCopy: numeric.NVFP4}},
+	}
+	for li, l := range layers {
+		for _, o := range opts {
+			for _, blocks := range []string{"", "3"} {
+				name := l.name + "/" + o.name
+				if blocks != "" {
+					// Three blocks stream every item: each passes many items
+					// through its stages, using every mbarrier phase.
+					name += "/blocks=" + blocks
+				}
+				t.Run(name, func(t *testing.T) {
+					t.Setenv("REPLAYSSM_CUDA_PIPE_BLOCKS", blocks)
+					pipelineMatchesV4(t, d, li, l, o.opt)
+				})
+			}
+		}
+	}
+}
+
+// pipelineMatchesV4 drives a v5 and a v4 cache of one layer and options
+// through the same 40 random rounds and compares their outputs bit for bit.
+func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options) {
+	const nslots, T = 7, 3
+	v5, err := l.build(d, opt, nslots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, v5.close()) }()
+	if !v5.pipelined() {
+		if li < 2 && opt.ReadCopy == numeric.NVFP4 {
+			t.Skip("nvfp4 scale rows of this small shape are not 16-byte multiples: v4 only")
+		}
+		t.Fatal("the v5 cache did not take the pipelined kernels")
+	}
+	t.Setenv("REPLAYSSM_CUDA_KERNELS", "v4")
+	v4, err := l.build(d, opt, nslots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, v4.close()) }()
+	if v4.pipelined() {
+		t.Fatal("REPLAYSSM_CUDA_KERNELS=v4 did not select the v4 kernels")
+	}
+	s := stream(t, d)
+	sa := newStaging(t, d, l, nslots*T, nslots)
+	sb := newStaging(t, d, l, nslots*T, nslots)
+	var slots []replay.Slot
+	for range nslots {
+		a, err := v5.admit(s)
+		must(t, err)
+		b, err := v4.admit(s)
+		must(t, err)
+		if a != b {
+			t.Fatalf("slots differ: %d, %d", a, b)
+		}
+		slots = append(slots, a)
+	}
+	rng := rand.New(rand.NewPCG(uint64(li), 9))
+	for round := 0; round < 40; round++ {
+		// A random subset of the slots, in random order, so that
+		// they sit at different phases.
+		perm := rng.Perm(nslots)[:1+rng.IntN(nslots)]
+		batch := len(perm)
+		sub := make([]replay.Slot, batch)
+		for i, p := range perm {
+			sub[i] = slots[p]
+		}
+		verify := rng.IntN(3) == 0
+		rows := batch
+		if verify {
+			rows = batch * T
+		}
+		in := l.draw(rng, rows)
+		sa.upload(t, d, s, sub, in)
+		sb.upload(t, d, s, sub, in)
+		if verify {
+			counts, acc := make([]int, batch), make([]int, batch)
+			for i := range counts {
+				counts[i] = 1 + rng.IntN(T)
+				acc[i] = rng.IntN(counts[i] + 1)
+			}
+			for _, st := range []*staging{sa, sb} {
+				must(t, s.CopyToDevice(st.counts, i32Bytes(counts)))
+				must(t, s.CopyToDevice(st.acc, i32Bytes(acc)))
+			}
+			must(t, v5.verify(s, batch, T, sa.slots, sa.counts, sa.in, sa.y))
+			must(t, v4.verify(s, batch, T, sb.slots, sb.counts, sb.in, sb.y))
+			a := sa.download(t, s, rows*l.width)
+			b := sb.download(t, s, rows*l.width)
+			for i := range a {
+				if k := (i / l.width) % T; k >= counts[i/l.width/T] {
+					continue // rows past a slot's count are not written
+				}
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) || math.IsNaN(float64(a[i])) {
+					t.Fatalf("round %d verify: output %d v5 %v v4 %v", round, i, a[i], b[i])
+				}
+			}
+			must(t, v5.commit(s, batch, sa.slots, sa.acc))
+			must(t, v4.commit(s, batch, sb.slots, sb.acc))
+			continue
+		}
+		must(t, v5.step(s, batch, sa.slots, sa.in, sa.y))
+		must(t, v4.step(s, batch, sb.slots, sb.in, sb.y))
+		a := sa.download(t, s, rows*l.width)
+		b := sb.download(t, s, rows*l.width)
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) || math.IsNaN(float64(a[i])) {
+				t.Fatalf("round %d step: output %d v5 %v v4 %v", round, i, a[i], b[i])
+			}
+		}
 	}
 }
 

@@ -28,6 +28,9 @@ typedef unsigned long long u64;
 #define FMT_NVFP4 2
 
 #define FULL_MASK 0xffffffffu
+// RMAXP is RMAX rounded up to 4: the ring's per-head scalar rows are 16-byte
+// multiples, so bulk copies can move them.
+#define RMAXP ((RMAX + 3) & ~3)
 #define NWARPS (NT / 32)
 
 // ---- bf16 ----
@@ -467,6 +470,327 @@ __device__ __forceinline__ void dots_state(const typename StateIO<FMT>::T* S,
                 const float s = lanes_sum<SM::LANES>(acc[a]);
                 if (r < ROWS && SM::lane() == 0) {
                     out[a * ROWS + r] = s;
+                }
+            }
+        }
+    }
+}
+
+// ---- many short dot products at once ----
+//
+// dot_pairs computes write(pr, a(pr) . b(pr)) for every pair pr in
+// [0, npairs) of n-float vectors (n a multiple of 4, 16-byte aligned; a(pr)
+// may return nullptr to skip a pair), 8 lanes per pair: lane l of the eight
+// sums float4 chunks l, l+8, ... in order, then the eight reduce by xor
+// shuffles (a fixed order: deterministic). nthreads threads (a multiple of
+// 32) call it with thread index ti; the loop is warp-uniform, so the
+// full-warp shuffles are safe. One round covers nthreads/8 pairs, where one
+// warp per pair (v3) needed a 5-level reduction per pair in sequence.
+template <typename FA, typename FB, typename FW>
+__device__ __forceinline__ void dot_pairs(int npairs, int n, int ti, int nthreads, FA a, FB b, FW write)
+{
+    const int sub = ti & 7;
+    for (int base = 4 * (ti >> 5); base < npairs; base += nthreads / 8) {
+        const int pr = base + ((ti & 31) >> 3);
+        float acc = 0.0f;
+        const float* pa = pr < npairs ? a(pr) : nullptr;
+        if (pa != nullptr) {
+            const float* pb = b(pr);
+            for (int e = 4 * sub; e < n; e += 32) {
+                const float4 x = *reinterpret_cast<const float4*>(pa + e);
+                const float4 y = *reinterpret_cast<const float4*>(pb + e);
+                acc = fmaf(x.x, y.x, acc);
+                acc = fmaf(x.y, y.y, acc);
+                acc = fmaf(x.z, y.z, acc);
+                acc = fmaf(x.w, y.w, acc);
+            }
+        }
+        acc = lanes_sum<8>(acc);
+        if (pa != nullptr && sub == 0) {
+            write(pr, acc);
+        }
+    }
+}
+
+// ---- Hopper pipelines: mbarriers and bulk copies (sm_90+) ----
+//
+// The streaming kernels (the *_pipe kernels) are persistent: a producer warp
+// issues bulk copies (cp.async.bulk, the TMA engine's 1-D form) of each work
+// item's state matrix and ring entries into one of NSTAGE shared-memory
+// stages and signals the stage's "full" mbarrier; consumer warps compute from
+// shared memory and signal its "empty" mbarrier. The state streams without
+// passing through registers, and the loads of the next items are in flight
+// while an item computes, so no per-item latency (cursors, ring gather,
+// barriers, reductions) stands between the state's bytes and the SM.
+
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(u64* bar, u32 count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+
+// mbar_fence_init makes initialised mbarriers visible to the async proxy
+// (the bulk copies); a __syncthreads follows it.
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+__device__ __forceinline__ void mbar_arrive(u64* bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// mbar_arrive_tx arrives and adds bytes to the transfers the phase waits for.
+__device__ __forceinline__ void mbar_arrive_tx(u64* bar, u32 bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+// mbar_wait returns once the phase with the given parity has completed. A
+// wait that never ends (a bug) traps after ~2^26 polls instead of hanging the
+// device: the launch then fails with an error the host reports.
+__device__ __forceinline__ void mbar_wait(u64* bar, u32 parity)
+{
+    const u32 a = smem_u32(bar);
+    for (u32 spins = 0;; spins++) {
+        u32 done;
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+        if (done) {
+            return;
+        }
+        if (spins > (1u << 26)) {
+            __trap();
+        }
+    }
+}
+
+// bulk_g2s copies bytes (a multiple of 16, both addresses 16-byte aligned)
+// from global to shared memory and counts them on bar's transaction count.
+__device__ __forceinline__ void bulk_g2s(void* dst, const void* src, u32 bytes, u64* bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+// cp_async_mbar_arrive makes bar's current phase also wait for this thread's
+// cp.async copies issued so far (an arrival counted in the barrier's
+// initial count: .noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(u64* bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// PIPE_STATE and PIPE_RING choose how a producer moves a stage's matrix and
+// its ring / input pieces: 0 bulk copies (TMA), 1 16-byte cp.async spread
+// over the producer warp's lanes. Per piece kind, NVRTC -D overrides.
+#ifndef PIPE_STATE
+#define PIPE_STATE 0
+#endif
+#ifndef PIPE_RING
+#define PIPE_RING 1
+#endif
+
+// Piece is one contiguous copy into a stage.
+struct Piece {
+    unsigned char* dst;
+    const void* src;
+    u32 bytes;
+};
+
+// produce_stage moves a stage's npieces pieces (piece(ci) gives piece ci;
+// pieces 0 .. nmat-1 are the matrix) and arms bar: the producer warp calls it
+// with all lanes; the stage is full once every byte has landed. bar's
+// initial count is 33: lane 0's arrival plus one cp.async arrival per lane.
+// Lane l issues pieces l, l+32, ...; a matrix moved by cp.async is spread
+// over the whole warp. PIPE_NOCOPY (an experiment) moves nothing.
+template <typename F>
+__device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F piece)
+{
+    const int lane = threadIdx.x & 31;
+    u32 tx = 0;
+#ifndef PIPE_NOCOPY
+    for (int ci = lane; ci < npieces; ci += 32) {
+        if (ci < nmat ? PIPE_STATE == 0 : PIPE_RING == 0) {
+            tx += piece(ci).bytes;
+        }
+    }
+#endif
+    tx = __reduce_add_sync(FULL_MASK, tx);
+    if (lane == 0) {
+        if (tx > 0) {
+            mbar_arrive_tx(bar, tx);
+        } else {
+            mbar_arrive(bar);
+        }
+    }
+    __syncwarp();
+#ifndef PIPE_NOCOPY
+    for (int ci = lane; ci < npieces; ci += 32) {
+        const Piece pc = piece(ci);
+        if (ci < nmat ? PIPE_STATE == 0 : PIPE_RING == 0) {
+            bulk_g2s(pc.dst, pc.src, pc.bytes, bar);
+        } else if (ci >= nmat) {
+            for (u32 off = 0; off < pc.bytes; off += 16) {
+                cp_async16(pc.dst + off, static_cast<const unsigned char*>(pc.src) + off);
+            }
+        }
+    }
+    if (PIPE_STATE != 0) {
+        for (int ci = 0; ci < nmat; ci++) {
+            const Piece pc = piece(ci);
+            for (u32 off = 16u * lane; off < pc.bytes; off += 512u) {
+                cp_async16(pc.dst + off, static_cast<const unsigned char*>(pc.src) + off);
+            }
+        }
+    }
+#endif
+    cp_async_mbar_arrive(bar);
+}
+
+// The NCW consumer warps form NCW/GW groups of GW warps; group g takes the
+// items it = g, g+NGRP, ... (its own stages in turn), so that one group's
+// per-item latency (reductions, barriers) overlaps another's. group_sync is
+// a barrier over one group only (named barrier 1+g), leaving the producer
+// and the other groups free to run ahead.
+#ifndef GW
+#define GW 4
+#endif
+#define NGRP (NCW / GW)
+#define GCT (GW * 32)
+#define group_sync(g) asm volatile("bar.sync %0, %1;\n" ::"r"(1 + (g)), "r"(GCT) : "memory")
+
+// Each group owns SG = NSTAGE/NGRP stages and takes them in turn, so every
+// mbarrier phase is waited for by one group in order (an mbarrier parity
+// wait cannot tell a phase two ahead from the one before: groups sharing
+// stages round-robin could pass a stage whose copies had not landed).
+// stage_of maps a block's item number to its stage and phase parity.
+#ifdef NSTAGE
+#define SG (NSTAGE / NGRP)
+__device__ __forceinline__ void stage_of(int it, int& stg, u32& par)
+{
+    const int g = it % NGRP, li = it / NGRP;
+    stg = g * SG + li % SG;
+    par = (u32)(li / SG) & 1u;
+}
+#endif
+
+// CMap is Map for the consumer warps of a pipelined kernel: thread ct in
+// [0, 32*NCW) of NCW warps.
+template <int VEC_, int COLS_, int ROWS_, int W_>
+struct CMap {
+    static constexpr int VEC = VEC_;
+    static constexpr int CHUNKS = COLS_ / VEC_;
+    static constexpr int LANES = CHUNKS < 8 ? CHUNKS : 8;
+    static constexpr int CPL = CHUNKS / LANES;
+    static constexpr int RPW = 32 / LANES;
+    static constexpr int RPP = W_ * RPW;
+    static constexpr int PASSES = (ROWS_ + RPP - 1) / RPP;
+    __device__ static __forceinline__ int row(int pass, int ct) { return pass * RPP + (ct >> 5) * RPW + (ct & 31) / LANES; }
+    __device__ static __forceinline__ int lane(int ct) { return (ct & 31) % LANES; }
+    __device__ static __forceinline__ int col(int c, int ct) { return (c * LANES + lane(ct)) * VEC; }
+};
+
+// Bytes of one matrix in shared memory, by read format: the state format's
+// elements, or nvfp4 codes followed by block scales (16-byte multiples).
+#define SMAT_STATE_BYTES (ROWS * COLS * (STATE_FMT == FMT_F32 ? 4 : 2))
+#define SMAT_NVFP4_BYTES (ROWS * COLS / 2 + ROWS * COLS / 16)
+#define SMAT_BYTES (READ_FMT == FMT_NVFP4 ? SMAT_NVFP4_BYTES : SMAT_STATE_BYTES)
+
+// smem_row_dots computes, for the rows of a matrix held in shared memory
+// (state format, or nvfp4 codes then block scales with global scale gsc) and
+// nv <= NV vectors vec[a*vstride ...] (shared memory), out[a*ROWS + r] =
+// row_r . vec_a (written by the row's first lane). Same order of operations
+// as dots_state / dots_nvfp4.
+template <int NV, int W>
+__device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gsc, const float* vec, int vstride, int nv,
+                                              const float* lut, int ct, float* out)
+{
+#if READ_FMT == FMT_NVFP4
+    typedef CMap<16, COLS, ROWS, W> RM;
+    const u8* codes = mat;
+    const u8* scales = mat + ROWS * COLS / 2;
+#else
+    typedef StateIO<STATE_FMT> IO;
+    typedef CMap<IO::VEC, COLS, ROWS, W> RM;
+    const typename IO::T* S = reinterpret_cast<const typename IO::T*>(mat);
+#endif
+#pragma unroll
+    for (int pass = 0; pass < RM::PASSES; pass++) {
+        const int r = RM::row(pass, ct);
+        float acc[NV];
+#pragma unroll
+        for (int a = 0; a < NV; a++) {
+            acc[a] = 0.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < RM::CPL; c++) {
+            const int col = RM::col(c, ct);
+#if READ_FMT == FMT_NVFP4
+            uint2 w = make_uint2(0, 0);
+            float d = 0.0f;
+            if (r < ROWS) {
+                const int e = r * COLS + col;
+                w = *reinterpret_cast<const uint2*>(codes + e / 2);
+                d = __fmul_rn(f32_from_e4m3(scales[e / 16]), gsc);
+            }
+            float x[16];
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                x[k] = lut[(w.x >> (4 * k)) & 15u];
+                x[8 + k] = lut[(w.y >> (4 * k)) & 15u];
+            }
+#pragma unroll
+            for (int a = 0; a < NV; a++) {
+                if (a < nv) {
+                    const float4* vp = reinterpret_cast<const float4*>(vec + a * vstride + col);
+                    float part = 0.0f;
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const float4 c4 = vp[q];
+                        part = fmaf(x[4 * q], c4.x, part);
+                        part = fmaf(x[4 * q + 1], c4.y, part);
+                        part = fmaf(x[4 * q + 2], c4.z, part);
+                        part = fmaf(x[4 * q + 3], c4.w, part);
+                    }
+                    acc[a] = fmaf(part, d, acc[a]);
+                }
+            }
+#else
+            float x[IO::VEC];
+            if (r < ROWS) {
+                IO::load(S, (u64)r * COLS + col, x);
+            } else {
+#pragma unroll
+                for (int k = 0; k < IO::VEC; k++) {
+                    x[k] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int a = 0; a < NV; a++) {
+                if (a < nv) {
+                    const float4* vp = reinterpret_cast<const float4*>(vec + a * vstride + col);
+#pragma unroll
+                    for (int q = 0; q < IO::VEC / 4; q++) {
+                        const float4 c4 = vp[q];
+                        acc[a] = fmaf(x[4 * q], c4.x, acc[a]);
+                        acc[a] = fmaf(x[4 * q + 1], c4.y, acc[a]);
+                        acc[a] = fmaf(x[4 * q + 2], c4.z, acc[a]);
+                        acc[a] = fmaf(x[4 * q + 3], c4.w, acc[a]);
+                    }
+                }
+            }
+#endif
+        }
+#pragma unroll
+        for (int a = 0; a < NV; a++) {
+            if (a < nv) {
+                const float v = lanes_sum<RM::LANES>(acc[a]);
+                if (r < ROWS && RM::lane(ct) == 0) {
+                    out[a * ROWS + r] = v;
                 }
             }
         }

@@ -6,7 +6,7 @@
 // rows of dk (package replay's layout), so S^T v is one dot product per row.
 // Layouts: state [slot][buffer][head][dv][dk]; read copy as for Mamba-2;
 // ring per slot of RMAX entries: k (l2-normalised) [NKH*dk], v [NVH*dv],
-// the decay exp(g) [NVH], beta [NVH], u [NVH*dv]. Input rows: q, k [NKH*dk]
+// u [NVH*dv]; per slot and value head RMAXP entries of exp(g) and of beta. Input rows: q, k [NKH*dk]
 // (before the normalisation), v [NVH*dv], a, b [NVH] (raw); outputs o [NVH*dv].
 
 #define DK COLS
@@ -19,6 +19,10 @@ typedef SIO::T ST;
 typedef Map<SIO::VEC, COLS, ROWS> SM;
 
 __device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e; }
+
+// rs_at indexes the ring's per-head scalars (exp(g), beta), laid out
+// [slot][value head][RMAXP] so one head's entries are contiguous.
+__device__ __forceinline__ u64 rs_at(int s, int j, int e) { return ((u64)s * NVH + j) * RMAXP + e; }
 
 // l2norm_warp writes src * (float32(1/sqrt(sum src^2 + eps)) * scale) to dst,
 // the sum in float64 as the CPU cache does. One warp calls it.
@@ -285,7 +289,7 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
 {
     __shared__ __align__(16) GDNShared sh;
     const int j = blockIdx.x, b = blockIdx.y, kh = j / VPK;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tid = threadIdx.x, warp = tid >> 5;
     const int s = slots[b];
     const int n = hist[s];
     const int t = n + 1;
@@ -333,13 +337,13 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
         sh.decay[n] = eg;
         sh.beta[n] = beta;
         if (!FLUSH) {
-            ringA[ring_at(s, n) * NVH + j] = eg;
-            ringBeta[ring_at(s, n) * NVH + j] = beta;
+            ringA[rs_at(s, j, n)] = eg;
+            ringBeta[rs_at(s, j, n)] = beta;
         }
     }
     for (int i = tid; i < n; i += NT) {
-        sh.decay[i] = ringA[ring_at(s, i) * NVH + j];
-        sh.beta[i] = ringBeta[ring_at(s, i) * NVH + j];
+        sh.decay[i] = ringA[rs_at(s, j, i)];
+        sh.beta[i] = ringBeta[rs_at(s, j, i)];
     }
     if (!FLUSH) {
         for (int m = tid; m < DV; m += NT) {
@@ -376,22 +380,15 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
             ringK[(ring_at(s, n) * NKH + kh) * DK + e] = sh.vec[e];
         }
     }
-    // k_i . k and k_i . q over the window, one warp per entry and vector.
-    for (int pr = warp; pr < 2 * t; pr += NWARPS) {
-        const int i = pr >> 1, which = pr & 1;
-        if (which == 0 && i == n) {
-            continue;
-        }
-        const float* ki = sh.vec + (i < n ? (2 + i) * DK : 0);
-        float acc = 0.0f;
-        for (int e = lane; e < DK; e += 32) {
-            acc = fmaf(ki[e], sh.vec[which * DK + e], acc);
-        }
-        acc = warp_sum(acc);
-        if (lane == 0) {
-            sh.gram[which * VROWS + i] = acc;
-        }
-    }
+    // k_i . k and k_i . q over the window, eight lanes per entry and vector.
+    dot_pairs(
+        2 * t, DK, tid, NT,
+        [&](int pr) -> const float* {
+            const int i = pr >> 1;
+            return (pr & 1) == 0 && i == n ? nullptr : sh.vec + (i < n ? (2 + i) * DK : 0);
+        },
+        [&](int pr) -> const float* { return sh.vec + (pr & 1) * DK; },
+        [&](int pr, float v) { sh.gram[(pr & 1) * VROWS + (pr >> 1)] = v; });
     if (tid == 0) {
         double suf = 1.0;
         for (int i = n; i >= 0; i--) {
@@ -465,8 +462,8 @@ gdn_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     const u64 mat = (u64)s * NVH + j;
 
     for (int i = tid; i < n; i += NT) {
-        sh.decay[i] = ringA[ring_at(s, i) * NVH + j];
-        sh.beta[i] = ringBeta[ring_at(s, i) * NVH + j];
+        sh.decay[i] = ringA[rs_at(s, j, i)];
+        sh.beta[i] = ringBeta[rs_at(s, j, i)];
     }
     if (n > 0 && n + 2 * cnt > R) {
         for (int idx = tid; idx < n * DK; idx += NT) {
@@ -495,8 +492,8 @@ gdn_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         gdn_scalars(a[((u64)b * T + d) * NVH + j], bb[((u64)b * T + d) * NVH + j], negA[j], dtb[j], &eg, &beta);
         sh.decay[n + d] = eg;
         sh.beta[n + d] = beta;
-        ringA[ring_at(s, n + d) * NVH + j] = eg;
-        ringBeta[ring_at(s, n + d) * NVH + j] = beta;
+        ringA[rs_at(s, j, n + d)] = eg;
+        ringBeta[rs_at(s, j, n + d)] = beta;
     }
     for (int idx = tid; idx < cnt * DV; idx += NT) {
         const int d = idx / DV, m = idx % DV;
@@ -740,3 +737,243 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_baseline_verify(GDN_BASELIN
 {
     gdn_baseline<true>(GDN_BASELINE_ARGS);
 }
+
+// ---- v5: the pipelined (persistent, bulk-copy) non-flush step ----
+//
+// gdn_pipe_step computes what gdn_step<false> computes, bit for bit, for the
+// (batch row, value head) items i = blockIdx.x + k*gridDim.x whose window
+// does not fill (gdn_replay_flush takes the others); see mamba2_pipe for the
+// producer / consumer scheme. A stage holds the checkpoint (or read copy),
+// the ring's keys and cached updates, the raw q, k, v of the current token
+// and the ring's decay row (the output path needs no ring beta).
+#ifdef NSTAGE
+#define GS_K (((SMAT_BYTES) + 15) / 16 * 16) // RMAX keys: ring 0..n-1, raw k at n
+#define GS_U (GS_K + RMAX * DK * 4)          // ring u 0..n-1
+#define GS_Q (GS_U + RMAX * DV * 4)
+#define GS_V (GS_Q + DK * 4)
+#define GS_A (GS_V + DV * 4)
+#define GS_END (GS_A + RMAXP * 4)
+static_assert(GS_END <= STAGE_BYTES, "stage layout larger than STAGE_BYTES");
+
+struct GDNScratch {
+    float vec[2 * DK];  // normalised k, q
+    float proj[2 * DV]; // S0^T k, S0^T q
+    float gram[2 * (RMAX + 1)];
+    float ws[RMAX + 1];
+    float gam, eg, beta, gsc;
+    int s, n, b, j, skip;
+};
+static_assert(sizeof(GDNScratch) <= SCR_BYTES, "scratch larger than SCR_BYTES");
+
+extern "C" __global__ void __launch_bounds__(32 * (NCW + 1))
+gdn_pipe_step(const ST* __restrict__ state, const u8* __restrict__ rcodes, const u8* __restrict__ rscales,
+              const float* __restrict__ rglobal, float* __restrict__ ringK, float* __restrict__ ringV,
+              float* __restrict__ ringA, float* __restrict__ ringBeta, float* __restrict__ ringU,
+              const int* __restrict__ hist, const int* __restrict__ slots, const float* __restrict__ q,
+              const float* __restrict__ k, const float* __restrict__ v, const float* __restrict__ a,
+              const float* __restrict__ bb, float* __restrict__ o, const double* __restrict__ negA,
+              const double* __restrict__ dtb, float qscale, int L, int batch)
+{
+    extern __shared__ __align__(128) unsigned char dsm[];
+    unsigned char* stages = dsm;
+    unsigned char* scrBase = dsm + NSTAGE * STAGE_BYTES;
+    u64* full = reinterpret_cast<u64*>(scrBase + NSTAGE * SCR_BYTES);
+    u64* empty = full + NSTAGE;
+    float* lut = reinterpret_cast<float*>(empty + NSTAGE);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int items = batch * NVH;
+    if (tid == 0) {
+        for (int st = 0; st < NSTAGE; st++) {
+            mbar_init(full + st, 33);
+            mbar_init(empty + st, GW);
+        }
+        mbar_fence_init();
+    }
+#if READ_FMT == FMT_NVFP4
+    init_e2m1_lut(lut);
+#endif
+    __syncthreads();
+
+    if (warp == 0) {
+        int it = 0;
+        for (int base = blockIdx.x; base < items; base += 32 * gridDim.x) {
+            const int i = base + lane * gridDim.x;
+            int s = 0, n = 0, b = 0, j = 0, skip = 1;
+            float gs = 0.0f, eg = 0.0f, beta = 0.0f;
+            if (i < items) {
+                b = i / NVH;
+                j = i % NVH;
+                s = slots[b];
+                const float av = a[(u64)b * NVH + j], bv = bb[(u64)b * NVH + j];
+                const double nA = negA[j], db = dtb[j];
+                n = hist[s];
+#if READ_FMT == FMT_NVFP4
+                gs = rglobal[(u64)s * NVH + j];
+#endif
+                skip = n + 1 >= L;
+                gdn_scalars(av, bv, nA, db, &eg, &beta);
+            }
+            for (int kk = 0; kk < 32 && base + kk * (int)gridDim.x < items; kk++, it++) {
+                const int ks = __shfl_sync(FULL_MASK, s, kk), kn = __shfl_sync(FULL_MASK, n, kk);
+                const int kb = __shfl_sync(FULL_MASK, b, kk), kj = __shfl_sync(FULL_MASK, j, kk);
+                const int kskip = __shfl_sync(FULL_MASK, skip, kk);
+                const float kgs = __shfl_sync(FULL_MASK, gs, kk), keg = __shfl_sync(FULL_MASK, eg, kk);
+                const float kbeta = __shfl_sync(FULL_MASK, beta, kk);
+                int stg;
+                u32 par;
+                stage_of(it, stg, par);
+                mbar_wait(empty + stg, par ^ 1);
+                GDNScratch* m = reinterpret_cast<GDNScratch*>(scrBase + stg * SCR_BYTES);
+                if (lane == 0) {
+                    m->s = ks;
+                    m->n = kn;
+                    m->b = kb;
+                    m->j = kj;
+                    m->skip = kskip;
+                    m->gsc = kgs;
+                    m->eg = keg;
+                    m->beta = kbeta;
+                }
+                if (kskip) {
+                    if (lane == 0) {
+                        mbar_arrive(full + stg);
+                    }
+                    cp_async_mbar_arrive(full + stg);
+                    continue;
+                }
+                const int kh = kj / VPK;
+                unsigned char* sg = stages + stg * STAGE_BYTES;
+                const u64 mat = (u64)ks * NVH + kj;
+#if READ_FMT == FMT_NVFP4
+                constexpr int NS = 2;
+#else
+                constexpr int NS = 1;
+#endif
+                const int npieces = NS + 2 * kn + 3 + (kn > 0 ? 1 : 0);
+                produce_stage(full + stg, npieces, NS, [&](int ci) -> Piece {
+                    if (ci < NS) {
+#if READ_FMT == FMT_NVFP4
+                        if (ci == 0) {
+                            return Piece{sg, rcodes + mat * (DV * DK / 2), DV * DK / 2};
+                        }
+                        return Piece{sg + DV * DK / 2, rscales + mat * (DV * DK / 16), DV * DK / 16};
+#else
+                        return Piece{sg, state + mat * (DV * DK), SMAT_STATE_BYTES};
+#endif
+                    }
+                    int c = ci - NS;
+                    if (c < kn) {
+                        return Piece{sg + GS_K + c * DK * 4, ringK + (ring_at(ks, c) * NKH + kh) * DK, DK * 4};
+                    }
+                    c -= kn;
+                    if (c < kn) {
+                        return Piece{sg + GS_U + c * DV * 4, ringU + (ring_at(ks, c) * NVH + kj) * DV, DV * 4};
+                    }
+                    c -= kn;
+                    switch (c) {
+                    case 0:
+                        return Piece{sg + GS_K + kn * DK * 4, k + ((u64)kb * NKH + kh) * DK, DK * 4};
+                    case 1:
+                        return Piece{sg + GS_Q, q + ((u64)kb * NKH + kh) * DK, DK * 4};
+                    case 2:
+                        return Piece{sg + GS_V, v + ((u64)kb * NVH + kj) * DV, DV * 4};
+                    default:
+                        return Piece{sg + GS_A, ringA + rs_at(ks, kj, 0), RMAXP * 4};
+                    }
+                });
+            }
+        }
+        return;
+    }
+
+    static_assert(NCW % GW == 0 && NSTAGE % NGRP == 0 && GW >= 3, "consumer warps must form whole groups of at least 3 warps");
+    const int grp = (tid - 32) / GCT, ct = (tid - 32) % GCT, cw = ct >> 5;
+    int it = grp;
+    for (int i = blockIdx.x + grp * gridDim.x; i < items; i += NGRP * gridDim.x, it += NGRP) {
+        int stg;
+        u32 par;
+        stage_of(it, stg, par);
+        mbar_wait(full + stg, par);
+        GDNScratch* m = reinterpret_cast<GDNScratch*>(scrBase + stg * SCR_BYTES);
+        if (m->skip) {
+            __syncwarp();
+            if (lane == 0) {
+                mbar_arrive(empty + stg);
+            }
+            continue;
+        }
+        const unsigned char* sg = stages + stg * STAGE_BYTES;
+        const float* sK = reinterpret_cast<const float*>(sg + GS_K);
+        const float* sU = reinterpret_cast<const float*>(sg + GS_U);
+        const float* sQ = reinterpret_cast<const float*>(sg + GS_Q);
+        const float* sV = reinterpret_cast<const float*>(sg + GS_V);
+        const float* sA = reinterpret_cast<const float*>(sg + GS_A);
+        const int s = m->s, n = m->n, b = m->b, j = m->j, kh = j / VPK, t = n + 1;
+#ifdef PIPE_NOCOMPUTE
+        __syncwarp();
+        if (lane == 0) {
+            mbar_arrive(empty + stg);
+        }
+        continue;
+#endif
+        // Normalise k and q; decay products ws[i] = prod_{l=i+1..n} a_l, gam = prod_{l<=n} a_l.
+        if (cw == 0) {
+            l2norm_warp(m->vec, sK + n * DK, 1.0f);
+        } else if (cw == 1) {
+            l2norm_warp(m->vec + DK, sQ, qscale);
+        } else if (ct == 64) {
+            double suf = 1.0;
+            for (int l = n; l >= 0; l--) {
+                m->ws[l] = (float)suf;
+                suf *= (double)(l < n ? sA[l] : m->eg);
+            }
+            m->gam = (float)suf;
+        }
+        group_sync(grp);
+        // k_i . k and k_i . q over the window, eight lanes per entry and vector.
+        dot_pairs(
+            2 * t, DK, ct, GCT,
+            [&](int pr) -> const float* {
+                const int l = pr >> 1;
+                return (pr & 1) == 0 && l == n ? nullptr : (l < n ? sK + l * DK : m->vec);
+            },
+            [&](int pr) -> const float* { return m->vec + (pr & 1) * DK; },
+            [&](int pr, float v) { m->gram[(pr & 1) * (RMAX + 1) + (pr >> 1)] = v; });
+        smem_row_dots<2, GW>(sg, m->gsc, m->vec, DK, 2, lut, ct, m->proj);
+        // Append k, v, exp(g), beta at entry n.
+        if (j % VPK == 0) {
+            for (int e = ct; e < DK; e += GCT) {
+                ringK[(ring_at(s, n) * NKH + kh) * DK + e] = m->vec[e];
+            }
+        }
+        for (int e = ct; e < DV; e += GCT) {
+            ringV[(ring_at(s, n) * NVH + j) * DV + e] = sV[e];
+        }
+        if (ct == 0) {
+            ringA[rs_at(s, j, n)] = m->eg;
+            ringBeta[rs_at(s, j, n)] = m->beta;
+        }
+        group_sync(grp);
+        const float gam = m->gam, beta = m->beta;
+        float* ot = o + ((u64)b * NVH + j) * DV;
+        for (int mm = ct; mm < DV; mm += GCT) {
+            float ut = sV[mm] - gam * m->proj[mm];
+            float ov = gam * m->proj[DV + mm];
+            #pragma unroll 4
+            for (int l = 0; l < n; l++) {
+                const float ul = sU[l * DV + mm];
+                ut = fmaf(-(m->ws[l] * m->gram[l]), ul, ut);
+                ov = fmaf(m->ws[l] * m->gram[RMAX + 1 + l], ul, ov);
+            }
+            ut = ut * beta;
+            ov = fmaf(m->ws[n] * m->gram[RMAX + 1 + n], ut, ov);
+            ringU[(ring_at(s, n) * NVH + j) * DV + mm] = ut;
+            ot[mm] = ov;
+        }
+        __syncwarp();
+        if (lane == 0) {
+            mbar_arrive(empty + stg);
+        }
+    }
+}
+#endif

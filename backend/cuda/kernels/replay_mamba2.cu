@@ -4,7 +4,8 @@
 // Extra defines: NHEADS, NGROUPS (ROWS = P head dim, COLS = N state size).
 // Layouts are package replay's: state [slot][buffer][head][P][N]; read copy
 // codes [slot][head][P*N/2], scales [slot][head][P*N/16], global [slot][head];
-// ring per slot of RMAX entries: x [H*P], B [G*N], delta [H], a = exp(delta*A) [H].
+// ring per slot of RMAX entries: x [H*P], B [G*N]; ring scalars per slot and
+// head of RMAXP entries: delta, a = exp(delta*A).
 // Inputs rows: x [row][H*P], B and C [row][G*N], dt [row][H]; outputs y [row][H*P].
 // A = -exp(A_log) and dt_bias are float64 like the CPU cache's; dtMin > 0
 // clamps delta from below (replay.Mamba2Input.DtMin), 0 leaves it alone.
@@ -19,6 +20,10 @@ typedef SIO::T ST;
 typedef Map<SIO::VEC, COLS, ROWS> SM;
 
 __device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e; }
+
+// rs_at indexes the ring's per-head scalars (delta, exp(delta*A)), laid out
+// [slot][head][RMAXP] so one head's entries are contiguous (one bulk copy).
+__device__ __forceinline__ u64 rs_at(int s, int h, int e) { return ((u64)s * NHEADS + h) * RMAXP + e; }
 
 // mamba2_fold applies the flush of DESIGN.md 2.1 to the matrix S of one head:
 //
@@ -150,7 +155,7 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     __shared__ float sScratch[NWARPS];
 
     const int h = blockIdx.x, b = blockIdx.y, g = h / HPG;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tid = threadIdx.x;
     const int s = slots[b];
     const int n = hist[s];
     const int t = n + 1;
@@ -187,13 +192,13 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         sDelta[n] = delta;
         sDecay[n] = a;
         if (!FLUSH) {
-            ringDt[ring_at(s, n) * NHEADS + h] = delta;
-            ringA[ring_at(s, n) * NHEADS + h] = a;
+            ringDt[rs_at(s, h, n)] = delta;
+            ringA[rs_at(s, h, n)] = a;
         }
     }
     for (int j = tid; j < n; j += NT) {
-        sDelta[j] = ringDt[ring_at(s, j) * NHEADS + h];
-        sDecay[j] = ringA[ring_at(s, j) * NHEADS + h];
+        sDelta[j] = ringDt[rs_at(s, h, j)];
+        sDecay[j] = ringA[rs_at(s, h, j)];
     }
     for (int p = tid; p < P; p += NT) {
         const float v = xt[p];
@@ -239,17 +244,10 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         sE = (float)suf;
     }
     if (!FLUSH) {
-        // B_j . C, one warp per ring entry.
-        for (int j = warp; j < t; j += NWARPS) {
-            float acc = 0.0f;
-            for (int i = lane; i < N; i += 32) {
-                acc = fmaf(sB[j * N + i], sC[i], acc);
-            }
-            acc = warp_sum(acc);
-            if (lane == 0) {
-                sBC[j] = acc;
-            }
-        }
+        // B_j . C, eight lanes per ring entry.
+        dot_pairs(
+            t, N, tid, NT, [&](int j) -> const float* { return sB + j * N; }, [&](int) { return (const float*)sC; },
+            [&](int j, float v) { sBC[j] = v; });
 #if READ_FMT == FMT_NVFP4
         dots_nvfp4<1>(rcodes + mat * (P * N / 2), rscales + mat * (P * N / 16), rglobal[mat], sC, 0, 1, sDot, sLut);
 #else
@@ -312,7 +310,7 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
     constexpr int XT = (P + NT - 1) / NT;
     constexpr int BT = (N + NT - 1) / NT;
     const int h = blockIdx.x, b = blockIdx.y, g = h / HPG;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tid = threadIdx.x;
     const float* xt = x + ((u64)b * NHEADS + h) * P;
     const float* Bt = B + ((u64)b * NGROUPS + g) * N;
 
@@ -371,8 +369,8 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
         cp_async4(sX + p * CSTRIDE + j, ringX + (ring_at(s, j) * NHEADS + h) * P + p);
     }
     for (int j = tid; j < n; j += NT) {
-        cp_async4(sDelta + j, ringDt + ring_at(s, j) * NHEADS + h);
-        cp_async4(sDecay + j, ringA + ring_at(s, j) * NHEADS + h);
+        cp_async4(sDelta + j, ringDt + rs_at(s, h, j));
+        cp_async4(sDecay + j, ringA + rs_at(s, h, j));
     }
     // Append the current token at entry n.
 #pragma unroll
@@ -398,8 +396,8 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
         const float a = (float)exp((double)delta * Ah);
         sDelta[n] = delta;
         sDecay[n] = a;
-        ringDt[ring_at(s, n) * NHEADS + h] = delta;
-        ringA[ring_at(s, n) * NHEADS + h] = a;
+        ringDt[rs_at(s, h, n)] = delta;
+        ringA[rs_at(s, h, n)] = a;
     }
     cp_async_wait_all();
     __syncthreads();
@@ -428,18 +426,11 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
             sDot[r] = acc;
         }
     }
-    // B_j . C, one warp per ring entry; the last warp's lane 0 also forms
-    // the decay products (float64, like the CPU cache).
-    for (int j = warp; j < t; j += NWARPS) {
-        float acc = 0.0f;
-        for (int i = lane; i < N; i += 32) {
-            acc = fmaf(sB[j * N + i], sC[i], acc);
-        }
-        acc = warp_sum(acc);
-        if (lane == 0) {
-            sBC[j] = acc;
-        }
-    }
+    // B_j . C, eight lanes per ring entry; the last warp's lane 0 also
+    // forms the decay products (float64, like the CPU cache).
+    dot_pairs(
+        t, N, tid, NT, [&](int j) -> const float* { return sB + j * N; }, [&](int) { return (const float*)sC; },
+        [&](int j, float v) { sBC[j] = v; });
     if (tid == NT - 32) {
         double suf = 1.0;
         for (int j = t - 1; j >= 0; j--) {
@@ -488,8 +479,9 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_flush(MAMBA2_STEP
 // would overflow the ring, the history is folded first (early flush) and the
 // drafts start a new window. cursor_verify then moves the cursors; commit
 // accepts a prefix.
-extern "C" __global__ void __launch_bounds__(NT)
-mamba2_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
+template <bool FOLD_ONLY>
+__device__ __forceinline__ void
+mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                      float* __restrict__ ringX, float* __restrict__ ringB, float* __restrict__ ringDt,
                      float* __restrict__ ringA, const int* __restrict__ hist, const int* __restrict__ slots,
                      const int* __restrict__ counts, int T,
@@ -510,15 +502,18 @@ mamba2_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     __shared__ float sScratch[NWARPS];
 
     const int h = blockIdx.x, b = blockIdx.y, g = h / HPG;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tid = threadIdx.x;
     const int s = slots[b];
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     const u64 mat = (u64)s * NHEADS + h;
+    if (FOLD_ONLY && !(n > 0 && n + 2 * cnt > R)) {
+        return; // mamba2_pipe_verify takes it
+    }
 
     for (int j = tid; j < n; j += NT) {
-        sDelta[j] = ringDt[ring_at(s, j) * NHEADS + h];
-        sDecay[j] = ringA[ring_at(s, j) * NHEADS + h];
+        sDelta[j] = ringDt[rs_at(s, h, j)];
+        sDecay[j] = ringA[rs_at(s, h, j)];
     }
     if (n > 0 && n + 2 * cnt > R) {
         // Early flush of the committed history; drafts are never folded.
@@ -555,8 +550,8 @@ mamba2_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         const float a = (float)exp((double)delta * A[h]);
         sDelta[n + k] = delta;
         sDecay[n + k] = a;
-        ringDt[ring_at(s, n + k) * NHEADS + h] = delta;
-        ringA[ring_at(s, n + k) * NHEADS + h] = a;
+        ringDt[rs_at(s, h, n + k)] = delta;
+        ringA[rs_at(s, h, n + k)] = a;
     }
     // Gather the committed ring entries into shared memory, every load in
     // flight at once, next to the drafts (which also enter the ring).
@@ -626,22 +621,13 @@ mamba2_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         }
         sEk[k] = (float)suf;
     }
-    // B_j . C_k for every draft k and entry j <= n+k, one warp per pair.
-    const int pairs = cnt * (n + cnt);
-    for (int pr = warp; pr < pairs; pr += NWARPS) {
-        const int k = pr / (n + cnt), j = pr % (n + cnt);
-        if (j <= n + k) {
-            const float* Bj = sB + j * N;
-            float acc = 0.0f;
-            for (int i = lane; i < N; i += 32) {
-                acc = fmaf(Bj[i], sCk[k * N + i], acc);
-            }
-            acc = warp_sum(acc);
-            if (lane == 0) {
-                sBC[k * RMAX + j] = acc;
-            }
-        }
-    }
+    // B_j . C_k for every draft k and entry j <= n+k, eight lanes per pair.
+    const int ne = n + cnt;
+    dot_pairs(
+        cnt * ne, N, tid, NT,
+        [&](int pr) -> const float* { return pr % ne <= n + pr / ne ? sB + (pr % ne) * N : nullptr; },
+        [&](int pr) -> const float* { return sCk + (pr / ne) * N; },
+        [&](int pr, float v) { sBC[(pr / ne) * RMAX + pr % ne] = v; });
 #if READ_FMT == FMT_NVFP4
     dots_nvfp4<TMAX>(rcodes + mat * (P * N / 2), rscales + mat * (P * N / 16), rglobal[mat], sCk, N, cnt, sDot, sLut);
 #else
@@ -659,6 +645,27 @@ mamba2_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         }
         y[(((u64)b * T + k) * NHEADS + h) * P + p] = yv;
     }
+}
+
+#define MAMBA2_VERIFY_PARAMS                                                                                      \
+    ST *state, u8 *rcodes, u8 *rscales, float *rglobal, float *__restrict__ ringX, float *__restrict__ ringB,     \
+        float *__restrict__ ringDt, float *__restrict__ ringA, const int *__restrict__ hist,                       \
+        const int *__restrict__ slots, const int *__restrict__ counts, int T, const float *__restrict__ x,        \
+        const float *__restrict__ B, const float *__restrict__ C, const float *__restrict__ dt,                   \
+        float *__restrict__ y, const double *__restrict__ A, const double *__restrict__ dtb,                      \
+        const float *__restrict__ D, float dtMin, int R
+#define MAMBA2_VERIFY_ARGS state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x, B, C, dt, y, A, dtb, D, dtMin, R
+
+extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify(MAMBA2_VERIFY_PARAMS)
+{
+    mamba2_verify_impl<false>(MAMBA2_VERIFY_ARGS);
+}
+
+// mamba2_replay_verify_fold is mamba2_replay_verify for the slots that fold
+// their history early; the others return at once (mamba2_pipe_verify's).
+extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify_fold(MAMBA2_VERIFY_PARAMS)
+{
+    mamba2_verify_impl<true>(MAMBA2_VERIFY_ARGS);
 }
 
 // mamba2_baseline is the in-place recurrence every step (DESIGN.md 1.1):
@@ -804,3 +811,305 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_verify(MAMBA2_B
 {
     mamba2_baseline<true>(MAMBA2_BASELINE_ARGS);
 }
+
+// ---- v5: the pipelined (persistent, bulk-copy) non-flush step and verify ----
+//
+// mamba2_pipe computes what mamba2_step<false> (VERIFY false: slots whose
+// window does not fill) or mamba2_replay_verify (VERIFY true: slots with no
+// early fold) compute, bit for bit, for every (batch row, head) item
+// i = blockIdx.x + k*gridDim.x. Warp 0 is the producer: it reads the cursors
+// of 32 items at once (one round trip for slots, counts and dt, one for hist
+// and the nvfp4 global scale), then per item waits for a free stage and bulk-
+// copies the checkpoint (or read copy), the ring's x, B, delta and decay rows
+// and the new tokens' x, B, C into it. The NCW consumer warps take the
+// stages in order: append the new tokens to the ring, form the decay
+// weights and B_j . C_k, the row dots S0 . C_k from shared memory, then y.
+// Items of the other kind (flush or early fold) pass through a stage with no
+// copies; the flush / fold kernel takes them.
+//
+// Defines from the host: NCW (consumer warps), NSTAGE, STAGE_BYTES and
+// SCR_BYTES (checked against the layout below).
+
+#ifdef NSTAGE
+#define ST_X (((SMAT_BYTES) + 15) / 16 * 16)
+#define ST_B (ST_X + RMAX * P * 4)
+#define ST_C (ST_B + RMAX * N * 4)
+#define ST_D (ST_C + TMAX * N * 4)
+#define ST_A (ST_D + RMAXP * 4)
+#define ST_END (ST_A + RMAXP * 4)
+static_assert(ST_END <= STAGE_BYTES, "stage layout larger than STAGE_BYTES");
+
+struct M2Scratch {
+    float W[TMAX * RMAX];  // W[k][j] = Delta_j prod_{j<m<=n+k} a_m
+    float BC[TMAX * RMAX]; // B_j . C_k
+    float E[TMAX];         // prod_{m<=n+k} a_m
+    float nd[TMAX];        // the new tokens' Delta and a (producer)
+    float na[TMAX];
+    float dot[TMAX * P]; // S0 . C_k
+    float gsc;           // nvfp4 global scale
+    float dh;            // D[h]
+    int s, n, cnt, b, h, skip;
+};
+static_assert(sizeof(M2Scratch) <= SCR_BYTES, "scratch larger than SCR_BYTES");
+
+template <bool VERIFY>
+__device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const u8* __restrict__ rcodes,
+                                            const u8* __restrict__ rscales, const float* __restrict__ rglobal,
+                                            float* __restrict__ ringX, float* __restrict__ ringB,
+                                            float* __restrict__ ringDt, float* __restrict__ ringA,
+                                            const int* __restrict__ hist, const int* __restrict__ slots,
+                                            const int* __restrict__ counts, int T, const float* __restrict__ x,
+                                            const float* __restrict__ B, const float* __restrict__ C,
+                                            const float* __restrict__ dt, float* __restrict__ y,
+                                            const double* __restrict__ A, const double* __restrict__ dtb,
+                                            const float* __restrict__ D, float dtMin, int L, int batch)
+{
+    extern __shared__ __align__(128) unsigned char dsm[];
+    unsigned char* stages = dsm;
+    unsigned char* scrBase = dsm + NSTAGE * STAGE_BYTES;
+    u64* full = reinterpret_cast<u64*>(scrBase + NSTAGE * SCR_BYTES);
+    u64* empty = full + NSTAGE;
+    float* lut = reinterpret_cast<float*>(empty + NSTAGE);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int T1 = VERIFY ? T : 1;
+    const int items = batch * NHEADS;
+    if (tid == 0) {
+        for (int k = 0; k < NSTAGE; k++) {
+            mbar_init(full + k, 33);
+            mbar_init(empty + k, GW);
+        }
+        mbar_fence_init();
+    }
+#if READ_FMT == FMT_NVFP4
+    init_e2m1_lut(lut);
+#endif
+    __syncthreads();
+
+    if (warp == 0) {
+        int it = 0;
+        for (int base = blockIdx.x; base < items; base += 32 * gridDim.x) {
+            const int i = base + lane * gridDim.x;
+            int s = 0, n = 0, cnt = 0, b = 0, h = 0, skip = 1;
+            float gs = 0.0f, dh = 0.0f, nd[TMAX], na[TMAX];
+            if (i < items) {
+                b = i / NHEADS;
+                h = i % NHEADS;
+                s = slots[b];
+                cnt = VERIFY ? (counts ? counts[b] : T) : 1;
+                float dv[TMAX];
+#pragma unroll
+                for (int k = 0; k < TMAX; k++) {
+                    dv[k] = k < T1 ? dt[((u64)b * T1 + k) * NHEADS + h] : 0.0f;
+                }
+                const double dtbh = dtb[h], Ah = A[h];
+                dh = D[h];
+                n = hist[s];
+#if READ_FMT == FMT_NVFP4
+                gs = rglobal[(u64)s * NHEADS + h];
+#endif
+                skip = VERIFY ? (n > 0 && n + 2 * cnt > L) : (n + 1 >= L);
+#pragma unroll
+                for (int k = 0; k < TMAX; k++) {
+                    nd[k] = na[k] = 0.0f;
+                    if (k < cnt) {
+                        const float delta = fmaxf((float)softplus_d((double)dv[k] + dtbh), dtMin);
+                        nd[k] = delta;
+                        na[k] = (float)exp((double)delta * Ah);
+                    }
+                }
+            }
+            for (int k = 0; k < 32 && base + k * (int)gridDim.x < items; k++, it++) {
+                const int ks = __shfl_sync(FULL_MASK, s, k), kn = __shfl_sync(FULL_MASK, n, k);
+                const int kc = __shfl_sync(FULL_MASK, cnt, k), kb = __shfl_sync(FULL_MASK, b, k);
+                const int kh = __shfl_sync(FULL_MASK, h, k), kskip = __shfl_sync(FULL_MASK, skip, k);
+                const float kgs = __shfl_sync(FULL_MASK, gs, k), kdh = __shfl_sync(FULL_MASK, dh, k);
+                int stg;
+                u32 par;
+                stage_of(it, stg, par);
+                mbar_wait(empty + stg, par ^ 1);
+                M2Scratch* m = reinterpret_cast<M2Scratch*>(scrBase + stg * SCR_BYTES);
+#pragma unroll
+                for (int q = 0; q < TMAX; q++) {
+                    const float d = __shfl_sync(FULL_MASK, nd[q], k), a = __shfl_sync(FULL_MASK, na[q], k);
+                    if (lane == 0) {
+                        m->nd[q] = d;
+                        m->na[q] = a;
+                    }
+                }
+                if (lane == 0) {
+                    m->s = ks;
+                    m->n = kn;
+                    m->cnt = kc;
+                    m->b = kb;
+                    m->h = kh;
+                    m->skip = kskip;
+                    m->gsc = kgs;
+                    m->dh = kdh;
+                }
+                if (kskip) {
+                    if (lane == 0) {
+                        mbar_arrive(full + stg);
+                    }
+                    cp_async_mbar_arrive(full + stg);
+                    continue;
+                }
+                const int g = kh / HPG, ne = kn + kc;
+                unsigned char* sg = stages + stg * STAGE_BYTES;
+                const u64 mat = (u64)ks * NHEADS + kh;
+#if READ_FMT == FMT_NVFP4
+                constexpr int NS = 2;
+#else
+                constexpr int NS = 1;
+#endif
+                const int npieces = NS + 2 * ne + kc + (kn > 0 ? 2 : 0);
+                produce_stage(full + stg, npieces, NS, [&](int ci) -> Piece {
+                    if (ci < NS) {
+#if READ_FMT == FMT_NVFP4
+                        if (ci == 0) {
+                            return Piece{sg, rcodes + mat * (P * N / 2), P * N / 2};
+                        }
+                        return Piece{sg + P * N / 2, rscales + mat * (P * N / 16), P * N / 16};
+#else
+                        return Piece{sg, state + mat * (P * N), SMAT_STATE_BYTES};
+#endif
+                    }
+                    int c = ci - NS;
+                    if (c < ne) {
+                        const float* src = c < kn ? ringX + (ring_at(ks, c) * NHEADS + kh) * P
+                                                  : x + (((u64)kb * T1 + (c - kn)) * NHEADS + kh) * P;
+                        return Piece{sg + ST_X + c * P * 4, src, P * 4};
+                    }
+                    c -= ne;
+                    if (c < ne) {
+                        const float* src = c < kn ? ringB + (ring_at(ks, c) * NGROUPS + g) * N
+                                                  : B + (((u64)kb * T1 + (c - kn)) * NGROUPS + g) * N;
+                        return Piece{sg + ST_B + c * N * 4, src, N * 4};
+                    }
+                    c -= ne;
+                    if (c < kc) {
+                        return Piece{sg + ST_C + c * N * 4, C + (((u64)kb * T1 + c) * NGROUPS + g) * N, N * 4};
+                    }
+                    c -= kc;
+                    return Piece{sg + (c == 0 ? ST_D : ST_A), (c == 0 ? ringDt : ringA) + rs_at(ks, kh, 0), RMAXP * 4};
+                });
+            }
+        }
+        return;
+    }
+
+    static_assert(NCW % GW == 0 && NSTAGE % NGRP == 0, "consumer warps must form whole groups");
+    const int grp = (tid - 32) / GCT, ct = (tid - 32) % GCT;
+    int it = grp;
+    for (int i = blockIdx.x + grp * gridDim.x; i < items; i += NGRP * gridDim.x, it += NGRP) {
+        int stg;
+        u32 par;
+        stage_of(it, stg, par);
+        mbar_wait(full + stg, par);
+        M2Scratch* m = reinterpret_cast<M2Scratch*>(scrBase + stg * SCR_BYTES);
+        if (m->skip) {
+            __syncwarp();
+            if (lane == 0) {
+                mbar_arrive(empty + stg);
+            }
+            continue;
+        }
+        const unsigned char* sg = stages + stg * STAGE_BYTES;
+        const float* sX = reinterpret_cast<const float*>(sg + ST_X);
+        const float* sB = reinterpret_cast<const float*>(sg + ST_B);
+        const float* sCk = reinterpret_cast<const float*>(sg + ST_C);
+        const float* sD = reinterpret_cast<const float*>(sg + ST_D);
+        const float* sA = reinterpret_cast<const float*>(sg + ST_A);
+        const int s = m->s, n = m->n, cnt = m->cnt, b = m->b, h = m->h, g = h / HPG, ne = n + cnt;
+#ifdef PIPE_NOCOMPUTE
+        __syncwarp();
+        if (lane == 0) {
+            mbar_arrive(empty + stg);
+        }
+        continue;
+#endif
+        // Append the new tokens to the ring.
+        for (int idx = ct; idx < cnt * P; idx += GCT) {
+            const int k = idx / P, p = idx % P;
+            ringX[(ring_at(s, n + k) * NHEADS + h) * P + p] = sX[(n + k) * P + p];
+        }
+        if (h % HPG == 0) {
+            for (int idx = ct; idx < cnt * N; idx += GCT) {
+                const int k = idx / N, e = idx % N;
+                ringB[(ring_at(s, n + k) * NGROUPS + g) * N + e] = sB[(n + k) * N + e];
+            }
+        }
+        if (ct < cnt) {
+            ringDt[rs_at(s, h, n + ct)] = m->nd[ct];
+            ringA[rs_at(s, h, n + ct)] = m->na[ct];
+        }
+        // Decay weights: W[k][j] = Delta_j prod_{m=n+k..j+1} a_m (the CPU
+        // cache's suffix products, in the same order), E[k] = prod over all.
+        for (int pr = ct; pr < cnt * (ne + 1); pr += GCT) {
+            const int k = pr / (ne + 1), j = pr % (ne + 1), tk = n + k + 1;
+            if (j <= tk) {
+                double suf = 1.0;
+                const int lo = j == tk ? 0 : j + 1;
+                for (int mm = tk - 1; mm >= lo; mm--) {
+                    suf *= (double)(mm < n ? sA[mm] : m->na[mm - n]);
+                }
+                if (j == tk) {
+                    m->E[k] = (float)suf;
+                } else {
+                    const float dj = j < n ? sD[j] : m->nd[j - n];
+                    m->W[k * RMAX + j] = (float)((double)dj * suf);
+                }
+            }
+        }
+        // B_j . C_k, eight lanes per pair.
+        dot_pairs(
+            cnt * ne, N, ct, GCT,
+            [&](int pr) -> const float* { return pr % ne <= n + pr / ne ? sB + (pr % ne) * N : nullptr; },
+            [&](int pr) -> const float* { return sCk + (pr / ne) * N; },
+            [&](int pr, float v) { m->BC[(pr / ne) * RMAX + pr % ne] = v; });
+        smem_row_dots<VERIFY ? TMAX : 1, GW>(sg, m->gsc, sCk, N, cnt, lut, ct, m->dot);
+        group_sync(grp);
+        const float dh = m->dh;
+        for (int idx = ct; idx < cnt * P; idx += GCT) {
+            const int k = idx / P, p = idx % P;
+            float yv = m->E[k] * m->dot[k * P + p] + dh * sX[(n + k) * P + p];
+            #pragma unroll 4
+            for (int j = 0; j <= n + k; j++) {
+                yv = fmaf(m->W[k * RMAX + j] * m->BC[k * RMAX + j], sX[j * P + p], yv);
+            }
+            y[(((u64)b * T1 + k) * NHEADS + h) * P + p] = yv;
+        }
+        __syncwarp();
+        if (lane == 0) {
+            mbar_arrive(empty + stg);
+        }
+    }
+}
+
+// mamba2_pipe_step: the non-flush slots of a decode step (mamba2_replay_flush
+// takes the others); L is the window.
+extern "C" __global__ void __launch_bounds__(32 * (NCW + 1))
+mamba2_pipe_step(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __restrict__ ringX,
+                 float* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
+                 const int* __restrict__ hist, const int* __restrict__ slots, const float* __restrict__ x,
+                 const float* __restrict__ B, const float* __restrict__ C, const float* __restrict__ dt,
+                 float* __restrict__ y, const double* __restrict__ A, const double* __restrict__ dtb,
+                 const float* __restrict__ D, float dtMin, int L, int batch)
+{
+    mamba2_pipe<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1, x, B, C,
+                       dt, y, A, dtb, D, dtMin, L, batch);
+}
+
+// mamba2_pipe_verify: the verify of slots with no early fold
+// (mamba2_replay_verify_fold takes the others); R is the ring size.
+extern "C" __global__ void __launch_bounds__(32 * (NCW + 1))
+mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __restrict__ ringX,
+                   float* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
+                   const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
+                   const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
+                   const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
+                   const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int R, int batch)
+{
+    mamba2_pipe<true>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x, B, C,
+                      dt, y, A, dtb, D, dtMin, R, batch);
+}
+#endif
