@@ -21,7 +21,9 @@ func runBench(ctx context.Context, e *env, args []string) error {
 What:
   kernels   SSM state-cache kernels: baseline vs replay vs replay-nvfp4, verify
   copy      this machine's memory copy bandwidth
-  decode    whole decode steps of a model (not built yet)
+  decode    whole decode steps of a model (default: the built-in one):
+            tokens/s and state bytes per token, baseline vs replay vs
+            replay-nvfp4
   spec      speculative decoding: tokens/s, acceptance, state memory and max
             concurrency (nospec, spec-baseline, spec-replay)`)
 		if len(args) == 0 {
@@ -37,7 +39,7 @@ What:
 	case "spec":
 		return runBenchSpec(ctx, e, args[1:])
 	case "decode":
-		return fmt.Errorf("bench %s: not built yet", args[0])
+		return runBenchDecode(ctx, e, args[1:])
 	}
 	return fmt.Errorf("%w: unknown benchmark %q (want kernels, copy, decode or spec)", errUsage, args[0])
 }

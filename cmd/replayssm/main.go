@@ -25,8 +25,7 @@ import (
 type command struct {
 	name    string
 	summary string
-	// run executes the command with the arguments after its name. A nil run
-	// means the command is planned but not built yet.
+	// run executes the command with the arguments after its name.
 	run func(ctx context.Context, env *env, args []string) error
 }
 
@@ -72,14 +71,6 @@ func run(ctx context.Context, e *env, args []string) int {
 		if c.name != name {
 			continue
 		}
-		if c.run == nil {
-			if wantsHelp(args[1:]) {
-				fmt.Fprintf(e.stderr, "replayssm %s: %s (not built yet)\n", c.name, c.summary)
-				return 0
-			}
-			fmt.Fprintf(e.stderr, "replayssm %s: not built yet\n", c.name)
-			return 3
-		}
 		err := c.run(ctx, e, args[1:])
 		switch {
 		case err == nil:
@@ -113,11 +104,7 @@ func usage(w io.Writer, cmds []command) {
 	fmt.Fprintln(w, "\nUsage: replayssm <command> [flags] [arguments]\n\nCommands:")
 	sort.Slice(cmds, func(i, j int) bool { return cmds[i].name < cmds[j].name })
 	for _, c := range cmds {
-		note := ""
-		if c.run == nil {
-			note = " (not built yet)"
-		}
-		fmt.Fprintf(w, "  %-10s %s%s\n", c.name, c.summary, note)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'replayssm <command> --help' for a command's flags.")
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -90,6 +91,56 @@ func TestBenchSpec(t *testing.T) {
 		}
 		if r["max_concurrent"].(float64) <= b["max_concurrent"].(float64) {
 			t.Errorf("%v: replay fits %v requests, baseline %v", args, r["max_concurrent"], b["max_concurrent"])
+		}
+	}
+}
+
+// TestBenchDecode runs bench decode on a fixture and checks the JSON rows'
+// contract and the state bytes each mode reports: the baseline moves two
+// states per token, replay (1+1/L)/2 of that plus the ring, an nvfp4 read
+// copy less again; the baseline figure is the same for every mode.
+func TestBenchDecode(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"--model", nemotronFixture, "--batch", "1,3", "--max-tokens", "6", "--prompt-len", "4", "--repeat", "2", "--window", "4", "--json"}
+	if err := runBenchDecode(context.Background(), &env{stdout: &out, stderr: &errb}, args); err != nil {
+		t.Fatalf("%v (%s)", err, errb.String())
+	}
+	rows := map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var row map[string]any
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		for _, k := range []string{"device", "model", "layers", "batch", "mode", "state_dtype", "tokens_per_s", "ms_per_step", "state_bytes_per_token", "baseline_bytes_per_token"} {
+			if _, ok := row[k]; !ok {
+				t.Errorf("row %q lacks %q", line, k)
+			}
+		}
+		if runs := row["tokens_per_s_runs"].([]any); len(runs) != 2 {
+			t.Errorf("row %q: %d runs, want 2", line, len(runs))
+		}
+		rows[row["mode"].(string)+"/"+strconv.Itoa(int(row["batch"].(float64)))] = row
+	}
+	for _, b := range []string{"1", "3"} {
+		base, rep, nv := rows["baseline/"+b], rows["replay/"+b], rows["replay-nvfp4/"+b]
+		if base == nil || rep == nil || nv == nil {
+			t.Fatalf("batch %s: missing rows in %s", b, out.String())
+		}
+		bb := base["baseline_bytes_per_token"].(float64)
+		if bb <= 0 || base["state_bytes_per_token"].(float64) != bb {
+			t.Errorf("batch %s: baseline moved %v bytes per token, its own count says %v", b, base["state_bytes_per_token"], bb)
+		}
+		for _, r := range []map[string]any{rep, nv} {
+			if r["baseline_bytes_per_token"].(float64) != bb {
+				t.Errorf("batch %s %s: baseline bytes %v, want %v", b, r["mode"], r["baseline_bytes_per_token"], bb)
+			}
+			if r["speedup_vs_baseline"].(float64) <= 0 || r["tokens_per_s"].(float64) <= 0 || r["ms_per_step"].(float64) <= 0 {
+				t.Errorf("batch %s %s: %v", b, r["mode"], r)
+			}
+		}
+		if !(nv["state_bytes_per_token"].(float64) < rep["state_bytes_per_token"].(float64) && rep["state_bytes_per_token"].(float64) < bb) {
+			t.Errorf("batch %s: state bytes per token nvfp4 %v, replay %v, baseline %v: want increasing", b,
+				nv["state_bytes_per_token"], rep["state_bytes_per_token"], bb)
 		}
 	}
 }
