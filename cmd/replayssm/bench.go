@@ -44,6 +44,24 @@ What:
 	return fmt.Errorf("%w: unknown benchmark %q (want kernels, copy, decode or spec)", errUsage, args[0])
 }
 
+// rowPrinter returns the emit function of a benchmark's rows: one JSON
+// object per line, or a text table whose header (printed from the first
+// row) comes before the first line.
+func rowPrinter[T any](e *env, asJSON bool, header func(T), line func(T) error) func(T) error {
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		return func(r T) error { return enc.Encode(r) }
+	}
+	first := true
+	return func(r T) error {
+		if first {
+			header(r)
+			first = false
+		}
+		return line(r)
+	}
+}
+
 func runBenchCopy(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bench copy", "bench copy [flags]")
 	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "worker threads")
@@ -125,23 +143,16 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	if *drafts < 1 || *drafts > 8 {
 		return fmt.Errorf("%w: drafts %d out of range [1, 8]", errUsage, *drafts)
 	}
-	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
-		return run(ctx, cfg, func(r bench.Row) error { return enc.Encode(r) })
-	}
-	first := true
-	return run(ctx, cfg, func(r bench.Row) error {
-		if first {
-			where := fmt.Sprintf("cpu (%d threads)", r.Threads)
-			if r.Device != "cpu" {
-				where = r.Device
-			}
-			fmt.Fprintf(e.stdout, "device %s, copy bandwidth %.1f GB/s (read+write), read-only %.1f GB/s, window L=%d, verify T=%d\n",
-				where, r.CopyGBps, r.ReadGBps, *window, *drafts)
-			fmt.Fprintf(e.stdout, "%-20s %-5s %5s %-16s %9s %9s %9s %8s %7s %6s %8s\n",
-				"shape", "dtype", "batch", "mode", "us/step", "nonflush", "flush", "MB/step", "GB/s", "%copy", "vs base")
-			first = false
+	return run(ctx, cfg, rowPrinter(e, *asJSON, func(r bench.Row) {
+		where := fmt.Sprintf("cpu (%d threads)", r.Threads)
+		if r.Device != "cpu" {
+			where = r.Device
 		}
+		fmt.Fprintf(e.stdout, "device %s, copy bandwidth %.1f GB/s (read+write), read-only %.1f GB/s, window L=%d, verify T=%d\n",
+			where, r.CopyGBps, r.ReadGBps, *window, *drafts)
+		fmt.Fprintf(e.stdout, "%-20s %-5s %5s %-16s %9s %9s %9s %8s %7s %6s %8s\n",
+			"shape", "dtype", "batch", "mode", "us/step", "nonflush", "flush", "MB/step", "GB/s", "%copy", "vs base")
+	}, func(r bench.Row) error {
 		extra := ""
 		if r.NonflushVsReplay > 0 {
 			extra = fmt.Sprintf("  non-flush %.2fx faster than replay", r.NonflushVsReplay)
@@ -150,5 +161,5 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 			r.Shape, r.StateDtype, r.Batch, r.Mode, r.UsPerStep, r.UsNonflush, r.UsFlush,
 			r.BytesPerStep/1e6, r.GBps, r.PctCopy, r.SpeedupVsBaseline, extra)
 		return err
-	})
+	}))
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -202,17 +201,10 @@ func benchDecodeBatch(ctx context.Context, d *nn.Decoder, name string, B int, mo
 }
 
 func decodePrinter(e *env, asJSON bool) func(decodeRow) error {
-	if asJSON {
-		enc := json.NewEncoder(e.stdout)
-		return func(r decodeRow) error { return enc.Encode(r) }
-	}
-	first := true
-	return func(r decodeRow) error {
-		if first {
-			fmt.Fprintf(e.stdout, "%-20s %6s %5s %-13s %-16s %11s %9s %12s %12s %8s\n",
-				"model", "layers", "batch", "mode", "state", "tokens/s", "ms/step", "state B/tok", "base B/tok", "vs base")
-			first = false
-		}
+	return rowPrinter(e, asJSON, func(decodeRow) {
+		fmt.Fprintf(e.stdout, "%-20s %6s %5s %-13s %-16s %11s %9s %12s %12s %8s\n",
+			"model", "layers", "batch", "mode", "state", "tokens/s", "ms/step", "state B/tok", "base B/tok", "vs base")
+	}, func(r decodeRow) error {
 		vs := "-"
 		if r.SpeedupVsBaseline > 0 {
 			vs = fmt.Sprintf("%.2fx", r.SpeedupVsBaseline)
@@ -221,5 +213,5 @@ func decodePrinter(e *env, asJSON bool) func(decodeRow) error {
 			r.Model, r.Layers, r.Batch, r.Mode, r.StateDtype, r.TokensPerS, r.MsPerStep,
 			bytesString(int64(r.StateBytesPerToken)), bytesString(int64(r.BaselineBytesPerToken)), vs)
 		return err
-	}
+	})
 }

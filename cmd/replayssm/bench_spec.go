@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -263,17 +262,10 @@ func finishRows(rows []*specRow, emit func(specRow) error) error {
 }
 
 func specPrinter(e *env, asJSON bool) func(specRow) error {
-	if asJSON {
-		enc := json.NewEncoder(e.stdout)
-		return func(r specRow) error { return enc.Encode(r) }
-	}
-	first := true
-	return func(r specRow) error {
-		if first {
-			fmt.Fprintf(e.stdout, "%-20s %6s %5s %2s %-15s %12s %8s %8s %9s %10s %9s %8s %8s %7s\n",
-				"model", "layers", "batch", "T", "mode", "tokens/s", "accepted", "tok/step", "us/step", "state/req", "max conc", "vs nospec", "vs base", "conc x")
-			first = false
-		}
+	return rowPrinter(e, asJSON, func(specRow) {
+		fmt.Fprintf(e.stdout, "%-20s %6s %5s %2s %-15s %12s %8s %8s %9s %10s %9s %8s %8s %7s\n",
+			"model", "layers", "batch", "T", "mode", "tokens/s", "accepted", "tok/step", "us/step", "state/req", "max conc", "vs nospec", "vs base", "conc x")
+	}, func(r specRow) error {
 		if r.Skipped != "" {
 			_, err := fmt.Fprintf(e.stdout, "%-20s %6d %5d %2d %-15s skipped: %s\n", r.Model, r.Layers, r.Batch, r.T, r.Mode, r.Skipped)
 			return err
@@ -292,7 +284,7 @@ func specPrinter(e *env, asJSON bool) func(specRow) error {
 			r.Model, r.Layers, r.Batch, r.T, r.Mode, r.TokensPerS, r.MeanAccepted, r.TokensPerStep, us,
 			bytesString(r.StateBytesPerRequest), r.MaxConcurrent, ratio(r.SpeedupVsNospec), ratio(r.SpeedupVsBaseline), ratio(r.ConcurrentVsBaseline))
 		return err
-	}
+	})
 }
 
 // benchKey is one row of a batch: a mode and its T (0 without speculation).
