@@ -16,7 +16,6 @@ import (
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/engine/spec"
 	"github.com/replayssm/replayssm/model/nn"
-	"github.com/replayssm/replayssm/model/qwen"
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
@@ -334,7 +333,7 @@ func benchSpecModel(ctx context.Context, e *env, dir string, cfg specBenchConfig
 	}
 	var head *nn.MTP
 	if cfg.drafter == "mtp" {
-		if head, err = qwen.LoadMTP(dir, d); err != nil {
+		if head, err = loadMTP(dir, d); err != nil {
 			return err
 		}
 	}

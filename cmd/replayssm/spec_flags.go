@@ -7,6 +7,8 @@ import (
 
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/engine/spec"
+	"github.com/replayssm/replayssm/model/hfconfig"
+	"github.com/replayssm/replayssm/model/nemotronh"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/model/qwen"
 	"github.com/replayssm/replayssm/replay"
@@ -20,6 +22,7 @@ type specFlags struct {
 	draftModel *string
 	mode       *string
 	accept     *string
+	draftVocab *int
 }
 
 func addSpecFlags(fs *flag.FlagSet) specFlags {
@@ -29,6 +32,7 @@ func addSpecFlags(fs *flag.FlagSet) specFlags {
 		draftModel: fs.String("draft-model", "", "draft model directory (same tokenizer as --model)"),
 		mode:       fs.String("spec-mode", "", "SSM state under speculation: replay (drafts in the ring, rejection = cursor move) or baseline (one state per draft); default: --state-mode"),
 		accept:     fs.String("accept", "greedy", "draft acceptance: greedy (exact match with the target's sample) or stochastic (rejection sampling)"),
+		draftVocab: fs.Int("draft-vocab", 0, "--speculative mtp: draft only tokens with ids below N, computing the head's logits for those LM-head rows only (cheaper drafts; verification keeps the output exact); 0 = the whole vocabulary"),
 	}
 }
 
@@ -49,6 +53,12 @@ func (f specFlags) check() (spec.Acceptance, error) {
 		}
 	default:
 		return 0, fmt.Errorf("%w: --speculative %q (want ngram, draft, mtp or none)", errUsage, *f.drafter)
+	}
+	if *f.draftVocab < 0 {
+		return 0, fmt.Errorf("%w: --draft-vocab %d is negative (0 = the whole vocabulary)", errUsage, *f.draftVocab)
+	}
+	if *f.draftVocab != 0 && *f.drafter != "mtp" {
+		return 0, fmt.Errorf("%w: --draft-vocab applies to --speculative mtp only", errUsage)
 	}
 	if *f.drafts < 1 || *f.drafts > engine.MaxDrafts {
 		return 0, fmt.Errorf("%w: --draft-tokens %d out of range [1, %d]", errUsage, *f.drafts, engine.MaxDrafts)
@@ -78,11 +88,19 @@ func (f specFlags) newDrafter(w io.Writer, dir string, target *nn.Decoder, tst *
 	case "ngram":
 		return &spec.NGram{}, nil
 	case "mtp":
-		head, err := qwen.LoadMTP(dir, target)
+		if *f.draftVocab > target.Vocab {
+			return nil, fmt.Errorf("%w: --draft-vocab %d exceeds the model's vocabulary of %d tokens", errUsage, *f.draftVocab, target.Vocab)
+		}
+		head, err := loadMTP(dir, target)
 		if err != nil {
 			return nil, err
 		}
-		return spec.NewMTP(head, target, tst, capacity, *f.drafts)
+		m, err := spec.NewMTP(head, target, tst, capacity, *f.drafts)
+		if err != nil {
+			return nil, err
+		}
+		m.DraftVocab = *f.draftVocab
+		return m, nil
 	}
 	d, err := loadModel(w, *f.draftModel)
 	if err != nil {
@@ -92,6 +110,15 @@ func (f specFlags) newDrafter(w io.Writer, dir string, target *nn.Decoder, tst *
 		return nil, fmt.Errorf("draft model vocabulary %d differs from the target's %d: they must share the tokenizer", d.Vocab, target.Vocab)
 	}
 	return spec.NewDraftModel(d, capacity, *f.drafts, replay.Options{Mode: opt.Mode, Window: opt.Window})
+}
+
+// loadMTP binds the MTP head of the checkpoint in dir for target, by family:
+// Qwen3.5 / Qwen3-Next mtp.* or NemotronH mtp.layers.*.
+func loadMTP(dir string, target *nn.Decoder) (*nn.MTP, error) {
+	if target.Config != nil && target.Config.Family == hfconfig.NemotronH {
+		return nemotronh.LoadMTP(dir, target)
+	}
+	return qwen.LoadMTP(dir, target)
 }
 
 // printSpecStats prints what speculation did.

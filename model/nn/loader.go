@@ -12,17 +12,30 @@ import (
 // after it, so that an architecture's binding code reads as a list of
 // tensors; call Err at the end.
 type Loader struct {
-	ckpt     *safetensors.Checkpoint
+	src      Source
 	err      error
 	done     int64
 	total    int64
 	progress func(done, total int64)
 }
 
+// Source is what a Loader reads: a safetensors.Checkpoint or File, or any
+// other named-tensor store. A source that also has Info(name)
+// (safetensors.TensorInfo, bool) gives shapes (Shape) and sizes (progress);
+// one with Dir() string names its directory (Dir).
+type Source interface {
+	Has(name string) bool
+	Float32(name string, shape ...int) ([]float32, error)
+}
+
+type infoSource interface {
+	Info(name string) (safetensors.TensorInfo, bool)
+}
+
 // NewLoader reads from ckpt. progress, if not nil, is called after each
 // tensor with the bytes read so far and the checkpoint's total.
 func NewLoader(ckpt *safetensors.Checkpoint, progress func(done, total int64)) *Loader {
-	l := &Loader{ckpt: ckpt, progress: progress}
+	l := &Loader{src: ckpt, progress: progress}
 	for _, n := range ckpt.Names() {
 		if info, ok := ckpt.Info(n); ok {
 			l.total += info.Size
@@ -30,6 +43,10 @@ func NewLoader(ckpt *safetensors.Checkpoint, progress func(done, total int64)) *
 	}
 	return l
 }
+
+// NewSourceLoader reads from src (for example one safetensors file holding
+// a model's MTP head), without progress reports.
+func NewSourceLoader(src Source) *Loader { return &Loader{src: src} }
 
 // Err returns the first error met, or nil.
 func (l *Loader) Err() error { return l.err }
@@ -42,10 +59,15 @@ func (l *Loader) Fail(err error) {
 }
 
 // Has reports whether the checkpoint holds a tensor called name.
-func (l *Loader) Has(name string) bool { return l.ckpt.Has(name) }
+func (l *Loader) Has(name string) bool { return l.src.Has(name) }
 
-// Dir is the checkpoint's directory.
-func (l *Loader) Dir() string { return l.ckpt.Dir() }
+// Dir is the checkpoint's directory ("" for a source without one).
+func (l *Loader) Dir() string {
+	if d, ok := l.src.(interface{ Dir() string }); ok {
+		return d.Dir()
+	}
+	return ""
+}
 
 // Tensor returns the tensor called name as float32; shape, if given, must
 // match (−1 matches any size).
@@ -53,12 +75,12 @@ func (l *Loader) Tensor(name string, shape ...int) []float32 {
 	if l.err != nil {
 		return nil
 	}
-	t, err := l.ckpt.Float32(name, shape...)
+	t, err := l.src.Float32(name, shape...)
 	if err != nil {
 		l.err = err
 		return nil
 	}
-	if info, ok := l.ckpt.Info(name); ok {
+	if info, ok := l.info(name); ok {
 		l.done += info.Size
 	}
 	if l.progress != nil {
@@ -67,13 +89,21 @@ func (l *Loader) Tensor(name string, shape ...int) []float32 {
 	return t
 }
 
-// Shape returns the shape of the tensor called name, or nil if absent.
+// Shape returns the shape of the tensor called name, or nil if absent (or
+// unknown: the source gives no shapes).
 func (l *Loader) Shape(name string) []int {
-	info, ok := l.ckpt.Info(name)
+	info, ok := l.info(name)
 	if !ok {
 		return nil
 	}
 	return info.Shape
+}
+
+func (l *Loader) info(name string) (safetensors.TensorInfo, bool) {
+	if s, ok := l.src.(infoSource); ok {
+		return s.Info(name)
+	}
+	return safetensors.TensorInfo{}, false
 }
 
 // Linear binds module's ".weight" [out][in] and, if bias, its ".bias" [out].

@@ -9,8 +9,9 @@ import (
 )
 
 // MTP is a multi-token-prediction head, Qwen3-Next's and Qwen3.5's mtp.*
-// module: from the target's hidden state at position t and the token at
-// t+1 it predicts the token at t+2.
+// module (NemotronH's has the same form: enorm, hnorm, eh_proj, its
+// attention and MoE sublayers, final_layernorm): from the target's hidden
+// state at position t and the token at t+1 it predicts the token at t+2.
 //
 //	e      = EmbedNorm(embed(token[t+1]))          pre_fc_norm_embedding
 //	h      = HiddenNorm(hidden[t])                 pre_fc_norm_hidden

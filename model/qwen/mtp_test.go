@@ -7,9 +7,15 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
 	"testing"
 
+	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/engine/spec"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
@@ -31,44 +37,129 @@ func (m mapSource) Float32(name string, _ ...int) ([]float32, error) {
 	return append([]float32(nil), t...), nil
 }
 
-func randomMTP(rng *rand.Rand, cfg *hfconfig.Config) mapSource {
+// headKind is the MTP head layer's feed-forward and how its experts are
+// stored.
+type headKind int
+
+const (
+	denseHead    headKind = iota // mlp.{gate,up,down}_proj
+	moeHead                      // mlp.gate, mlp.experts.{e}.{gate,up,down}_proj, shared expert and gate
+	moeHeadFused                 // the same experts as mlp.experts.gate_up_proj [E][2I][H], mlp.experts.down_proj [E][H][I]
+)
+
+// mtpWeights are a random head: w names every tensor as refMTP reads it
+// (experts one by one), shape their shapes, and file is what a checkpoint
+// stores (the fused layout packs the experts).
+type mtpWeights struct {
+	w     mapSource
+	shape map[string][]int
+	file  []string
+}
+
+func randomMTP(rng *rand.Rand, cfg *hfconfig.Config, kind headKind) *mtpWeights {
 	H, ac := cfg.HiddenSize, cfg.Attention
-	hd, I := ac.HeadDim, cfg.IntermediateSize
-	m := mapSource{}
-	add := func(name string, n int, scale float64) {
+	hd := ac.HeadDim
+	m := &mtpWeights{w: mapSource{}, shape: map[string][]int{}}
+	add := func(name string, scale float64, shape ...int) {
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
 		t := make([]float32, n)
 		for i := range t {
 			t[i] = float32(rng.NormFloat64() * scale)
 		}
-		m[name] = t
+		m.w[name], m.shape[name] = t, shape
+		m.file = append(m.file, name)
 	}
 	lp := "mtp.layers.0."
-	add("mtp.fc.weight", H*2*H, 0.1)
+	add("mtp.fc.weight", 0.1, H, 2*H)
 	for _, n := range []string{"mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight",
 		lp + "input_layernorm.weight", lp + "post_attention_layernorm.weight"} {
-		add(n, H, 0.3)
+		add(n, 0.3, H)
 	}
-	add(lp+"self_attn.q_proj.weight", 2*ac.NumHeads*hd*H, 0.15)
-	add(lp+"self_attn.k_proj.weight", ac.NumKVHeads*hd*H, 0.15)
-	add(lp+"self_attn.v_proj.weight", ac.NumKVHeads*hd*H, 0.15)
-	add(lp+"self_attn.o_proj.weight", H*ac.NumHeads*hd, 0.1)
-	add(lp+"self_attn.q_norm.weight", hd, 0.3)
-	add(lp+"self_attn.k_norm.weight", hd, 0.3)
-	add(lp+"mlp.gate_proj.weight", I*H, 0.15)
-	add(lp+"mlp.up_proj.weight", I*H, 0.15)
-	add(lp+"mlp.down_proj.weight", H*I, 0.1)
+	add(lp+"self_attn.q_proj.weight", 0.15, 2*ac.NumHeads*hd, H)
+	add(lp+"self_attn.k_proj.weight", 0.15, ac.NumKVHeads*hd, H)
+	add(lp+"self_attn.v_proj.weight", 0.15, ac.NumKVHeads*hd, H)
+	add(lp+"self_attn.o_proj.weight", 0.1, H, ac.NumHeads*hd)
+	add(lp+"self_attn.q_norm.weight", 0.3, hd)
+	add(lp+"self_attn.k_norm.weight", 0.3, hd)
+	mlp := lp + "mlp."
+	if kind == denseHead {
+		I := cfg.IntermediateSize
+		add(mlp+"gate_proj.weight", 0.15, I, H)
+		add(mlp+"up_proj.weight", 0.15, I, H)
+		add(mlp+"down_proj.weight", 0.1, H, I)
+		return m
+	}
+	mc := cfg.MoE
+	E, I, S := mc.NumExperts, mc.ExpertIntermediateSize, mc.SharedExpertIntermediateSize
+	add(mlp+"gate.weight", 0.5, E, H) // router: logits spread enough for a clear top-k
+	for e := range E {
+		add(fmt.Sprintf("%sexperts.%d.gate_proj.weight", mlp, e), 0.15, I, H)
+		add(fmt.Sprintf("%sexperts.%d.up_proj.weight", mlp, e), 0.15, I, H)
+		add(fmt.Sprintf("%sexperts.%d.down_proj.weight", mlp, e), 0.15, H, I)
+	}
+	add(mlp+"shared_expert.gate_proj.weight", 0.15, S, H)
+	add(mlp+"shared_expert.up_proj.weight", 0.15, S, H)
+	add(mlp+"shared_expert.down_proj.weight", 0.1, H, S)
+	add(mlp+"shared_expert_gate.weight", 0.3, 1, H)
+	if kind == moeHeadFused {
+		var gateUp, down []float32
+		for e := range E {
+			gateUp = append(gateUp, m.w[fmt.Sprintf("%sexperts.%d.gate_proj.weight", mlp, e)]...)
+			gateUp = append(gateUp, m.w[fmt.Sprintf("%sexperts.%d.up_proj.weight", mlp, e)]...)
+			down = append(down, m.w[fmt.Sprintf("%sexperts.%d.down_proj.weight", mlp, e)]...)
+		}
+		m.file = slices.DeleteFunc(m.file, func(n string) bool { return strings.HasPrefix(n, mlp+"experts.") })
+		m.w[mlp+"experts.gate_up_proj"], m.shape[mlp+"experts.gate_up_proj"] = gateUp, []int{E, 2 * I, H}
+		m.w[mlp+"experts.down_proj"], m.shape[mlp+"experts.down_proj"] = down, []int{E, H, I}
+		m.file = append(m.file, mlp+"experts.gate_up_proj", mlp+"experts.down_proj")
+	}
 	return m
 }
 
+// write stores the head's checkpoint tensors (float32) in a safetensors file.
+func (m *mtpWeights) write(t *testing.T, path string) {
+	t.Helper()
+	var ts []safetensors.Tensor
+	for _, n := range m.file {
+		b := make([]byte, 4*len(m.w[n]))
+		for i, v := range m.w[n] {
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		}
+		ts = append(ts, safetensors.Tensor{Name: n, DType: safetensors.F32, Shape: m.shape[n], Data: b})
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := safetensors.Write(f, ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // refMTP is the MTP head in float64, written from the formulas (not from
-// package nn): one sequence's rows 0..n−1 at positions 0..n−1, causal.
-// It returns each row's output (after mtp.norm) and logits.
-func refMTP(cfg *hfconfig.Config, w mapSource, embed, lmHead []float32, tokens []int, hidden [][]float64) (outs, logits [][]float64) {
+// package nn): one sequence's rows 0..n−1 at positions 0..n−1, causal. The
+// head layer's feed-forward is a SwiGLU MLP or, for a MoE head, a softmax
+// router over all experts, the top-k (renormalised if norm_topk_prob), SwiGLU
+// experts, plus the SwiGLU shared expert × sigmoid(shared_expert_gate(x)).
+// It returns each row's output (after mtp.norm) and logits, and the smallest
+// gap between the k-th and (k+1)-th router probabilities met (+Inf for a
+// dense head), which says whether float32 routing can pick other experts.
+func refMTP(cfg *hfconfig.Config, kind headKind, w mapSource, embed, lmHead []float32, tokens []int, hidden [][]float64) (outs, logits [][]float64, gap float64) {
 	H, ac := cfg.HiddenSize, cfg.Attention
-	nh, nkv, hd, I, V := ac.NumHeads, ac.NumKVHeads, ac.HeadDim, cfg.IntermediateSize, len(embed)/cfg.HiddenSize
+	nh, nkv, hd, V := ac.NumHeads, ac.NumKVHeads, ac.HeadDim, len(embed)/cfg.HiddenSize
 	eps, rd, theta := cfg.RMSNormEps, ac.RotaryDim, ac.RopeTheta
+	gap = math.Inf(1)
 	g := func(name string) []float64 {
-		t := w[name]
+		t, ok := w[name]
+		if !ok {
+			panic("refMTP: no tensor " + name)
+		}
 		out := make([]float64, len(t))
 		for i, v := range t {
 			out[i] = float64(v)
@@ -108,9 +199,66 @@ func refMTP(cfg *hfconfig.Config, w mapSource, embed, lmHead []float32, tokens [
 		}
 	}
 	sig := func(v float64) float64 { return 1 / (1 + math.Exp(-v)) }
+	swiglu := func(m string, x []float64) []float64 {
+		wg, wu, wd := g(m+"gate_proj.weight"), g(m+"up_proj.weight"), g(m+"down_proj.weight")
+		I := len(wg) / len(x)
+		gt, up := lin(wg, x, I), lin(wu, x, I)
+		for i := range gt {
+			gt[i] = gt[i] * sig(gt[i]) * up[i]
+		}
+		return lin(wd, gt, len(x))
+	}
 	lp := "mtp.layers.0."
+	ffn := func(x []float64) []float64 {
+		if kind == denseHead {
+			return swiglu(lp+"mlp.", x)
+		}
+		mc := cfg.MoE
+		E := mc.NumExperts
+		p := lin(g(lp+"mlp.gate.weight"), x, E)
+		mx := math.Inf(-1)
+		for _, v := range p {
+			mx = math.Max(mx, v)
+		}
+		var z float64
+		for e := range p {
+			p[e] = math.Exp(p[e] - mx)
+			z += p[e]
+		}
+		for e := range p {
+			p[e] /= z
+		}
+		order := make([]int, E)
+		for e := range order {
+			order[e] = e
+		}
+		sort.SliceStable(order, func(a, b int) bool { return p[order[a]] > p[order[b]] })
+		if mc.TopK < E {
+			gap = math.Min(gap, p[order[mc.TopK-1]]-p[order[mc.TopK]])
+		}
+		var sum float64
+		for _, e := range order[:mc.TopK] {
+			sum += p[e]
+		}
+		y := make([]float64, H)
+		for _, e := range order[:mc.TopK] {
+			wt := p[e]
+			if mc.NormTopKProb {
+				wt /= sum
+			}
+			ye := swiglu(fmt.Sprintf("%smlp.experts.%d.", lp, e), x)
+			for i := range y {
+				y[i] += wt * ye[i]
+			}
+		}
+		s := swiglu(lp+"mlp.shared_expert.", x)
+		sg := sig(lin(g(lp+"mlp.shared_expert_gate.weight"), x, 1)[0])
+		for i := range y {
+			y[i] += sg * s[i]
+		}
+		return y
+	}
 	fc, wq, wk, wv, wo := g("mtp.fc.weight"), g(lp+"self_attn.q_proj.weight"), g(lp+"self_attn.k_proj.weight"), g(lp+"self_attn.v_proj.weight"), g(lp+"self_attn.o_proj.weight")
-	wg, wu, wd := g(lp+"mlp.gate_proj.weight"), g(lp+"mlp.up_proj.weight"), g(lp+"mlp.down_proj.weight")
 	n := len(tokens)
 	xs := make([][]float64, n)
 	var keys, vals [][]float64
@@ -169,12 +317,7 @@ func refMTP(cfg *hfconfig.Config, w mapSource, embed, lmHead []float32, tokens [
 		for i := range x {
 			x[i] += ao[i]
 		}
-		m := norm(x, lp+"post_attention_layernorm.weight")
-		gt, up := lin(wg, m, I), lin(wu, m, I)
-		for i := range gt {
-			gt[i] = gt[i] * sig(gt[i]) * up[i]
-		}
-		d := lin(wd, gt, H)
+		d := ffn(norm(x, lp+"post_attention_layernorm.weight"))
 		for i := range x {
 			x[i] += d[i]
 		}
@@ -187,35 +330,81 @@ func refMTP(cfg *hfconfig.Config, w mapSource, embed, lmHead []float32, tokens [
 		}
 		logits = append(logits, lg)
 	}
-	return xs, logits
+	return xs, logits, gap
 }
 
-func maxRel(t *testing.T, what string, got []float32, want []float64, tol float64) {
-	t.Helper()
+// relErr is max |got − want| / max(max |want|, 1e-3).
+func relErr(got []float32, want []float64) float64 {
 	var d, s float64
 	for i := range want {
 		d = math.Max(d, math.Abs(float64(got[i])-want[i]))
 		s = math.Max(s, math.Abs(want[i]))
 	}
-	if d > tol*math.Max(s, 1e-3) {
-		t.Errorf("%s: max |diff| %.3g (max |want| %.3g), tolerance %.1g relative", what, d, s, tol)
+	return d / math.Max(s, 1e-3)
+}
+
+func maxRel(t *testing.T, what string, got []float32, want []float64, tol float64) float64 {
+	t.Helper()
+	e := relErr(got, want)
+	if e > tol {
+		t.Errorf("%s: max |diff| / max |want| = %.3g, tolerance %.1g", what, e, tol)
+	}
+	return e
+}
+
+// mtpCases are the heads TestMTPFloat64 binds: a dense head on the dense
+// fixture, MoE heads (per-expert and fused expert tensors) on the MoE
+// fixtures.
+var mtpCases = []struct {
+	name    string
+	fixture string
+	kind    headKind
+}{
+	{"qwen3_5 dense", "qwen3_5", denseHead},
+	{"qwen3_5_moe moe", "qwen3_5_moe", moeHead},
+	{"qwen3_next moe fused", "qwen3_next", moeHeadFused},
+	{"qwen3_5_moe moe fused", "qwen3_5_moe", moeHeadFused},
+}
+
+// mtpTol bounds the float32 head's relative error against refMTP: float32
+// sums over ≤ 2H = 128 terms, a few layers deep, stay below 1e-6; 2e-5 leaves
+// room without hiding a wrong weight, order or routing (those give O(1)).
+const mtpTol = 2e-5
+
+// TestMTPFloat64 checks nn.MTP, bound by BindMTP from random weights written
+// to a safetensors file, against refMTP: two sequences in one batch,
+// committed rows over two calls, then chained uncommitted rows, then a
+// committing call that drops them.
+func TestMTPFloat64(t *testing.T) {
+	for i, tc := range mtpCases {
+		t.Run(tc.name, func(t *testing.T) {
+			testMTPFloat64(t, tc.fixture, tc.kind, uint64(i))
+		})
 	}
 }
 
-// TestMTPFloat64 checks nn.MTP, bound by BindMTP from random weights, against
-// refMTP: two sequences in one batch, committed rows over two calls, then
-// chained uncommitted rows, then a committing call that drops them.
-func TestMTPFloat64(t *testing.T) {
-	target, err := model.Load(filepath.Join("..", "testdata", "fixtures", "qwen3_5"), model.Options{})
+func testMTPFloat64(t *testing.T, fixture string, kind headKind, seed uint64) {
+	target, err := model.Load(filepath.Join("..", "testdata", "fixtures", fixture), model.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := target.Config
-	rng := rand.New(rand.NewPCG(5, 7))
-	w := randomMTP(rng, cfg)
-	head, err := qwen.BindMTP(cfg, w, target)
+	rng := rand.New(rand.NewPCG(5+seed, 7))
+	w := randomMTP(rng, cfg, kind)
+	path := filepath.Join(t.TempDir(), qwen.MTPFile)
+	w.write(t, path)
+	f, err := safetensors.Open(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer f.Close()
+	head, err := qwen.BindMTP(cfg, f, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ffn := head.Dec.Layers[0].Branches[1].Block
+	if got, want := ffn.Kind(), map[bool]hfconfig.LayerKind{true: hfconfig.MLP, false: hfconfig.MoE}[kind == denseHead]; got != want {
+		t.Fatalf("head feed-forward %v, want %v", got, want)
 	}
 	H, V := target.Hidden, target.Vocab
 	st, err := head.Dec.NewState(2, replay.Options{})
@@ -239,6 +428,7 @@ func TestMTPFloat64(t *testing.T) {
 		return rng.IntN(V), h
 	}
 	ctx := context.Background()
+	worst, gap := 0.0, math.Inf(1)
 	// run feeds rows (counts per sequence), checks outputs and logits of
 	// every row against the reference over committed + these rows.
 	run := func(name string, counts map[nn.Seq]int, commit bool, chainFrom map[nn.Seq][]float32) map[nn.Seq][]float32 {
@@ -273,7 +463,8 @@ func TestMTPFloat64(t *testing.T) {
 		k := 0
 		for _, q := range order {
 			p := pend[q]
-			outs, lgs := refMTP(cfg, w, target.Embed, target.LMHead.W, p.tok, p.hid)
+			outs, lgs, g := refMTP(cfg, kind, w.w, target.Embed, target.LMHead.W, p.tok, p.hid)
+			gap = math.Min(gap, g)
 			for j := len(p.tok) - counts[q]; j < len(p.tok); j++ {
 				want[k], wantLg[k] = outs[j], lgs[j]
 				k++
@@ -285,8 +476,8 @@ func TestMTPFloat64(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		for i := range rows {
-			maxRel(t, name+" output", out[i*H:(i+1)*H], want[i], 2e-4)
-			maxRel(t, name+" logits", lg[i*V:(i+1)*V], wantLg[i], 2e-4)
+			worst = math.Max(worst, maxRel(t, name+" output", out[i*H:(i+1)*H], want[i], mtpTol))
+			worst = math.Max(worst, maxRel(t, name+" logits", lg[i*V:(i+1)*V], wantLg[i], mtpTol))
 		}
 		for _, q := range order {
 			cur[q] = pend[q]
@@ -318,6 +509,10 @@ func TestMTPFloat64(t *testing.T) {
 	}
 	// A committing call drops the chained row.
 	run("commit after chain", map[nn.Seq]int{qa: 2, qb: 2}, true, nil)
+	t.Logf("max relative error %.2g (tolerance %.0g); smallest router top-k gap %.2g", worst, mtpTol, gap)
+	if kind != denseHead && gap < 1e-4 {
+		t.Errorf("router top-k gap %.2g: too close for float32 routing to be checked; change the seed", gap)
+	}
 }
 
 // TestMTPReference checks the shipped qwen35-kjv head against the PyTorch
@@ -424,4 +619,118 @@ func f64(x []float32) []float64 {
 		y[i] = float64(v)
 	}
 	return y
+}
+
+// TestLoadMTPMoE: a MoE model's checkpoint with a MoE head is accepted end to
+// end, the head beside it (mtp.safetensors) or inside it (a second shard):
+// model.Load and LoadMTP bind it, its logits match refMTP, and greedy
+// speculative generation with it as the drafter is plain greedy generation.
+func TestLoadMTPMoE(t *testing.T) {
+	fix := filepath.Join("..", "testdata", "fixtures", "qwen3_5_moe")
+	for _, layout := range []string{"sidecar", "shard"} {
+		t.Run(layout, func(t *testing.T) {
+			dir := t.TempDir()
+			copyFile(t, filepath.Join(fix, "config.json"), filepath.Join(dir, "config.json"))
+			probe, err := model.Load(fix, model.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := randomMTP(rand.New(rand.NewPCG(11, 13)), probe.Config, moeHeadFused)
+			if layout == "sidecar" {
+				copyFile(t, filepath.Join(fix, "model.safetensors"), filepath.Join(dir, "model.safetensors"))
+				w.write(t, filepath.Join(dir, qwen.MTPFile))
+			} else {
+				copyFile(t, filepath.Join(fix, "model.safetensors"), filepath.Join(dir, "model-00001-of-00002.safetensors"))
+				w.write(t, filepath.Join(dir, "model-00002-of-00002.safetensors"))
+			}
+			target, err := model.Load(dir, model.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			head, err := qwen.LoadMTP(dir, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k := head.Dec.Layers[0].Branches[1].Block.Kind(); k != hfconfig.MoE {
+				t.Fatalf("head feed-forward %v, want MoE", k)
+			}
+			H, V := target.Hidden, target.Vocab
+			rng := rand.New(rand.NewPCG(3, 4))
+			toks := []int{5, 77, 300, 12}
+			hid := make([][]float64, len(toks))
+			var flat []float32
+			rows := make([]nn.Row, len(toks))
+			for i := range toks {
+				hid[i] = make([]float64, H)
+				for j := range hid[i] {
+					hid[i][j] = rng.NormFloat64()
+					flat = append(flat, float32(hid[i][j]))
+				}
+			}
+			st, err := head.Dec.NewState(1, replay.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			q, _ := st.Admit()
+			for i, tok := range toks {
+				rows[i] = nn.Row{Seq: q, Token: tok, Logits: true}
+			}
+			lg := make([]float32, len(toks)*V)
+			if err := head.Forward(context.Background(), st, rows, flat, true, nil, lg); err != nil {
+				t.Fatal(err)
+			}
+			_, want, _ := refMTP(target.Config, moeHeadFused, w.w, target.Embed, target.LMHead.W, toks, hid)
+			for i := range toks {
+				maxRel(t, fmt.Sprintf("row %d logits", i), lg[i*V:(i+1)*V], want[i], mtpTol)
+			}
+
+			// The head as the drafter of greedy speculative generation.
+			reqs := []engine.Request{{Prompt: []int{1, 2, 3, 4, 5, 6}, MaxTokens: 20}, {Prompt: []int{9, 8, 7}, MaxTokens: 16}}
+			ctx := context.Background()
+			plain, err := engine.New(target, 2, replay.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantRes, _, err := plain.Generate(ctx, reqs)
+			plain.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			const T = 3
+			eng, err := engine.New(target, 2, engine.StateOptions(replay.Options{}, T))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer eng.Close()
+			dr, err := spec.NewMTP(head, target, eng.State(), 2, T)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dr.Close()
+			got, _, ss, err := eng.GenerateSpeculative(ctx, reqs, engine.Speculation{Drafter: dr, Drafts: T, Accept: spec.Greedy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range wantRes {
+				if !slices.Equal(got[i].Tokens, wantRes[i].Tokens) {
+					t.Errorf("request %d: speculative %v, plain %v", i, got[i].Tokens, wantRes[i].Tokens)
+				}
+			}
+			if ss.Drafted == 0 {
+				t.Error("the MoE head drafted nothing")
+			}
+		})
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
