@@ -130,6 +130,12 @@ func dotRowsNVFP4AVX512(codes, scales *byte, rows, n int, vEven, vOdd *float32, 
 func dotRowsNVFP4PairAVX512(codes, scales *byte, rows, n int, vEven, vOdd *float32, lut *float32, e2m1 *float32, global float32, out *float32, wEven, wOdd *float32, out2 *float32)
 
 //go:noescape
+func dotRowsNVFP4Pair128AVX512(codes, scales *byte, blocks int, v, w *float32, e2m1 *float32, global float32, out, out2 *float32)
+
+//go:noescape
+func dotRowsNVFP4One128AVX512(codes, scales *byte, blocks int, v *float32, e2m1 *float32, global float32, out *float32)
+
+//go:noescape
 func dotRowsBF16AVX2(s *uint16, rows, n int, v *float32, out *float32)
 
 // simd512 reports whether the AVX-512 kernels (the nvfp4 read) run here.
@@ -148,6 +154,10 @@ func dotRowsNVFP4SIMD(codes, scales []byte, global float32, n int, v []float32, 
 	rows := len(out)
 	_ = codes[rows*n/2-1]
 	_ = scales[rows*n/16-1]
+	if n == 128 && rows%16 == 0 {
+		dotRowsNVFP4One128AVX512(&codes[0], &scales[0], rows/16, &v[:n][0], &e2m1LUT[0], global, &out[0])
+		return true
+	}
 	even, odd := rb.even[:n/2], rb.odd[:n/2]
 	splitEvenOddAVX512(&v[:n][0], &even[0], &odd[0], n)
 	dotRowsNVFP4AVX512(&codes[0], &scales[0], rows, n, &even[0], &odd[0], &e4m3LUT[0], &e2m1LUT[0], global, &out[0])
@@ -164,6 +174,10 @@ func dotRowsNVFP4PairSIMD(codes, scales []byte, global float32, n int, v, w []fl
 	_ = codes[rows*n/2-1]
 	_ = scales[rows*n/16-1]
 	_ = out2[rows-1]
+	if n == 128 && rows%16 == 0 {
+		dotRowsNVFP4Pair128AVX512(&codes[0], &scales[0], rows/16, &v[:n][0], &w[:n][0], &e2m1LUT[0], global, &out[0], &out2[0])
+		return true
+	}
 	even, odd, even2, odd2 := rb.even[:n/2], rb.odd[:n/2], rb.even2[:n/2], rb.odd2[:n/2]
 	splitEvenOddAVX512(&v[:n][0], &even[0], &odd[0], n)
 	splitEvenOddAVX512(&w[:n][0], &even2[0], &odd2[0], n)

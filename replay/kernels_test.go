@@ -466,3 +466,62 @@ func TestSumSquaresScaleTo(t *testing.T) {
 		}
 	}
 }
+
+// TestReadDotsNVFP4Codes checks the nvfp4 output read on raw codes and
+// scale codes drawn at random (subnormal, zero and negative scales included,
+// NaN scale codes excluded) against a float64 dot of numeric's decode, for
+// one and two vectors and row counts that take every kernel's row loops.
+// TestReadDotsNVFP4Codes checks the nvfp4 row dots (the 128-wide kernels and
+// the general ones) on random raw codes and block scales (subnormal and zero
+// scales included) against float64, for one, two and three vectors.
+func TestReadDotsNVFP4Codes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, dims := range [][2]int{{128, 128}, {80, 128}, {16, 128}, {17, 128}, {6, 96}, {3, 32}} {
+		rows, n := dims[0], dims[1]
+		m, err := newMatrices(numeric.NVFP4, rows*n, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range m.u8 {
+			m.u8[i] = uint8(rng.Uint32())
+		}
+		for i := range m.scales {
+			c := uint8(rng.Uint32())
+			if i%5 == 0 {
+				c &= 0x87 // subnormal (or zero) scales
+			}
+			if c&0x7f == 0x7f {
+				c = 0x7e
+			}
+			m.scales[i] = c
+		}
+		for i := range m.scale {
+			m.scale[i] = float32(rng.Float64()) / 448
+		}
+		dec := make([]float32, rows*n)
+		m.load(1, dec)
+		for _, nv := range []int{1, 2, 3} {
+			V := make([]float32, nv*n)
+			for i := range V {
+				V[i] = float32(rng.NormFloat64())
+			}
+			out := make([]float32, nv*rows)
+			poison(out)
+			rb := newReadBuffers(rows*n, n)
+			readDots(m, 1, rows, n, V, n, nv, out, &rb)
+			for a := 0; a < nv; a++ {
+				for p := 0; p < rows; p++ {
+					want, scale := 0.0, 0.0
+					for i := 0; i < n; i++ {
+						x := float64(dec[p*n+i]) * float64(V[a*n+i])
+						want += x
+						scale += math.Abs(x)
+					}
+					if got := float64(out[a*rows+p]); math.Abs(got-want) > 1e-5*scale+1e-30 || math.IsNaN(got) {
+						t.Fatalf("%dx%d, %d vectors: vector %d row %d: got %v want %v", rows, n, nv, a, p, got, want)
+					}
+				}
+			}
+		}
+	}
+}

@@ -44,8 +44,9 @@ func (w *workers) run(total int, task func(worker, i int)) {
 	w.task = task
 	w.total = int64(total)
 	// Small chunks balance heads of unequal cost (flush and non-flush slots
-	// share a step); total/(8n) keeps the atomic traffic negligible.
-	w.chunk = max(1, int64(total)/int64(8*w.n))
+	// share a step) and shorten the wait for the last chunk at the end of
+	// a step; total/(16n) keeps the atomic traffic negligible.
+	w.chunk = max(1, int64(total)/int64(16*w.n))
 	w.next.Store(0)
 	helpers := min(w.n-1, total-1)
 	w.done.Add(helpers)
