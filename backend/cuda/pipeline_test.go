@@ -1,0 +1,102 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/replay"
+)
+
+// TestPlanPipeline checks the launch plan of the pipelined kernels for the
+// four target layer shapes on an H200-like device (no GPU needed): the
+// blocks' shared memory fits, every stage has its own consumer group, the
+// resident blocks fit the SM's shared memory and threads, an nvfp4 read copy
+// takes at most four stages, and the plan is off (with its reason) on a
+// pre-Hopper GPU, for shapes the bulk copies cannot move, and when asked.
+func TestPlanPipeline(t *testing.T) {
+	h200 := &Device{ccMajor: 9, smCount: 132, sharedOptin: 227 << 10, sharedPerSM: 228 << 10}
+	type shape struct {
+		name       string
+		mamba2     bool
+		rows, cols int
+	}
+	shapes := []shape{
+		{"nemotron-3-nano-4b", true, 80, 128},
+		{"nemotron-3-super", true, 64, 128},
+		{"qwen3.5-4b", false, 128, 128},
+		{"qwen3.5-122b", false, 128, 128},
+	}
+	opts := []replay.Options{
+		{Mode: replay.Replay, Window: 16},
+		{Mode: replay.Replay, Window: 16, MaxDraft: 4},
+		{Mode: replay.Replay, Window: 16, State: numeric.BF16},
+		{Mode: replay.Replay, Window: 16, MaxDraft: 4, ReadCopy: numeric.NVFP4},
+	}
+	for _, sh := range shapes {
+		for _, opt := range opts {
+			t.Run(fmt.Sprintf("%s/%v/%v/T%d", sh.name, opt.State, opt.ReadCopy, opt.MaxDraft), func(t *testing.T) {
+				var stage, scratch int
+				if sh.mamba2 {
+					stage, scratch = mamba2PipeBytes(sh.rows, sh.cols, opt, replayRing(opt))
+				} else {
+					stage, scratch = gdnPipeBytes(sh.cols, sh.rows, opt, replayRing(opt))
+				}
+				p, defines := planPipeline(h200, stage, scratch, pipeStages(opt), true)
+				if !p.on {
+					t.Fatalf("pipeline off: %s", p.reasonDisabled)
+				}
+				if p.smem > h200.sharedOptin {
+					t.Errorf("%d bytes of shared memory per block, the device allows %d", p.smem, h200.sharedOptin)
+				}
+				if p.stages < 2 || p.stages > pipeStages(opt) {
+					t.Errorf("%d stages, want 2..%d", p.stages, pipeStages(opt))
+				}
+				if p.warps != pipeGroupWarps*p.stages {
+					t.Errorf("%d consumer warps for %d stages, want one group of %d per stage", p.warps, p.stages, pipeGroupWarps)
+				}
+				if p.blocksPerSM < 1 || p.blocksPerSM*(p.smem+1024) > h200.sharedPerSM || p.blocksPerSM*32*(p.warps+1) > 2048 {
+					t.Errorf("%d blocks per SM of %d bytes and %d threads do not fit", p.blocksPerSM, p.smem, 32*(p.warps+1))
+				}
+				if g := p.grid(1 << 20); int(g[0]) != h200.smCount*p.blocksPerSM {
+					t.Errorf("grid %v for a large batch, want one wave of %d blocks", g, h200.smCount*p.blocksPerSM)
+				}
+				if g := p.grid(5); g[0] != 5 {
+					t.Errorf("grid %v for 5 items, want 5 blocks", g)
+				}
+				want := []string{fmt.Sprintf("-DNSTAGE=%d", p.stages), fmt.Sprintf("-DNCW=%d", p.warps),
+					fmt.Sprintf("-DSTAGE_BYTES=%d", p.stageBytes), fmt.Sprintf("-DSCR_BYTES=%d", p.scratchBytes)}
+				for _, w := range want {
+					if !strings.Contains(strings.Join(defines, " "), w) {
+						t.Errorf("defines %v lack %s", defines, w)
+					}
+				}
+				if p.stageBytes%128 != 0 || p.stageBytes < stage || p.scratchBytes < scratch {
+					t.Errorf("stage %d / scratch %d bytes for a layout of %d / %d", p.stageBytes, p.scratchBytes, stage, scratch)
+				}
+			})
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		d       *Device
+		shapeOK bool
+		env     string
+		reason  string
+	}{
+		{"sm_80", &Device{ccMajor: 8, smCount: 108, sharedOptin: 163 << 10, sharedPerSM: 164 << 10}, true, "", "compute capability 8"},
+		{"unaligned shape", h200, false, "", "16-byte multiples"},
+		{"v4 asked for", h200, true, "v4", "REPLAYSSM_CUDA_KERNELS=v4"},
+		{"small shared memory", &Device{ccMajor: 9, smCount: 132, sharedOptin: 48 << 10, sharedPerSM: 100 << 10}, true, "", "exceed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("REPLAYSSM_CUDA_KERNELS", tc.env)
+			stage, scratch := mamba2PipeBytes(80, 128, replay.Options{Window: 16}, 16)
+			p, defines := planPipeline(tc.d, stage, scratch, 6, tc.shapeOK)
+			if p.on || defines != nil || !strings.Contains(p.reasonDisabled, tc.reason) {
+				t.Errorf("on %v, defines %v, reason %q; want off with %q", p.on, defines, p.reasonDisabled, tc.reason)
+			}
+		})
+	}
+}
