@@ -243,6 +243,12 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		}
 	}
 	dec := s.newDecoder(g.stops)
+	t := trackerOf(w)
+	start := time.Now()
+	if t != nil {
+		start = t.start
+	}
+	timer := s.metrics.timer(start, len(g.prompt))
 	job := &engine.Job{
 		Request: engine.Request{
 			Prompt:    g.prompt,
@@ -250,6 +256,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 			Sampling:  g.sampling,
 			IsEnd:     s.isEnd,
 			OnToken: func(id int) bool {
+				timer.token()
+				s.metrics.observeState(s.eng)
 				if s.isEnd(id) {
 					return true
 				}
@@ -273,6 +281,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 				}
 				ev.text = out
 			}
+			timer.finish(len(res.Tokens))
+			s.metrics.observeState(s.eng)
 			s.pending.Add(-1)
 			send(ev)
 		},
@@ -293,7 +303,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		return
 	}
 
-	rsp := &responder{s: s, w: w, g: g, id: "cmpl-" + rand.Text(), created: time.Now().Unix()}
+	rsp := &responder{s: s, w: w, t: t, g: g, id: "cmpl-" + rand.Text(), created: time.Now().Unix()}
 	if g.chat {
 		rsp.id = "chatcmpl-" + rand.Text()
 	}
@@ -331,6 +341,7 @@ func unavailable() *apiError {
 type responder struct {
 	s       *Server
 	w       http.ResponseWriter
+	t       *tracker // counts the request's end; nil: not counted
 	g       *generation
 	id      string
 	created int64
@@ -404,6 +415,10 @@ func (r *responder) done() {
 // add handles one event and reports whether more are wanted.
 func (r *responder) add(ev event) bool {
 	if ev.err != nil {
+		if isCancel(ev.err) {
+			// The request's context ended: its client has gone.
+			return false
+		}
 		e := newError(http.StatusInternalServerError, "server_error", "", "", "generation failed: %v", ev.err)
 		if errors.Is(ev.err, engine.ErrStopped) {
 			e = unavailable()
@@ -416,6 +431,7 @@ func (r *responder) add(ev event) bool {
 			r.chunk(r.response(r.choice(ev.text, nil, ""), nil))
 		}
 		if ev.final {
+			r.t.finish(ev.reason)
 			r.chunk(r.response(r.choice("", &ev.reason, ""), nil))
 			if r.g.includeUsage {
 				r.chunk(r.response([]any{}, r.usage(ev.tokens)))
@@ -432,6 +448,7 @@ func (r *responder) add(ev event) bool {
 	if r.g.chat {
 		role = "assistant"
 	}
+	r.t.finish(ev.reason)
 	writeJSON(r.w, http.StatusOK, r.response(r.choice(r.text.String(), &ev.reason, role), r.usage(ev.tokens)))
 	return false
 }
@@ -448,6 +465,7 @@ func (r *responder) fail(e *apiError) {
 		writeError(r.w, e)
 		return
 	}
+	r.t.fail(e.status)
 	r.chunk(map[string]*apiError{"error": e})
 	r.done()
 }

@@ -1,6 +1,7 @@
 // Package server is replayssm's OpenAI-compatible HTTP API: /v1/completions,
 // /v1/chat/completions (both streaming), /v1/models and /health, in front of
-// one engine loop that batches every request in flight (engine.Run).
+// one engine loop that batches every request in flight (engine.Run), and its
+// Prometheus metrics at /metrics.
 package server
 
 import (
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/model/nn"
@@ -46,6 +49,8 @@ type Config struct {
 	MaxBodyBytes int64
 	// State configures the SSM layers' state (ReplaySSM options).
 	State replay.Options
+	// DisableMetrics turns the Prometheus metrics off: /metrics answers 404.
+	DisableMetrics bool
 }
 
 // Server answers the API. Create it with New, run its engine with Run, and
@@ -58,6 +63,7 @@ type Server struct {
 	created int64
 	eos     []int
 	pending atomic.Int64 // requests submitted to the engine and not finished
+	metrics *metrics     // nil: disabled
 }
 
 // New builds the engine state for cfg.MaxBatch sequences.
@@ -100,6 +106,9 @@ func New(cfg Config) (*Server, error) {
 	if c := cfg.Model.Config; c != nil {
 		s.eos = slices.Clone(c.EOSTokenIDs)
 	}
+	if !cfg.DisableMetrics {
+		s.metrics = newMetrics(s)
+	}
 	return s, nil
 }
 
@@ -121,10 +130,20 @@ func (s *Server) Close() { s.eng.Close() }
 // Name is the model id the server answers with.
 func (s *Server) Name() string { return s.cfg.Name }
 
+// Registry is the registry of the metrics served at /metrics, for a caller
+// that adds its own collectors; nil when the metrics are disabled.
+func (s *Server) Registry() *prometheus.Registry {
+	if s.metrics == nil {
+		return nil
+	}
+	return s.metrics.reg
+}
+
 // ServeHTTP routes a request, answering unknown paths with 404 and wrong
 // methods with 405, both in OpenAI's error shape.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
+	w := &tracker{ResponseWriter: rw, m: s.metrics, endpoint: endpoint(path), start: time.Now()}
 	var (
 		allow   string
 		handler func(http.ResponseWriter, *http.Request)
@@ -140,6 +159,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		allow, handler = "POST", s.completions
 	case path == "/v1/chat/completions":
 		allow, handler = "POST", s.chatCompletions
+	case path == "/metrics" && s.metrics != nil:
+		allow, handler = "GET, HEAD", s.metrics.serve
 	default:
 		writeError(w, newError(http.StatusNotFound, "not_found_error", "", "not_found", "no route for %s %s", r.Method, r.URL.Path))
 		return
@@ -150,7 +171,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow))
 		return
 	}
+	if w.endpoint == epCompletions || w.endpoint == epChat {
+		w.receive()
+	}
 	handler(w, r)
+	// A generation that ended without an answer lost its client.
+	w.finish(reasonCancelled)
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

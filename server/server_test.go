@@ -325,6 +325,17 @@ func TestCancelFreesSequence(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	// Its handler counts it cancelled once it sees the client gone.
+	cancelled := map[string]string{"endpoint": epCompletions, "finish_reason": reasonCancelled}
+	for {
+		if n, _ := value(f.scrape(t), "replayssm_requests_finished_total", cancelled); n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the cancelled request was not counted cancelled")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	var c completion
 	f.post(t, "/v1/completions", `{"prompt":"In the beginning","max_tokens":4,"temperature":0}`, &c)
 	if c.Usage.CompletionTokens == 0 {
@@ -364,6 +375,16 @@ func TestQueueFull(t *testing.T) {
 	if r.StatusCode != http.StatusTooManyRequests || !bytes.Contains(b, []byte(`"code":"queue_full"`)) {
 		t.Errorf("third request: %d %s, want 429 queue_full", r.StatusCode, b)
 	}
+	// One request runs, one waits, the third was refused.
+	check(t, f.scrape(t), []sample{
+		{"replayssm_requests_received_total", lbl("endpoint", epCompletions), 3},
+		{"replayssm_request_errors_total", lbl("endpoint", epCompletions, "code", "429"), 1},
+		{"replayssm_requests_finished_total", lbl("endpoint", epCompletions, "finish_reason", reasonError), 1},
+		{"replayssm_requests_running", nil, 1},
+		{"replayssm_requests_waiting", nil, 1},
+		{"replayssm_time_to_first_token_seconds", nil, 1},
+		{"replayssm_e2e_request_latency_seconds", nil, 0},
+	})
 	cancel()
 	<-waiting
 }

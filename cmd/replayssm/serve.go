@@ -28,6 +28,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a free sequence; more are answered 429")
 	maxTokens := fs.Int("max-tokens", 256, "completion budget of a request without max_tokens")
 	ctxLen := fs.Int("context", 0, "most prompt plus completion tokens (0: the model's max_position_embeddings)")
+	metrics := fs.Bool("metrics", true, "serve Prometheus metrics at GET /metrics (--metrics=false: off)")
 	sf := addStateFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -66,6 +67,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	srv, err := server.New(server.Config{
 		Model: d, Tokenizer: tok, Template: tmpl, Name: name,
 		MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxTokens: *maxTokens, ContextLength: *ctxLen, State: opt,
+		DisableMetrics: !*metrics,
 	})
 	if err != nil {
 		return err

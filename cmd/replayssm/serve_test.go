@@ -11,16 +11,30 @@ import (
 )
 
 // TestServe starts `replayssm serve` on a free loopback port, asks it for a
-// completion, then interrupts it: it must exit cleanly within the grace
-// period.
+// completion and its metrics, then interrupts it: it must exit cleanly
+// within the grace period.
 func TestServe(t *testing.T) {
+	for _, tt := range []struct {
+		flags   []string
+		metrics int // the status of GET /metrics
+	}{
+		{nil, 200},
+		{[]string{"--metrics=false"}, 404},
+	} {
+		t.Run(strings.Join(append([]string{"serve"}, tt.flags...), " "), func(t *testing.T) {
+			testServe(t, tt.flags, tt.metrics)
+		})
+	}
+}
+
+func testServe(t *testing.T, flags []string, metricsStatus int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	out, outW := io.Pipe()
 	var errb strings.Builder
 	code := make(chan int, 1)
 	go func() {
-		code <- run(ctx, &env{stdout: outW, stderr: &errb}, []string{"serve", "--addr", "127.0.0.1:0", "--max-batch", "2"})
+		code <- run(ctx, &env{stdout: outW, stderr: &errb}, append([]string{"serve", "--addr", "127.0.0.1:0", "--max-batch", "2"}, flags...))
 		outW.Close()
 	}()
 	line, err := bufio.NewReader(out).ReadString('\n')
@@ -41,6 +55,15 @@ func TestServe(t *testing.T) {
 	rsp.Body.Close()
 	if rsp.StatusCode != 200 || !strings.Contains(string(body), `"completion_tokens":4`) {
 		t.Errorf("completion: %d %s", rsp.StatusCode, body)
+	}
+	if rsp, err = http.Get(url + "/metrics"); err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(rsp.Body)
+	rsp.Body.Close()
+	if rsp.StatusCode != metricsStatus ||
+		(metricsStatus == 200 && !strings.Contains(string(body), `replayssm_generation_tokens_total{model_name=`)) {
+		t.Errorf("GET /metrics: %d, want %d: %.300s", rsp.StatusCode, metricsStatus, body)
 	}
 	cancel()
 	select {
