@@ -63,11 +63,12 @@ type gdnScratch struct {
 	k    []float32 // normalised k per draft [T][dk]
 	vecs []float32 // vectors to project the state on [R+T][dk]
 	proj []float32 // S₀ᵀv for each of vecs [R+T][dv]
-	tmp  []float32 // one row's projections [R+T]
 	u    []float32 // corrected updates for a fold [R][dv]
 	suf  []float64 // decay products from each entry to the current one [R+2]
 	coef []float32 // per-entry decay weights [R+T]
-	rowc []float32 // rank-update coefficients [dv][t]
+	rowc []float32 // ring-sum and rank-update coefficients [t][dv]
+	zero []float32 // R zeros: no output terms in a fold's u
+	disc []float32 // an unused output [dv]
 	gram []float32 // key-head dot products shared by its value heads
 	rb   readBuffers
 	sr   *numeric.Stochastic
@@ -106,11 +107,12 @@ func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, o
 			k:    make([]float32, T*dk),
 			vecs: make([]float32, (R+2*T)*dk),
 			proj: make([]float32, (R+2*T)*dv),
-			tmp:  make([]float32, R+2*T),
 			u:    make([]float32, R*dv),
 			suf:  make([]float64, R+2),
 			coef: make([]float32, R+T),
 			rowc: make([]float32, dv*(R+T)),
+			zero: make([]float32, R+T),
+			disc: make([]float32, dv),
 			rb:   newReadBuffers(dk*dv, dk),
 			gram: make([]float32, (R+2*T)*(R+2*T)),
 		}
@@ -226,13 +228,6 @@ func (c *GDNCache) ringVec(ring []float32, s Slot, j, e, width int) []float32 {
 // rings are head-major so that a head's entries are contiguous.
 func (c *GDNCache) at(s Slot, j, e int) int {
 	return (int(s)*c.shape.ValueHeads+j)*c.opt.ring() + e
-}
-
-// project computes out[a·dv+m] = S_m·V_a for each row m of a state (dv rows
-// of dk) and each of n vectors V_a = V[a·dk:(a+1)·dk]: Sᵀv for n vectors in
-// one pass over the state.
-func project(S []float32, dk, dv int, V []float32, n int, out, _ []float32) {
-	dotRowsMulti(S, dk, V[:n*dk], n, out[:n*dv])
 }
 
 // outputs computes, for nd entries appended at ring positions n..n+nd-1 of
@@ -358,21 +353,12 @@ func (c *GDNCache) prefetchHead(b, j int) {
 func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
 	vpk := Hv / Hk
-	// vecs = [k_0 .. k_{t-1} | q]: the ring's keys are Hk·dk apart.
-	for i := 0; i < t; i++ {
-		copy(sc.vecs[i*dk:(i+1)*dk], c.ringKey(s, kh, i))
-	}
-	nv := t
-	if r >= 0 {
-		copy(sc.vecs[t*dk:(t+1)*dk], sc.q[:dk])
-		nv++
-	}
-	kv := func(i int) []float32 { return sc.vecs[i*dk : (i+1)*dk] }
-	// gram[i·nv+l] = k_l·k_i (and k_l·q for i = t), shared by the value heads.
-	for i := 0; i < nv; i++ {
-		for l := 0; l < min(i, t); l++ {
-			sc.gram[i*nv+l] = dot(kv(l), kv(i))
-		}
+	// The key head's k_0..k_{t-1} are contiguous (head-major ring).
+	keys := c.ringK[(int(s)*Hk+kh)*c.opt.ring()*dk:][:t*dk]
+	// gram[i·t+l] = k_l·k_i, shared by the value heads: one multi-vector
+	// pass over the keys.
+	if t > 0 {
+		dotRowsMulti(keys, dk, keys, t, sc.gram[:t*t])
 	}
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
 		mat := int(s)*Hv + j
@@ -381,7 +367,10 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 			S = sc.s
 			c.state.load(mat, S)
 		}
-		project(S, dk, dv, sc.vecs, nv, sc.proj, sc.tmp)
+		// S₀ᵀk_i for every key in one pass over the state.
+		if t > 0 {
+			dotRowsMulti(S, dk, keys, t, sc.proj[:t*dv])
+		}
 		// Decays as products of the per-step exp(g) (no exp per pair, and
 		// no division, so nothing overflows when a decay underflows).
 		aj := func(i int) float64 { return float64(c.ringA[c.at(s, j, i)]) }
@@ -392,45 +381,31 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 			gi := float32(gprod)
 			vi := c.ringVec(c.ringV, s, j, i, dv)
 			pi := sc.proj[i*dv : (i+1)*dv]
-			for m := 0; m < dv; m++ {
-				ui[m] = vi[m] - gi*pi[m]
-			}
 			w := 1.0 // γ_i/γ_l = Π_{m=l+1..i} exp(g_m)
 			for l := i - 1; l >= 0; l-- {
 				w *= aj(l + 1)
-				sc.rowc[l] = -float32(w) * sc.gram[i*nv+l]
+				sc.rowc[l] = -float32(w) * sc.gram[i*t+l]
 			}
-			combine(ui, sc.rowc[:i], sc.u, dv)
-			scaleRow(ui, c.ringBeta[c.at(s, j, i)])
+			// u'_i = β_i·(v_i − γ_i·S₀ᵀk_i + Σ_l rowc[l]·u'_l): the
+			// non-flush step's kernel, with no output (cq = 0).
+			gdnOut(vi, pi, pi, sc.u[:i*dv], sc.rowc[:i], sc.zero[:i], gi, c.ringBeta[c.at(s, j, i)], 0, ui, sc.disc[:dv])
 		}
 		gt := float32(gprod)
-		// coef[i] = γ_t/γ_i = Π_{m=i+1..t-1} exp(g_m).
+		// S_m ← γ_t·S_m + Σ_i (γ_t/γ_i)·u'_i[m]·k_i, row by row, with
+		// coefficient columns W_i = (γ_t/γ_i)·u'_i; γ_t/γ_i =
+		// Π_{m=i+1..t-1} exp(g_m). With r ≥ 0 the kernel also reads the
+		// output o = Sᵀq of the folded state.
+		W := sc.rowc[:t*dv]
 		w := 1.0
 		for i := t - 1; i >= 0; i-- {
-			sc.coef[i] = float32(w)
+			scaleTo(W[i*dv:(i+1)*dv], sc.u[i*dv:(i+1)*dv], float32(w))
 			w *= aj(i)
 		}
+		var q, o []float32
 		if r >= 0 {
-			o := c.opOut[(r*Hv+j)*dv:][:dv]
-			pq := sc.proj[t*dv : (t+1)*dv]
-			for m := 0; m < dv; m++ {
-				o[m] = gt * pq[m]
-			}
-			for i := 0; i < t; i++ {
-				sc.rowc[i] = sc.coef[i] * sc.gram[t*nv+i]
-			}
-			combine(o, sc.rowc[:t], sc.u, dv)
+			q, o = sc.q[:dk], c.opOut[(r*Hv+j)*dv:][:dv]
 		}
-		// S_m ← γ_t·S_m + Σ_i (γ_t/γ_i)·u'_i[m]·k_i, row by row.
-		rowc := sc.rowc[:dv*t]
-		for m := 0; m < dv; m++ {
-			for i := 0; i < t; i++ {
-				rowc[m*t+i] = sc.coef[i] * sc.u[i*dv+m]
-			}
-		}
-		if t > 0 {
-			rankUpdateRows(S, dk, gt, rowc, t, sc.vecs, dk)
-		}
+		rankUpdateDotRows(S, dv, dk, gt, W, dv, t, keys, dk, q, o)
 		if c.state.raw(mat) == nil {
 			sr := sc.sr
 			c.reseed(sr, s, mat, int64(c.slots.flushes[s]))

@@ -228,3 +228,32 @@ func scaleToGo(dst, x []float32, r float32) {
 		dst[i] = v * r
 	}
 }
+
+// rankUpdateDotRows does, for each row p < rows,
+// S[p·n+i] = decay·S[p·n+i] + Σ_{j<t} coefT[j·cs+p]·V[j·vstride+i] and, when
+// out is not nil, out[p] = Σ_i S[p·n+i]·C[i] over the updated row: the
+// flush's rank-t update S ← decay·S + coefᵀ·V (coefficients stored one
+// entry's column after another, cs apart) with its output read, each row
+// read and written once.
+func rankUpdateDotRows(S []float32, rows, n int, decay float32, coefT []float32, cs, t int, V []float32, vstride int, C, out []float32) {
+	if simd && rankUpdateDotRowsSIMD(S, rows, n, decay, coefT, cs, t, V, vstride, C, out) {
+		return
+	}
+	rankUpdateDotRowsGo(S, rows, n, decay, coefT, cs, t, V, vstride, C, out)
+}
+
+func rankUpdateDotRowsGo(S []float32, rows, n int, decay float32, coefT []float32, cs, t int, V []float32, vstride int, C, out []float32) {
+	for p := 0; p < rows; p++ {
+		row := S[p*n : (p+1)*n]
+		for i := range row {
+			r := decay * row[i]
+			for j := 0; j < t; j++ {
+				r += coefT[j*cs+p] * V[j*vstride+i]
+			}
+			row[i] = r
+		}
+		if out != nil {
+			out[p] = dotGo(row, C[:n])
+		}
+	}
+}

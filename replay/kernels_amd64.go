@@ -64,6 +64,9 @@ func rankUpdateSIMD(row []float32, decay float32, coef []float32, V []float32, s
 }
 
 //go:noescape
+func dotRowsAVX512(s *float32, rows, n int, v *float32, out *float32)
+
+//go:noescape
 func dotRowsAVX2(s *float32, rows, n int, v *float32, out *float32)
 
 //go:noescape
@@ -80,7 +83,9 @@ func dotRowsSIMD(S []float32, n int, v []float32, out []float32) {
 	_ = S[rows*n-1]
 	v = v[:n]
 	r4 := rows &^ 3
-	if n%8 == 0 && r4 > 0 {
+	if simd512 && n%16 == 0 && r4 > 0 {
+		dotRowsAVX512(&S[0], r4, n, &v[0], &out[0])
+	} else if n%8 == 0 && r4 > 0 {
 		dotRowsAVX2(&S[0], r4, n, &v[0], &out[0])
 	} else {
 		r4 = 0
@@ -227,6 +232,9 @@ func encodeBF16(dst []uint16, src []float32) {
 func absMaxAVX512(src *float32, n int) float32
 
 //go:noescape
+func quantizeNVFP4x16AVX512(src *float32, groups int, sixGlobal, global float32, packed, scales *byte)
+
+//go:noescape
 func quantizeNVFP4AVX512(src *float32, blocks int, sixGlobal, global float32, lut *float32, packed, scales *byte)
 
 // quantizeNVFP4 is numeric.QuantizeNVFP4 for finite src whose length is a
@@ -244,7 +252,13 @@ func quantizeNVFP4(packed []byte, scales []uint8, src []float32) float32 {
 		clear(scales[:n/16])
 		return 0
 	}
-	quantizeNVFP4AVX512(&src[0], n/16, 6*global, global, &e4m3LUT[0], &packed[0], &scales[0])
+	blocks, b16 := n/16, n/16&^15
+	if b16 > 0 {
+		quantizeNVFP4x16AVX512(&src[0], b16/16, 6*global, global, &packed[0], &scales[0])
+	}
+	if b16 < blocks {
+		quantizeNVFP4AVX512(&src[b16*16], blocks-b16, 6*global, global, &e4m3LUT[0], &packed[b16*8], &scales[b16])
+	}
 	return global
 }
 
@@ -361,4 +375,38 @@ func scaleTo(dst, x []float32, r float32) {
 		return
 	}
 	scaleToGo(dst, x, r)
+}
+
+//go:noescape
+func rankUpdateDotRowsAVX512(s *float32, rows, n int, decay float32, coefT *float32, cstride, t int, v *float32, vstride int, c, out *float32)
+
+// rankUpdateDotRowsSIMD is rankUpdateDotRowsGo with AVX-512 for even row
+// pairs; it reports false where it cannot run.
+func rankUpdateDotRowsSIMD(S []float32, rows, n int, decay float32, coefT []float32, cs, t int, V []float32, vstride int, C, out []float32) bool {
+	if !simd512 || n%16 != 0 || n == 0 || t < 1 || rows < 2 {
+		return false
+	}
+	_ = S[rows*n-1]
+	_ = coefT[(t-1)*cs+rows-1]
+	_ = V[(t-1)*vstride+n-1]
+	r2 := rows &^ 1
+	var cp, op *float32
+	if out != nil {
+		_ = C[n-1]
+		_ = out[rows-1]
+		cp, op = &C[0], &out[0]
+	}
+	rankUpdateDotRowsAVX512(&S[0], r2, n, decay, &coefT[0], cs, t, &V[0], vstride, cp, op)
+	if r2 < rows {
+		p := r2
+		row := S[p*n : (p+1)*n]
+		scaleRow(row, decay)
+		for j := 0; j < t; j++ {
+			axpy(row, coefT[j*cs+p], V[j*vstride:j*vstride+n])
+		}
+		if out != nil {
+			out[p] = dot(row, C[:n])
+		}
+	}
+	return true
 }

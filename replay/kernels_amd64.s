@@ -932,14 +932,14 @@ zru2:
 zru64:
 	CMPQ AX, $64
 	JL   zru16
-	PREFETCHT0 1024(DI)(CX*1)
-	PREFETCHT0 1088(DI)(CX*1)
-	PREFETCHT0 1152(DI)(CX*1)
-	PREFETCHT0 1216(DI)(CX*1)
-	PREFETCHT0 1024(DX)(CX*1)
-	PREFETCHT0 1088(DX)(CX*1)
-	PREFETCHT0 1152(DX)(CX*1)
-	PREFETCHT0 1216(DX)(CX*1)
+	PREFETCHT0 8192(DI)(CX*1)
+	PREFETCHT0 8256(DI)(CX*1)
+	PREFETCHT0 8320(DI)(CX*1)
+	PREFETCHT0 8384(DI)(CX*1)
+	PREFETCHT0 8192(DX)(CX*1)
+	PREFETCHT0 8256(DX)(CX*1)
+	PREFETCHT0 8320(DX)(CX*1)
+	PREFETCHT0 8384(DX)(CX*1)
 	VMULPS (DI)(CX*1), Z15, Z0
 	VMULPS 64(DI)(CX*1), Z15, Z1
 	VMULPS 128(DI)(CX*1), Z15, Z2
@@ -1204,6 +1204,16 @@ mrow:
 	JGE  mdone
 	LEAQ (SI)(R14*1), R12      // row p+1
 	XORQ R13, R13              // a
+	// Prefetch the row pair 8 KiB ahead (into the next matrix at the end
+	// of one): this is the fold's first read of a matrix.
+	LEAQ (R14)(R14*1), AX
+	XORQ CX, CX
+
+mpf:
+	PREFETCHT0 8192(SI)(CX*1)
+	ADDQ $64, CX
+	CMPQ CX, AX
+	JL   mpf
 
 mvec:
 	CMPQ R13, R10
@@ -3397,5 +3407,437 @@ no128block:
 	JNZ  no128block
 
 no128done:
+	VZEROUPPER
+	RET
+
+// func rankUpdateDotRowsAVX512(s *float32, rows, n int, decay float32, coefT *float32, cstride, t int, v *float32, vstride int, c, out *float32)
+// For p < rows: S_p ← decay·S_p + Σ_{j<t} coefT[j·cstride+p]·V_j (V_j =
+// v[j·vstride:]) and, when c is not nil, out[p] = S_p·c over the new row:
+// the flush's rank-t update with its output read, the row pair still in
+// registers. 2 rows × 64 columns per block; the state is prefetched 8 KiB
+// ahead (into the next matrix: a head's DRAM latency is hidden behind the
+// previous head's arithmetic). rows even, n a multiple of 16, t >= 1.
+TEXT ·rankUpdateDotRowsAVX512(SB), NOSPLIT, $0-88
+	MOVQ s+0(FP), DI
+	MOVQ rows+8(FP), R8
+	MOVQ n+16(FP), R9
+	SHLQ $2, R9                // bytes per row
+	VBROADCASTSS decay+24(FP), Z15
+	MOVQ coefT+32(FP), R11
+	MOVQ cstride+40(FP), R14
+	SHLQ $2, R14
+	MOVQ v+56(FP), SI
+	MOVQ vstride+64(FP), R13
+	SHLQ $2, R13
+	MOVQ c+72(FP), R12
+
+rdu2:
+	CMPQ R8, $2
+	JL   rdudone
+	LEAQ (DI)(R9*1), DX
+	XORQ CX, CX
+	VXORPS Z14, Z14, Z14
+	VXORPS Z16, Z16, Z16
+
+rdu64:
+	MOVQ R9, AX
+	SUBQ CX, AX
+	CMPQ AX, $256
+	JL   rdu16
+	PREFETCHT0 8192(DI)(CX*1)
+	PREFETCHT0 8256(DI)(CX*1)
+	PREFETCHT0 8320(DI)(CX*1)
+	PREFETCHT0 8384(DI)(CX*1)
+	PREFETCHT0 8192(DX)(CX*1)
+	PREFETCHT0 8256(DX)(CX*1)
+	PREFETCHT0 8320(DX)(CX*1)
+	PREFETCHT0 8384(DX)(CX*1)
+	VMULPS (DI)(CX*1), Z15, Z0
+	VMULPS 64(DI)(CX*1), Z15, Z1
+	VMULPS 128(DI)(CX*1), Z15, Z2
+	VMULPS 192(DI)(CX*1), Z15, Z3
+	VMULPS (DX)(CX*1), Z15, Z4
+	VMULPS 64(DX)(CX*1), Z15, Z5
+	VMULPS 128(DX)(CX*1), Z15, Z6
+	VMULPS 192(DX)(CX*1), Z15, Z7
+	LEAQ (SI)(CX*1), BX
+	MOVQ R11, R15
+	MOVQ t+48(FP), R10
+
+rdu64j:
+	VBROADCASTSS (R15), Z12
+	VBROADCASTSS 4(R15), Z13
+	VMOVUPS (BX), Z8
+	VMOVUPS 64(BX), Z9
+	VMOVUPS 128(BX), Z10
+	VMOVUPS 192(BX), Z11
+	VFMADD231PS Z8, Z12, Z0
+	VFMADD231PS Z9, Z12, Z1
+	VFMADD231PS Z10, Z12, Z2
+	VFMADD231PS Z11, Z12, Z3
+	VFMADD231PS Z8, Z13, Z4
+	VFMADD231PS Z9, Z13, Z5
+	VFMADD231PS Z10, Z13, Z6
+	VFMADD231PS Z11, Z13, Z7
+	ADDQ R13, BX
+	ADDQ R14, R15
+	DECQ R10
+	JNZ  rdu64j
+
+	VMOVUPS Z0, (DI)(CX*1)
+	VMOVUPS Z1, 64(DI)(CX*1)
+	VMOVUPS Z2, 128(DI)(CX*1)
+	VMOVUPS Z3, 192(DI)(CX*1)
+	VMOVUPS Z4, (DX)(CX*1)
+	VMOVUPS Z5, 64(DX)(CX*1)
+	VMOVUPS Z6, 128(DX)(CX*1)
+	VMOVUPS Z7, 192(DX)(CX*1)
+	TESTQ R12, R12
+	JZ   rdu64next
+	VMOVUPS (R12)(CX*1), Z8
+	VMOVUPS 64(R12)(CX*1), Z9
+	VMOVUPS 128(R12)(CX*1), Z10
+	VMOVUPS 192(R12)(CX*1), Z11
+	VFMADD231PS Z8, Z0, Z14
+	VFMADD231PS Z8, Z4, Z16
+	VFMADD231PS Z9, Z1, Z14
+	VFMADD231PS Z9, Z5, Z16
+	VFMADD231PS Z10, Z2, Z14
+	VFMADD231PS Z10, Z6, Z16
+	VFMADD231PS Z11, Z3, Z14
+	VFMADD231PS Z11, Z7, Z16
+
+rdu64next:
+	ADDQ $256, CX
+	JMP  rdu64
+
+rdu16:
+	CMPQ AX, $64
+	JL   rdupair
+	VMULPS (DI)(CX*1), Z15, Z0
+	VMULPS (DX)(CX*1), Z15, Z4
+	LEAQ (SI)(CX*1), BX
+	MOVQ R11, R15
+	MOVQ t+48(FP), R10
+
+rdu16j:
+	VBROADCASTSS (R15), Z12
+	VBROADCASTSS 4(R15), Z13
+	VMOVUPS (BX), Z8
+	VFMADD231PS Z8, Z12, Z0
+	VFMADD231PS Z8, Z13, Z4
+	ADDQ R13, BX
+	ADDQ R14, R15
+	DECQ R10
+	JNZ  rdu16j
+
+	VMOVUPS Z0, (DI)(CX*1)
+	VMOVUPS Z4, (DX)(CX*1)
+	TESTQ R12, R12
+	JZ   rdu16next
+	VMOVUPS (R12)(CX*1), Z8
+	VFMADD231PS Z8, Z0, Z14
+	VFMADD231PS Z8, Z4, Z16
+
+rdu16next:
+	ADDQ $64, CX
+	MOVQ R9, AX
+	SUBQ CX, AX
+	JMP  rdu16
+
+rdupair:
+	TESTQ R12, R12
+	JZ   rdunext
+	VMOVAPS Z16, Z4
+	VEXTRACTF32X8 $1, Z14, Y1
+	VADDPS Y1, Y14, Y0
+	VEXTRACTF32X8 $1, Z4, Y5
+	VADDPS Y5, Y4, Y4
+	VHADDPS Y4, Y0, Y0         // p: 0+1, 2+3 | p+1: 0+1, 2+3 (per lane)
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0         // p, p+1, p, p+1
+	MOVQ out+80(FP), BX        // &out[p] = out + (R11 − coefT)
+	ADDQ R11, BX
+	SUBQ coefT+32(FP), BX
+	VMOVLPS X0, (BX)
+
+rdunext:
+	LEAQ (DX)(R9*1), DI
+	ADDQ $8, R11
+	SUBQ $2, R8
+	JMP  rdu2
+
+rdudone:
+	VZEROUPPER
+	RET
+
+// func dotRowsAVX512(s *float32, rows, n int, v *float32, out *float32)
+// out[p] = Σ_i s[p*n+i]*v[i] for p < rows, 4 rows per block, each cache
+// line of the state prefetched once, 4 KiB ahead (into the next matrix at
+// the end of one). n must be a multiple of 16 and rows of 4.
+TEXT ·dotRowsAVX512(SB), NOSPLIT, $0-40
+	MOVQ s+0(FP), SI
+	MOVQ rows+8(FP), R8
+	MOVQ n+16(FP), R9
+	MOVQ v+24(FP), DX
+	MOVQ out+32(FP), DI
+	MOVQ R9, R14
+	SHLQ $2, R14               // bytes per row
+
+zdr4:
+	CMPQ R8, $4
+	JL   zdrdone
+	LEAQ (SI)(R14*1), R11
+	LEAQ (R11)(R14*1), R12
+	LEAQ (R12)(R14*1), R13
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	XORQ CX, CX
+
+zdrcol:
+	PREFETCHT0 4096(SI)(CX*1)
+	PREFETCHT0 4096(R11)(CX*1)
+	PREFETCHT0 4096(R12)(CX*1)
+	PREFETCHT0 4096(R13)(CX*1)
+	VMOVUPS (DX)(CX*1), Z8
+	VFMADD231PS (SI)(CX*1), Z8, Z0
+	VFMADD231PS (R11)(CX*1), Z8, Z1
+	VFMADD231PS (R12)(CX*1), Z8, Z2
+	VFMADD231PS (R13)(CX*1), Z8, Z3
+	ADDQ $64, CX
+	CMPQ CX, R14
+	JL   zdrcol
+
+	VEXTRACTF32X8 $1, Z0, Y14
+	VADDPS Y14, Y0, Y0
+	VEXTRACTF32X8 $1, Z1, Y14
+	VADDPS Y14, Y1, Y1
+	VEXTRACTF32X8 $1, Z2, Y14
+	VADDPS Y14, Y2, Y2
+	VEXTRACTF32X8 $1, Z3, Y14
+	VADDPS Y14, Y3, Y3
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X14
+	VADDPS X14, X0, X0
+	VMOVUPS X0, (DI)
+	ADDQ $16, DI
+	LEAQ (R13)(R14*1), SI
+	SUBQ $4, R8
+	JMP  zdr4
+
+zdrdone:
+	VZEROUPPER
+	RET
+
+DATA nvq16<>+0(SB)/4, $0x3c800000  // 2^-6, smallest normal e4m3
+DATA nvq16<>+4(SB)/4, $0xc407ffff  // e4m3 rebias and rounding, as numeric
+DATA nvq16<>+8(SB)/4, $0x7e        // e4m3 448
+DATA nvq16<>+12(SB)/4, $0x46800000 // 2^14: its ulp is e4m3's subnormal step
+DATA nvq16<>+16(SB)/4, $0x3c000000 // 120<<23: e4m3 -> f32 exponent
+DATA nvq16<>+20(SB)/4, $0x3b000000 // 2^-9
+DATA nvq16<>+24(SB)/4, $8
+DATA nvq16<>+32(SB)/4, $0
+DATA nvq16<>+36(SB)/4, $4
+DATA nvq16<>+40(SB)/4, $8
+DATA nvq16<>+44(SB)/4, $12
+DATA nvq16<>+48(SB)/4, $1
+DATA nvq16<>+52(SB)/4, $5
+DATA nvq16<>+56(SB)/4, $9
+DATA nvq16<>+60(SB)/4, $13
+DATA nvq16<>+64(SB)/4, $2
+DATA nvq16<>+68(SB)/4, $6
+DATA nvq16<>+72(SB)/4, $10
+DATA nvq16<>+76(SB)/4, $14
+DATA nvq16<>+80(SB)/4, $3
+DATA nvq16<>+84(SB)/4, $7
+DATA nvq16<>+88(SB)/4, $11
+DATA nvq16<>+92(SB)/4, $15
+GLOBL nvq16<>(SB), RODATA|NOPTR, $96
+
+// func quantizeNVFP4x16AVX512(src *float32, groups int, sixGlobal, global float32, packed, scales *byte)
+// quantizeNVFP4AVX512 for groups·16 blocks, 16 blocks (256 values) at a
+// time: the 16 block maxima by a shuffle tree (one vector, one lane per
+// block), their e4m3 scale codes and f32(s)·global as one vector each,
+// then each block's codes as in quantizeNVFP4AVX512. Bit-identical to
+// numeric.QuantizeNVFP4.
+TEXT ·quantizeNVFP4x16AVX512(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), SI
+	MOVQ groups+8(FP), CX
+	VBROADCASTSS sixGlobal+16(FP), Z13
+	VBROADCASTSS global+20(FP), Z14
+	MOVQ packed+24(FP), DI
+	MOVQ scales+32(FP), R8
+	VBROADCASTSS absmask<>(SB), Z15
+	VPBROADCASTD nvconst<>+0(SB), Z12   // bias
+	VBROADCASTSS nvconst<>+8(SB), Z11   // 2^22
+	VPBROADCASTD nvconst<>+8(SB), Z10   // bits(2^22)
+	VPBROADCASTD nvconst<>+12(SB), Z9   // bits(1.0)
+	VPBROADCASTD nvconst<>+16(SB), Z8   // bits(6.0)
+	VPBROADCASTD nvconst<>+20(SB), Z7   // 7
+	VPBROADCASTD nvconst<>+24(SB), Z6   // 1
+	VPBROADCASTD nvconst<>+28(SB), Z5   // 8
+	VPBROADCASTW nvconst<>+32(SB), X4   // 0x00ff words
+
+q16group:
+	TESTQ CX, CX
+	JZ   q16done
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1088(SI)
+	PREFETCHT0 1152(SI)
+	PREFETCHT0 1216(SI)
+	VPANDD 0(SI), Z15, Z16
+	VPANDD 64(SI), Z15, Z17
+	VPANDD 128(SI), Z15, Z18
+	VPANDD 192(SI), Z15, Z19
+	VPANDD 256(SI), Z15, Z20
+	VPANDD 320(SI), Z15, Z21
+	VPANDD 384(SI), Z15, Z22
+	VPANDD 448(SI), Z15, Z23
+	VPANDD 512(SI), Z15, Z24
+	VPANDD 576(SI), Z15, Z25
+	VPANDD 640(SI), Z15, Z26
+	VPANDD 704(SI), Z15, Z27
+	VPANDD 768(SI), Z15, Z28
+	VPANDD 832(SI), Z15, Z29
+	VPANDD 896(SI), Z15, Z30
+	VPANDD 960(SI), Z15, Z31
+	// Block maxima: pairs of registers merged by halves, quarters, pairs
+	// and single lanes; the last register holds one block per lane.
+	VSHUFF32X4 $0x44, Z17, Z16, Z0
+	VSHUFF32X4 $0xEE, Z17, Z16, Z1
+	VMAXPS Z1, Z0, Z16
+	VSHUFF32X4 $0x44, Z19, Z18, Z0
+	VSHUFF32X4 $0xEE, Z19, Z18, Z1
+	VMAXPS Z1, Z0, Z17
+	VSHUFF32X4 $0x44, Z21, Z20, Z0
+	VSHUFF32X4 $0xEE, Z21, Z20, Z1
+	VMAXPS Z1, Z0, Z18
+	VSHUFF32X4 $0x44, Z23, Z22, Z0
+	VSHUFF32X4 $0xEE, Z23, Z22, Z1
+	VMAXPS Z1, Z0, Z19
+	VSHUFF32X4 $0x44, Z25, Z24, Z0
+	VSHUFF32X4 $0xEE, Z25, Z24, Z1
+	VMAXPS Z1, Z0, Z20
+	VSHUFF32X4 $0x44, Z27, Z26, Z0
+	VSHUFF32X4 $0xEE, Z27, Z26, Z1
+	VMAXPS Z1, Z0, Z21
+	VSHUFF32X4 $0x44, Z29, Z28, Z0
+	VSHUFF32X4 $0xEE, Z29, Z28, Z1
+	VMAXPS Z1, Z0, Z22
+	VSHUFF32X4 $0x44, Z31, Z30, Z0
+	VSHUFF32X4 $0xEE, Z31, Z30, Z1
+	VMAXPS Z1, Z0, Z23
+	VSHUFF32X4 $0x88, Z17, Z16, Z0
+	VSHUFF32X4 $0xDD, Z17, Z16, Z1
+	VMAXPS Z1, Z0, Z16
+	VSHUFF32X4 $0x88, Z19, Z18, Z0
+	VSHUFF32X4 $0xDD, Z19, Z18, Z1
+	VMAXPS Z1, Z0, Z17
+	VSHUFF32X4 $0x88, Z21, Z20, Z0
+	VSHUFF32X4 $0xDD, Z21, Z20, Z1
+	VMAXPS Z1, Z0, Z18
+	VSHUFF32X4 $0x88, Z23, Z22, Z0
+	VSHUFF32X4 $0xDD, Z23, Z22, Z1
+	VMAXPS Z1, Z0, Z19
+	VSHUFPS $0x44, Z17, Z16, Z0
+	VSHUFPS $0xEE, Z17, Z16, Z1
+	VMAXPS Z1, Z0, Z16
+	VSHUFPS $0x44, Z19, Z18, Z0
+	VSHUFPS $0xEE, Z19, Z18, Z1
+	VMAXPS Z1, Z0, Z17
+	VSHUFPS $0x88, Z17, Z16, Z0
+	VSHUFPS $0xDD, Z17, Z16, Z1
+	VMAXPS Z1, Z0, Z16
+	VMOVDQU32 nvq16<>+32(SB), Z17
+	VPERMPS Z16, Z17, Z16        // amax of block b in lane b
+	VDIVPS Z13, Z16, Z16         // q = amax / (6·global)
+	// e4m3(q), q >= 0: normal, rounded to nearest even and saturated at
+	// 0x7e, or subnormal through the FPU's rounding of q + 2^14.
+	VPSRLD $20, Z16, Z0
+	VPANDD Z6, Z0, Z0
+	VPBROADCASTD nvq16<>+4(SB), Z1
+	VPADDD Z1, Z16, Z1
+	VPADDD Z0, Z1, Z1
+	VPSRLD $20, Z1, Z1
+	VPBROADCASTD nvq16<>+8(SB), Z0
+	VPMINUD Z0, Z1, Z1
+	VBROADCASTSS nvq16<>+12(SB), Z2
+	VADDPS Z2, Z16, Z3
+	VPSUBD Z2, Z3, Z3
+	VPBROADCASTD nvq16<>+0(SB), Z0
+	VPCMPUD $1, Z0, Z16, K1      // q < 2^-6
+	VMOVDQA32 Z3, K1, Z1         // scale codes
+	VPMOVDB Z1, X0
+	VMOVDQU X0, (R8)
+	// d = f32(s)·global: s<<20 + 120<<23 for normal codes, s·2^-9 below.
+	VPSLLD $20, Z1, Z2
+	VPBROADCASTD nvq16<>+16(SB), Z0
+	VPADDD Z0, Z2, Z2
+	VCVTDQ2PS Z1, Z3
+	VBROADCASTSS nvq16<>+20(SB), Z0
+	VMULPS Z0, Z3, Z3
+	VPBROADCASTD nvq16<>+24(SB), Z0
+	VPCMPUD $1, Z0, Z1, K2       // s < 8: subnormal
+	VMOVDQA32 Z3, K2, Z2
+	VMULPS Z14, Z2, Z20          // d per block
+	VPTESTNMD Z1, Z1, K3         // zero scale codes
+	KMOVW K3, AX
+	VPXORD Z21, Z21, Z21         // block index
+	MOVQ $16, R9
+
+q16block:
+	VPERMPS Z20, Z21, Z3         // d of this block in every lane
+	VMOVUPS (SI), Z0
+	VDIVPS Z3, Z0, Z0            // x / d
+	// e2m1 codes, as numeric.E2M1FromF32.
+	VPANDD Z15, Z0, Z1           // a = |bits|
+	VPSRLD $22, Z1, Z2
+	VPANDD Z6, Z2, Z2
+	VPADDD Z12, Z2, Z2
+	VPADDD Z1, Z2, Z2
+	VPSRLD $22, Z2, Z2           // normal code
+	VADDPS Z11, Z1, Z3           // |f| + 2^22 (a as a float)
+	VPSUBD Z10, Z3, Z3           // subnormal code
+	VPCMPUD $1, Z9, Z1, K1       // a < 1.0
+	VMOVDQA32 Z3, K1, Z2
+	VPCMPUD $5, Z8, Z1, K2       // a >= 6.0
+	VMOVDQA32 Z7, K2, Z2
+	VPSRLD $28, Z0, Z3
+	VPANDD Z5, Z3, Z3            // sign -> bit 3
+	VPORD Z3, Z2, Z2
+	VPMOVDB Z2, X2               // 16 codes, one per byte
+	VPSRLW $4, X2, X3
+	VPOR X3, X2, X2
+	VPAND X4, X2, X2
+	VPACKUSWB X2, X2, X2
+	MOVQ X2, (DI)
+	ADDQ $64, SI
+	ADDQ $8, DI
+	VPADDD Z6, Z21, Z21
+	DECQ R9
+	JNZ  q16block
+
+	// Zero blocks (x/0 above): +0 codes, as numeric writes them.
+	TESTL AX, AX
+	JZ   q16next
+
+q16zero:
+	BSFL AX, BX
+	MOVQ $0, -128(DI)(BX*8)
+	LEAL -1(AX), DX
+	ANDL DX, AX
+	JNZ  q16zero
+
+q16next:
+	ADDQ $16, R8
+	DECQ CX
+	JMP  q16group
+
+q16done:
 	VZEROUPPER
 	RET

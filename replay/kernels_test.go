@@ -525,3 +525,105 @@ func TestReadDotsNVFP4Codes(t *testing.T) {
 		}
 	}
 }
+
+// TestRankUpdateDotRows checks the fused flush kernel (rank-t update with
+// column-major coefficients and the output read), dispatched and plain Go,
+// against float64: 1e-5 of Σ|terms| for each element and each output.
+func TestRankUpdateDotRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	vec := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	impls := []struct {
+		name string
+		f    func(S []float32, rows, n int, decay float32, coefT []float32, cs, t int, V []float32, vstride int, C, out []float32)
+	}{{"dispatch", rankUpdateDotRows}, {"go", rankUpdateDotRowsGo}}
+	for _, im := range impls {
+		for _, rows := range []int{1, 2, 3, 5, 8, 64, 80} {
+			for _, n := range []int{8, 16, 48, 64, 80, 128, 144} {
+				for _, tt := range []int{1, 3, 16, 17} {
+					for _, withOut := range []bool{false, true} {
+						S := vec(rows * n)
+						cs, vs := rows+3, n+5
+						coefT, V, C := vec(tt*cs), vec(tt*vs), vec(n)
+						got := append([]float32(nil), S...)
+						var out []float32
+						if withOut {
+							out = make([]float32, rows)
+							poison(out)
+						}
+						im.f(got, rows, n, 0.75, coefT, cs, tt, V, vs, C, out)
+						for p := 0; p < rows; p++ {
+							dw, ds := 0.0, 0.0
+							for i := 0; i < n; i++ {
+								want, scale := 0.75*float64(S[p*n+i]), math.Abs(0.75*float64(S[p*n+i]))
+								for j := 0; j < tt; j++ {
+									want += float64(coefT[j*cs+p]) * float64(V[j*vs+i])
+									scale += math.Abs(float64(coefT[j*cs+p]) * float64(V[j*vs+i]))
+								}
+								if math.Abs(float64(got[p*n+i])-want) > 1e-5*scale {
+									t.Fatalf("%s rows %d n %d t %d: [%d][%d] = %v, want %v", im.name, rows, n, tt, p, i, got[p*n+i], want)
+								}
+								dw += want * float64(C[i])
+								ds += scale * math.Abs(float64(C[i]))
+							}
+							if withOut && math.Abs(float64(out[p])-dw) > 1e-5*ds {
+								t.Fatalf("%s rows %d n %d t %d: out[%d] = %v, want %v", im.name, rows, n, tt, p, out[p], dw)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestQuantizeNVFP4Groups runs the 16-block quantiser (with the per-block
+// one for the rest) on matrices of up to 200 blocks whose blocks span six
+// decades below the matrix maximum, so every subnormal e4m3 scale code and
+// zero-scale blocks occur; bit-identical to numeric.
+func TestQuantizeNVFP4Groups(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 11))
+	for trial := 0; trial < 300; trial++ {
+		n := 16 * (1 + rng.IntN(200))
+		src := make([]float32, n)
+		for b := 0; b < n/16; b++ {
+			sc := math.Pow(10, -6*rng.Float64())
+			if rng.IntN(10) == 0 {
+				sc = 0
+			}
+			for i := b * 16; i < (b+1)*16; i++ {
+				src[i] = float32(rng.NormFloat64() * sc)
+			}
+		}
+		gotP, wantP := make([]byte, n/2), make([]byte, n/2)
+		gotS, wantS := make([]uint8, n/16), make([]uint8, n/16)
+		poisonBytes(gotP)
+		poisonBytes(gotS)
+		g := quantizeNVFP4(gotP, gotS, src)
+		w := numeric.QuantizeNVFP4(wantP, wantS, src)
+		if math.Float32bits(g) != math.Float32bits(w) {
+			t.Fatalf("trial %d: global %v, want %v", trial, g, w)
+		}
+		for i := range wantS {
+			if gotS[i] != wantS[i] {
+				t.Fatalf("trial %d block %d: scale %#x, want %#x", trial, i, gotS[i], wantS[i])
+			}
+		}
+		for i := range wantP {
+			if gotP[i] != wantP[i] {
+				t.Fatalf("trial %d byte %d: codes %#x, want %#x", trial, i, gotP[i], wantP[i])
+			}
+		}
+	}
+}
+
+func poisonBytes(b []byte) {
+	for i := range b {
+		b[i] = 0xa5
+	}
+}

@@ -287,33 +287,31 @@ func (c *Mamba2Cache) flushGroup(sc *mamba2Scratch, s Slot, g, t int, C []float3
 	// The group's B_j are contiguous (head-major ring): the rank update
 	// streams them from L1.
 	ringB := c.ringB[((int(s)*G+g)*R)*N:][:t*N]
-	var xs [MaxDraftLimit + 256][]float32
-	Xj := xs[:t]
 	for h := g * hpg; h < (g+1)*hpg; h++ {
 		c.suffix(sc, s, h, t)
 		decay := float32(sc.suf[0])
-		for j := 0; j < t; j++ {
-			sc.w[j] = float64(c.ringDt[c.at(s, h, j)]) * sc.suf[j+1]
-			Xj[j] = c.xAt(s, h, j)
-		}
 		mat := int(s)*H + h
 		S := c.state.raw(mat)
 		if S == nil {
 			S = sc.s
 			c.state.load(mat, S)
 		}
-		// S ← e^{Λ_t}·S + W·B with W[p][j] = w_j·x_j[p]: one rank-t update.
-		coef := sc.coef[:P*t]
-		for p := 0; p < P; p++ {
-			for j := 0; j < t; j++ {
-				coef[p*t+j] = float32(sc.w[j]) * Xj[j][p]
-			}
+		// S ← e^{Λ_t}·S + Wᵀ·B with W[j][p] = w_j·x_j[p]: one rank-t
+		// update. The head's x_j are contiguous (head-major ring), so W is
+		// t scaled copies of them, and the kernel takes it entry by entry.
+		X := c.ringX[c.at(s, h, 0)*P:][:t*P]
+		coef := sc.coef[:t*P]
+		for j := 0; j < t; j++ {
+			w := float32(float64(c.ringDt[c.at(s, h, j)]) * sc.suf[j+1])
+			scaleTo(coef[j*P:(j+1)*P], X[j*P:(j+1)*P], w)
 		}
-		rankUpdateRows(S, N, decay, coef, t, ringB, N)
+		var Cv, yh []float32
 		if withOutput {
-			yh := y[(r*H+h)*P:][:P]
-			dotRows(S, N, C, yh)
-			xt := Xj[t-1]
+			Cv, yh = C, y[(r*H+h)*P:][:P]
+		}
+		rankUpdateDotRows(S, P, N, decay, coef, P, t, ringB, N, Cv, yh)
+		if withOutput {
+			xt := X[(t-1)*P:]
 			for p := range yh {
 				yh[p] += c.d[h] * xt[p]
 			}
