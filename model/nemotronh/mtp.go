@@ -3,17 +3,14 @@ package nemotronh
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
-	"github.com/replayssm/replayssm/model/safetensors"
 )
 
-// MTPFile is the file beside a checkpoint that may hold its MTP head's mtp.*
-// tensors; without it LoadMTP reads them from the checkpoint.
-const MTPFile = "mtp.safetensors"
+// MTPFile is the file beside a checkpoint that may hold its MTP head
+// (nn.MTPFile).
+const MTPFile = nn.MTPFile
 
 // ErrNoMTP reports a checkpoint without an MTP head.
 var ErrNoMTP = errors.New("the checkpoint has no MTP head (mtp.layers.0.eh_proj)")
@@ -30,22 +27,11 @@ func LoadMTP(dir string, target *nn.Decoder) (*nn.MTP, error) {
 	if cfg.Family != hfconfig.NemotronH {
 		return nil, fmt.Errorf("mtp: model family is %v, not nemotron_h", cfg.Family)
 	}
-	var src nn.Source
-	if p := filepath.Join(dir, MTPFile); fileExists(p) {
-		f, err := safetensors.Open(p)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		src = f
-	} else {
-		c, err := safetensors.OpenDir(dir)
-		if err != nil {
-			return nil, err
-		}
-		defer c.Close()
-		src = c
+	src, closeSrc, err := nn.OpenMTPSource(dir)
+	if err != nil {
+		return nil, err
 	}
+	defer closeSrc()
 	if mtpPrefix(src) == "" && !src.Has("mtp.layers.0.eh_proj.weight") {
 		return nil, fmt.Errorf("%s: %w", dir, ErrNoMTP)
 	}
@@ -54,11 +40,6 @@ func LoadMTP(dir string, target *nn.Decoder) (*nn.MTP, error) {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	return m, nil
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
 }
 
 // mtpPrefix is "language_model." for a multimodal wrapper's head, else "".

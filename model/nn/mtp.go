@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
+	"github.com/replayssm/replayssm/model/safetensors"
 	"github.com/replayssm/replayssm/tensor"
 )
 
@@ -183,3 +186,25 @@ func (m *MTP) Forward(ctx context.Context, s *State, rows []Row, hidden []float3
 // progress: it is valid only inside State.OnLayer, whose h holds the rows in
 // that order.
 func (s *State) Row(i int) (Seq, int) { return Seq(s.b.seq[i]), s.b.pos[i] }
+
+// MTPFile is the file beside a checkpoint that may hold its MTP head's
+// tensors (the shipped qwen35-kjv keeps them there, so that its
+// model.safetensors stays the transformers checkpoint).
+const MTPFile = "mtp.safetensors"
+
+// OpenMTPSource opens the tensors an MTP head binds from: dir/MTPFile when
+// that file exists, else the checkpoint in dir. close releases them.
+func OpenMTPSource(dir string) (src Source, close func() error, err error) {
+	if st, err := os.Stat(filepath.Join(dir, MTPFile)); err == nil && st.Mode().IsRegular() {
+		f, err := safetensors.Open(filepath.Join(dir, MTPFile))
+		if err != nil {
+			return nil, nil, err
+		}
+		return f, f.Close, nil
+	}
+	c, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, c.Close, nil
+}

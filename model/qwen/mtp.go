@@ -3,18 +3,14 @@ package qwen
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
-	"github.com/replayssm/replayssm/model/safetensors"
 )
 
-// MTPFile is the file beside a checkpoint that may hold its MTP head's mtp.*
-// tensors (the shipped qwen35-kjv keeps them there, so that its
-// model.safetensors stays the transformers checkpoint).
-const MTPFile = "mtp.safetensors"
+// MTPFile is the file beside a checkpoint that may hold its MTP head
+// (nn.MTPFile).
+const MTPFile = nn.MTPFile
 
 // ErrNoMTP reports a checkpoint without an MTP head.
 var ErrNoMTP = errors.New("the checkpoint has no MTP head (mtp.* tensors)")
@@ -38,22 +34,11 @@ func LoadMTP(dir string, target *nn.Decoder) (*nn.MTP, error) {
 	default:
 		return nil, fmt.Errorf("mtp: model family %v has no MTP head binding", cfg.Family)
 	}
-	var src tensorSource
-	if p := filepath.Join(dir, MTPFile); fileExists(p) {
-		f, err := safetensors.Open(p)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		src = f
-	} else {
-		c, err := safetensors.OpenDir(dir)
-		if err != nil {
-			return nil, err
-		}
-		defer c.Close()
-		src = c
+	src, closeSrc, err := nn.OpenMTPSource(dir)
+	if err != nil {
+		return nil, err
 	}
+	defer closeSrc()
 	if !src.Has("mtp.fc.weight") {
 		return nil, fmt.Errorf("%s: %w", dir, ErrNoMTP)
 	}
@@ -62,11 +47,6 @@ func LoadMTP(dir string, target *nn.Decoder) (*nn.MTP, error) {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
 	return m, nil
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
 }
 
 // BindMTP binds the mtp.* tensors of src for target (config cfg):
