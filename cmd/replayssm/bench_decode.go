@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"time"
@@ -123,21 +122,7 @@ func decodeOptions(base replay.Options, mode string) replay.Options {
 // benchDecodeBatch measures one batch size in every mode, the modes of one
 // repeat back to back so that paired ratios cancel the machine's drifts.
 func benchDecodeBatch(ctx context.Context, d *nn.Decoder, name string, B int, modes []string, base replay.Options, maxTokens, promptLen, repeat int) ([]decodeRow, error) {
-	rng := rand.New(rand.NewPCG(uint64(B), 29))
-	reqs := make([]engine.Request, B)
-	for i := range reqs {
-		phrase := make([]int, 8)
-		for j := range phrase {
-			phrase[j] = rng.IntN(d.Vocab)
-		}
-		p := make([]int, promptLen)
-		for j := range p {
-			p[j] = phrase[j%len(phrase)]
-		}
-		// No end token (IsEnd is nil): every request decodes maxTokens
-		// tokens, so every decode step carries the whole batch.
-		reqs[i] = engine.Request{Prompt: p, MaxTokens: maxTokens}
-	}
+	reqs := syntheticRequests(uint64(B)<<8|29, B, d.Vocab, promptLen, maxTokens)
 	nLayers := 0
 	for _, l := range d.Layers {
 		for _, br := range l.Branches {

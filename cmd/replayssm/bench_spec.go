@@ -312,6 +312,26 @@ func benchKeys(cfg specBenchConfig) []benchKey {
 	return keys
 }
 
+// syntheticRequests returns n requests whose prompts repeat a random 8-token
+// phrase (seeded) up to promptLen tokens, each decoding maxTokens tokens
+// (no end token: every decode step carries the whole batch).
+func syntheticRequests(seed uint64, n, vocab, promptLen, maxTokens int) []engine.Request {
+	rng := rand.New(rand.NewPCG(seed>>8, seed&0xff))
+	reqs := make([]engine.Request, n)
+	for i := range reqs {
+		phrase := make([]int, 8)
+		for j := range phrase {
+			phrase[j] = rng.IntN(vocab)
+		}
+		p := make([]int, promptLen)
+		for j := range p {
+			p[j] = phrase[j%len(phrase)]
+		}
+		reqs[i] = engine.Request{Prompt: p, MaxTokens: maxTokens}
+	}
+	return reqs
+}
+
 // benchSpecModel generates with the model in dir: synthetic repetitive
 // prompts, greedy sampling, every request admitted at once.
 func benchSpecModel(ctx context.Context, e *env, dir string, cfg specBenchConfig, emit func(specRow) error) error {
@@ -348,19 +368,7 @@ func benchSpecModel(ctx context.Context, e *env, dir string, cfg specBenchConfig
 		}
 	}
 	for _, B := range cfg.batches {
-		rng := rand.New(rand.NewPCG(uint64(B), 17))
-		reqs := make([]engine.Request, B)
-		for i := range reqs {
-			phrase := make([]int, 8)
-			for j := range phrase {
-				phrase[j] = rng.IntN(d.Vocab)
-			}
-			p := make([]int, cfg.promptLen)
-			for j := range p {
-				p[j] = phrase[j%len(phrase)]
-			}
-			reqs[i] = engine.Request{Prompt: p, MaxTokens: cfg.maxTokens}
-		}
+		reqs := syntheticRequests(uint64(B)<<8|17, B, d.Vocab, cfg.promptLen, cfg.maxTokens)
 		keys := benchKeys(cfg)
 		rows := make([]*specRow, len(keys))
 		for rep := 0; rep < cfg.repeat; rep++ {
