@@ -16,6 +16,7 @@ import (
 
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/engine/spec"
+	"github.com/replayssm/replayssm/internal/ref64"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nemotronh"
@@ -209,29 +210,7 @@ func (h *head) ref(cfg *hfconfig.Config, embed, lmHead []float32, tokens []int, 
 		a := norm(x, p+"0.norm.weight")
 		q, k, v := lin(p+"0.mixer.q_proj.weight", a), lin(p+"0.mixer.k_proj.weight", a), lin(p+"0.mixer.v_proj.weight", a)
 		keys, vals = append(keys, k), append(vals, v)
-		o := make([]float64, nh*hd)
-		for hh := range nh {
-			kv := hh / (nh / nkv)
-			sc := make([]float64, t+1)
-			mx := math.Inf(-1)
-			for j := range sc {
-				for i := range hd {
-					sc[j] += q[hh*hd+i] * keys[j][kv*hd+i]
-				}
-				sc[j] /= math.Sqrt(float64(hd))
-				mx = math.Max(mx, sc[j])
-			}
-			var z float64
-			for j := range sc {
-				sc[j] = math.Exp(sc[j] - mx)
-				z += sc[j]
-			}
-			for j := range sc {
-				for i := range hd {
-					o[hh*hd+i] += sc[j] / z * vals[j][kv*hd+i]
-				}
-			}
-		}
+		o := ref64.Attend(q, keys, vals, nh, nkv, hd)
 		ao := lin(p+"0.mixer.o_proj.weight", o)
 		for i := range x {
 			x[i] += ao[i]
@@ -242,13 +221,7 @@ func (h *head) ref(cfg *hfconfig.Config, embed, lmHead []float32, tokens []int, 
 		}
 		out := norm(x, p+"1.final_layernorm.weight")
 		outs = append(outs, out)
-		lg := make([]float64, V)
-		for vv := range V {
-			for i := range H {
-				lg[vv] += float64(lmHead[vv*H+i]) * out[i]
-			}
-		}
-		logits = append(logits, lg)
+		logits = append(logits, ref64.Project(lmHead, out, V))
 	}
 	return outs, logits, gap
 }
@@ -257,14 +230,8 @@ func (h *head) ref(cfg *hfconfig.Config, embed, lmHead []float32, tokens []int, 
 // below 1e-6; a wrong weight, order or routing gives O(1)).
 const tol = 2e-5
 
-func relErr(got []float32, want []float64) float64 {
-	var d, s float64
-	for i := range want {
-		d = math.Max(d, math.Abs(float64(got[i])-want[i]))
-		s = math.Max(s, math.Abs(want[i]))
-	}
-	return d / math.Max(s, 1e-3)
-}
+// relErr is ref64.MaxRelErr: max |got − want| / max(max |want|, 1e-3).
+var relErr = ref64.MaxRelErr
 
 // TestMTPFloat64 binds random heads written to a safetensors file (pattern
 // from the tensors, and from the config; plain and "language_model."

@@ -16,6 +16,7 @@ import (
 
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/engine/spec"
+	"github.com/replayssm/replayssm/internal/ref64"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
@@ -287,29 +288,7 @@ func refMTP(cfg *hfconfig.Config, kind headKind, w mapSource, embed, lmHead []fl
 			copy(k[h*hd:], kh)
 		}
 		keys, vals = append(keys, k), append(vals, v)
-		o := make([]float64, nh*hd)
-		for h := range nh {
-			kv := h / (nh / nkv)
-			sc := make([]float64, t+1)
-			mx := math.Inf(-1)
-			for j := range t + 1 {
-				for i := range hd {
-					sc[j] += q[h*hd+i] * keys[j][kv*hd+i]
-				}
-				sc[j] /= math.Sqrt(float64(hd))
-				mx = math.Max(mx, sc[j])
-			}
-			var z float64
-			for j := range sc {
-				sc[j] = math.Exp(sc[j] - mx)
-				z += sc[j]
-			}
-			for j := range sc {
-				for i := range hd {
-					o[h*hd+i] += sc[j] / z * vals[j][kv*hd+i]
-				}
-			}
-		}
+		o := ref64.Attend(q, keys, vals, nh, nkv, hd)
 		for i := range o {
 			o[i] *= sig(gate[i])
 		}
@@ -322,26 +301,13 @@ func refMTP(cfg *hfconfig.Config, kind headKind, w mapSource, embed, lmHead []fl
 			x[i] += d[i]
 		}
 		xs[t] = norm(x, "mtp.norm.weight")
-		lg := make([]float64, V)
-		for vv := range V {
-			for i := range H {
-				lg[vv] += float64(lmHead[vv*H+i]) * xs[t][i]
-			}
-		}
-		logits = append(logits, lg)
+		logits = append(logits, ref64.Project(lmHead, xs[t], V))
 	}
 	return xs, logits, gap
 }
 
-// relErr is max |got − want| / max(max |want|, 1e-3).
-func relErr(got []float32, want []float64) float64 {
-	var d, s float64
-	for i := range want {
-		d = math.Max(d, math.Abs(float64(got[i])-want[i]))
-		s = math.Max(s, math.Abs(want[i]))
-	}
-	return d / math.Max(s, 1e-3)
-}
+// relErr is ref64.MaxRelErr: max |got − want| / max(max |want|, 1e-3).
+var relErr = ref64.MaxRelErr
 
 func maxRel(t *testing.T, what string, got []float32, want []float64, tol float64) float64 {
 	t.Helper()
