@@ -67,9 +67,8 @@ type gdnScratch struct {
 	suf  []float64 // decay products from each entry to the current one [R+2]
 	coef []float32 // per-entry decay weights [R+T]
 	rowc []float32 // ring-sum and rank-update coefficients [t][dv]
-	zero []float32 // R zeros: no output terms in a fold's u
-	disc []float32 // an unused output [dv]
 	gram []float32 // key-head dot products shared by its value heads
+	cmat []float32 // a fold's u' recurrence coefficients [R][R]
 	rb   readBuffers
 	sr   *numeric.Stochastic
 }
@@ -111,10 +110,9 @@ func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, o
 			suf:  make([]float64, R+2),
 			coef: make([]float32, R+T),
 			rowc: make([]float32, dv*(R+T)),
-			zero: make([]float32, R+T),
-			disc: make([]float32, dv),
 			rb:   newReadBuffers(dk*dv, dk),
 			gram: make([]float32, (R+2*T)*(R+2*T)),
+			cmat: make([]float32, R*R),
 		}
 		if opt.Stochastic {
 			sc.sr = numeric.NewStochastic(opt.Seed)
@@ -360,7 +358,13 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 	if t > 0 {
 		dotRowsMulti(keys, dk, keys, t, sc.gram[:t*t])
 	}
+	// The u' recurrence reads each value head's v_0..v_{t-1}, decays and
+	// β after the state pass: ask for them a head ahead.
+	c.prefetchFold(s, kh*vpk, t)
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
+		if j+1 < (kh+1)*vpk {
+			c.prefetchFold(s, j+1, t)
+		}
 		mat := int(s)*Hv + j
 		S := c.state.raw(mat)
 		if S == nil {
@@ -374,21 +378,22 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 		// Decays as products of the per-step exp(g) (no exp per pair, and
 		// no division, so nothing overflows when a decay underflows).
 		aj := func(i int) float64 { return float64(c.ringA[c.at(s, j, i)]) }
+		// u'_i = β_i·(v_i − γ_i·S₀ᵀk_i + Σ_{l<i} cm[i·t+l]·u'_l) with
+		// cm[i·t+l] = −(γ_i/γ_l)(k_l·k_i), all rows in one call.
 		gprod := 1.0
+		gs, cm := sc.coef[:t], sc.cmat[:t*t]
 		for i := 0; i < t; i++ {
-			ui := sc.u[i*dv : (i+1)*dv]
 			gprod *= aj(i)
-			gi := float32(gprod)
-			vi := c.ringVec(c.ringV, s, j, i, dv)
-			pi := sc.proj[i*dv : (i+1)*dv]
+			gs[i] = float32(gprod)
 			w := 1.0 // γ_i/γ_l = Π_{m=l+1..i} exp(g_m)
 			for l := i - 1; l >= 0; l-- {
 				w *= aj(l + 1)
-				sc.rowc[l] = -float32(w) * sc.gram[i*t+l]
+				cm[i*t+l] = -float32(w) * sc.gram[i*t+l]
 			}
-			// u'_i = β_i·(v_i − γ_i·S₀ᵀk_i + Σ_l rowc[l]·u'_l): the
-			// non-flush step's kernel, with no output (cq = 0).
-			gdnOut(vi, pi, pi, sc.u[:i*dv], sc.rowc[:i], sc.zero[:i], gi, c.ringBeta[c.at(s, j, i)], 0, ui, sc.disc[:dv])
+		}
+		if t > 0 {
+			base := c.at(s, j, 0)
+			gdnFoldU(c.ringV[base*dv:][:t*dv], sc.proj[:t*dv], cm, gs, c.ringBeta[base:][:t], t, dv, sc.u[:t*dv])
 		}
 		gt := float32(gprod)
 		// S_m ← γ_t·S_m + Σ_i (γ_t/γ_i)·u'_i[m]·k_i, row by row, with
@@ -415,6 +420,19 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 			c.read.store(int(s)*Hv+j, S, nil)
 		}
 	}
+}
+
+// prefetchFold prefetches the ring rows a fold reads for value head j of
+// slot s over t entries: v, the per-step decays and β.
+func (c *GDNCache) prefetchFold(s Slot, j, t int) {
+	if t == 0 {
+		return
+	}
+	dv := c.shape.ValueDim
+	base := c.at(s, j, 0)
+	prefetch(c.ringV[base*dv:][:t*dv])
+	prefetch(c.ringA[base:][:t])
+	prefetch(c.ringBeta[base:][:t])
 }
 
 // baselineGroup runs the in-place recurrence for the value heads of key head

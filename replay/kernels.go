@@ -196,6 +196,32 @@ func gdnOut(vt, sk, sq, U, ck, cq []float32, gt, beta, cqt float32, ut, o []floa
 	gdnOutGo(vt, sk, sq, U, ck, cq, gt, beta, cqt, ut, o)
 }
 
+// gdnFoldU computes a fold's corrected updates, rows U_0..U_{t-1} of n, in
+// order of i:
+//
+//	U_i = beta[i]·(V_i − g[i]·P_i + Σ_{l<i} coef[i·t+l]·U_l)
+//
+// (gdnOut with no output for each i, in one call).
+func gdnFoldU(V, P, coef, g, beta []float32, t, n int, U []float32) {
+	if simd && gdnFoldUSIMD(V, P, coef, g, beta, t, n, U) {
+		return
+	}
+	gdnFoldUGo(V, P, coef, g, beta, t, n, U)
+}
+
+func gdnFoldUGo(V, P, coef, g, beta []float32, t, n int, U []float32) {
+	for i := 0; i < t; i++ {
+		v, p, u, c := V[i*n:(i+1)*n], P[i*n:(i+1)*n], U[i*n:(i+1)*n], coef[i*t:i*t+i]
+		for m := range u {
+			a := v[m] - g[i]*p[m]
+			for l, cl := range c {
+				a += cl * U[l*n+m]
+			}
+			u[m] = beta[i] * a
+		}
+	}
+}
+
 func gdnOutGo(vt, sk, sq, U, ck, cq []float32, gt, beta, cqt float32, ut, o []float32) {
 	n := len(o)
 	vt, sk, sq, ut = vt[:n], sk[:n], sq[:n], ut[:n]

@@ -268,6 +268,9 @@ func dotRowsMultiAVX512(s *float32, rows, n int, v *float32, nv int, out *float3
 //go:noescape
 func dotRowsPairAVX512(s *float32, rows, n int, v0, v1 *float32, out0, out1 *float32)
 
+//go:noescape
+func dotRowsPair128AVX512(s *float32, rows int, v0, v1 *float32, out0, out1 *float32)
+
 // dotRowsMultiSIMD writes out[a·rows+p] = S_p·V_a for nv vectors stored
 // contiguously (V_a = V[a·n:(a+1)·n]); it reports false where it cannot run.
 func dotRowsMultiSIMD(S []float32, n int, V []float32, nv int, out []float32) bool {
@@ -276,7 +279,13 @@ func dotRowsMultiSIMD(S []float32, n int, V []float32, nv int, out []float32) bo
 		_ = S[rows*n-1]
 		_ = V[2*n-1]
 		r4 := rows &^ 3
-		dotRowsPairAVX512(&S[0], r4, n, &V[0], &V[n], &out[0], &out[rows])
+		// Whole state matrices (not a key head's few ring keys, where the
+		// kernel's prefetch 4 KiB ahead would fetch lines nobody reads).
+		if n == 128 && r4 >= 32 {
+			dotRowsPair128AVX512(&S[0], r4, &V[0], &V[n], &out[0], &out[rows])
+		} else {
+			dotRowsPairAVX512(&S[0], r4, n, &V[0], &V[n], &out[0], &out[rows])
+		}
 		for p := r4; p < rows; p++ {
 			out[p] = dotSIMD(S[p*n:(p+1)*n], V[:n])
 			out[rows+p] = dotSIMD(S[p*n:(p+1)*n], V[n:2*n])
@@ -350,6 +359,25 @@ func gdnOutSIMD(vt, sk, sq, U, ck, cq []float32, gt, beta, cqt float32, ut, o []
 		return true
 	}
 	gdnOutAVX512(&vt[0], &sk[0], &sq[0], up, up, up, 0, n, gt, beta, cqt, &ut[0], &o[0])
+	return true
+}
+
+//go:noescape
+func gdnFoldUAVX512(v, p, coef, gs, beta *float32, t, n int, u *float32)
+
+// gdnFoldUSIMD is gdnFoldUGo with AVX-512; it reports false where it cannot
+// run.
+func gdnFoldUSIMD(V, P, coef, g, beta []float32, t, n int, U []float32) bool {
+	if !simd512 || n%128 != 0 || n == 0 || t == 0 {
+		return false
+	}
+	_ = V[t*n-1]
+	_ = P[t*n-1]
+	_ = U[t*n-1]
+	_ = coef[t*t-1]
+	_ = g[t-1]
+	_ = beta[t-1]
+	gdnFoldUAVX512(&V[0], &P[0], &coef[0], &g[0], &beta[0], t, n, &U[0])
 	return true
 }
 

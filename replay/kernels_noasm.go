@@ -51,6 +51,8 @@ func gdnOutSIMD(vt, sk, sq, U, ck, cq []float32, gt, beta, cqt float32, ut, o []
 	return false
 }
 
+func gdnFoldUSIMD(V, P, coef, g, beta []float32, t, n int, U []float32) bool { return false }
+
 func sumSquares(x []float32) float64      { return sumSquaresGo(x) }
 func scaleTo(dst, x []float32, r float32) { scaleToGo(dst, x, r) }
 

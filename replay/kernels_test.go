@@ -442,6 +442,47 @@ func TestGDNOut(t *testing.T) {
 	}
 }
 
+// TestGDNFoldU checks the fold's u' recurrence, SIMD and plain Go, against
+// float64 run on the kernel's own earlier rows (so each row is checked for
+// its own rounding only).
+func TestGDNFoldU(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 2))
+	vec := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	for _, f := range []struct {
+		name string
+		fn   func(V, P, coef, g, beta []float32, tt, n int, U []float32)
+	}{{"go", gdnFoldUGo}, {"dispatch", gdnFoldU}} {
+		for _, n := range []int{64, 128, 256} {
+			for _, tt := range []int{1, 2, 5, 16, 17} {
+				V, P, coef, g, beta := vec(tt*n), vec(tt*n), vec(tt*tt), vec(tt), vec(tt)
+				U := make([]float32, tt*n)
+				poison(U)
+				f.fn(V, P, coef, g, beta, tt, n, U)
+				for i := 0; i < tt; i++ {
+					for m := 0; m < n; m++ {
+						a := float64(V[i*n+m]) - float64(g[i])*float64(P[i*n+m])
+						sa := math.Abs(float64(V[i*n+m])) + math.Abs(float64(g[i])*float64(P[i*n+m]))
+						for l := 0; l < i; l++ {
+							a += float64(coef[i*tt+l]) * float64(U[l*n+m])
+							sa += math.Abs(float64(coef[i*tt+l]) * float64(U[l*n+m]))
+						}
+						u := float64(beta[i]) * a
+						if math.Abs(float64(U[i*n+m])-u) > 1e-5*math.Abs(float64(beta[i]))*sa {
+							t.Fatalf("%s n=%d t=%d i=%d m=%d: u %v want %v", f.name, n, tt, i, m, U[i*n+m], u)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestSumSquaresScaleTo checks the l2norm kernels against float64 and the
 // plain-Go loops.
 func TestSumSquaresScaleTo(t *testing.T) {
