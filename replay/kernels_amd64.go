@@ -67,6 +67,9 @@ func rankUpdateSIMD(row []float32, decay float32, coef []float32, V []float32, s
 func dotRowsAVX512(s *float32, rows, n int, v *float32, out *float32)
 
 //go:noescape
+func dotRows128AVX512(s *float32, rows int, v *float32, out *float32)
+
+//go:noescape
 func dotRowsAVX2(s *float32, rows, n int, v *float32, out *float32)
 
 //go:noescape
@@ -83,7 +86,11 @@ func dotRowsSIMD(S []float32, n int, v []float32, out []float32) {
 	_ = S[rows*n-1]
 	v = v[:n]
 	r4 := rows &^ 3
-	if simd512 && n%16 == 0 && r4 > 0 {
+	if simd512 && n == 128 && r4 >= 32 {
+		// Whole state matrices (not a group's few ring B rows, where the
+		// kernel's prefetch 4 KiB ahead would fetch lines nobody reads).
+		dotRows128AVX512(&S[0], r4, &v[0], &out[0])
+	} else if simd512 && n%16 == 0 && r4 > 0 {
 		dotRowsAVX512(&S[0], r4, n, &v[0], &out[0])
 	} else if n%8 == 0 && r4 > 0 {
 		dotRowsAVX2(&S[0], r4, n, &v[0], &out[0])
@@ -143,6 +150,9 @@ func dotRowsNVFP4One128AVX512(codes, scales *byte, blocks int, v *float32, e2m1 
 //go:noescape
 func dotRowsBF16AVX2(s *uint16, rows, n int, v *float32, out *float32)
 
+//go:noescape
+func dotRowsBF16128AVX512(s *uint16, rows int, v *float32, out *float32)
+
 // simd512 reports whether the AVX-512 kernels (the nvfp4 read) run here.
 var simd512 = simd && cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512VL
 
@@ -194,9 +204,17 @@ func dotRowsBF16SIMD(S []uint16, n int, v []float32, out []float32) bool {
 	if !simd || n%16 != 0 || len(out) == 0 {
 		return false
 	}
-	_ = S[len(out)*n-1]
+	rows := len(out)
+	_ = S[rows*n-1]
 	_ = v[n-1]
-	dotRowsBF16AVX2(&S[0], len(out), n, &v[0], &out[0])
+	if r4 := rows &^ 3; simd512 && n == 128 && r4 >= 32 {
+		dotRowsBF16128AVX512(&S[0], r4, &v[0], &out[0])
+		if r4 < rows {
+			dotRowsBF16AVX2(&S[r4*n], rows-r4, n, &v[0], &out[r4])
+		}
+		return true
+	}
+	dotRowsBF16AVX2(&S[0], rows, n, &v[0], &out[0])
 	return true
 }
 

@@ -101,7 +101,9 @@ func BenchmarkDot128(b *testing.B) {
 
 // TestMatrixKernels checks the whole-matrix kernels (SIMD where present,
 // else plain Go) against float64 on shapes that exercise the 4-row and 2-row
-// blocks, their remainders and column tails. Same tolerance as TestKernels.
+// blocks, their remainders and column tails, and the rows-of-128 read (32
+// rows or more: 37 leaves a tail row, 31 takes the general kernel). Same
+// tolerance as TestKernels.
 func TestMatrixKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 2))
 	vec := func(n int) []float32 {
@@ -111,7 +113,7 @@ func TestMatrixKernels(t *testing.T) {
 		}
 		return v
 	}
-	for _, rows := range []int{1, 2, 3, 4, 5, 7, 8, 80} {
+	for _, rows := range []int{1, 2, 3, 4, 5, 7, 8, 31, 37, 64, 80} {
 		for _, n := range []int{8, 13, 16, 40, 64, 128} {
 			S, v := vec(rows*n), vec(n)
 			out := make([]float32, rows)
@@ -173,7 +175,7 @@ func TestMatrixKernels(t *testing.T) {
 func TestReadDots(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 3))
 	for _, f := range []numeric.Format{numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3, numeric.NVFP4} {
-		for _, dims := range [][2]int{{80, 128}, {7, 64}, {5, 32}, {3, 48}, {6, 96}, {2, 192}} {
+		for _, dims := range [][2]int{{80, 128}, {64, 128}, {37, 128}, {35, 128}, {7, 64}, {5, 32}, {3, 48}, {6, 96}, {2, 192}} {
 			rows, n := dims[0], dims[1]
 			m, err := newMatrices(f, rows*n, 2)
 			if err != nil {

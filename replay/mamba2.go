@@ -234,8 +234,10 @@ func (c *Mamba2Cache) appendHead(s Slot, r, h, e int) {
 
 // prefetchHead prefetches what head h of op slot b (h = H: the next slot's
 // first head) touches in the ring in a step or verify: its x, Δ and decay up
-// to the entries the op appends, its output row and, for a group's first
-// head, the group's B.
+// to the entries the op appends, its output row, its op inputs x and dt
+// and, for a group's first head, the group's ring B and input B and C. The
+// op inputs are read once per step, far apart: no hardware prefetcher
+// follows them, and an input row missed in the ring append stalls the head.
 func (c *Mamba2Cache) prefetchHead(b, h int) {
 	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
 	if h == H {
@@ -252,13 +254,23 @@ func (c *Mamba2Cache) prefetchHead(b, h int) {
 		return
 	}
 	if hpg := H / G; h%hpg == 0 {
-		prefetch(c.ringB[(int(s)*G+h/hpg)*R*N:][:cnt*N])
+		g := h / hpg
+		prefetch(c.ringB[(int(s)*G+g)*R*N:][:cnt*N])
+		for k := 0; k < T; k++ {
+			prefetch(c.groupVec(c.opIn.B, b*T+k, g))
+			prefetch(c.groupVec(c.opIn.C, b*T+k, g))
+		}
 	}
 	base := c.at(s, h, 0)
 	prefetch(c.ringX[base*P:][:cnt*P])
 	prefetch(c.ringDt[base:][:cnt])
 	prefetch(c.ringA[base:][:cnt])
 	prefetch(c.opOut[(b*T*H+h)*P:][:P])
+	for k := 0; k < T; k++ {
+		r := b*T + k
+		prefetch(c.opIn.X[(r*H+h)*P:][:P])
+		prefetch(c.opIn.Dt[r*H+h:][:1])
+	}
 }
 
 // suffix fills sc.suf[j] = Π_{l=j+1..t} a_l for j = 0..t (suf[t] = 1), the
