@@ -268,9 +268,11 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 		for k := 0; k < nd; k++ {
 			t := n + k // 0-based ring position of this entry
 			// suf[i] = Π_{l=i..t} exp(g_l): γ_t = suf[0], γ_t/γ_i = suf[i+1].
-			sc.suf[t+1] = 1
+			ra := c.ringA[c.at(s, j, 0):][:t+1]
+			suf := sc.suf[:t+2]
+			suf[t+1] = 1
 			for i := t; i >= 0; i-- {
-				sc.suf[i] = sc.suf[i+1] * float64(c.ringA[c.at(s, j, i)])
+				suf[i] = suf[i+1] * float64(ra[i])
 			}
 			gt := float32(sc.suf[0])
 			beta := c.ringBeta[c.at(s, j, t)]
@@ -282,10 +284,11 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 			// o = γ_t·S₀ᵀq_t + Σ_{i≤t} (γ_t/γ_i)(k_i·q_t)·u_i: both ring
 			// sums in one pass over u_0..u_{t-1}.
 			ck, cq := sc.rowc[:t], sc.rowc[t:2*t]
-			for i := 0; i < t; i++ {
-				w := float32(sc.suf[i+1])
-				ck[i] = -w * sc.gram[k*W+i]
-				cq[i] = w * sc.gram[(nd+k)*W+i]
+			gk, gq := sc.gram[k*W:][:t], sc.gram[(nd+k)*W:][:t]
+			for i := range ck {
+				w := float32(suf[i+1])
+				ck[i] = -w * gk[i]
+				cq[i] = w * gq[i]
 			}
 			cqt := float32(sc.suf[t+1]) * sc.gram[(nd+k)*W+t]
 			o := c.opOut[((r0+k)*Hv+j)*dv:][:dv]
@@ -297,8 +300,8 @@ func (c *GDNCache) outputs(sc *gdnScratch, s Slot, kh, n, nd, r0 int) {
 // prefetchHead prefetches what value head j of op slot b (j = Hv: the next
 // slot's first head) reads from the ring in a step or verify: its cached u
 // and decays up to the entries the op appends, the v rows it appends, its
-// output row and, for a key head's first value head, the key head's keys
-// and the v rows of all its value heads.
+// output row and, for a key head's first value head, the key head's keys,
+// its q and k inputs and the v, a and b inputs of all its value heads.
 func (c *GDNCache) prefetchHead(b, j int) {
 	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
 	if j == Hv {
@@ -327,6 +330,8 @@ func (c *GDNCache) prefetchHead(b, j int) {
 			prefetch(c.opIn.Q[(r*Hk+kh)*dk:][:dk])
 			prefetch(c.opIn.K[(r*Hk+kh)*dk:][:dk])
 			prefetch(c.opIn.V[(r*Hv+j)*dv:][:vpk*dv])
+			prefetch(c.opIn.A[r*Hv+j:][:vpk])
+			prefetch(c.opIn.B[r*Hv+j:][:vpk])
 		}
 	}
 	base := c.at(s, j, 0)

@@ -255,6 +255,14 @@ func scaleToGo(dst, x []float32, r float32) {
 	}
 }
 
+// scaleAdd2Go does dst[i] = a·x[i] + b·y[i] (two products, then their sum).
+func scaleAdd2Go(dst, x, y []float32, a, b float32) {
+	dst, y = dst[:len(x)], y[:len(x)]
+	for i, v := range x {
+		dst[i] = a*v + b*y[i]
+	}
+}
+
 // rankUpdateDotRows does, for each row p < rows,
 // S[p·n+i] = decay·S[p·n+i] + Σ_{j<t} coefT[j·cs+p]·V[j·vstride+i] and, when
 // out is not nil, out[p] = Σ_i S[p·n+i]·C[i] over the updated row: the

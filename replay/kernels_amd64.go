@@ -413,6 +413,20 @@ func sumSquares(x []float32) float64 {
 	return sumSquaresGo(x)
 }
 
+//go:noescape
+func scaleAdd2AVX512(dst, x, y *float32, n int, a, b float32)
+
+// scaleAdd2 does dst[i] = a·x[i] + b·y[i], rounded as scaleAdd2Go rounds it.
+func scaleAdd2(dst, x, y []float32, a, b float32) {
+	if simd512 && len(x) > 0 && len(x)%16 == 0 {
+		_ = dst[len(x)-1]
+		_ = y[len(x)-1]
+		scaleAdd2AVX512(&dst[0], &x[0], &y[0], len(x), a, b)
+		return
+	}
+	scaleAdd2Go(dst, x, y, a, b)
+}
+
 // scaleTo does dst[i] = r·x[i].
 func scaleTo(dst, x []float32, r float32) {
 	if simd512 && len(x) > 0 && len(x)%16 == 0 {

@@ -53,8 +53,9 @@ func gdnOutSIMD(vt, sk, sq, U, ck, cq []float32, gt, beta, cqt float32, ut, o []
 
 func gdnFoldUSIMD(V, P, coef, g, beta []float32, t, n int, U []float32) bool { return false }
 
-func sumSquares(x []float32) float64      { return sumSquaresGo(x) }
-func scaleTo(dst, x []float32, r float32) { scaleToGo(dst, x, r) }
+func sumSquares(x []float32) float64              { return sumSquaresGo(x) }
+func scaleTo(dst, x []float32, r float32)         { scaleToGo(dst, x, r) }
+func scaleAdd2(dst, x, y []float32, a, b float32) { scaleAdd2Go(dst, x, y, a, b) }
 
 func rankUpdateDotRowsSIMD(S []float32, rows, n int, decay float32, coefT []float32, cs, t int, V []float32, vstride int, C, out []float32) bool {
 	return false

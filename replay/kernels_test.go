@@ -507,6 +507,17 @@ func TestSumSquaresScaleTo(t *testing.T) {
 				t.Fatalf("n=%d: scaleTo[%d] %v want %v", n, i, dst[i], ref[i])
 			}
 		}
+		y := make([]float32, n)
+		for i := range y {
+			y[i] = float32(rng.NormFloat64())
+		}
+		scaleAdd2(dst, x, y, 0.37, -1.9)
+		scaleAdd2Go(ref, x, y, 0.37, -1.9)
+		for i := range dst {
+			if dst[i] != ref[i] {
+				t.Fatalf("n=%d: scaleAdd2[%d] %v want %v", n, i, dst[i], ref[i])
+			}
+		}
 	}
 }
 

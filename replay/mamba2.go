@@ -225,8 +225,20 @@ func (c *Mamba2Cache) appendB(s Slot, r, g, e int) {
 // appendHead writes input row r's x, Δ and decay of head h into ring entry e
 // of slot s.
 func (c *Mamba2Cache) appendHead(s Slot, r, h, e int) {
+	c.appendX(s, r, h, e)
+	c.appendDecay(s, r, h, e)
+}
+
+// appendX writes input row r's x of head h into ring entry e of slot s.
+func (c *Mamba2Cache) appendX(s Slot, r, h, e int) {
 	H, P := c.shape.Heads, c.shape.HeadDim
 	copy(c.xAt(s, h, e), c.opIn.X[(r*H+h)*P:(r*H+h+1)*P])
+}
+
+// appendDecay writes input row r's Δ and decay of head h into ring entry e
+// of slot s.
+func (c *Mamba2Cache) appendDecay(s Slot, r, h, e int) {
+	H := c.shape.Heads
 	delta := max(float32(ssm.Softplus(float64(c.opIn.Dt[r*H+h])+c.dtb[h])), c.opIn.DtMin)
 	c.ringDt[c.at(s, h, e)] = delta
 	c.ringA[c.at(s, h, e)] = float32(math.Exp(float64(delta) * c.a[h]))
@@ -352,7 +364,8 @@ func (c *Mamba2Cache) storeState(sc *mamba2Scratch, s Slot, mat int, S []float32
 //	y_t = e^{Λ_t}·(S₀·C_t) + Σ_{j≤t} Δ_j·e^{Λ_t−Λ_j}·(B_j·C_t)·x_j + D·x_t
 //
 // The group's B of those rows must be in the ring; each head's x, Δ and
-// decay are appended here, just before the head is read.
+// decay are appended here (Δ and decay for the whole group first, x just
+// before the head is read).
 func (c *Mamba2Cache) outputsGroup(sc *mamba2Scratch, s Slot, g, tFirst, tLast, r0 int) {
 	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
 	R := c.opt.ring()
@@ -366,12 +379,20 @@ func (c *Mamba2Cache) outputsGroup(sc *mamba2Scratch, s Slot, g, tFirst, tLast, 
 		t := tFirst + k
 		dotRows(ringB[:t*N], N, c.groupVec(c.opIn.C, r0+k, g), sc.bc[k*(R+1):][:t])
 	}
+	// Δ and decay of every head of the group first: each is a chain of three
+	// dependent exp/log1p calls, and back to back the chains of different
+	// heads overlap (between two state reads they ran one at a time).
+	for h := g * hpg; h < (g+1)*hpg; h++ {
+		for k := 0; k < nd; k++ {
+			c.appendDecay(s, r0+k, h, tFirst-1+k)
+		}
+	}
 	for h := g * hpg; h < (g+1)*hpg; h++ {
 		// The next head's ring rows start a new run: ask for them now, a
 		// head's work ahead.
 		c.prefetchHead(b, h+1)
 		for k := 0; k < nd; k++ {
-			c.appendHead(s, r0+k, h, tFirst-1+k)
+			c.appendX(s, r0+k, h, tFirst-1+k)
 		}
 		// S₀·C_t for all outputs, one pass over the state.
 		c.readDots(sc, s, h, g, r0, nd)
@@ -380,13 +401,11 @@ func (c *Mamba2Cache) outputsGroup(sc *mamba2Scratch, s Slot, g, tFirst, tLast, 
 			yh := c.opOut[((r0+k)*H+h)*P:][:P]
 			c.suffix(sc, s, h, t)
 			e := float32(sc.suf[0])
-			xt := c.xAt(s, h, t-1)
-			for p := 0; p < P; p++ {
-				yh[p] = e*sc.dots[k*P+p] + c.d[h]*xt[p]
-			}
+			scaleAdd2(yh, sc.dots[k*P:][:P], c.xAt(s, h, t-1), e, c.d[h])
 			coef := sc.coef[:t]
-			for j := 0; j < t; j++ {
-				coef[j] = float32(float64(c.ringDt[c.at(s, h, j)])*sc.suf[j+1]) * sc.bc[k*(R+1)+j]
+			dts, suf, bc := c.ringDt[c.at(s, h, 0):][:t], sc.suf[1:][:t], sc.bc[k*(R+1):][:t]
+			for j := range coef {
+				coef[j] = float32(float64(dts[j])*suf[j]) * bc[j]
 			}
 			combine(yh, coef, c.ringX[c.at(s, h, 0)*P:][:t*P], P)
 		}
