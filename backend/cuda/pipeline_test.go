@@ -43,7 +43,7 @@ func TestPlanPipeline(t *testing.T) {
 				} else {
 					stage, scratch = gdnPipeBytes(sh.cols, sh.rows, opt, replayRing(opt))
 				}
-				p, defines := planPipeline(h200, stage, scratch, pipeStages(opt), true)
+				p, defines := planPipeline(h200, stage, scratch, opt, sh.rows, sh.cols)
 				if !p.on {
 					t.Fatalf("pipeline off: %s", p.reasonDisabled)
 				}
@@ -79,21 +79,24 @@ func TestPlanPipeline(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		name    string
-		d       *Device
-		shapeOK bool
-		env     string
-		reason  string
+		name   string
+		d      *Device
+		rows   int
+		cols   int
+		opt    replay.Options
+		env    string
+		reason string
 	}{
-		{"sm_80", &Device{ccMajor: 8, smCount: 108, sharedOptin: 163 << 10, sharedPerSM: 164 << 10}, true, "", "compute capability 8"},
-		{"unaligned shape", h200, false, "", "16-byte multiples"},
-		{"v4 asked for", h200, true, "v4", "REPLAYSSM_CUDA_KERNELS=v4"},
-		{"small shared memory", &Device{ccMajor: 9, smCount: 132, sharedOptin: 48 << 10, sharedPerSM: 100 << 10}, true, "", "exceed"},
+		{"sm_80", &Device{ccMajor: 8, smCount: 108, sharedOptin: 163 << 10, sharedPerSM: 164 << 10}, 80, 128, replay.Options{Window: 16}, "", "compute capability 8"},
+		{"unaligned rows", h200, 81, 128, replay.Options{Window: 16}, "", "16-byte multiples"},
+		{"unaligned nvfp4 scales", h200, 8, 16, replay.Options{Window: 16, ReadCopy: numeric.NVFP4}, "", "16-byte multiples"},
+		{"v4 asked for", h200, 80, 128, replay.Options{Window: 16}, "v4", "REPLAYSSM_CUDA_KERNELS=v4"},
+		{"small shared memory", &Device{ccMajor: 9, smCount: 132, sharedOptin: 48 << 10, sharedPerSM: 100 << 10}, 80, 128, replay.Options{Window: 16}, "", "exceed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("REPLAYSSM_CUDA_KERNELS", tc.env)
-			stage, scratch := mamba2PipeBytes(80, 128, replay.Options{Window: 16}, 16)
-			p, defines := planPipeline(tc.d, stage, scratch, 6, tc.shapeOK)
+			stage, scratch := mamba2PipeBytes(tc.rows, tc.cols, tc.opt, 16)
+			p, defines := planPipeline(tc.d, stage, scratch, tc.opt, tc.rows, tc.cols)
 			if p.on || defines != nil || !strings.Contains(p.reasonDisabled, tc.reason) {
 				t.Errorf("on %v, defines %v, reason %q; want off with %q", p.on, defines, p.reasonDisabled, tc.reason)
 			}

@@ -89,15 +89,15 @@ type pipeline struct {
 	reasonDisabled string
 }
 
-// planPipeline sizes the pipelined kernels for a stage of stageBytes (bulk
-// copy destinations) and scratchBytes (the consumers' per-stage scalars),
-// and returns the -D defines that compile them (none when it is off).
-//
-// maxStages bounds the stages (and consumer groups) of one block: six for
-// state reads; four for an nvfp4 read copy, whose small stages then fit
-// two blocks per SM (eight groups), which measured faster than six groups
-// in one block (NOTES.md v5).
-func planPipeline(d *Device, stageBytes, scratchBytes, maxStages int, shapeOK bool) (pipeline, []string) {
+// planPipeline sizes the pipelined kernels of a layer whose state matrices
+// are rows × cols, for a stage of stageBytes (bulk copy destinations) and
+// scratchBytes (the consumers' per-stage scalars), and returns the -D
+// defines that compile them (none when it is off). Bulk copies move 16-byte
+// multiples: rows and cols must be multiples of 4, and an nvfp4 read copy's
+// scale rows (rows·cols/16 bytes) multiples of 16.
+func planPipeline(d *Device, stageBytes, scratchBytes int, opt replay.Options, rows, cols int) (pipeline, []string) {
+	shapeOK := rows%4 == 0 && cols%4 == 0 && (opt.ReadCopy != numeric.NVFP4 || rows*cols%256 == 0)
+	maxStages := pipeStages(opt)
 	round := func(v, m int) int { return (v + m - 1) / m * m }
 	p := pipeline{stageBytes: round(stageBytes, 128), scratchBytes: round(scratchBytes, 128), sms: d.Multiprocessors()}
 	major, _ := d.ComputeCapability()
@@ -189,13 +189,80 @@ func (p *pipeline) bind(m *Module, step, verify, verifyFold string) error {
 	return p.verify.SetMaxDynamicSharedMemory(p.smem)
 }
 
+// launchReplayStep queues a replay decode step whose arguments a holds
+// (grid: the v4 kernels' grid): the flush kernel and the non-flush one
+// (pipelined where planned, else v4), each taking its own slots and sharing
+// one Args (a launch copies it), then the cursor move.
+func (c *replayCommon) launchReplayStep(s *Stream, a *Args, slots Buffer, batch int, grid [3]uint32) error {
+	block := [3]uint32{uint32(c.threads), 1, 1}
+	if !c.pipe.on || !c.pipe.stepOn {
+		for _, fn := range []*Function{c.nonflush, c.flush} {
+			if err := c.d.Launch(fn, grid, block, 0, s, a); err != nil {
+				return err
+			}
+		}
+		return c.launchCursorStep(s, slots, batch)
+	}
+	if err := c.d.Launch(c.flush, grid, block, 0, s, a); err != nil {
+		return err
+	}
+	a.I32(int32(batch))
+	if err := c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.heads), c.pipe.block(), uint32(c.pipe.smem), s, a); err != nil {
+		return err
+	}
+	return c.launchCursorStep(s, slots, batch)
+}
+
+// launchReplayVerify queues a replay verify whose arguments a holds: the
+// v4 kernel, or, where a pipelined verify is planned, the v4 kernel for the
+// slots that fold their history early and the pipelined one for the rest;
+// then the cursor move.
+func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
+	block := [3]uint32{uint32(c.threads), 1, 1}
+	if !c.pipe.on || c.pipe.verify == nil {
+		if err := c.d.Launch(c.verify, grid, block, 0, s, a); err != nil {
+			return err
+		}
+		return c.launchCursorVerify(s, slots, counts, batch, T)
+	}
+	if err := c.d.Launch(c.pipe.verifyFold, grid, block, 0, s, a); err != nil {
+		return err
+	}
+	a.I32(int32(batch))
+	if err := c.d.Launch(c.pipe.verify, c.pipe.grid(batch*c.heads), c.pipe.block(), uint32(c.pipe.smem), s, a); err != nil {
+		return err
+	}
+	return c.launchCursorVerify(s, slots, counts, batch, T)
+}
+
+// bindKernels looks up the layer's v4 kernels, named kind + "_replay_nonflush"
+// and so on, and its pipelined ones (verify "" when it has none).
+func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string) error {
+	for _, f := range []struct {
+		dst  **Function
+		name string
+	}{
+		{&c.nonflush, "_replay_nonflush"}, {&c.flush, "_replay_flush"}, {&c.verify, "_replay_verify"},
+		{&c.baselineStep, "_baseline_step"}, {&c.baselineVerify, "_baseline_verify"},
+	} {
+		var err error
+		if *f.dst, err = c.mod.Function(c.kind + f.name); err != nil {
+			return err
+		}
+	}
+	return c.pipe.bind(c.mod, pipeStep, pipeVerify, pipeVerifyFold)
+}
+
 // Pipelined reports whether the non-flush step and the verify run the
 // pipelined (v5) kernels, and if not, why.
 func (c *replayCommon) Pipelined() (step, verify bool, why string) {
 	return c.pipe.on && c.pipe.stepOn, c.pipe.on && c.pipe.verify != nil, c.pipe.reasonDisabled
 }
 
-// pipeStages is maxStages for planPipeline (see there).
+// pipeStages bounds the stages (and consumer groups) of one block: six for
+// state reads; four for an nvfp4 read copy, whose small stages then fit
+// two blocks per SM (eight groups), which measured faster than six groups
+// in one block (NOTES.md v5).
 func pipeStages(opt replay.Options) int {
 	if opt.ReadCopy == numeric.NVFP4 {
 		return 4

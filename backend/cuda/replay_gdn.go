@@ -69,26 +69,14 @@ func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if opt.Mode == replay.Replay {
 		var pd []string
 		stage, scratch := gdnPipeBytes(dk, dv, opt, replayRing(opt))
-		c.pipe, pd = planPipeline(d, stage, scratch, pipeStages(opt), dk%4 == 0 && dv%4 == 0 && (opt.ReadCopy != numeric.NVFP4 || dk*dv%256 == 0))
+		c.pipe, pd = planPipeline(d, stage, scratch, opt, dv, dk)
 		defines = append(defines, pd...)
 	}
 	if err := c.init(ctx, d, opt, capacity, dv, dk, "replay_gdn.cu", defines); err != nil {
 		return fail(err)
 	}
-	if err := c.pipe.bind(c.mod, "gdn_pipe_step", "", ""); err != nil {
+	if err := c.bindKernels("gdn_pipe_step", "", ""); err != nil {
 		return fail(err)
-	}
-	for _, f := range []struct {
-		dst  **Function
-		name string
-	}{
-		{&c.nonflush, "gdn_replay_nonflush"}, {&c.flush, "gdn_replay_flush"},
-		{&c.verify, "gdn_replay_verify"},
-		{&c.baselineStep, "gdn_baseline_step"}, {&c.baselineVerify, "gdn_baseline_verify"},
-	} {
-		if *f.dst, err = c.mod.Function(f.name); err != nil {
-			return fail(err)
-		}
 	}
 	negA, dtb := make([]float64, Hv), make([]float64, Hv)
 	for j := range Hv {
@@ -224,22 +212,7 @@ func (c *GDNCache) Step(s *Stream, batch int, in GDNInput, o Buffer) error {
 	a.Ptr(in.Slots)
 	c.inputArgs(a, in, o)
 	a.I32(int32(c.opt.Window))
-	if c.pipe.on {
-		if err := c.d.Launch(c.flush, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
-			return err
-		}
-		a.I32(int32(batch))
-		if err := c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.shape.ValueHeads), c.pipe.block(), uint32(c.pipe.smem), s, a); err != nil {
-			return err
-		}
-		return c.launchCursorStep(s, in.Slots, batch)
-	}
-	for _, fn := range []*Function{c.nonflush, c.flush} {
-		if err := c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
-			return err
-		}
-	}
-	return c.launchCursorStep(s, in.Slots, batch)
+	return c.launchReplayStep(s, a, in.Slots, batch, c.grid(batch))
 }
 
 func (c *GDNCache) launchBaseline(s *Stream, batch, T int, verify bool, in GDNInput, o Buffer) error {
@@ -283,10 +256,7 @@ func (c *GDNCache) Verify(s *Stream, batch, T int, in GDNInput, o Buffer) error 
 	a.I32(int32(T))
 	c.inputArgs(a, in, o)
 	a.I32(int32(c.ring()))
-	if err := c.d.Launch(c.verify, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
-		return err
-	}
-	return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
+	return c.launchReplayVerify(s, a, in.Slots, in.Counts, batch, T, c.grid(batch))
 }
 
 // StateBytes is what one full state transfer of one slot moves, and

@@ -82,7 +82,7 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if opt.Mode == replay.Replay {
 		var pd []string
 		stage, scratch := mamba2PipeBytes(P, N, opt, replayRing(opt))
-		c.pipe, pd = planPipeline(d, stage, scratch, pipeStages(opt), P%4 == 0 && N%4 == 0 && (opt.ReadCopy != numeric.NVFP4 || P*N%256 == 0))
+		c.pipe, pd = planPipeline(d, stage, scratch, opt, P, N)
 		defines = append(defines, pd...)
 		// A bf16 checkpoint read whole by the step: the v4 kernel measured
 		// as fast (Nano) or 14% faster (Super) than v5, whose per-item
@@ -94,20 +94,8 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if err := c.init(ctx, d, opt, capacity, P, N, "replay_mamba2.cu", defines); err != nil {
 		return fail(err)
 	}
-	if err := c.pipe.bind(c.mod, "mamba2_pipe_step", "mamba2_pipe_verify", "mamba2_replay_verify_fold"); err != nil {
+	if err := c.bindKernels("mamba2_pipe_step", "mamba2_pipe_verify", "mamba2_replay_verify_fold"); err != nil {
 		return fail(err)
-	}
-	for _, f := range []struct {
-		dst  **Function
-		name string
-	}{
-		{&c.nonflush, "mamba2_replay_nonflush"}, {&c.flush, "mamba2_replay_flush"},
-		{&c.verify, "mamba2_replay_verify"},
-		{&c.baselineStep, "mamba2_baseline_step"}, {&c.baselineVerify, "mamba2_baseline_verify"},
-	} {
-		if *f.dst, err = c.mod.Function(f.name); err != nil {
-			return fail(err)
-		}
 	}
 	a, dtb := make([]float64, H), make([]float64, H)
 	for h := range H {
@@ -228,24 +216,7 @@ func (c *Mamba2Cache) Step(s *Stream, batch int, in Mamba2Input, y Buffer) error
 	a.Ptr(c.dd)
 	a.F32(in.DtMin)
 	a.I32(int32(c.opt.Window))
-	// The non-flush and flush kernels each take their own slots' items;
-	// the launch copies the arguments, so both share one Args.
-	if c.pipe.on && c.pipe.stepOn {
-		if err := c.d.Launch(c.flush, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
-			return err
-		}
-		a.I32(int32(batch))
-		if err := c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.shape.Heads), c.pipe.block(), uint32(c.pipe.smem), s, a); err != nil {
-			return err
-		}
-		return c.launchCursorStep(s, in.Slots, batch)
-	}
-	for _, fn := range []*Function{c.nonflush, c.flush} {
-		if err := c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
-			return err
-		}
-	}
-	return c.launchCursorStep(s, in.Slots, batch)
+	return c.launchReplayStep(s, a, in.Slots, batch, c.grid(batch))
 }
 
 func (c *Mamba2Cache) grid(batch int) [3]uint32 {
@@ -323,22 +294,7 @@ func (c *Mamba2Cache) Verify(s *Stream, batch, T int, in Mamba2Input, y Buffer) 
 	a.Ptr(c.dd)
 	a.F32(in.DtMin)
 	a.I32(int32(c.ring()))
-	if c.pipe.on {
-		// Slots that fold their history early take the v4 kernel; the
-		// pipelined one takes the rest.
-		if err := c.d.Launch(c.pipe.verifyFold, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
-			return err
-		}
-		a.I32(int32(batch))
-		if err := c.d.Launch(c.pipe.verify, c.pipe.grid(batch*c.shape.Heads), c.pipe.block(), uint32(c.pipe.smem), s, a); err != nil {
-			return err
-		}
-		return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
-	}
-	if err := c.d.Launch(c.verify, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a); err != nil {
-		return err
-	}
-	return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
+	return c.launchReplayVerify(s, a, in.Slots, in.Counts, batch, T, c.grid(batch))
 }
 
 // StateBytes is what one full state transfer of one slot moves (H·P·N
