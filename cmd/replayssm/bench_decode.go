@@ -123,15 +123,7 @@ func decodeOptions(base replay.Options, mode string) replay.Options {
 // repeat back to back so that paired ratios cancel the machine's drifts.
 func benchDecodeBatch(ctx context.Context, d *nn.Decoder, name string, B int, modes []string, base replay.Options, maxTokens, promptLen, repeat int) ([]decodeRow, error) {
 	reqs := syntheticRequests(uint64(B)<<8|29, B, d.Vocab, promptLen, maxTokens)
-	nLayers := 0
-	for _, l := range d.Layers {
-		for _, br := range l.Branches {
-			switch br.Block.(type) {
-			case *nn.Mamba2Mixer, *nn.GDNMixer:
-				nLayers++
-			}
-		}
-	}
+	nLayers := d.SSMLayers()
 	rows := make([]decodeRow, len(modes))
 	steps := make([][]float64, len(modes)) // ms per step, per repeat
 	for rep := 0; rep < repeat; rep++ {

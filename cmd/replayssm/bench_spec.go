@@ -358,15 +358,7 @@ func benchSpecModel(ctx context.Context, e *env, dir string, cfg specBenchConfig
 		}
 	}
 	name := filepath.Base(filepath.Clean(dir))
-	nLayers := 0
-	for _, l := range d.Layers {
-		for _, br := range l.Branches {
-			switch br.Block.(type) {
-			case *nn.Mamba2Mixer, *nn.GDNMixer:
-				nLayers++
-			}
-		}
-	}
+	nLayers := d.SSMLayers()
 	for _, B := range cfg.batches {
 		reqs := syntheticRequests(uint64(B)<<8|17, B, d.Vocab, cfg.promptLen, cfg.maxTokens)
 		keys := benchKeys(cfg)

@@ -117,3 +117,18 @@ func (d *Decoder) StateBytes(opt replay.Options) StateBytes {
 	}
 	return t
 }
+
+// SSMLayers is the number of SSM blocks (Mamba-2 or Gated DeltaNet mixers)
+// in the decoder: the layers whose recurrent state the state cache keeps.
+func (d *Decoder) SSMLayers() int {
+	n := 0
+	for _, l := range d.Layers {
+		for _, br := range l.Branches {
+			switch br.Block.(type) {
+			case *Mamba2Mixer, *GDNMixer:
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -235,4 +235,8 @@ func TestStateBytes(t *testing.T) {
 	if r.Ring == 0 || b.Ring != 0 || b.States != 6*r.States || r.Conv != b.Conv || r.Conv == 0 {
 		t.Errorf("replay %+v, baseline %+v", r, b)
 	}
+	// Every layer of the mamba2 fixture is a Mamba-2 mixer.
+	if n := d.SSMLayers(); n != len(d.Layers) || n == 0 {
+		t.Errorf("SSMLayers %d, the fixture has %d layers", n, len(d.Layers))
+	}
 }
