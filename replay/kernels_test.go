@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -197,18 +198,26 @@ func TestReadDots(t *testing.T) {
 			poison(out)
 			rb := newReadBuffers(rows*n, n)
 			readDots(m, 1, rows, n, V, vstride, nv, out, &rb)
-			for a := 0; a < nv; a++ {
-				for p := 0; p < rows; p++ {
-					want, scale := 0.0, 0.0
-					for i := 0; i < n; i++ {
-						x := float64(dec[p*n+i]) * float64(V[a*vstride+i])
-						want += x
-						scale += math.Abs(x)
-					}
-					if got := float64(out[a*rows+p]); math.Abs(got-want) > 1e-5*scale+1e-30 || math.IsNaN(got) {
-						t.Fatalf("%v %dx%d vector %d row %d: got %v want %v", f, rows, n, a, p, got, want)
-					}
-				}
+			checkDots(t, fmt.Sprintf("%v %dx%d", f, rows, n), dec, rows, n, V, vstride, nv, out)
+		}
+	}
+}
+
+// checkDots requires out[a·rows+p] = dec_p · V_a (rows of n elements of
+// the decoded matrix dec, vectors vstride apart) within 1e-5 of Σ|terms|,
+// computed in float64: the accumulation-order error of float32 sums.
+func checkDots(t *testing.T, what string, dec []float32, rows, n int, V []float32, vstride, nv int, out []float32) {
+	t.Helper()
+	for a := 0; a < nv; a++ {
+		for p := 0; p < rows; p++ {
+			want, scale := 0.0, 0.0
+			for i := 0; i < n; i++ {
+				x := float64(dec[p*n+i]) * float64(V[a*vstride+i])
+				want += x
+				scale += math.Abs(x)
+			}
+			if got := float64(out[a*rows+p]); math.Abs(got-want) > 1e-5*scale+1e-30 || math.IsNaN(got) {
+				t.Fatalf("%s: vector %d row %d: got %v want %v", what, a, p, got, want)
 			}
 		}
 	}
@@ -563,19 +572,7 @@ func TestReadDotsNVFP4Codes(t *testing.T) {
 			poison(out)
 			rb := newReadBuffers(rows*n, n)
 			readDots(m, 1, rows, n, V, n, nv, out, &rb)
-			for a := 0; a < nv; a++ {
-				for p := 0; p < rows; p++ {
-					want, scale := 0.0, 0.0
-					for i := 0; i < n; i++ {
-						x := float64(dec[p*n+i]) * float64(V[a*n+i])
-						want += x
-						scale += math.Abs(x)
-					}
-					if got := float64(out[a*rows+p]); math.Abs(got-want) > 1e-5*scale+1e-30 || math.IsNaN(got) {
-						t.Fatalf("%dx%d, %d vectors: vector %d row %d: got %v want %v", rows, n, nv, a, p, got, want)
-					}
-				}
-			}
+			checkDots(t, fmt.Sprintf("%dx%d, %d vectors", rows, n, nv), dec, rows, n, V, n, nv, out)
 		}
 	}
 }
