@@ -513,6 +513,8 @@ func modeOptions(mode string, dt numeric.Format, cfg KernelConfig) replay.Option
 		opt.Mode = replay.Baseline
 	case "replay-nvfp4":
 		opt.ReadCopy = numeric.NVFP4
+	case "replay-fp8":
+		opt.ReadCopy = numeric.E4M3
 	}
 	if mode == "verify" || mode == "verify-baseline" {
 		opt.MaxDraft = cfg.Drafts

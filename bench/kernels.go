@@ -18,7 +18,7 @@ type Row struct {
 	Device     string `json:"device"`
 	Layer      string `json:"layer"` // "mamba2" or "gdn"
 	Shape      string `json:"shape"`
-	Mode       string `json:"mode"` // baseline, replay, replay-nvfp4, verify, verify-baseline
+	Mode       string `json:"mode"` // baseline, replay, replay-nvfp4, replay-fp8, verify, verify-baseline
 	StateDtype string `json:"state_dtype"`
 	Batch      int    `json:"batch"`
 	Window     int    `json:"window"`
@@ -40,8 +40,8 @@ type Row struct {
 	ReadGBps          float64 `json:"read_gbps,omitempty"` // read-only bandwidth, same run
 	PctCopy           float64 `json:"pct_copy"`
 	SpeedupVsBaseline float64 `json:"speedup_vs_baseline"`
-	// NonflushVsReplay, on replay-nvfp4 rows, is the plain replay row's
-	// non-flush time over this row's (same checkpoint dtype).
+	// NonflushVsReplay, on replay-nvfp4 and replay-fp8 rows, is the plain
+	// replay row's non-flush time over this row's (same checkpoint dtype).
 	NonflushVsReplay float64 `json:"nonflush_vs_replay,omitempty"`
 }
 
@@ -60,7 +60,8 @@ type KernelConfig struct {
 }
 
 // Modes lists the benchmark modes in the order rows are printed.
-var Modes = []string{"baseline", "replay", "replay-nvfp4", "verify-baseline", "verify"}
+// replay-nvfp4 and replay-fp8 are replay with a read copy in that format.
+var Modes = []string{"baseline", "replay", "replay-nvfp4", "replay-fp8", "verify-baseline", "verify"}
 
 // RunKernels measures every selected row on the CPU and calls emit for each,
 // in order. The copy bandwidth is measured first, in the same run.
@@ -127,7 +128,7 @@ func (g *ratios) fill(row *Row, copyGBps float64) {
 	switch {
 	case row.Mode == "replay":
 		g.plain = *row
-	case row.Mode == "replay-nvfp4" && g.plain.UsNonflush > 0:
+	case (row.Mode == "replay-nvfp4" || row.Mode == "replay-fp8") && g.plain.UsNonflush > 0:
 		row.NonflushVsReplay = g.plain.UsNonflush / row.UsNonflush
 	}
 }
@@ -144,18 +145,9 @@ type layerCache interface {
 }
 
 func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, mode string, cfg KernelConfig) (Row, error) {
-	opt := replay.Options{Window: cfg.Window, State: dt, Threads: cfg.Threads}
-	switch mode {
-	case "baseline", "verify-baseline":
-		opt.Mode = replay.Baseline
-	case "replay-nvfp4":
-		opt.ReadCopy = numeric.NVFP4
-	}
-	T := 0
-	if mode == "verify" || mode == "verify-baseline" {
-		T = cfg.Drafts
-		opt.MaxDraft = T
-	}
+	opt := modeOptions(mode, dt, cfg)
+	opt.Threads = cfg.Threads
+	T := opt.MaxDraft
 	lc, err := newLayerCache(sh, batch, opt, T)
 	if err != nil {
 		return Row{}, err

@@ -33,6 +33,9 @@ func TestPlanPipeline(t *testing.T) {
 		{Mode: replay.Replay, Window: 16, MaxDraft: 4},
 		{Mode: replay.Replay, Window: 16, State: numeric.BF16},
 		{Mode: replay.Replay, Window: 16, MaxDraft: 4, ReadCopy: numeric.NVFP4},
+		{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.E4M3},
+		{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.F16, ReadCopy: numeric.E4M3},
+		{Mode: replay.Replay, Window: 16, ReadCopy: numeric.BF16},
 	}
 	for _, sh := range shapes {
 		for _, opt := range opts {

@@ -47,8 +47,14 @@ type replayCommon struct {
 	baselineStep, baselineVerify      *Function
 	pipe                              pipeline
 
-	state                Buffer // checkpoint (replay) or state buffers (baseline)
-	codes, scales, scale Buffer // nvfp4 read copy: codes, block scales, global scales
+	// state holds the checkpoint (replay) or the state buffers (baseline):
+	// [slot][buffer][head] matrices in the state format, then for fp8 one
+	// float32 scale per matrix in the same order.
+	state Buffer
+	// The read copy: codes holds [slot][head] matrices (nvfp4 codes, or bf16
+	// / fp8 elements), scales the nvfp4 block scales, scale one float32 per
+	// matrix (the nvfp4 global scale or the fp8 scale).
+	codes, scales, scale Buffer
 
 	// Device cursors, one int32 per slot: hist is the number of committed
 	// ring entries since the checkpoint (replay), cur the current state
@@ -264,10 +270,56 @@ func (c *replayCommon) Pipelined() (step, verify bool, why string) {
 // two blocks per SM (eight groups), which measured faster than six groups
 // in one block (NOTES.md v5).
 func pipeStages(opt replay.Options) int {
-	if opt.ReadCopy == numeric.NVFP4 {
+	if readElemBytes(opt) < 2 {
 		return 4
 	}
 	return 6
+}
+
+// elemBytes is the size of one element of a state or read-copy format
+// (nvfp4: half a byte, rounded down to 0; its matrices are sized apart).
+func elemBytes(f numeric.Format) int {
+	switch f {
+	case numeric.F32:
+		return 4
+	case numeric.F16, numeric.BF16:
+		return 2
+	case numeric.E4M3:
+		return 1
+	}
+	return 0
+}
+
+// readElemBytes is what a non-flush step reads per state element, in bytes
+// rounded down: the read copy's format, else the checkpoint's.
+func readElemBytes(opt replay.Options) int {
+	if opt.ReadCopy != numeric.F32 {
+		return elemBytes(opt.ReadCopy)
+	}
+	return elemBytes(opt.State)
+}
+
+// matrixBytes is the size of one rows·cols matrix in format f as the
+// kernels store it, with its per-matrix scale (fp8, nvfp4) and nvfp4's
+// block scales.
+func matrixBytes(f numeric.Format, elems int) int {
+	switch f {
+	case numeric.NVFP4:
+		return elems/2 + elems/16 + 4
+	case numeric.E4M3:
+		return elems + 4
+	}
+	return elems * elemBytes(f)
+}
+
+// readMatrixBytes is the size of what the pipelined kernels move into a
+// stage for one matrix: the read copy's elements (nvfp4: codes and block
+// scales), else the checkpoint's; scales travel apart.
+func readMatrixBytes(opt replay.Options, elems int) int {
+	if opt.ReadCopy == numeric.NVFP4 {
+		return elems/2 + elems/16
+	}
+	return elems * readElemBytes(opt)
 }
 
 // replayDefaults fills in the defaults of package replay and checks what the
@@ -283,14 +335,14 @@ func replayDefaults(opt replay.Options) (replay.Options, error) {
 		return opt, fmt.Errorf("%w: window %d + max draft %d exceeds %d ring entries", ErrReplayOptions, opt.Window, opt.MaxDraft, replayRingMax)
 	}
 	switch opt.State {
-	case numeric.F32, numeric.BF16:
+	case numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3:
 	default:
-		return opt, fmt.Errorf("%w: state format %v (want fp32 or bf16)", ErrReplayOptions, opt.State)
+		return opt, fmt.Errorf("%w: state format %v (want fp32, fp16, bf16 or fp8-e4m3)", ErrReplayOptions, opt.State)
 	}
 	switch opt.ReadCopy {
-	case numeric.F32, numeric.NVFP4:
+	case numeric.F32, numeric.BF16, numeric.E4M3, numeric.NVFP4:
 	default:
-		return opt, fmt.Errorf("%w: read copy %v (want none or nvfp4)", ErrReplayOptions, opt.ReadCopy)
+		return opt, fmt.Errorf("%w: read copy %v (want none, bf16, fp8-e4m3 or nvfp4)", ErrReplayOptions, opt.ReadCopy)
 	}
 	if opt.ReadCopy != numeric.F32 && opt.Mode != replay.Replay {
 		return opt, fmt.Errorf("%w: a read copy needs replay mode", ErrReplayOptions)
@@ -323,10 +375,7 @@ func checkMatrix(rows, cols, heads int) error {
 // replayThreads picks the CTA size: 4 to 8 warps, preferring a count whose
 // rows per pass divide the matrix rows, so no warp idles in the last pass.
 func replayThreads(rows, cols int, state numeric.Format) int {
-	vec := 4
-	if state == numeric.BF16 {
-		vec = 8
-	}
+	vec := 16 / elemBytes(state)
 	lanes := min(8, cols/vec)
 	rpw := 32 / lanes
 	for w := 8; w >= 4; w-- {
@@ -340,12 +389,17 @@ func replayThreads(rows, cols int, state numeric.Format) int {
 	return 256
 }
 
+// fmtDefine is a format's number in the kernels (replay_common.cu FMT_*).
 func fmtDefine(f numeric.Format) int {
 	switch f {
 	case numeric.BF16:
 		return 1
 	case numeric.NVFP4:
 		return 2
+	case numeric.F16:
+		return 3
+	case numeric.E4M3:
+		return 4
 	}
 	return 0
 }
@@ -358,6 +412,52 @@ func replayRing(opt replay.Options) int { return opt.Window + opt.MaxDraft }
 // ringScalars is the length of a ring's per-head scalar row (Δ, decays, β):
 // r entries rounded up to 4, so a row is a 16-byte multiple (RMAXP).
 func ringScalars(r int) int { return (r + 3) &^ 3 }
+
+// stateMatrices is the number of matrices in the state buffer.
+func (c *replayCommon) stateMatrices() int { return c.capacity * c.stateBuffers() * c.heads }
+
+// allocStates allocates the state buffer and the read copy (layouts at
+// replayCommon.state and .codes).
+func (c *replayCommon) allocStates() error {
+	E, M := c.elems, c.stateMatrices()
+	var err error
+	if c.state, err = c.alloc(M * matrixBytes(c.opt.State, E)); err != nil {
+		return err
+	}
+	if c.opt.ReadCopy == numeric.F32 {
+		return nil
+	}
+	mats := c.capacity * c.heads
+	codes := mats * E * elemBytes(c.opt.ReadCopy)
+	if c.opt.ReadCopy == numeric.NVFP4 {
+		codes = mats * E / 2
+		if c.scales, err = c.alloc(mats * E / 16); err != nil {
+			return err
+		}
+	}
+	if c.codes, err = c.alloc(codes); err != nil {
+		return err
+	}
+	if c.opt.ReadCopy == numeric.NVFP4 || c.opt.ReadCopy == numeric.E4M3 {
+		if c.scale, err = c.alloc(4 * mats); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stateBytes is what one full state transfer of one slot moves (its
+// matrices in the state format, with fp8 scales), and readBytes what a
+// non-flush step reads of one slot: the read copy if there is one, else the
+// checkpoint.
+func (c *replayCommon) stateBytes() (state, read int) {
+	state = c.heads * matrixBytes(c.opt.State, c.elems)
+	read = state
+	if c.opt.ReadCopy != numeric.F32 {
+		read = c.heads * matrixBytes(c.opt.ReadCopy, c.elems)
+	}
+	return state, read
+}
 
 func (c *replayCommon) stateBuffers() int {
 	if c.opt.Mode == replay.Baseline {
@@ -385,6 +485,9 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 		fmt.Sprintf("-DSTATE_FMT=%d", fmtDefine(opt.State)), fmt.Sprintf("-DREAD_FMT=%d", fmtDefine(opt.ReadCopy)),
 		fmt.Sprintf("-DRMAX=%d", c.ring()), fmt.Sprintf("-DTMAX=%d", max(1, opt.MaxDraft)),
 	}, defines...)
+	if opt.State == numeric.E4M3 {
+		opts = append(opts, fmt.Sprintf("-DSTATE_MATS=%d", c.stateMatrices()))
+	}
 	// Kernel experiments: extra NVRTC options (-D switches such as
 	// -DPIPE_RING=0, NOTES.md) without rebuilding the program.
 	opts = append(opts, strings.Fields(os.Getenv("REPLAYSSM_CUDA_DEFINES"))...)
@@ -665,18 +768,31 @@ func (c *replayCommon) Evict(slot replay.Slot) error {
 }
 
 func (c *replayCommon) clearSlot(st *Stream, s replay.Slot) error {
-	H, E := c.heads, c.elems
-	per := c.state.bytes / c.capacity
-	if err := clearRegion(st, c.state, int(s)*per, per); err != nil {
+	H, E, nb := c.heads, c.elems, c.stateBuffers()
+	es := elemBytes(c.opt.State)
+	if err := clearRegion(st, c.state, int(s)*nb*H*E*es, nb*H*E*es); err != nil {
 		return err
 	}
-	if c.codes.ptr != 0 {
-		if err := clearRegion(st, c.codes, int(s)*H*E/2, H*E/2); err != nil {
+	if c.opt.State == numeric.E4M3 { // the slot's scales, after every matrix
+		if err := clearRegion(st, c.state, c.stateMatrices()*E+4*int(s)*nb*H, 4*nb*H); err != nil {
 			return err
 		}
+	}
+	if c.codes.ptr != 0 {
+		per := H * E * elemBytes(c.opt.ReadCopy)
+		if c.opt.ReadCopy == numeric.NVFP4 {
+			per = H * E / 2
+		}
+		if err := clearRegion(st, c.codes, int(s)*per, per); err != nil {
+			return err
+		}
+	}
+	if c.scales.ptr != 0 {
 		if err := clearRegion(st, c.scales, int(s)*H*E/16, H*E/16); err != nil {
 			return err
 		}
+	}
+	if c.scale.ptr != 0 {
 		if err := clearRegion(st, c.scale, 4*int(s)*H, 4*H); err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
 )
@@ -89,24 +88,8 @@ func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if c.dtb, err = c.uploadF64(dtb); err != nil {
 		return fail(err)
 	}
-	es := 4
-	if opt.State == numeric.BF16 {
-		es = 2
-	}
-	E := dk * dv
-	if c.state, err = c.alloc(capacity * c.stateBuffers() * Hv * E * es); err != nil {
+	if err := c.allocStates(); err != nil {
 		return fail(err)
-	}
-	if opt.ReadCopy == numeric.NVFP4 {
-		if c.codes, err = c.alloc(capacity * Hv * E / 2); err != nil {
-			return fail(err)
-		}
-		if c.scales, err = c.alloc(capacity * Hv * E / 16); err != nil {
-			return fail(err)
-		}
-		if c.scale, err = c.alloc(4 * capacity * Hv); err != nil {
-			return fail(err)
-		}
 	}
 	if opt.Mode == replay.Replay {
 		R := c.ring()
@@ -153,13 +136,7 @@ func (c *GDNCache) checkInput(batch, T int, in GDNInput, o Buffer) error {
 // (replay_gdn.cu: the matrix, R ring keys and updates, q, v, the decay
 // row) and of its consumer scratch (struct GDNScratch).
 func gdnPipeBytes(dk, dv int, opt replay.Options, R int) (stage, scratch int) {
-	mat := dk * dv * 4
-	switch {
-	case opt.ReadCopy == numeric.NVFP4:
-		mat = dk*dv/2 + dk*dv/16
-	case opt.State == numeric.BF16:
-		mat = dk * dv * 2
-	}
+	mat := readMatrixBytes(opt, dk*dv)
 	stage = (mat+15)/16*16 + 4*(R*dk+R*dv+dk+dv+ringScalars(R))
 	scratch = 4 * (2*dk + 2*dv + 3*(R+1) + 4 + 5)
 	return stage, scratch
@@ -261,15 +238,4 @@ func (c *GDNCache) Verify(s *Stream, batch, T int, in GDNInput, o Buffer) error 
 
 // StateBytes is what one full state transfer of one slot moves, and
 // ReadBytes what a non-flush step reads of one slot's state.
-func (c *GDNCache) StateBytes() (state, read int) {
-	E := c.shape.ValueHeads * c.shape.KeyDim * c.shape.ValueDim
-	state = 4 * E
-	if c.opt.State == numeric.BF16 {
-		state = 2 * E
-	}
-	read = state
-	if c.opt.ReadCopy == numeric.NVFP4 {
-		read = E/2 + E/16 + 4*c.shape.ValueHeads
-	}
-	return state, read
-}
+func (c *GDNCache) StateBytes() (state, read int) { return c.stateBytes() }

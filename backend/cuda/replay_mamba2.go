@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
 )
@@ -25,17 +24,20 @@ type Mamba2Input struct {
 }
 
 // Mamba2Cache is the GPU twin of replay.Mamba2Cache: the same modes
-// (replay, baseline), state formats (fp32, bf16 checkpoints; an nvfp4 read
-// copy), data layout and semantics, on device buffers. Step, Verify and
+// (replay, baseline), state formats (fp32, fp16, bf16 or fp8-e4m3 states;
+// bf16, fp8-e4m3 or nvfp4 read copies), data layout and semantics, on device
+// buffers. Step, Verify and
 // Commit only queue work on a stream: the flush decisions and cursor moves
 // happen on the device, so they can be captured in a CUDA graph.
 //
 // Device layouts (all little-endian, as the CPU cache's):
-//   - state [slot][buffer][head][P][N] in fp32 or bf16 (1+MaxDraft buffers
-//     in baseline mode, 1 in replay mode);
-//   - read copy (nvfp4) codes [slot][head][P·N/2] (element 2i in the low
-//     nibble of byte i), block scales [slot][head][P·N/16] (e4m3), global
-//     scales [slot][head] (float32);
+//   - state [slot][buffer][head][P][N] in the state format (1+MaxDraft
+//     buffers in baseline mode, 1 in replay mode); fp8 states then hold one
+//     float32 scale per matrix, [slot][buffer][head], after all the codes;
+//   - read copy [slot][head][P·N] elements in bf16 or fp8 (one float32
+//     scale per matrix [slot][head]), or nvfp4 codes [slot][head][P·N/2]
+//     (element 2i in the low nibble of byte i), block scales
+//     [slot][head][P·N/16] (e4m3), global scales [slot][head] (float32);
 //   - ring [slot][L+MaxDraft entries]: x [H·P], B [G·N]; ring scalars
 //     [slot][head][L+MaxDraft rounded up to 4]: Δ, exp(Δ·A).
 //
@@ -52,8 +54,9 @@ type Mamba2Cache struct {
 
 // NewMamba2Cache compiles the kernels for the shape and options and
 // allocates a cache of capacity slots on d. Options are package replay's;
-// the GPU supports fp32 and bf16 states, an nvfp4 read copy or none, no
-// stochastic rounding, and window + max drafts ≤ 32.
+// the GPU supports every state and read-copy format of package replay but
+// the naive nvfp4 baseline, no stochastic rounding, and window + max
+// drafts ≤ 32.
 func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm replay.Mamba2Params, capacity int, opt replay.Options) (*Mamba2Cache, error) {
 	if err := shape.Validate(); err != nil {
 		return nil, err
@@ -84,10 +87,11 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 		stage, scratch := mamba2PipeBytes(P, N, opt, replayRing(opt))
 		c.pipe, pd = planPipeline(d, stage, scratch, opt, P, N)
 		defines = append(defines, pd...)
-		// A bf16 checkpoint read whole by the step: the v4 kernel measured
-		// as fast (Nano) or 14% faster (Super) than v5, whose per-item
-		// latency a 20 KB matrix does not hide; the verify stays on v5.
-		if opt.State == numeric.BF16 && opt.ReadCopy != numeric.NVFP4 {
+		// A 2-byte matrix read whole by the step (bf16 or fp16 checkpoint,
+		// or a bf16 read copy): the v4 kernel measured as fast (Nano) or 14%
+		// faster (Super) than v5 with bf16, whose per-item latency a 20 KB
+		// matrix does not hide; the verify stays on v5.
+		if readElemBytes(opt) == 2 {
 			c.pipe.stepOn = false
 		}
 	}
@@ -111,24 +115,8 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if c.dd, err = c.uploadF32(prm.D); err != nil {
 		return fail(err)
 	}
-	es := 4
-	if opt.State == numeric.BF16 {
-		es = 2
-	}
-	E := P * N
-	if c.state, err = c.alloc(capacity * c.stateBuffers() * H * E * es); err != nil {
+	if err := c.allocStates(); err != nil {
 		return fail(err)
-	}
-	if opt.ReadCopy == numeric.NVFP4 {
-		if c.codes, err = c.alloc(capacity * H * E / 2); err != nil {
-			return fail(err)
-		}
-		if c.scales, err = c.alloc(capacity * H * E / 16); err != nil {
-			return fail(err)
-		}
-		if c.scale, err = c.alloc(4 * capacity * H); err != nil {
-			return fail(err)
-		}
 	}
 	if opt.Mode == replay.Replay {
 		R := c.ring()
@@ -153,13 +141,7 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 // the Δ and decay rows) and of its consumer scratch (struct M2Scratch).
 func mamba2PipeBytes(P, N int, opt replay.Options, R int) (stage, scratch int) {
 	tmax := max(1, opt.MaxDraft)
-	mat := P * N * 4
-	switch {
-	case opt.ReadCopy == numeric.NVFP4:
-		mat = P*N/2 + P*N/16
-	case opt.State == numeric.BF16:
-		mat = P * N * 2
-	}
+	mat := readMatrixBytes(opt, P*N)
 	stage = (mat+15)/16*16 + 4*(R*P+R*N+tmax*N+2*ringScalars(R))
 	scratch = 4 * (2*tmax*R + 3*tmax + tmax*P + 2 + 6)
 	return stage, scratch
@@ -298,17 +280,7 @@ func (c *Mamba2Cache) Verify(s *Stream, batch, T int, in Mamba2Input, y Buffer) 
 }
 
 // StateBytes is what one full state transfer of one slot moves (H·P·N
-// elements in the state format), and ReadBytes what a non-flush step reads of
-// one slot: the read copy if there is one, else the checkpoint.
-func (c *Mamba2Cache) StateBytes() (state, read int) {
-	E := c.shape.Heads * c.shape.HeadDim * c.shape.StateSize
-	state = 4 * E
-	if c.opt.State == numeric.BF16 {
-		state = 2 * E
-	}
-	read = state
-	if c.opt.ReadCopy == numeric.NVFP4 {
-		read = E/2 + E/16 + 4*c.shape.Heads
-	}
-	return state, read
-}
+// elements in the state format, with fp8 scales), and read what a non-flush
+// step reads of one slot: the read copy if there is one, else the
+// checkpoint.
+func (c *Mamba2Cache) StateBytes() (state, read int) { return c.stateBytes() }

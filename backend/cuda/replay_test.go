@@ -270,10 +270,17 @@ func gpuCases(window int) []gpuCase {
 		{"baseline/fp32", b(numeric.F32), 1e-5},
 		{"replay/fp32", r(numeric.F32, numeric.F32), 1e-5},
 		{"replay-L1/fp32", replay.Options{Mode: replay.Replay, Window: 1, MaxDraft: 4}, 1e-5},
+		{"baseline/fp16", b(numeric.F16), 1e-3},
+		{"replay/fp16", r(numeric.F16, numeric.F32), 1e-3},
 		{"baseline/bf16", b(numeric.BF16), 8e-3},
 		{"replay/bf16", r(numeric.BF16, numeric.F32), 8e-3},
+		{"replay/fp32+bf16", r(numeric.F32, numeric.BF16), 8e-3},
+		{"baseline/e4m3", b(numeric.E4M3), 0.1},
+		{"replay/e4m3", r(numeric.E4M3, numeric.F32), 0.1},
+		{"replay/fp32+e4m3", r(numeric.F32, numeric.E4M3), 0.1},
 		{"replay/fp32+nvfp4", r(numeric.F32, numeric.NVFP4), 0.35},
 		{"replay/bf16+nvfp4", r(numeric.BF16, numeric.NVFP4), 0.35},
+		{"replay/fp16+nvfp4", r(numeric.F16, numeric.NVFP4), 0.35},
 	}
 }
 
@@ -376,16 +383,22 @@ func TestReplayCacheSpeculative(t *testing.T) {
 		{"baseline", replay.Options{Mode: replay.Baseline, MaxDraft: 5}, append(smallLayers(), largeLayers()...)},
 		{"baseline-bf16", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.BF16}, smallLayers()},
 		{"replay-nvfp4", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, append(smallLayers(), largeLayers()...)},
+		{"replay-e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.E4M3}, append(smallLayers(), largeLayers()...)},
+		{"replay-fp16+e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.F16, ReadCopy: numeric.E4M3}, smallLayers()},
+		{"baseline-e4m3", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.E4M3}, append(smallLayers(), largeLayers()...)},
 	}
 	for si, sp := range specs {
 		for li, l := range sp.layers {
 			t.Run(l.name+"/"+sp.name, func(t *testing.T) {
 				t.Parallel()
+				// The bounds of gpuCases, for the coarsest format in play.
 				bound := boundFor(l, 1e-5)
-				if sp.opt.ReadCopy == numeric.NVFP4 {
+				switch {
+				case sp.opt.ReadCopy == numeric.NVFP4:
 					bound = boundFor(l, 0.35)
-				}
-				if sp.opt.State == numeric.BF16 {
+				case sp.opt.State == numeric.E4M3 || sp.opt.ReadCopy == numeric.E4M3:
+					bound = boundFor(l, 0.1)
+				case sp.opt.State == numeric.BF16:
 					bound = boundFor(l, 8e-3)
 				}
 				const nslots = 4
@@ -579,6 +592,9 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 		{"fp32", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3}},
 		{"bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, State: numeric.BF16}},
 		{"fp32+nvfp4", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, ReadCopy: numeric.NVFP4}},
+		{"e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, State: numeric.E4M3}},
+		{"fp16+e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, State: numeric.F16, ReadCopy: numeric.E4M3}},
+		{"fp32+bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, ReadCopy: numeric.BF16}},
 	}
 	for li, l := range layers {
 		for _, o := range opts {
@@ -702,8 +718,12 @@ func TestReplayCacheOptions(t *testing.T) {
 	}{
 		{"defaults", replay.Options{}, true},
 		{"bf16 nvfp4", replay.Options{State: numeric.BF16, ReadCopy: numeric.NVFP4, MaxDraft: 8}, true},
-		{"fp16 state", replay.Options{State: numeric.F16}, false},
-		{"bf16 read copy", replay.Options{ReadCopy: numeric.BF16}, false},
+		{"fp16 state", replay.Options{State: numeric.F16}, true},
+		{"fp8 state, fp8 read copy", replay.Options{State: numeric.E4M3, ReadCopy: numeric.E4M3}, true},
+		{"bf16 read copy", replay.Options{ReadCopy: numeric.BF16}, true},
+		{"nvfp4 state", replay.Options{State: numeric.NVFP4}, false},
+		{"nvfp4 naive baseline", replay.Options{Mode: replay.Baseline, State: numeric.NVFP4}, false},
+		{"fp16 read copy", replay.Options{ReadCopy: numeric.F16}, false},
 		{"baseline read copy", replay.Options{Mode: replay.Baseline, ReadCopy: numeric.NVFP4}, false},
 		{"ring too long", replay.Options{Window: 64}, false},
 		{"stochastic", replay.Options{Stochastic: true}, false},
@@ -729,5 +749,10 @@ func TestReplayCacheOptions(t *testing.T) {
 	}
 	if got := replayThreads(80, 128, numeric.F32); got != 160 {
 		t.Errorf("threads for 80x128 fp32: %d, want 160", got)
+	}
+	// fp8 rows of 128 are 8 lanes of 16 elements, 4 rows per warp: 80 rows
+	// take 5 warps per pass.
+	if got := replayThreads(80, 128, numeric.E4M3); got != 160 {
+		t.Errorf("threads for 80x128 fp8: %d, want 160", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/replayssm/replayssm/bench"
@@ -19,7 +20,8 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, `Usage: replayssm bench <what> [flags]
 
 What:
-  kernels   SSM state-cache kernels: baseline vs replay vs replay-nvfp4, verify
+  kernels   SSM state-cache kernels: baseline vs replay vs replay with a read
+            copy (nvfp4, fp8), verify
   copy      this machine's memory copy bandwidth
   decode    whole decode steps of a model (default: the built-in one):
             tokens/s and state bytes per token, baseline vs replay vs
@@ -79,7 +81,7 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	device := fs.String("device", "cpu", "device: cpu or cuda")
 	shapes := fs.String("shapes", "all", "layer shapes: all, mamba2, gdn, or names such as nemotron-3-nano-4b,qwen3.5-4b")
 	batches := fs.String("batch", "1,16,64", "batch sizes, comma-separated")
-	modes := fs.String("modes", "baseline,replay,replay-nvfp4,verify-baseline,verify", "modes, comma-separated")
+	modes := fs.String("modes", "baseline,replay,replay-nvfp4,verify-baseline,verify", "modes, comma-separated, of "+strings.Join(bench.Modes, ","))
 	dtypes := fs.String("state-dtype", "fp32,bf16", "state (checkpoint) dtypes, comma-separated")
 	window := fs.Int("window", 16, "replay window L")
 	drafts := fs.Int("drafts", 4, "draft tokens T for verify rows")

@@ -8,13 +8,17 @@
 //   ROWS, COLS   one state matrix per CTA: Mamba-2 P x N, GDN dv x dk (the
 //                transposed layout of package replay: COLS contiguous)
 //   NT           threads per CTA (a multiple of 32)
-//   STATE_FMT    checkpoint / baseline state: 0 fp32, 1 bf16
-//   READ_FMT     read copy: 0 none, 2 nvfp4
+//   STATE_FMT    checkpoint / baseline state: 0 fp32, 1 bf16, 3 fp16,
+//                4 fp8 e4m3 (one float32 scale per matrix, amax/448)
+//   READ_FMT     read copy: 0 none, 1 bf16, 2 nvfp4, 4 fp8 e4m3
+//   STATE_MATS   (fp8 states only) matrices in the state buffer: their
+//                scales follow the codes of all of them
 //   RMAX         ring entries per slot (window L + max drafts)
 //   TMAX         largest number of drafts of one verify (>= 1)
 //
 // Number formats follow package numeric bit for bit where it matters: bf16
-// rounds to nearest even, NVFP4 quantises with the same float32 operations as
+// and fp16 round to nearest even, fp8 matrices as replay's store (scale =
+// amax/448, code e4m3(x·(1/scale)), value code·scale), NVFP4 quantises with the same float32 operations as
 // numeric.QuantizeNVFP4 (global = amax/2688, block scale e4m3(amax_b/(6 global)),
 // code e2m1(x/(scale global))), codes packed with element 2i in the low nibble.
 
@@ -26,6 +30,8 @@ typedef unsigned long long u64;
 #define FMT_F32 0
 #define FMT_BF16 1
 #define FMT_NVFP4 2
+#define FMT_F16 3
+#define FMT_E4M3 4
 
 #define FULL_MASK 0xffffffffu
 // RMAXP is RMAX rounded up to 4: the ring's per-head scalar rows are 16-byte
@@ -48,65 +54,6 @@ __device__ __forceinline__ u32 f32_to_bf16(float f)
     }
     return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
 }
-
-// ---- state formats: VEC consecutive elements per 16-byte access ----
-
-template <int FMT> struct StateIO;
-
-template <> struct StateIO<FMT_F32> {
-    typedef float T;
-    static constexpr int VEC = 4;
-    static constexpr int BYTES = 4;
-    __device__ static __forceinline__ void load(const float* p, u64 e, float* v)
-    {
-        const float4 x = *reinterpret_cast<const float4*>(p + e);
-        v[0] = x.x; v[1] = x.y; v[2] = x.z; v[3] = x.w;
-    }
-    // unpack decodes a raw 16-byte chunk (a prefetch kept in registers).
-    __device__ static __forceinline__ void unpack(uint4 x, float* v)
-    {
-        v[0] = __uint_as_float(x.x); v[1] = __uint_as_float(x.y);
-        v[2] = __uint_as_float(x.z); v[3] = __uint_as_float(x.w);
-    }
-    // store writes v and leaves in v what was stored (identity for fp32).
-    __device__ static __forceinline__ void store(float* p, u64 e, float* v)
-    {
-        *reinterpret_cast<float4*>(p + e) = make_float4(v[0], v[1], v[2], v[3]);
-    }
-};
-
-template <> struct StateIO<FMT_BF16> {
-    typedef u16 T;
-    static constexpr int VEC = 8;
-    static constexpr int BYTES = 2;
-    __device__ static __forceinline__ void load(const u16* p, u64 e, float* v)
-    {
-        const uint4 x = *reinterpret_cast<const uint4*>(p + e);
-        v[0] = bf16_lo(x.x); v[1] = bf16_hi(x.x);
-        v[2] = bf16_lo(x.y); v[3] = bf16_hi(x.y);
-        v[4] = bf16_lo(x.z); v[5] = bf16_hi(x.z);
-        v[6] = bf16_lo(x.w); v[7] = bf16_hi(x.w);
-    }
-    __device__ static __forceinline__ void unpack(uint4 x, float* v)
-    {
-        v[0] = bf16_lo(x.x); v[1] = bf16_hi(x.x);
-        v[2] = bf16_lo(x.y); v[3] = bf16_hi(x.y);
-        v[4] = bf16_lo(x.z); v[5] = bf16_hi(x.z);
-        v[6] = bf16_lo(x.w); v[7] = bf16_hi(x.w);
-    }
-    __device__ static __forceinline__ void store(u16* p, u64 e, float* v)
-    {
-        u32 w[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const u32 lo = f32_to_bf16(v[2 * i]), hi = f32_to_bf16(v[2 * i + 1]);
-            w[i] = lo | (hi << 16);
-            v[2 * i] = __uint_as_float(lo << 16);
-            v[2 * i + 1] = __uint_as_float(hi << 16);
-        }
-        *reinterpret_cast<uint4*>(p + e) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-};
 
 // ---- asynchronous global -> shared copies (sm_80+) ----
 //
@@ -265,6 +212,213 @@ __device__ __forceinline__ u32 e2m1_from_f32(float f)
     return ((b >> 28) & 8u) | (c & 7u);
 }
 
+// ---- matrix formats: element codes, 16-byte chunks, per-matrix scales ----
+//
+// Fmt<F> encodes and decodes one element of format F (BITS wide). Only fp8
+// is scaled: a matrix's elements are stored as e4m3(x·inv) with inv =
+// 1/scale, scale = amax/448 (replay's store), and read back as code·scale.
+
+__device__ __forceinline__ u32 f32_to_f16(float f)
+{
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float f16_to_f32(u32 c)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((unsigned short)c));
+    return f;
+}
+
+template <int F> struct Fmt;
+
+template <> struct Fmt<FMT_F32> {
+    typedef float T;
+    static constexpr int BITS = 32;
+    static constexpr bool SCALED = false;
+    __device__ static __forceinline__ u32 enc(float v, float) { return __float_as_uint(v); }
+    __device__ static __forceinline__ float dec(u32 c, float) { return __uint_as_float(c); }
+};
+
+template <> struct Fmt<FMT_BF16> {
+    typedef u16 T;
+    static constexpr int BITS = 16;
+    static constexpr bool SCALED = false;
+    __device__ static __forceinline__ u32 enc(float v, float) { return f32_to_bf16(v); }
+    __device__ static __forceinline__ float dec(u32 c, float) { return __uint_as_float(c << 16); }
+};
+
+template <> struct Fmt<FMT_F16> {
+    typedef u16 T;
+    static constexpr int BITS = 16;
+    static constexpr bool SCALED = false;
+    __device__ static __forceinline__ u32 enc(float v, float) { return f32_to_f16(v); }
+    __device__ static __forceinline__ float dec(u32 c, float) { return f16_to_f32(c); }
+};
+
+template <> struct Fmt<FMT_E4M3> {
+    typedef u8 T;
+    static constexpr int BITS = 8;
+    static constexpr bool SCALED = true;
+    __device__ static __forceinline__ u32 enc(float v, float inv) { return e4m3_from_f32(__fmul_rn(v, inv)); }
+    __device__ static __forceinline__ float dec(u32 c, float sc) { return __fmul_rn(f32_from_e4m3(c), sc); }
+};
+
+// Chunk holds VEC elements of format F packed little-endian (element k at
+// bit k·BITS): 1, 2, 4 or a multiple of 4 words.
+template <int F, int VEC>
+struct Chunk {
+    static constexpr int WORDS = (VEC * Fmt<F>::BITS + 31) / 32;
+    u32 w[WORDS];
+};
+
+template <int WORDS>
+__device__ __forceinline__ void load_words(const unsigned char* p, u32* w)
+{
+    if constexpr (WORDS == 1) {
+        w[0] = *reinterpret_cast<const u32*>(p);
+    } else if constexpr (WORDS == 2) {
+        const uint2 x = *reinterpret_cast<const uint2*>(p);
+        w[0] = x.x; w[1] = x.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < WORDS / 4; i++) {
+            const uint4 x = reinterpret_cast<const uint4*>(p)[i];
+            w[4 * i] = x.x; w[4 * i + 1] = x.y; w[4 * i + 2] = x.z; w[4 * i + 3] = x.w;
+        }
+    }
+}
+
+template <int WORDS>
+__device__ __forceinline__ void store_words(unsigned char* p, const u32* w)
+{
+    if constexpr (WORDS == 1) {
+        *reinterpret_cast<u32*>(p) = w[0];
+    } else if constexpr (WORDS == 2) {
+        *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < WORDS / 4; i++) {
+            reinterpret_cast<uint4*>(p)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        }
+    }
+}
+
+// decode_chunk / encode_chunk convert VEC elements between floats and packed
+// words; encode_chunk leaves in v what a read gives back.
+template <int F, int VEC>
+__device__ __forceinline__ void decode_chunk(const u32* w, float* v, float sc)
+{
+    constexpr int B = Fmt<F>::BITS;
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        u32 c;
+        if constexpr (B == 32) {
+            c = w[k];
+        } else {
+            c = (w[k * B / 32] >> ((k * B) % 32)) & ((1u << B) - 1u);
+        }
+        v[k] = Fmt<F>::dec(c, sc);
+    }
+}
+
+template <int F, int VEC>
+__device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float inv)
+{
+    constexpr int B = Fmt<F>::BITS;
+#pragma unroll
+    for (int i = 0; i < Chunk<F, VEC>::WORDS; i++) {
+        w[i] = 0;
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        const u32 c = Fmt<F>::enc(v[k], inv);
+        if constexpr (B == 32) {
+            w[k] = c;
+        } else {
+            w[k * B / 32] |= c << ((k * B) % 32);
+        }
+        v[k] = Fmt<F>::dec(c, sc);
+    }
+}
+
+// load_chunk reads elements [e, e+VEC) of a matrix in format F at base.
+template <int F, int VEC>
+__device__ __forceinline__ void load_chunk(const void* base, u64 e, float* v, float sc)
+{
+    Chunk<F, VEC> c;
+    load_words<Chunk<F, VEC>::WORDS>(reinterpret_cast<const unsigned char*>(base) + e * Fmt<F>::BITS / 8, c.w);
+    decode_chunk<F, VEC>(c.w, v, sc);
+}
+
+// store_chunk writes elements [e, e+VEC) and leaves in v what was stored.
+template <int F, int VEC>
+__device__ __forceinline__ void store_chunk(void* base, u64 e, float* v, float sc, float inv)
+{
+    Chunk<F, VEC> c;
+    encode_chunk<F, VEC>(c.w, v, sc, inv);
+    store_words<Chunk<F, VEC>::WORDS>(reinterpret_cast<unsigned char*>(base) + e * Fmt<F>::BITS / 8, c.w);
+}
+
+// StateIO<F> moves VEC = 128/BITS consecutive elements (one 16-byte access)
+// of a matrix in format F; sc and inv are the matrix's scale and its
+// inverse (ignored by unscaled formats).
+template <int F>
+struct StateIO {
+    typedef typename Fmt<F>::T T;
+    static constexpr int VEC = 128 / Fmt<F>::BITS;
+    static constexpr int BYTES = Fmt<F>::BITS / 8;
+    static constexpr bool SCALED = Fmt<F>::SCALED;
+    __device__ static __forceinline__ void load(const T* p, u64 e, float* v, float sc) { load_chunk<F, VEC>(p, e, v, sc); }
+    // unpack decodes a raw 16-byte chunk (a prefetch kept in registers).
+    __device__ static __forceinline__ void unpack(uint4 x, float* v, float sc)
+    {
+        const u32 w[4] = {x.x, x.y, x.z, x.w};
+        decode_chunk<F, VEC>(w, v, sc);
+    }
+    // store writes v and leaves in v what was stored.
+    __device__ static __forceinline__ void store(T* p, u64 e, float* v, float sc, float inv)
+    {
+        store_chunk<F, VEC>(p, e, v, sc, inv);
+    }
+};
+
+// Bytes of one ROWS x COLS matrix in an element format (not nvfp4).
+#define FMT_SIZE(f) ((f) == FMT_F32 ? 4 : (f) == FMT_E4M3 ? 1 : 2)
+
+// The fp8 checkpoint's per-matrix scales follow the codes of all STATE_MATS
+// matrices in the state buffer (matrix m: [slot][buffer][head]).
+__device__ __forceinline__ float* state_scale_at(const void* state, u64 m)
+{
+#if STATE_FMT == FMT_E4M3
+    return reinterpret_cast<float*>(const_cast<unsigned char*>(reinterpret_cast<const unsigned char*>(state)) +
+                                    (u64)STATE_MATS * (ROWS * COLS)) + m;
+#else
+    return nullptr;
+#endif
+}
+
+__device__ __forceinline__ float state_scale(const void* state, u64 m)
+{
+#if STATE_FMT == FMT_E4M3
+    return *state_scale_at(state, m);
+#else
+    return 1.0f;
+#endif
+}
+
+// The read copy of matrix m: nvfp4 codes (scales apart), or bf16 / fp8
+// elements (the fp8 scale in the global-scale array), RC_BYTES each.
+#if READ_FMT == FMT_NVFP4
+#define RC_BYTES (ROWS * COLS / 2)
+#elif READ_FMT != FMT_F32
+#define RC_BYTES (ROWS * COLS * FMT_SIZE(READ_FMT))
+#else
+#define RC_BYTES 0
+#endif
+
 // finite_abs is |x| for finite x and 0 for Inf and NaN, as
 // numeric.QuantizeNVFP4 leaves them out of its maxima.
 __device__ __forceinline__ float finite_abs(float x)
@@ -359,6 +513,98 @@ __device__ __forceinline__ void nvfp4_write(float (&v)[SM::PASSES][SM::CPL][SM::
     }
 }
 
+// ---- stores of a whole matrix held in registers ----
+//
+// matrix_scale returns (scale, 1/scale) for storing the matrix v (Map SM's
+// layout, rows past ROWS zero) in format F: (amax/448, its inverse) for fp8,
+// as replay's store computes them, else (1, 1). For fp8 it contains
+// barriers: every thread of the CTA must call it.
+template <int F, typename SM>
+__device__ __forceinline__ float2 matrix_scale(const float (&v)[SM::PASSES][SM::CPL][SM::VEC], float* scratch)
+{
+    if constexpr (!Fmt<F>::SCALED) {
+        return make_float2(1.0f, 1.0f);
+    } else {
+        float amax = 0.0f;
+#pragma unroll
+        for (int pass = 0; pass < SM::PASSES; pass++) {
+#pragma unroll
+            for (int c = 0; c < SM::CPL; c++) {
+#pragma unroll
+                for (int k = 0; k < SM::VEC; k++) {
+                    amax = fmaxf(amax, fabsf(v[pass][c][k]));
+                }
+            }
+        }
+        amax = block_max(amax, scratch);
+        const float sc = __fdiv_rn(amax, 448.0f);
+        return make_float2(sc, sc > 0.0f ? __fdiv_rn(1.0f, sc) : 0.0f);
+    }
+}
+
+// store_matrix writes v (Map SM's layout) to the matrix at base in format F
+// with scale sc.x (inverse sc.y), leaving v as stored. VEC of SM need not be
+// F's own: a flush writes an fp8 or bf16 read copy from an fp32 state.
+template <int F, typename SM>
+__device__ __forceinline__ void store_matrix(float (&v)[SM::PASSES][SM::CPL][SM::VEC], void* base, float2 sc)
+{
+#pragma unroll
+    for (int pass = 0; pass < SM::PASSES; pass++) {
+        const int r = SM::row(pass);
+        if (r < ROWS) {
+#pragma unroll
+            for (int c = 0; c < SM::CPL; c++) {
+                store_chunk<F, SM::VEC>(base, (u64)r * COLS + SM::col(c), v[pass][c], sc.x, sc.y);
+            }
+        }
+    }
+}
+
+// write_read_copy rewrites matrix m's read copy (if any) from the new state
+// v, which it may overwrite. Contains barriers (nvfp4, fp8).
+template <typename SM>
+__device__ __forceinline__ void write_read_copy(float (&v)[SM::PASSES][SM::CPL][SM::VEC], u8* rcodes, u8* rscales,
+                                                float* rglobal, u64 m, float* scratch)
+{
+#if READ_FMT == FMT_NVFP4
+    nvfp4_write<SM>(v, rcodes + m * RC_BYTES, rscales + m * (ROWS * COLS / 16), rglobal + m, scratch);
+#elif READ_FMT != FMT_F32
+    const float2 sc = matrix_scale<READ_FMT, SM>(v, scratch);
+    if (Fmt<READ_FMT>::SCALED && threadIdx.x == 0) {
+        rglobal[m] = sc.x;
+    }
+    store_matrix<READ_FMT, SM>(v, rcodes + m * RC_BYTES, sc);
+#endif
+}
+
+// store_state writes the new state v of matrix m (Map SM's layout) to the
+// state buffer, with its fp8 scale, and leaves v in float32 (the rounded
+// copy is a temporary). Contains barriers for fp8.
+template <typename SM>
+__device__ __forceinline__ void store_state(const float (&v)[SM::PASSES][SM::CPL][SM::VEC],
+                                            typename StateIO<STATE_FMT>::T* state, u64 m, float* scratch)
+{
+    const float2 sc = matrix_scale<STATE_FMT, SM>(v, scratch);
+    if (Fmt<STATE_FMT>::SCALED && threadIdx.x == 0) {
+        *state_scale_at(state, m) = sc.x;
+    }
+#pragma unroll
+    for (int pass = 0; pass < SM::PASSES; pass++) {
+        const int r = SM::row(pass);
+        if (r < ROWS) {
+#pragma unroll
+            for (int c = 0; c < SM::CPL; c++) {
+                float w[SM::VEC];
+#pragma unroll
+                for (int k = 0; k < SM::VEC; k++) {
+                    w[k] = v[pass][c][k];
+                }
+                store_chunk<STATE_FMT, SM::VEC>(state + m * (ROWS * COLS), (u64)r * COLS + SM::col(c), w, sc.x, sc.y);
+            }
+        }
+    }
+}
+
 // ---- row dot products from the read copy or the state ----
 //
 // dots_nvfp4 computes, for each row r of an NVFP4 matrix and each of nv
@@ -422,9 +668,9 @@ __device__ __forceinline__ void dots_nvfp4(const u8* codes, const u8* scales, fl
     }
 }
 
-// dots_state is dots_nvfp4 for a matrix in the state format.
+// dots_state is dots_nvfp4 for a matrix in an element format (scale sc).
 template <int NV, int FMT>
-__device__ __forceinline__ void dots_state(const typename StateIO<FMT>::T* S,
+__device__ __forceinline__ void dots_state(const typename StateIO<FMT>::T* S, float sc,
                                            const float* vec, int vstride, int nv, float* out)
 {
     typedef StateIO<FMT> IO;
@@ -442,7 +688,7 @@ __device__ __forceinline__ void dots_state(const typename StateIO<FMT>::T* S,
             const int col = SM::col(c);
             float x[IO::VEC];
             if (r < ROWS) {
-                IO::load(S, (u64)r * COLS + col, x);
+                IO::load(S, (u64)r * COLS + col, x, sc);
             } else {
 #pragma unroll
                 for (int k = 0; k < IO::VEC; k++) {
@@ -474,6 +720,25 @@ __device__ __forceinline__ void dots_state(const typename StateIO<FMT>::T* S,
             }
         }
     }
+}
+
+// dots_read computes the row dots of matrix m (out[a*ROWS + r] = row_r .
+// vec_a) from what a non-flush step reads: the read copy if there is one,
+// else the checkpoint.
+template <int NV>
+__device__ __forceinline__ void dots_read(const typename StateIO<STATE_FMT>::T* state, const u8* rcodes,
+                                          const u8* rscales, const float* rglobal, u64 m, const float* vec,
+                                          int vstride, int nv, float* out, const float* lut)
+{
+#if READ_FMT == FMT_NVFP4
+    dots_nvfp4<NV>(rcodes + m * RC_BYTES, rscales + m * (ROWS * COLS / 16), rglobal[m], vec, vstride, nv, out, lut);
+#elif READ_FMT == FMT_F32
+    dots_state<NV, STATE_FMT>(state + m * (ROWS * COLS), state_scale(state, m), vec, vstride, nv, out);
+#else
+    const float sc = Fmt<READ_FMT>::SCALED ? rglobal[m] : 1.0f;
+    dots_state<NV, READ_FMT>(reinterpret_cast<const typename StateIO<READ_FMT>::T*>(rcodes + m * RC_BYTES), sc, vec,
+                             vstride, nv, out);
+#endif
 }
 
 // ---- many short dot products at once ----
@@ -694,14 +959,23 @@ struct CMap {
     __device__ static __forceinline__ int col(int c, int ct) { return (c * LANES + lane(ct)) * VEC; }
 };
 
-// Bytes of one matrix in shared memory, by read format: the state format's
-// elements, or nvfp4 codes followed by block scales (16-byte multiples).
-#define SMAT_STATE_BYTES (ROWS * COLS * (STATE_FMT == FMT_F32 ? 4 : 2))
+// Bytes of one matrix in shared memory: the read copy's elements (nvfp4:
+// codes followed by block scales), or the checkpoint's (16-byte multiples).
+// MAT_FMT is the format the non-flush step reads.
+#define SMAT_STATE_BYTES (ROWS * COLS * FMT_SIZE(STATE_FMT))
 #define SMAT_NVFP4_BYTES (ROWS * COLS / 2 + ROWS * COLS / 16)
-#define SMAT_BYTES (READ_FMT == FMT_NVFP4 ? SMAT_NVFP4_BYTES : SMAT_STATE_BYTES)
+#if READ_FMT == FMT_NVFP4
+#define SMAT_BYTES SMAT_NVFP4_BYTES
+#elif READ_FMT != FMT_F32
+#define SMAT_BYTES RC_BYTES
+#else
+#define SMAT_BYTES SMAT_STATE_BYTES
+#endif
+#define MAT_FMT (READ_FMT == FMT_F32 ? STATE_FMT : READ_FMT)
 
 // smem_row_dots computes, for the rows of a matrix held in shared memory
-// (state format, or nvfp4 codes then block scales with global scale gsc) and
+// (format MAT_FMT with scale gsc; nvfp4: codes then block scales, global
+// scale gsc) and
 // nv <= NV vectors vec[a*vstride ...] (shared memory), out[a*ROWS + r] =
 // row_r . vec_a (written by the row's first lane). Same order of operations
 // as dots_state / dots_nvfp4.
@@ -714,7 +988,7 @@ __device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gs
     const u8* codes = mat;
     const u8* scales = mat + ROWS * COLS / 2;
 #else
-    typedef StateIO<STATE_FMT> IO;
+    typedef StateIO<MAT_FMT> IO;
     typedef CMap<IO::VEC, COLS, ROWS, W> RM;
     const typename IO::T* S = reinterpret_cast<const typename IO::T*>(mat);
 #endif
@@ -762,7 +1036,7 @@ __device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gs
 #else
             float x[IO::VEC];
             if (r < ROWS) {
-                IO::load(S, (u64)r * COLS + col, x);
+                IO::load(S, (u64)r * COLS + col, x, gsc);
             } else {
 #pragma unroll
                 for (int k = 0; k < IO::VEC; k++) {

@@ -74,10 +74,12 @@ struct GDNShared {
 // and with q_slot >= 0 writes o = S_new^T q to out. v_i comes from the ring
 // for i < nring and from vcur for i = nring. Barriers inside: every thread
 // calls it.
-__device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* S, u8* codes, u8* scales, float* global, int t,
-                                         int q_slot, const float* __restrict__ ringV, int s, int j, int nring,
+__device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u8* rscales, float* rglobal, u64 mat,
+                                         int t, int q_slot, const float* __restrict__ ringV, int s, int j, int nring,
                                          const float* __restrict__ vcur, float* __restrict__ out)
 {
+    const ST* S = state + mat * (DV * DK);
+    const float sc0 = state_scale(state, mat);
     constexpr int VEC = SM::VEC;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int nv = q_slot >= 0 ? t + 1 : t;
@@ -90,7 +92,7 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* S, u8* codes, u8* sc
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
             if (r < ROWS) {
-                SIO::load(S, (u64)r * DK + SM::col(c), reg[pass][c]);
+                SIO::load(S, (u64)r * DK + SM::col(c), reg[pass][c], sc0);
             } else {
 #pragma unroll
                 for (int k = 0; k < VEC; k++) {
@@ -236,24 +238,8 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* S, u8* codes, u8* sc
             }
         }
     }
-#pragma unroll
-    for (int pass = 0; pass < SM::PASSES; pass++) {
-        const int r = SM::row(pass);
-        if (r < ROWS) {
-#pragma unroll
-            for (int c = 0; c < SM::CPL; c++) {
-                float e[VEC];
-#pragma unroll
-                for (int k = 0; k < VEC; k++) {
-                    e[k] = reg[pass][c][k];
-                }
-                SIO::store(S, (u64)r * DK + SM::col(c), e);
-            }
-        }
-    }
-#if READ_FMT == FMT_NVFP4
-    nvfp4_write<SM>(reg, codes, scales, global, sh.scratch);
-#endif
+    store_state<SM>(reg, state, mat, sh.scratch);
+    write_read_copy<SM>(reg, rcodes, rscales, rglobal, mat, sh.scratch);
 }
 
 // gdn_scalars computes the decay exp(g), g = -exp(A_log) softplus(a + dt_bias)
@@ -371,8 +357,7 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
 #endif
     __syncthreads();
     if (FLUSH) {
-        gdn_fold(sh, state + mat * (DV * DK), rcodes + mat * (DV * DK / 2), rscales + mat * (DV * DK / 16),
-                 rglobal + mat, t, qslot, ringV, s, j, n, vt, ot);
+        gdn_fold(sh, state, rcodes, rscales, rglobal, mat, t, qslot, ringV, s, j, n, vt, ot);
         return;
     }
     if (j % VPK == 0) {
@@ -397,12 +382,7 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
         }
         sh.gam[0] = (float)suf;
     }
-#if READ_FMT == FMT_NVFP4
-    dots_nvfp4<2>(rcodes + mat * (DV * DK / 2), rscales + mat * (DV * DK / 16), rglobal[mat], sh.vec, DK, 2, sh.proj,
-                  sh.lut);
-#else
-    dots_state<2, STATE_FMT>(state + mat * (DV * DK), sh.vec, DK, 2, sh.proj);
-#endif
+    dots_read<2>(state, rcodes, rscales, rglobal, mat, sh.vec, DK, 2, sh.proj, sh.lut);
     __syncthreads();
     const float gam = sh.gam[0], beta = sh.beta[n];
     for (int m = tid; m < DV; m += NT) {
@@ -471,8 +451,7 @@ gdn_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
             sh.vec[idx] = ringK[(ring_at(s, i) * NKH + kh) * DK + e];
         }
         __syncthreads();
-        gdn_fold(sh, state + mat * (DV * DK), rcodes + mat * (DV * DK / 2), rscales + mat * (DV * DK / 16),
-                 rglobal + mat, n, -1, ringV, s, j, n, nullptr, nullptr);
+        gdn_fold(sh, state, rcodes, rscales, rglobal, mat, n, -1, ringV, s, j, n, nullptr, nullptr);
         // New checkpoint and read copy visible to the CTA, read back below.
         __syncthreads();
         n = 0;
@@ -537,12 +516,7 @@ gdn_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         }
         sh.gam[d] = (float)suf;
     }
-#if READ_FMT == FMT_NVFP4
-    dots_nvfp4<2 * TMAX>(rcodes + mat * (DV * DK / 2), rscales + mat * (DV * DK / 16), rglobal[mat], sh.vec, DK,
-                         2 * cnt, sh.proj, sh.lut);
-#else
-    dots_state<2 * TMAX, STATE_FMT>(state + mat * (DV * DK), sh.vec, DK, 2 * cnt, sh.proj);
-#endif
+    dots_read<2 * TMAX>(state, rcodes, rscales, rglobal, mat, sh.vec, DK, 2 * cnt, sh.proj, sh.lut);
     __syncthreads();
     for (int m = tid; m < DV; m += NT) {
         float uloc[RMAX]; // the ring's u_i[m], all loads in flight at once
@@ -586,6 +560,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     __shared__ __align__(16) float sQ[TMAX * DK];
     __shared__ float sDecay[TMAX];
     __shared__ float sBeta[TMAX];
+    __shared__ float sScratch[NWARPS];
 
     constexpr int VEC = SM::VEC;
     const int j = blockIdx.x, b = blockIdx.y, kh = j / VPK;
@@ -594,7 +569,8 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     const int cnt = VERIFY ? (counts ? counts[b] : T) : 1;
     const int T1 = VERIFY ? T : 1;
     const int c0 = cur[s];
-    ST* src = state + (((u64)s * nb + c0) * NVH + j) * (DV * DK);
+    const u64 srcm = ((u64)s * nb + c0) * NVH + j;
+    ST* src = state + srcm * (DV * DK);
 
     for (int w = warp; w < 2 * cnt; w += NWARPS) {
         const int d = w % cnt;
@@ -611,8 +587,9 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         sBeta[d] = (float)sigmoid_d((double)bb[((u64)b * T1 + d) * NVH + j]);
     }
     __syncthreads();
-    if (!VERIFY) {
-        // One step in place, streaming the state pass by pass.
+    if (!VERIFY && !SIO::SCALED) {
+        // One step in place, streaming the state pass by pass (an fp8 state
+        // needs the new matrix's amax first: it takes the other path).
         const float eg = sDecay[0], beta = sBeta[0];
         const float* vd = v + ((u64)b * NVH + j) * DV;
         float* od = o + ((u64)b * NVH + j) * DV;
@@ -623,7 +600,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
 #pragma unroll
             for (int c = 0; c < SM::CPL; c++) {
                 if (r < ROWS) {
-                    SIO::load(src, (u64)r * DK + SM::col(c), e[c]);
+                    SIO::load(src, (u64)r * DK + SM::col(c), e[c], 1.0f);
                 } else {
 #pragma unroll
                     for (int q = 0; q < VEC; q++) {
@@ -652,7 +629,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                     ov = fmaf(xv, sQ[col + q], ov);
                 }
                 if (r < ROWS) {
-                    SIO::store(src, (u64)r * DK + col, e[c]);
+                    SIO::store(src, (u64)r * DK + col, e[c], 1.0f, 1.0f);
                 }
             }
             ov = lanes_sum<SM::LANES>(ov);
@@ -662,6 +639,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         }
         return;
     }
+    const float sc0 = state_scale(state, srcm);
     float S[SM::PASSES][SM::CPL][VEC];
 #pragma unroll
     for (int pass = 0; pass < SM::PASSES; pass++) {
@@ -669,7 +647,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
             if (r < ROWS) {
-                SIO::load(src, (u64)r * DK + SM::col(c), S[pass][c]);
+                SIO::load(src, (u64)r * DK + SM::col(c), S[pass][c], sc0);
             } else {
 #pragma unroll
                 for (int e = 0; e < VEC; e++) {
@@ -709,14 +687,24 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                     S[pass][c][e] = x;
                     ov = fmaf(x, qd[col + e], ov);
                 }
-                if (r < ROWS) {
-                    SIO::store(dst, (u64)r * DK + col, S[pass][c]);
+                if (!SIO::SCALED && r < ROWS) {
+                    SIO::store(dst, (u64)r * DK + col, S[pass][c], 1.0f, 1.0f);
                 }
             }
             ov = lanes_sum<SM::LANES>(ov);
             if (r < ROWS && SM::lane() == 0) {
                 od[r] = ov;
             }
+        }
+        if (SIO::SCALED) {
+            // fp8: the new matrix's amax sets its scale; the next draft
+            // starts from the rounded state (naive low precision).
+            const u64 dstm = VERIFY ? ((u64)s * nb + (c0 + 1 + d) % nb) * NVH + j : srcm;
+            const float2 sc = matrix_scale<STATE_FMT, SM>(S, sScratch);
+            if (tid == 0) {
+                *state_scale_at(state, dstm) = sc.x;
+            }
+            store_matrix<STATE_FMT, SM>(S, state + dstm * (DV * DK), sc);
         }
     }
 }
@@ -807,8 +795,10 @@ gdn_pipe_step(const ST* __restrict__ state, const u8* __restrict__ rcodes, const
                 const float av = a[(u64)b * NVH + j], bv = bb[(u64)b * NVH + j];
                 const double nA = negA[j], db = dtb[j];
                 n = hist[s];
-#if READ_FMT == FMT_NVFP4
+#if READ_FMT == FMT_NVFP4 || READ_FMT == FMT_E4M3
                 gs = rglobal[(u64)s * NVH + j];
+#elif READ_FMT == FMT_F32 && STATE_FMT == FMT_E4M3
+                gs = state_scale(state, (u64)s * NVH + j);
 #endif
                 skip = n + 1 >= L;
                 gdn_scalars(av, bv, nA, db, &eg, &beta);
@@ -854,9 +844,11 @@ gdn_pipe_step(const ST* __restrict__ state, const u8* __restrict__ rcodes, const
                     if (ci < NS) {
 #if READ_FMT == FMT_NVFP4
                         if (ci == 0) {
-                            return Piece{sg, rcodes + mat * (DV * DK / 2), DV * DK / 2};
+                            return Piece{sg, rcodes + mat * RC_BYTES, DV * DK / 2};
                         }
                         return Piece{sg + DV * DK / 2, rscales + mat * (DV * DK / 16), DV * DK / 16};
+#elif READ_FMT != FMT_F32
+                        return Piece{sg, rcodes + mat * RC_BYTES, RC_BYTES};
 #else
                         return Piece{sg, state + mat * (DV * DK), SMAT_STATE_BYTES};
 #endif

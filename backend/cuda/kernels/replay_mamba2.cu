@@ -2,8 +2,10 @@
 // replay_common.cu). One CTA per (head, batch row): grid (NHEADS, batch).
 //
 // Extra defines: NHEADS, NGROUPS (ROWS = P head dim, COLS = N state size).
-// Layouts are package replay's: state [slot][buffer][head][P][N]; read copy
-// codes [slot][head][P*N/2], scales [slot][head][P*N/16], global [slot][head];
+// Layouts are package replay's: state [slot][buffer][head][P][N] (fp8: then
+// one float32 scale per matrix); read copy [slot][head] of P*N elements
+// (nvfp4: codes [P*N/2], scales [slot][head][P*N/16]; nvfp4 and fp8: a
+// float32 scale per matrix in rglobal [slot][head]);
 // ring per slot of RMAX entries: x [H*P], B [G*N]; ring scalars per slot and
 // head of RMAXP entries: delta, a = exp(delta*A).
 // Inputs rows: x [row][H*P], B and C [row][G*N], dt [row][H]; outputs y [row][H*P].
@@ -29,14 +31,17 @@ __device__ __forceinline__ u64 rs_at(int s, int h, int e) { return ((u64)s * NHE
 //
 //	S <- decay*S + sum_{j<t} coef[p][j] * B_j        coef[p][j] = Delta_j e^{L_t-L_j} x_j[p]
 //
-// with B_j in sB[j*N...] and coef in sCoef[p*CSTRIDE + j], writes S back in
-// the state format and, with a read copy, rewrites the copy. With OUT it also
-// writes sDot[p] = S_new[p] . sC (the fp32 S, before any rounding).
+// with B_j in sB[j*N...] and coef in sCoef[p*CSTRIDE + j], writes S (matrix
+// mat of the state buffer) back in the state format and, with a read copy,
+// rewrites the copy. With OUT it also writes sDot[p] = S_new[p] . sC (the
+// fp32 S, before any rounding). Barriers inside: every thread calls it.
 template <bool OUT>
-__device__ __forceinline__ void mamba2_fold(ST* S, u8* codes, u8* scales, float* global, int t, float decay,
-                                            const float* sB, const float* sCoef, const float* sC, float* sDot,
-                                            float* scratch)
+__device__ __forceinline__ void mamba2_fold(ST* state, u8* rcodes, u8* rscales, float* rglobal, u64 mat, int t,
+                                            float decay, const float* sB, const float* sCoef, const float* sC,
+                                            float* sDot, float* scratch)
 {
+    const ST* S = state + mat * (P * N);
+    const float sc0 = state_scale(state, mat);
     constexpr int VEC = SM::VEC;
     // The thread's whole share of the matrix in registers: each B_j chunk
     // read from shared memory then feeds every pass (rows p, p+RPP, ...),
@@ -48,7 +53,7 @@ __device__ __forceinline__ void mamba2_fold(ST* S, u8* codes, u8* scales, float*
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
             if (r < ROWS) {
-                SIO::load(S, (u64)r * N + SM::col(c), e[pass][c]);
+                SIO::load(S, (u64)r * N + SM::col(c), e[pass][c], sc0);
             } else {
 #pragma unroll
                 for (int k = 0; k < VEC; k++) {
@@ -97,14 +102,6 @@ __device__ __forceinline__ void mamba2_fold(ST* S, u8* codes, u8* scales, float*
                     acc = fmaf(e[pass][c][k], sC[col + k], acc);
                 }
             }
-            if (r < ROWS) {
-                float w[VEC]; // the store rounds its argument; keep e in fp32
-#pragma unroll
-                for (int k = 0; k < VEC; k++) {
-                    w[k] = e[pass][c][k];
-                }
-                SIO::store(S, (u64)r * N + col, w);
-            }
         }
         if (OUT) {
             acc = lanes_sum<SM::LANES>(acc);
@@ -113,9 +110,8 @@ __device__ __forceinline__ void mamba2_fold(ST* S, u8* codes, u8* scales, float*
             }
         }
     }
-#if READ_FMT == FMT_NVFP4
-    nvfp4_write<SM>(e, codes, scales, global, scratch);
-#endif
+    store_state<SM>(e, state, mat, scratch);
+    write_read_copy<SM>(e, rcodes, rscales, rglobal, mat, scratch);
 }
 
 // mamba2_replay_step is one decode step of the replay cache, in two kernels
@@ -248,11 +244,7 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         dot_pairs(
             t, N, tid, NT, [&](int j) -> const float* { return sB + j * N; }, [&](int) { return (const float*)sC; },
             [&](int j, float v) { sBC[j] = v; });
-#if READ_FMT == FMT_NVFP4
-        dots_nvfp4<1>(rcodes + mat * (P * N / 2), rscales + mat * (P * N / 16), rglobal[mat], sC, 0, 1, sDot, sLut);
-#else
-        dots_state<1, STATE_FMT>(state + mat * (P * N), sC, 0, 1, sDot);
-#endif
+        dots_read<1>(state, rcodes, rscales, rglobal, mat, sC, 0, 1, sDot, sLut);
         __syncthreads();
         const float e = sE, dh = D[h];
         for (int p = tid; p < P; p += NT) {
@@ -270,8 +262,7 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         sX[p * CSTRIDE + j] = sW[j] * sX[p * CSTRIDE + j];
     }
     __syncthreads();
-    mamba2_fold<true>(state + mat * (P * N), rcodes + mat * (P * N / 2), rscales + mat * (P * N / 16), rglobal + mat,
-                      t, sE, sB, sX, sC, sDot, sScratch);
+    mamba2_fold<true>(state, rcodes, rscales, rglobal, mat, t, sE, sB, sX, sC, sDot, sScratch);
     __syncthreads();
     const float dh = D[h];
     for (int p = tid; p < P; p += NT) {
@@ -410,7 +401,7 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
         for (int c = 0; c < SM::CPL; c++) {
             const int col = SM::col(c);
             float v[VEC];
-            SIO::unpack(raw[pass][c], v);
+            SIO::unpack(raw[pass][c], v, 1.0f);
             const float4* vp = reinterpret_cast<const float4*>(sC + col);
 #pragma unroll
             for (int q = 0; q < VEC / 4; q++) {
@@ -460,7 +451,7 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
 
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_nonflush(MAMBA2_STEP_PARAMS)
 {
-#if READ_FMT == FMT_NVFP4 || NF_VARIANT != 4
+#if READ_FMT != FMT_F32 || NF_VARIANT != 4 || STATE_FMT == FMT_E4M3
     mamba2_step<false>(MAMBA2_STEP_ARGS);
 #else
     mamba2_nonflush_pf(state, ringX, ringB, ringDt, ringA, hist, slots, x, B, C, dt, y, A, dtb, D, dtMin, L);
@@ -536,8 +527,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
             sCoef[p * CSTRIDE + j] = sWk[j] * ringX[(ring_at(s, j) * NHEADS + h) * P + p];
         }
         __syncthreads();
-        mamba2_fold<false>(state + mat * (P * N), rcodes + mat * (P * N / 2), rscales + mat * (P * N / 16),
-                           rglobal + mat, n, sEk[0], sB, sCoef, nullptr, nullptr, sScratch);
+        mamba2_fold<false>(state, rcodes, rscales, rglobal, mat, n, sEk[0], sB, sCoef, nullptr, nullptr, sScratch);
         // The barrier makes the new checkpoint and read copy, read back
         // below like any other slot's, visible to the whole CTA.
         __syncthreads();
@@ -628,11 +618,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         [&](int pr) -> const float* { return pr % ne <= n + pr / ne ? sB + (pr % ne) * N : nullptr; },
         [&](int pr) -> const float* { return sCk + (pr / ne) * N; },
         [&](int pr, float v) { sBC[(pr / ne) * RMAX + pr % ne] = v; });
-#if READ_FMT == FMT_NVFP4
-    dots_nvfp4<TMAX>(rcodes + mat * (P * N / 2), rscales + mat * (P * N / 16), rglobal[mat], sCk, N, cnt, sDot, sLut);
-#else
-    dots_state<TMAX, STATE_FMT>(state + mat * (P * N), sCk, N, cnt, sDot);
-#endif
+    dots_read<TMAX>(state, rcodes, rscales, rglobal, mat, sCk, N, cnt, sDot, sLut);
     __syncthreads();
     const float dh = D[h];
     for (int idx = tid; idx < cnt * P; idx += NT) {
@@ -686,6 +672,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
     __shared__ float sDot[TMAX * P];
     __shared__ float sDelta[TMAX];
     __shared__ float sDecay[TMAX];
+    __shared__ float sScratch[NWARPS];
 
     constexpr int VEC = SM::VEC;
     const int h = blockIdx.x, b = blockIdx.y, g = h / HPG;
@@ -694,7 +681,8 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
     const int cnt = VERIFY ? (counts ? counts[b] : T) : 1;
     const int T1 = VERIFY ? T : 1;
     const int c0 = cur[s];
-    ST* src = state + (((u64)s * nb + c0) * NHEADS + h) * (P * N);
+    const u64 srcm = ((u64)s * nb + c0) * NHEADS + h;
+    ST* src = state + srcm * (P * N);
 
     if (tid < cnt) {
         const int k = tid;
@@ -708,9 +696,10 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
         sCk[idx] = C[(((u64)b * T1 + k) * NGROUPS + g) * N + i];
     }
     __syncthreads();
-    if (!VERIFY) {
+    if (!VERIFY && !SIO::SCALED) {
         // One step in place: stream the state pass by pass (few registers,
-        // many CTAs in flight), no copy of it held.
+        // many CTAs in flight), no copy of it held. (An fp8 state needs the
+        // new matrix's amax before it can store: it takes the other path.)
         const float a = sDecay[0], delta = sDelta[0];
         const float* xk = x + ((u64)b * NHEADS + h) * P;
 #pragma unroll 1
@@ -721,7 +710,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
             if (r < ROWS) {
 #pragma unroll
                 for (int c = 0; c < SM::CPL; c++) {
-                    SIO::load(src, (u64)r * N + SM::col(c), e[c]);
+                    SIO::load(src, (u64)r * N + SM::col(c), e[c], 1.0f);
                 }
                 const float xc = delta * xk[r];
 #pragma unroll
@@ -733,7 +722,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                         e[c][q] = v;
                         acc = fmaf(v, sCk[col + q], acc);
                     }
-                    SIO::store(src, (u64)r * N + col, e[c]);
+                    SIO::store(src, (u64)r * N + col, e[c], 1.0f, 1.0f);
                 }
             }
             acc = lanes_sum<SM::LANES>(acc);
@@ -742,6 +731,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
             }
         }
     } else {
+        const float sc0 = state_scale(state, srcm);
         float S[SM::PASSES][SM::CPL][VEC];
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
@@ -749,7 +739,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
 #pragma unroll
             for (int c = 0; c < SM::CPL; c++) {
                 if (r < ROWS) {
-                    SIO::load(src, (u64)r * N + SM::col(c), S[pass][c]);
+                    SIO::load(src, (u64)r * N + SM::col(c), S[pass][c], sc0);
                 } else {
 #pragma unroll
                     for (int k = 0; k < VEC; k++) {
@@ -776,14 +766,24 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                         S[pass][c][e] = v;
                         acc = fmaf(v, sCk[k * N + col + e], acc);
                     }
-                    if (r < ROWS) {
-                        SIO::store(dst, (u64)r * N + col, S[pass][c]);
+                    if (!SIO::SCALED && r < ROWS) {
+                        SIO::store(dst, (u64)r * N + col, S[pass][c], 1.0f, 1.0f);
                     }
                 }
                 acc = lanes_sum<SM::LANES>(acc);
                 if (r < ROWS && SM::lane() == 0) {
                     sDot[k * P + r] = acc;
                 }
+            }
+            if (SIO::SCALED) {
+                // fp8: the new matrix's amax sets its scale; the next draft
+                // starts from the rounded state (naive low precision).
+                const u64 dstm = VERIFY ? ((u64)s * nb + (c0 + 1 + k) % nb) * NHEADS + h : srcm;
+                const float2 sc = matrix_scale<STATE_FMT, SM>(S, sScratch);
+                if (tid == 0) {
+                    *state_scale_at(state, dstm) = sc.x;
+                }
+                store_matrix<STATE_FMT, SM>(S, state + dstm * (P * N), sc);
             }
         }
     }
@@ -904,8 +904,10 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
                 const double dtbh = dtb[h], Ah = A[h];
                 dh = D[h];
                 n = hist[s];
-#if READ_FMT == FMT_NVFP4
+#if READ_FMT == FMT_NVFP4 || READ_FMT == FMT_E4M3
                 gs = rglobal[(u64)s * NHEADS + h];
+#elif READ_FMT == FMT_F32 && STATE_FMT == FMT_E4M3
+                gs = state_scale(state, (u64)s * NHEADS + h);
 #endif
                 skip = VERIFY ? (n > 0 && n + 2 * cnt > L) : (n + 1 >= L);
 #pragma unroll
@@ -966,9 +968,11 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
                     if (ci < NS) {
 #if READ_FMT == FMT_NVFP4
                         if (ci == 0) {
-                            return Piece{sg, rcodes + mat * (P * N / 2), P * N / 2};
+                            return Piece{sg, rcodes + mat * RC_BYTES, P * N / 2};
                         }
                         return Piece{sg + P * N / 2, rscales + mat * (P * N / 16), P * N / 16};
+#elif READ_FMT != FMT_F32
+                        return Piece{sg, rcodes + mat * RC_BYTES, RC_BYTES};
 #else
                         return Piece{sg, state + mat * (P * N), SMAT_STATE_BYTES};
 #endif
