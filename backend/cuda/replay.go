@@ -26,6 +26,12 @@ import (
 // ErrReplayOptions reports options or shapes the GPU caches do not support.
 var ErrReplayOptions = errors.New("cuda: unsupported replay cache options")
 
+// defaultSmallBatch is the largest batch whose replay step runs as one
+// kernel (flush and non-flush slots together, cursors moved by its last
+// block): at a few slots a step costs what its launches cost.
+// REPLAYSSM_CUDA_SMALL_BATCH overrides it (0: never).
+const defaultSmallBatch = 4
+
 // replayRingMax bounds window + max drafts: the ring's per-entry tables live
 // in static shared memory (48 KiB per block).
 const replayRingMax = 32
@@ -41,11 +47,13 @@ type replayCommon struct {
 	heads    int // state matrices per slot and state buffer
 	elems    int // elements per state matrix
 
-	mod                               *Module
-	cursorStep, cursorVerify, commitF *Function
-	nonflush, flush, verify           *Function
-	baselineStep, baselineVerify      *Function
-	pipe                              pipeline
+	mod                          *Module
+	cursorVerify, commitF        *Function
+	nonflush, flush, verify      *Function
+	stepSmall                    *Function // flush and non-flush slots in one kernel
+	baselineStep, baselineVerify *Function
+	pipe                         pipeline
+	smallBatch                   int // batches up to this run stepSmall
 
 	// state holds the checkpoint (replay) or the state buffers (baseline):
 	// [slot][buffer][head] matrices in the state format, then for fp8 one
@@ -59,8 +67,9 @@ type replayCommon struct {
 	// Device cursors, one int32 per slot: hist is the number of committed
 	// ring entries since the checkpoint (replay), cur the current state
 	// buffer (baseline), pending the drafts of the last verify; errFlag is
-	// set by commit when a count was out of range.
-	hist, cur, pending, errFlag Buffer
+	// set by commit when a count was out of range; done counts the blocks
+	// of a step's last kernel that have finished (step_done).
+	hist, cur, pending, errFlag, done Buffer
 
 	live []bool
 	free []replay.Slot
@@ -195,28 +204,27 @@ func (p *pipeline) bind(m *Module, step, verify, verifyFold string) error {
 	return p.verify.SetMaxDynamicSharedMemory(p.smem)
 }
 
-// launchReplayStep queues a replay decode step whose arguments a holds
-// (grid: the v4 kernels' grid): the flush kernel and the non-flush one
-// (pipelined where planned, else v4), each taking its own slots and sharing
-// one Args (a launch copies it), then the cursor move.
-func (c *replayCommon) launchReplayStep(s *Stream, a *Args, slots Buffer, batch int, grid [3]uint32) error {
+// launchReplayStep queues a replay decode step whose arguments a holds up
+// to the window (grid: the v4 kernels' grid): the flush kernel, then the
+// non-flush one (pipelined where planned, else v4), each taking its own
+// slots and sharing one Args (a launch copies it); the non-flush kernel's
+// last block moves the cursors. Up to smallBatch slots, where a step costs
+// what its launches cost, one kernel does it all.
+func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]uint32) error {
+	a.Ptr(c.pending)
+	a.Ptr(c.done)
+	a.I32(int32(batch))
 	block := [3]uint32{uint32(c.threads), 1, 1}
-	if !c.pipe.on || !c.pipe.stepOn {
-		for _, fn := range []*Function{c.nonflush, c.flush} {
-			if err := c.d.Launch(fn, grid, block, 0, s, a); err != nil {
-				return err
-			}
-		}
-		return c.launchCursorStep(s, slots, batch)
+	if batch <= c.smallBatch {
+		return c.d.Launch(c.stepSmall, grid, block, 0, s, a)
 	}
 	if err := c.d.Launch(c.flush, grid, block, 0, s, a); err != nil {
 		return err
 	}
-	a.I32(int32(batch))
-	if err := c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.heads), c.pipe.block(), uint32(c.pipe.smem), s, a); err != nil {
-		return err
+	if !c.pipe.on || !c.pipe.stepOn {
+		return c.d.Launch(c.nonflush, grid, block, 0, s, a)
 	}
-	return c.launchCursorStep(s, slots, batch)
+	return c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.heads), c.pipe.block(), uint32(c.pipe.smem), s, a)
 }
 
 // launchReplayVerify queues a replay verify whose arguments a holds: the
@@ -249,6 +257,7 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string) 
 		name string
 	}{
 		{&c.nonflush, "_replay_nonflush"}, {&c.flush, "_replay_flush"}, {&c.verify, "_replay_verify"},
+		{&c.stepSmall, "_replay_step_small"},
 		{&c.baselineStep, "_baseline_step"}, {&c.baselineVerify, "_baseline_verify"},
 	} {
 		var err error
@@ -497,7 +506,7 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 	for _, f := range []struct {
 		dst  **Function
 		name string
-	}{{&c.cursorStep, "cursor_step"}, {&c.cursorVerify, "cursor_verify"}, {&c.commitF, "commit"}} {
+	}{{&c.cursorVerify, "cursor_verify"}, {&c.commitF, "commit"}} {
 		if *f.dst, err = c.mod.Function(f.name); err != nil {
 			return err
 		}
@@ -507,11 +516,17 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 			return err
 		}
 	}
-	if c.errFlag, err = c.alloc(4); err != nil {
-		return err
+	for _, b := range []*Buffer{&c.errFlag, &c.done} {
+		if *b, err = c.alloc(4); err != nil {
+			return err
+		}
+		if err := d.Memset(*b, 0); err != nil {
+			return err
+		}
 	}
-	if err := d.Memset(c.errFlag, 0); err != nil {
-		return err
+	c.smallBatch = defaultSmallBatch
+	if v, err := strconv.Atoi(os.Getenv("REPLAYSSM_CUDA_SMALL_BATCH")); err == nil && v >= 0 {
+		c.smallBatch = v
 	}
 	c.live = make([]bool, capacity)
 	for i := capacity - 1; i >= 0; i-- {
@@ -614,23 +629,6 @@ func need(name string, b Buffer, n int) error {
 		return fmt.Errorf("%s: %d bytes, want %d", name, b.bytes, n)
 	}
 	return nil
-}
-
-// launchCursorStep queues the cursor move after a step.
-func (c *replayCommon) launchCursorStep(st *Stream, slots Buffer, batch int) error {
-	replayMode := int32(0)
-	if c.opt.Mode == replay.Replay {
-		replayMode = 1
-	}
-	a := &c.args
-	a.Reset()
-	a.Ptr(c.hist)
-	a.Ptr(c.pending)
-	a.Ptr(slots)
-	a.I32(int32(batch))
-	a.I32(int32(c.opt.Window))
-	a.I32(replayMode)
-	return c.d.Launch(c.cursorStep, [3]uint32{uint32((batch + 127) / 128), 1, 1}, [3]uint32{128, 1, 1}, 0, st, a)
 }
 
 // launchCursorVerify queues the cursor move after a verify.

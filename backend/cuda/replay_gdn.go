@@ -177,10 +177,7 @@ func (c *GDNCache) Step(s *Stream, batch int, in GDNInput, o Buffer) error {
 		return fmt.Errorf("cuda: gdn cache: step: %w", err)
 	}
 	if c.opt.Mode == replay.Baseline {
-		if err := c.launchBaseline(s, batch, 1, false, in, o); err != nil {
-			return err
-		}
-		return c.launchCursorStep(s, in.Slots, batch)
+		return c.launchBaseline(s, batch, 1, false, in, o)
 	}
 	a := &c.args
 	a.Reset()
@@ -189,7 +186,7 @@ func (c *GDNCache) Step(s *Stream, batch int, in GDNInput, o Buffer) error {
 	a.Ptr(in.Slots)
 	c.inputArgs(a, in, o)
 	a.I32(int32(c.opt.Window))
-	return c.launchReplayStep(s, a, in.Slots, batch, c.grid(batch))
+	return c.launchReplayStep(s, a, batch, c.grid(batch))
 }
 
 func (c *GDNCache) launchBaseline(s *Stream, batch, T int, verify bool, in GDNInput, o Buffer) error {
@@ -206,6 +203,7 @@ func (c *GDNCache) launchBaseline(s *Stream, batch, T int, verify bool, in GDNIn
 	a.I32(int32(T))
 	a.I32(int32(c.stateBuffers()))
 	c.inputArgs(a, in, o)
+	a.Ptr(c.pending) // the kernel sets the pending drafts: no cursor kernel
 	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
 }
 
@@ -219,10 +217,7 @@ func (c *GDNCache) Verify(s *Stream, batch, T int, in GDNInput, o Buffer) error 
 		return fmt.Errorf("cuda: gdn cache: verify: %w", err)
 	}
 	if c.opt.Mode == replay.Baseline {
-		if err := c.launchBaseline(s, batch, T, true, in, o); err != nil {
-			return err
-		}
-		return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
+		return c.launchBaseline(s, batch, T, true, in, o)
 	}
 	a := &c.args
 	a.Reset()

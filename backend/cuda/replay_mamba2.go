@@ -178,10 +178,7 @@ func (c *Mamba2Cache) Step(s *Stream, batch int, in Mamba2Input, y Buffer) error
 		return fmt.Errorf("cuda: mamba2 cache: step: %w", err)
 	}
 	if c.opt.Mode == replay.Baseline {
-		if err := c.launchBaseline(s, batch, 1, false, in, y); err != nil {
-			return err
-		}
-		return c.launchCursorStep(s, in.Slots, batch)
+		return c.launchBaseline(s, batch, 1, false, in, y)
 	}
 	a := &c.args
 	a.Reset()
@@ -198,7 +195,7 @@ func (c *Mamba2Cache) Step(s *Stream, batch int, in Mamba2Input, y Buffer) error
 	a.Ptr(c.dd)
 	a.F32(in.DtMin)
 	a.I32(int32(c.opt.Window))
-	return c.launchReplayStep(s, a, in.Slots, batch, c.grid(batch))
+	return c.launchReplayStep(s, a, batch, c.grid(batch))
 }
 
 func (c *Mamba2Cache) grid(batch int) [3]uint32 {
@@ -238,6 +235,7 @@ func (c *Mamba2Cache) launchBaseline(s *Stream, batch, T int, verify bool, in Ma
 	a.Ptr(c.dtb)
 	a.Ptr(c.dd)
 	a.F32(in.DtMin)
+	a.Ptr(c.pending) // the kernel sets the pending drafts: no cursor kernel
 	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
 }
 
@@ -254,10 +252,7 @@ func (c *Mamba2Cache) Verify(s *Stream, batch, T int, in Mamba2Input, y Buffer) 
 		return fmt.Errorf("cuda: mamba2 cache: verify: %w", err)
 	}
 	if c.opt.Mode == replay.Baseline {
-		if err := c.launchBaseline(s, batch, T, true, in, y); err != nil {
-			return err
-		}
-		return c.launchCursorVerify(s, in.Slots, in.Counts, batch, T)
+		return c.launchBaseline(s, batch, T, true, in, y)
 	}
 	a := &c.args
 	a.Reset()

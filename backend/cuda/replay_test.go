@@ -45,9 +45,17 @@ type gpuCache struct {
 	// pipelined reports whether the non-flush step (and, for Mamba-2, the
 	// verify) run the pipelined v5 kernels.
 	pipelined func() bool
+	// setSmallBatch sets the largest batch whose step runs as one kernel.
+	setSmallBatch func(int)
 }
 
 func mamba2TestLayer(seed uint64, shape ssm.Mamba2Shape) gpuLayer {
+	return mamba2TestLayerWith(seed, shape, nil)
+}
+
+// mamba2TestLayerWith is mamba2TestLayer with its parameters changed by
+// tweak (when not nil) before use.
+func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.Mamba2Params)) gpuLayer {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	H, P, N, G := shape.Heads, shape.HeadDim, shape.StateSize, shape.Groups
 	var prm replay.Mamba2Params
@@ -55,6 +63,9 @@ func mamba2TestLayer(seed uint64, shape ssm.Mamba2Shape) gpuLayer {
 		prm.ALog = append(prm.ALog, float32(math.Log(1+7*rng.Float64())))
 		prm.DtBias = append(prm.DtBias, float32(rng.NormFloat64()*0.5-1))
 		prm.D = append(prm.D, float32(rng.NormFloat64()))
+	}
+	if tweak != nil {
+		tweak(&prm)
 	}
 	ref := ssm.Mamba2Params{ALog: to64(prm.ALog), DtBias: to64(prm.DtBias), D: to64(prm.D)}
 	return gpuLayer{
@@ -93,7 +104,8 @@ func mamba2TestLayer(seed uint64, shape ssm.Mamba2Shape) gpuLayer {
 			}
 			return &gpuCache{
 				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
-				pipelined: func() bool { step, verify, _ := c.Pipelined(); return step || verify },
+				pipelined:     func() bool { step, verify, _ := c.Pipelined(); return step || verify },
+				setSmallBatch: func(n int) { c.smallBatch = n },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},
@@ -106,12 +118,21 @@ func mamba2TestLayer(seed uint64, shape ssm.Mamba2Shape) gpuLayer {
 }
 
 func gdnTestLayer(seed uint64, shape ssm.GDNShape) gpuLayer {
+	return gdnTestLayerWith(seed, shape, nil, nil)
+}
+
+// gdnTestLayerWith is gdnTestLayer with its parameters changed by tweak and
+// its drawn inputs (q, k, v, a, b) by shift, where not nil.
+func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNParams), shift func([][]float32)) gpuLayer {
 	rng := rand.New(rand.NewPCG(seed, 2))
 	Hk, Hv, dk, dv := shape.KeyHeads, shape.ValueHeads, shape.KeyDim, shape.ValueDim
 	var prm replay.GDNParams
 	for range Hv {
 		prm.ALog = append(prm.ALog, float32(math.Log(0.5+4*rng.Float64())))
 		prm.DtBias = append(prm.DtBias, float32(rng.NormFloat64()*0.5-1))
+	}
+	if tweak != nil {
+		tweak(&prm)
 	}
 	ref := ssm.GDNParams{ALog: to64(prm.ALog), DtBias: to64(prm.DtBias)}
 	return gpuLayer{
@@ -126,6 +147,9 @@ func gdnTestLayer(seed uint64, shape ssm.GDNShape) gpuLayer {
 				for i := range v {
 					v[i] = float32(rng.NormFloat64())
 				}
+			}
+			if shift != nil {
+				shift(f)
 			}
 			return f
 		},
@@ -147,7 +171,8 @@ func gdnTestLayer(seed uint64, shape ssm.GDNShape) gpuLayer {
 			}
 			return &gpuCache{
 				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
-				pipelined: func() bool { step, verify, _ := c.Pipelined(); return step || verify },
+				pipelined:     func() bool { step, verify, _ := c.Pipelined(); return step || verify },
+				setSmallBatch: func(n int) { c.smallBatch = n },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},
@@ -614,15 +639,51 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 	}
 }
 
+// TestReplayStepSmallMatchesSplit checks the one-kernel step of small
+// batches (flush and non-flush slots together, cursors moved by the
+// kernel's last block) against the split kernels bit for bit: both keep the
+// same order of operations.
+func TestReplayStepSmallMatchesSplit(t *testing.T) {
+	d := gpu(t)
+	opts := []struct {
+		name string
+		opt  replay.Options
+	}{
+		{"fp32", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3}},
+		{"bf16+nvfp4", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.BF16, ReadCopy: numeric.NVFP4}},
+		{"e4m3", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.E4M3}},
+	}
+	for li, l := range append(smallLayers(), largeLayers()...) {
+		for _, o := range opts {
+			t.Run(l.name+"/"+o.name, func(t *testing.T) {
+				t.Parallel()
+				small, err := l.build(d, o.opt, pairSlots)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { must(t, small.close()) }()
+				small.setSmallBatch(pairSlots)
+				split, err := l.build(d, o.opt, pairSlots)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { must(t, split.close()) }()
+				split.setSmallBatch(0)
+				sameOutputs(t, d, li, l, small, split, "small", "split")
+			})
+		}
+	}
+}
+
 // pipelineMatchesV4 drives a v5 and a v4 cache of one layer and options
 // through the same 40 random rounds and compares their outputs bit for bit.
 func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options) {
-	const nslots, T = 7, 3
-	v5, err := l.build(d, opt, nslots)
+	v5, err := l.build(d, opt, pairSlots)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { must(t, v5.close()) }()
+	v5.setSmallBatch(0) // the split kernels at every batch
 	if !v5.pipelined() {
 		if li < 2 && opt.ReadCopy == numeric.NVFP4 {
 			t.Skip("nvfp4 scale rows of this small shape are not 16-byte multiples: v4 only")
@@ -630,22 +691,34 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 		t.Fatal("the v5 cache did not take the pipelined kernels")
 	}
 	t.Setenv("REPLAYSSM_CUDA_KERNELS", "v4")
-	v4, err := l.build(d, opt, nslots)
+	v4, err := l.build(d, opt, pairSlots)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { must(t, v4.close()) }()
+	v4.setSmallBatch(0)
 	if v4.pipelined() {
 		t.Fatal("REPLAYSSM_CUDA_KERNELS=v4 did not select the v4 kernels")
 	}
+	sameOutputs(t, d, li, l, v5, v4, "v5", "v4")
+}
+
+// pairSlots is the capacity of the caches sameOutputs compares.
+const pairSlots = 7
+
+// sameOutputs drives two caches of one layer (capacity pairSlots) through
+// the same 40 random rounds of steps, verifies (random draft counts) and
+// commits (random acceptance) and requires bit-identical outputs.
+func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, nameA, nameB string) {
+	const nslots, T = pairSlots, 3
 	s := stream(t, d)
 	sa := newStaging(t, d, l, nslots*T, nslots)
 	sb := newStaging(t, d, l, nslots*T, nslots)
 	var slots []replay.Slot
 	for range nslots {
-		a, err := v5.admit(s)
+		a, err := ca.admit(s)
 		must(t, err)
-		b, err := v4.admit(s)
+		b, err := cb.admit(s)
 		must(t, err)
 		if a != b {
 			t.Fatalf("slots differ: %d, %d", a, b)
@@ -680,8 +753,8 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 				must(t, s.CopyToDevice(st.counts, i32Bytes(counts)))
 				must(t, s.CopyToDevice(st.acc, i32Bytes(acc)))
 			}
-			must(t, v5.verify(s, batch, T, sa.slots, sa.counts, sa.in, sa.y))
-			must(t, v4.verify(s, batch, T, sb.slots, sb.counts, sb.in, sb.y))
+			must(t, ca.verify(s, batch, T, sa.slots, sa.counts, sa.in, sa.y))
+			must(t, cb.verify(s, batch, T, sb.slots, sb.counts, sb.in, sb.y))
 			a := sa.download(t, s, rows*l.width)
 			b := sb.download(t, s, rows*l.width)
 			for i := range a {
@@ -689,20 +762,20 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 					continue // rows past a slot's count are not written
 				}
 				if math.Float32bits(a[i]) != math.Float32bits(b[i]) || math.IsNaN(float64(a[i])) {
-					t.Fatalf("round %d verify: output %d v5 %v v4 %v", round, i, a[i], b[i])
+					t.Fatalf("round %d verify: output %d %s %v %s %v", round, i, nameA, a[i], nameB, b[i])
 				}
 			}
-			must(t, v5.commit(s, batch, sa.slots, sa.acc))
-			must(t, v4.commit(s, batch, sb.slots, sb.acc))
+			must(t, ca.commit(s, batch, sa.slots, sa.acc))
+			must(t, cb.commit(s, batch, sb.slots, sb.acc))
 			continue
 		}
-		must(t, v5.step(s, batch, sa.slots, sa.in, sa.y))
-		must(t, v4.step(s, batch, sb.slots, sb.in, sb.y))
+		must(t, ca.step(s, batch, sa.slots, sa.in, sa.y))
+		must(t, cb.step(s, batch, sb.slots, sb.in, sb.y))
 		a := sa.download(t, s, rows*l.width)
 		b := sb.download(t, s, rows*l.width)
 		for i := range a {
 			if math.Float32bits(a[i]) != math.Float32bits(b[i]) || math.IsNaN(float64(a[i])) {
-				t.Fatalf("round %d step: output %d v5 %v v4 %v", round, i, a[i], b[i])
+				t.Fatalf("round %d step: output %d %s %v %s %v", round, i, nameA, a[i], nameB, b[i])
 			}
 		}
 	}
@@ -754,5 +827,100 @@ func TestReplayCacheOptions(t *testing.T) {
 	// take 5 warps per pass.
 	if got := replayThreads(80, 128, numeric.E4M3); got != 160 {
 		t.Errorf("threads for 80x128 fp8: %d, want 160", got)
+	}
+}
+
+// longMemoryLayers are package replay's long-memory layers (precision_test.go):
+// slow decays and small updates, so that rounding the state after every
+// update compounds.
+func longMemoryLayers() []gpuLayer {
+	m := mamba2TestLayerWith(21, ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 16, Groups: 2}, func(p *replay.Mamba2Params) {
+		for h := range p.ALog {
+			p.ALog[h] = float32(math.Log(0.02 + 0.03*float64(h)))
+			p.DtBias[h] = -2
+		}
+	})
+	g := gdnTestLayerWith(22, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}, func(p *replay.GDNParams) {
+		for j := range p.ALog {
+			p.ALog[j] = float32(math.Log(0.01))
+		}
+	}, func(f [][]float32) {
+		for i := range f[3] {
+			f[3][i] -= 2 // a: slow decay
+		}
+		for i := range f[4] {
+			f[4][i] = 0.3*f[4][i] - 2.2 // b: beta about 0.1, ~160 steps of memory
+		}
+	})
+	return []gpuLayer{m, g}
+}
+
+// gpuErrorCurve runs one slot of a GPU cache for steps steps and returns the
+// mean relative output error over each window of steps.
+func gpuErrorCurve(t *testing.T, d *Device, l gpuLayer, opt replay.Options, steps int, windows [][2]int) []float64 {
+	t.Helper()
+	c, err := l.build(d, opt, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, c.close()) }()
+	s := stream(t, d)
+	st := newStaging(t, d, l, 1, 1)
+	slot, err := c.admit(s)
+	must(t, err)
+	ref := l.refState()
+	rng := rand.New(rand.NewPCG(77, 1))
+	errs := make([]float64, steps)
+	for step := range steps {
+		in := l.draw(rng, 1)
+		st.upload(t, d, s, []replay.Slot{slot}, in)
+		must(t, c.step(s, 1, st.slots, st.in, st.y))
+		errs[step] = relErr(st.download(t, s, l.width), l.ref(ref, in, 0))
+	}
+	var out []float64
+	for _, w := range windows {
+		sum := 0.0
+		for _, e := range errs[w[0]:w[1]] {
+			sum += e
+		}
+		out = append(out, sum/float64(w[1]-w[0]))
+	}
+	return out
+}
+
+// TestReplayReadCopyErrorDoesNotCompound is package replay's
+// TestReadCopyErrorDoesNotCompound on the GPU: over 4096 long-memory steps,
+// the error of outputs read from an nvfp4 or fp8 copy of an fp32 checkpoint
+// stays at the copy's quantisation level (the mean of the last 512 steps
+// within 1.5x of steps 256..768), while a naive fp8 state, rounded after
+// every update, drifts (its late error at least 2x its error over steps
+// 8..40 and at least 3x the read copy's late error). The GPU has no naive
+// nvfp4 state.
+func TestReplayReadCopyErrorDoesNotCompound(t *testing.T) {
+	d := gpu(t)
+	const steps = 4096
+	windows := [][2]int{{8, 40}, {256, 768}, {steps - 512, steps}}
+	for _, l := range longMemoryLayers() {
+		for _, f := range []numeric.Format{numeric.NVFP4, numeric.E4M3} {
+			t.Run(l.name+"/"+f.String(), func(t *testing.T) {
+				t.Parallel()
+				rc := gpuErrorCurve(t, d, l, replay.Options{Mode: replay.Replay, ReadCopy: f}, steps, windows)
+				t.Logf("read copy: %.4f %.4f %.4f", rc[0], rc[1], rc[2])
+				if rc[2] > 1.5*rc[1] {
+					t.Errorf("read-copy error grew from %.4f (steps 256-768) to %.4f (last 512)", rc[1], rc[2])
+				}
+				if f == numeric.NVFP4 {
+					return
+				}
+				naive := gpuErrorCurve(t, d, l, replay.Options{Mode: replay.Baseline, State: f}, steps, windows)
+				t.Logf("naive state: %.4f %.4f %.4f", naive[0], naive[1], naive[2])
+				if naive[2] < 2*naive[0] {
+					t.Errorf("naive %v state error did not grow: %.4f (steps 8-40) -> %.4f (last 512)", f, naive[0], naive[2])
+				}
+				if naive[2] < 3*rc[2] {
+					t.Errorf("naive %v late error %.4f not above 3x the read copy's %.4f", f, naive[2], rc[2])
+				}
+			})
+		}
 	}
 }

@@ -1073,25 +1073,38 @@ __device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gs
 
 // ---- cursors: the per-slot decisions live on the device ----
 //
-// A step kernel reads hist[slot] and decides flush or not per slot; these
-// kernels then move the cursors, so a whole decode step (layer kernel +
-// cursor kernel) can be captured in a CUDA graph with no host round trip.
+// A step kernel reads hist[slot] and decides flush or not per slot; the
+// step's last kernel (step_done), or these kernels, then move the cursors,
+// so a whole decode step can be captured in a CUDA graph with no host round
+// trip.
 
-// cursor_step: after a Step, hist = (hist+1 >= L) ? 0 : hist+1 (replay);
-// pending drafts are dropped in both modes.
-extern "C" __global__ void cursor_step(int* __restrict__ hist, int* __restrict__ pending,
-                                       const int* __restrict__ slots, int batch, int L, int replay)
+// step_done moves the cursors of a replay decode step's slots (cursor_step's
+// rule) once every block of the step's last kernel has read them, so a step
+// needs no cursor kernel: each block, when done, counts itself on *done; the
+// last one resets the count and moves the cursors. Every thread of every
+// block calls it, once, at the end.
+__device__ __forceinline__ void step_done(int* hist, int* pending, int* done, const int* slots, int batch, int L)
 {
-    const int b = blockIdx.x * blockDim.x + threadIdx.x;
-    if (b >= batch) {
+    __shared__ int last;
+    __syncthreads(); // the block's reads of hist are behind it
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(done, 1) == (int)(gridDim.x * gridDim.y) - 1;
+    }
+    __syncthreads();
+    if (!last) {
         return;
     }
-    const int s = slots[b];
-    if (replay) {
+    __threadfence();
+    for (int b = threadIdx.x; b < batch; b += blockDim.x) {
+        const int s = slots[b];
         const int t = hist[s] + 1;
         hist[s] = t >= L ? 0 : t;
+        pending[s] = 0;
     }
-    pending[s] = 0;
+    if (threadIdx.x == 0) {
+        *done = 0;
+    }
 }
 
 // cursor_verify: after a Verify of counts[b] (or T) drafts, a replay slot

@@ -261,8 +261,9 @@ __device__ __forceinline__ void gdn_scalars(float a, float b, double negA, doubl
 //   - gdn_replay_flush: the exact fold of the whole window, current token
 //     included, and o = S_new^T q.
 // The ring's keys and cached updates are gathered into shared memory with all
-// loads in flight at once.
-template <bool FLUSH>
+// loads in flight at once. MODE: 0 non-flush slots, 1 flush slots, 2 both
+// (one kernel for small batches).
+template <int MODE>
 __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                          float* __restrict__ ringK, float* __restrict__ ringV,
                                          float* __restrict__ ringA, float* __restrict__ ringBeta,
@@ -279,7 +280,8 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     const int s = slots[b];
     const int n = hist[s];
     const int t = n + 1;
-    if ((t >= L) != FLUSH) {
+    const bool FLUSH = MODE == 2 ? t >= L : MODE == 1;
+    if (MODE != 2 && (t >= L) != FLUSH) {
         return;
     }
     const u64 mat = (u64)s * NVH + j;
@@ -291,7 +293,7 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     float* ot = o + ((u64)b * NVH + j) * DV;
 
     constexpr int KIT = (DK * RMAX + NT - 1) / NT;
-    constexpr int UIT = FLUSH ? 1 : (DV * RMAX + NT - 1) / NT;
+    constexpr int UIT = MODE == 1 ? 1 : (DV * RMAX + NT - 1) / NT;
     float kv[KIT], uv[UIT];
 #pragma unroll
     for (int it = 0; it < KIT; it++) {
@@ -403,20 +405,31 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
 #define GDN_STEP_PARAMS                                                                                          \
     ST *state, u8 *rcodes, u8 *rscales, float *rglobal, float *__restrict__ ringK, float *__restrict__ ringV,    \
         float *__restrict__ ringA, float *__restrict__ ringBeta, float *__restrict__ ringU,                      \
-        const int *__restrict__ hist, const int *__restrict__ slots, const float *__restrict__ q,                \
+        int *__restrict__ hist, const int *__restrict__ slots, const float *__restrict__ q,                      \
         const float *__restrict__ k, const float *__restrict__ v, const float *__restrict__ a,                   \
         const float *__restrict__ bb, float *__restrict__ o, const double *__restrict__ negA,                     \
-        const double *__restrict__ dtb, float qscale, int L
+        const double *__restrict__ dtb, float qscale, int L, int *__restrict__ pending, int *__restrict__ done,  \
+        int batch
 #define GDN_STEP_ARGS state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o, negA, dtb, qscale, L
 
+// As for Mamba-2: the flush kernel first, then the non-flush kernel (this
+// one or gdn_pipe_step), whose last block moves the cursors; one kernel
+// below a few slots.
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_nonflush(GDN_STEP_PARAMS)
 {
-    gdn_step<false>(GDN_STEP_ARGS);
+    gdn_step<0>(GDN_STEP_ARGS);
+    step_done(hist, pending, done, slots, batch, L);
 }
 
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_flush(GDN_STEP_PARAMS)
 {
-    gdn_step<true>(GDN_STEP_ARGS);
+    gdn_step<1>(GDN_STEP_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_PARAMS)
+{
+    gdn_step<2>(GDN_STEP_ARGS);
+    step_done(hist, pending, done, slots, batch, L);
 }
 
 // gdn_replay_verify computes the outputs of cnt = counts[b] (or T) drafts per
@@ -716,19 +729,27 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         const double *__restrict__ negA, const double *__restrict__ dtb, float qscale
 #define GDN_BASELINE_ARGS state, cur, slots, counts, T, nb, q, k, v, a, bb, o, negA, dtb, qscale
 
-extern "C" __global__ void __launch_bounds__(NT) gdn_baseline_step(GDN_BASELINE_PARAMS)
+// The baseline kernels also set the slots' pending drafts (0 after a step,
+// the count after a verify; commit reads them): one launch per operation.
+extern "C" __global__ void __launch_bounds__(NT) gdn_baseline_step(GDN_BASELINE_PARAMS, int* __restrict__ pending)
 {
     gdn_baseline<false>(GDN_BASELINE_ARGS);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        pending[slots[blockIdx.y]] = 0;
+    }
 }
 
-extern "C" __global__ void __launch_bounds__(NT) gdn_baseline_verify(GDN_BASELINE_PARAMS)
+extern "C" __global__ void __launch_bounds__(NT) gdn_baseline_verify(GDN_BASELINE_PARAMS, int* __restrict__ pending)
 {
     gdn_baseline<true>(GDN_BASELINE_ARGS);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        pending[slots[blockIdx.y]] = counts ? counts[blockIdx.y] : T;
+    }
 }
 
 // ---- v5: the pipelined (persistent, bulk-copy) non-flush step ----
 //
-// gdn_pipe_step computes what gdn_step<false> computes, bit for bit, for the
+// gdn_pipe computes what gdn_step<0> computes, bit for bit, for the
 // (batch row, value head) items i = blockIdx.x + k*gridDim.x whose window
 // does not fill (gdn_replay_flush takes the others); see mamba2_pipe for the
 // producer / consumer scheme. A stage holds the checkpoint (or read copy),
@@ -753,14 +774,14 @@ struct GDNScratch {
 };
 static_assert(sizeof(GDNScratch) <= SCR_BYTES, "scratch larger than SCR_BYTES");
 
-extern "C" __global__ void __launch_bounds__(32 * (NCW + 1))
-gdn_pipe_step(const ST* __restrict__ state, const u8* __restrict__ rcodes, const u8* __restrict__ rscales,
-              const float* __restrict__ rglobal, float* __restrict__ ringK, float* __restrict__ ringV,
-              float* __restrict__ ringA, float* __restrict__ ringBeta, float* __restrict__ ringU,
-              const int* __restrict__ hist, const int* __restrict__ slots, const float* __restrict__ q,
-              const float* __restrict__ k, const float* __restrict__ v, const float* __restrict__ a,
-              const float* __restrict__ bb, float* __restrict__ o, const double* __restrict__ negA,
-              const double* __restrict__ dtb, float qscale, int L, int batch)
+__device__ __forceinline__ void
+gdn_pipe(const ST* __restrict__ state, const u8* __restrict__ rcodes, const u8* __restrict__ rscales,
+         const float* __restrict__ rglobal, float* __restrict__ ringK, float* __restrict__ ringV,
+         float* __restrict__ ringA, float* __restrict__ ringBeta, float* __restrict__ ringU,
+         const int* __restrict__ hist, const int* __restrict__ slots, const float* __restrict__ q,
+         const float* __restrict__ k, const float* __restrict__ v, const float* __restrict__ a,
+         const float* __restrict__ bb, float* __restrict__ o, const double* __restrict__ negA,
+         const double* __restrict__ dtb, float qscale, int L, int batch)
 {
     extern __shared__ __align__(128) unsigned char dsm[];
     unsigned char* stages = dsm;
@@ -967,5 +988,14 @@ gdn_pipe_step(const ST* __restrict__ state, const u8* __restrict__ rcodes, const
             mbar_arrive(empty + stg);
         }
     }
+}
+
+// gdn_pipe_step: the non-flush slots of a decode step, after
+// gdn_replay_flush; its last block moves the cursors.
+extern "C" __global__ void __launch_bounds__(32 * (NCW + 1)) gdn_pipe_step(GDN_STEP_PARAMS)
+{
+    gdn_pipe(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o, negA,
+             dtb, qscale, L, batch);
+    step_done(hist, pending, done, slots, batch, L);
 }
 #endif

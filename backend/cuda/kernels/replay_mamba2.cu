@@ -124,10 +124,12 @@ __device__ __forceinline__ void mamba2_fold(ST* state, u8* rcodes, u8* rscales, 
 //     included, into the checkpoint (and read copy) and writes y = S_new . C + D x.
 // Two kernels rather than one branch: the flush holds its share of the new
 // state in registers, which would cap the occupancy of the light non-flush
-// CTAs. Ring entries are gathered into shared memory with all loads in flight
-// at once (one round trip, not one per entry). cursor_step then moves the
-// cursors.
-template <bool FLUSH>
+// CTAs. At small batches, where launches rather than occupancy cost, one
+// kernel (MODE 2) takes both kinds. Ring entries are gathered into shared
+// memory with all loads in flight at once (one round trip, not one per
+// entry). MODE: 0 non-flush slots, 1 flush slots, 2 both. The step's last
+// kernel moves the cursors (step_done).
+template <int MODE>
 __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                             float* __restrict__ ringX, float* __restrict__ ringB,
                                             float* __restrict__ ringDt, float* __restrict__ ringA,
@@ -155,7 +157,8 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     const int s = slots[b];
     const int n = hist[s];
     const int t = n + 1;
-    if ((t >= L) != FLUSH) {
+    const bool FLUSH = MODE == 2 ? t >= L : MODE == 1;
+    if (MODE != 2 && (t >= L) != FLUSH) {
         return;
     }
     const u64 mat = (u64)s * NHEADS + h;
@@ -270,7 +273,7 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     }
 }
 
-// mamba2_nonflush_pf is the non-flush step (mamba2_step<false>'s outputs,
+// mamba2_nonflush_pf is the non-flush step (mamba2_step<0>'s outputs,
 // bit for bit) with the state traffic issued first (v4): the CTA's whole
 // share of the checkpoint is loaded into registers (raw 16-byte chunks) as
 // soon as hist[s] says the slot does not flush, and the ring gather, C, and
@@ -443,24 +446,35 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
 
 #define MAMBA2_STEP_PARAMS                                                                                        \
     ST *state, u8 *rcodes, u8 *rscales, float *rglobal, float *__restrict__ ringX, float *__restrict__ ringB,     \
-        float *__restrict__ ringDt, float *__restrict__ ringA, const int *__restrict__ hist,                       \
+        float *__restrict__ ringDt, float *__restrict__ ringA, int *__restrict__ hist,                             \
         const int *__restrict__ slots, const float *__restrict__ x, const float *__restrict__ B,                  \
         const float *__restrict__ C, const float *__restrict__ dt, float *__restrict__ y,                         \
-        const double *__restrict__ A, const double *__restrict__ dtb, const float *__restrict__ D, float dtMin, int L
+        const double *__restrict__ A, const double *__restrict__ dtb, const float *__restrict__ D, float dtMin,    \
+        int L, int *__restrict__ pending, int *__restrict__ done, int batch
 #define MAMBA2_STEP_ARGS state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, x, B, C, dt, y, A, dtb, D, dtMin, L
 
+// The decode step's kernels share one parameter list: the flush kernel runs
+// first, then the non-flush kernel (this one, or mamba2_pipe_step), whose
+// last block moves the cursors; below a few slots one kernel does all three.
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_nonflush(MAMBA2_STEP_PARAMS)
 {
 #if READ_FMT != FMT_F32 || NF_VARIANT != 4 || STATE_FMT == FMT_E4M3
-    mamba2_step<false>(MAMBA2_STEP_ARGS);
+    mamba2_step<0>(MAMBA2_STEP_ARGS);
 #else
     mamba2_nonflush_pf(state, ringX, ringB, ringDt, ringA, hist, slots, x, B, C, dt, y, A, dtb, D, dtMin, L);
 #endif
+    step_done(hist, pending, done, slots, batch, L);
 }
 
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_flush(MAMBA2_STEP_PARAMS)
 {
-    mamba2_step<true>(MAMBA2_STEP_ARGS);
+    mamba2_step<1>(MAMBA2_STEP_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_step_small(MAMBA2_STEP_PARAMS)
+{
+    mamba2_step<2>(MAMBA2_STEP_ARGS);
+    step_done(hist, pending, done, slots, batch, L);
 }
 
 // mamba2_replay_verify computes the outputs of cnt = counts[b] (or T) draft
@@ -802,19 +816,27 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
         const double *__restrict__ dtb, const float *__restrict__ D, float dtMin
 #define MAMBA2_BASELINE_ARGS state, cur, slots, counts, T, nb, x, B, C, dt, y, A, dtb, D, dtMin
 
-extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_step(MAMBA2_BASELINE_PARAMS)
+// The baseline kernels also set the slots' pending drafts (0 after a step,
+// the count after a verify; commit reads them): one launch per operation.
+extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_step(MAMBA2_BASELINE_PARAMS, int* __restrict__ pending)
 {
     mamba2_baseline<false>(MAMBA2_BASELINE_ARGS);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        pending[slots[blockIdx.y]] = 0;
+    }
 }
 
-extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_verify(MAMBA2_BASELINE_PARAMS)
+extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_verify(MAMBA2_BASELINE_PARAMS, int* __restrict__ pending)
 {
     mamba2_baseline<true>(MAMBA2_BASELINE_ARGS);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        pending[slots[blockIdx.y]] = counts ? counts[blockIdx.y] : T;
+    }
 }
 
 // ---- v5: the pipelined (persistent, bulk-copy) non-flush step and verify ----
 //
-// mamba2_pipe computes what mamba2_step<false> (VERIFY false: slots whose
+// mamba2_pipe computes what mamba2_step<0> (VERIFY false: slots whose
 // window does not fill) or mamba2_replay_verify (VERIFY true: slots with no
 // early fold) compute, bit for bit, for every (batch row, head) item
 // i = blockIdx.x + k*gridDim.x. Warp 0 is the producer: it reads the cursors
@@ -1090,17 +1112,13 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
 }
 
 // mamba2_pipe_step: the non-flush slots of a decode step (mamba2_replay_flush
-// takes the others); L is the window.
-extern "C" __global__ void __launch_bounds__(32 * (NCW + 1))
-mamba2_pipe_step(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __restrict__ ringX,
-                 float* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
-                 const int* __restrict__ hist, const int* __restrict__ slots, const float* __restrict__ x,
-                 const float* __restrict__ B, const float* __restrict__ C, const float* __restrict__ dt,
-                 float* __restrict__ y, const double* __restrict__ A, const double* __restrict__ dtb,
-                 const float* __restrict__ D, float dtMin, int L, int batch)
+// takes the others, before it); L is the window. Its last block moves the
+// cursors.
+extern "C" __global__ void __launch_bounds__(32 * (NCW + 1)) mamba2_pipe_step(MAMBA2_STEP_PARAMS)
 {
     mamba2_pipe<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1, x, B, C,
                        dt, y, A, dtb, D, dtMin, L, batch);
+    step_done(hist, pending, done, slots, batch, L);
 }
 
 // mamba2_pipe_verify: the verify of slots with no early fold
