@@ -165,6 +165,7 @@ func planPipeline(d *Device, stageBytes, scratchBytes int, opt replay.Options, r
 	return p, []string{
 		fmt.Sprintf("-DNCW=%d", p.warps), fmt.Sprintf("-DGW=%d", pipeGroupWarps), fmt.Sprintf("-DNSTAGE=%d", p.stages),
 		fmt.Sprintf("-DSTAGE_BYTES=%d", p.stageBytes), fmt.Sprintf("-DSCR_BYTES=%d", p.scratchBytes),
+		fmt.Sprintf("-DPIPE_MINB=%d", p.blocksPerSM),
 	}
 }
 

@@ -42,9 +42,11 @@ type gpuCache struct {
 	commit func(s *Stream, batch int, slots, acc Buffer) error
 	errs   func(s *Stream) error
 	close  func() error
-	// pipelined reports whether the non-flush step (and, for Mamba-2, the
-	// verify) run the pipelined v5 kernels.
-	pipelined func() bool
+	// pipelined reports whether the non-flush step and the verify run the
+	// pipelined v5 kernels.
+	pipelined func() (step, verify bool)
+	// plan is the pipelined kernels' launch plan.
+	plan func() pipeline
 	// setSmallBatch sets the largest batch whose step runs as one kernel.
 	setSmallBatch func(int)
 }
@@ -104,7 +106,8 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 			}
 			return &gpuCache{
 				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
-				pipelined:     func() bool { step, verify, _ := c.Pipelined(); return step || verify },
+				pipelined:     func() (bool, bool) { step, verify, _ := c.Pipelined(); return step, verify },
+				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
@@ -171,7 +174,8 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 			}
 			return &gpuCache{
 				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
-				pipelined:     func() bool { step, verify, _ := c.Pipelined(); return step || verify },
+				pipelined:     func() (bool, bool) { step, verify, _ := c.Pipelined(); return step, verify },
+				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
@@ -684,11 +688,16 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 	}
 	defer func() { must(t, v5.close()) }()
 	v5.setSmallBatch(0) // the split kernels at every batch
-	if !v5.pipelined() {
+	step, verify := v5.pipelined()
+	// The GDN verify has no pipelined kernel yet; the Mamba-2 step with a
+	// 2-byte matrix to read keeps v4 by policy.
+	wantStep := l.name[:3] == "gdn" || readElemBytes(opt) != 2
+	wantVerify := l.name[:3] != "gdn"
+	if step != wantStep || verify != wantVerify {
 		if li < 2 && opt.ReadCopy == numeric.NVFP4 {
 			t.Skip("nvfp4 scale rows of this small shape are not 16-byte multiples: v4 only")
 		}
-		t.Fatal("the v5 cache did not take the pipelined kernels")
+		t.Fatalf("pipelined step %v verify %v, want %v %v (%s)", step, verify, wantStep, wantVerify, v5.plan().reasonDisabled)
 	}
 	t.Setenv("REPLAYSSM_CUDA_KERNELS", "v4")
 	v4, err := l.build(d, opt, pairSlots)
@@ -697,7 +706,7 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 	}
 	defer func() { must(t, v4.close()) }()
 	v4.setSmallBatch(0)
-	if v4.pipelined() {
+	if step, verify := v4.pipelined(); step || verify {
 		t.Fatal("REPLAYSSM_CUDA_KERNELS=v4 did not select the v4 kernels")
 	}
 	sameOutputs(t, d, li, l, v5, v4, "v5", "v4")
@@ -923,4 +932,46 @@ func TestReplayReadCopyErrorDoesNotCompound(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestReplayPipelinePlanOnDevice logs the pipelined kernels' launch plan for
+// the target shapes and formats on this GPU (what bench kernels runs) and
+// checks which kernels each cache takes.
+func TestReplayPipelinePlanOnDevice(t *testing.T) {
+	d := gpu(t)
+	if major, _ := d.ComputeCapability(); major < 9 {
+		t.Skip("pipelined kernels need sm_90")
+	}
+	layers := []gpuLayer{
+		mamba2TestLayer(31, ssm.Mamba2Shape{Heads: 8, HeadDim: 80, StateSize: 128, Groups: 1}),
+		gdnTestLayer(32, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 128, ValueDim: 128}),
+	}
+	for _, l := range layers {
+		for _, opt := range []replay.Options{
+			{Mode: replay.Replay},
+			{Mode: replay.Replay, State: numeric.BF16},
+			{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
+			{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
+			{Mode: replay.Replay, ReadCopy: numeric.E4M3},
+			{Mode: replay.Replay, MaxDraft: 4},
+		} {
+			c, err := l.build(d, opt, 256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			step, verify := c.pipelined()
+			p := c.plan()
+			t.Logf("%s %v+%v T%d: step %v verify %v: %d stages, %d warps, %d B smem, %d blocks/SM (%s)", l.name, opt.State, opt.ReadCopy,
+				opt.MaxDraft, step, verify, p.stages, p.warps, p.smem, p.blocksPerSM, p.reasonDisabled)
+			if want := l.name[:3] == "gdn" || readElemBytes(replayOptionsDefaults(opt)) != 2; step != want {
+				t.Errorf("%s %v+%v: pipelined step %v, want %v", l.name, opt.State, opt.ReadCopy, step, want)
+			}
+			must(t, c.close())
+		}
+	}
+}
+
+func replayOptionsDefaults(opt replay.Options) replay.Options {
+	o, _ := replayDefaults(opt)
+	return o
 }

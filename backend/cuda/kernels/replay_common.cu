@@ -928,6 +928,14 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
 #define GCT (GW * 32)
 #define group_sync(g) asm volatile("bar.sync %0, %1;\n" ::"r"(1 + (g)), "r"(GCT) : "memory")
 
+// PIPE_MINB is the number of blocks per SM the plan counts on: the
+// compiler must keep the pipelined kernels' registers within what that many
+// blocks can hold (65536 / (PIPE_MINB * 32 * (NCW+1)) per thread), or the
+// SM would run fewer blocks, and so fewer consumer groups, than planned.
+#ifndef PIPE_MINB
+#define PIPE_MINB 1
+#endif
+
 // Each group owns SG = NSTAGE/NGRP stages and takes them in turn, so every
 // mbarrier phase is waited for by one group in order (an mbarrier parity
 // wait cannot tell a phase two ahead from the one before: groups sharing

@@ -81,7 +81,7 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
     const ST* S = state + mat * (DV * DK);
     const float sc0 = state_scale(state, mat);
     constexpr int VEC = SM::VEC;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tid = threadIdx.x;
     const int nv = q_slot >= 0 ? t + 1 : t;
     float reg[SM::PASSES][SM::CPL][VEC];
     // The checkpoint in registers; S0^T vec_a for every vector, each vector
@@ -131,22 +131,12 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
             }
         }
     }
-    // gram[i][l] = k_l . vec_i for l < min(i, t), shared by nothing else: one
-    // warp per pair.
-    const int pairs = nv * t;
-    for (int pr = warp; pr < pairs; pr += NWARPS) {
-        const int i = pr / t, l = pr % t;
-        if (l < i) {
-            float acc = 0.0f;
-            for (int e = lane; e < DK; e += 32) {
-                acc = fmaf(sh.vec[l * DK + e], sh.vec[i * DK + e], acc);
-            }
-            acc = warp_sum(acc);
-            if (lane == 0) {
-                sh.gram[i * VROWS + l] = acc;
-            }
-        }
-    }
+    // gram[i][l] = k_l . vec_i for l < min(i, t), eight lanes per pair.
+    dot_pairs(
+        nv * t, DK, tid, NT,
+        [&](int pr) -> const float* { return pr % t < pr / t ? sh.vec + (pr % t) * DK : nullptr; },
+        [&](int pr) -> const float* { return sh.vec + (pr / t) * DK; },
+        [&](int pr, float v) { sh.gram[(pr / t) * VROWS + pr % t] = v; });
     // Decays as products of the per-step exp(g), one entry i per thread:
     // wt[i][l] = prod_{m=l+1..i} a_m, eg[i] = prod_{m<=i} a_m,
     // coef[i] = prod_{m=i+1..t-1} a_m, gt = prod_{m<t} a_m.
@@ -448,7 +438,7 @@ gdn_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
 {
     __shared__ __align__(16) GDNShared sh;
     const int j = blockIdx.x, b = blockIdx.y, kh = j / VPK;
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int tid = threadIdx.x, warp = tid >> 5;
     const int s = slots[b];
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
@@ -469,7 +459,13 @@ gdn_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         __syncthreads();
         n = 0;
     }
-    // Normalise the drafts' k and q: vec[k] = k_k, vec[cnt+k] = q_k.
+    // The committed ring keys to vec rows 2cnt.. (n + 2cnt <= R after any
+    // early fold, so they fit), then the drafts' k and q normalised:
+    // vec[d] = k_d, vec[cnt+d] = q_d.
+    for (int idx = tid; idx < n * DK; idx += NT) {
+        const int i = idx / DK, e = idx % DK;
+        sh.vec[(2 * cnt + i) * DK + e] = ringK[(ring_at(s, i) * NKH + kh) * DK + e];
+    }
     for (int w = warp; w < 2 * cnt; w += NWARPS) {
         const int d = w % cnt;
         if (w < cnt) {
@@ -501,25 +497,23 @@ gdn_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
             ringK[(ring_at(s, n + d) * NKH + kh) * DK + e] = sh.vec[idx];
         }
     }
-    // gram[d][i] = k_i . k_d (i < n+d), gram[TMAX+d][i] = k_i . q_d (i <= n+d).
+    // gram[d][i] = k_i . k_d (i < n+d), gram[TMAX+d][i] = k_i . q_d
+    // (i <= n+d), eight lanes per pair, every vector in shared memory.
     const int W = n + cnt;
-    for (int pr = warp; pr < 2 * cnt * W; pr += NWARPS) {
-        const int row = pr / W, i = pr % W;
-        const int d = row % cnt;
-        const bool isq = row >= cnt;
-        if (isq ? i > n + d : i >= n + d) {
-            continue;
-        }
-        const float* ki = i < n ? ringK + (ring_at(s, i) * NKH + kh) * DK : sh.vec + (i - n) * DK;
-        float acc = 0.0f;
-        for (int e = lane; e < DK; e += 32) {
-            acc = fmaf(ki[e], sh.vec[row * DK + e], acc);
-        }
-        acc = warp_sum(acc);
-        if (lane == 0) {
-            sh.gram[((isq ? TMAX : 0) + d) * VROWS + i] = acc;
-        }
-    }
+    dot_pairs(
+        2 * cnt * W, DK, tid, NT,
+        [&](int pr) -> const float* {
+            const int row = pr / W, i = pr % W, d = row % cnt;
+            if (row >= cnt ? i > n + d : i >= n + d) {
+                return nullptr;
+            }
+            return sh.vec + (i < n ? 2 * cnt + i : i - n) * DK;
+        },
+        [&](int pr) -> const float* { return sh.vec + (pr / W) * DK; },
+        [&](int pr, float v) {
+            const int row = pr / W;
+            sh.gram[((row >= cnt ? TMAX : 0) + row % cnt) * VROWS + pr % W] = v;
+        });
     if (tid < cnt) {
         const int d = tid;
         double suf = 1.0;
@@ -992,7 +986,7 @@ gdn_pipe(const ST* __restrict__ state, const u8* __restrict__ rcodes, const u8* 
 
 // gdn_pipe_step: the non-flush slots of a decode step, after
 // gdn_replay_flush; its last block moves the cursors.
-extern "C" __global__ void __launch_bounds__(32 * (NCW + 1)) gdn_pipe_step(GDN_STEP_PARAMS)
+extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe_step(GDN_STEP_PARAMS)
 {
     gdn_pipe(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o, negA,
              dtb, qscale, L, batch);

@@ -1114,7 +1114,7 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
 // mamba2_pipe_step: the non-flush slots of a decode step (mamba2_replay_flush
 // takes the others, before it); L is the window. Its last block moves the
 // cursors.
-extern "C" __global__ void __launch_bounds__(32 * (NCW + 1)) mamba2_pipe_step(MAMBA2_STEP_PARAMS)
+extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) mamba2_pipe_step(MAMBA2_STEP_PARAMS)
 {
     mamba2_pipe<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1, x, B, C,
                        dt, y, A, dtb, D, dtMin, L, batch);
@@ -1123,7 +1123,7 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1)) mamba2_pipe_step(MA
 
 // mamba2_pipe_verify: the verify of slots with no early fold
 // (mamba2_replay_verify_fold takes the others); R is the ring size.
-extern "C" __global__ void __launch_bounds__(32 * (NCW + 1))
+extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB)
 mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __restrict__ ringX,
                    float* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
                    const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
