@@ -36,8 +36,9 @@ func newReadBuffers(elems, n int) readBuffers {
 // readDots writes out[a·rows+p] = S_p·V_a for each row p of matrix mat of m
 // (rows of n elements) and each of nv vectors V_a = V[a·vstride:][:n],
 // reading the matrix in its stored format: the output path of a non-flush
-// step. fp32, bf16 and nvfp4 are read directly; other formats are decoded
-// into the scratch first.
+// step. Every format is read directly (decoded in registers) where the SIMD
+// kernels run; elsewhere, or for row lengths they do not take, the matrix is
+// decoded into the scratch first.
 func readDots(m *matrices, mat, rows, n int, V []float32, vstride, nv int, out []float32, rb *readBuffers) {
 	e := m.elems
 	switch m.format {
@@ -56,6 +57,24 @@ func readDots(m *matrices, mat, rows, n int, V []float32, vstride, nv int, out [
 		done := true
 		for a := 0; a < nv && done; a++ {
 			done = dotRowsBF16SIMD(S, n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
+		}
+		if done {
+			return
+		}
+	case numeric.F16:
+		S := m.u16[mat*e : (mat+1)*e]
+		done := true
+		for a := 0; a < nv && done; a++ {
+			done = dotRowsF16SIMD(S, n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
+		}
+		if done {
+			return
+		}
+	case numeric.E4M3:
+		S := m.u8[mat*e : (mat+1)*e]
+		done := true
+		for a := 0; a < nv && done; a++ {
+			done = dotRowsE4M3SIMD(S, m.scale[mat], n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
 		}
 		if done {
 			return

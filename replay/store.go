@@ -76,11 +76,11 @@ func (m *matrices) load(i int, dst []float32) {
 	case numeric.F32:
 		copy(dst, m.f32[i*e:(i+1)*e])
 	case numeric.F16:
-		numeric.DecodeF16(dst, m.u16[i*e:(i+1)*e])
+		decodeF16(dst, m.u16[i*e:(i+1)*e])
 	case numeric.BF16:
 		decodeBF16(dst, m.u16[i*e:(i+1)*e])
 	case numeric.E4M3:
-		numeric.DecodeE4M3(dst, m.u8[i*e:(i+1)*e], m.scale[i])
+		decodeE4M3(dst, m.u8[i*e:(i+1)*e], m.scale[i])
 	case numeric.NVFP4:
 		numeric.DequantizeNVFP4(dst, m.u8[i*e/2:(i+1)*e/2], m.scales[i*e/16:(i+1)*e/16], m.scale[i])
 	}
@@ -97,7 +97,7 @@ func (m *matrices) store(i int, src []float32, sr *numeric.Stochastic) {
 		if sr != nil {
 			sr.EncodeF16(m.u16[i*e:(i+1)*e], src)
 		} else {
-			numeric.EncodeF16(m.u16[i*e:(i+1)*e], src)
+			encodeF16(m.u16[i*e:(i+1)*e], src)
 		}
 	case numeric.BF16:
 		if sr != nil {
@@ -116,7 +116,7 @@ func (m *matrices) store(i int, src []float32, sr *numeric.Stochastic) {
 		if sr != nil {
 			sr.EncodeE4M3(m.u8[i*e:(i+1)*e], src, inv)
 		} else {
-			numeric.EncodeE4M3(m.u8[i*e:(i+1)*e], src, inv)
+			encodeE4M3(m.u8[i*e:(i+1)*e], src, inv)
 		}
 	case numeric.NVFP4:
 		m.scale[i] = quantizeNVFP4(m.u8[i*e/2:(i+1)*e/2], m.scales[i*e/16:(i+1)*e/16], src)
@@ -229,7 +229,9 @@ func (m *matrices) readBytes(src []byte, first, n int) ([]byte, error) {
 	return src, nil
 }
 
-func absMax(x []float32) float32 {
+// absMaxGo is the largest |x[i]|, NaN left out (a comparison with NaN is
+// false), Inf counted.
+func absMaxGo(x []float32) float32 {
 	var m float32
 	for _, v := range x {
 		if v < 0 {

@@ -64,8 +64,9 @@ func BenchmarkStreamUpdateRows(b *testing.B) {
 }
 
 // BenchmarkCodecs measures the cache's own SIMD conversions (bytes of
-// float32 per second) over 1M elements: the bf16 checkpoint codec and the
-// nvfp4 read-copy quantiser a flush runs.
+// float32 per second) over 1M elements: the bf16, fp16 and fp8 checkpoint
+// codecs, the nvfp4 read-copy quantiser a flush runs, and the fp8 scale's
+// amax.
 func BenchmarkCodecs(b *testing.B) {
 	src := make([]float32, 1<<20)
 	for i := range src {
@@ -91,6 +92,24 @@ func BenchmarkCodecs(b *testing.B) {
 			quantizeNVFP4(packed, scales, src)
 		}
 	})
+	u8 := make([]uint8, len(src))
+	for _, bc := range []struct {
+		name string
+		f    func()
+	}{
+		{"EncodeF16", func() { encodeF16(u16, src) }},
+		{"DecodeF16", func() { decodeF16(src, u16) }},
+		{"EncodeE4M3", func() { encodeE4M3(u8, src, 100) }},
+		{"DecodeE4M3", func() { decodeE4M3(src, u8, 0.01) }},
+		{"AbsMax", func() { _ = absMax(src) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.SetBytes(4 << 20)
+			for b.Loop() {
+				bc.f()
+			}
+		})
+	}
 }
 
 // BenchmarkStreamNVFP4Rows reads 252 MiB worth of fp32 state (63M elements)

@@ -1,0 +1,118 @@
+//go:build !noasm
+
+package replay
+
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/replayssm/replayssm/numeric"
+)
+
+// simdCodec reports whether the fp16 / fp8 codecs of codec_amd64.s run here.
+var simdCodec = simd && cpu.X86.HasF16C
+
+//go:noescape
+func decodeF16AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
+func encodeF16AVX2(dst *uint16, src *float32, n int)
+
+//go:noescape
+func decodeE4M3AVX2(dst *float32, src *uint8, n int, scale float32)
+
+//go:noescape
+func encodeE4M3AVX2(dst *uint8, src *float32, n int, inv float32)
+
+//go:noescape
+func absMaxAVX2(src *float32, n int) float32
+
+// simdPrefix is how many leading elements of an n-element slice the codecs
+// take (a multiple of 16), the rest going to package numeric.
+func simdPrefix(n int) int {
+	if !simdCodec {
+		return 0
+	}
+	return n &^ 15
+}
+
+// decodeF16 is numeric.DecodeF16.
+func decodeF16(dst []float32, src []uint16) {
+	k := simdPrefix(len(src))
+	if k > 0 {
+		_ = dst[len(src)-1]
+		decodeF16AVX2(&dst[0], &src[0], k)
+	}
+	numeric.DecodeF16(dst[k:len(src)], src[k:])
+}
+
+// encodeF16 is numeric.EncodeF16.
+func encodeF16(dst []uint16, src []float32) {
+	k := simdPrefix(len(src))
+	if k > 0 {
+		_ = dst[len(src)-1]
+		encodeF16AVX2(&dst[0], &src[0], k)
+	}
+	numeric.EncodeF16(dst[k:len(src)], src[k:])
+}
+
+// decodeE4M3 is numeric.DecodeE4M3.
+func decodeE4M3(dst []float32, src []uint8, scale float32) {
+	k := simdPrefix(len(src))
+	if k > 0 {
+		_ = dst[len(src)-1]
+		decodeE4M3AVX2(&dst[0], &src[0], k, scale)
+	}
+	numeric.DecodeE4M3(dst[k:len(src)], src[k:], scale)
+}
+
+// encodeE4M3 is numeric.EncodeE4M3.
+func encodeE4M3(dst []uint8, src []float32, inv float32) {
+	k := simdPrefix(len(src))
+	if k > 0 {
+		_ = dst[len(src)-1]
+		encodeE4M3AVX2(&dst[0], &src[0], k, inv)
+	}
+	numeric.EncodeE4M3(dst[k:len(src)], src[k:], inv)
+}
+
+// absMax is the largest |x[i]|, NaN left out, Inf counted.
+func absMax(x []float32) float32 {
+	k := simdPrefix(len(x))
+	var m float32
+	if k > 0 {
+		m = absMaxAVX2(&x[0], k)
+	}
+	return max(m, absMaxGo(x[k:]))
+}
+
+//go:noescape
+func dotRowsF16AVX512(s *uint16, rows, n int, v *float32, out *float32)
+
+//go:noescape
+func dotRowsE4M3AVX512(s *uint8, rows, n int, v *float32, scale float32, out *float32)
+
+// simdDot512 reports whether the fused fp16 / fp8 row-dot kernels run here.
+var simdDot512 = simdCodec && simd512
+
+// dotRowsF16SIMD writes out[p] = S_p·v for the fp16 matrix S of len(out)
+// rows of n, decoding in registers; it reports false where it cannot run.
+func dotRowsF16SIMD(S []uint16, n int, v []float32, out []float32) bool {
+	if !simdDot512 || n%32 != 0 || len(out) == 0 {
+		return false
+	}
+	_ = S[len(out)*n-1]
+	_ = v[n-1]
+	dotRowsF16AVX512(&S[0], len(out), n, &v[0], &out[0])
+	return true
+}
+
+// dotRowsE4M3SIMD is dotRowsF16SIMD for an fp8 matrix with its scale.
+func dotRowsE4M3SIMD(S []uint8, scale float32, n int, v []float32, out []float32) bool {
+	if !simdDot512 || n%32 != 0 || len(out) == 0 {
+		return false
+	}
+	_ = S[len(out)*n-1]
+	_ = v[n-1]
+	dotRowsE4M3AVX512(&S[0], len(out), n, &v[0], scale, &out[0])
+	return true
+}
