@@ -116,3 +116,34 @@ func dotRowsE4M3SIMD(S []uint8, scale float32, n int, v []float32, out []float32
 	dotRowsE4M3AVX512(&S[0], len(out), n, &v[0], scale, &out[0])
 	return true
 }
+
+//go:noescape
+func dotRowsE4M3PairAVX512(s *uint8, rows, n int, v, w *float32, scale float32, out, out2 *float32)
+
+//go:noescape
+func dotRowsF16PairAVX512(s *uint16, rows, n int, v, w *float32, out, out2 *float32)
+
+// dotRowsF16PairSIMD is dotRowsF16SIMD for two vectors (out = S·v, out2 =
+// S·w), the matrix read once.
+func dotRowsF16PairSIMD(S []uint16, n int, v, w []float32, out, out2 []float32) bool {
+	if !simdDot512 || n%32 != 0 || len(out) == 0 {
+		return false
+	}
+	_ = S[len(out)*n-1]
+	_, _ = v[n-1], w[n-1]
+	_ = out2[len(out)-1]
+	dotRowsF16PairAVX512(&S[0], len(out), n, &v[0], &w[0], &out[0], &out2[0])
+	return true
+}
+
+// dotRowsE4M3PairSIMD is dotRowsE4M3SIMD for two vectors.
+func dotRowsE4M3PairSIMD(S []uint8, scale float32, n int, v, w []float32, out, out2 []float32) bool {
+	if !simdDot512 || n%32 != 0 || len(out) == 0 {
+		return false
+	}
+	_ = S[len(out)*n-1]
+	_, _ = v[n-1], w[n-1]
+	_ = out2[len(out)-1]
+	dotRowsE4M3PairAVX512(&S[0], len(out), n, &v[0], &w[0], scale, &out[0], &out2[0])
+	return true
+}

@@ -396,3 +396,147 @@ e8k:
 	JNZ           e8row
 	VZEROUPPER
 	RET
+
+// func dotRowsE4M3PairAVX512(s *uint8, rows, n int, v, w *float32, scale float32, out, out2 *float32)
+// dotRowsE4M3AVX512 for two vectors at once (out = S·v, out2 = S·w), each
+// code decoded once: the GDN read (S^T k and S^T q).
+TEXT ·dotRowsE4M3PairAVX512(SB), NOSPLIT, $0-64
+	MOVQ         s+0(FP), SI
+	MOVQ         rows+8(FP), R8
+	MOVQ         n+16(FP), R9
+	MOVQ         v+24(FP), DX
+	MOVQ         w+32(FP), R12
+	MOVSS        scale+40(FP), X15
+	MULSS        codecc<>+8(SB), X15 // 256*scale
+	MOVQ         out+48(FP), DI
+	MOVQ         out2+56(FP), R11
+	VPBROADCASTW codecc<>+12(SB), Y14 // 0x3f80
+	VPBROADCASTW codecc<>+14(SB), Y13 // 0x8000
+	VBROADCASTSS codecc<>+0(SB), Z12  // NaN
+
+p8row:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	MOVQ   DX, BX
+	MOVQ   R12, R10
+	MOVQ   R9, CX
+
+p8k:
+	PREFETCHT0  512(SI)
+	VPMOVZXBW   (SI), Y2
+	VPSLLW      $7, Y2, Y3
+	VPAND       Y14, Y3, Y3
+	VPSLLW      $8, Y2, Y4
+	VPAND       Y13, Y4, Y4
+	VPCMPEQW    Y14, Y3, K1
+	VPOR        Y4, Y3, Y3
+	VCVTPH2PS   Y3, Z3
+	VMOVAPS     Z12, K1, Z3
+	VFMADD231PS (BX), Z3, Z0
+	VFMADD231PS (R10), Z3, Z8
+	VPMOVZXBW   16(SI), Y5
+	VPSLLW      $7, Y5, Y6
+	VPAND       Y14, Y6, Y6
+	VPSLLW      $8, Y5, Y7
+	VPAND       Y13, Y7, Y7
+	VPCMPEQW    Y14, Y6, K2
+	VPOR        Y7, Y6, Y6
+	VCVTPH2PS   Y6, Z6
+	VMOVAPS     Z12, K2, Z6
+	VFMADD231PS 64(BX), Z6, Z1
+	VFMADD231PS 64(R10), Z6, Z9
+	ADDQ        $32, SI
+	ADDQ        $128, BX
+	ADDQ        $128, R10
+	SUBQ        $32, CX
+	JNZ         p8k
+	VADDPS        Z1, Z0, Z0
+	VADDPS        Z9, Z8, Z8
+	VEXTRACTF32X8 $1, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF32X8 $1, Z8, Y9
+	VADDPS        Y9, Y8, Y8
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VEXTRACTF128  $1, Y8, X9
+	VADDPS        X9, X8, X8
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X8, X9
+	VADDPS        X9, X8, X8
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VPERMILPS     $0xb1, X8, X9
+	VADDSS        X9, X8, X8
+	MULSS         X15, X0
+	MULSS         X15, X8
+	MOVSS         X0, (DI)
+	MOVSS         X8, (R11)
+	ADDQ          $4, DI
+	ADDQ          $4, R11
+	DECQ          R8
+	JNZ           p8row
+	VZEROUPPER
+	RET
+
+// func dotRowsF16PairAVX512(s *uint16, rows, n int, v, w *float32, out, out2 *float32)
+// dotRowsF16AVX512 for two vectors at once, each element converted once.
+TEXT ·dotRowsF16PairAVX512(SB), NOSPLIT, $0-56
+	MOVQ s+0(FP), SI
+	MOVQ rows+8(FP), R8
+	MOVQ n+16(FP), R9
+	MOVQ v+24(FP), DX
+	MOVQ w+32(FP), R12
+	MOVQ out+40(FP), DI
+	MOVQ out2+48(FP), R11
+
+h2row:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z8, Z8, Z8
+	VXORPS Z9, Z9, Z9
+	MOVQ   DX, BX
+	MOVQ   R12, R10
+	MOVQ   R9, CX
+
+h2k:
+	PREFETCHT0  1024(SI)
+	VCVTPH2PS   (SI), Z2
+	VCVTPH2PS   32(SI), Z3
+	VFMADD231PS (BX), Z2, Z0
+	VFMADD231PS (R10), Z2, Z8
+	VFMADD231PS 64(BX), Z3, Z1
+	VFMADD231PS 64(R10), Z3, Z9
+	ADDQ        $64, SI
+	ADDQ        $128, BX
+	ADDQ        $128, R10
+	SUBQ        $32, CX
+	JNZ         h2k
+	VADDPS        Z1, Z0, Z0
+	VADDPS        Z9, Z8, Z8
+	VEXTRACTF32X8 $1, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF32X8 $1, Z8, Y9
+	VADDPS        Y9, Y8, Y8
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VEXTRACTF128  $1, Y8, X9
+	VADDPS        X9, X8, X8
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X8, X9
+	VADDPS        X9, X8, X8
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	VPERMILPS     $0xb1, X8, X9
+	VADDSS        X9, X8, X8
+	MOVSS         X0, (DI)
+	MOVSS         X8, (R11)
+	ADDQ          $4, DI
+	ADDQ          $4, R11
+	DECQ          R8
+	JNZ           h2row
+	VZEROUPPER
+	RET

@@ -14,3 +14,8 @@ func absMax(x []float32) float32                           { return absMaxGo(x) 
 
 func dotRowsF16SIMD(S []uint16, n int, v []float32, out []float32) bool                { return false }
 func dotRowsE4M3SIMD(S []uint8, scale float32, n int, v []float32, out []float32) bool { return false }
+
+func dotRowsF16PairSIMD(S []uint16, n int, v, w []float32, out, out2 []float32) bool { return false }
+func dotRowsE4M3PairSIMD(S []uint8, scale float32, n int, v, w []float32, out, out2 []float32) bool {
+	return false
+}

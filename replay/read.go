@@ -64,7 +64,12 @@ func readDots(m *matrices, mat, rows, n int, V []float32, vstride, nv int, out [
 	case numeric.F16:
 		S := m.u16[mat*e : (mat+1)*e]
 		done := true
-		for a := 0; a < nv && done; a++ {
+		a := 0
+		for ; a+1 < nv && done; a += 2 { // two vectors per read of the matrix
+			done = dotRowsF16PairSIMD(S, n, V[a*vstride:a*vstride+n], V[(a+1)*vstride:(a+1)*vstride+n],
+				out[a*rows:(a+1)*rows], out[(a+1)*rows:(a+2)*rows])
+		}
+		for ; a < nv && done; a++ {
 			done = dotRowsF16SIMD(S, n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
 		}
 		if done {
@@ -73,7 +78,12 @@ func readDots(m *matrices, mat, rows, n int, V []float32, vstride, nv int, out [
 	case numeric.E4M3:
 		S := m.u8[mat*e : (mat+1)*e]
 		done := true
-		for a := 0; a < nv && done; a++ {
+		a := 0
+		for ; a+1 < nv && done; a += 2 {
+			done = dotRowsE4M3PairSIMD(S, m.scale[mat], n, V[a*vstride:a*vstride+n], V[(a+1)*vstride:(a+1)*vstride+n],
+				out[a*rows:(a+1)*rows], out[(a+1)*rows:(a+2)*rows])
+		}
+		for ; a < nv && done; a++ {
 			done = dotRowsE4M3SIMD(S, m.scale[mat], n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
 		}
 		if done {
