@@ -147,3 +147,19 @@ func dotRowsE4M3PairSIMD(S []uint8, scale float32, n int, v, w []float32, out, o
 	dotRowsE4M3PairAVX512(&S[0], len(out), n, &v[0], &w[0], scale, &out[0], &out2[0])
 	return true
 }
+
+//go:noescape
+func updateRowsF16AVX2(s *uint16, rows, n int, a float32, c *float32, b, cv *float32, out *float32)
+
+// updateRowsF16 is updateRowsBF16 for an fp16 state.
+func updateRowsF16(S []uint16, n int, a float32, c, B, C, out []float32) bool {
+	rows := len(out)
+	if !simdCodec || n%16 != 0 || rows == 0 {
+		return false
+	}
+	_ = S[rows*n-1]
+	c = c[:rows]
+	B, C = B[:n], C[:n]
+	updateRowsF16AVX2(&S[0], rows, n, a, &c[0], &B[0], &C[0], &out[0])
+	return true
+}

@@ -540,3 +540,68 @@ h2k:
 	JNZ           h2row
 	VZEROUPPER
 	RET
+
+// func updateRowsF16AVX2(s *uint16, rows, n int, a float32, c *float32, b, cv *float32, out *float32)
+// updateRowsBF16AVX2 for an fp16 state: for p < rows, r = a*f32(s_p) +
+// c[p]*b, out[p] = Σ r·cv (over the unrounded r), s_p = fp16(r) rounded to
+// nearest even (NaN -> 0x7e00 with the sign), exactly as decode, updateRows,
+// encode. n must be a multiple of 16.
+TEXT ·updateRowsF16AVX2(SB), NOSPLIT, $0-64
+	MOVQ         s+0(FP), DI
+	MOVQ         rows+8(FP), R8
+	MOVQ         n+16(FP), R9
+	VBROADCASTSS a+24(FP), Y15
+	MOVQ         c+32(FP), R11
+	MOVQ         b+40(FP), SI
+	MOVQ         cv+48(FP), DX
+	MOVQ         out+56(FP), R12
+	VBROADCASTSS codecc<>+0(SB), Y12 // 0x7fc00000
+	VBROADCASTSS codecc<>+4(SB), Y13 // sign
+
+uhrow:
+	TESTQ        R8, R8
+	JZ           uhdone
+	VBROADCASTSS (R11), Y14
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y1, Y1, Y1
+	XORQ         CX, CX
+	MOVQ         R9, R10
+
+uhcol:
+	PREFETCHT0  512(DI)
+	VCVTPH2PS   (DI), Y2
+	VCVTPH2PS   16(DI), Y3
+	VMULPS      Y15, Y2, Y2
+	VMULPS      Y15, Y3, Y3
+	VFMADD231PS (SI)(CX*1), Y14, Y2
+	VFMADD231PS 32(SI)(CX*1), Y14, Y3
+	VFMADD231PS (DX)(CX*1), Y2, Y0
+	VFMADD231PS 32(DX)(CX*1), Y3, Y1
+	VCMPPS      $3, Y2, Y2, Y6
+	VANDPS      Y13, Y2, Y7
+	VORPS       Y12, Y7, Y7
+	VBLENDVPS   Y6, Y7, Y2, Y2
+	VCMPPS      $3, Y3, Y3, Y6
+	VANDPS      Y13, Y3, Y7
+	VORPS       Y12, Y7, Y7
+	VBLENDVPS   Y6, Y7, Y3, Y3
+	VCVTPS2PH   $0, Y2, (DI)
+	VCVTPS2PH   $0, Y3, 16(DI)
+	ADDQ        $32, DI
+	ADDQ        $64, CX
+	SUBQ        $16, R10
+	JNZ         uhcol
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	MOVSS        X0, (R12)
+	ADDQ         $4, R12
+	ADDQ         $4, R11
+	DECQ         R8
+	JMP          uhrow
+
+uhdone:
+	VZEROUPPER
+	RET

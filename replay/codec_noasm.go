@@ -19,3 +19,5 @@ func dotRowsF16PairSIMD(S []uint16, n int, v, w []float32, out, out2 []float32) 
 func dotRowsE4M3PairSIMD(S []uint8, scale float32, n int, v, w []float32, out, out2 []float32) bool {
 	return false
 }
+
+func updateRowsF16(S []uint16, n int, a float32, c, B, C, out []float32) bool { return false }

@@ -453,7 +453,7 @@ func (c *GDNCache) baselineGroup(sc *gdnScratch, b, kh, T, nd int, verify bool) 
 	sk := sc.proj[:dv]
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
 		src := (int(s)*nb+cur)*Hv + j
-		if !verify && c.state.format == numeric.BF16 && sc.sr == nil && c.bf16Step(sc, b, j, src) {
+		if !verify && (c.state.format == numeric.BF16 || c.state.format == numeric.F16) && sc.sr == nil && c.halfStep(sc, b, j, src) {
 			continue
 		}
 		S := sc.s
@@ -495,16 +495,21 @@ func (c *GDNCache) baselineGroup(sc *gdnScratch, b, kh, T, nd int, verify bool) 
 	}
 }
 
-// bf16Step is the in-place step of value head j on a bf16 state, fused: one
-// bf16 read pass for Sᵀk, then the update, its output read and the rounding
-// in one read-write pass.
-func (c *GDNCache) bf16Step(sc *gdnScratch, b, j, mat int) bool {
+// halfStep is the in-place step of value head j on a bf16 or fp16 state,
+// fused: one read pass for Sᵀk, then the update, its output read and the
+// rounding in one read-write pass. It reports false where the kernels cannot
+// run.
+func (c *GDNCache) halfStep(sc *gdnScratch, b, j, mat int) bool {
 	Hv, dk, dv := c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
 	e := c.state.elems
 	S := c.state.u16[mat*e : (mat+1)*e]
 	kt, qt := sc.k[:dk], sc.q[:dk]
 	sk := sc.proj[:dv]
-	if !dotRowsBF16SIMD(S, dk, kt, sk) {
+	dot, update := dotRowsBF16SIMD, updateRowsBF16
+	if c.state.format == numeric.F16 {
+		dot, update = dotRowsF16SIMD, updateRowsF16
+	}
+	if !dot(S, dk, kt, sk) {
 		return false
 	}
 	g := float32(math.Exp(c.negA[j] * ssm.Softplus(float64(c.opIn.A[b*Hv+j])+c.dtb[j])))
@@ -514,7 +519,7 @@ func (c *GDNCache) bf16Step(sc *gdnScratch, b, j, mat int) bool {
 	for m := 0; m < dv; m++ {
 		u[m] = beta * (v[m] - g*sk[m])
 	}
-	return updateRowsBF16(S, dk, g, u, kt, qt, c.opOut[(b*Hv+j)*dv:][:dv])
+	return update(S, dk, g, u, kt, qt, c.opOut[(b*Hv+j)*dv:][:dv])
 }
 
 // Verify computes the outputs of T draft inputs per slot without writing any

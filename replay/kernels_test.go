@@ -330,45 +330,57 @@ func TestDotRowsMulti(t *testing.T) {
 	}
 }
 
-// TestUpdateRowsBF16 checks the fused bf16 update against the unfused path
-// (decode, updateRows, encode) bit for bit in the state and within float32
-// summation order in the outputs.
-func TestUpdateRowsBF16(t *testing.T) {
+// TestUpdateRowsHalf checks the fused bf16 and fp16 updates against the
+// unfused path (decode, updateRows, encode) bit for bit in the state and
+// within float32 summation order in the outputs.
+func TestUpdateRowsHalf(t *testing.T) {
+	formats := []struct {
+		name   string
+		enc    func([]uint16, []float32)
+		dec    func([]float32, []uint16)
+		update func(S []uint16, n int, a float32, c, B, C, out []float32) bool
+	}{
+		{"bf16", numeric.EncodeBF16, numeric.DecodeBF16, updateRowsBF16},
+		{"fp16", numeric.EncodeF16, numeric.DecodeF16, updateRowsF16},
+	}
 	rng := rand.New(rand.NewPCG(7, 7))
-	for _, dims := range [][2]int{{80, 128}, {3, 16}, {5, 64}} {
-		rows, n := dims[0], dims[1]
-		src := make([]float32, rows*n)
-		for i := range src {
-			src[i] = float32(rng.NormFloat64() * 3)
-		}
-		S := make([]uint16, rows*n)
-		numeric.EncodeBF16(S, src)
-		c, B, C := make([]float32, rows), make([]float32, n), make([]float32, n)
-		for i := range c {
-			c[i] = float32(rng.NormFloat64())
-		}
-		for i := range B {
-			B[i], C[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
-		}
-		want := make([]float32, rows*n)
-		numeric.DecodeBF16(want, S)
-		wantOut := make([]float32, rows)
-		updateRowsGo(want, n, 0.93, c, B, C, wantOut)
-		wantS := make([]uint16, rows*n)
-		numeric.EncodeBF16(wantS, want)
-		out := make([]float32, rows)
-		poison(out)
-		if !updateRowsBF16(S, n, 0.93, c, B, C, out) {
-			t.Skip("no fused bf16 kernel on this machine")
-		}
-		for i := range S {
-			if S[i] != wantS[i] {
-				t.Fatalf("%dx%d: state[%d] = %#04x, want %#04x", rows, n, i, S[i], wantS[i])
+	for _, f := range formats {
+		for _, dims := range [][2]int{{80, 128}, {3, 16}, {5, 64}} {
+			rows, n := dims[0], dims[1]
+			src := make([]float32, rows*n)
+			for i := range src {
+				src[i] = float32(rng.NormFloat64() * 3)
 			}
-		}
-		for p := range out {
-			if math.Abs(float64(out[p]-wantOut[p])) > 1e-4*(1+math.Abs(float64(wantOut[p]))) {
-				t.Fatalf("%dx%d: out[%d] = %v, want %v", rows, n, p, out[p], wantOut[p])
+			S := make([]uint16, rows*n)
+			f.enc(S, src)
+			c, B, C := make([]float32, rows), make([]float32, n), make([]float32, n)
+			for i := range c {
+				c[i] = float32(rng.NormFloat64())
+			}
+			for i := range B {
+				B[i], C[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+			}
+			want := make([]float32, rows*n)
+			f.dec(want, S)
+			wantOut := make([]float32, rows)
+			updateRows(want, n, 0.93, c, B, C, wantOut) // the path the fused kernel replaces
+			wantS := make([]uint16, rows*n)
+			f.enc(wantS, want)
+			out := make([]float32, rows)
+			poison(out)
+			if !f.update(S, n, 0.93, c, B, C, out) {
+				t.Logf("%s: no fused kernel on this machine", f.name)
+				continue
+			}
+			for i := range S {
+				if S[i] != wantS[i] {
+					t.Fatalf("%s %dx%d: state[%d] = %#04x, want %#04x", f.name, rows, n, i, S[i], wantS[i])
+				}
+			}
+			for p := range out {
+				if math.Abs(float64(out[p]-wantOut[p])) > 1e-4*(1+math.Abs(float64(wantOut[p]))) {
+					t.Fatalf("%s %dx%d: out[%d] = %v, want %v", f.name, rows, n, p, out[p], wantOut[p])
+				}
 			}
 		}
 	}

@@ -441,7 +441,7 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 	hpg := H / G
 	for h := g * hpg; h < (g+1)*hpg; h++ {
 		src := (int(s)*nb+cur)*H + h
-		if !verify && c.state.format == numeric.BF16 && sc.sr == nil && c.bf16Step(sc, b, g, h, src) {
+		if !verify && (c.state.format == numeric.BF16 || c.state.format == numeric.F16) && sc.sr == nil && c.halfStep(sc, b, g, h, src) {
 			continue
 		}
 		S := sc.s
@@ -485,9 +485,10 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 	}
 }
 
-// bf16Step is the in-place step of head h on a bf16 state, fused: the state
-// is read and written once in bf16 (decode, update and round in registers).
-func (c *Mamba2Cache) bf16Step(sc *mamba2Scratch, b, g, h, mat int) bool {
+// halfStep is the in-place step of head h on a bf16 or fp16 state, fused:
+// the state is read and written once in its format (decode, update and round
+// in registers). It reports false where the kernels cannot run.
+func (c *Mamba2Cache) halfStep(sc *mamba2Scratch, b, g, h, mat int) bool {
 	H, P, N := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize
 	delta := max(ssm.Softplus(float64(c.opIn.Dt[b*H+h])+c.dtb[h]), float64(c.opIn.DtMin))
 	a := float32(math.Exp(delta * c.a[h]))
@@ -497,7 +498,11 @@ func (c *Mamba2Cache) bf16Step(sc *mamba2Scratch, b, g, h, mat int) bool {
 		sc.xc[p] = float32(delta) * xp
 	}
 	e := c.state.elems
-	if !updateRowsBF16(c.state.u16[mat*e:(mat+1)*e], N, a, sc.xc, c.groupVec(c.opIn.B, b, g), c.groupVec(c.opIn.C, b, g), yh) {
+	update := updateRowsBF16
+	if c.state.format == numeric.F16 {
+		update = updateRowsF16
+	}
+	if !update(c.state.u16[mat*e:(mat+1)*e], N, a, sc.xc, c.groupVec(c.opIn.B, b, g), c.groupVec(c.opIn.C, b, g), yh) {
 		return false
 	}
 	for p, xp := range xh {
