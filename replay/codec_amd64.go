@@ -163,3 +163,6 @@ func updateRowsF16(S []uint16, n int, a float32, c, B, C, out []float32) bool {
 	updateRowsF16AVX2(&S[0], rows, n, a, &c[0], &B[0], &C[0], &out[0])
 	return true
 }
+
+//go:noescape
+func updateRowsBF16AVX512(s *uint16, rows, n int, a float32, c *float32, b, cv *float32, out *float32)

@@ -180,7 +180,9 @@ DATA codecc<>+8(SB)/4, $0x43800000  // 256.0
 DATA codecc<>+12(SB)/2, $0x3f80
 DATA codecc<>+14(SB)/2, $0x8000
 DATA codecc<>+16(SB)/4, $0x7fffffff
-GLOBL codecc<>(SB), RODATA|NOPTR, $20
+DATA codecc<>+20(SB)/4, $0x7fff
+DATA codecc<>+24(SB)/4, $1
+GLOBL codecc<>(SB), RODATA|NOPTR, $28
 
 DATA e4m3c<>+0(SB)/4, $0x3c800000
 DATA e4m3c<>+4(SB)/4, $0x3c800000
@@ -603,5 +605,87 @@ uhcol:
 	JMP          uhrow
 
 uhdone:
+	VZEROUPPER
+	RET
+
+// func updateRowsBF16AVX512(s *uint16, rows, n int, a float32, c *float32, b, cv *float32, out *float32)
+// updateRowsBF16AVX2 with 16 lanes per instruction and VPMOVDW for the
+// pack: the same state bits (element by element), the output dot summed in
+// another order. n must be a multiple of 32.
+TEXT ·updateRowsBF16AVX512(SB), NOSPLIT, $0-64
+	MOVQ         s+0(FP), DI
+	MOVQ         rows+8(FP), R8
+	MOVQ         n+16(FP), R9
+	VBROADCASTSS a+24(FP), Z15
+	MOVQ         c+32(FP), R11
+	MOVQ         b+40(FP), SI
+	MOVQ         cv+48(FP), DX
+	MOVQ         out+56(FP), R12
+	VPBROADCASTD codecc<>+20(SB), Z10 // 0x7fff: rounding bias
+	VPBROADCASTD codecc<>+24(SB), Z11 // 1
+	VPBROADCASTD codecc<>+0(SB), Z12  // 0x7fc00000
+	VPBROADCASTD codecc<>+4(SB), Z13  // sign
+
+uzrow:
+	TESTQ        R8, R8
+	JZ           uzdone
+	VBROADCASTSS (R11), Z14
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	XORQ         CX, CX
+	MOVQ         R9, R10
+
+uzcol:
+	PREFETCHT0  1024(DI)
+	VPMOVZXWD   (DI), Z2
+	VPMOVZXWD   32(DI), Z3
+	VPSLLD      $16, Z2, Z2
+	VPSLLD      $16, Z3, Z3
+	VMULPS      Z15, Z2, Z2
+	VMULPS      Z15, Z3, Z3
+	VFMADD231PS (SI)(CX*1), Z14, Z2
+	VFMADD231PS 64(SI)(CX*1), Z14, Z3
+	VFMADD231PS (DX)(CX*1), Z2, Z0
+	VFMADD231PS 64(DX)(CX*1), Z3, Z1
+	VPSRLD      $16, Z2, Z4
+	VPANDD      Z11, Z4, Z4
+	VPADDD      Z10, Z4, Z4
+	VPADDD      Z2, Z4, Z4
+	VPSRLD      $16, Z3, Z5
+	VPANDD      Z11, Z5, Z5
+	VPADDD      Z10, Z5, Z5
+	VPADDD      Z3, Z5, Z5
+	VCMPPS      $3, Z2, Z2, K1
+	VPANDD      Z13, Z2, Z6
+	VPORD       Z12, Z6, Z6
+	VMOVDQA32   Z6, K1, Z4
+	VCMPPS      $3, Z3, Z3, K2
+	VPANDD      Z13, Z3, Z7
+	VPORD       Z12, Z7, Z7
+	VMOVDQA32   Z7, K2, Z5
+	VPSRLD      $16, Z4, Z4
+	VPSRLD      $16, Z5, Z5
+	VPMOVDW     Z4, (DI)
+	VPMOVDW     Z5, 32(DI)
+	ADDQ        $64, DI
+	ADDQ        $128, CX
+	SUBQ        $32, R10
+	JNZ         uzcol
+	VADDPS        Z1, Z0, Z0
+	VEXTRACTF32X8 $1, Z0, Y1
+	VADDPS        Y1, Y0, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0x4e, X0, X1
+	VADDPS        X1, X0, X0
+	VPERMILPS     $0xb1, X0, X1
+	VADDSS        X1, X0, X0
+	MOVSS         X0, (R12)
+	ADDQ          $4, R12
+	ADDQ          $4, R11
+	DECQ          R8
+	JMP           uzrow
+
+uzdone:
 	VZEROUPPER
 	RET

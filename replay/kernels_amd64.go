@@ -342,6 +342,10 @@ func updateRowsBF16(S []uint16, n int, a float32, c, B, C, out []float32) bool {
 	_ = S[rows*n-1]
 	c = c[:rows]
 	B, C = B[:n], C[:n]
+	if simd512 && n%32 == 0 {
+		updateRowsBF16AVX512(&S[0], rows, n, a, &c[0], &B[0], &C[0], &out[0])
+		return true
+	}
 	updateRowsBF16AVX2(&S[0], rows, n, a, &c[0], &B[0], &C[0], &out[0])
 	return true
 }

@@ -360,6 +360,10 @@ func TestUpdateRowsHalf(t *testing.T) {
 			for i := range B {
 				B[i], C[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
 			}
+			// NaNs with payloads in two columns, in both halves of the
+			// kernels' blocks: the rounding must canonicalise them as
+			// numeric does.
+			B[5], B[n-3] = math.Float32frombits(0x7f812345), math.Float32frombits(0xff834567)
 			want := make([]float32, rows*n)
 			f.dec(want, S)
 			wantOut := make([]float32, rows)
@@ -377,6 +381,17 @@ func TestUpdateRowsHalf(t *testing.T) {
 					t.Fatalf("%s %dx%d: state[%d] = %#04x, want %#04x", f.name, rows, n, i, S[i], wantS[i])
 				}
 			}
+			for p := range out {
+				if !math.IsNaN(float64(out[p])) {
+					t.Fatalf("%s %dx%d: out[%d] = %v, want NaN (the row holds NaNs)", f.name, rows, n, p, out[p])
+				}
+			}
+			// The outputs once more without the NaNs.
+			B[5], B[n-3] = 1, -1
+			f.enc(S, src)
+			f.dec(want, S)
+			updateRows(want, n, 0.93, c, B, C, wantOut)
+			f.update(S, n, 0.93, c, B, C, out)
 			for p := range out {
 				if math.Abs(float64(out[p]-wantOut[p])) > 1e-4*(1+math.Abs(float64(wantOut[p]))) {
 					t.Fatalf("%s %dx%d: out[%d] = %v, want %v", f.name, rows, n, p, out[p], wantOut[p])
