@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sort"
 	"time"
@@ -159,6 +160,10 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 			return Row{}, err
 		}
 	}
+	// The previous rows' caches are garbage now: collect them before the
+	// clock starts, so no concurrent mark phase takes one of the workers'
+	// cores during this row (seen as 20-30% jumps on a 2-core machine).
+	runtime.GC()
 	row := Row{Layer: sh.Layer, Shape: sh.Name, Mode: mode, StateDtype: dt.String(), Batch: batch, Window: cfg.Window, Drafts: T, Threads: opt.Threads}
 	if opt.Mode == replay.Baseline {
 		row.Window = 1
