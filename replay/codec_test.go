@@ -151,3 +151,28 @@ func TestReadDotsNaNCode(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCodecs compares the SIMD fp16 and e4m3 encoders with package
+// numeric's on arbitrary float32 bit patterns (any length, so the SIMD
+// blocks and the Go tail both run).
+func FuzzCodecs(f *testing.F) {
+	f.Add([]byte{0, 0, 0x80, 0x7f, 1, 2, 3, 4}, float32(1))
+	f.Add(make([]byte, 4*33), float32(0.5))
+	f.Fuzz(func(t *testing.T, raw []byte, inv float32) {
+		x := make([]float32, len(raw)/4)
+		for i := range x {
+			x[i] = math.Float32frombits(uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24)
+		}
+		h, wh := make([]uint16, len(x)), make([]uint16, len(x))
+		encodeF16(h, x)
+		numeric.EncodeF16(wh, x)
+		c, wc := make([]uint8, len(x)), make([]uint8, len(x))
+		encodeE4M3(c, x, inv)
+		numeric.EncodeE4M3(wc, x, inv)
+		for i := range x {
+			if h[i] != wh[i] || c[i] != wc[i] {
+				t.Fatalf("%#08x (inv %v): fp16 %#04x want %#04x, e4m3 %#02x want %#02x", math.Float32bits(x[i]), inv, h[i], wh[i], c[i], wc[i])
+			}
+		}
+	})
+}
