@@ -45,14 +45,24 @@ __device__ __forceinline__ float bf16_lo(u32 w) { return __uint_as_float(w << 16
 __device__ __forceinline__ float bf16_hi(u32 w) { return __uint_as_float(w & 0xffff0000u); }
 
 // f32_to_bf16 rounds to nearest even; NaN becomes the canonical quiet NaN
-// with its sign (numeric.EncodeBF16).
+// with its sign (numeric.EncodeBF16). BF16_CVT=1 (an experiment, NOTES.md
+// "Next") rounds with the hardware conversion instead of integer arithmetic.
+#ifndef BF16_CVT
+#define BF16_CVT 0
+#endif
 __device__ __forceinline__ u32 f32_to_bf16(float f)
 {
     const u32 b = __float_as_uint(f);
     if ((b & 0x7fffffffu) > 0x7f800000u) {
         return ((b >> 16) & 0x8000u) | 0x7fc0u;
     }
+#if BF16_CVT
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(0.0f), "f"(f));
+    return d & 0xffffu;
+#else
     return (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+#endif
 }
 
 // ---- asynchronous global -> shared copies (sm_80+) ----
