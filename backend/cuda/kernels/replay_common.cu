@@ -318,9 +318,28 @@ __device__ __forceinline__ void store_words(unsigned char* p, const u32* w)
 
 // decode_chunk / encode_chunk convert VEC elements between floats and packed
 // words; encode_chunk leaves in v what a read gives back.
+// FP8_CVT=1 (an experiment, NOTES.md "Next"; sm_89+) decodes fp8 pairs with
+// the hardware conversion to f16x2 instead of bit arithmetic.
+#ifndef FP8_CVT
+#define FP8_CVT 0
+#endif
+
 template <int F, int VEC>
 __device__ __forceinline__ void decode_chunk(const u32* w, float* v, float sc)
 {
+#if FP8_CVT
+    if constexpr (F == FMT_E4M3) {
+#pragma unroll
+        for (int k = 0; k < VEC; k += 2) {
+            const unsigned short pair = (unsigned short)(w[k / 4] >> (8 * (k % 4)));
+            u32 h2;
+            asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
+            v[k] = __fmul_rn(f16_to_f32(h2 & 0xffffu), sc);
+            v[k + 1] = __fmul_rn(f16_to_f32(h2 >> 16), sc);
+        }
+        return;
+    }
+#endif
     constexpr int B = Fmt<F>::BITS;
 #pragma unroll
     for (int k = 0; k < VEC; k++) {
