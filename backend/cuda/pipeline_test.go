@@ -106,3 +106,31 @@ func TestPlanPipeline(t *testing.T) {
 		})
 	}
 }
+
+// TestMatrixBytes checks the device layout sizes of one 80x128 matrix per
+// format: elements, nvfp4 block scales, per-matrix scales.
+func TestMatrixBytes(t *testing.T) {
+	const e = 80 * 128
+	tests := []struct {
+		f                 numeric.Format
+		codes, read, full int
+	}{
+		{numeric.F32, 4 * e, 4 * e, 4 * e},
+		{numeric.F16, 2 * e, 2 * e, 2 * e},
+		{numeric.BF16, 2 * e, 2 * e, 2 * e},
+		{numeric.E4M3, e, e, e + 4},
+		{numeric.NVFP4, e / 2, e/2 + e/16, e/2 + e/16 + 4},
+	}
+	for _, tt := range tests {
+		read := readMatrixBytes(replay.Options{ReadCopy: tt.f}, e) // fp32: no copy, the fp32 state
+		if got := codeBytes(tt.f, e); got != tt.codes {
+			t.Errorf("%v: codeBytes %d, want %d", tt.f, got, tt.codes)
+		}
+		if read != tt.read {
+			t.Errorf("%v: readMatrixBytes %d, want %d", tt.f, read, tt.read)
+		}
+		if got := matrixBytes(tt.f, e); got != tt.full {
+			t.Errorf("%v: matrixBytes %d, want %d", tt.f, got, tt.full)
+		}
+	}
+}

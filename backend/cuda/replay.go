@@ -287,49 +287,47 @@ func pipeStages(opt replay.Options) int {
 }
 
 // elemBytes is the size of one element of a state or read-copy format
-// (nvfp4: half a byte, rounded down to 0; its matrices are sized apart).
-func elemBytes(f numeric.Format) int {
-	switch f {
-	case numeric.F32:
-		return 4
-	case numeric.F16, numeric.BF16:
-		return 2
-	case numeric.E4M3:
-		return 1
+// (nvfp4: 4.5 bits, rounded down to 0; its matrices are sized apart).
+func elemBytes(f numeric.Format) int { return int(f.BitsPerElement()) / 8 }
+
+// readFormat is the format a non-flush step reads: the read copy's, else
+// the checkpoint's.
+func readFormat(opt replay.Options) numeric.Format {
+	if opt.ReadCopy != numeric.F32 {
+		return opt.ReadCopy
 	}
-	return 0
+	return opt.State
 }
 
 // readElemBytes is what a non-flush step reads per state element, in bytes
-// rounded down: the read copy's format, else the checkpoint's.
-func readElemBytes(opt replay.Options) int {
-	if opt.ReadCopy != numeric.F32 {
-		return elemBytes(opt.ReadCopy)
-	}
-	return elemBytes(opt.State)
-}
+// rounded down.
+func readElemBytes(opt replay.Options) int { return elemBytes(readFormat(opt)) }
 
-// matrixBytes is the size of one rows·cols matrix in format f as the
-// kernels store it, with its per-matrix scale (fp8, nvfp4) and nvfp4's
-// block scales.
-func matrixBytes(f numeric.Format, elems int) int {
-	switch f {
-	case numeric.NVFP4:
-		return elems/2 + elems/16 + 4
-	case numeric.E4M3:
-		return elems + 4
+// codeBytes is the size of a matrix's elements in format f, without any
+// scale (nvfp4: the packed codes only).
+func codeBytes(f numeric.Format, elems int) int {
+	if f == numeric.NVFP4 {
+		return elems / 2
 	}
 	return elems * elemBytes(f)
 }
 
 // readMatrixBytes is the size of what the pipelined kernels move into a
-// stage for one matrix: the read copy's elements (nvfp4: codes and block
-// scales), else the checkpoint's; scales travel apart.
+// stage for one matrix: its elements in the read format with nvfp4's block
+// scales (BitsPerElement counts them); the per-matrix scale travels apart.
 func readMatrixBytes(opt replay.Options, elems int) int {
-	if opt.ReadCopy == numeric.NVFP4 {
-		return elems/2 + elems/16
+	return int(readFormat(opt).BitsPerElement()*float64(elems)) / 8
+}
+
+// matrixBytes is the size of one matrix in format f as the kernels store
+// it: elements, nvfp4 block scales, and the per-matrix float32 scale of fp8
+// and nvfp4.
+func matrixBytes(f numeric.Format, elems int) int {
+	n := int(f.BitsPerElement()*float64(elems)) / 8
+	if f == numeric.E4M3 || f == numeric.NVFP4 {
+		n += 4
 	}
-	return elems * readElemBytes(opt)
+	return n
 }
 
 // replayDefaults fills in the defaults of package replay and checks what the
@@ -438,14 +436,12 @@ func (c *replayCommon) allocStates() error {
 		return nil
 	}
 	mats := c.capacity * c.heads
-	codes := mats * E * elemBytes(c.opt.ReadCopy)
 	if c.opt.ReadCopy == numeric.NVFP4 {
-		codes = mats * E / 2
 		if c.scales, err = c.alloc(mats * E / 16); err != nil {
 			return err
 		}
 	}
-	if c.codes, err = c.alloc(codes); err != nil {
+	if c.codes, err = c.alloc(mats * codeBytes(c.opt.ReadCopy, E)); err != nil {
 		return err
 	}
 	if c.opt.ReadCopy == numeric.NVFP4 || c.opt.ReadCopy == numeric.E4M3 {
@@ -778,10 +774,7 @@ func (c *replayCommon) clearSlot(st *Stream, s replay.Slot) error {
 		}
 	}
 	if c.codes.ptr != 0 {
-		per := H * E * elemBytes(c.opt.ReadCopy)
-		if c.opt.ReadCopy == numeric.NVFP4 {
-			per = H * E / 2
-		}
+		per := H * codeBytes(c.opt.ReadCopy, E)
 		if err := clearRegion(st, c.codes, int(s)*per, per); err != nil {
 			return err
 		}
