@@ -15,6 +15,7 @@ func TestStepsDoNotAllocate(t *testing.T) {
 			{Mode: Replay, Window: 4, MaxDraft: 3, Threads: 2},
 			{Mode: Replay, Window: 4, MaxDraft: 3, ReadCopy: numeric.NVFP4, Threads: 2},
 			{Mode: Replay, Window: 4, MaxDraft: 3, State: numeric.BF16, Stochastic: true, Threads: 2},
+			{Mode: Replay, Window: 4, MaxDraft: 3, State: numeric.F16, ReadCopy: numeric.E4M3, Threads: 2},
 			{Mode: Baseline, MaxDraft: 3, Threads: 2},
 		} {
 			c, err := l.build(opt, 4)

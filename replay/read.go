@@ -41,6 +41,27 @@ func newReadBuffers(elems, n int) readBuffers {
 // decoded into the scratch first.
 func readDots(m *matrices, mat, rows, n int, V []float32, vstride, nv int, out []float32, rb *readBuffers) {
 	e := m.elems
+	vec := func(a int) []float32 { return V[a*vstride : a*vstride+n] }
+	dst := func(a int) []float32 { return out[a*rows : (a+1)*rows] }
+	// direct runs a format's SIMD read over the vectors, two at a time where
+	// it has a pair kernel (each row decoded once for both); it reports
+	// false, before writing anything, where the kernels cannot run.
+	direct := func(pair func(v, w, o, o2 []float32) bool, one func(v, o []float32) bool) bool {
+		a := 0
+		if pair != nil {
+			for ; a+1 < nv; a += 2 {
+				if !pair(vec(a), vec(a+1), dst(a), dst(a+1)) {
+					return false
+				}
+			}
+		}
+		for ; a < nv; a++ {
+			if !one(vec(a), dst(a)) {
+				return false
+			}
+		}
+		return true
+	}
 	switch m.format {
 	case numeric.F32:
 		S := m.raw(mat)
@@ -49,67 +70,38 @@ func readDots(m *matrices, mat, rows, n int, V []float32, vstride, nv int, out [
 			return
 		}
 		for a := 0; a < nv; a++ {
-			dotRows(S, n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
+			dotRows(S, n, vec(a), dst(a))
 		}
 		return
 	case numeric.BF16:
 		S := m.u16[mat*e : (mat+1)*e]
-		done := true
-		for a := 0; a < nv && done; a++ {
-			done = dotRowsBF16SIMD(S, n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
-		}
-		if done {
+		if direct(nil, func(v, o []float32) bool { return dotRowsBF16SIMD(S, n, v, o) }) {
 			return
 		}
 	case numeric.F16:
 		S := m.u16[mat*e : (mat+1)*e]
-		done := true
-		a := 0
-		for ; a+1 < nv && done; a += 2 { // two vectors per read of the matrix
-			done = dotRowsF16PairSIMD(S, n, V[a*vstride:a*vstride+n], V[(a+1)*vstride:(a+1)*vstride+n],
-				out[a*rows:(a+1)*rows], out[(a+1)*rows:(a+2)*rows])
-		}
-		for ; a < nv && done; a++ {
-			done = dotRowsF16SIMD(S, n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
-		}
-		if done {
+		if direct(func(v, w, o, o2 []float32) bool { return dotRowsF16PairSIMD(S, n, v, w, o, o2) },
+			func(v, o []float32) bool { return dotRowsF16SIMD(S, n, v, o) }) {
 			return
 		}
 	case numeric.E4M3:
-		S := m.u8[mat*e : (mat+1)*e]
-		done := true
-		a := 0
-		for ; a+1 < nv && done; a += 2 {
-			done = dotRowsE4M3PairSIMD(S, m.scale[mat], n, V[a*vstride:a*vstride+n], V[(a+1)*vstride:(a+1)*vstride+n],
-				out[a*rows:(a+1)*rows], out[(a+1)*rows:(a+2)*rows])
-		}
-		for ; a < nv && done; a++ {
-			done = dotRowsE4M3SIMD(S, m.scale[mat], n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
-		}
-		if done {
+		S, sc := m.u8[mat*e:(mat+1)*e], m.scale[mat]
+		if direct(func(v, w, o, o2 []float32) bool { return dotRowsE4M3PairSIMD(S, sc, n, v, w, o, o2) },
+			func(v, o []float32) bool { return dotRowsE4M3SIMD(S, sc, n, v, o) }) {
 			return
 		}
 	case numeric.NVFP4:
 		codes := m.u8[mat*e/2 : (mat+1)*e/2]
 		scales := m.scales[mat*e/16 : (mat+1)*e/16]
-		done := true
-		a := 0
-		// Two vectors at a time: each row is decoded once for both.
-		for ; a+1 < nv && done; a += 2 {
-			done = dotRowsNVFP4PairSIMD(codes, scales, m.scale[mat], n,
-				V[a*vstride:a*vstride+n], V[(a+1)*vstride:(a+1)*vstride+n], rb,
-				out[a*rows:(a+1)*rows], out[(a+1)*rows:(a+2)*rows])
-		}
-		for ; a < nv && done; a++ {
-			done = dotRowsNVFP4SIMD(codes, scales, m.scale[mat], n, V[a*vstride:a*vstride+n], rb, out[a*rows:(a+1)*rows])
-		}
-		if done {
+		g := m.scale[mat]
+		if direct(func(v, w, o, o2 []float32) bool { return dotRowsNVFP4PairSIMD(codes, scales, g, n, v, w, rb, o, o2) },
+			func(v, o []float32) bool { return dotRowsNVFP4SIMD(codes, scales, g, n, v, rb, o) }) {
 			return
 		}
 	}
 	S := rb.mat[:e]
 	m.load(mat, S)
 	for a := 0; a < nv; a++ {
-		dotRows(S, n, V[a*vstride:a*vstride+n], out[a*rows:(a+1)*rows])
+		dotRows(S, n, vec(a), dst(a))
 	}
 }

@@ -689,10 +689,7 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 	defer func() { must(t, v5.close()) }()
 	v5.setSmallBatch(0) // the split kernels at every batch
 	step, verify := v5.pipelined()
-	// The GDN verify has no pipelined kernel yet; the Mamba-2 step with a
-	// 2-byte matrix to read keeps v4 by policy.
-	wantStep := l.name[:3] == "gdn" || readElemBytes(opt) != 2
-	wantVerify := l.name[:3] != "gdn"
+	wantStep, wantVerify := wantPipelined(l, opt)
 	if step != wantStep || verify != wantVerify {
 		if li < 2 && opt.ReadCopy == numeric.NVFP4 {
 			t.Skip("nvfp4 scale rows of this small shape are not 16-byte multiples: v4 only")
@@ -963,7 +960,7 @@ func TestReplayPipelinePlanOnDevice(t *testing.T) {
 			p := c.plan()
 			t.Logf("%s %v+%v T%d: step %v verify %v: %d stages, %d warps, %d B smem, %d blocks/SM (%s)", l.name, opt.State, opt.ReadCopy,
 				opt.MaxDraft, step, verify, p.stages, p.warps, p.smem, p.blocksPerSM, p.reasonDisabled)
-			if want := l.name[:3] == "gdn" || readElemBytes(replayOptionsDefaults(opt)) != 2; step != want {
+			if want, _ := wantPipelined(l, opt); step != want {
 				t.Errorf("%s %v+%v: pipelined step %v, want %v", l.name, opt.State, opt.ReadCopy, step, want)
 			}
 			must(t, c.close())
@@ -971,7 +968,10 @@ func TestReplayPipelinePlanOnDevice(t *testing.T) {
 	}
 }
 
-func replayOptionsDefaults(opt replay.Options) replay.Options {
-	o, _ := replayDefaults(opt)
-	return o
+// wantPipelined is which kernels a cache of layer l should take on sm_90:
+// the GDN verify has no pipelined kernel yet, and the Mamba-2 step with a
+// 2-byte matrix to read keeps v4 by policy.
+func wantPipelined(l gpuLayer, opt replay.Options) (step, verify bool) {
+	gdn := l.name[:3] == "gdn"
+	return gdn || readElemBytes(opt) != 2, !gdn
 }
