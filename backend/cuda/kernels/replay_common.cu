@@ -606,17 +606,28 @@ __device__ __forceinline__ void write_read_copy(float (&v)[SM::PASSES][SM::CPL][
 #endif
 }
 
-// store_state writes the new state v of matrix m (Map SM's layout) to the
-// state buffer, with its fp8 scale, and leaves v in float32 (the rounded
-// copy is a temporary). Contains barriers for fp8.
+// put_state_scale computes the state format's scale for storing v as
+// matrix m (fp8: amax/448, written next to the codes) and returns it with
+// its inverse. Contains barriers for fp8.
 template <typename SM>
-__device__ __forceinline__ void store_state(const float (&v)[SM::PASSES][SM::CPL][SM::VEC],
-                                            typename StateIO<STATE_FMT>::T* state, u64 m, float* scratch)
+__device__ __forceinline__ float2 put_state_scale(const float (&v)[SM::PASSES][SM::CPL][SM::VEC],
+                                                  typename StateIO<STATE_FMT>::T* state, u64 m, float* scratch)
 {
     const float2 sc = matrix_scale<STATE_FMT, SM>(v, scratch);
     if (Fmt<STATE_FMT>::SCALED && threadIdx.x == 0) {
         *state_scale_at(state, m) = sc.x;
     }
+    return sc;
+}
+
+// store_state writes the new state v of matrix m (Map SM's layout) to the
+// state buffer, with its fp8 scale, and leaves v in float32 (the rounded
+// copy is a temporary): a flush. Contains barriers for fp8.
+template <typename SM>
+__device__ __forceinline__ void store_state(const float (&v)[SM::PASSES][SM::CPL][SM::VEC],
+                                            typename StateIO<STATE_FMT>::T* state, u64 m, float* scratch)
+{
+    const float2 sc = put_state_scale<SM>(v, state, m, scratch);
 #pragma unroll
     for (int pass = 0; pass < SM::PASSES; pass++) {
         const int r = SM::row(pass);
@@ -632,6 +643,15 @@ __device__ __forceinline__ void store_state(const float (&v)[SM::PASSES][SM::CPL
             }
         }
     }
+}
+
+// store_state_rounded is store_state leaving v as stored: the naive
+// low-precision baseline's next update starts from the rounded state.
+template <typename SM>
+__device__ __forceinline__ void store_state_rounded(float (&v)[SM::PASSES][SM::CPL][SM::VEC],
+                                                    typename StateIO<STATE_FMT>::T* state, u64 m, float* scratch)
+{
+    store_matrix<STATE_FMT, SM>(v, state + m * (ROWS * COLS), put_state_scale<SM>(v, state, m, scratch));
 }
 
 // ---- row dot products from the read copy or the state ----

@@ -664,7 +664,8 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         }
     }
     for (int d = 0; d < cnt; d++) {
-        ST* dst = VERIFY ? state + (((u64)s * nb + (c0 + 1 + d) % nb) * NVH + j) * (DV * DK) : src;
+        const u64 dstm = VERIFY ? ((u64)s * nb + (c0 + 1 + d) % nb) * NVH + j : srcm;
+        ST* dst = state + dstm * (DV * DK);
         const float eg = sDecay[d], beta = sBeta[d];
         const float* vd = v + (((u64)b * T1 + d) * NVH + j) * DV;
         float* od = o + (((u64)b * T1 + d) * NVH + j) * DV;
@@ -703,15 +704,8 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 od[r] = ov;
             }
         }
-        if (SIO::SCALED) {
-            // fp8: the new matrix's amax sets its scale; the next draft
-            // starts from the rounded state (naive low precision).
-            const u64 dstm = VERIFY ? ((u64)s * nb + (c0 + 1 + d) % nb) * NVH + j : srcm;
-            const float2 sc = matrix_scale<STATE_FMT, SM>(S, sScratch);
-            if (tid == 0) {
-                *state_scale_at(state, dstm) = sc.x;
-            }
-            store_matrix<STATE_FMT, SM>(S, state + dstm * (DV * DK), sc);
+        if (SIO::SCALED) { // fp8: one scale per new matrix, so one store after the update
+            store_state_rounded<SM>(S, state, dstm, sScratch);
         }
     }
 }

@@ -763,7 +763,8 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
             }
         }
         for (int k = 0; k < cnt; k++) {
-            ST* dst = VERIFY ? state + (((u64)s * nb + (c0 + 1 + k) % nb) * NHEADS + h) * (P * N) : src;
+            const u64 dstm = VERIFY ? ((u64)s * nb + (c0 + 1 + k) % nb) * NHEADS + h : srcm;
+            ST* dst = state + dstm * (P * N);
             const float a = sDecay[k], delta = sDelta[k];
             const float* xk = x + (((u64)b * T1 + k) * NHEADS + h) * P;
 #pragma unroll
@@ -789,15 +790,8 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                     sDot[k * P + r] = acc;
                 }
             }
-            if (SIO::SCALED) {
-                // fp8: the new matrix's amax sets its scale; the next draft
-                // starts from the rounded state (naive low precision).
-                const u64 dstm = VERIFY ? ((u64)s * nb + (c0 + 1 + k) % nb) * NHEADS + h : srcm;
-                const float2 sc = matrix_scale<STATE_FMT, SM>(S, sScratch);
-                if (tid == 0) {
-                    *state_scale_at(state, dstm) = sc.x;
-                }
-                store_matrix<STATE_FMT, SM>(S, state + dstm * (P * N), sc);
+            if (SIO::SCALED) { // fp8: one scale per new matrix, so one store after the update
+                store_state_rounded<SM>(S, state, dstm, sScratch);
             }
         }
     }
