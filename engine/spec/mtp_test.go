@@ -1,13 +1,11 @@
 package spec_test
 
 import (
-	"context"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/replayssm/replayssm/engine"
-	"github.com/replayssm/replayssm/engine/spec"
+	"github.com/replayssm/replayssm/internal/spectest"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/qwen"
 	"github.com/replayssm/replayssm/replay"
@@ -36,44 +34,17 @@ func TestMTPGreedyLossless(t *testing.T) {
 	for _, p := range []string{"And the LORD spake unto Moses, saying,", "And Jesus said unto them,", "In the beginning"} {
 		reqs = append(reqs, engine.Request{Prompt: tok.Encode(p), MaxTokens: 48})
 	}
-	ctx := context.Background()
-	plain, err := engine.New(d, 2, replay.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _, err := plain.Generate(ctx, reqs)
-	plain.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const T = 4
-	for _, mode := range []replay.Mode{replay.Replay, replay.Baseline} {
-		eng, err := engine.New(d, 2, engine.StateOptions(replay.Options{Mode: mode}, T))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dr, err := spec.NewMTP(head, d, eng.State(), 2, T)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, _, ss, err := eng.GenerateSpeculative(ctx, reqs, engine.Speculation{Drafter: dr, Drafts: T, Accept: spec.Greedy})
-		dr.Close()
+	modes := []replay.Mode{replay.Replay, replay.Baseline}
+	stats := spectest.MTPMatchesGreedy(t, d, head, reqs, 4, modes, func(mode replay.Mode, eng *engine.Engine) {
 		if eng.State().OnLayer != nil {
 			t.Errorf("%v: Close left the target hooked", mode)
 		}
-		eng.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range want {
-			if !slices.Equal(got[i].Tokens, want[i].Tokens) {
-				t.Errorf("%v request %d: speculative %v\nplain %v", mode, i, got[i].Tokens, want[i].Tokens)
-			}
-		}
-		t.Logf("%v: %d of %d drafts accepted (%.0f%%), %.2f tokens per verify", mode, ss.Accepted, ss.Drafted,
+	})
+	for i, ss := range stats {
+		t.Logf("%v: %d of %d drafts accepted (%.0f%%), %.2f tokens per verify", modes[i], ss.Accepted, ss.Drafted,
 			100*ss.AcceptanceRate(), ss.MeanAccepted()+1)
 		if ss.AcceptanceRate() < 0.3 {
-			t.Errorf("%v: acceptance rate %.2f, want ≥ 0.3 from the trained head", mode, ss.AcceptanceRate())
+			t.Errorf("%v: acceptance rate %.2f, want ≥ 0.3 from the trained head", modes[i], ss.AcceptanceRate())
 		}
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"testing"
 
 	"github.com/replayssm/replayssm/engine"
-	"github.com/replayssm/replayssm/engine/spec"
 	"github.com/replayssm/replayssm/internal/ref64"
+	"github.com/replayssm/replayssm/internal/spectest"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nemotronh"
@@ -419,41 +419,7 @@ func TestLoadMTP(t *testing.T) {
 			checkHead(t, rand.New(rand.NewPCG(5, 6)), target.Config, h, m, target)
 
 			reqs := []engine.Request{{Prompt: []int{1, 2, 3, 4, 5, 6}, MaxTokens: 20}, {Prompt: []int{9, 8, 7}, MaxTokens: 16}}
-			ctx := context.Background()
-			plain, err := engine.New(target, 2, replay.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, _, err := plain.Generate(ctx, reqs)
-			plain.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			const T = 3
-			for _, mode := range []replay.Mode{replay.Replay, replay.Baseline} {
-				eng, err := engine.New(target, 2, engine.StateOptions(replay.Options{Mode: mode}, T))
-				if err != nil {
-					t.Fatal(err)
-				}
-				dr, err := spec.NewMTP(m, target, eng.State(), 2, T)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, _, ss, err := eng.GenerateSpeculative(ctx, reqs, engine.Speculation{Drafter: dr, Drafts: T, Accept: spec.Greedy})
-				dr.Close()
-				eng.Close()
-				if err != nil {
-					t.Fatal(err)
-				}
-				for i := range want {
-					if !slices.Equal(got[i].Tokens, want[i].Tokens) {
-						t.Errorf("%v request %d: speculative %v, plain %v", mode, i, got[i].Tokens, want[i].Tokens)
-					}
-				}
-				if ss.Drafted == 0 {
-					t.Errorf("%v: the head drafted nothing", mode)
-				}
-			}
+			spectest.MTPMatchesGreedy(t, target, m, reqs, 3, []replay.Mode{replay.Replay, replay.Baseline}, nil)
 		})
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"testing"
 
 	"github.com/replayssm/replayssm/engine"
-	"github.com/replayssm/replayssm/engine/spec"
 	"github.com/replayssm/replayssm/internal/ref64"
+	"github.com/replayssm/replayssm/internal/spectest"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
@@ -653,39 +653,7 @@ func TestLoadMTPMoE(t *testing.T) {
 
 			// The head as the drafter of greedy speculative generation.
 			reqs := []engine.Request{{Prompt: []int{1, 2, 3, 4, 5, 6}, MaxTokens: 20}, {Prompt: []int{9, 8, 7}, MaxTokens: 16}}
-			ctx := context.Background()
-			plain, err := engine.New(target, 2, replay.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantRes, _, err := plain.Generate(ctx, reqs)
-			plain.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			const T = 3
-			eng, err := engine.New(target, 2, engine.StateOptions(replay.Options{}, T))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer eng.Close()
-			dr, err := spec.NewMTP(head, target, eng.State(), 2, T)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer dr.Close()
-			got, _, ss, err := eng.GenerateSpeculative(ctx, reqs, engine.Speculation{Drafter: dr, Drafts: T, Accept: spec.Greedy})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range wantRes {
-				if !slices.Equal(got[i].Tokens, wantRes[i].Tokens) {
-					t.Errorf("request %d: speculative %v, plain %v", i, got[i].Tokens, wantRes[i].Tokens)
-				}
-			}
-			if ss.Drafted == 0 {
-				t.Error("the MoE head drafted nothing")
-			}
+			spectest.MTPMatchesGreedy(t, target, head, reqs, 3, []replay.Mode{replay.Replay}, nil)
 		})
 	}
 }
