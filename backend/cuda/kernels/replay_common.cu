@@ -656,6 +656,81 @@ __device__ __forceinline__ void store_state_rounded(float (&v)[SM::PASSES][SM::C
 
 // ---- row dot products from the read copy or the state ----
 //
+// The row-dot kernels below (dots_nvfp4, dots_state, smem_row_dots) share
+// these per-chunk steps, so the global and shared-memory reads keep one
+// order of operations (the pipelined kernels are bit-identical to v4).
+
+// nvfp4_chunk decodes 16 codes (two words) through lut.
+__device__ __forceinline__ void nvfp4_chunk(uint2 w, const float* lut, float (&x)[16])
+{
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        x[k] = lut[(w.x >> (4 * k)) & 15u];
+        x[8 + k] = lut[(w.y >> (4 * k)) & 15u];
+    }
+}
+
+// acc_nvfp4_chunk adds x · vec_a[col..col+16) times the block scale d to
+// acc[a] for the nv vectors (each block's sum first, then one scale).
+template <int NV>
+__device__ __forceinline__ void acc_nvfp4_chunk(const float (&x)[16], float d, const float* vec, int vstride, int nv,
+                                                int col, float (&acc)[NV])
+{
+#pragma unroll
+    for (int a = 0; a < NV; a++) {
+        if (a < nv) {
+            const float4* vp = reinterpret_cast<const float4*>(vec + a * vstride + col);
+            float part = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float4 c4 = vp[q];
+                part = fmaf(x[4 * q], c4.x, part);
+                part = fmaf(x[4 * q + 1], c4.y, part);
+                part = fmaf(x[4 * q + 2], c4.z, part);
+                part = fmaf(x[4 * q + 3], c4.w, part);
+            }
+            acc[a] = fmaf(part, d, acc[a]);
+        }
+    }
+}
+
+// acc_chunk adds x · vec_a[col..col+VEC) to acc[a] for the nv vectors.
+template <int NV, int VEC>
+__device__ __forceinline__ void acc_chunk(const float (&x)[VEC], const float* vec, int vstride, int nv, int col,
+                                          float (&acc)[NV])
+{
+#pragma unroll
+    for (int a = 0; a < NV; a++) {
+        if (a < nv) {
+            const float4* vp = reinterpret_cast<const float4*>(vec + a * vstride + col);
+#pragma unroll
+            for (int q = 0; q < VEC / 4; q++) {
+                const float4 c4 = vp[q];
+                acc[a] = fmaf(x[4 * q], c4.x, acc[a]);
+                acc[a] = fmaf(x[4 * q + 1], c4.y, acc[a]);
+                acc[a] = fmaf(x[4 * q + 2], c4.z, acc[a]);
+                acc[a] = fmaf(x[4 * q + 3], c4.w, acc[a]);
+            }
+        }
+    }
+}
+
+// put_row_sums reduces each vector's partial sums over the row's LANES
+// lanes and writes out[a*ROWS + r] from the row's first lane.
+template <int LANES, int NV>
+__device__ __forceinline__ void put_row_sums(float (&acc)[NV], int nv, int r, bool first, float* out)
+{
+#pragma unroll
+    for (int a = 0; a < NV; a++) {
+        if (a < nv) {
+            const float v = lanes_sum<LANES>(acc[a]);
+            if (r < ROWS && first) {
+                out[a * ROWS + r] = v;
+            }
+        }
+    }
+}
+
 // dots_nvfp4 computes, for each row r of an NVFP4 matrix and each of nv
 // vectors vec[a*vstride ...] in shared memory, out[a*ROWS + r] = row_r . vec_a.
 // Blocks of 16 are decoded through lut and scaled once per block.
@@ -683,37 +758,10 @@ __device__ __forceinline__ void dots_nvfp4(const u8* codes, const u8* scales, fl
                 d = __fmul_rn(f32_from_e4m3(scales[e / 16]), global);
             }
             float x[16];
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                x[k] = lut[(w.x >> (4 * k)) & 15u];
-                x[8 + k] = lut[(w.y >> (4 * k)) & 15u];
-            }
-#pragma unroll
-            for (int a = 0; a < NV; a++) {
-                if (a < nv) {
-                    const float4* vp = reinterpret_cast<const float4*>(vec + a * vstride + col);
-                    float part = 0.0f;
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        const float4 c4 = vp[q];
-                        part = fmaf(x[4 * q], c4.x, part);
-                        part = fmaf(x[4 * q + 1], c4.y, part);
-                        part = fmaf(x[4 * q + 2], c4.z, part);
-                        part = fmaf(x[4 * q + 3], c4.w, part);
-                    }
-                    acc[a] = fmaf(part, d, acc[a]);
-                }
-            }
+            nvfp4_chunk(w, lut, x);
+            acc_nvfp4_chunk<NV>(x, d, vec, vstride, nv, col, acc);
         }
-#pragma unroll
-        for (int a = 0; a < NV; a++) {
-            if (a < nv) {
-                const float s = lanes_sum<RM::LANES>(acc[a]);
-                if (r < ROWS && RM::lane() == 0) {
-                    out[a * ROWS + r] = s;
-                }
-            }
-        }
+        put_row_sums<RM::LANES, NV>(acc, nv, r, RM::lane() == 0, out);
     }
 }
 
@@ -744,30 +792,9 @@ __device__ __forceinline__ void dots_state(const typename StateIO<FMT>::T* S, fl
                     x[k] = 0.0f;
                 }
             }
-#pragma unroll
-            for (int a = 0; a < NV; a++) {
-                if (a < nv) {
-                    const float4* vp = reinterpret_cast<const float4*>(vec + a * vstride + col);
-#pragma unroll
-                    for (int q = 0; q < IO::VEC / 4; q++) {
-                        const float4 c4 = vp[q];
-                        acc[a] = fmaf(x[4 * q], c4.x, acc[a]);
-                        acc[a] = fmaf(x[4 * q + 1], c4.y, acc[a]);
-                        acc[a] = fmaf(x[4 * q + 2], c4.z, acc[a]);
-                        acc[a] = fmaf(x[4 * q + 3], c4.w, acc[a]);
-                    }
-                }
-            }
+            acc_chunk<NV, IO::VEC>(x, vec, vstride, nv, col, acc);
         }
-#pragma unroll
-        for (int a = 0; a < NV; a++) {
-            if (a < nv) {
-                const float s = lanes_sum<SM::LANES>(acc[a]);
-                if (r < ROWS && SM::lane() == 0) {
-                    out[a * ROWS + r] = s;
-                }
-            }
-        }
+        put_row_sums<SM::LANES, NV>(acc, nv, r, SM::lane() == 0, out);
     }
 }
 
@@ -1069,27 +1096,8 @@ __device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gs
                 d = __fmul_rn(f32_from_e4m3(scales[e / 16]), gsc);
             }
             float x[16];
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                x[k] = lut[(w.x >> (4 * k)) & 15u];
-                x[8 + k] = lut[(w.y >> (4 * k)) & 15u];
-            }
-#pragma unroll
-            for (int a = 0; a < NV; a++) {
-                if (a < nv) {
-                    const float4* vp = reinterpret_cast<const float4*>(vec + a * vstride + col);
-                    float part = 0.0f;
-#pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        const float4 c4 = vp[q];
-                        part = fmaf(x[4 * q], c4.x, part);
-                        part = fmaf(x[4 * q + 1], c4.y, part);
-                        part = fmaf(x[4 * q + 2], c4.z, part);
-                        part = fmaf(x[4 * q + 3], c4.w, part);
-                    }
-                    acc[a] = fmaf(part, d, acc[a]);
-                }
-            }
+            nvfp4_chunk(w, lut, x);
+            acc_nvfp4_chunk<NV>(x, d, vec, vstride, nv, col, acc);
 #else
             float x[IO::VEC];
             if (r < ROWS) {
@@ -1100,31 +1108,10 @@ __device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gs
                     x[k] = 0.0f;
                 }
             }
-#pragma unroll
-            for (int a = 0; a < NV; a++) {
-                if (a < nv) {
-                    const float4* vp = reinterpret_cast<const float4*>(vec + a * vstride + col);
-#pragma unroll
-                    for (int q = 0; q < IO::VEC / 4; q++) {
-                        const float4 c4 = vp[q];
-                        acc[a] = fmaf(x[4 * q], c4.x, acc[a]);
-                        acc[a] = fmaf(x[4 * q + 1], c4.y, acc[a]);
-                        acc[a] = fmaf(x[4 * q + 2], c4.z, acc[a]);
-                        acc[a] = fmaf(x[4 * q + 3], c4.w, acc[a]);
-                    }
-                }
-            }
+            acc_chunk<NV, IO::VEC>(x, vec, vstride, nv, col, acc);
 #endif
         }
-#pragma unroll
-        for (int a = 0; a < NV; a++) {
-            if (a < nv) {
-                const float v = lanes_sum<RM::LANES>(acc[a]);
-                if (r < ROWS && RM::lane(ct) == 0) {
-                    out[a * ROWS + r] = v;
-                }
-            }
-        }
+        put_row_sums<RM::LANES, NV>(acc, nv, r, RM::lane(ct) == 0, out);
     }
 }
 
