@@ -276,23 +276,7 @@ func TestQuantizeNVFP4(t *testing.T) {
 				}
 			}
 		}
-		gotP, wantP := make([]byte, n/2), make([]byte, n/2)
-		gotS, wantS := make([]uint8, n/16), make([]uint8, n/16)
-		g := quantizeNVFP4(gotP, gotS, src)
-		w := numeric.QuantizeNVFP4(wantP, wantS, src)
-		if math.Float32bits(g) != math.Float32bits(w) {
-			t.Fatalf("trial %d: global %v, want %v", trial, g, w)
-		}
-		for i := range wantS {
-			if gotS[i] != wantS[i] {
-				t.Fatalf("trial %d block %d: scale %#x, want %#x", trial, i, gotS[i], wantS[i])
-			}
-		}
-		for i := range wantP {
-			if gotP[i] != wantP[i] {
-				t.Fatalf("trial %d byte %d: codes %#x, want %#x (x=%v %v)", trial, i, gotP[i], wantP[i], src[2*i], src[2*i+1])
-			}
-		}
+		checkQuantizeNVFP4(t, trial, src)
 	}
 }
 
@@ -678,30 +662,39 @@ func TestQuantizeNVFP4Groups(t *testing.T) {
 				src[i] = float32(rng.NormFloat64() * sc)
 			}
 		}
-		gotP, wantP := make([]byte, n/2), make([]byte, n/2)
-		gotS, wantS := make([]uint8, n/16), make([]uint8, n/16)
-		poisonBytes(gotP)
-		poisonBytes(gotS)
-		g := quantizeNVFP4(gotP, gotS, src)
-		w := numeric.QuantizeNVFP4(wantP, wantS, src)
-		if math.Float32bits(g) != math.Float32bits(w) {
-			t.Fatalf("trial %d: global %v, want %v", trial, g, w)
-		}
-		for i := range wantS {
-			if gotS[i] != wantS[i] {
-				t.Fatalf("trial %d block %d: scale %#x, want %#x", trial, i, gotS[i], wantS[i])
-			}
-		}
-		for i := range wantP {
-			if gotP[i] != wantP[i] {
-				t.Fatalf("trial %d byte %d: codes %#x, want %#x", trial, i, gotP[i], wantP[i])
-			}
-		}
+		checkQuantizeNVFP4(t, trial, src)
 	}
 }
 
 func poisonBytes(b []byte) {
 	for i := range b {
 		b[i] = 0xa5
+	}
+}
+
+// checkQuantizeNVFP4 requires the cache's nvfp4 quantiser to give package
+// numeric's global scale, block scales and codes for src, bit for bit, into
+// poisoned outputs.
+func checkQuantizeNVFP4(t *testing.T, trial int, src []float32) {
+	t.Helper()
+	n := len(src)
+	gotP, wantP := make([]byte, n/2), make([]byte, n/2)
+	gotS, wantS := make([]uint8, n/16), make([]uint8, n/16)
+	poisonBytes(gotP)
+	poisonBytes(gotS)
+	g := quantizeNVFP4(gotP, gotS, src)
+	w := numeric.QuantizeNVFP4(wantP, wantS, src)
+	if math.Float32bits(g) != math.Float32bits(w) {
+		t.Fatalf("trial %d: global %v, want %v", trial, g, w)
+	}
+	for i := range wantS {
+		if gotS[i] != wantS[i] {
+			t.Fatalf("trial %d block %d: scale %#x, want %#x", trial, i, gotS[i], wantS[i])
+		}
+	}
+	for i := range wantP {
+		if gotP[i] != wantP[i] {
+			t.Fatalf("trial %d byte %d: codes %#x, want %#x (x=%v %v)", trial, i, gotP[i], wantP[i], src[2*i], src[2*i+1])
+		}
 	}
 }
