@@ -45,10 +45,16 @@ __device__ __forceinline__ float bf16_lo(u32 w) { return __uint_as_float(w << 16
 __device__ __forceinline__ float bf16_hi(u32 w) { return __uint_as_float(w & 0xffff0000u); }
 
 // f32_to_bf16 rounds to nearest even; NaN becomes the canonical quiet NaN
-// with its sign (numeric.EncodeBF16). BF16_CVT=1 (an experiment, NOTES.md
-// "Next") rounds with the hardware conversion instead of integer arithmetic.
+// with its sign (numeric.EncodeBF16). BF16_CVT=1 (the default on sm_80+)
+// rounds with the hardware conversion, two elements per instruction in
+// encode_chunk, instead of integer arithmetic: the bf16 baseline step went
+// from 77% to 89% of copy bandwidth on the H200 (NOTES.md, session 4).
 #ifndef BF16_CVT
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define BF16_CVT 1
+#else
 #define BF16_CVT 0
+#endif
 #endif
 __device__ __forceinline__ u32 f32_to_bf16(float f)
 {
@@ -318,10 +324,16 @@ __device__ __forceinline__ void store_words(unsigned char* p, const u32* w)
 
 // decode_chunk / encode_chunk convert VEC elements between floats and packed
 // words; encode_chunk leaves in v what a read gives back.
-// FP8_CVT=1 (an experiment, NOTES.md "Next"; sm_89+) decodes fp8 pairs with
-// the hardware conversion to f16x2 instead of bit arithmetic.
+// FP8_CVT=1 (the default on sm_89+) decodes fp8 pairs with the hardware
+// conversion to f16x2 instead of bit arithmetic (fp8 read-copy non-flush
+// step 280 -> 208 us, Nano, H200); NaN codes then read as NaN, as
+// numeric.F32FromE4M3 reads them.
 #ifndef FP8_CVT
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define FP8_CVT 1
+#else
 #define FP8_CVT 0
+#endif
 #endif
 
 template <int F, int VEC>
@@ -353,23 +365,42 @@ __device__ __forceinline__ void decode_chunk(const u32* w, float* v, float sc)
     }
 }
 
-template <int F, int VEC>
+template <int F, int VEC, bool CVT = true>
 __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float inv)
 {
     constexpr int B = Fmt<F>::BITS;
+#if BF16_CVT
+    if constexpr (F == FMT_BF16 && CVT) {
+        // Two elements per conversion; a NaN (rare: one uniform branch)
+        // takes f32_to_bf16's exact canonical NaN.
 #pragma unroll
-    for (int i = 0; i < Chunk<F, VEC>::WORDS; i++) {
-        w[i] = 0;
-    }
-#pragma unroll
-    for (int k = 0; k < VEC; k++) {
-        const u32 c = Fmt<F>::enc(v[k], inv);
-        if constexpr (B == 32) {
-            w[k] = c;
-        } else {
-            w[k * B / 32] |= c << ((k * B) % 32);
+        for (int k = 0; k < VEC; k += 2) {
+            u32 d;
+            asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(v[k + 1]), "f"(v[k]));
+            if (v[k] != v[k] || v[k + 1] != v[k + 1]) {
+                d = f32_to_bf16(v[k]) | (f32_to_bf16(v[k + 1]) << 16);
+            }
+            w[k / 2] = d;
+            v[k] = bf16_lo(d);
+            v[k + 1] = bf16_hi(d);
         }
-        v[k] = Fmt<F>::dec(c, sc);
+    } else
+#endif
+    {
+#pragma unroll
+        for (int i = 0; i < Chunk<F, VEC>::WORDS; i++) {
+            w[i] = 0;
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            const u32 c = Fmt<F>::enc(v[k], inv);
+            if constexpr (B == 32) {
+                w[k] = c;
+            } else {
+                w[k * B / 32] |= c << ((k * B) % 32);
+            }
+            v[k] = Fmt<F>::dec(c, sc);
+        }
     }
 }
 
@@ -383,11 +414,12 @@ __device__ __forceinline__ void load_chunk(const void* base, u64 e, float* v, fl
 }
 
 // store_chunk writes elements [e, e+VEC) and leaves in v what was stored.
-template <int F, int VEC>
+// CVT=false keeps bf16 on the integer rounding (same bits, fewer registers).
+template <int F, int VEC, bool CVT = true>
 __device__ __forceinline__ void store_chunk(void* base, u64 e, float* v, float sc, float inv)
 {
     Chunk<F, VEC> c;
-    encode_chunk<F, VEC>(c.w, v, sc, inv);
+    encode_chunk<F, VEC, CVT>(c.w, v, sc, inv);
     store_words<Chunk<F, VEC>::WORDS>(reinterpret_cast<unsigned char*>(base) + e * Fmt<F>::BITS / 8, c.w);
 }
 
@@ -408,9 +440,10 @@ struct StateIO {
         decode_chunk<F, VEC>(w, v, sc);
     }
     // store writes v and leaves in v what was stored.
+    template <bool CVT = true>
     __device__ static __forceinline__ void store(T* p, u64 e, float* v, float sc, float inv)
     {
-        store_chunk<F, VEC>(p, e, v, sc, inv);
+        store_chunk<F, VEC, CVT>(p, e, v, sc, inv);
     }
 };
 
@@ -817,6 +850,38 @@ __device__ __forceinline__ void dots_read(const typename StateIO<STATE_FMT>::T* 
 #endif
 }
 
+// SMALL_PF (default 1) lets the one-kernel small-batch step ask for its
+// state in L1 right after slots[b] and load the ring before hist[s] is back
+// (NOTES.md, session 4). 0 restores session 3's order, for comparison.
+#ifndef SMALL_PF
+#define SMALL_PF 1
+#endif
+
+// prefetch_read asks for what dots_read will read of matrix m (read copy or
+// checkpoint) in this SM's L1, one request per 128-byte line spread over
+// the CTA. At small batch a step is a chain of dependent round trips
+// (slots, hist, ring, state); this takes the state out of the chain.
+__device__ __forceinline__ void prefetch_read(const typename StateIO<STATE_FMT>::T* state, const u8* rcodes,
+                                              const u8* rscales, u64 m)
+{
+#if READ_FMT == FMT_F32
+    const char* p = reinterpret_cast<const char*>(state + m * (ROWS * COLS));
+    constexpr int bytes = ROWS * COLS * (int)sizeof(typename StateIO<STATE_FMT>::T);
+#else
+    const char* p = reinterpret_cast<const char*>(rcodes + m * RC_BYTES);
+    constexpr int bytes = RC_BYTES;
+#endif
+    for (int o = (int)threadIdx.x * 128; o < bytes; o += NT * 128) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(p + o));
+    }
+#if READ_FMT == FMT_NVFP4
+    const char* ps = reinterpret_cast<const char*>(rscales + m * (ROWS * COLS / 16));
+    for (int o = (int)threadIdx.x * 128; o < ROWS * COLS / 16; o += NT * 128) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(ps + o));
+    }
+#endif
+}
+
 // ---- many short dot products at once ----
 //
 // dot_pairs computes write(pr, a(pr) . b(pr)) for every pair pr in
@@ -1140,6 +1205,53 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
         return;
     }
     __threadfence();
+    for (int b = threadIdx.x; b < batch; b += blockDim.x) {
+        const int s = slots[b];
+        const int t = hist[s] + 1;
+        hist[s] = t >= L ? 0 : t;
+        pending[s] = 0;
+    }
+    if (threadIdx.x == 0) {
+        *done = 0;
+    }
+}
+
+// step_count and step_finish split step_done for the one-kernel small-batch
+// step, where the counter's round trip would otherwise sit at the end of the
+// step's critical path: a block counts itself as soon as its threads have
+// read the cursors (step_count, after a barrier that follows those reads;
+// thread 0 gets whether it was the last), works, and at its end the last
+// block moves the cursors (step_finish). The cursors are only read at the
+// start, so moving them once every block has read them is enough.
+// STEP_EARLY=0 (an experiment switch) restores step_done's count at the end.
+#ifndef STEP_EARLY
+#define STEP_EARLY 1
+#endif
+
+__device__ __forceinline__ bool step_count(int* done)
+{
+    if (!STEP_EARLY || threadIdx.x != 0) {
+        return false;
+    }
+    return atomicAdd(done, 1) == (int)(gridDim.x * gridDim.y) - 1;
+}
+
+__device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, int* done, const int* slots,
+                                            int batch, int L)
+{
+    if (!STEP_EARLY) {
+        step_done(hist, pending, done, slots, batch, L);
+        return;
+    }
+    __shared__ int isLast;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        isLast = last;
+    }
+    __syncthreads();
+    if (!isLast) {
+        return;
+    }
     for (int b = threadIdx.x; b < batch; b += blockDim.x) {
         const int s = slots[b];
         const int t = hist[s] + 1;

@@ -254,7 +254,7 @@ __device__ __forceinline__ void gdn_scalars(float a, float b, double negA, doubl
 // loads in flight at once. MODE: 0 non-flush slots, 1 flush slots, 2 both
 // (one kernel for small batches).
 template <int MODE>
-__device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, float* rglobal,
+__device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                          float* __restrict__ ringK, float* __restrict__ ringV,
                                          float* __restrict__ ringA, float* __restrict__ ringBeta,
                                          float* __restrict__ ringU, const int* __restrict__ hist,
@@ -262,19 +262,26 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
                                          const float* __restrict__ k, const float* __restrict__ v,
                                          const float* __restrict__ a, const float* __restrict__ bb,
                                          float* __restrict__ o, const double* __restrict__ negA,
-                                         const double* __restrict__ dtb, float qscale, int L)
+                                         const double* __restrict__ dtb, float qscale, int L, int* done)
 {
     __shared__ __align__(16) GDNShared sh;
     const int j = blockIdx.x, b = blockIdx.y, kh = j / VPK;
     const int tid = threadIdx.x, warp = tid >> 5;
+    // EARLY (the small-batch kernel): state asked for in L1, the whole ring
+    // loaded before hist[s] is back (as mamba2_step does).
+    constexpr bool EARLY = MODE == 2 && SMALL_PF && RMAX <= NT;
     const int s = slots[b];
+    const u64 mat = (u64)s * NVH + j;
+    if (EARLY) {
+        prefetch_read(state, rcodes, rscales, mat);
+    }
     const int n = hist[s];
     const int t = n + 1;
+    const int ngather = EARLY ? RMAX : n;
     const bool FLUSH = MODE == 2 ? t >= L : MODE == 1;
     if (MODE != 2 && (t >= L) != FLUSH) {
-        return;
+        return false;
     }
-    const u64 mat = (u64)s * NVH + j;
     // Vector rows: the flush keeps k_0..k_n, q; the non-flush k_n, q, then
     // the ring keys k_0..k_{n-1} from row 2 (and the ring's u_i in proj rows
     // 2.., next to S0^T k and S0^T q in rows 0 and 1).
@@ -289,19 +296,24 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     for (int it = 0; it < KIT; it++) {
         const int idx = tid + it * NT;
         kv[it] = 0.0f;
-        if (idx < n * DK) {
+        if (idx < ngather * DK) {
             kv[it] = ringK[(ring_at(s, idx / DK) * NKH + kh) * DK + idx % DK];
         }
     }
-    if (!FLUSH) {
+    if (EARLY || !FLUSH) {
 #pragma unroll
         for (int it = 0; it < UIT; it++) {
             const int idx = tid + it * NT;
             uv[it] = 0.0f;
-            if (idx < n * DV) {
+            if (idx < ngather * DV) {
                 uv[it] = ringU[(ring_at(s, idx / DV) * NVH + j) * DV + idx % DV];
             }
         }
+    }
+    float egj = 0.0f, betaj = 0.0f; // ring scalars of entry tid (EARLY)
+    if (EARLY && tid < RMAX) {
+        egj = ringA[rs_at(s, j, tid)];
+        betaj = ringBeta[rs_at(s, j, tid)];
     }
     if (warp == 0) {
         l2norm_warp(sh.vec + kslot * DK, k + ((u64)b * NKH + kh) * DK, 1.0f);
@@ -319,9 +331,16 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
             ringBeta[rs_at(s, j, n)] = beta;
         }
     }
-    for (int i = tid; i < n; i += NT) {
-        sh.decay[i] = ringA[rs_at(s, j, i)];
-        sh.beta[i] = ringBeta[rs_at(s, j, i)];
+    if (EARLY) {
+        if (tid < n) {
+            sh.decay[tid] = egj;
+            sh.beta[tid] = betaj;
+        }
+    } else {
+        for (int i = tid; i < n; i += NT) {
+            sh.decay[i] = ringA[rs_at(s, j, i)];
+            sh.beta[i] = ringBeta[rs_at(s, j, i)];
+        }
     }
     if (!FLUSH) {
         for (int m = tid; m < DV; m += NT) {
@@ -348,9 +367,10 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     init_e2m1_lut(sh.lut);
 #endif
     __syncthreads();
+    const bool last = MODE == 2 && step_count(done);
     if (FLUSH) {
         gdn_fold(sh, state, rcodes, rscales, rglobal, mat, t, qslot, ringV, s, j, n, vt, ot);
-        return;
+        return last;
     }
     if (j % VPK == 0) {
         for (int e = tid; e < DK; e += NT) {
@@ -390,6 +410,7 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
         ringU[(ring_at(s, n) * NVH + j) * DV + m] = ut;
         ot[m] = ov;
     }
+    return last;
 }
 
 #define GDN_STEP_PARAMS                                                                                          \
@@ -400,7 +421,7 @@ __device__ __forceinline__ void gdn_step(ST* state, u8* rcodes, u8* rscales, flo
         const float *__restrict__ bb, float *__restrict__ o, const double *__restrict__ negA,                     \
         const double *__restrict__ dtb, float qscale, int L, int *__restrict__ pending, int *__restrict__ done,  \
         int batch
-#define GDN_STEP_ARGS state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o, negA, dtb, qscale, L
+#define GDN_STEP_ARGS state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o, negA, dtb, qscale, L, done
 
 // As for Mamba-2: the flush kernel first, then the non-flush kernel (this
 // one or gdn_pipe_step), whose last block moves the cursors; one kernel
@@ -418,8 +439,8 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_flush(GDN_STEP_PARAM
 
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_PARAMS)
 {
-    gdn_step<2>(GDN_STEP_ARGS);
-    step_done(hist, pending, done, slots, batch, L);
+    const bool last = gdn_step<2>(GDN_STEP_ARGS);
+    step_finish(last, hist, pending, done, slots, batch, L);
 }
 
 // gdn_replay_verify computes the outputs of cnt = counts[b] (or T) drafts per

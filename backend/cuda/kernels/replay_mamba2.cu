@@ -130,7 +130,7 @@ __device__ __forceinline__ void mamba2_fold(ST* state, u8* rcodes, u8* rscales, 
 // entry). MODE: 0 non-flush slots, 1 flush slots, 2 both. The step's last
 // kernel moves the cursors (step_done).
 template <int MODE>
-__device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, float* rglobal,
+__device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                             float* __restrict__ ringX, float* __restrict__ ringB,
                                             float* __restrict__ ringDt, float* __restrict__ ringA,
                                             const int* __restrict__ hist, const int* __restrict__ slots,
@@ -138,7 +138,7 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
                                             const float* __restrict__ C, const float* __restrict__ dt,
                                             float* __restrict__ y, const double* __restrict__ A,
                                             const double* __restrict__ dtb, const float* __restrict__ D,
-                                            float dtMin, int L)
+                                            float dtMin, int L, int* done)
 {
     __shared__ __align__(16) float sC[N];
     __shared__ __align__(16) float sB[RMAX * N];
@@ -154,14 +154,23 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
 
     const int h = blockIdx.x, b = blockIdx.y, g = h / HPG;
     const int tid = threadIdx.x;
+    // EARLY (the small-batch kernel): the state is asked for in L1 and the
+    // whole ring (RMAX entries, the unused ones ignored) is loaded without
+    // waiting for hist[s], so the step's chain is slots -> {hist, ring,
+    // state} -> y rather than slots -> hist -> ring -> state -> y.
+    constexpr bool EARLY = MODE == 2 && SMALL_PF && RMAX <= NT;
     const int s = slots[b];
+    const u64 mat = (u64)s * NHEADS + h;
+    if (EARLY) {
+        prefetch_read(state, rcodes, rscales, mat);
+    }
     const int n = hist[s];
     const int t = n + 1;
+    const int ngather = EARLY ? RMAX : n;
     const bool FLUSH = MODE == 2 ? t >= L : MODE == 1;
     if (MODE != 2 && (t >= L) != FLUSH) {
-        return;
+        return false;
     }
-    const u64 mat = (u64)s * NHEADS + h;
     const float* xt = x + ((u64)b * NHEADS + h) * P;
     const float* Bt = B + ((u64)b * NGROUPS + g) * N;
 
@@ -173,7 +182,7 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     for (int it = 0; it < XIT; it++) {
         const int idx = tid + it * NT;
         xv[it] = 0.0f;
-        if (idx < P * n) {
+        if (idx < P * ngather) {
             xv[it] = ringX[(ring_at(s, idx / P) * NHEADS + h) * P + idx % P];
         }
     }
@@ -181,9 +190,14 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     for (int it = 0; it < BIT; it++) {
         const int idx = tid + it * NT;
         bv[it] = 0.0f;
-        if (idx < N * n) {
+        if (idx < N * ngather) {
             bv[it] = ringB[(ring_at(s, idx / N) * NGROUPS + g) * N + idx % N];
         }
+    }
+    float dj = 0.0f, aj = 0.0f; // ring scalars of entry tid (EARLY)
+    if (EARLY && tid < RMAX) {
+        dj = ringDt[rs_at(s, h, tid)];
+        aj = ringA[rs_at(s, h, tid)];
     }
     if (tid == 0) {
         const float delta = fmaxf((float)softplus_d((double)dt[(u64)b * NHEADS + h] + dtb[h]), dtMin);
@@ -195,9 +209,16 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
             ringA[rs_at(s, h, n)] = a;
         }
     }
-    for (int j = tid; j < n; j += NT) {
-        sDelta[j] = ringDt[rs_at(s, h, j)];
-        sDecay[j] = ringA[rs_at(s, h, j)];
+    if (EARLY) {
+        if (tid < n) {
+            sDelta[tid] = dj;
+            sDecay[tid] = aj;
+        }
+    } else {
+        for (int j = tid; j < n; j += NT) {
+            sDelta[j] = ringDt[rs_at(s, h, j)];
+            sDecay[j] = ringA[rs_at(s, h, j)];
+        }
     }
     for (int p = tid; p < P; p += NT) {
         const float v = xt[p];
@@ -232,6 +253,7 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     init_e2m1_lut(sLut);
 #endif
     __syncthreads();
+    const bool last = MODE == 2 && step_count(done);
     // Decay products from each entry to the current one (DESIGN.md 2.1),
     // as products of the per-step decays in float64 like the CPU cache.
     if (tid == 0) {
@@ -257,7 +279,7 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
             }
             y[((u64)b * NHEADS + h) * P + p] = yv;
         }
-        return;
+        return last;
     }
     __syncthreads();
     for (int idx = tid; idx < P * t; idx += NT) {
@@ -271,6 +293,7 @@ __device__ __forceinline__ void mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     for (int p = tid; p < P; p += NT) {
         y[((u64)b * NHEADS + h) * P + p] = sDot[p] + dh * xt[p];
     }
+    return last;
 }
 
 // mamba2_nonflush_pf is the non-flush step (mamba2_step<0>'s outputs,
@@ -451,7 +474,7 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
         const float *__restrict__ C, const float *__restrict__ dt, float *__restrict__ y,                         \
         const double *__restrict__ A, const double *__restrict__ dtb, const float *__restrict__ D, float dtMin,    \
         int L, int *__restrict__ pending, int *__restrict__ done, int batch
-#define MAMBA2_STEP_ARGS state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, x, B, C, dt, y, A, dtb, D, dtMin, L
+#define MAMBA2_STEP_ARGS state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, x, B, C, dt, y, A, dtb, D, dtMin, L, done
 
 // The decode step's kernels share one parameter list: the flush kernel runs
 // first, then the non-flush kernel (this one, or mamba2_pipe_step), whose
@@ -473,8 +496,8 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_flush(MAMBA2_STEP
 
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_step_small(MAMBA2_STEP_PARAMS)
 {
-    mamba2_step<2>(MAMBA2_STEP_ARGS);
-    step_done(hist, pending, done, slots, batch, L);
+    const bool last = mamba2_step<2>(MAMBA2_STEP_ARGS);
+    step_finish(last, hist, pending, done, slots, batch, L);
 }
 
 // mamba2_replay_verify computes the outputs of cnt = counts[b] (or T) draft
@@ -782,7 +805,10 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                         acc = fmaf(v, sCk[k * N + col + e], acc);
                     }
                     if (!SIO::SCALED && r < ROWS) {
-                        SIO::store(dst, (u64)r * N + col, S[pass][c], 1.0f, 1.0f);
+                        // Integer bf16 rounding here: the hardware pair
+                        // conversion costs this register-held path
+                        // occupancy (verify baseline Nano 1006 -> 1048 us).
+                        SIO::template store<false>(dst, (u64)r * N + col, S[pass][c], 1.0f, 1.0f);
                     }
                 }
                 acc = lanes_sum<SM::LANES>(acc);
