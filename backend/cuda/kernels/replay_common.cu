@@ -447,6 +447,53 @@ struct StateIO {
     }
 };
 
+// The in-place baseline steps stream their state pass by pass. BASE_PF=1
+// loads pass p+1 before pass p is updated and stored, so two passes' bytes
+// are in flight per thread instead of one. On the H200 (B=256) that took
+// the fp32 Mamba-2 baselines from 91% to 95% (Nano) and 89% to 93% (Super)
+// of copy bandwidth and left GDN fp32 unchanged, but cost bf16 26-35% (the
+// extra registers halve the blocks per SM): the default is 1 for fp32
+// states only (NOTES.md, session 4).
+#ifndef BASE_PF
+#define BASE_PF (STATE_FMT == FMT_F32)
+#endif
+
+// load_pass reads this thread's chunks of pass `pass` of a ROWS x COLS
+// matrix (zeros past the last row).
+template <typename IO, typename MAP>
+__device__ __forceinline__ void load_pass(const typename IO::T* m, int pass, float (&e)[MAP::CPL][IO::VEC])
+{
+    const int r = MAP::row(pass);
+#pragma unroll
+    for (int c = 0; c < MAP::CPL; c++) {
+        if (r < ROWS) {
+            IO::load(m, (u64)r * COLS + MAP::col(c), e[c], 1.0f);
+        } else {
+#pragma unroll
+            for (int q = 0; q < IO::VEC; q++) {
+                e[c][q] = 0.0f;
+            }
+        }
+    }
+}
+
+// next_pass moves the prefetched pass into e and starts loading the next.
+template <typename IO, typename MAP>
+__device__ __forceinline__ void next_pass(const typename IO::T* m, int pass, float (&e)[MAP::CPL][IO::VEC],
+                                          float (&en)[MAP::CPL][IO::VEC])
+{
+#pragma unroll
+    for (int c = 0; c < MAP::CPL; c++) {
+#pragma unroll
+        for (int q = 0; q < IO::VEC; q++) {
+            e[c][q] = en[c][q];
+        }
+    }
+    if (pass + 1 < MAP::PASSES) {
+        load_pass<IO, MAP>(m, pass + 1, en);
+    }
+}
+
 // Bytes of one ROWS x COLS matrix in an element format (not nvfp4).
 #define FMT_SIZE(f) ((f) == FMT_F32 ? 4 : (f) == FMT_E4M3 ? 1 : 2)
 

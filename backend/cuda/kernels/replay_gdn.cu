@@ -621,21 +621,19 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         const float eg = sDecay[0], beta = sBeta[0];
         const float* vd = v + ((u64)b * NVH + j) * DV;
         float* od = o + ((u64)b * NVH + j) * DV;
+#if BASE_PF
+        float en[SM::CPL][VEC];
+        load_pass<SIO, SM>(src, 0, en);
+#endif
 #pragma unroll 1
         for (int pass = 0; pass < SM::PASSES; pass++) {
             const int r = SM::row(pass);
             float e[SM::CPL][VEC];
-#pragma unroll
-            for (int c = 0; c < SM::CPL; c++) {
-                if (r < ROWS) {
-                    SIO::load(src, (u64)r * DK + SM::col(c), e[c], 1.0f);
-                } else {
-#pragma unroll
-                    for (int q = 0; q < VEC; q++) {
-                        e[c][q] = 0.0f;
-                    }
-                }
-            }
+#if BASE_PF
+            next_pass<SIO, SM>(src, pass, e, en);
+#else
+            load_pass<SIO, SM>(src, pass, e);
+#endif
             float sk = 0.0f;
 #pragma unroll
             for (int c = 0; c < SM::CPL; c++) {

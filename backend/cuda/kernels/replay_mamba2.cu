@@ -739,16 +739,25 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
         // new matrix's amax before it can store: it takes the other path.)
         const float a = sDecay[0], delta = sDelta[0];
         const float* xk = x + ((u64)b * NHEADS + h) * P;
+#if BASE_PF
+        float en[SM::CPL][VEC];
+        load_pass<SIO, SM>(src, 0, en);
+#endif
 #pragma unroll 1
         for (int pass = 0; pass < SM::PASSES; pass++) {
             const int r = SM::row(pass);
             float e[SM::CPL][VEC];
             float acc = 0.0f;
+#if BASE_PF
+            next_pass<SIO, SM>(src, pass, e, en);
+#endif
             if (r < ROWS) {
+#if !BASE_PF
 #pragma unroll
                 for (int c = 0; c < SM::CPL; c++) {
                     SIO::load(src, (u64)r * N + SM::col(c), e[c], 1.0f);
                 }
+#endif
                 const float xc = delta * xk[r];
 #pragma unroll
                 for (int c = 0; c < SM::CPL; c++) {
