@@ -1234,6 +1234,21 @@ __device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gs
 // so a whole decode step can be captured in a CUDA graph with no host round
 // trip.
 
+// move_cursors advances the cursors of a replay decode step's slots
+// (cursor_step's rule) and resets the block counter; one block calls it.
+__device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done, const int* slots, int batch, int L)
+{
+    for (int b = threadIdx.x; b < batch; b += blockDim.x) {
+        const int s = slots[b];
+        const int t = hist[s] + 1;
+        hist[s] = t >= L ? 0 : t;
+        pending[s] = 0;
+    }
+    if (threadIdx.x == 0) {
+        *done = 0;
+    }
+}
+
 // step_done moves the cursors of a replay decode step's slots (cursor_step's
 // rule) once every block of the step's last kernel has read them, so a step
 // needs no cursor kernel: each block, when done, counts itself on *done; the
@@ -1252,15 +1267,7 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
         return;
     }
     __threadfence();
-    for (int b = threadIdx.x; b < batch; b += blockDim.x) {
-        const int s = slots[b];
-        const int t = hist[s] + 1;
-        hist[s] = t >= L ? 0 : t;
-        pending[s] = 0;
-    }
-    if (threadIdx.x == 0) {
-        *done = 0;
-    }
+    move_cursors(hist, pending, done, slots, batch, L);
 }
 
 // step_count and step_finish split step_done for the one-kernel small-batch
@@ -1299,15 +1306,7 @@ __device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, 
     if (!isLast) {
         return;
     }
-    for (int b = threadIdx.x; b < batch; b += blockDim.x) {
-        const int s = slots[b];
-        const int t = hist[s] + 1;
-        hist[s] = t >= L ? 0 : t;
-        pending[s] = 0;
-    }
-    if (threadIdx.x == 0) {
-        *done = 0;
-    }
+    move_cursors(hist, pending, done, slots, batch, L);
 }
 
 // cursor_verify: after a Verify of counts[b] (or T) drafts, a replay slot
