@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -46,7 +47,7 @@ func TestPlanPipeline(t *testing.T) {
 				} else {
 					stage, scratch = gdnPipeBytes(sh.cols, sh.rows, opt, replayRing(opt))
 				}
-				p, defines := planPipeline(h200, stage, scratch, opt, sh.rows, sh.cols)
+				p, defines := planPipeline(h200, stage, scratch, opt, sh.rows, sh.cols, tuning{})
 				if !p.on {
 					t.Fatalf("pipeline off: %s", p.reasonDisabled)
 				}
@@ -87,21 +88,48 @@ func TestPlanPipeline(t *testing.T) {
 		rows   int
 		cols   int
 		opt    replay.Options
-		env    string
+		v4     bool
 		reason string
 	}{
-		{"sm_80", &Device{ccMajor: 8, smCount: 108, sharedOptin: 163 << 10, sharedPerSM: 164 << 10}, 80, 128, replay.Options{Window: 16}, "", "compute capability 8"},
-		{"unaligned rows", h200, 81, 128, replay.Options{Window: 16}, "", "16-byte multiples"},
-		{"unaligned nvfp4 scales", h200, 8, 16, replay.Options{Window: 16, ReadCopy: numeric.NVFP4}, "", "16-byte multiples"},
-		{"v4 asked for", h200, 80, 128, replay.Options{Window: 16}, "v4", "REPLAYSSM_CUDA_KERNELS=v4"},
-		{"small shared memory", &Device{ccMajor: 9, smCount: 132, sharedOptin: 48 << 10, sharedPerSM: 100 << 10}, 80, 128, replay.Options{Window: 16}, "", "exceed"},
+		{"sm_80", &Device{ccMajor: 8, smCount: 108, sharedOptin: 163 << 10, sharedPerSM: 164 << 10}, 80, 128, replay.Options{Window: 16}, false, "compute capability 8"},
+		{"unaligned rows", h200, 81, 128, replay.Options{Window: 16}, false, "16-byte multiples"},
+		{"unaligned nvfp4 scales", h200, 8, 16, replay.Options{Window: 16, ReadCopy: numeric.NVFP4}, false, "16-byte multiples"},
+		{"v4 asked for", h200, 80, 128, replay.Options{Window: 16}, true, "REPLAYSSM_CUDA_KERNELS=v4"},
+		{"small shared memory", &Device{ccMajor: 9, smCount: 132, sharedOptin: 48 << 10, sharedPerSM: 100 << 10}, 80, 128, replay.Options{Window: 16}, false, "exceed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("REPLAYSSM_CUDA_KERNELS", tc.env)
 			stage, scratch := mamba2PipeBytes(tc.rows, tc.cols, tc.opt, 16)
-			p, defines := planPipeline(tc.d, stage, scratch, tc.opt, tc.rows, tc.cols)
+			p, defines := planPipeline(tc.d, stage, scratch, tc.opt, tc.rows, tc.cols, tuning{v4: tc.v4})
 			if p.on || defines != nil || !strings.Contains(p.reasonDisabled, tc.reason) {
 				t.Errorf("on %v, defines %v, reason %q; want off with %q", p.on, defines, p.reasonDisabled, tc.reason)
+			}
+		})
+	}
+}
+
+// TestEnvTuning checks how the REPLAYSSM_CUDA_* knobs are read: set values
+// win, malformed or out-of-range ones keep the defaults.
+func TestEnvTuning(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want tuning
+	}{
+		{"unset", nil, tuning{smallBatch: defaultSmallBatch}},
+		{"all set", map[string]string{
+			"REPLAYSSM_CUDA_KERNELS": "v4", "REPLAYSSM_CUDA_PIPE_GROUPS": "2", "REPLAYSSM_CUDA_PIPE_BLOCKS": "3",
+			"REPLAYSSM_CUDA_DEFINES": " -DA=1  -DB=0 ", "REPLAYSSM_CUDA_SMALL_BATCH": "0",
+		}, tuning{v4: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0}},
+		{"malformed", map[string]string{
+			"REPLAYSSM_CUDA_KERNELS": "v5", "REPLAYSSM_CUDA_PIPE_GROUPS": "two", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1",
+			"REPLAYSSM_CUDA_SMALL_BATCH": "-3",
+		}, tuning{smallBatch: defaultSmallBatch}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := envTuning(func(k string) string { return tc.env[k] })
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("envTuning = %+v, want %+v", got, tc.want)
 			}
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 
@@ -31,6 +30,40 @@ var ErrReplayOptions = errors.New("cuda: unsupported replay cache options")
 // block): at a few slots a step costs what its launches cost.
 // REPLAYSSM_CUDA_SMALL_BATCH overrides it (0: never).
 const defaultSmallBatch = 4
+
+// tuning holds the kernel knobs that the REPLAYSSM_CUDA_* environment
+// variables set for experiments (NOTES.md). The public constructors read
+// them from the environment once; tests give each cache its own, so caches
+// with different knobs can be built side by side in parallel tests.
+type tuning struct {
+	v4         bool     // REPLAYSSM_CUDA_KERNELS=v4: the v4 kernels, no pipeline
+	pipeGroups int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
+	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the pipelined grid (0: none)
+	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
+	smallBatch int      // REPLAYSSM_CUDA_SMALL_BATCH: batches up to this take one kernel
+}
+
+// envTuning reads the knobs through getenv (os.Getenv); unset or malformed
+// values keep the defaults.
+func envTuning(getenv func(string) string) tuning {
+	tn := tuning{
+		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
+		smallBatch: defaultSmallBatch,
+	}
+	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
+		tn.defines = f
+	}
+	if g, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_PIPE_GROUPS")); err == nil && g >= 1 {
+		tn.pipeGroups = g
+	}
+	if b, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_PIPE_BLOCKS")); err == nil && b >= 1 {
+		tn.pipeBlocks = b
+	}
+	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_SMALL_BATCH")); err == nil && v >= 0 {
+		tn.smallBatch = v
+	}
+	return tn
+}
 
 // replayRingMax bounds window + max drafts: the ring's per-entry tables live
 // in static shared memory (48 KiB per block).
@@ -110,14 +143,14 @@ type pipeline struct {
 // defines that compile them (none when it is off). Bulk copies move 16-byte
 // multiples: rows and cols must be multiples of 4, and an nvfp4 read copy's
 // scale rows (rows·cols/16 bytes) multiples of 16.
-func planPipeline(d *Device, stageBytes, scratchBytes int, opt replay.Options, rows, cols int) (pipeline, []string) {
+func planPipeline(d *Device, stageBytes, scratchBytes int, opt replay.Options, rows, cols int, tn tuning) (pipeline, []string) {
 	shapeOK := rows%4 == 0 && cols%4 == 0 && (opt.ReadCopy != numeric.NVFP4 || rows*cols%256 == 0)
 	maxStages := pipeStages(opt)
 	round := func(v, m int) int { return (v + m - 1) / m * m }
 	p := pipeline{stageBytes: round(stageBytes, 128), scratchBytes: round(scratchBytes, 128), sms: d.Multiprocessors()}
 	major, _ := d.ComputeCapability()
 	switch {
-	case os.Getenv("REPLAYSSM_CUDA_KERNELS") == "v4":
+	case tn.v4:
 		p.reasonDisabled = "REPLAYSSM_CUDA_KERNELS=v4"
 	case major < 9:
 		p.reasonDisabled = fmt.Sprintf("compute capability %d < 9 (no bulk copies)", major)
@@ -142,10 +175,10 @@ func planPipeline(d *Device, stageBytes, scratchBytes int, opt replay.Options, r
 		p.reasonDisabled = fmt.Sprintf("two stages of %d bytes exceed the %d bytes of shared memory per block", p.stageBytes+p.scratchBytes, d.MaxSharedMemoryPerBlock())
 		return p, nil
 	}
-	// REPLAYSSM_CUDA_PIPE_GROUPS overrides the group count if it divides
-	// the stages (a group then owns several stages in turn).
+	// tn.pipeGroups overrides the group count if it divides the stages (a
+	// group then owns several stages in turn).
 	groups := p.stages
-	if g, err := strconv.Atoi(os.Getenv("REPLAYSSM_CUDA_PIPE_GROUPS")); err == nil && g >= 1 && p.stages%g == 0 {
+	if g := tn.pipeGroups; g >= 1 && p.stages%g == 0 {
 		groups = g
 	}
 	p.on, p.stepOn = true, true
@@ -159,9 +192,7 @@ func planPipeline(d *Device, stageBytes, scratchBytes int, opt replay.Options, r
 	p.blocksPerSM = min(8, 2048/(32*(p.warps+1)), max(1, perSM/(p.smem+1024)))
 	// Tests bound the grid so that each block streams many items through
 	// its stages (every stage and phase of the mbarrier protocol in use).
-	if b, err := strconv.Atoi(os.Getenv("REPLAYSSM_CUDA_PIPE_BLOCKS")); err == nil && b >= 1 {
-		p.maxBlocks = b
-	}
+	p.maxBlocks = tn.pipeBlocks
 	return p, []string{
 		fmt.Sprintf("-DNCW=%d", p.warps), fmt.Sprintf("-DGW=%d", pipeGroupWarps), fmt.Sprintf("-DNSTAGE=%d", p.stages),
 		fmt.Sprintf("-DSTAGE_BYTES=%d", p.stageBytes), fmt.Sprintf("-DSCR_BYTES=%d", p.scratchBytes),
@@ -474,7 +505,7 @@ func (c *replayCommon) stateBuffers() int {
 
 // init compiles the module (replay_common.cu + file) with the shape defines
 // and allocates the cursors.
-func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, capacity, rows, cols int, file string, defines []string) error {
+func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, capacity, rows, cols int, file string, defines []string, tn tuning) error {
 	c.d, c.opt, c.capacity = d, opt, capacity
 	c.threads = replayThreads(rows, cols, opt.State)
 	common, err := KernelSource("replay_common.cu")
@@ -496,7 +527,7 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 	}
 	// Kernel experiments: extra NVRTC options (-D switches such as
 	// -DPIPE_RING=0, NOTES.md) without rebuilding the program.
-	opts = append(opts, strings.Fields(os.Getenv("REPLAYSSM_CUDA_DEFINES"))...)
+	opts = append(opts, tn.defines...)
 	if c.mod, err = d.Compile(ctx, file, common+"\n"+src, opts...); err != nil {
 		return err
 	}
@@ -521,10 +552,7 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 			return err
 		}
 	}
-	c.smallBatch = defaultSmallBatch
-	if v, err := strconv.Atoi(os.Getenv("REPLAYSSM_CUDA_SMALL_BATCH")); err == nil && v >= 0 {
-		c.smallBatch = v
-	}
+	c.smallBatch = tn.smallBatch
 	c.live = make([]bool, capacity)
 	for i := capacity - 1; i >= 0; i-- {
 		c.free = append(c.free, replay.Slot(i))

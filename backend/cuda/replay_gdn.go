@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
@@ -39,6 +40,11 @@ type GDNCache struct {
 // NewGDNCache compiles the kernels for the shape and options and allocates a
 // cache of capacity slots on d (see NewMamba2Cache for the options).
 func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.GDNParams, capacity int, opt replay.Options) (*GDNCache, error) {
+	return newGDNCache(ctx, d, shape, prm, capacity, opt, envTuning(os.Getenv))
+}
+
+// newGDNCache is NewGDNCache with the kernel knobs given.
+func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.GDNParams, capacity int, opt replay.Options, tn tuning) (*GDNCache, error) {
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}
@@ -68,10 +74,10 @@ func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if opt.Mode == replay.Replay {
 		var pd []string
 		stage, scratch := gdnPipeBytes(dk, dv, opt, replayRing(opt))
-		c.pipe, pd = planPipeline(d, stage, scratch, opt, dv, dk)
+		c.pipe, pd = planPipeline(d, stage, scratch, opt, dv, dk, tn)
 		defines = append(defines, pd...)
 	}
-	if err := c.init(ctx, d, opt, capacity, dv, dk, "replay_gdn.cu", defines); err != nil {
+	if err := c.init(ctx, d, opt, capacity, dv, dk, "replay_gdn.cu", defines, tn); err != nil {
 		return fail(err)
 	}
 	if err := c.bindKernels("gdn_pipe_step", "", ""); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
@@ -58,6 +59,11 @@ type Mamba2Cache struct {
 // the naive nvfp4 baseline, no stochastic rounding, and window + max
 // drafts ≤ 32.
 func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm replay.Mamba2Params, capacity int, opt replay.Options) (*Mamba2Cache, error) {
+	return newMamba2Cache(ctx, d, shape, prm, capacity, opt, envTuning(os.Getenv))
+}
+
+// newMamba2Cache is NewMamba2Cache with the kernel knobs given.
+func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm replay.Mamba2Params, capacity int, opt replay.Options, tn tuning) (*Mamba2Cache, error) {
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}
@@ -85,7 +91,7 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if opt.Mode == replay.Replay {
 		var pd []string
 		stage, scratch := mamba2PipeBytes(P, N, opt, replayRing(opt))
-		c.pipe, pd = planPipeline(d, stage, scratch, opt, P, N)
+		c.pipe, pd = planPipeline(d, stage, scratch, opt, P, N, tn)
 		defines = append(defines, pd...)
 		// A 2-byte matrix read whole by the step (bf16 or fp16 checkpoint,
 		// or a bf16 read copy): the v4 kernel measured as fast (Nano) or 14%
@@ -95,7 +101,7 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 			c.pipe.stepOn = false
 		}
 	}
-	if err := c.init(ctx, d, opt, capacity, P, N, "replay_mamba2.cu", defines); err != nil {
+	if err := c.init(ctx, d, opt, capacity, P, N, "replay_mamba2.cu", defines, tn); err != nil {
 		return fail(err)
 	}
 	if err := c.bindKernels("mamba2_pipe_step", "mamba2_pipe_verify", "mamba2_replay_verify_fold"); err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/replayssm/replayssm/numeric"
@@ -30,7 +31,13 @@ type gpuLayer struct {
 	refState func() []float64
 	draw     func(rng *rand.Rand, rows int) [][]float32
 	ref      func(state []float64, in [][]float32, r int) []float64
-	build    func(d *Device, opt replay.Options, capacity int) (*gpuCache, error)
+	// buildWith makes a cache with the kernel knobs given; build with the
+	// environment's (REPLAYSSM_CUDA_*, so device runs can try -D switches).
+	buildWith func(d *Device, opt replay.Options, capacity int, tn tuning) (*gpuCache, error)
+}
+
+func (l gpuLayer) build(d *Device, opt replay.Options, capacity int) (*gpuCache, error) {
+	return l.buildWith(d, opt, capacity, envTuning(os.Getenv))
 }
 
 // gpuCache wraps either cache with inputs as device buffers in field order.
@@ -96,8 +103,8 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 				to64(in[2][r*G*N:(r+1)*G*N]), to64(in[3][r*H:(r+1)*H]), y)
 			return y
 		},
-		build: func(d *Device, opt replay.Options, capacity int) (*gpuCache, error) {
-			c, err := NewMamba2Cache(context.Background(), d, shape, prm, capacity, opt)
+		buildWith: func(d *Device, opt replay.Options, capacity int, tn tuning) (*gpuCache, error) {
+			c, err := newMamba2Cache(context.Background(), d, shape, prm, capacity, opt, tn)
 			if err != nil {
 				return nil, err
 			}
@@ -164,8 +171,8 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 				to64(in[2][r*Hv*dv:(r+1)*Hv*dv]), to64(in[3][r*Hv:(r+1)*Hv]), to64(in[4][r*Hv:(r+1)*Hv]), o)
 			return o
 		},
-		build: func(d *Device, opt replay.Options, capacity int) (*gpuCache, error) {
-			c, err := NewGDNCache(context.Background(), d, shape, prm, capacity, opt)
+		buildWith: func(d *Device, opt replay.Options, capacity int, tn tuning) (*gpuCache, error) {
+			c, err := newGDNCache(context.Background(), d, shape, prm, capacity, opt, tn)
 			if err != nil {
 				return nil, err
 			}
@@ -627,16 +634,16 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 	}
 	for li, l := range layers {
 		for _, o := range opts {
-			for _, blocks := range []string{"", "3"} {
+			for _, blocks := range []int{0, 3} {
 				name := l.name + "/" + o.name
-				if blocks != "" {
+				if blocks != 0 {
 					// Three blocks stream every item: each passes many items
 					// through its stages, using every mbarrier phase.
-					name += "/blocks=" + blocks
+					name += fmt.Sprintf("/blocks=%d", blocks)
 				}
 				t.Run(name, func(t *testing.T) {
-					t.Setenv("REPLAYSSM_CUDA_PIPE_BLOCKS", blocks)
-					pipelineMatchesV4(t, d, li, l, o.opt)
+					t.Parallel()
+					pipelineMatchesV4(t, d, li, l, o.opt, blocks)
 				})
 			}
 		}
@@ -681,8 +688,10 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 
 // pipelineMatchesV4 drives a v5 and a v4 cache of one layer and options
 // through the same 40 random rounds and compares their outputs bit for bit.
-func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options) {
-	v5, err := l.build(d, opt, pairSlots)
+func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, blocks int) {
+	tn := envTuning(os.Getenv)
+	tn.v4, tn.pipeBlocks = false, blocks
+	v5, err := l.buildWith(d, opt, pairSlots, tn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -696,15 +705,15 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 		}
 		t.Fatalf("pipelined step %v verify %v, want %v %v (%s)", step, verify, wantStep, wantVerify, v5.plan().reasonDisabled)
 	}
-	t.Setenv("REPLAYSSM_CUDA_KERNELS", "v4")
-	v4, err := l.build(d, opt, pairSlots)
+	tn.v4 = true
+	v4, err := l.buildWith(d, opt, pairSlots, tn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { must(t, v4.close()) }()
 	v4.setSmallBatch(0)
 	if step, verify := v4.pipelined(); step || verify {
-		t.Fatal("REPLAYSSM_CUDA_KERNELS=v4 did not select the v4 kernels")
+		t.Fatal("the v4 knob did not select the v4 kernels")
 	}
 	sameOutputs(t, d, li, l, v5, v4, "v5", "v4")
 }
