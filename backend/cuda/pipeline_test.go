@@ -17,7 +17,7 @@ import (
 // takes at most four stages, and the plan is off (with its reason) on a
 // pre-Hopper GPU, for shapes the bulk copies cannot move, and when asked.
 func TestPlanPipeline(t *testing.T) {
-	h200 := &Device{ccMajor: 9, smCount: 132, sharedOptin: 227 << 10, sharedPerSM: 228 << 10}
+	h200 := h200Props()
 	type shape struct {
 		name       string
 		mamba2     bool

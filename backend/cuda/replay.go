@@ -496,11 +496,48 @@ func (c *replayCommon) stateBytes() (state, read int) {
 	return state, read
 }
 
-func (c *replayCommon) stateBuffers() int {
-	if c.opt.Mode == replay.Baseline {
-		return 1 + c.opt.MaxDraft
+func (c *replayCommon) stateBuffers() int { return stateBuffers(c.opt) }
+
+// stateBuffers is how many full states a slot keeps: the baseline keeps one
+// per draft besides the current one.
+func stateBuffers(opt replay.Options) int {
+	if opt.Mode == replay.Baseline {
+		return 1 + opt.MaxDraft
 	}
 	return 1
+}
+
+// replaySource is what a replay module compiles: replay_common.cu, then the
+// layer's file.
+func replaySource(file string) (string, error) {
+	common, err := KernelSource("replay_common.cu")
+	if err != nil {
+		return "", err
+	}
+	src, err := KernelSource(file)
+	if err != nil {
+		return "", err
+	}
+	return common + "\n" + src, nil
+}
+
+// replayModuleOptions are the NVRTC options of a replay module: the matrix
+// shape, formats, ring and draft sizes, the layer's and pipeline's defines
+// (defines), and last the experiment switches of tn (-D switches such as
+// -DPIPE_RING=0, NOTES.md) so they override without rebuilding the program.
+// stateMats is the number of state matrices (an fp8 checkpoint's scales
+// follow all of their codes).
+func replayModuleOptions(opt replay.Options, rows, cols, stateMats int, defines []string, tn tuning) []string {
+	opts := append([]string{
+		"--std=c++17",
+		fmt.Sprintf("-DROWS=%d", rows), fmt.Sprintf("-DCOLS=%d", cols), fmt.Sprintf("-DNT=%d", replayThreads(rows, cols, opt.State)),
+		fmt.Sprintf("-DSTATE_FMT=%d", fmtDefine(opt.State)), fmt.Sprintf("-DREAD_FMT=%d", fmtDefine(opt.ReadCopy)),
+		fmt.Sprintf("-DRMAX=%d", replayRing(opt)), fmt.Sprintf("-DTMAX=%d", max(1, opt.MaxDraft)),
+	}, defines...)
+	if opt.State == numeric.E4M3 {
+		opts = append(opts, fmt.Sprintf("-DSTATE_MATS=%d", stateMats))
+	}
+	return append(opts, tn.defines...)
 }
 
 // init compiles the module (replay_common.cu + file) with the shape defines
@@ -508,27 +545,12 @@ func (c *replayCommon) stateBuffers() int {
 func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, capacity, rows, cols int, file string, defines []string, tn tuning) error {
 	c.d, c.opt, c.capacity = d, opt, capacity
 	c.threads = replayThreads(rows, cols, opt.State)
-	common, err := KernelSource("replay_common.cu")
+	src, err := replaySource(file)
 	if err != nil {
 		return err
 	}
-	src, err := KernelSource(file)
-	if err != nil {
-		return err
-	}
-	opts := append([]string{
-		"--std=c++17",
-		fmt.Sprintf("-DROWS=%d", rows), fmt.Sprintf("-DCOLS=%d", cols), fmt.Sprintf("-DNT=%d", c.threads),
-		fmt.Sprintf("-DSTATE_FMT=%d", fmtDefine(opt.State)), fmt.Sprintf("-DREAD_FMT=%d", fmtDefine(opt.ReadCopy)),
-		fmt.Sprintf("-DRMAX=%d", c.ring()), fmt.Sprintf("-DTMAX=%d", max(1, opt.MaxDraft)),
-	}, defines...)
-	if opt.State == numeric.E4M3 {
-		opts = append(opts, fmt.Sprintf("-DSTATE_MATS=%d", c.stateMatrices()))
-	}
-	// Kernel experiments: extra NVRTC options (-D switches such as
-	// -DPIPE_RING=0, NOTES.md) without rebuilding the program.
-	opts = append(opts, tn.defines...)
-	if c.mod, err = d.Compile(ctx, file, common+"\n"+src, opts...); err != nil {
+	opts := replayModuleOptions(opt, rows, cols, c.stateMatrices(), defines, tn)
+	if c.mod, err = d.Compile(ctx, file, src, opts...); err != nil {
 		return err
 	}
 	for _, f := range []struct {

@@ -43,6 +43,23 @@ func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	return newGDNCache(ctx, d, shape, prm, capacity, opt, envTuning(os.Getenv))
 }
 
+// gdnModule plans the pipelined kernels of a GDN cache with options opt
+// (defaults applied) and returns the plan and the layer's NVRTC defines.
+func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pipeline, []string) {
+	dk, dv := shape.KeyDim, shape.ValueDim
+	defines := []string{
+		fmt.Sprintf("-DNKH=%d", shape.KeyHeads), fmt.Sprintf("-DNVH=%d", shape.ValueHeads), fmt.Sprintf("-DL2EPS=%g", ssm.L2NormEps),
+	}
+	var p pipeline
+	if opt.Mode == replay.Replay {
+		var pd []string
+		stage, scratch := gdnPipeBytes(dk, dv, opt, replayRing(opt))
+		p, pd = planPipeline(d, stage, scratch, opt, dv, dk, tn)
+		defines = append(defines, pd...)
+	}
+	return p, defines
+}
+
 // newGDNCache is NewGDNCache with the kernel knobs given.
 func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.GDNParams, capacity int, opt replay.Options, tn tuning) (*GDNCache, error) {
 	if err := shape.Validate(); err != nil {
@@ -68,15 +85,8 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 		c.close()
 		return nil, fmt.Errorf("cuda: gdn cache: %w", err)
 	}
-	defines := []string{
-		fmt.Sprintf("-DNKH=%d", Hk), fmt.Sprintf("-DNVH=%d", Hv), fmt.Sprintf("-DL2EPS=%g", ssm.L2NormEps),
-	}
-	if opt.Mode == replay.Replay {
-		var pd []string
-		stage, scratch := gdnPipeBytes(dk, dv, opt, replayRing(opt))
-		c.pipe, pd = planPipeline(d, stage, scratch, opt, dv, dk, tn)
-		defines = append(defines, pd...)
-	}
+	var defines []string
+	c.pipe, defines = gdnModule(d, shape, opt, tn)
 	if err := c.init(ctx, d, opt, capacity, dv, dk, "replay_gdn.cu", defines, tn); err != nil {
 		return fail(err)
 	}

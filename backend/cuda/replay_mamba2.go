@@ -62,6 +62,28 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	return newMamba2Cache(ctx, d, shape, prm, capacity, opt, envTuning(os.Getenv))
 }
 
+// mamba2Module plans the pipelined kernels of a Mamba-2 cache with options
+// opt (defaults applied) and returns the plan and the layer's NVRTC defines.
+func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tuning) (pipeline, []string) {
+	P, N := shape.HeadDim, shape.StateSize
+	defines := []string{fmt.Sprintf("-DNHEADS=%d", shape.Heads), fmt.Sprintf("-DNGROUPS=%d", shape.Groups)}
+	var p pipeline
+	if opt.Mode == replay.Replay {
+		var pd []string
+		stage, scratch := mamba2PipeBytes(P, N, opt, replayRing(opt))
+		p, pd = planPipeline(d, stage, scratch, opt, P, N, tn)
+		defines = append(defines, pd...)
+		// A 2-byte matrix read whole by the step (bf16 or fp16 checkpoint,
+		// or a bf16 read copy): the v4 kernel measured as fast (Nano) or 14%
+		// faster (Super) than v5 with bf16, whose per-item latency a 20 KB
+		// matrix does not hide; the verify stays on v5.
+		if readElemBytes(opt) == 2 {
+			p.stepOn = false
+		}
+	}
+	return p, defines
+}
+
 // newMamba2Cache is NewMamba2Cache with the kernel knobs given.
 func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm replay.Mamba2Params, capacity int, opt replay.Options, tn tuning) (*Mamba2Cache, error) {
 	if err := shape.Validate(); err != nil {
@@ -87,20 +109,8 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 		c.close()
 		return nil, fmt.Errorf("cuda: mamba2 cache: %w", err)
 	}
-	defines := []string{fmt.Sprintf("-DNHEADS=%d", H), fmt.Sprintf("-DNGROUPS=%d", G)}
-	if opt.Mode == replay.Replay {
-		var pd []string
-		stage, scratch := mamba2PipeBytes(P, N, opt, replayRing(opt))
-		c.pipe, pd = planPipeline(d, stage, scratch, opt, P, N, tn)
-		defines = append(defines, pd...)
-		// A 2-byte matrix read whole by the step (bf16 or fp16 checkpoint,
-		// or a bf16 read copy): the v4 kernel measured as fast (Nano) or 14%
-		// faster (Super) than v5 with bf16, whose per-item latency a 20 KB
-		// matrix does not hide; the verify stays on v5.
-		if readElemBytes(opt) == 2 {
-			c.pipe.stepOn = false
-		}
-	}
+	var defines []string
+	c.pipe, defines = mamba2Module(d, shape, opt, tn)
 	if err := c.init(ctx, d, opt, capacity, P, N, "replay_mamba2.cu", defines, tn); err != nil {
 		return fail(err)
 	}
