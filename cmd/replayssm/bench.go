@@ -146,22 +146,49 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w: drafts %d out of range [1, 8]", errUsage, *drafts)
 	}
 	return run(ctx, cfg, rowPrinter(e, *asJSON, func(r bench.Row) {
-		where := fmt.Sprintf("cpu (%d threads)", r.Threads)
-		if r.Device != "cpu" {
-			where = r.Device
-		}
-		fmt.Fprintf(e.stdout, "device %s, copy bandwidth %.1f GB/s (read+write), read-only %.1f GB/s, window L=%d, verify T=%d\n",
-			where, r.CopyGBps, r.ReadGBps, *window, *drafts)
-		fmt.Fprintf(e.stdout, "%-20s %-5s %5s %-16s %9s %9s %9s %8s %7s %6s %8s\n",
-			"shape", "dtype", "batch", "mode", "us/step", "nonflush", "flush", "MB/step", "GB/s", "%copy", "vs base")
+		fmt.Fprint(e.stdout, kernelsHeader(r, *window, *drafts))
 	}, func(r bench.Row) error {
-		extra := ""
-		if r.NonflushVsReplay > 0 {
-			extra = fmt.Sprintf("  non-flush %.2fx faster than replay", r.NonflushVsReplay)
-		}
-		_, err := fmt.Fprintf(e.stdout, "%-20s %-5s %5d %-16s %9.0f %9.0f %9.0f %8.1f %7.1f %5.0f%% %7.2fx%s\n",
-			r.Shape, r.StateDtype, r.Batch, r.Mode, r.UsPerStep, r.UsNonflush, r.UsFlush,
-			r.BytesPerStep/1e6, r.GBps, r.PctCopy, r.SpeedupVsBaseline, extra)
+		_, err := fmt.Fprintln(e.stdout, kernelsLine(r))
 		return err
 	}))
+}
+
+// kernelsHeader is the text table's heading: the machine, the bandwidths
+// measured in the same run (read-only where it was measured), and the
+// column names.
+func kernelsHeader(r bench.Row, window, drafts int) string {
+	where := fmt.Sprintf("cpu (%d threads)", r.Threads)
+	if r.Device != "cpu" {
+		where = r.Device
+	}
+	read := ""
+	if r.ReadGBps > 0 {
+		read = fmt.Sprintf(", read-only %.1f GB/s", r.ReadGBps)
+	}
+	return fmt.Sprintf("device %s, copy bandwidth %.1f GB/s (read+write)%s, window L=%d, verify T=%d\n", where, r.CopyGBps, read, window, drafts) +
+		fmt.Sprintf("%-20s %-5s %5s %-16s %9s %9s %9s %8s %7s %6s %8s\n",
+			"shape", "dtype", "batch", "mode", "us/step", "nonflush", "flush", "MB/step", "GB/s", "%copy", "vs base")
+}
+
+// kernelsLine is one row of the text table. Times under 100 us keep a
+// decimal (a GPU step at batch 1 takes 4-25 us); a ratio to a baseline that
+// was not measured in the run prints as "-".
+func kernelsLine(r bench.Row) string {
+	us := func(v float64) string {
+		if v < 100 {
+			return fmt.Sprintf("%9.1f", v)
+		}
+		return fmt.Sprintf("%9.0f", v)
+	}
+	vs := "       -"
+	if r.SpeedupVsBaseline > 0 {
+		vs = fmt.Sprintf("%7.2fx", r.SpeedupVsBaseline)
+	}
+	extra := ""
+	if r.NonflushVsReplay > 0 {
+		extra = fmt.Sprintf("  non-flush %.2fx faster than replay", r.NonflushVsReplay)
+	}
+	return fmt.Sprintf("%-20s %-5s %5d %-16s %s %s %s %8.1f %7.1f %5.0f%% %s%s",
+		r.Shape, r.StateDtype, r.Batch, r.Mode, us(r.UsPerStep), us(r.UsNonflush), us(r.UsFlush),
+		r.BytesPerStep/1e6, r.GBps, r.PctCopy, vs, extra)
 }
