@@ -21,16 +21,25 @@ AHEAD = 4096  # prefetch distance in bytes
 ROWS = 4      # rows per unrolled block
 
 
-def reduce4(acc, out, lines):
-    """Horizontal sums of Z{acc}..Z{acc+3} into X{acc} (out: where to store)."""
+def reduce4(acc, lines):
+    """Folds the upper halves of Z{acc}..Z{acc+3} onto Y{acc}..Y{acc+3}."""
     for r in range(acc, acc + ROWS):
         lines += [f"\tVEXTRACTF32X8 $1, Z{r}, Y14", f"\tVADDPS Y14, Y{r}, Y{r}"]
 
 
 def hadd4(acc, lines):
+    """Horizontal sums of Y{acc}..Y{acc+3}, one row per lane of X{acc}."""
     a = acc
     lines += [f"\tVHADDPS Y{a+1}, Y{a}, Y{a}", f"\tVHADDPS Y{a+3}, Y{a+2}, Y{a+2}",
               f"\tVHADDPS Y{a+2}, Y{a}, Y{a}", f"\tVEXTRACTF128 $1, Y{a}, X14", f"\tVADDPS X14, X{a}, X{a}"]
+
+
+def epilogue(store, loop, row, lines):
+    """The one-output block end: sums of Z0-Z3 stored by `store`, next block, exit."""
+    reduce4(0, lines)
+    hadd4(0, lines)
+    lines += [store, "\tADDQ $16, DI", f"\tADDQ ${ROWS*row}, SI", "\tSUBQ $4, R8", f"\tJMP  {loop}",
+              "", f"{loop[:4]}done:", "\tVZEROUPPER", "\tRET"]
 
 
 def load_vector(reg0, base, lines):
@@ -55,10 +64,7 @@ def fp32():
             L.append(f"\tPREFETCHT0 {AHEAD + off}(SI)")
             op = "VMULPS" if c == 0 else "VFMADD231PS"
             L.append(f"\t{op} {off}(SI), Z{16+c}, Z{r}")
-    reduce4(0, None, L)
-    hadd4(0, L)
-    L += ["\tVMOVUPS X0, 0(DI)", "\tADDQ $16, DI", f"\tADDQ ${ROWS*row}, SI", "\tSUBQ $4, R8", "\tJMP  d128r4",
-          "", "d128done:", "\tVZEROUPPER", "\tRET"]
+    epilogue("\tVMOVUPS X0, 0(DI)", "d128r4", row, L)
     return L
 
 
@@ -83,8 +89,8 @@ def pair():
         op = "VMULPS" if c == 0 else "VFMADD231PS"
         for r in range(ROWS):
             L += [f"\t{op} Z{8+r}, Z{16+c}, Z{r}", f"\t{op} Z{8+r}, Z{24+c}, Z{4+r}"]
-    reduce4(0, None, L)
-    reduce4(4, None, L)
+    reduce4(0, L)
+    reduce4(4, L)
     hadd4(0, L)
     hadd4(4, L)
     L += ["\tVMOVUPS X0, (DI)", "\tVMOVUPS X4, (R15)", "\tADDQ $16, DI", "\tADDQ $16, R15", f"\tADDQ ${ROWS*row}, SI",
@@ -118,10 +124,7 @@ def bf16():
                   f"\tVPANDD Z15, Z{w}, Z{w}", f"\t{op} Z{e}, Z{16+c}, Z{r}", f"\t{op} Z{w}, Z{20+c}, Z{4+r}"]
     for r in range(ROWS):
         L.append(f"\tVADDPS Z{4+r}, Z{r}, Z{r}")
-    reduce4(0, None, L)
-    hadd4(0, L)
-    L += ["\tVMOVUPS X0, (DI)", "\tADDQ $16, DI", f"\tADDQ ${ROWS*row}, SI", "\tSUBQ $4, R8", "\tJMP  b128row",
-          "", "b128done:", "\tVZEROUPPER", "\tRET"]
+    epilogue("\tVMOVUPS X0, (DI)", "b128row", row, L)
     return L
 
 

@@ -200,6 +200,16 @@ func planPipeline(d *Device, stageBytes, scratchBytes int, opt replay.Options, r
 	}
 }
 
+// replayPipeline plans the pipelined kernels of a replay-mode cache (the
+// baseline has none) and appends their defines to the layer's.
+func replayPipeline(d *Device, opt replay.Options, stage, scratch, rows, cols int, tn tuning, defines []string) (pipeline, []string) {
+	if opt.Mode != replay.Replay {
+		return pipeline{}, defines
+	}
+	p, pd := planPipeline(d, stage, scratch, opt, rows, cols, tn)
+	return p, append(defines, pd...)
+}
+
 // grid is the pipelined kernels' grid for items (batch row, head) pairs.
 func (p *pipeline) grid(items int) [3]uint32 {
 	blocks := min(items, p.sms*p.blocksPerSM)

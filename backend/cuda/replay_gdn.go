@@ -50,14 +50,8 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	defines := []string{
 		fmt.Sprintf("-DNKH=%d", shape.KeyHeads), fmt.Sprintf("-DNVH=%d", shape.ValueHeads), fmt.Sprintf("-DL2EPS=%g", ssm.L2NormEps),
 	}
-	var p pipeline
-	if opt.Mode == replay.Replay {
-		var pd []string
-		stage, scratch := gdnPipeBytes(dk, dv, opt, replayRing(opt))
-		p, pd = planPipeline(d, stage, scratch, opt, dv, dk, tn)
-		defines = append(defines, pd...)
-	}
-	return p, defines
+	stage, scratch := gdnPipeBytes(dk, dv, opt, replayRing(opt))
+	return replayPipeline(d, opt, stage, scratch, dv, dk, tn, defines)
 }
 
 // newGDNCache is NewGDNCache with the kernel knobs given.

@@ -67,19 +67,14 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tuning) (pipeline, []string) {
 	P, N := shape.HeadDim, shape.StateSize
 	defines := []string{fmt.Sprintf("-DNHEADS=%d", shape.Heads), fmt.Sprintf("-DNGROUPS=%d", shape.Groups)}
-	var p pipeline
-	if opt.Mode == replay.Replay {
-		var pd []string
-		stage, scratch := mamba2PipeBytes(P, N, opt, replayRing(opt))
-		p, pd = planPipeline(d, stage, scratch, opt, P, N, tn)
-		defines = append(defines, pd...)
-		// A 2-byte matrix read whole by the step (bf16 or fp16 checkpoint,
-		// or a bf16 read copy): the v4 kernel measured as fast (Nano) or 14%
-		// faster (Super) than v5 with bf16, whose per-item latency a 20 KB
-		// matrix does not hide; the verify stays on v5.
-		if readElemBytes(opt) == 2 {
-			p.stepOn = false
-		}
+	stage, scratch := mamba2PipeBytes(P, N, opt, replayRing(opt))
+	p, defines := replayPipeline(d, opt, stage, scratch, P, N, tn, defines)
+	// A 2-byte matrix read whole by the step (bf16 or fp16 checkpoint, or a
+	// bf16 read copy): the v4 kernel measured as fast (Nano) or 14% faster
+	// (Super) than v5 with bf16, whose per-item latency a 20 KB matrix does
+	// not hide; the verify stays on v5.
+	if readElemBytes(opt) == 2 {
+		p.stepOn = false
 	}
 	return p, defines
 }
