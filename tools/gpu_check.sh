@@ -1,0 +1,55 @@
+#!/bin/bash
+# gpu_check.sh: the GPU machine's usual work in one call, from the repository
+# root, with the binaries built beforehand on a machine with Go (they need no
+# Go there):
+#
+#   CGO_ENABLED=0 go test -c -o gpu/cuda.test ./backend/cuda
+#   CGO_ENABLED=0 go build -tags nomodel -ldflags="-s -w" -o gpu/replayssm ./cmd/replayssm
+#
+#   tools/gpu_check.sh tests      # the cuda package's tests, subtests in parallel
+#   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
+#   tools/gpu_check.sh bench1     # the batch-1 table
+#   tools/gpu_check.sh all        # the three, in this order
+#
+# Results go to $OUT (the device tool's folder) or /tmp/gpu_check: a summary
+# on stdout, the logs and the --json rows in files (tools/perf_table.py turns
+# the rows into markdown). Benchmarks run alone, after the tests.
+set -u
+out=${OUT:-/tmp/gpu_check}
+mkdir -p "$out"
+test_bin=gpu/cuda.test
+cli=gpu/replayssm
+
+tests() {
+	# NVRTC compiles dominate (hundreds of modules): the subtests run in
+	# parallel, one per core.
+	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 500s >"$out/tests.log" 2>&1
+	local rc=$?
+	echo "tests: exit $rc, $(grep -c -- '--- PASS' "$out/tests.log") passed, $(grep -c -- '--- SKIP' "$out/tests.log") skipped"
+	grep -E -- '--- FAIL|^panic|^FAIL' "$out/tests.log" | head -20
+	return $rc
+}
+
+bench() { # batch, file
+	"$cli" bench kernels --device cuda --batch "$1" --state-dtype fp32,bf16 \
+		--modes baseline,replay,replay-nvfp4,replay-fp8,verify-baseline,verify --min-time 30ms --json >"$out/$2" 2>"$out/$2.err"
+	local rc=$?
+	echo "bench batch $1: exit $rc, $(grep -c '^{' "$out/$2") rows in $2"
+	tail -3 "$out/$2.err"
+	return $rc
+}
+
+case "${1:-all}" in
+tests) tests ;;
+bench256) bench 256 b256.jsonl ;;
+bench1) bench 1 b1.jsonl ;;
+all)
+	tests
+	bench 256 b256.jsonl
+	bench 1 b1.jsonl
+	;;
+*)
+	sed -n '2,15p' "$0"
+	exit 2
+	;;
+esac
