@@ -49,7 +49,7 @@ all)
 	bench 1 b1.jsonl
 	;;
 *)
-	sed -n '2,15p' "$0"
+	sed -n '2,16p' "$0"
 	exit 2
 	;;
 esac
