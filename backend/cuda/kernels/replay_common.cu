@@ -992,6 +992,16 @@ __device__ __forceinline__ void mbar_arrive(u64* bar)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
 
+// release_stage: a consumer warp is done with its stage (its lanes' reads
+// are behind the __syncwarp); lane 0 arrives on the stage's empty barrier.
+__device__ __forceinline__ void release_stage(u64* empty)
+{
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) {
+        mbar_arrive(empty);
+    }
+}
+
 // mbar_arrive_tx arrives and adds bytes to the transfers the phase waits for.
 __device__ __forceinline__ void mbar_arrive_tx(u64* bar, u32 bytes)
 {

@@ -916,10 +916,7 @@ gdn_pipe(const ST* __restrict__ state, const u8* __restrict__ rcodes, const u8* 
         mbar_wait(full + stg, par);
         GDNScratch* m = reinterpret_cast<GDNScratch*>(scrBase + stg * SCR_BYTES);
         if (m->skip) {
-            __syncwarp();
-            if (lane == 0) {
-                mbar_arrive(empty + stg);
-            }
+            release_stage(empty + stg);
             continue;
         }
         const unsigned char* sg = stages + stg * STAGE_BYTES;
@@ -930,10 +927,7 @@ gdn_pipe(const ST* __restrict__ state, const u8* __restrict__ rcodes, const u8* 
         const float* sA = reinterpret_cast<const float*>(sg + GS_A);
         const int s = m->s, n = m->n, b = m->b, j = m->j, kh = j / VPK, t = n + 1;
 #ifdef PIPE_NOCOMPUTE
-        __syncwarp();
-        if (lane == 0) {
-            mbar_arrive(empty + stg);
-        }
+        release_stage(empty + stg);
         continue;
 #endif
         // Normalise k and q; decay products ws[i] = prod_{l=i+1..n} a_l, gam = prod_{l<=n} a_l.
@@ -990,10 +984,7 @@ gdn_pipe(const ST* __restrict__ state, const u8* __restrict__ rcodes, const u8* 
             ringU[(ring_at(s, n) * NVH + j) * DV + mm] = ut;
             ot[mm] = ov;
         }
-        __syncwarp();
-        if (lane == 0) {
-            mbar_arrive(empty + stg);
-        }
+        release_stage(empty + stg);
     }
 }
 

@@ -1062,10 +1062,7 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
         mbar_wait(full + stg, par);
         M2Scratch* m = reinterpret_cast<M2Scratch*>(scrBase + stg * SCR_BYTES);
         if (m->skip) {
-            __syncwarp();
-            if (lane == 0) {
-                mbar_arrive(empty + stg);
-            }
+            release_stage(empty + stg);
             continue;
         }
         const unsigned char* sg = stages + stg * STAGE_BYTES;
@@ -1076,10 +1073,7 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
         const float* sA = reinterpret_cast<const float*>(sg + ST_A);
         const int s = m->s, n = m->n, cnt = m->cnt, b = m->b, h = m->h, g = h / HPG, ne = n + cnt;
 #ifdef PIPE_NOCOMPUTE
-        __syncwarp();
-        if (lane == 0) {
-            mbar_arrive(empty + stg);
-        }
+        release_stage(empty + stg);
         continue;
 #endif
         // Append the new tokens to the ring.
@@ -1133,10 +1127,7 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
             }
             y[(((u64)b * T1 + k) * NHEADS + h) * P + p] = yv;
         }
-        __syncwarp();
-        if (lane == 0) {
-            mbar_arrive(empty + stg);
-        }
+        release_stage(empty + stg);
     }
 }
 
