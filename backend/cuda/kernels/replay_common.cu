@@ -365,12 +365,12 @@ __device__ __forceinline__ void decode_chunk(const u32* w, float* v, float sc)
     }
 }
 
-template <int F, int VEC, bool CVT = true>
+template <int F, int VEC, bool PAIRS = true>
 __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float inv)
 {
     constexpr int B = Fmt<F>::BITS;
 #if BF16_CVT
-    if constexpr (F == FMT_BF16 && CVT) {
+    if constexpr (F == FMT_BF16 && PAIRS) {
         // Two elements per conversion; a NaN (rare: one uniform branch)
         // takes f32_to_bf16's exact canonical NaN.
 #pragma unroll
@@ -414,12 +414,13 @@ __device__ __forceinline__ void load_chunk(const void* base, u64 e, float* v, fl
 }
 
 // store_chunk writes elements [e, e+VEC) and leaves in v what was stored.
-// CVT=false keeps bf16 on the integer rounding (same bits, fewer registers).
-template <int F, int VEC, bool CVT = true>
+// PAIRS=false converts bf16 one element at a time (f32_to_bf16: same bits,
+// fewer registers).
+template <int F, int VEC, bool PAIRS = true>
 __device__ __forceinline__ void store_chunk(void* base, u64 e, float* v, float sc, float inv)
 {
     Chunk<F, VEC> c;
-    encode_chunk<F, VEC, CVT>(c.w, v, sc, inv);
+    encode_chunk<F, VEC, PAIRS>(c.w, v, sc, inv);
     store_words<Chunk<F, VEC>::WORDS>(reinterpret_cast<unsigned char*>(base) + e * Fmt<F>::BITS / 8, c.w);
 }
 
@@ -440,10 +441,10 @@ struct StateIO {
         decode_chunk<F, VEC>(w, v, sc);
     }
     // store writes v and leaves in v what was stored.
-    template <bool CVT = true>
+    template <bool PAIRS = true>
     __device__ static __forceinline__ void store(T* p, u64 e, float* v, float sc, float inv)
     {
-        store_chunk<F, VEC, CVT>(p, e, v, sc, inv);
+        store_chunk<F, VEC, PAIRS>(p, e, v, sc, inv);
     }
 };
 

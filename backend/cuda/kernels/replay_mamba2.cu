@@ -814,9 +814,11 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                         acc = fmaf(v, sCk[k * N + col + e], acc);
                     }
                     if (!SIO::SCALED && r < ROWS) {
-                        // Integer bf16 rounding here: the hardware pair
+                        // bf16 one element per conversion here: the pair
                         // conversion costs this register-held path
-                        // occupancy (verify baseline Nano 1006 -> 1048 us).
+                        // occupancy (verify baseline Nano 1048 us with
+                        // pairs, 959 with single conversions, 1006 with
+                        // integer rounding).
                         SIO::template store<false>(dst, (u64)r * N + col, S[pass][c], 1.0f, 1.0f);
                     }
                 }
