@@ -47,13 +47,7 @@ func TestConvWindow(t *testing.T) {
 		}
 		return out
 	}
-	draw := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		return x
-	}
+	draw := func(n int) []float32 { return normals(rng, n) }
 	check := func(what string, got, want []float32) {
 		t.Helper()
 		for i := range want {

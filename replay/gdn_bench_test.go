@@ -32,19 +32,8 @@ func BenchmarkGDNNonflush(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			slots := make([]Slot, batch)
-			for i := range slots {
-				if slots[i], err = c.Admit(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			fill := func(n int) []float32 {
-				x := make([]float32, n)
-				for i := range x {
-					x[i] = float32(r.NormFloat64())
-				}
-				return x
-			}
+			slots := admitAll(b, c, batch)
+			fill := func(n int) []float32 { return normals(r, n) }
 			in := GDNInput{Q: fill(batch * Hk * dk), K: fill(batch * Hk * dk), V: fill(batch * Hv * dv), A: fill(batch * Hv), B: fill(batch * Hv)}
 			o := make([]float32, batch*Hv*dv)
 			L := c.opt.Window

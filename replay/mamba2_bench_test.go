@@ -48,19 +48,8 @@ func benchMamba2Nonflush(b *testing.B, name string, shape ssm.Mamba2Shape, opt O
 			b.Fatal(err)
 		}
 		defer c.Close()
-		slots := make([]Slot, batch)
-		for i := range slots {
-			if slots[i], err = c.Admit(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		fill := func(n int) []float32 {
-			x := make([]float32, n)
-			for i := range x {
-				x[i] = float32(r.NormFloat64())
-			}
-			return x
-		}
+		slots := admitAll(b, c, batch)
+		fill := func(n int) []float32 { return normals(r, n) }
 		in := Mamba2Input{X: fill(batch * H * P), B: fill(batch * G * N), C: fill(batch * G * N), Dt: fill(batch * H)}
 		y := make([]float32, batch*H*P)
 		L := c.opt.Window

@@ -1,0 +1,28 @@
+package replay
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// normals returns n standard normal float32 values from rng.
+func normals(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
+}
+
+// admitAll admits n sequences into c and returns their slots.
+func admitAll(tb testing.TB, c interface{ Admit() (Slot, error) }, n int) []Slot {
+	tb.Helper()
+	slots := make([]Slot, n)
+	for i := range slots {
+		var err error
+		if slots[i], err = c.Admit(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return slots
+}
