@@ -6,7 +6,6 @@ import (
 
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/internal/spectest"
-	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/qwen"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/tokenizer"
@@ -18,14 +17,7 @@ import (
 // a slot is reused), and the head must have its drafts accepted.
 func TestMTPGreedyLossless(t *testing.T) {
 	dir := filepath.Join("..", "..", "models", "qwen35-kjv")
-	d, err := model.Load(dir, model.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, err := qwen.LoadMTP(dir, d)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, head := spectest.LoadWithHead(t, dir, qwen.LoadMTP)
 	tok, err := tokenizer.Load(dir)
 	if err != nil {
 		t.Fatal(err)

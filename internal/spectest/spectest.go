@@ -10,9 +10,25 @@ import (
 
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/engine/spec"
+	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/replay"
 )
+
+// LoadWithHead loads the model in dir and its MTP head with loadHead
+// (qwen.LoadMTP, nemotronh.LoadMTP), failing t on an error.
+func LoadWithHead(t *testing.T, dir string, loadHead func(string, *nn.Decoder) (*nn.MTP, error)) (*nn.Decoder, *nn.MTP) {
+	t.Helper()
+	target, err := model.Load(dir, model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := loadHead(dir, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return target, head
+}
 
 // MTPMatchesGreedy generates reqs with target plainly, then for each state
 // mode speculatively with head drafting T tokens (greedy acceptance), and

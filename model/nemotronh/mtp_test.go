@@ -405,16 +405,9 @@ func TestLoadMTP(t *testing.T) {
 				must(t, os.WriteFile(filepath.Join(dir, "model.safetensors"), st, 0o644))
 				h.write(t, filepath.Join(dir, nemotronh.MTPFile))
 			}
-			target, err := model.Load(dir, model.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			target, m := spectest.LoadWithHead(t, dir, nemotronh.LoadMTP)
 			if n := len(target.Config.MTP.Layers); n != 2 {
 				t.Fatalf("config MTP pattern has %d sublayers, want 2", n)
-			}
-			m, err := nemotronh.LoadMTP(dir, target)
-			if err != nil {
-				t.Fatal(err)
 			}
 			checkHead(t, rand.New(rand.NewPCG(5, 6)), target.Config, h, m, target)
 

@@ -487,14 +487,7 @@ func testMTPFloat64(t *testing.T, fixture string, kind headKind, seed uint64) {
 // the head's outputs, three rows' logits, and one chained row).
 func TestMTPReference(t *testing.T) {
 	dir := filepath.Join("..", "..", "models", "qwen35-kjv")
-	target, err := model.Load(dir, model.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	head, err := qwen.LoadMTP(dir, target)
-	if err != nil {
-		t.Fatal(err)
-	}
+	target, head := spectest.LoadWithHead(t, dir, qwen.LoadMTP)
 	if _, err := qwen.LoadMTP(filepath.Join("..", "testdata", "fixtures", "qwen3_5"), target); !errors.Is(err, qwen.ErrNoMTP) {
 		t.Errorf("fixture without mtp.*: %v, want ErrNoMTP", err)
 	}
@@ -609,14 +602,7 @@ func TestLoadMTPMoE(t *testing.T) {
 				copyFile(t, filepath.Join(fix, "model.safetensors"), filepath.Join(dir, "model-00001-of-00002.safetensors"))
 				w.write(t, filepath.Join(dir, "model-00002-of-00002.safetensors"))
 			}
-			target, err := model.Load(dir, model.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			head, err := qwen.LoadMTP(dir, target)
-			if err != nil {
-				t.Fatal(err)
-			}
+			target, head := spectest.LoadWithHead(t, dir, qwen.LoadMTP)
 			if k := head.Dec.Layers[0].Branches[1].Block.Kind(); k != hfconfig.MoE {
 				t.Fatalf("head feed-forward %v, want MoE", k)
 			}
