@@ -15,13 +15,7 @@ import (
 // products has error ≲ n·2^-24·Σ|terms|; we allow 1e-5 relative to Σ|terms|.
 func TestKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
-	vec := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vec := func(n int) []float32 { return normals(rng, n) }
 	type impl struct {
 		name       string
 		dot        func(a, b []float32) float32
@@ -107,13 +101,7 @@ func BenchmarkDot128(b *testing.B) {
 // tolerance as TestKernels.
 func TestMatrixKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 2))
-	vec := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vec := func(n int) []float32 { return normals(rng, n) }
 	for _, rows := range []int{1, 2, 3, 4, 5, 7, 8, 31, 37, 64, 80} {
 		for _, n := range []int{8, 13, 16, 40, 64, 128} {
 			S, v := vec(rows*n), vec(n)
@@ -426,13 +414,7 @@ func TestCombine(t *testing.T) {
 // float64 on random rows (widths the AVX-512 blocks take and one they do not).
 func TestGDNOut(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 1))
-	vec := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vec := func(n int) []float32 { return normals(rng, n) }
 	for _, f := range []struct {
 		name string
 		fn   func(vt, sk, sq, U, ck, cq []float32, gt, beta, cqt float32, ut, o []float32)
@@ -469,13 +451,7 @@ func TestGDNOut(t *testing.T) {
 // its own rounding only).
 func TestGDNFoldU(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 2))
-	vec := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vec := func(n int) []float32 { return normals(rng, n) }
 	for _, f := range []struct {
 		name string
 		fn   func(V, P, coef, g, beta []float32, tt, n int, U []float32)
@@ -593,13 +569,7 @@ func TestReadDotsNVFP4Codes(t *testing.T) {
 // against float64: 1e-5 of Σ|terms| for each element and each output.
 func TestRankUpdateDotRows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
-	vec := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
+	vec := func(n int) []float32 { return normals(rng, n) }
 	impls := []struct {
 		name string
 		f    func(S []float32, rows, n int, decay float32, coefT []float32, cs, t int, V []float32, vstride int, C, out []float32)
