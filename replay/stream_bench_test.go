@@ -119,17 +119,7 @@ func BenchmarkCodecs(b *testing.B) {
 func BenchmarkStreamNVFP4Rows(b *testing.B) {
 	const rows, n = 80, 128
 	const mats = (256 << 20) / (rows * n * 4)
-	m, err := newMatrices(numeric.NVFP4, rows*n, mats)
-	if err != nil {
-		b.Fatal(err)
-	}
-	src := make([]float32, rows*n)
-	for i := range src {
-		src[i] = float32(i%13) - 6
-	}
-	for i := 0; i < mats; i++ {
-		m.store(i, src, nil)
-	}
+	m := patternNVFP4(b, rows*n, mats)
 	v := make([]float32, n)
 	for i := range v {
 		v[i] = float32(i%5) * 0.1
@@ -159,17 +149,7 @@ func BenchmarkNVFP4RowsCached(b *testing.B) {
 	const rows, n, mats = 80, 128, 16
 	for _, nv := range []int{1, 2} {
 		b.Run(map[int]string{1: "one", 2: "pair"}[nv], func(b *testing.B) {
-			m, err := newMatrices(numeric.NVFP4, rows*n, mats)
-			if err != nil {
-				b.Fatal(err)
-			}
-			src := make([]float32, rows*n)
-			for i := range src {
-				src[i] = float32(i%13) - 6
-			}
-			for i := 0; i < mats; i++ {
-				m.store(i, src, nil)
-			}
+			m := patternNVFP4(b, rows*n, mats)
 			V := make([]float32, 2*n)
 			for i := range V {
 				V[i] = float32(i%5) * 0.1
@@ -184,4 +164,21 @@ func BenchmarkNVFP4RowsCached(b *testing.B) {
 			}
 		})
 	}
+}
+
+// patternNVFP4 stores mats nvfp4 matrices of elems elements, each the same
+// fixed pattern of small integers.
+func patternNVFP4(b *testing.B, elems, mats int) *matrices {
+	m, err := newMatrices(numeric.NVFP4, elems, mats)
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := make([]float32, elems)
+	for i := range src {
+		src[i] = float32(i%13) - 6
+	}
+	for i := 0; i < mats; i++ {
+		m.store(i, src, nil)
+	}
+	return m
 }
