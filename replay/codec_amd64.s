@@ -2,6 +2,19 @@
 
 #include "textflag.h"
 
+// SUM32 leaves in the low lane of xa the sum of the 32 floats of za and zb
+// (ya, xa: za's lower halves; zb, yb, xb are clobbered): a row dot's end.
+#define SUM32(za, zb, ya, yb, xa, xb) \
+	VADDPS        zb, za, za \
+	VEXTRACTF32X8 $1, za, yb \
+	VADDPS        yb, ya, ya \
+	VEXTRACTF128  $1, ya, xb \
+	VADDPS        xb, xa, xa \
+	VPERMILPS     $0x4e, xa, xb \
+	VADDPS        xb, xa, xa \
+	VPERMILPS     $0xb1, xa, xb \
+	VADDSS        xb, xa, xa
+
 // SIMD codecs of the state formats without a fused kernel (fp16, fp8 e4m3),
 // bit for bit those of package numeric. AVX2 + F16C; n is a multiple of 16.
 
@@ -317,15 +330,7 @@ f16k:
 	ADDQ        $128, BX
 	SUBQ        $32, CX
 	JNZ         f16k
-	VADDPS        Z1, Z0, Z0
-	VEXTRACTF32X8 $1, Z0, Y1
-	VADDPS        Y1, Y0, Y0
-	VEXTRACTF128  $1, Y0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0xb1, X0, X1
-	VADDSS        X1, X0, X0
+	SUM32(Z0, Z1, Y0, Y1, X0, X1)
 	MOVSS         X0, (DI)
 	ADDQ          $4, DI
 	DECQ          R8
@@ -382,15 +387,7 @@ e8k:
 	ADDQ        $128, BX
 	SUBQ        $32, CX
 	JNZ         e8k
-	VADDPS        Z1, Z0, Z0
-	VEXTRACTF32X8 $1, Z0, Y1
-	VADDPS        Y1, Y0, Y0
-	VEXTRACTF128  $1, Y0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0xb1, X0, X1
-	VADDSS        X1, X0, X0
+	SUM32(Z0, Z1, Y0, Y1, X0, X1)
 	MULSS         X15, X0
 	MOVSS         X0, (DI)
 	ADDQ          $4, DI
@@ -454,24 +451,8 @@ p8k:
 	ADDQ        $128, R10
 	SUBQ        $32, CX
 	JNZ         p8k
-	VADDPS        Z1, Z0, Z0
-	VADDPS        Z9, Z8, Z8
-	VEXTRACTF32X8 $1, Z0, Y1
-	VADDPS        Y1, Y0, Y0
-	VEXTRACTF32X8 $1, Z8, Y9
-	VADDPS        Y9, Y8, Y8
-	VEXTRACTF128  $1, Y0, X1
-	VADDPS        X1, X0, X0
-	VEXTRACTF128  $1, Y8, X9
-	VADDPS        X9, X8, X8
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0x4e, X8, X9
-	VADDPS        X9, X8, X8
-	VPERMILPS     $0xb1, X0, X1
-	VADDSS        X1, X0, X0
-	VPERMILPS     $0xb1, X8, X9
-	VADDSS        X9, X8, X8
+	SUM32(Z0, Z1, Y0, Y1, X0, X1)
+	SUM32(Z8, Z9, Y8, Y9, X8, X9)
 	MULSS         X15, X0
 	MULSS         X15, X8
 	MOVSS         X0, (DI)
@@ -516,24 +497,8 @@ h2k:
 	ADDQ        $128, R10
 	SUBQ        $32, CX
 	JNZ         h2k
-	VADDPS        Z1, Z0, Z0
-	VADDPS        Z9, Z8, Z8
-	VEXTRACTF32X8 $1, Z0, Y1
-	VADDPS        Y1, Y0, Y0
-	VEXTRACTF32X8 $1, Z8, Y9
-	VADDPS        Y9, Y8, Y8
-	VEXTRACTF128  $1, Y0, X1
-	VADDPS        X1, X0, X0
-	VEXTRACTF128  $1, Y8, X9
-	VADDPS        X9, X8, X8
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0x4e, X8, X9
-	VADDPS        X9, X8, X8
-	VPERMILPS     $0xb1, X0, X1
-	VADDSS        X1, X0, X0
-	VPERMILPS     $0xb1, X8, X9
-	VADDSS        X9, X8, X8
+	SUM32(Z0, Z1, Y0, Y1, X0, X1)
+	SUM32(Z8, Z9, Y8, Y9, X8, X9)
 	MOVSS         X0, (DI)
 	MOVSS         X8, (R11)
 	ADDQ          $4, DI
@@ -671,15 +636,7 @@ uzcol:
 	ADDQ        $128, CX
 	SUBQ        $32, R10
 	JNZ         uzcol
-	VADDPS        Z1, Z0, Z0
-	VEXTRACTF32X8 $1, Z0, Y1
-	VADDPS        Y1, Y0, Y0
-	VEXTRACTF128  $1, Y0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0x4e, X0, X1
-	VADDPS        X1, X0, X0
-	VPERMILPS     $0xb1, X0, X1
-	VADDSS        X1, X0, X0
+	SUM32(Z0, Z1, Y0, Y1, X0, X1)
 	MOVSS         X0, (R12)
 	ADDQ          $4, R12
 	ADDQ          $4, R11
