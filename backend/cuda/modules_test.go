@@ -73,7 +73,11 @@ func TestReplayModulesCompile(t *testing.T) {
 				var defines []string
 				if layer == "mamba2" {
 					file, rows, cols, heads = "replay_mamba2.cu", mamba2.HeadDim, mamba2.StateSize, mamba2.Heads
-					_, defines = mamba2Module(h200Props(), mamba2, opt, tuning{})
+					var g groupStep
+					_, g, defines = mamba2Module(h200Props(), mamba2, opt, tuning{})
+					if opt.Mode == replay.Replay && !g.on {
+						t.Fatalf("the group step is not planned (%s): this test would not compile it", g.why)
+					}
 				} else {
 					file, rows, cols, heads = "replay_gdn.cu", gdn.ValueDim, gdn.KeyDim, gdn.ValueHeads
 					_, defines = gdnModule(h200Props(), gdn, opt, tuning{})

@@ -37,10 +37,12 @@ const defaultSmallBatch = 4
 // with different knobs can be built side by side in parallel tests.
 type tuning struct {
 	v4         bool     // REPLAYSSM_CUDA_KERNELS=v4: the v4 kernels, no pipeline
+	v5         bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined step, not the group step (v6)
 	pipeGroups int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the pipelined grid (0: none)
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
 	smallBatch int      // REPLAYSSM_CUDA_SMALL_BATCH: batches up to this take one kernel
+	groupX     int      // tests: at most this many ring x entries staged by the group step (0: no bound)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -48,6 +50,7 @@ type tuning struct {
 func envTuning(getenv func(string) string) tuning {
 	tn := tuning{
 		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
+		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
 		smallBatch: defaultSmallBatch,
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
@@ -86,6 +89,7 @@ type replayCommon struct {
 	stepSmall                    *Function // flush and non-flush slots in one kernel
 	baselineStep, baselineVerify *Function
 	pipe                         pipeline
+	group                        groupStep
 	smallBatch                   int // batches up to this run stepSmall
 
 	// state holds the checkpoint (replay) or the state buffers (baseline):
@@ -263,6 +267,9 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	if err := c.d.Launch(c.flush, grid, block, 0, s, a); err != nil {
 		return err
 	}
+	if c.group.fn != nil {
+		return c.d.Launch(c.group.fn, [3]uint32{uint32(c.group.groups), uint32(batch), 1}, [3]uint32{uint32(c.group.threads), 1, 1}, uint32(c.group.smem), s, a)
+	}
 	if !c.pipe.on || !c.pipe.stepOn {
 		return c.d.Launch(c.nonflush, grid, block, 0, s, a)
 	}
@@ -308,6 +315,19 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string) 
 		}
 	}
 	return c.pipe.bind(c.mod, pipeStep, pipeVerify, pipeVerifyFold)
+}
+
+// StepKernel names the kernel that takes a decode step's non-flush slots
+// above the small batch: "v6" (one block per group of heads and batch row),
+// "v5" (pipelined) or "v4" (one block per head and batch row).
+func (c *replayCommon) StepKernel() string {
+	switch {
+	case c.group.fn != nil:
+		return "v6"
+	case c.pipe.on && c.pipe.stepOn:
+		return "v5"
+	}
+	return "v4"
 }
 
 // Pipelined reports whether the non-flush step and the verify run the

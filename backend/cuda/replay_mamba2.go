@@ -62,9 +62,10 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	return newMamba2Cache(ctx, d, shape, prm, capacity, opt, envTuning(os.Getenv))
 }
 
-// mamba2Module plans the pipelined kernels of a Mamba-2 cache with options
-// opt (defaults applied) and returns the plan and the layer's NVRTC defines.
-func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tuning) (pipeline, []string) {
+// mamba2Module plans the pipelined kernels and the group step of a Mamba-2
+// cache with options opt (defaults applied) and returns the plans and the
+// layer's NVRTC defines.
+func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tuning) (pipeline, groupStep, []string) {
 	P, N := shape.HeadDim, shape.StateSize
 	defines := []string{fmt.Sprintf("-DNHEADS=%d", shape.Heads), fmt.Sprintf("-DNGROUPS=%d", shape.Groups)}
 	stage, scratch := mamba2PipeBytes(P, N, opt, replayRing(opt))
@@ -76,7 +77,61 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 	if readElemBytes(opt) == 2 {
 		p.stepOn = false
 	}
-	return p, defines
+	g := mamba2GroupPlan(shape, opt, tn)
+	if g.on {
+		p.stepOn = false // the group step takes the non-flush slots
+		defines = append(defines, fmt.Sprintf("-DGNT=%d", g.threads))
+	}
+	return p, g, defines
+}
+
+// groupStep is the launch plan of a group step kernel (v6): one block of
+// threads per (group, batch row), taking the non-flush slots of a decode
+// step in place of the v4 or v5 kernels.
+type groupStep struct {
+	on      bool
+	threads int
+	groups  int
+	smem    int    // dynamic shared memory per block: the ring's x rows
+	why     string // why it is off
+	fn      *Function
+}
+
+// groupThreads is the group step's block size: eight warps stream 32 rows
+// a pass.
+const groupThreads = 256
+
+// mamba2GroupPlan plans mamba2_group_step (replay_mamba2.cu). Its tables
+// (the group's state-row dots, the ring's B rows and the heads' ring
+// scalars) are static shared memory, which bounds the group's size.
+func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) groupStep {
+	P, N, G := shape.HeadDim, shape.StateSize, shape.Groups
+	hpg, R := shape.Heads/G, replayRing(opt)
+	smem := 4 * (N + R*N + hpg*P + 3*hpg*R + R + 2*hpg + 16)
+	vec := 16 / max(1, readElemBytes(opt)) // elements per 16-byte chunk (nvfp4: per 8 bytes of codes)
+	chunks := N / vec
+	// The ring's x rows of a group, staged in dynamic shared memory: a
+	// non-flush step reads at most L-2 entries; up to 64 KiB (three blocks
+	// per SM), the rest is read from global memory.
+	rowBytes := 4 * hpg * P
+	entries := max(0, min(opt.Window-2, (64<<10)/rowBytes))
+	if tn.groupX > 0 {
+		entries = min(entries, tn.groupX)
+	}
+	g := groupStep{threads: groupThreads, groups: G, smem: entries * rowBytes}
+	switch {
+	case opt.Mode != replay.Replay:
+		g.why = "baseline mode"
+	case tn.v4 || tn.v5:
+		g.why = "REPLAYSSM_CUDA_KERNELS=v4 or v5"
+	case N%vec != 0 || (chunks > 8 && chunks%8 != 0):
+		g.why = fmt.Sprintf("state size %d is not a multiple of %d elements or %d chunks do not split over 8 lanes", N, vec, chunks)
+	case smem > 46<<10:
+		g.why = fmt.Sprintf("a group's tables take %d bytes of shared memory (%d heads of %d rows)", smem, hpg, P)
+	default:
+		g.on = true
+	}
+	return g
 }
 
 // newMamba2Cache is NewMamba2Cache with the kernel knobs given.
@@ -105,12 +160,20 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 		return nil, fmt.Errorf("cuda: mamba2 cache: %w", err)
 	}
 	var defines []string
-	c.pipe, defines = mamba2Module(d, shape, opt, tn)
+	c.pipe, c.group, defines = mamba2Module(d, shape, opt, tn)
 	if err := c.init(ctx, d, opt, capacity, P, N, "replay_mamba2.cu", defines, tn); err != nil {
 		return fail(err)
 	}
 	if err := c.bindKernels("mamba2_pipe_step", "mamba2_pipe_verify", "mamba2_replay_verify_fold"); err != nil {
 		return fail(err)
+	}
+	if c.group.on {
+		if c.group.fn, err = c.mod.Function("mamba2_group_step"); err != nil {
+			return fail(err)
+		}
+		if err := c.group.fn.SetMaxDynamicSharedMemory(c.group.smem); err != nil {
+			return fail(err)
+		}
 	}
 	a, dtb := make([]float64, H), make([]float64, H)
 	for h := range H {

@@ -52,6 +52,8 @@ type gpuCache struct {
 	// pipelined reports whether the non-flush step and the verify run the
 	// pipelined v5 kernels.
 	pipelined func() (step, verify bool)
+	// stepKernel names the kernel of the non-flush slots of a step.
+	stepKernel func() string
 	// plan is the pipelined kernels' launch plan.
 	plan func() pipeline
 	// setSmallBatch sets the largest batch whose step runs as one kernel.
@@ -114,6 +116,7 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 			return &gpuCache{
 				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
 				pipelined:     func() (bool, bool) { step, verify, _ := c.Pipelined(); return step, verify },
+				stepKernel:    c.StepKernel,
 				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
@@ -182,6 +185,7 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 			return &gpuCache{
 				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
 				pipelined:     func() (bool, bool) { step, verify, _ := c.Pipelined(); return step, verify },
+				stepKernel:    c.StepKernel,
 				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
@@ -610,11 +614,14 @@ func TestReplayCacheGraph(t *testing.T) {
 
 // TestReplayPipelineMatchesV4 runs the same random sequence of steps,
 // verifies (random draft counts) and commits (random acceptance) through the
-// pipelined v5 kernels and through the v4 kernels (REPLAYSSM_CUDA_KERNELS=v4)
-// and requires bit-identical outputs: v5 keeps v4's order of operations, so
-// any difference is a bug in the pipeline (a stage read before its copy
-// landed, a wrong ring entry, a skipped item). The float64 comparisons of
-// TestReplayCacheMatchesReference cover both against the reference.
+// pipelined v5 kernels (REPLAYSSM_CUDA_KERNELS=v5: the v5 step too) and
+// through the v4 kernels (REPLAYSSM_CUDA_KERNELS=v4) and requires
+// bit-identical outputs: v5 keeps v4's order of operations, so any
+// difference is a bug in the pipeline (a stage read before its copy landed,
+// a wrong ring entry, a skipped item). The Mamba-2 layers also run the
+// default kernels, whose step is the group step (v6), against v4. The
+// float64 comparisons of TestReplayCacheMatchesReference cover every kernel
+// against the reference.
 func TestReplayPipelineMatchesV4(t *testing.T) {
 	d := gpu(t)
 	if major, _ := d.ComputeCapability(); major < 9 {
@@ -634,16 +641,34 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 	}
 	for li, l := range layers {
 		for _, o := range opts {
-			for _, blocks := range []int{0, 3} {
-				name := l.name + "/" + o.name
-				if blocks != 0 {
+			runs := []struct {
+				kernels string
+				blocks  int
+			}{{"v5", 0}, {"v5", 3}}
+			if l.name[:3] != "gdn" {
+				// v6, and v6 with one ring entry staged in shared memory
+				// (the others read from global memory).
+				runs = append(runs, struct {
+					kernels string
+					blocks  int
+				}{"v6", 0}, struct {
+					kernels string
+					blocks  int
+				}{"v6", 1})
+			}
+			for _, r := range runs {
+				name := l.name + "/" + o.name + "/" + r.kernels
+				switch {
+				case r.kernels == "v6" && r.blocks != 0:
+					name += fmt.Sprintf("/xstaged=%d", r.blocks)
+				case r.blocks != 0:
 					// Three blocks stream every item: each passes many items
 					// through its stages, using every mbarrier phase.
-					name += fmt.Sprintf("/blocks=%d", blocks)
+					name += fmt.Sprintf("/blocks=%d", r.blocks)
 				}
 				t.Run(name, func(t *testing.T) {
 					t.Parallel()
-					pipelineMatchesV4(t, d, li, l, o.opt, blocks)
+					pipelineMatchesV4(t, d, li, l, o.opt, r.kernels, r.blocks)
 				})
 			}
 		}
@@ -686,19 +711,30 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 	}
 }
 
-// pipelineMatchesV4 drives a v5 and a v4 cache of one layer and options
-// through the same 40 random rounds and compares their outputs bit for bit.
-func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, blocks int) {
+// pipelineMatchesV4 drives a cache of one layer and options on the
+// kernels named ("v5": REPLAYSSM_CUDA_KERNELS=v5, blocks bounds the
+// pipelined grid; "v6": the default, blocks bounds the ring entries the
+// group step stages) and a v4 cache through the same 40 random rounds and
+// compares their outputs bit for bit.
+func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks int) {
 	tn := envTuning(os.Getenv)
-	tn.v4, tn.pipeBlocks = false, blocks
+	tn.v4, tn.v5 = false, kernels == "v5"
+	if kernels == "v5" {
+		tn.pipeBlocks = blocks
+	} else {
+		tn.groupX = blocks
+	}
 	v5, err := l.buildWith(d, opt, pairSlots, tn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { must(t, v5.close()) }()
 	v5.setSmallBatch(0) // the split kernels at every batch
+	if got := v5.stepKernel(); kernels == "v6" && got != "v6" {
+		t.Fatalf("step kernel %s, want v6", got)
+	}
 	step, verify := v5.pipelined()
-	wantStep, wantVerify := wantPipelined(l, opt)
+	wantStep, wantVerify := wantPipelined(l, opt, tn)
 	if step != wantStep || verify != wantVerify {
 		if li < 2 && opt.ReadCopy == numeric.NVFP4 {
 			t.Skip("nvfp4 scale rows of this small shape are not 16-byte multiples: v4 only")
@@ -715,7 +751,7 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 	if step, verify := v4.pipelined(); step || verify {
 		t.Fatal("the v4 knob did not select the v4 kernels")
 	}
-	sameOutputs(t, d, li, l, v5, v4, "v5", "v4")
+	sameOutputs(t, d, li, l, v5, v4, kernels, "v4")
 }
 
 // pairSlots is the capacity of the caches sameOutputs compares.
@@ -969,7 +1005,7 @@ func TestReplayPipelinePlanOnDevice(t *testing.T) {
 			p := c.plan()
 			t.Logf("%s %v+%v T%d: step %v verify %v: %d stages, %d warps, %d B smem, %d blocks/SM (%s)", l.name, opt.State, opt.ReadCopy,
 				opt.MaxDraft, step, verify, p.stages, p.warps, p.smem, p.blocksPerSM, p.reasonDisabled)
-			if want, _ := wantPipelined(l, opt); step != want {
+			if want, _ := wantPipelined(l, opt, tuning{}); step != want {
 				t.Errorf("%s %v+%v: pipelined step %v, want %v", l.name, opt.State, opt.ReadCopy, step, want)
 			}
 			must(t, c.close())
@@ -977,10 +1013,54 @@ func TestReplayPipelinePlanOnDevice(t *testing.T) {
 	}
 }
 
-// wantPipelined is which kernels a cache of layer l should take on sm_90:
-// the GDN verify has no pipelined kernel yet, and the Mamba-2 step with a
+// wantPipelined is which kernels a cache of layer l with knobs tn should
+// take on sm_90: the GDN verify has no pipelined kernel yet; the Mamba-2
+// step takes the group step (v6) unless tn asks for v5, and then with a
 // 2-byte matrix to read keeps v4 by policy.
-func wantPipelined(l gpuLayer, opt replay.Options) (step, verify bool) {
+func wantPipelined(l gpuLayer, opt replay.Options, tn tuning) (step, verify bool) {
 	gdn := l.name[:3] == "gdn"
-	return gdn || readElemBytes(opt) != 2, !gdn
+	return gdn || (tn.v5 && readElemBytes(opt) != 2), !gdn
+}
+
+// TestGroupStepResources builds the group step (v6) for the two Mamba-2
+// target shapes in every read format and logs its registers; spills
+// (local memory) fail: the stream's prefetched passes must stay in
+// registers for the kernel to stream.
+func TestGroupStepResources(t *testing.T) {
+	d := gpu(t)
+	shapes := []ssm.Mamba2Shape{
+		{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8},
+		{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8},
+	}
+	for _, shape := range shapes {
+		for _, opt := range []replay.Options{
+			{Mode: replay.Replay},
+			{Mode: replay.Replay, State: numeric.BF16},
+			{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
+			{Mode: replay.Replay, ReadCopy: numeric.E4M3},
+			{Mode: replay.Replay, State: numeric.E4M3},
+		} {
+			t.Run(fmt.Sprintf("%d/%v+%v", shape.Heads, opt.State, opt.ReadCopy), func(t *testing.T) {
+				t.Parallel()
+				H := shape.Heads
+				prm := replay.Mamba2Params{ALog: make([]float32, H), DtBias: make([]float32, H), D: make([]float32, H)}
+				c, err := newMamba2Cache(context.Background(), d, shape, prm, 4, opt, envTuning(os.Getenv))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { must(t, c.Close()) }()
+				if c.group.fn == nil {
+					t.Fatalf("no group step: %s", c.group.why)
+				}
+				r, err := c.group.fn.Resources()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("mamba2_group_step: %d registers, %d B local, %d B static shared, up to %d threads", r.Registers, r.LocalBytes, r.StaticSharedBytes, r.MaxThreadsPerBlock)
+				if r.LocalBytes != 0 {
+					t.Errorf("%d bytes of local memory per thread (spills)", r.LocalBytes)
+				}
+			})
+		}
+	}
 }

@@ -91,6 +91,17 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem)
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
+// cp_async_commit closes this thread's group of cp.async copies issued
+// since the last one; cp_async_wait_group<K> waits until at most K of its
+// groups are still in flight.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int K>
+__device__ __forceinline__ void cp_async_wait_group()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(K) : "memory");
+}
+
 // NF_VARIANT (a -D define, default 4) picks the Mamba-2 non-flush step
 // kernel: 3 = v3 (ring gather, then the state), 4 = v4 (state prefetched
 // into registers first, ring by cp.async). See NOTES.md.

@@ -1157,3 +1157,309 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __
                       dt, y, A, dtb, D, dtMin, R, batch);
 }
 #endif
+
+// ---- v6: the group-major non-flush step ----
+//
+// mamba2_group_step computes what mamba2_step<0> computes for the slots
+// that do not flush, bit for bit, with one block per (group, batch row)
+// instead of one per (head, batch row): the HPG heads of a group share C,
+// the ring's B rows and the B_j . C dots, so the block reads and forms them
+// once, and the heads' HPG*P state rows (contiguous in the checkpoint and the
+// read copy) are one stream that every thread reads GPF passes ahead, with
+// its columns of C in registers, the way the in-place baselines stream
+// theirs. v4 (one 20 KB bf16 matrix per block) and v5 (one item per
+// consumer group at a time) paid a chain of round trips and barriers per
+// head; here a block pays it once per HPG heads and streams meanwhile.
+//
+// Order of work: C and the current token's inputs (independent of the
+// slot), slots[b], the first GPF passes of the stream, hist[s] (a flush slot
+// returns: mamba2_replay_flush took it), the ring's B rows and per-head
+// scalars by cp.async, the current token appended to the ring, the decay
+// weights and B_j . C (while the stream's first bytes are in flight), the
+// stream and its row dots, then y from the ring's x rows.
+//
+// Defines from the host: GNT (threads per block). GPF (passes in flight per
+// thread) and GMINB (blocks per SM for the register bound) have defaults.
+#ifdef GNT
+#if READ_FMT == FMT_NVFP4
+#define GVEC 16
+#else
+#define GVEC (StateIO<MAT_FMT>::VEC)
+#endif
+#define GROWS (HPG * P)
+typedef CMap<GVEC, N, GROWS, GNT / 32> GM;
+#ifndef GMINB
+#define GMINB 3
+#endif
+// About 128 bytes per thread in flight: fp32 2 passes, bf16 / fp16 4, fp8
+// 8, nvfp4 (9 bytes a pass) 12.
+#ifndef GPF
+#if READ_FMT == FMT_NVFP4
+#define GPF 12
+#else
+#define GPF (8 / GM::CPL)
+#endif
+#endif
+
+// GRaw is one thread's raw bytes of one pass: CPL 16-byte chunks (nvfp4:
+// one 8-byte word of codes and its block's scale code).
+struct GRaw {
+#if READ_FMT == FMT_NVFP4
+    uint2 w;
+    u32 sc;
+#else
+    uint4 w[GM::CPL];
+#endif
+};
+
+// group_load issues the loads of pass `pass` of the group's stream (rows
+// past the end read nothing and give zeros).
+__device__ __forceinline__ void group_load(const void* mat, const u8* scales, int pass, GRaw& raw)
+{
+    const int r = GM::row(pass, threadIdx.x);
+#if READ_FMT == FMT_NVFP4
+    raw.w = make_uint2(0, 0);
+    raw.sc = 0;
+    if (r < GROWS) {
+        const u64 e = (u64)r * N + GM::col(0, threadIdx.x);
+        raw.w = *reinterpret_cast<const uint2*>(static_cast<const u8*>(mat) + e / 2);
+        raw.sc = scales[e / 16];
+    }
+#else
+    typedef StateIO<MAT_FMT> IO;
+    const typename IO::T* S = static_cast<const typename IO::T*>(mat);
+#pragma unroll
+    for (int c = 0; c < GM::CPL; c++) {
+        raw.w[c] = make_uint4(0, 0, 0, 0);
+        if (r < GROWS) {
+            raw.w[c] = *reinterpret_cast<const uint4*>(S + (u64)r * N + GM::col(c, threadIdx.x));
+        }
+    }
+#endif
+}
+
+// group_dot adds pass `pass`'s row dots with C (this thread's columns in
+// cr) to sDot, in dots_nvfp4's / dots_state's order of operations.
+__device__ __forceinline__ void group_dot(const GRaw& raw, int pass, const float (&cr)[GM::CPL][GVEC],
+                                          const float* sGs, const float* lut, float* sDot)
+{
+    const int r = GM::row(pass, threadIdx.x);
+    const int hh = min(r, GROWS - 1) / P;
+    float acc = 0.0f;
+#if READ_FMT == FMT_NVFP4
+    float x[16];
+    nvfp4_chunk(raw.w, lut, x);
+    const float d = r < GROWS ? __fmul_rn(f32_from_e4m3(raw.sc), sGs[hh]) : 0.0f;
+    float part = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+        part = fmaf(x[k], cr[0][k], part);
+    }
+    acc = fmaf(part, d, acc);
+#else
+    typedef StateIO<MAT_FMT> IO;
+    const float sc = IO::SCALED ? sGs[hh] : 1.0f;
+#pragma unroll
+    for (int c = 0; c < GM::CPL; c++) {
+        float v[GVEC];
+        IO::unpack(raw.w[c], v, sc);
+#pragma unroll
+        for (int k = 0; k < GVEC; k++) {
+            acc = fmaf(v[k], cr[c][k], acc);
+        }
+    }
+#endif
+    acc = lanes_sum<GM::LANES>(acc);
+    if (r < GROWS && GM::lane(threadIdx.x) == 0) {
+        sDot[r] = acc;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA2_STEP_PARAMS)
+{
+    __shared__ __align__(16) float sC[N];
+    __shared__ __align__(16) float sB[RMAX * N];
+    __shared__ float sDot[GROWS];
+    __shared__ float sW[HPG * RMAX];
+    __shared__ float sDelta[HPG * RMAX];
+    __shared__ float sDecay[HPG * RMAX];
+    __shared__ float sBC[RMAX];
+    __shared__ float sE[HPG];
+    __shared__ float sGs[HPG];
+    __shared__ float sLut[16];
+    // The ring's x rows of the group, entries [0, xcap): as many as the
+    // launch's dynamic shared memory holds (the host sizes it for a whole
+    // window); entries past it are read from global memory.
+    extern __shared__ __align__(16) float sXr[];
+
+    const int g = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
+    const int h0 = g * HPG;
+    constexpr int OUTS = (GROWS + GNT - 1) / GNT;
+    // The current token and C: independent of the slot.
+    const float* xt = x + ((u64)b * NHEADS + h0) * P;
+    const float* Ct = C + ((u64)b * NGROUPS + g) * N;
+    float xc[OUTS];
+#pragma unroll
+    for (int k = 0; k < OUTS; k++) {
+        const int o = tid + k * GNT;
+        xc[k] = o < GROWS ? xt[o] : 0.0f;
+    }
+    float cr[GM::CPL][GVEC];
+#pragma unroll
+    for (int c = 0; c < GM::CPL; c++) {
+#pragma unroll
+        for (int q = 0; q < GVEC / 4; q++) {
+            const float4 v = *reinterpret_cast<const float4*>(Ct + GM::col(c, tid) + 4 * q);
+            cr[c][4 * q] = v.x;
+            cr[c][4 * q + 1] = v.y;
+            cr[c][4 * q + 2] = v.z;
+            cr[c][4 * q + 3] = v.w;
+        }
+    }
+
+    const int s = slots[b];
+    const u64 m0 = (u64)s * NHEADS + h0;
+#if READ_FMT == FMT_NVFP4
+    const void* mat = rcodes + m0 * RC_BYTES;
+    const u8* scl = rscales + m0 * (P * N / 16);
+#elif READ_FMT == FMT_F32
+    const void* mat = state + m0 * (P * N);
+    const u8* scl = nullptr;
+#else
+    const void* mat = rcodes + m0 * RC_BYTES;
+    const u8* scl = nullptr;
+#endif
+    GRaw raw[GPF];
+#pragma unroll
+    for (int k = 0; k < GPF; k++) {
+        if (k < GM::PASSES) {
+            group_load(mat, scl, k, raw[k]);
+        }
+    }
+    const int n = hist[s];
+    const bool nonflush = n + 1 < L; // else mamba2_replay_flush took the slot
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const int xs = min(n, (int)(dyn / (GROWS * 4))); // ring x entries staged in shared memory
+    const float* xr = ringX + (u64)h0 * P;
+    if (nonflush) {
+        // The ring straight to shared memory: B rows, the heads' delta and
+        // decay (needed first, one cp.async group), then the x rows (needed
+        // last, for y: a second group, waited for after the stream).
+        for (int q = tid; q < N / 4; q += GNT) {
+            cp_async16(sC + 4 * q, Ct + 4 * q);
+        }
+        for (int q = tid; q < n * (N / 4); q += GNT) {
+            const int j = q / (N / 4), i = 4 * (q % (N / 4));
+            cp_async16(sB + j * N + i, ringB + (ring_at(s, j) * NGROUPS + g) * N + i);
+        }
+        for (int idx = tid; idx < HPG * n; idx += GNT) {
+            const int hh = idx / n, j = idx % n;
+            cp_async4(sDelta + hh * RMAX + j, ringDt + rs_at(s, h0 + hh, j));
+            cp_async4(sDecay + hh * RMAX + j, ringA + rs_at(s, h0 + hh, j));
+        }
+        cp_async_commit();
+        if (GROWS % 4 == 0) {
+            for (int q = tid; q < xs * (GROWS / 4); q += GNT) {
+                const int j = q / (GROWS / 4), o = 4 * (q % (GROWS / 4));
+                cp_async16(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
+            }
+        } else {
+            for (int q = tid; q < xs * GROWS; q += GNT) {
+                const int j = q / GROWS, o = q % GROWS;
+                cp_async4(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
+            }
+        }
+        cp_async_commit();
+        // The current token appended to the ring.
+        const float* Bt = B + ((u64)b * NGROUPS + g) * N;
+        for (int i = tid; i < N; i += GNT) {
+            const float v = Bt[i];
+            sB[n * N + i] = v;
+            ringB[(ring_at(s, n) * NGROUPS + g) * N + i] = v;
+        }
+#pragma unroll
+        for (int k = 0; k < OUTS; k++) {
+            const int o = tid + k * GNT;
+            if (o < GROWS) {
+                ringX[(ring_at(s, n) * NHEADS + h0) * P + o] = xc[k];
+            }
+        }
+        for (int hh = tid; hh < HPG; hh += GNT) {
+            const int h = h0 + hh;
+            const float delta = fmaxf((float)softplus_d((double)dt[(u64)b * NHEADS + h] + dtb[h]), dtMin);
+            const float a = (float)exp((double)delta * A[h]);
+            sDelta[hh * RMAX + n] = delta;
+            sDecay[hh * RMAX + n] = a;
+            ringDt[rs_at(s, h, n)] = delta;
+            ringA[rs_at(s, h, n)] = a;
+#if READ_FMT == FMT_NVFP4 || READ_FMT == FMT_E4M3
+            sGs[hh] = rglobal[m0 + hh];
+#elif READ_FMT == FMT_F32 && STATE_FMT == FMT_E4M3
+            sGs[hh] = state_scale(state, m0 + hh);
+#else
+            sGs[hh] = 1.0f;
+#endif
+        }
+#if READ_FMT == FMT_NVFP4
+        init_e2m1_lut(sLut);
+#endif
+        cp_async_wait_group<1>();
+    }
+    __syncthreads();
+    // Every thread has read the cursors: the block counts itself now, so
+    // the counter's round trip overlaps the stream (step_count).
+    const bool last = step_count(done);
+    if (nonflush) {
+        const int t = n + 1;
+        // Decay products (float64, mamba2_step's order), one thread per
+        // head from the last warp down, while the first warps form B_j . C
+        // for the group, eight lanes per entry.
+        for (int hh = GNT - 1 - tid; hh < HPG; hh += GNT) {
+            double suf = 1.0;
+            for (int j = t - 1; j >= 0; j--) {
+                sW[hh * RMAX + j] = (float)((double)sDelta[hh * RMAX + j] * suf);
+                suf *= (double)sDecay[hh * RMAX + j];
+            }
+            sE[hh] = (float)suf;
+        }
+        dot_pairs(
+            t, N, tid, GNT, [&](int j) -> const float* { return sB + j * N; },
+            [&](int) { return (const float*)sC; }, [&](int j, float v) { sBC[j] = v; });
+        // The stream: pass p's loads were issued GPF passes before its dots.
+        for (int base = 0; base < GM::PASSES; base += GPF) {
+#pragma unroll
+            for (int k = 0; k < GPF; k++) {
+                const int pass = base + k;
+                if (pass < GM::PASSES) {
+                    group_dot(raw[k], pass, cr, sGs, sLut, sDot);
+                    if (pass + GPF < GM::PASSES) {
+                        group_load(mat, scl, pass + GPF, raw[k]);
+                    }
+                }
+            }
+        }
+        cp_async_wait_all();
+        __syncthreads();
+        // y = e * (S0 . C) + D x + sum_j W_j (B_j . C) x_j (mamba2_step's
+        // order), the x rows from shared memory where staged.
+#pragma unroll
+        for (int k = 0; k < OUTS; k++) {
+            const int o = tid + k * GNT;
+            if (o < GROWS) {
+                const int hh = o / P;
+                float yv = sE[hh] * sDot[o] + D[h0 + hh] * xc[k];
+                for (int j = 0; j < xs; j++) {
+                    yv = fmaf(sW[hh * RMAX + j] * sBC[j], sXr[j * GROWS + o], yv);
+                }
+                for (int j = xs; j < n; j++) {
+                    yv = fmaf(sW[hh * RMAX + j] * sBC[j], xr[ring_at(s, j) * (NHEADS * P) + o], yv);
+                }
+                yv = fmaf(sW[hh * RMAX + n] * sBC[n], xc[k], yv);
+                y[((u64)b * NHEADS + h0) * P + o] = yv;
+            }
+        }
+    }
+    step_finish(last, hist, pending, done, slots, batch, L);
+}
+#endif
