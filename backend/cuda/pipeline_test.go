@@ -120,8 +120,9 @@ func TestEnvTuning(t *testing.T) {
 			"REPLAYSSM_CUDA_KERNELS": "v4", "REPLAYSSM_CUDA_PIPE_GROUPS": "2", "REPLAYSSM_CUDA_PIPE_BLOCKS": "3",
 			"REPLAYSSM_CUDA_DEFINES": " -DA=1  -DB=0 ", "REPLAYSSM_CUDA_SMALL_BATCH": "0",
 		}, tuning{v4: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0}},
+		{"v5", map[string]string{"REPLAYSSM_CUDA_KERNELS": "v5"}, tuning{v5: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
-			"REPLAYSSM_CUDA_KERNELS": "v5", "REPLAYSSM_CUDA_PIPE_GROUPS": "two", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1",
+			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3",
 		}, tuning{smallBatch: defaultSmallBatch}},
 	}

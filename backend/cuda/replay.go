@@ -39,7 +39,7 @@ type tuning struct {
 	v4         bool     // REPLAYSSM_CUDA_KERNELS=v4: the v4 kernels, no pipeline
 	v5         bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined step, not the group step (v6)
 	pipeGroups int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
-	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the pipelined grid (0: none)
+	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
 	smallBatch int      // REPLAYSSM_CUDA_SMALL_BATCH: batches up to this take one kernel
 	groupX     int      // tests: at most this many ring x entries staged by the group step (0: no bound)
@@ -68,6 +68,27 @@ func envTuning(getenv func(string) string) tuning {
 	return tn
 }
 
+// blocksPerSM is how many blocks of threads threads, with r's registers and
+// static shared memory plus dyn bytes of dynamic shared memory, one SM of d
+// holds at once (the occupancy calculator's arithmetic for sm_80-sm_90:
+// 64K registers allocated per warp in units of 256, about 1 KiB of shared
+// memory reserved per block, 2048 threads, or 1536 on sm_86 and sm_89).
+func blocksPerSM(d *Device, r Resources, threads, dyn int) int {
+	warps := (threads + 31) / 32
+	regsPerWarp := (r.Registers*32 + 255) / 256 * 256
+	byRegs := 65536 / max(1, regsPerWarp*warps)
+	perSM := d.SharedMemoryPerMultiprocessor()
+	if perSM <= 0 {
+		perSM = d.MaxSharedMemoryPerBlock()
+	}
+	bySmem := perSM / (r.StaticSharedBytes + dyn + 1024)
+	maxThreads := 2048
+	if major, minor := d.ComputeCapability(); major == 8 && minor != 0 {
+		maxThreads = 1536
+	}
+	return max(1, min(byRegs, bySmem, maxThreads/threads, 32))
+}
+
 // replayRingMax bounds window + max drafts: the ring's per-entry tables live
 // in static shared memory (48 KiB per block).
 const replayRingMax = 32
@@ -87,6 +108,8 @@ type replayCommon struct {
 	cursorVerify, commitF        *Function
 	nonflush, flush, verify      *Function
 	stepSmall                    *Function // flush and non-flush slots in one kernel
+	flushBlocks                  int       // the flush kernel's grid: the blocks the GPU holds at once
+	boundBlocks                  int       // tests: a bound on the flush kernel's grid (tuning.pipeBlocks)
 	baselineStep, baselineVerify *Function
 	pipe                         pipeline
 	group                        groupStep
@@ -264,11 +287,13 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	if batch <= c.smallBatch {
 		return c.d.Launch(c.stepSmall, grid, block, 0, s, a)
 	}
-	if err := c.d.Launch(c.flush, grid, block, 0, s, a); err != nil {
+	flushGrid := [3]uint32{uint32(min(batch*c.heads, c.flushBlocks)), 1, 1}
+	if err := c.d.Launch(c.flush, flushGrid, block, 0, s, a); err != nil {
 		return err
 	}
 	if c.group.fn != nil {
-		return c.d.Launch(c.group.fn, [3]uint32{uint32(c.group.groups), uint32(batch), 1}, [3]uint32{uint32(c.group.threads), 1, 1}, uint32(c.group.smem), s, a)
+		blocks := min(c.group.groups*batch, c.group.blocks)
+		return c.d.Launch(c.group.fn, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(c.group.threads), 1, 1}, uint32(c.group.smem), s, a)
 	}
 	if !c.pipe.on || !c.pipe.stepOn {
 		return c.d.Launch(c.nonflush, grid, block, 0, s, a)
@@ -313,6 +338,14 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string) 
 		if *f.dst, err = c.mod.Function(c.kind + f.name); err != nil {
 			return err
 		}
+	}
+	r, err := c.flush.Resources()
+	if err != nil {
+		return err
+	}
+	c.flushBlocks = c.d.Multiprocessors() * blocksPerSM(c.d, r, c.threads, 0)
+	if c.boundBlocks > 0 { // tests: each block flushes many items in turn
+		c.flushBlocks = min(c.flushBlocks, c.boundBlocks)
 	}
 	return c.pipe.bind(c.mod, pipeStep, pipeVerify, pipeVerifyFold)
 }
@@ -605,6 +638,7 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 		}
 	}
 	c.smallBatch = tn.smallBatch
+	c.boundBlocks = tn.pipeBlocks
 	c.live = make([]bool, capacity)
 	for i := capacity - 1; i >= 0; i-- {
 		c.free = append(c.free, replay.Slot(i))

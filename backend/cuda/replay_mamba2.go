@@ -85,13 +85,14 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 	return p, g, defines
 }
 
-// groupStep is the launch plan of a group step kernel (v6): one block of
-// threads per (group, batch row), taking the non-flush slots of a decode
-// step in place of the v4 or v5 kernels.
+// groupStep is the launch plan of a group step kernel (v6): persistent
+// blocks that take the (group, batch row) items of a decode step's
+// non-flush slots in turn, in place of the v4 or v5 kernels.
 type groupStep struct {
 	on      bool
 	threads int
 	groups  int
+	blocks  int    // the grid: as many blocks as the GPU holds at once
 	smem    int    // dynamic shared memory per block: the ring's x rows
 	why     string // why it is off
 	fn      *Function
@@ -126,6 +127,8 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 		g.why = "REPLAYSSM_CUDA_KERNELS=v4 or v5"
 	case N%vec != 0 || (chunks > 8 && chunks%8 != 0):
 		g.why = fmt.Sprintf("state size %d is not a multiple of %d elements or %d chunks do not split over 8 lanes", N, vec, chunks)
+	case hpg > groupThreads:
+		g.why = fmt.Sprintf("%d heads per group (more than %d threads)", hpg, groupThreads)
 	case smem > 46<<10:
 		g.why = fmt.Sprintf("a group's tables take %d bytes of shared memory (%d heads of %d rows)", smem, hpg, P)
 	default:
@@ -173,6 +176,14 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 		}
 		if err := c.group.fn.SetMaxDynamicSharedMemory(c.group.smem); err != nil {
 			return fail(err)
+		}
+		r, err := c.group.fn.Resources()
+		if err != nil {
+			return fail(err)
+		}
+		c.group.blocks = d.Multiprocessors() * blocksPerSM(d, r, c.group.threads, c.group.smem)
+		if tn.pipeBlocks > 0 { // tests: a few blocks, each taking many items
+			c.group.blocks = min(c.group.blocks, tn.pipeBlocks)
 		}
 	}
 	a, dtb := make([]float64, H), make([]float64, H)

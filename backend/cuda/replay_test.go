@@ -660,7 +660,9 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 				name := l.name + "/" + o.name + "/" + r.kernels
 				switch {
 				case r.kernels == "v6" && r.blocks != 0:
-					name += fmt.Sprintf("/xstaged=%d", r.blocks)
+					// One ring entry in shared memory, the others read from
+					// global memory; two blocks take every item in turn.
+					name += fmt.Sprintf("/xstaged=%d/blocks=2", r.blocks)
 				case r.blocks != 0:
 					// Three blocks stream every item: each passes many items
 					// through its stages, using every mbarrier phase.
@@ -714,15 +716,15 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 // pipelineMatchesV4 drives a cache of one layer and options on the
 // kernels named ("v5": REPLAYSSM_CUDA_KERNELS=v5, blocks bounds the
 // pipelined grid; "v6": the default, blocks bounds the ring entries the
-// group step stages) and a v4 cache through the same 40 random rounds and
+// group step stages and its grid is two blocks) and a v4 cache through the same 40 random rounds and
 // compares their outputs bit for bit.
 func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks int) {
 	tn := envTuning(os.Getenv)
 	tn.v4, tn.v5 = false, kernels == "v5"
 	if kernels == "v5" {
 		tn.pipeBlocks = blocks
-	} else {
-		tn.groupX = blocks
+	} else if blocks != 0 {
+		tn.groupX, tn.pipeBlocks = blocks, 2
 	}
 	v5, err := l.buildWith(d, opt, pairSlots, tn)
 	if err != nil {
@@ -1022,44 +1024,78 @@ func wantPipelined(l gpuLayer, opt replay.Options, tn tuning) (step, verify bool
 	return gdn || (tn.v5 && readElemBytes(opt) != 2), !gdn
 }
 
-// TestGroupStepResources builds the group step (v6) for the two Mamba-2
-// target shapes in every read format and logs its registers; spills
-// (local memory) fail: the stream's prefetched passes must stay in
-// registers for the kernel to stream.
-func TestGroupStepResources(t *testing.T) {
+// TestReplayKernelResources logs the registers, spills and shared memory of
+// the replay step kernels for the target shapes in the main formats (what
+// NOTES.md tracks; REPLAYSSM_CUDA_DEFINES applies). The group step (v6)
+// must not spill more than a few registers (ptxas keeps 12 bytes outside
+// its stream at the 128-register bound): its prefetched passes must stay
+// in registers for it to stream.
+func TestReplayKernelResources(t *testing.T) {
 	d := gpu(t)
-	shapes := []ssm.Mamba2Shape{
-		{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8},
-		{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8},
+	type fn struct {
+		name string
+		f    *Function
 	}
-	for _, shape := range shapes {
-		for _, opt := range []replay.Options{
-			{Mode: replay.Replay},
-			{Mode: replay.Replay, State: numeric.BF16},
-			{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
-			{Mode: replay.Replay, ReadCopy: numeric.E4M3},
-			{Mode: replay.Replay, State: numeric.E4M3},
-		} {
-			t.Run(fmt.Sprintf("%d/%v+%v", shape.Heads, opt.State, opt.ReadCopy), func(t *testing.T) {
+	opts := []replay.Options{
+		{Mode: replay.Replay},
+		{Mode: replay.Replay, State: numeric.BF16},
+		{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
+		{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
+		{Mode: replay.Replay, ReadCopy: numeric.E4M3},
+	}
+	// The target shapes (package bench's, which imports this package).
+	shapes := []struct {
+		Name, Layer string
+		Mamba2      ssm.Mamba2Shape
+		GDN         ssm.GDNShape
+	}{
+		{Name: "nano", Layer: "mamba2", Mamba2: ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}},
+		{Name: "super", Layer: "mamba2", Mamba2: ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8}},
+		{Name: "qwen3.5-4b", Layer: "gdn", GDN: ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}},
+	}
+	for _, sh := range shapes {
+		for _, opt := range opts {
+			t.Run(fmt.Sprintf("%s/%v+%v", sh.Name, opt.State, opt.ReadCopy), func(t *testing.T) {
 				t.Parallel()
-				H := shape.Heads
-				prm := replay.Mamba2Params{ALog: make([]float32, H), DtBias: make([]float32, H), D: make([]float32, H)}
-				c, err := newMamba2Cache(context.Background(), d, shape, prm, 4, opt, envTuning(os.Getenv))
-				if err != nil {
-					t.Fatal(err)
+				var c *replayCommon
+				var group *Function
+				if sh.Layer == "mamba2" {
+					H := sh.Mamba2.Heads
+					prm := replay.Mamba2Params{ALog: make([]float32, H), DtBias: make([]float32, H), D: make([]float32, H)}
+					m, err := newMamba2Cache(context.Background(), d, sh.Mamba2, prm, 4, opt, envTuning(os.Getenv))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer func() { must(t, m.Close()) }()
+					c, group = &m.replayCommon, m.group.fn
+					if group == nil {
+						t.Errorf("no group step: %s", m.group.why)
+					}
+				} else {
+					H := sh.GDN.ValueHeads
+					prm := replay.GDNParams{ALog: make([]float32, H), DtBias: make([]float32, H)}
+					g, err := newGDNCache(context.Background(), d, sh.GDN, prm, 4, opt, envTuning(os.Getenv))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer func() { must(t, g.Close()) }()
+					c = &g.replayCommon
 				}
-				defer func() { must(t, c.Close()) }()
-				if c.group.fn == nil {
-					t.Fatalf("no group step: %s", c.group.why)
+				fns := []fn{{"flush", c.flush}, {"nonflush", c.nonflush}, {"step_small", c.stepSmall}, {"pipe_step", c.pipe.step}, {"group_step", group}}
+				for _, f := range fns {
+					if f.f == nil {
+						continue
+					}
+					r, err := f.f.Resources()
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Logf("%s %-10s %3d registers, %4d B local, %6d B static shared", t.Name(), f.name, r.Registers, r.LocalBytes, r.StaticSharedBytes)
+					if f.name == "group_step" && r.LocalBytes > 32 {
+						t.Errorf("group step: %d bytes of local memory per thread (spills)", r.LocalBytes)
+					}
 				}
-				r, err := c.group.fn.Resources()
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("mamba2_group_step: %d registers, %d B local, %d B static shared, up to %d threads", r.Registers, r.LocalBytes, r.StaticSharedBytes, r.MaxThreadsPerBlock)
-				if r.LocalBytes != 0 {
-					t.Errorf("%d bytes of local memory per thread (spills)", r.LocalBytes)
-				}
+				t.Logf("%s flush grid %d blocks", t.Name(), c.flushBlocks)
 			})
 		}
 	}

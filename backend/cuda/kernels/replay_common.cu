@@ -1292,6 +1292,39 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
     move_cursors(hist, pending, done, slots, batch, L);
 }
 
+// flush_items calls flush(head, b) for every item i = blockIdx.x +
+// k*gridDim.x (head i % heads of batch row i / heads) whose slot's window
+// fills at this step (hist + 1 >= L). The flush kernel runs on a grid of
+// the blocks the GPU holds at once: its threads read NT items' cursors in
+// one round trip, list the flushing items in shared memory, and the block
+// flushes them in turn. Launched as one block per (head, batch row), as it
+// was, it paid a block launch and two dependent loads for every item of
+// every step, flushing or not (NOTES.md, session 5).
+template <typename F>
+__device__ __forceinline__ void flush_items(const int* slots, const int* hist, int batch, int heads, int L, F flush)
+{
+    __shared__ int list[NT];
+    __shared__ int count;
+    const int items = batch * heads;
+    for (int base = blockIdx.x; base < items; base += NT * gridDim.x) {
+        if (threadIdx.x == 0) {
+            count = 0;
+        }
+        __syncthreads();
+        const int i = base + (int)threadIdx.x * gridDim.x;
+        if (i < items && hist[slots[i / heads]] + 1 >= L) {
+            list[atomicAdd(&count, 1)] = i;
+        }
+        __syncthreads();
+        const int c = count;
+        for (int k = 0; k < c; k++) {
+            flush(list[k] % heads, list[k] / heads);
+            __syncthreads(); // its shared tables are read before the next one's
+        }
+        __syncthreads(); // count and list are read before the next chunk's
+    }
+}
+
 // step_count and step_finish split step_done for the one-kernel small-batch
 // step, where the counter's round trip would otherwise sit at the end of the
 // step's critical path: a block counts itself as soon as its threads have

@@ -262,10 +262,10 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
                                          const float* __restrict__ k, const float* __restrict__ v,
                                          const float* __restrict__ a, const float* __restrict__ bb,
                                          float* __restrict__ o, const double* __restrict__ negA,
-                                         const double* __restrict__ dtb, float qscale, int L, int* done)
+                                         const double* __restrict__ dtb, float qscale, int L, int* done, int j, int b)
 {
     __shared__ __align__(16) GDNShared sh;
-    const int j = blockIdx.x, b = blockIdx.y, kh = j / VPK;
+    const int kh = j / VPK;
     const int tid = threadIdx.x, warp = tid >> 5;
     // EARLY (the small-batch kernel): state asked for in L1, the whole ring
     // loaded before hist[s] is back (as mamba2_step does).
@@ -428,18 +428,34 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
 // below a few slots.
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_nonflush(GDN_STEP_PARAMS)
 {
-    gdn_step<0>(GDN_STEP_ARGS);
+    gdn_step<0>(GDN_STEP_ARGS, blockIdx.x, blockIdx.y);
     step_done(hist, pending, done, slots, batch, L);
 }
 
-extern "C" __global__ void __launch_bounds__(NT) gdn_replay_flush(GDN_STEP_PARAMS)
+// One flush item, not inlined: inlined into flush_items' loop, the compiler
+// kept values across items and the kernel took 160-250 registers instead of
+// 110-130 (half the blocks per SM). FLUSH_MINB bounds the registers for
+// that many blocks per SM: 128 at 256 threads, what the one-block-per-item
+// flush had.
+#ifndef FLUSH_MINB
+#define FLUSH_MINB (512 / NT)
+#endif
+__device__ __noinline__ void gdn_flush_item(GDN_STEP_PARAMS, int j, int b)
 {
-    gdn_step<1>(GDN_STEP_ARGS);
+    gdn_step<1>(GDN_STEP_ARGS, j, b);
+}
+
+extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_flush(GDN_STEP_PARAMS)
+{
+    flush_items(slots, hist, batch, NVH, L, [&](int j, int b) {
+        gdn_flush_item(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o,
+                       negA, dtb, qscale, L, pending, done, batch, j, b);
+    });
 }
 
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_PARAMS)
 {
-    const bool last = gdn_step<2>(GDN_STEP_ARGS);
+    const bool last = gdn_step<2>(GDN_STEP_ARGS, blockIdx.x, blockIdx.y);
     step_finish(last, hist, pending, done, slots, batch, L);
 }
 

@@ -138,7 +138,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
                                             const float* __restrict__ C, const float* __restrict__ dt,
                                             float* __restrict__ y, const double* __restrict__ A,
                                             const double* __restrict__ dtb, const float* __restrict__ D,
-                                            float dtMin, int L, int* done)
+                                            float dtMin, int L, int* done, int h, int b)
 {
     __shared__ __align__(16) float sC[N];
     __shared__ __align__(16) float sB[RMAX * N];
@@ -152,7 +152,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     __shared__ float sLut[16];
     __shared__ float sScratch[NWARPS];
 
-    const int h = blockIdx.x, b = blockIdx.y, g = h / HPG;
+    const int g = h / HPG;
     const int tid = threadIdx.x;
     // EARLY (the small-batch kernel): the state is asked for in L1 and the
     // whole ring (RMAX entries, the unused ones ignored) is loaded without
@@ -482,21 +482,39 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_nonflush(MAMBA2_STEP_PARAMS)
 {
 #if READ_FMT != FMT_F32 || NF_VARIANT != 4 || STATE_FMT == FMT_E4M3
-    mamba2_step<0>(MAMBA2_STEP_ARGS);
+    mamba2_step<0>(MAMBA2_STEP_ARGS, blockIdx.x, blockIdx.y);
 #else
     mamba2_nonflush_pf(state, ringX, ringB, ringDt, ringA, hist, slots, x, B, C, dt, y, A, dtb, D, dtMin, L);
 #endif
     step_done(hist, pending, done, slots, batch, L);
 }
 
-extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_flush(MAMBA2_STEP_PARAMS)
+// One flush item, not inlined: inlined into flush_items' loop, the compiler
+// kept values across items and the kernel took 200-250 registers instead of
+// about 110 (half the blocks per SM). FLUSH_MINB bounds the registers for
+// that many blocks per SM, about what the one-block-per-item flush had
+// (NOTES.md, session 5): 96 registers at 160 threads (Nano, no spills);
+// at 256 threads (Super) 80, or 128 for an nvfp4 read copy, whose quantiser
+// spills at 80.
+#ifndef FLUSH_MINB
+#define FLUSH_MINB (NT <= 160 ? 4 : READ_FMT == FMT_NVFP4 ? 2 : 3)
+#endif
+__device__ __noinline__ void mamba2_flush_item(MAMBA2_STEP_PARAMS, int h, int b)
 {
-    mamba2_step<1>(MAMBA2_STEP_ARGS);
+    mamba2_step<1>(MAMBA2_STEP_ARGS, h, b);
+}
+
+extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_flush(MAMBA2_STEP_PARAMS)
+{
+    flush_items(slots, hist, batch, NHEADS, L, [&](int h, int b) {
+        mamba2_flush_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, x, B, C, dt, y, A, dtb, D,
+                          dtMin, L, pending, done, batch, h, b);
+    });
 }
 
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_step_small(MAMBA2_STEP_PARAMS)
 {
-    const bool last = mamba2_step<2>(MAMBA2_STEP_ARGS);
+    const bool last = mamba2_step<2>(MAMBA2_STEP_ARGS, blockIdx.x, blockIdx.y);
     step_finish(last, hist, pending, done, slots, batch, L);
 }
 
@@ -1189,7 +1207,7 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __
 #define GROWS (HPG * P)
 typedef CMap<GVEC, N, GROWS, GNT / 32> GM;
 #ifndef GMINB
-#define GMINB 3
+#define GMINB 2
 #endif
 // About 128 bytes per thread in flight: fp32 2 passes, bf16 / fp16 4, fp8
 // 8, nvfp4 (9 bytes a pass) 12.
@@ -1275,6 +1293,72 @@ __device__ __forceinline__ void group_dot(const GRaw& raw, int pass, const float
     }
 }
 
+// group_mat points mat (and scl, nvfp4's block scales) at the first of
+// the HPG matrices from m0 that the non-flush step reads.
+__device__ __forceinline__ void group_mat(const ST* state, const u8* rcodes, const u8* rscales, u64 m0,
+                                          const void*& mat, const u8*& scl)
+{
+#if READ_FMT == FMT_NVFP4
+    mat = rcodes + m0 * RC_BYTES;
+    scl = rscales + m0 * (P * N / 16);
+#elif READ_FMT == FMT_F32
+    mat = state + m0 * (P * N);
+    scl = nullptr;
+#else
+    mat = rcodes + m0 * RC_BYTES;
+    scl = nullptr;
+#endif
+}
+
+// group_scale is head hh's per-matrix scale of what the step reads (nvfp4
+// global scale, fp8 scale), 1 for the others.
+__device__ __forceinline__ float group_scale(const ST* state, const float* rglobal, u64 m0, int hh)
+{
+    if (hh >= HPG) {
+        return 1.0f;
+    }
+#if READ_FMT == FMT_NVFP4 || READ_FMT == FMT_E4M3
+    return rglobal[m0 + hh];
+#elif READ_FMT == FMT_F32 && STATE_FMT == FMT_E4M3
+    return state_scale(state, m0 + hh);
+#else
+    return 1.0f;
+#endif
+}
+
+// group_x loads the current token's x rows of group g, batch row b (xc[k]:
+// output tid + k*GNT); group_c this thread's columns of its C.
+template <int OUTS>
+__device__ __forceinline__ void group_x(const float* x, int b, int g, float (&xc)[OUTS])
+{
+    const float* xt = x + ((u64)b * NHEADS + g * HPG) * P;
+#pragma unroll
+    for (int k = 0; k < OUTS; k++) {
+        const int o = threadIdx.x + k * GNT;
+        xc[k] = o < GROWS ? xt[o] : 0.0f;
+    }
+}
+
+__device__ __forceinline__ void group_c(const float* C, int b, int g, float (&cr)[GM::CPL][GVEC])
+{
+    const float* Ct = C + ((u64)b * NGROUPS + g) * N;
+#pragma unroll
+    for (int c = 0; c < GM::CPL; c++) {
+#pragma unroll
+        for (int q = 0; q < GVEC / 4; q++) {
+            const float4 v = *reinterpret_cast<const float4*>(Ct + GM::col(c, threadIdx.x) + 4 * q);
+            cr[c][4 * q] = v.x;
+            cr[c][4 * q + 1] = v.y;
+            cr[c][4 * q + 2] = v.z;
+            cr[c][4 * q + 3] = v.w;
+        }
+    }
+}
+
+// mamba2_group_step: persistent blocks take the items (group g, batch row
+// b), i = g + NGROUPS*b, in turn (i = blockIdx.x + k*gridDim.x). While an
+// item's y is formed, the next item's cursors, first passes and C are
+// already in flight, so a block's stream does not stop between items.
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA2_STEP_PARAMS)
 {
     __shared__ __align__(16) float sC[N];
@@ -1291,175 +1375,186 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     // launch's dynamic shared memory holds (the host sizes it for a whole
     // window); entries past it are read from global memory.
     extern __shared__ __align__(16) float sXr[];
+    static_assert(HPG <= GNT, "one thread per head of a group");
 
-    const int g = blockIdx.x, b = blockIdx.y, tid = threadIdx.x;
-    const int h0 = g * HPG;
+    const int tid = threadIdx.x, items = batch * NGROUPS;
     constexpr int OUTS = (GROWS + GNT - 1) / GNT;
-    // The current token and C: independent of the slot.
-    const float* xt = x + ((u64)b * NHEADS + h0) * P;
-    const float* Ct = C + ((u64)b * NGROUPS + g) * N;
-    float xc[OUTS];
-#pragma unroll
-    for (int k = 0; k < OUTS; k++) {
-        const int o = tid + k * GNT;
-        xc[k] = o < GROWS ? xt[o] : 0.0f;
-    }
-    float cr[GM::CPL][GVEC];
-#pragma unroll
-    for (int c = 0; c < GM::CPL; c++) {
-#pragma unroll
-        for (int q = 0; q < GVEC / 4; q++) {
-            const float4 v = *reinterpret_cast<const float4*>(Ct + GM::col(c, tid) + 4 * q);
-            cr[c][4 * q] = v.x;
-            cr[c][4 * q + 1] = v.y;
-            cr[c][4 * q + 2] = v.z;
-            cr[c][4 * q + 3] = v.w;
-        }
-    }
-
-    const int s = slots[b];
-    const u64 m0 = (u64)s * NHEADS + h0;
-#if READ_FMT == FMT_NVFP4
-    const void* mat = rcodes + m0 * RC_BYTES;
-    const u8* scl = rscales + m0 * (P * N / 16);
-#elif READ_FMT == FMT_F32
-    const void* mat = state + m0 * (P * N);
-    const u8* scl = nullptr;
-#else
-    const void* mat = rcodes + m0 * RC_BYTES;
-    const u8* scl = nullptr;
-#endif
-    GRaw raw[GPF];
-#pragma unroll
-    for (int k = 0; k < GPF; k++) {
-        if (k < GM::PASSES) {
-            group_load(mat, scl, k, raw[k]);
-        }
-    }
-    const int n = hist[s];
-    const bool nonflush = n + 1 < L; // else mamba2_replay_flush took the slot
     u32 dyn;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    const int xs = min(n, (int)(dyn / (GROWS * 4))); // ring x entries staged in shared memory
-    const float* xr = ringX + (u64)h0 * P;
-    if (nonflush) {
-        // The ring straight to shared memory: B rows, the heads' delta and
-        // decay (needed first, one cp.async group), then the x rows (needed
-        // last, for y: a second group, waited for after the stream).
-        for (int q = tid; q < N / 4; q += GNT) {
-            cp_async16(sC + 4 * q, Ct + 4 * q);
-        }
-        for (int q = tid; q < n * (N / 4); q += GNT) {
-            const int j = q / (N / 4), i = 4 * (q % (N / 4));
-            cp_async16(sB + j * N + i, ringB + (ring_at(s, j) * NGROUPS + g) * N + i);
-        }
-        for (int idx = tid; idx < HPG * n; idx += GNT) {
-            const int hh = idx / n, j = idx % n;
-            cp_async4(sDelta + hh * RMAX + j, ringDt + rs_at(s, h0 + hh, j));
-            cp_async4(sDecay + hh * RMAX + j, ringA + rs_at(s, h0 + hh, j));
-        }
-        cp_async_commit();
-        if (GROWS % 4 == 0) {
-            for (int q = tid; q < xs * (GROWS / 4); q += GNT) {
-                const int j = q / (GROWS / 4), o = 4 * (q % (GROWS / 4));
-                cp_async16(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
-            }
-        } else {
-            for (int q = tid; q < xs * GROWS; q += GNT) {
-                const int j = q / GROWS, o = q % GROWS;
-                cp_async4(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
-            }
-        }
-        cp_async_commit();
-        // The current token appended to the ring.
-        const float* Bt = B + ((u64)b * NGROUPS + g) * N;
-        for (int i = tid; i < N; i += GNT) {
-            const float v = Bt[i];
-            sB[n * N + i] = v;
-            ringB[(ring_at(s, n) * NGROUPS + g) * N + i] = v;
-        }
-#pragma unroll
-        for (int k = 0; k < OUTS; k++) {
-            const int o = tid + k * GNT;
-            if (o < GROWS) {
-                ringX[(ring_at(s, n) * NHEADS + h0) * P + o] = xc[k];
-            }
-        }
-        for (int hh = tid; hh < HPG; hh += GNT) {
-            const int h = h0 + hh;
-            const float delta = fmaxf((float)softplus_d((double)dt[(u64)b * NHEADS + h] + dtb[h]), dtMin);
-            const float a = (float)exp((double)delta * A[h]);
-            sDelta[hh * RMAX + n] = delta;
-            sDecay[hh * RMAX + n] = a;
-            ringDt[rs_at(s, h, n)] = delta;
-            ringA[rs_at(s, h, n)] = a;
-#if READ_FMT == FMT_NVFP4 || READ_FMT == FMT_E4M3
-            sGs[hh] = rglobal[m0 + hh];
-#elif READ_FMT == FMT_F32 && STATE_FMT == FMT_E4M3
-            sGs[hh] = state_scale(state, m0 + hh);
-#else
-            sGs[hh] = 1.0f;
-#endif
-        }
+    const int xcap = (int)(dyn / (GROWS * 4));
 #if READ_FMT == FMT_NVFP4
-        init_e2m1_lut(sLut);
+    init_e2m1_lut(sLut);
 #endif
-        cp_async_wait_group<1>();
-    }
-    __syncthreads();
-    // Every thread has read the cursors: the block counts itself now, so
-    // the counter's round trip overlaps the stream (step_count).
-    const bool last = step_count(done);
-    if (nonflush) {
-        const int t = n + 1;
-        // Decay products (float64, mamba2_step's order), one thread per
-        // head from the last warp down, while the first warps form B_j . C
-        // for the group, eight lanes per entry.
-        for (int hh = GNT - 1 - tid; hh < HPG; hh += GNT) {
-            double suf = 1.0;
-            for (int j = t - 1; j >= 0; j--) {
-                sW[hh * RMAX + j] = (float)((double)sDelta[hh * RMAX + j] * suf);
-                suf *= (double)sDecay[hh * RMAX + j];
-            }
-            sE[hh] = (float)suf;
-        }
-        dot_pairs(
-            t, N, tid, GNT, [&](int j) -> const float* { return sB + j * N; },
-            [&](int) { return (const float*)sC; }, [&](int j, float v) { sBC[j] = v; });
-        // The stream: pass p's loads were issued GPF passes before its dots.
-        for (int base = 0; base < GM::PASSES; base += GPF) {
+
+    // The first item: inputs, cursors, scale and first passes.
+    int i = blockIdx.x, g = i % NGROUPS, b = i / NGROUPS, s = 0, n = L;
+    float xc[OUTS], cr[GM::CPL][GVEC], gs = 1.0f;
+    GRaw raw[GPF];
+    if (i < items) {
+        group_x(x, b, g, xc);
+        group_c(C, b, g, cr);
+        s = slots[b];
+        const void* mat;
+        const u8* scl;
+        group_mat(state, rcodes, rscales, (u64)s * NHEADS + g * HPG, mat, scl);
 #pragma unroll
-            for (int k = 0; k < GPF; k++) {
-                const int pass = base + k;
-                if (pass < GM::PASSES) {
-                    group_dot(raw[k], pass, cr, sGs, sLut, sDot);
-                    if (pass + GPF < GM::PASSES) {
-                        group_load(mat, scl, pass + GPF, raw[k]);
+        for (int k = 0; k < GPF; k++) {
+            if (k < GM::PASSES) {
+                group_load(mat, scl, k, raw[k]);
+            }
+        }
+        n = hist[s];
+        gs = group_scale(state, rglobal, (u64)s * NHEADS + g * HPG, tid);
+    }
+    while (i < items) {
+        const int h0 = g * HPG, next = i + gridDim.x;
+        const int gN = next % NGROUPS, bN = next / NGROUPS;
+        const int sN = next < items ? slots[bN] : 0; // needed after the stream
+        const bool nonflush = n + 1 < L;             // else mamba2_replay_flush took the slot
+        const u64 m0 = (u64)s * NHEADS + h0;
+        const float* xr = ringX + (u64)h0 * P;
+        const int xs = min(n, xcap); // ring x entries staged in shared memory
+        if (nonflush) {
+            // The ring straight to shared memory: B rows, the heads' delta
+            // and decay (one cp.async group), then the x rows (a second).
+            const float* Ct = C + ((u64)b * NGROUPS + g) * N;
+            for (int q = tid; q < N / 4; q += GNT) {
+                cp_async16(sC + 4 * q, Ct + 4 * q);
+            }
+            for (int q = tid; q < n * (N / 4); q += GNT) {
+                const int j = q / (N / 4), e = 4 * (q % (N / 4));
+                cp_async16(sB + j * N + e, ringB + (ring_at(s, j) * NGROUPS + g) * N + e);
+            }
+            for (int idx = tid; idx < HPG * n; idx += GNT) {
+                const int hh = idx / n, j = idx % n;
+                cp_async4(sDelta + hh * RMAX + j, ringDt + rs_at(s, h0 + hh, j));
+                cp_async4(sDecay + hh * RMAX + j, ringA + rs_at(s, h0 + hh, j));
+            }
+            cp_async_commit();
+            if (GROWS % 4 == 0) {
+                for (int q = tid; q < xs * (GROWS / 4); q += GNT) {
+                    const int j = q / (GROWS / 4), o = 4 * (q % (GROWS / 4));
+                    cp_async16(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
+                }
+            } else {
+                for (int q = tid; q < xs * GROWS; q += GNT) {
+                    const int j = q / GROWS, o = q % GROWS;
+                    cp_async4(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
+                }
+            }
+            cp_async_commit();
+            // The current token appended to the ring.
+            const float* Bt = B + ((u64)b * NGROUPS + g) * N;
+            for (int e = tid; e < N; e += GNT) {
+                const float v = Bt[e];
+                sB[n * N + e] = v;
+                ringB[(ring_at(s, n) * NGROUPS + g) * N + e] = v;
+            }
+#pragma unroll
+            for (int k = 0; k < OUTS; k++) {
+                const int o = tid + k * GNT;
+                if (o < GROWS) {
+                    ringX[(ring_at(s, n) * NHEADS + h0) * P + o] = xc[k];
+                }
+            }
+            if (tid < HPG) {
+                const int h = h0 + tid;
+                const float delta = fmaxf((float)softplus_d((double)dt[(u64)b * NHEADS + h] + dtb[h]), dtMin);
+                const float a = (float)exp((double)delta * A[h]);
+                sDelta[tid * RMAX + n] = delta;
+                sDecay[tid * RMAX + n] = a;
+                ringDt[rs_at(s, h, n)] = delta;
+                ringA[rs_at(s, h, n)] = a;
+                sGs[tid] = gs;
+            }
+            __syncthreads(); // sGs, sLut
+            // The stream: pass p's loads were issued GPF passes before its
+            // dots (the first GPF during the previous item).
+            const void* mat;
+            const u8* scl;
+            group_mat(state, rcodes, rscales, m0, mat, scl);
+            for (int base = 0; base < GM::PASSES; base += GPF) {
+#pragma unroll
+                for (int k = 0; k < GPF; k++) {
+                    const int pass = base + k;
+                    if (pass < GM::PASSES) {
+                        group_dot(raw[k], pass, cr, sGs, sLut, sDot);
+                        if (pass + GPF < GM::PASSES) {
+                            group_load(mat, scl, pass + GPF, raw[k]);
+                        }
                     }
                 }
             }
         }
-        cp_async_wait_all();
-        __syncthreads();
-        // y = e * (S0 . C) + D x + sum_j W_j (B_j . C) x_j (mamba2_step's
-        // order), the x rows from shared memory where staged.
+        // The next item's cursor, first passes, C and scale, in flight while
+        // this item's y is formed.
+        int nN = L;
+        float gsN = 1.0f;
+        if (next < items) {
+            nN = hist[sN];
+            const u64 m0N = (u64)sN * NHEADS + gN * HPG;
+            const void* mat;
+            const u8* scl;
+            group_mat(state, rcodes, rscales, m0N, mat, scl);
 #pragma unroll
-        for (int k = 0; k < OUTS; k++) {
-            const int o = tid + k * GNT;
-            if (o < GROWS) {
-                const int hh = o / P;
-                float yv = sE[hh] * sDot[o] + D[h0 + hh] * xc[k];
-                for (int j = 0; j < xs; j++) {
-                    yv = fmaf(sW[hh * RMAX + j] * sBC[j], sXr[j * GROWS + o], yv);
+            for (int k = 0; k < GPF; k++) {
+                if (k < GM::PASSES) {
+                    group_load(mat, scl, k, raw[k]);
                 }
-                for (int j = xs; j < n; j++) {
-                    yv = fmaf(sW[hh * RMAX + j] * sBC[j], xr[ring_at(s, j) * (NHEADS * P) + o], yv);
+            }
+            group_c(C, bN, gN, cr);
+            gsN = group_scale(state, rglobal, m0N, tid);
+        }
+        if (nonflush) {
+            cp_async_wait_group<1>();
+            __syncthreads();
+            // Decay products (float64, mamba2_step's order), one thread per
+            // head from the last warp down, while the first warps form
+            // B_j . C for the group, eight lanes per entry.
+            const int t = n + 1;
+            for (int hh = GNT - 1 - tid; hh < HPG; hh += GNT) {
+                double suf = 1.0;
+                for (int j = t - 1; j >= 0; j--) {
+                    sW[hh * RMAX + j] = (float)((double)sDelta[hh * RMAX + j] * suf);
+                    suf *= (double)sDecay[hh * RMAX + j];
                 }
-                yv = fmaf(sW[hh * RMAX + n] * sBC[n], xc[k], yv);
-                y[((u64)b * NHEADS + h0) * P + o] = yv;
+                sE[hh] = (float)suf;
+            }
+            dot_pairs(
+                t, N, tid, GNT, [&](int j) -> const float* { return sB + j * N; },
+                [&](int) { return (const float*)sC; }, [&](int j, float v) { sBC[j] = v; });
+            cp_async_wait_all();
+            __syncthreads();
+            // y = e * (S0 . C) + D x + sum_j W_j (B_j . C) x_j (mamba2_step's
+            // order), the x rows from shared memory where staged.
+#pragma unroll
+            for (int k = 0; k < OUTS; k++) {
+                const int o = tid + k * GNT;
+                if (o < GROWS) {
+                    const int hh = o / P;
+                    float yv = sE[hh] * sDot[o] + D[h0 + hh] * xc[k];
+                    for (int j = 0; j < xs; j++) {
+                        yv = fmaf(sW[hh * RMAX + j] * sBC[j], sXr[j * GROWS + o], yv);
+                    }
+                    for (int j = xs; j < n; j++) {
+                        yv = fmaf(sW[hh * RMAX + j] * sBC[j], xr[ring_at(s, j) * (NHEADS * P) + o], yv);
+                    }
+                    yv = fmaf(sW[hh * RMAX + n] * sBC[n], xc[k], yv);
+                    y[((u64)b * NHEADS + h0) * P + o] = yv;
+                }
             }
         }
+        if (next < items) {
+            group_x(x, bN, gN, xc);
+        }
+        __syncthreads(); // this item's tables are read before the next item's gathers
+        i = next;
+        g = gN;
+        b = bN;
+        s = sN;
+        n = nN;
+        gs = gsN;
     }
-    step_finish(last, hist, pending, done, slots, batch, L);
+    step_done(hist, pending, done, slots, batch, L);
 }
 #endif
