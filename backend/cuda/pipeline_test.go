@@ -8,6 +8,7 @@ import (
 
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/ssm"
 )
 
 // TestPlanPipeline checks the launch plan of the pipelined kernels for the
@@ -161,5 +162,79 @@ func TestMatrixBytes(t *testing.T) {
 		if got := matrixBytes(tt.f, e); got != tt.full {
 			t.Errorf("%v: matrixBytes %d, want %d", tt.f, got, tt.full)
 		}
+	}
+}
+
+// TestBlocksPerSM checks the occupancy arithmetic the persistent grids are
+// sized with against the CUDA occupancy calculator's figures for an H200
+// (sm_90: 64K registers per SM allocated per warp in units of 256, 228 KiB
+// of shared memory per SM with 1 KiB reserved per block, 2048 threads) and
+// an sm_86 GPU (1536 threads per SM).
+func TestBlocksPerSM(t *testing.T) {
+	h200 := h200Props()
+	sm86 := &Device{ccMajor: 8, ccMinor: 6, smCount: 84, sharedOptin: 99 << 10, sharedPerSM: 100 << 10}
+	for _, tc := range []struct {
+		name    string
+		d       *Device
+		regs    int
+		static  int
+		threads int
+		dyn     int
+		want    int
+	}{
+		{"group step, 128 registers", h200, 128, 16128, 256, 54 << 10, 2},
+		{"group step, 80 registers", h200, 80, 16128, 256, 54 << 10, 3},
+		{"flush, 96 registers, 160 threads", h200, 96, 15360, 160, 0, 4},
+		{"flush, 97 registers round up to 104 a thread", h200, 97, 15360, 160, 0, 3},
+		{"shared memory bound", h200, 32, 100 << 10, 128, 0, 2},
+		{"thread bound", h200, 16, 0, 256, 0, 8},
+		{"thread bound on sm_86", sm86, 16, 0, 256, 0, 6},
+		{"at least one", h200, 255, 0, 1024, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Resources{Registers: tc.regs, StaticSharedBytes: tc.static}
+			if got := blocksPerSM(tc.d, r, tc.threads, tc.dyn); got != tc.want {
+				t.Errorf("blocksPerSM = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestGroupStepPlan checks when the Mamba-2 group step (v6) is planned, its
+// dynamic shared memory (the ring's x rows of a window, at most 64 KiB) and
+// the reasons it is off.
+func TestGroupStepPlan(t *testing.T) {
+	nano := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
+	for _, tc := range []struct {
+		name   string
+		shape  ssm.Mamba2Shape
+		opt    replay.Options
+		tn     tuning
+		smem   int    // when on
+		reason string // when off
+	}{
+		{"nano, L=16", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 14 * 12 * 80 * 4, ""},
+		{"nano nvfp4, L=8", nano, replay.Options{Mode: replay.Replay, Window: 8, ReadCopy: numeric.NVFP4}, tuning{}, 6 * 12 * 80 * 4, ""},
+		{"Mamba2-2.7B: 80 heads of 64 in one group, 3 entries staged", ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 3 * 80 * 64 * 4, ""},
+		{"nano, L=32: 64 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 32}, tuning{}, 17 * 12 * 80 * 4, ""},
+		{"test bound on staged entries", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupX: 1}, 12 * 80 * 4, ""},
+		{"baseline", nano, replay.Options{Mode: replay.Baseline, Window: 16}, tuning{}, 0, "baseline"},
+		{"v5 asked for", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{v5: true}, 0, "v5"},
+		{"one group of 128 heads of 64", ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 0, "shared memory"},
+		{"state size not in chunks", ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 36, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 0, "state size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt, err := replayDefaults(tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := mamba2GroupPlan(tc.shape, opt, tc.tn)
+			switch {
+			case tc.reason == "" && (!g.on || g.smem != tc.smem || g.groups != tc.shape.Groups || g.threads != groupThreads):
+				t.Errorf("plan %+v, want on with %d bytes of x rows", g, tc.smem)
+			case tc.reason != "" && (g.on || !strings.Contains(g.why, tc.reason)):
+				t.Errorf("plan %+v, want off with %q", g, tc.reason)
+			}
+		})
 	}
 }
