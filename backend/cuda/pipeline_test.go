@@ -122,8 +122,9 @@ func TestEnvTuning(t *testing.T) {
 			"REPLAYSSM_CUDA_DEFINES": " -DA=1  -DB=0 ", "REPLAYSSM_CUDA_SMALL_BATCH": "0",
 		}, tuning{v4: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0}},
 		{"v5", map[string]string{"REPLAYSSM_CUDA_KERNELS": "v5"}, tuning{v5: true, smallBatch: defaultSmallBatch}},
+		{"gdn group", map[string]string{"REPLAYSSM_CUDA_GDN_GROUP": "1"}, tuning{gdnGroup: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
-			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1",
+			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two", "REPLAYSSM_CUDA_GDN_GROUP": "yes", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3",
 		}, tuning{smallBatch: defaultSmallBatch}},
 	}
@@ -236,5 +237,32 @@ func TestGroupStepPlan(t *testing.T) {
 				t.Errorf("plan %+v, want off with %q", g, tc.reason)
 			}
 		})
+	}
+}
+
+// TestGDNGroupPlan checks that the GDN group step stays off unless asked
+// for, and its dynamic shared memory (a window's u rows of a key head's
+// value heads) when it is on.
+func TestGDNGroupPlan(t *testing.T) {
+	opt, err := replayDefaults(replay.Options{Mode: replay.Replay, Window: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q4b := ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	q122b := ssm.GDNShape{KeyHeads: 16, ValueHeads: 64, KeyDim: 128, ValueDim: 128}
+	if g := gdnGroupPlan(q4b, opt, tuning{}); g.on || !strings.Contains(g.why, "REPLAYSSM_CUDA_GDN_GROUP") {
+		t.Errorf("default plan %+v, want off until asked for", g)
+	}
+	for _, tc := range []struct {
+		shape ssm.GDNShape
+		smem  int
+	}{{q4b, 14 * 2 * 128 * 4}, {q122b, 14 * 4 * 128 * 4}} {
+		g := gdnGroupPlan(tc.shape, opt, tuning{gdnGroup: true})
+		if !g.on || g.smem != tc.smem || g.groups != tc.shape.KeyHeads {
+			t.Errorf("%+v: plan %+v, want on with %d bytes of u rows and %d groups", tc.shape, g, tc.smem, tc.shape.KeyHeads)
+		}
+	}
+	if g := gdnGroupPlan(q4b, opt, tuning{gdnGroup: true, v4: true}); g.on {
+		t.Errorf("v4 asked for: plan %+v, want off", g)
 	}
 }

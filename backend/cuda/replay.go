@@ -37,7 +37,8 @@ const defaultSmallBatch = 4
 // with different knobs can be built side by side in parallel tests.
 type tuning struct {
 	v4         bool     // REPLAYSSM_CUDA_KERNELS=v4: the v4 kernels, no pipeline
-	v5         bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined step, not the group step (v6)
+	v5         bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined Mamba-2 step, not the group step (v6)
+	gdnGroup   bool     // REPLAYSSM_CUDA_GDN_GROUP=1: the GDN group step (v6, not yet measured on a GPU)
 	pipeGroups int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
@@ -51,6 +52,7 @@ func envTuning(getenv func(string) string) tuning {
 	tn := tuning{
 		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
 		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
+		gdnGroup:   getenv("REPLAYSSM_CUDA_GDN_GROUP") == "1",
 		smallBatch: defaultSmallBatch,
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
@@ -87,6 +89,81 @@ func blocksPerSM(d *Device, r Resources, threads, dyn int) int {
 		maxThreads = 1536
 	}
 	return max(1, min(byRegs, bySmem, maxThreads/threads, 32))
+}
+
+// groupStep is the launch plan of a group step kernel (v6): persistent
+// blocks that take the (group, batch row) items of a decode step's
+// non-flush slots in turn, in place of the v4 or v5 kernels. A group is the
+// heads that share the step's vectors: a Mamba-2 group's heads (C, the
+// ring's B), a GDN key head's value heads (k, q, the ring's keys).
+type groupStep struct {
+	on      bool
+	threads int
+	groups  int    // groups per batch row
+	blocks  int    // the grid: as many blocks as the GPU holds at once
+	smem    int    // dynamic shared memory per block: the ring's per-head rows (x, u)
+	why     string // why it is off
+	fn      *Function
+}
+
+// groupThreads is the group step's block size: eight warps stream 32 rows
+// a pass.
+const groupThreads = 256
+
+// planGroup plans a group step over heads matrices of rows × cols per
+// group whose static tables take tables bytes: on unless the mode, the
+// knobs or the shape rule it out. Its dynamic shared memory holds the
+// ring's per-head rows of the group (rows floats a head and entry) for the
+// L-2 entries a non-flush step reads, up to 64 KiB (three blocks per SM);
+// the kernels read the rest from global memory.
+func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) groupStep {
+	vec := 16 / max(1, readElemBytes(opt)) // elements per 16-byte chunk (nvfp4: per 8 bytes of codes)
+	chunks := cols / vec
+	rowBytes := 4 * heads * rows
+	entries := max(0, min(opt.Window-2, (64<<10)/rowBytes))
+	if tn.groupX > 0 {
+		entries = min(entries, tn.groupX)
+	}
+	g := groupStep{threads: groupThreads, smem: entries * rowBytes}
+	switch {
+	case opt.Mode != replay.Replay:
+		g.why = "baseline mode"
+	case tn.v4:
+		g.why = "REPLAYSSM_CUDA_KERNELS=v4"
+	case cols%vec != 0 || (chunks > 8 && chunks%8 != 0):
+		g.why = fmt.Sprintf("state size %d is not a multiple of %d elements or %d chunks do not split over 8 lanes", cols, vec, chunks)
+	case heads > groupThreads:
+		g.why = fmt.Sprintf("%d heads per group (more than %d threads)", heads, groupThreads)
+	case tables > 46<<10:
+		g.why = fmt.Sprintf("a group's tables take %d bytes of shared memory (%d heads of %d rows)", tables, heads, rows)
+	default:
+		g.on = true
+	}
+	return g
+}
+
+// bindGroup looks up the group step name, allows its dynamic shared memory
+// and sizes its grid from its occupancy.
+func (c *replayCommon) bindGroup(name string, boundBlocks int) error {
+	if !c.group.on {
+		return nil
+	}
+	var err error
+	if c.group.fn, err = c.mod.Function(name); err != nil {
+		return err
+	}
+	if err := c.group.fn.SetMaxDynamicSharedMemory(c.group.smem); err != nil {
+		return err
+	}
+	r, err := c.group.fn.Resources()
+	if err != nil {
+		return err
+	}
+	c.group.blocks = c.d.Multiprocessors() * blocksPerSM(c.d, r, c.group.threads, c.group.smem)
+	if boundBlocks > 0 { // tests: a few blocks, each taking many items
+		c.group.blocks = min(c.group.blocks, boundBlocks)
+	}
+	return nil
 }
 
 // replayRingMax bounds window + max drafts: the ring's per-entry tables live

@@ -43,15 +43,39 @@ func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	return newGDNCache(ctx, d, shape, prm, capacity, opt, envTuning(os.Getenv))
 }
 
-// gdnModule plans the pipelined kernels of a GDN cache with options opt
-// (defaults applied) and returns the plan and the layer's NVRTC defines.
-func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pipeline, []string) {
+// gdnModule plans the pipelined kernels and the group step of a GDN cache
+// with options opt (defaults applied) and returns the plans and the layer's
+// NVRTC defines.
+func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pipeline, groupStep, []string) {
 	dk, dv := shape.KeyDim, shape.ValueDim
 	defines := []string{
 		fmt.Sprintf("-DNKH=%d", shape.KeyHeads), fmt.Sprintf("-DNVH=%d", shape.ValueHeads), fmt.Sprintf("-DL2EPS=%g", ssm.L2NormEps),
 	}
 	stage, scratch := gdnPipeBytes(dk, dv, opt, replayRing(opt))
-	return replayPipeline(d, opt, stage, scratch, dv, dk, tn, defines)
+	p, defines := replayPipeline(d, opt, stage, scratch, dv, dk, tn, defines)
+	g := gdnGroupPlan(shape, opt, tn)
+	if g.on {
+		p.stepOn = false // the group step takes the non-flush slots
+		defines = append(defines, fmt.Sprintf("-DGNT=%d", g.threads))
+	}
+	return p, g, defines
+}
+
+// gdnGroupPlan plans gdn_group_step (replay_gdn.cu): a key head's VPK value
+// heads of dv rows, static tables (the key head's vectors and ring keys,
+// their dots, the value heads' ring scalars and projections). Off unless
+// REPLAYSSM_CUDA_GDN_GROUP=1: it has not run on a GPU yet (NOTES.md,
+// session 5).
+func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
+	dk, dv := shape.KeyDim, shape.ValueDim
+	vpk, R := shape.ValueHeads/shape.KeyHeads, replayRing(opt)
+	tables := 4 * ((R+2)*dk + 2*(R+1) + 3*vpk*(R+1) + 2*vpk + 2*vpk*dv + 32)
+	g := planGroup(opt, tn, vpk, dv, dk, tables)
+	g.groups = shape.KeyHeads
+	if !tn.gdnGroup {
+		g.on, g.why = false, "experimental: REPLAYSSM_CUDA_GDN_GROUP=1 turns it on"
+	}
+	return g
 }
 
 // newGDNCache is NewGDNCache with the kernel knobs given.
@@ -80,11 +104,14 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 		return nil, fmt.Errorf("cuda: gdn cache: %w", err)
 	}
 	var defines []string
-	c.pipe, defines = gdnModule(d, shape, opt, tn)
+	c.pipe, c.group, defines = gdnModule(d, shape, opt, tn)
 	if err := c.init(ctx, d, opt, capacity, dv, dk, "replay_gdn.cu", defines, tn); err != nil {
 		return fail(err)
 	}
 	if err := c.bindKernels("gdn_pipe_step", "", ""); err != nil {
+		return fail(err)
+	}
+	if err := c.bindGroup("gdn_group_step", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
 	negA, dtb := make([]float64, Hv), make([]float64, Hv)

@@ -85,54 +85,17 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 	return p, g, defines
 }
 
-// groupStep is the launch plan of a group step kernel (v6): persistent
-// blocks that take the (group, batch row) items of a decode step's
-// non-flush slots in turn, in place of the v4 or v5 kernels.
-type groupStep struct {
-	on      bool
-	threads int
-	groups  int
-	blocks  int    // the grid: as many blocks as the GPU holds at once
-	smem    int    // dynamic shared memory per block: the ring's x rows
-	why     string // why it is off
-	fn      *Function
-}
-
-// groupThreads is the group step's block size: eight warps stream 32 rows
-// a pass.
-const groupThreads = 256
-
-// mamba2GroupPlan plans mamba2_group_step (replay_mamba2.cu). Its tables
-// (the group's state-row dots, the ring's B rows and the heads' ring
-// scalars) are static shared memory, which bounds the group's size.
+// mamba2GroupPlan plans mamba2_group_step (replay_mamba2.cu): a group's
+// HPG heads of P rows, and static tables (the group's state-row dots, the
+// ring's B rows and the heads' ring scalars) that bound the group's size.
 func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) groupStep {
 	P, N, G := shape.HeadDim, shape.StateSize, shape.Groups
 	hpg, R := shape.Heads/G, replayRing(opt)
-	smem := 4 * (N + R*N + hpg*P + 3*hpg*R + R + 2*hpg + 16)
-	vec := 16 / max(1, readElemBytes(opt)) // elements per 16-byte chunk (nvfp4: per 8 bytes of codes)
-	chunks := N / vec
-	// The ring's x rows of a group, staged in dynamic shared memory: a
-	// non-flush step reads at most L-2 entries; up to 64 KiB (three blocks
-	// per SM), the rest is read from global memory.
-	rowBytes := 4 * hpg * P
-	entries := max(0, min(opt.Window-2, (64<<10)/rowBytes))
-	if tn.groupX > 0 {
-		entries = min(entries, tn.groupX)
-	}
-	g := groupStep{threads: groupThreads, groups: G, smem: entries * rowBytes}
-	switch {
-	case opt.Mode != replay.Replay:
-		g.why = "baseline mode"
-	case tn.v4 || tn.v5:
-		g.why = "REPLAYSSM_CUDA_KERNELS=v4 or v5"
-	case N%vec != 0 || (chunks > 8 && chunks%8 != 0):
-		g.why = fmt.Sprintf("state size %d is not a multiple of %d elements or %d chunks do not split over 8 lanes", N, vec, chunks)
-	case hpg > groupThreads:
-		g.why = fmt.Sprintf("%d heads per group (more than %d threads)", hpg, groupThreads)
-	case smem > 46<<10:
-		g.why = fmt.Sprintf("a group's tables take %d bytes of shared memory (%d heads of %d rows)", smem, hpg, P)
-	default:
-		g.on = true
+	tables := 4 * (N + R*N + hpg*P + 3*hpg*R + R + 2*hpg + 16)
+	g := planGroup(opt, tn, hpg, P, N, tables)
+	g.groups = G
+	if tn.v5 {
+		g.on, g.why = false, "REPLAYSSM_CUDA_KERNELS=v5"
 	}
 	return g
 }
@@ -170,21 +133,8 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if err := c.bindKernels("mamba2_pipe_step", "mamba2_pipe_verify", "mamba2_replay_verify_fold"); err != nil {
 		return fail(err)
 	}
-	if c.group.on {
-		if c.group.fn, err = c.mod.Function("mamba2_group_step"); err != nil {
-			return fail(err)
-		}
-		if err := c.group.fn.SetMaxDynamicSharedMemory(c.group.smem); err != nil {
-			return fail(err)
-		}
-		r, err := c.group.fn.Resources()
-		if err != nil {
-			return fail(err)
-		}
-		c.group.blocks = d.Multiprocessors() * blocksPerSM(d, r, c.group.threads, c.group.smem)
-		if tn.pipeBlocks > 0 { // tests: a few blocks, each taking many items
-			c.group.blocks = min(c.group.blocks, tn.pipeBlocks)
-		}
+	if err := c.bindGroup("mamba2_group_step", tn.pipeBlocks); err != nil {
+		return fail(err)
 	}
 	a, dtb := make([]float64, H), make([]float64, H)
 	for h := range H {

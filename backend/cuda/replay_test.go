@@ -618,8 +618,8 @@ func TestReplayCacheGraph(t *testing.T) {
 // through the v4 kernels (REPLAYSSM_CUDA_KERNELS=v4) and requires
 // bit-identical outputs: v5 keeps v4's order of operations, so any
 // difference is a bug in the pipeline (a stage read before its copy landed,
-// a wrong ring entry, a skipped item). The Mamba-2 layers also run the
-// default kernels, whose step is the group step (v6), against v4. The
+// a wrong ring entry, a skipped item). Both layers also run the group step
+// (v6: Mamba-2's default, GDN's behind REPLAYSSM_CUDA_GDN_GROUP) against v4. The
 // float64 comparisons of TestReplayCacheMatchesReference cover every kernel
 // against the reference.
 func TestReplayPipelineMatchesV4(t *testing.T) {
@@ -641,21 +641,13 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 	}
 	for li, l := range layers {
 		for _, o := range opts {
+			// v5 (and its grid bounded to three blocks), v6 (for GDN the
+			// experimental group step) and v6 with one ring entry staged in
+			// shared memory, the others read from global memory.
 			runs := []struct {
 				kernels string
 				blocks  int
-			}{{"v5", 0}, {"v5", 3}}
-			if l.name[:3] != "gdn" {
-				// v6, and v6 with one ring entry staged in shared memory
-				// (the others read from global memory).
-				runs = append(runs, struct {
-					kernels string
-					blocks  int
-				}{"v6", 0}, struct {
-					kernels string
-					blocks  int
-				}{"v6", 1})
-			}
+			}{{"v5", 0}, {"v5", 3}, {"v6", 0}, {"v6", 1}}
 			for _, r := range runs {
 				name := l.name + "/" + o.name + "/" + r.kernels
 				switch {
@@ -720,7 +712,7 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 // compares their outputs bit for bit.
 func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks int) {
 	tn := envTuning(os.Getenv)
-	tn.v4, tn.v5 = false, kernels == "v5"
+	tn.v4, tn.v5, tn.gdnGroup = false, kernels == "v5", kernels == "v6"
 	if kernels == "v5" {
 		tn.pipeBlocks = blocks
 	} else if blocks != 0 {
@@ -732,12 +724,11 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 	}
 	defer func() { must(t, v5.close()) }()
 	v5.setSmallBatch(0) // the split kernels at every batch
-	if got := v5.stepKernel(); kernels == "v6" && got != "v6" {
-		t.Fatalf("step kernel %s, want v6", got)
-	}
 	step, verify := v5.pipelined()
 	wantStep, wantVerify := wantPipelined(l, opt, tn)
-	if step != wantStep || verify != wantVerify {
+	if got := v5.stepKernel(); kernels == "v6" && got != "v6" {
+		t.Fatalf("step kernel %s, want v6", got)
+	} else if kernels == "v5" && (step != wantStep || verify != wantVerify) {
 		if li < 2 && opt.ReadCopy == numeric.NVFP4 {
 			t.Skip("nvfp4 scale rows of this small shape are not 16-byte multiples: v4 only")
 		}
@@ -1016,12 +1007,15 @@ func TestReplayPipelinePlanOnDevice(t *testing.T) {
 }
 
 // wantPipelined is which kernels a cache of layer l with knobs tn should
-// take on sm_90: the GDN verify has no pipelined kernel yet; the Mamba-2
-// step takes the group step (v6) unless tn asks for v5, and then with a
-// 2-byte matrix to read keeps v4 by policy.
+// take on sm_90: the GDN verify has no pipelined kernel yet; the GDN step
+// is pipelined unless tn asks for its group step; the Mamba-2 step takes
+// the group step (v6) unless tn asks for v5, and then with a 2-byte matrix
+// to read keeps v4 by policy.
 func wantPipelined(l gpuLayer, opt replay.Options, tn tuning) (step, verify bool) {
-	gdn := l.name[:3] == "gdn"
-	return gdn || (tn.v5 && readElemBytes(opt) != 2), !gdn
+	if l.name[:3] == "gdn" {
+		return !tn.gdnGroup, false
+	}
+	return tn.v5 && readElemBytes(opt) != 2, true
 }
 
 // TestReplayKernelResources logs the registers, spills and shared memory of
@@ -1074,12 +1068,17 @@ func TestReplayKernelResources(t *testing.T) {
 				} else {
 					H := sh.GDN.ValueHeads
 					prm := replay.GDNParams{ALog: make([]float32, H), DtBias: make([]float32, H)}
-					g, err := newGDNCache(context.Background(), d, sh.GDN, prm, 4, opt, envTuning(os.Getenv))
+					tn := envTuning(os.Getenv)
+					tn.gdnGroup = true // the experimental group step's registers too
+					g, err := newGDNCache(context.Background(), d, sh.GDN, prm, 4, opt, tn)
 					if err != nil {
 						t.Fatal(err)
 					}
 					defer func() { must(t, g.Close()) }()
-					c = &g.replayCommon
+					c, group = &g.replayCommon, g.group.fn
+					if group == nil {
+						t.Errorf("no group step: %s", g.group.why)
+					}
 				}
 				fns := []fn{{"flush", c.flush}, {"nonflush", c.nonflush}, {"step_small", c.stepSmall}, {"pipe_step", c.pipe.step}, {"group_step", group}}
 				for _, f := range fns {

@@ -1249,6 +1249,168 @@ __device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gs
     }
 }
 
+// ---- group streams (the v6 non-flush steps) ----
+//
+// A group step block reads the state matrices of several heads that share
+// the step's vectors (a Mamba-2 group's heads share C; a GDN key head's
+// value heads share k and q) as one stream of NROWS rows of COLS: GMAP (a
+// CMap over the block) gives each thread fixed columns, so it holds its
+// columns of the vectors in registers, and it loads GPF passes ahead of its
+// dots. The dots keep dots_nvfp4's / dots_state's order of operations: the
+// group steps are bit-identical to the v4 kernels.
+
+#if READ_FMT == FMT_NVFP4
+#define GVEC 16
+#else
+#define GVEC (StateIO<MAT_FMT>::VEC)
+#endif
+// About 128 bytes per thread in flight: fp32 2 passes, bf16 / fp16 4, fp8
+// 8, nvfp4 (9 bytes a pass) 12.
+#define GPF_DEFAULT(CPL) (READ_FMT == FMT_NVFP4 ? 12 : 8 / (CPL))
+
+// GRaw is one thread's raw bytes of one pass: CPL 16-byte chunks (nvfp4:
+// one 8-byte word of codes and its block's scale code).
+template <typename GMAP>
+struct GRaw {
+#if READ_FMT == FMT_NVFP4
+    uint2 w;
+    u32 sc;
+#else
+    uint4 w[GMAP::CPL];
+#endif
+};
+
+// group_load issues the loads of pass `pass` of an NROWS-row stream at mat
+// (nvfp4: codes, block scales at scales); rows past the end give zeros.
+template <typename GMAP, int NROWS>
+__device__ __forceinline__ void group_load(const void* mat, const u8* scales, int pass, GRaw<GMAP>& raw)
+{
+    const int r = GMAP::row(pass, threadIdx.x);
+#if READ_FMT == FMT_NVFP4
+    raw.w = make_uint2(0, 0);
+    raw.sc = 0;
+    if (r < NROWS) {
+        const u64 e = (u64)r * COLS + GMAP::col(0, threadIdx.x);
+        raw.w = *reinterpret_cast<const uint2*>(static_cast<const u8*>(mat) + e / 2);
+        raw.sc = scales[e / 16];
+    }
+#else
+    typedef StateIO<MAT_FMT> IO;
+    const typename IO::T* S = static_cast<const typename IO::T*>(mat);
+#pragma unroll
+    for (int c = 0; c < GMAP::CPL; c++) {
+        raw.w[c] = make_uint4(0, 0, 0, 0);
+        if (r < NROWS) {
+            raw.w[c] = *reinterpret_cast<const uint4*>(S + (u64)r * COLS + GMAP::col(c, threadIdx.x));
+        }
+    }
+#endif
+}
+
+// group_dots writes out[a*NROWS + r] = row_r . vec_a for the rows of pass
+// `pass` and NV vectors (this thread's columns in vr[a]); row r belongs to
+// matrix r / RPM, whose scale (nvfp4 global, fp8) is gs[r / RPM].
+template <typename GMAP, int NROWS, int RPM, int NV>
+__device__ __forceinline__ void group_dots(const GRaw<GMAP>& raw, int pass, const float (&vr)[NV][GMAP::CPL][GVEC],
+                                           const float* gs, const float* lut, float* out)
+{
+    const int r = GMAP::row(pass, threadIdx.x);
+    const int m = min(r, NROWS - 1) / RPM;
+    float acc[NV];
+#pragma unroll
+    for (int a = 0; a < NV; a++) {
+        acc[a] = 0.0f;
+    }
+#if READ_FMT == FMT_NVFP4
+    float x[16];
+    nvfp4_chunk(raw.w, lut, x);
+    const float d = r < NROWS ? __fmul_rn(f32_from_e4m3(raw.sc), gs[m]) : 0.0f;
+#pragma unroll
+    for (int a = 0; a < NV; a++) {
+        float part = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            part = fmaf(x[k], vr[a][0][k], part);
+        }
+        acc[a] = fmaf(part, d, acc[a]);
+    }
+#else
+    typedef StateIO<MAT_FMT> IO;
+    const float sc = IO::SCALED ? gs[m] : 1.0f;
+#pragma unroll
+    for (int c = 0; c < GMAP::CPL; c++) {
+        float v[GVEC];
+        IO::unpack(raw.w[c], v, sc);
+#pragma unroll
+        for (int a = 0; a < NV; a++) {
+#pragma unroll
+            for (int k = 0; k < GVEC; k++) {
+                acc[a] = fmaf(v[k], vr[a][c][k], acc[a]);
+            }
+        }
+    }
+#endif
+#pragma unroll
+    for (int a = 0; a < NV; a++) {
+        const float v = lanes_sum<GMAP::LANES>(acc[a]);
+        if (r < NROWS && GMAP::lane(threadIdx.x) == 0) {
+            out[a * NROWS + r] = v;
+        }
+    }
+}
+
+// group_vec loads this thread's columns of the COLS-float vector src.
+template <typename GMAP>
+__device__ __forceinline__ void group_vec(const float* src, float (&vr)[GMAP::CPL][GVEC])
+{
+#pragma unroll
+    for (int c = 0; c < GMAP::CPL; c++) {
+#pragma unroll
+        for (int q = 0; q < GVEC / 4; q++) {
+            const float4 v = *reinterpret_cast<const float4*>(src + GMAP::col(c, threadIdx.x) + 4 * q);
+            vr[c][4 * q] = v.x;
+            vr[c][4 * q + 1] = v.y;
+            vr[c][4 * q + 2] = v.z;
+            vr[c][4 * q + 3] = v.w;
+        }
+    }
+}
+
+// group_mat points mat (and scl, nvfp4's block scales) at matrix m0, the
+// first of a group's, in what the non-flush step reads.
+__device__ __forceinline__ void group_mat(const typename StateIO<STATE_FMT>::T* state, const u8* rcodes,
+                                          const u8* rscales, u64 m0, const void*& mat, const u8*& scl)
+{
+#if READ_FMT == FMT_NVFP4
+    mat = rcodes + m0 * RC_BYTES;
+    scl = rscales + m0 * (ROWS * COLS / 16);
+#elif READ_FMT == FMT_F32
+    mat = state + m0 * (ROWS * COLS);
+    scl = nullptr;
+#else
+    mat = rcodes + m0 * RC_BYTES;
+    scl = nullptr;
+#endif
+}
+
+// group_scale is matrix m0 + i's scale of what the step reads (nvfp4
+// global scale, fp8 scale), 1 for the others and for i >= NM.
+template <int NM>
+__device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::T* state, const float* rglobal, u64 m0,
+                                             int i)
+{
+    if (i >= NM) {
+        return 1.0f;
+    }
+#if READ_FMT == FMT_NVFP4 || READ_FMT == FMT_E4M3
+    return rglobal[m0 + i];
+#elif READ_FMT == FMT_F32 && STATE_FMT == FMT_E4M3
+    return state_scale(state, m0 + i);
+#else
+    return 1.0f;
+#endif
+}
+
 // ---- cursors: the per-slot decisions live on the device ----
 //
 // A step kernel reads hist[slot] and decides flush or not per slot; the

@@ -1013,3 +1013,190 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe
     step_done(hist, pending, done, slots, batch, L);
 }
 #endif
+
+// ---- v6: the group non-flush step (experimental) ----
+//
+// gdn_group_step computes what gdn_step<0> computes for the slots that do
+// not flush, bit for bit, with one block per (key head, batch row) instead
+// of one per (value head, batch row): the key head's VPK value heads share
+// q, k (normalised once), the ring's keys and their dots k_i . k, k_i . q,
+// and their VPK*DV state rows are one stream that every thread reads GPF
+// passes ahead with its columns of k and q in registers (mamba2_group_step
+// does the same for a Mamba-2 group). The ring's u rows of the value heads
+// go to dynamic shared memory by cp.async while the stream runs. Blocks
+// take items i = kh + NKH*b in turn; each item is a call that is not
+// inlined (inlined in the loop, ptxas keeps values across items: see
+// mamba2_flush_item). Off unless REPLAYSSM_CUDA_GDN_GROUP=1: written in
+// session 5 after the device time was spent, it has not run on a GPU.
+#ifdef GNT
+#define GROWS (VPK * DV)
+#define GR1 (RMAX + 1)
+typedef CMap<GVEC, DK, GROWS, GNT / 32> GM;
+typedef GRaw<GM> GR;
+#ifndef GMINB
+#define GMINB 2
+#endif
+#ifndef GPF
+#define GPF GPF_DEFAULT(GM::CPL)
+#endif
+
+__device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
+{
+    __shared__ __align__(16) float sVec[(RMAX + 2) * DK]; // k, q, then the ring's keys k_0..k_{n-1}
+    __shared__ float sGram[2 * GR1];                       // k_i . k, then k_i . q
+    __shared__ float sDecay[VPK * GR1];
+    __shared__ float sBeta[VPK * GR1];
+    __shared__ float sWs[VPK * GR1];
+    __shared__ float sGam[VPK];
+    __shared__ float sGs[VPK];
+    __shared__ float sProj[2 * GROWS]; // S0^T k, then S0^T q, for the VPK value heads
+    __shared__ float sLut[16];
+    // The ring's u rows of the value heads, entries [0, ucap) (the launch's
+    // dynamic shared memory); entries past it are read from global memory.
+    extern __shared__ __align__(16) float sUr[];
+
+    const int tid = threadIdx.x, warp = tid >> 5;
+    const int j0 = kh * VPK;
+    const int s = slots[b];
+    const u64 m0 = (u64)s * NVH + j0;
+    const void* mat;
+    const u8* scl;
+    group_mat(state, rcodes, rscales, m0, mat, scl);
+    GR raw[GPF];
+#pragma unroll
+    for (int p = 0; p < GPF; p++) {
+        if (p < GM::PASSES) {
+            group_load<GM, GROWS>(mat, scl, p, raw[p]);
+        }
+    }
+    const int n = hist[s];
+    if (n + 1 >= L) {
+        return; // gdn_replay_flush took the slot
+    }
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const int us = min(n, (int)(dyn / (GROWS * 4)));
+    const float* ur = ringU + (u64)j0 * DV;
+    // The ring's keys and the value heads' exp(g), beta (one cp.async
+    // group), then the u rows (a second, waited for after the stream).
+    for (int q4 = tid; q4 < n * (DK / 4); q4 += GNT) {
+        const int i = q4 / (DK / 4), e = 4 * (q4 % (DK / 4));
+        cp_async16(sVec + (2 + i) * DK + e, ringK + (ring_at(s, i) * NKH + kh) * DK + e);
+    }
+    for (int idx = tid; idx < VPK * n; idx += GNT) {
+        const int jj = idx / n, i = idx % n;
+        cp_async4(sDecay + jj * GR1 + i, ringA + rs_at(s, j0 + jj, i));
+        cp_async4(sBeta + jj * GR1 + i, ringBeta + rs_at(s, j0 + jj, i));
+    }
+    cp_async_commit();
+    if (GROWS % 4 == 0) {
+        for (int q4 = tid; q4 < us * (GROWS / 4); q4 += GNT) {
+            const int i = q4 / (GROWS / 4), o4 = 4 * (q4 % (GROWS / 4));
+            cp_async16(sUr + i * GROWS + o4, ur + ring_at(s, i) * (NVH * DV) + o4);
+        }
+    } else {
+        for (int q1 = tid; q1 < us * GROWS; q1 += GNT) {
+            const int i = q1 / GROWS, o1 = q1 % GROWS;
+            cp_async4(sUr + i * GROWS + o1, ur + ring_at(s, i) * (NVH * DV) + o1);
+        }
+    }
+    cp_async_commit();
+    // The current token: q and k normalised (one warp each, as gdn_step),
+    // the value heads' exp(g) and beta, v appended to the ring.
+    if (warp == 0) {
+        l2norm_warp(sVec, k + ((u64)b * NKH + kh) * DK, 1.0f);
+    }
+    if (warp == 1) {
+        l2norm_warp(sVec + DK, q + ((u64)b * NKH + kh) * DK, qscale);
+    }
+    if (tid < VPK) {
+        const int j = j0 + tid;
+        float eg, beta;
+        gdn_scalars(a[(u64)b * NVH + j], bb[(u64)b * NVH + j], negA[j], dtb[j], &eg, &beta);
+        sDecay[tid * GR1 + n] = eg;
+        sBeta[tid * GR1 + n] = beta;
+        ringA[rs_at(s, j, n)] = eg;
+        ringBeta[rs_at(s, j, n)] = beta;
+        sGs[tid] = group_scale<VPK>(state, rglobal, m0, tid);
+    }
+    const float* vt = v + ((u64)b * NVH + j0) * DV;
+    for (int o1 = tid; o1 < GROWS; o1 += GNT) {
+        ringV[(ring_at(s, n) * NVH + j0) * DV + o1] = vt[o1];
+    }
+#if READ_FMT == FMT_NVFP4
+    init_e2m1_lut(sLut);
+#endif
+    cp_async_wait_group<1>();
+    __syncthreads();
+    for (int e = tid; e < DK; e += GNT) {
+        ringK[(ring_at(s, n) * NKH + kh) * DK + e] = sVec[e];
+    }
+    // k_i . k and k_i . q over the window (gdn_step's pairs), eight lanes
+    // per pair; the decay products, one thread per value head from the
+    // last warp down.
+    const int t = n + 1;
+    dot_pairs(
+        2 * t, DK, tid, GNT,
+        [&](int pr) -> const float* {
+            const int i = pr >> 1;
+            return (pr & 1) == 0 && i == n ? nullptr : sVec + (i < n ? (2 + i) * DK : 0);
+        },
+        [&](int pr) -> const float* { return sVec + (pr & 1) * DK; },
+        [&](int pr, float val) { sGram[(pr & 1) * GR1 + (pr >> 1)] = val; });
+    for (int jj = GNT - 1 - tid; jj < VPK; jj += GNT) {
+        double suf = 1.0;
+        for (int i = n; i >= 0; i--) {
+            sWs[jj * GR1 + i] = (float)suf;
+            suf *= (double)sDecay[jj * GR1 + i];
+        }
+        sGam[jj] = (float)suf;
+    }
+    // The stream: S0^T k and S0^T q for the VPK*DV rows.
+    float vr[2][GM::CPL][GVEC];
+    group_vec<GM>(sVec, vr[0]);
+    group_vec<GM>(sVec + DK, vr[1]);
+#pragma unroll 1
+    for (int base = 0; base < GM::PASSES; base += GPF) {
+#pragma unroll
+        for (int p = 0; p < GPF; p++) {
+            const int pass = base + p;
+            if (pass < GM::PASSES) {
+                group_dots<GM, GROWS, DV, 2>(raw[p], pass, vr, sGs, sLut, sProj);
+                if (pass + GPF < GM::PASSES) {
+                    group_load<GM, GROWS>(mat, scl, pass + GPF, raw[p]);
+                }
+            }
+        }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    // u_t and o (gdn_step's order), the u rows from shared memory where
+    // staged.
+    for (int o1 = tid; o1 < GROWS; o1 += GNT) {
+        const int jj = o1 / DV;
+        const float gam = sGam[jj], beta = sBeta[jj * GR1 + n];
+        const float* ws = sWs + jj * GR1;
+        float ut = vt[o1] - gam * sProj[o1];
+        float ov = gam * sProj[GROWS + o1];
+        for (int i = 0; i < n; i++) {
+            const float ui = i < us ? sUr[i * GROWS + o1] : ur[ring_at(s, i) * (NVH * DV) + o1];
+            ut = fmaf(-(ws[i] * sGram[i]), ui, ut);
+            ov = fmaf(ws[i] * sGram[GR1 + i], ui, ov);
+        }
+        ut = ut * beta;
+        ov = fmaf(ws[n] * sGram[GR1 + n], ut, ov);
+        ringU[(ring_at(s, n) * NVH + j0) * DV + o1] = ut;
+        o[((u64)b * NVH + j0) * DV + o1] = ov;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP_PARAMS)
+{
+    for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
+        gdn_group_item(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb,
+                       o, negA, dtb, qscale, L, pending, done, batch, i % NKH, i / NKH);
+        __syncthreads(); // the item's tables are read before the next one's
+    }
+    step_done(hist, pending, done, slots, batch, L);
+}
+#endif

@@ -1199,135 +1199,18 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __
 // Defines from the host: GNT (threads per block). GPF (passes in flight per
 // thread) and GMINB (blocks per SM for the register bound) have defaults.
 #ifdef GNT
-#if READ_FMT == FMT_NVFP4
-#define GVEC 16
-#else
-#define GVEC (StateIO<MAT_FMT>::VEC)
-#endif
 #define GROWS (HPG * P)
 typedef CMap<GVEC, N, GROWS, GNT / 32> GM;
+typedef GRaw<GM> GR;
 #ifndef GMINB
 #define GMINB 2
 #endif
-// About 128 bytes per thread in flight: fp32 2 passes, bf16 / fp16 4, fp8
-// 8, nvfp4 (9 bytes a pass) 12.
 #ifndef GPF
-#if READ_FMT == FMT_NVFP4
-#define GPF 12
-#else
-#define GPF (8 / GM::CPL)
+#define GPF GPF_DEFAULT(GM::CPL)
 #endif
-#endif
-
-// GRaw is one thread's raw bytes of one pass: CPL 16-byte chunks (nvfp4:
-// one 8-byte word of codes and its block's scale code).
-struct GRaw {
-#if READ_FMT == FMT_NVFP4
-    uint2 w;
-    u32 sc;
-#else
-    uint4 w[GM::CPL];
-#endif
-};
-
-// group_load issues the loads of pass `pass` of the group's stream (rows
-// past the end read nothing and give zeros).
-__device__ __forceinline__ void group_load(const void* mat, const u8* scales, int pass, GRaw& raw)
-{
-    const int r = GM::row(pass, threadIdx.x);
-#if READ_FMT == FMT_NVFP4
-    raw.w = make_uint2(0, 0);
-    raw.sc = 0;
-    if (r < GROWS) {
-        const u64 e = (u64)r * N + GM::col(0, threadIdx.x);
-        raw.w = *reinterpret_cast<const uint2*>(static_cast<const u8*>(mat) + e / 2);
-        raw.sc = scales[e / 16];
-    }
-#else
-    typedef StateIO<MAT_FMT> IO;
-    const typename IO::T* S = static_cast<const typename IO::T*>(mat);
-#pragma unroll
-    for (int c = 0; c < GM::CPL; c++) {
-        raw.w[c] = make_uint4(0, 0, 0, 0);
-        if (r < GROWS) {
-            raw.w[c] = *reinterpret_cast<const uint4*>(S + (u64)r * N + GM::col(c, threadIdx.x));
-        }
-    }
-#endif
-}
-
-// group_dot adds pass `pass`'s row dots with C (this thread's columns in
-// cr) to sDot, in dots_nvfp4's / dots_state's order of operations.
-__device__ __forceinline__ void group_dot(const GRaw& raw, int pass, const float (&cr)[GM::CPL][GVEC],
-                                          const float* sGs, const float* lut, float* sDot)
-{
-    const int r = GM::row(pass, threadIdx.x);
-    const int hh = min(r, GROWS - 1) / P;
-    float acc = 0.0f;
-#if READ_FMT == FMT_NVFP4
-    float x[16];
-    nvfp4_chunk(raw.w, lut, x);
-    const float d = r < GROWS ? __fmul_rn(f32_from_e4m3(raw.sc), sGs[hh]) : 0.0f;
-    float part = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 16; k++) {
-        part = fmaf(x[k], cr[0][k], part);
-    }
-    acc = fmaf(part, d, acc);
-#else
-    typedef StateIO<MAT_FMT> IO;
-    const float sc = IO::SCALED ? sGs[hh] : 1.0f;
-#pragma unroll
-    for (int c = 0; c < GM::CPL; c++) {
-        float v[GVEC];
-        IO::unpack(raw.w[c], v, sc);
-#pragma unroll
-        for (int k = 0; k < GVEC; k++) {
-            acc = fmaf(v[k], cr[c][k], acc);
-        }
-    }
-#endif
-    acc = lanes_sum<GM::LANES>(acc);
-    if (r < GROWS && GM::lane(threadIdx.x) == 0) {
-        sDot[r] = acc;
-    }
-}
-
-// group_mat points mat (and scl, nvfp4's block scales) at the first of
-// the HPG matrices from m0 that the non-flush step reads.
-__device__ __forceinline__ void group_mat(const ST* state, const u8* rcodes, const u8* rscales, u64 m0,
-                                          const void*& mat, const u8*& scl)
-{
-#if READ_FMT == FMT_NVFP4
-    mat = rcodes + m0 * RC_BYTES;
-    scl = rscales + m0 * (P * N / 16);
-#elif READ_FMT == FMT_F32
-    mat = state + m0 * (P * N);
-    scl = nullptr;
-#else
-    mat = rcodes + m0 * RC_BYTES;
-    scl = nullptr;
-#endif
-}
-
-// group_scale is head hh's per-matrix scale of what the step reads (nvfp4
-// global scale, fp8 scale), 1 for the others.
-__device__ __forceinline__ float group_scale(const ST* state, const float* rglobal, u64 m0, int hh)
-{
-    if (hh >= HPG) {
-        return 1.0f;
-    }
-#if READ_FMT == FMT_NVFP4 || READ_FMT == FMT_E4M3
-    return rglobal[m0 + hh];
-#elif READ_FMT == FMT_F32 && STATE_FMT == FMT_E4M3
-    return state_scale(state, m0 + hh);
-#else
-    return 1.0f;
-#endif
-}
 
 // group_x loads the current token's x rows of group g, batch row b (xc[k]:
-// output tid + k*GNT); group_c this thread's columns of its C.
+// output tid + k*GNT).
 template <int OUTS>
 __device__ __forceinline__ void group_x(const float* x, int b, int g, float (&xc)[OUTS])
 {
@@ -1339,21 +1222,6 @@ __device__ __forceinline__ void group_x(const float* x, int b, int g, float (&xc
     }
 }
 
-__device__ __forceinline__ void group_c(const float* C, int b, int g, float (&cr)[GM::CPL][GVEC])
-{
-    const float* Ct = C + ((u64)b * NGROUPS + g) * N;
-#pragma unroll
-    for (int c = 0; c < GM::CPL; c++) {
-#pragma unroll
-        for (int q = 0; q < GVEC / 4; q++) {
-            const float4 v = *reinterpret_cast<const float4*>(Ct + GM::col(c, threadIdx.x) + 4 * q);
-            cr[c][4 * q] = v.x;
-            cr[c][4 * q + 1] = v.y;
-            cr[c][4 * q + 2] = v.z;
-            cr[c][4 * q + 3] = v.w;
-        }
-    }
-}
 
 // mamba2_group_step: persistent blocks take the items (group g, batch row
 // b), i = g + NGROUPS*b, in turn (i = blockIdx.x + k*gridDim.x). While an
@@ -1388,11 +1256,11 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 
     // The first item: inputs, cursors, scale and first passes.
     int i = blockIdx.x, g = i % NGROUPS, b = i / NGROUPS, s = 0, n = L;
-    float xc[OUTS], cr[GM::CPL][GVEC], gs = 1.0f;
-    GRaw raw[GPF];
+    float xc[OUTS], cr[1][GM::CPL][GVEC], gs = 1.0f;
+    GR raw[GPF];
     if (i < items) {
         group_x(x, b, g, xc);
-        group_c(C, b, g, cr);
+        group_vec<GM>(C + ((u64)b * NGROUPS + g) * N, cr[0]);
         s = slots[b];
         const void* mat;
         const u8* scl;
@@ -1400,11 +1268,11 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 #pragma unroll
         for (int k = 0; k < GPF; k++) {
             if (k < GM::PASSES) {
-                group_load(mat, scl, k, raw[k]);
+                group_load<GM, GROWS>(mat, scl, k, raw[k]);
             }
         }
         n = hist[s];
-        gs = group_scale(state, rglobal, (u64)s * NHEADS + g * HPG, tid);
+        gs = group_scale<HPG>(state, rglobal, (u64)s * NHEADS + g * HPG, tid);
     }
     while (i < items) {
         const int h0 = g * HPG, next = i + gridDim.x;
@@ -1478,9 +1346,9 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                 for (int k = 0; k < GPF; k++) {
                     const int pass = base + k;
                     if (pass < GM::PASSES) {
-                        group_dot(raw[k], pass, cr, sGs, sLut, sDot);
+                        group_dots<GM, GROWS, P, 1>(raw[k], pass, cr, sGs, sLut, sDot);
                         if (pass + GPF < GM::PASSES) {
-                            group_load(mat, scl, pass + GPF, raw[k]);
+                            group_load<GM, GROWS>(mat, scl, pass + GPF, raw[k]);
                         }
                     }
                 }
@@ -1499,11 +1367,11 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 #pragma unroll
             for (int k = 0; k < GPF; k++) {
                 if (k < GM::PASSES) {
-                    group_load(mat, scl, k, raw[k]);
+                    group_load<GM, GROWS>(mat, scl, k, raw[k]);
                 }
             }
-            group_c(C, bN, gN, cr);
-            gsN = group_scale(state, rglobal, m0N, tid);
+            group_vec<GM>(C + ((u64)bN * NGROUPS + gN) * N, cr[0]);
+            gsN = group_scale<HPG>(state, rglobal, m0N, tid);
         }
         if (nonflush) {
             cp_async_wait_group<1>();
