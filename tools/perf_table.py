@@ -8,22 +8,33 @@ import json
 import sys
 
 
+def us(v):
+    """Microseconds as `bench kernels` prints them: a decimal under 100."""
+    return f"{v:.1f}" if v < 100 else f"{v:.0f}"
+
+
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip().startswith("{")]
     if not rows:
         sys.exit(f"{path}: no rows")
     r0 = rows[0]
-    print(f"device {r0['device']}, {r0.get('threads', '?')} threads; copy bandwidth "
-          f"{r0['copy_gbps']:.1f} GB/s (read+write), read-only {r0.get('read_gbps', 0):.1f} GB/s; "
-          f"window L={max(r['window'] for r in rows)}, verify T={max(r.get('t', 0) for r in rows)}\n")
+    head = f"device {r0['device']}"
+    if "threads" in r0:
+        head += f", {r0['threads']} threads"
+    head += f"; copy bandwidth {r0['copy_gbps']:.1f} GB/s (read+write)"
+    if r0.get("read_gbps"):
+        head += f", read-only {r0['read_gbps']:.1f} GB/s"
+    window = max(r["window"] for r in rows)
+    drafts = max(r.get("t", 0) for r in rows)
+    print(f"{head}; window L={window}" + (f", verify T={drafts}" if drafts else "") + "\n")
     print("| shape | state | batch | mode | us/step | non-flush | flush | MB/step | GB/s | % copy | vs baseline |")
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         extra = ""
         if r.get("nonflush_vs_replay"):
             extra = f" (non-flush {r['nonflush_vs_replay']:.2f}x replay's)"
-        print(f"| {r['shape']} | {r['state_dtype']} | {r['batch']} | {r['mode']} | {r['us_per_step']:.0f} | "
-              f"{r['us_nonflush']:.0f} | {r['us_flush']:.0f} | {r['bytes_per_step']/1e6:.1f} | {r['gbps']:.1f} | "
+        print(f"| {r['shape']} | {r['state_dtype']} | {r['batch']} | {r['mode']} | {us(r['us_per_step'])} | "
+              f"{us(r['us_nonflush'])} | {us(r['us_flush'])} | {r['bytes_per_step']/1e6:.1f} | {r['gbps']:.1f} | "
               f"{r['pct_copy']:.0f}% | {r['speedup_vs_baseline']:.2f}x{extra} |")
 
 
