@@ -123,8 +123,10 @@ func TestEnvTuning(t *testing.T) {
 		}, tuning{v4: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0}},
 		{"v5", map[string]string{"REPLAYSSM_CUDA_KERNELS": "v5"}, tuning{v5: true, smallBatch: defaultSmallBatch}},
 		{"gdn group", map[string]string{"REPLAYSSM_CUDA_GDN_GROUP": "1"}, tuning{gdnGroup: true, smallBatch: defaultSmallBatch}},
+		{"group verify", map[string]string{"REPLAYSSM_CUDA_GROUP_VERIFY": "1"}, tuning{groupVer: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
-			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two", "REPLAYSSM_CUDA_GDN_GROUP": "yes", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1",
+			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two", "REPLAYSSM_CUDA_GDN_GROUP": "yes",
+			"REPLAYSSM_CUDA_GROUP_VERIFY": "on", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3",
 		}, tuning{smallBatch: defaultSmallBatch}},
 	}
@@ -264,5 +266,35 @@ func TestGDNGroupPlan(t *testing.T) {
 	}
 	if g := gdnGroupPlan(q4b, opt, tuning{gdnGroup: true, v4: true}); g.on {
 		t.Errorf("v4 asked for: plan %+v, want off", g)
+	}
+}
+
+// TestGroupVerifyPlan checks when the Mamba-2 group verify is planned: asked
+// for, with drafts, and tables that fit static shared memory.
+func TestGroupVerifyPlan(t *testing.T) {
+	nano := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
+	oneGroup := ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}
+	for _, tc := range []struct {
+		name  string
+		shape ssm.Mamba2Shape
+		T     int
+		tn    tuning
+		want  bool
+	}{
+		{"asked for, T=4", nano, 4, tuning{groupVer: true}, true},
+		{"not asked for", nano, 4, tuning{}, false},
+		{"no drafts", nano, 0, tuning{groupVer: true}, false},
+		{"v5 asked for", nano, 4, tuning{groupVer: true, v5: true}, false},
+		{"one group of 80 heads: tables too large", oneGroup, 4, tuning{groupVer: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt, err := replayDefaults(replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: tc.T})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := mamba2GroupPlan(tc.shape, opt, tc.tn); g.verifyOn != tc.want {
+				t.Errorf("verify planned %v, want %v (%+v)", g.verifyOn, tc.want, g)
+			}
+		})
 	}
 }

@@ -39,6 +39,7 @@ type tuning struct {
 	v4         bool     // REPLAYSSM_CUDA_KERNELS=v4: the v4 kernels, no pipeline
 	v5         bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined Mamba-2 step, not the group step (v6)
 	gdnGroup   bool     // REPLAYSSM_CUDA_GDN_GROUP=1: the GDN group step (v6, not yet measured on a GPU)
+	groupVer   bool     // REPLAYSSM_CUDA_GROUP_VERIFY=1: the Mamba-2 group verify (not yet measured on a GPU)
 	pipeGroups int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
@@ -53,6 +54,7 @@ func envTuning(getenv func(string) string) tuning {
 		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
 		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
 		gdnGroup:   getenv("REPLAYSSM_CUDA_GDN_GROUP") == "1",
+		groupVer:   getenv("REPLAYSSM_CUDA_GROUP_VERIFY") == "1",
 		smallBatch: defaultSmallBatch,
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
@@ -104,6 +106,13 @@ type groupStep struct {
 	smem    int    // dynamic shared memory per block: the ring's per-head rows (x, u)
 	why     string // why it is off
 	fn      *Function
+
+	// The group verify (experimental, REPLAYSSM_CUDA_GROUP_VERIFY=1): its
+	// kernel, grid, and the v4 kernel that takes the slots folding early.
+	verifyOn     bool
+	verify       *Function
+	verifyBlocks int
+	verifyFold   *Function
 }
 
 // groupThreads is the group step's block size: eight warps stream 32 rows
@@ -142,28 +151,43 @@ func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) gro
 	return g
 }
 
-// bindGroup looks up the group step name, allows its dynamic shared memory
-// and sizes its grid from its occupancy.
-func (c *replayCommon) bindGroup(name string, boundBlocks int) error {
+// bindGroup looks up the group step name (and, when verify is not empty,
+// the group verify and the early-fold verify fold), allows their dynamic
+// shared memory and sizes their grids from their occupancy.
+func (c *replayCommon) bindGroup(name, verify, fold string, boundBlocks int) error {
 	if !c.group.on {
 		return nil
 	}
+	bind := func(name string) (*Function, int, error) {
+		f, err := c.mod.Function(name)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := f.SetMaxDynamicSharedMemory(c.group.smem); err != nil {
+			return nil, 0, err
+		}
+		r, err := f.Resources()
+		if err != nil {
+			return nil, 0, err
+		}
+		blocks := c.d.Multiprocessors() * blocksPerSM(c.d, r, c.group.threads, c.group.smem)
+		if boundBlocks > 0 { // tests: a few blocks, each taking many items
+			blocks = min(blocks, boundBlocks)
+		}
+		return f, blocks, nil
+	}
 	var err error
-	if c.group.fn, err = c.mod.Function(name); err != nil {
+	if c.group.fn, c.group.blocks, err = bind(name); err != nil {
 		return err
 	}
-	if err := c.group.fn.SetMaxDynamicSharedMemory(c.group.smem); err != nil {
+	if verify == "" {
+		return nil
+	}
+	if c.group.verify, c.group.verifyBlocks, err = bind(verify); err != nil {
 		return err
 	}
-	r, err := c.group.fn.Resources()
-	if err != nil {
-		return err
-	}
-	c.group.blocks = c.d.Multiprocessors() * blocksPerSM(c.d, r, c.group.threads, c.group.smem)
-	if boundBlocks > 0 { // tests: a few blocks, each taking many items
-		c.group.blocks = min(c.group.blocks, boundBlocks)
-	}
-	return nil
+	c.group.verifyFold, err = c.mod.Function(fold)
+	return err
 }
 
 // replayRingMax bounds window + max drafts: the ring's per-entry tables live
@@ -384,6 +408,17 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 // then the cursor move.
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
+	if g := &c.group; g.verify != nil {
+		if err := c.d.Launch(g.verifyFold, grid, block, 0, s, a); err != nil {
+			return err
+		}
+		a.I32(int32(batch))
+		blocks := min(g.groups*batch, g.verifyBlocks)
+		if err := c.d.Launch(g.verify, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(g.threads), 1, 1}, uint32(g.smem), s, a); err != nil {
+			return err
+		}
+		return c.launchCursorVerify(s, slots, counts, batch, T)
+	}
 	if !c.pipe.on || c.pipe.verify == nil {
 		if err := c.d.Launch(c.verify, grid, block, 0, s, a); err != nil {
 			return err
@@ -435,6 +470,18 @@ func (c *replayCommon) StepKernel() string {
 	case c.group.fn != nil:
 		return "v6"
 	case c.pipe.on && c.pipe.stepOn:
+		return "v5"
+	}
+	return "v4"
+}
+
+// VerifyKernel names the kernel that takes a verify's slots with no early
+// fold: "v6" (the group verify), "v5" (pipelined) or "v4".
+func (c *replayCommon) VerifyKernel() string {
+	switch {
+	case c.group.verify != nil:
+		return "v6"
+	case c.pipe.on && c.pipe.verify != nil:
 		return "v5"
 	}
 	return "v4"

@@ -111,7 +111,7 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if err := c.bindKernels("gdn_pipe_step", "", ""); err != nil {
 		return fail(err)
 	}
-	if err := c.bindGroup("gdn_group_step", tn.pipeBlocks); err != nil {
+	if err := c.bindGroup("gdn_group_step", "", "", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
 	negA, dtb := make([]float64, Hv), make([]float64, Hv)

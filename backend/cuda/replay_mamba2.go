@@ -97,6 +97,11 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	if tn.v5 {
 		g.on, g.why = false, "REPLAYSSM_CUDA_KERNELS=v5"
 	}
+	// The group verify's tables: C and S0 . C of every draft, and decay
+	// weights per head and draft (mamba2_group_verify_item).
+	T := opt.MaxDraft
+	verifyTables := 4 * (T*N + R*N + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
+	g.verifyOn = g.on && tn.groupVer && T > 1 && verifyTables <= 46<<10
 	return g
 }
 
@@ -133,7 +138,11 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if err := c.bindKernels("mamba2_pipe_step", "mamba2_pipe_verify", "mamba2_replay_verify_fold"); err != nil {
 		return fail(err)
 	}
-	if err := c.bindGroup("mamba2_group_step", tn.pipeBlocks); err != nil {
+	verify := ""
+	if c.group.verifyOn {
+		verify = "mamba2_group_verify"
+	}
+	if err := c.bindGroup("mamba2_group_step", verify, "mamba2_replay_verify_fold", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
 	a, dtb := make([]float64, H), make([]float64, H)

@@ -52,8 +52,9 @@ type gpuCache struct {
 	// pipelined reports whether the non-flush step and the verify run the
 	// pipelined v5 kernels.
 	pipelined func() (step, verify bool)
-	// stepKernel names the kernel of the non-flush slots of a step.
-	stepKernel func() string
+	// stepKernel and verifyKernel name the kernels of the non-flush slots
+	// of a step and of the verified slots with no early fold.
+	stepKernel, verifyKernel func() string
 	// plan is the pipelined kernels' launch plan.
 	plan func() pipeline
 	// setSmallBatch sets the largest batch whose step runs as one kernel.
@@ -117,6 +118,7 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
 				pipelined:     func() (bool, bool) { step, verify, _ := c.Pipelined(); return step, verify },
 				stepKernel:    c.StepKernel,
+				verifyKernel:  c.VerifyKernel,
 				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
@@ -186,6 +188,7 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 				admit: c.Admit, evict: c.Evict, commit: c.Commit, errs: c.CommitErrors, close: c.Close,
 				pipelined:     func() (bool, bool) { step, verify, _ := c.Pipelined(); return step, verify },
 				stepKernel:    c.StepKernel,
+				verifyKernel:  c.VerifyKernel,
 				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
@@ -619,7 +622,8 @@ func TestReplayCacheGraph(t *testing.T) {
 // bit-identical outputs: v5 keeps v4's order of operations, so any
 // difference is a bug in the pipeline (a stage read before its copy landed,
 // a wrong ring entry, a skipped item). Both layers also run the group step
-// (v6: Mamba-2's default, GDN's behind REPLAYSSM_CUDA_GDN_GROUP) against v4. The
+// (v6: Mamba-2's default, GDN's behind REPLAYSSM_CUDA_GDN_GROUP) and
+// Mamba-2 the group verify (REPLAYSSM_CUDA_GROUP_VERIFY) against v4. The
 // float64 comparisons of TestReplayCacheMatchesReference cover every kernel
 // against the reference.
 func TestReplayPipelineMatchesV4(t *testing.T) {
@@ -712,7 +716,8 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 // compares their outputs bit for bit.
 func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks int) {
 	tn := envTuning(os.Getenv)
-	tn.v4, tn.v5, tn.gdnGroup = false, kernels == "v5", kernels == "v6"
+	tn.v4, tn.v5 = false, kernels == "v5"
+	tn.gdnGroup, tn.groupVer = kernels == "v6", kernels == "v6"
 	if kernels == "v5" {
 		tn.pipeBlocks = blocks
 	} else if blocks != 0 {
@@ -728,6 +733,8 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 	wantStep, wantVerify := wantPipelined(l, opt, tn)
 	if got := v5.stepKernel(); kernels == "v6" && got != "v6" {
 		t.Fatalf("step kernel %s, want v6", got)
+	} else if got := v5.verifyKernel(); kernels == "v6" && l.name[:3] != "gdn" && got != "v6" {
+		t.Fatalf("verify kernel %s, want v6", got)
 	} else if kernels == "v5" && (step != wantStep || verify != wantVerify) {
 		if li < 2 && opt.ReadCopy == numeric.NVFP4 {
 			t.Skip("nvfp4 scale rows of this small shape are not 16-byte multiples: v4 only")

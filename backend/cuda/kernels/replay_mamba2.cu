@@ -1425,4 +1425,204 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     }
     step_done(hist, pending, done, slots, batch, L);
 }
+
+// ---- v6: the group verify (experimental) ----
+//
+// mamba2_group_verify computes what mamba2_pipe_verify (and v4's
+// mamba2_replay_verify) compute for the slots with no early fold, bit for
+// bit, with one block per (group, batch row) like mamba2_group_step: the
+// group's state rows are read once for the cnt drafts' C_k (TMAX vectors in
+// registers), B_j . C_k is formed once per group, the decay products once
+// per head. Blocks take items in turn, each a call that is not inlined.
+// Off unless REPLAYSSM_CUDA_GROUP_VERIFY=1: written in session 5 after the
+// device time was spent, it has not run on a GPU.
+#if TMAX > 1
+__device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8* rscales, float* rglobal,
+                                                      float* __restrict__ ringX, float* __restrict__ ringB,
+                                                      float* __restrict__ ringDt, float* __restrict__ ringA,
+                                                      const int* __restrict__ hist, const int* __restrict__ slots,
+                                                      const int* __restrict__ counts, int T,
+                                                      const float* __restrict__ x, const float* __restrict__ B,
+                                                      const float* __restrict__ C, const float* __restrict__ dt,
+                                                      float* __restrict__ y, const double* __restrict__ A,
+                                                      const double* __restrict__ dtb, const float* __restrict__ D,
+                                                      float dtMin, int R, int g, int b)
+{
+    __shared__ __align__(16) float sCk[TMAX * N];
+    __shared__ __align__(16) float sB[RMAX * N]; // the ring's B rows, then the drafts'
+    __shared__ float sDot[TMAX * GROWS];          // S0 . C_k
+    __shared__ float sW[HPG * TMAX * RMAX];       // per head: W[k][j] = Delta_j prod_{j<m<=n+k} a_m
+    __shared__ float sBC[TMAX * RMAX];            // B_j . C_k
+    __shared__ float sE[HPG * TMAX];              // per head: prod_{m<=n+k} a_m
+    __shared__ float sDelta[HPG * RMAX];
+    __shared__ float sDecay[HPG * RMAX];
+    __shared__ float sGs[HPG];
+    __shared__ float sLut[16];
+    extern __shared__ __align__(16) float sXr[]; // the ring's x rows, entries [0, xcap)
+
+    const int tid = threadIdx.x, h0 = g * HPG;
+    const int s = slots[b];
+    const u64 m0 = (u64)s * NHEADS + h0;
+    const void* mat;
+    const u8* scl;
+    group_mat(state, rcodes, rscales, m0, mat, scl);
+    GR raw[GPF];
+#pragma unroll
+    for (int p = 0; p < GPF; p++) {
+        if (p < GM::PASSES) {
+            group_load<GM, GROWS>(mat, scl, p, raw[p]);
+        }
+    }
+    const int n = hist[s];
+    const int cnt = counts ? counts[b] : T;
+    if (n > 0 && n + 2 * cnt > R) {
+        return; // mamba2_replay_verify_fold took the slot
+    }
+    const int ne = n + cnt;
+    u32 dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+    const int xs = min(n, (int)(dyn / (GROWS * 4)));
+    const float* xr = ringX + (u64)h0 * P;
+    // The ring: B rows and the heads' delta / decay (one cp.async group),
+    // then the x rows (a second, waited for after the stream).
+    for (int q = tid; q < n * (N / 4); q += GNT) {
+        const int j = q / (N / 4), e = 4 * (q % (N / 4));
+        cp_async16(sB + j * N + e, ringB + (ring_at(s, j) * NGROUPS + g) * N + e);
+    }
+    for (int idx = tid; idx < HPG * n; idx += GNT) {
+        const int hh = idx / n, j = idx % n;
+        cp_async4(sDelta + hh * RMAX + j, ringDt + rs_at(s, h0 + hh, j));
+        cp_async4(sDecay + hh * RMAX + j, ringA + rs_at(s, h0 + hh, j));
+    }
+    cp_async_commit();
+    if (GROWS % 4 == 0) {
+        for (int q = tid; q < xs * (GROWS / 4); q += GNT) {
+            const int j = q / (GROWS / 4), o = 4 * (q % (GROWS / 4));
+            cp_async16(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
+        }
+    } else {
+        for (int q = tid; q < xs * GROWS; q += GNT) {
+            const int j = q / GROWS, o = q % GROWS;
+            cp_async4(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
+        }
+    }
+    cp_async_commit();
+    // The drafts appended to the ring at entries n.., their C and B kept.
+    for (int idx = tid; idx < cnt * N; idx += GNT) {
+        const int k = idx / N, e = idx % N;
+        const u64 row = ((u64)b * T + k) * NGROUPS + g;
+        const float bv = B[row * N + e];
+        sB[(n + k) * N + e] = bv;
+        ringB[(ring_at(s, n + k) * NGROUPS + g) * N + e] = bv;
+        sCk[k * N + e] = C[row * N + e];
+    }
+    for (int idx = tid; idx < cnt * GROWS; idx += GNT) {
+        const int k = idx / GROWS, o = idx % GROWS;
+        ringX[(ring_at(s, n + k) * NHEADS + h0) * P + o] = x[(((u64)b * T + k) * NHEADS + h0) * P + o];
+    }
+    for (int idx = tid; idx < HPG * cnt; idx += GNT) {
+        const int hh = idx / cnt, k = idx % cnt, h = h0 + hh;
+        const float delta = fmaxf((float)softplus_d((double)dt[((u64)b * T + k) * NHEADS + h] + dtb[h]), dtMin);
+        const float a = (float)exp((double)delta * A[h]);
+        sDelta[hh * RMAX + n + k] = delta;
+        sDecay[hh * RMAX + n + k] = a;
+        ringDt[rs_at(s, h, n + k)] = delta;
+        ringA[rs_at(s, h, n + k)] = a;
+    }
+    if (tid < HPG) {
+        sGs[tid] = group_scale<HPG>(state, rglobal, m0, tid);
+    }
+#if READ_FMT == FMT_NVFP4
+    init_e2m1_lut(sLut);
+#endif
+    cp_async_wait_group<1>();
+    __syncthreads();
+    // Decay weights (mamba2_pipe's products, in its order), per head and
+    // draft; B_j . C_k for the group, eight lanes per pair.
+    for (int idx = tid; idx < HPG * cnt * (ne + 1); idx += GNT) {
+        const int hh = idx / (cnt * (ne + 1)), pr = idx % (cnt * (ne + 1));
+        const int k = pr / (ne + 1), j = pr % (ne + 1), tk = n + k + 1;
+        if (j <= tk) {
+            const float* sA = sDecay + hh * RMAX;
+            double suf = 1.0;
+            const int lo = j == tk ? 0 : j + 1;
+            for (int mm = tk - 1; mm >= lo; mm--) {
+                suf *= (double)sA[mm];
+            }
+            if (j == tk) {
+                sE[hh * TMAX + k] = (float)suf;
+            } else {
+                sW[(hh * TMAX + k) * RMAX + j] = (float)((double)sDelta[hh * RMAX + j] * suf);
+            }
+        }
+    }
+    dot_pairs(
+        cnt * ne, N, tid, GNT,
+        [&](int pr) -> const float* { return pr % ne <= n + pr / ne ? sB + (pr % ne) * N : nullptr; },
+        [&](int pr) -> const float* { return sCk + (pr / ne) * N; },
+        [&](int pr, float v) { sBC[(pr / ne) * RMAX + pr % ne] = v; });
+    // The stream: S0 . C_k for the drafts (vectors past cnt are zero).
+    float vr[TMAX][GM::CPL][GVEC];
+#pragma unroll
+    for (int k = 0; k < TMAX; k++) {
+        if (k < cnt) {
+            group_vec<GM>(sCk + k * N, vr[k]);
+        } else {
+#pragma unroll
+            for (int c = 0; c < GM::CPL; c++) {
+#pragma unroll
+                for (int e = 0; e < GVEC; e++) {
+                    vr[k][c][e] = 0.0f;
+                }
+            }
+        }
+    }
+#pragma unroll 1
+    for (int base = 0; base < GM::PASSES; base += GPF) {
+#pragma unroll
+        for (int p = 0; p < GPF; p++) {
+            const int pass = base + p;
+            if (pass < GM::PASSES) {
+                group_dots<GM, GROWS, P, TMAX>(raw[p], pass, vr, sGs, sLut, sDot);
+                if (pass + GPF < GM::PASSES) {
+                    group_load<GM, GROWS>(mat, scl, pass + GPF, raw[p]);
+                }
+            }
+        }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    // y (mamba2_pipe's order): x_j from the ring (shared memory where
+    // staged) for j < n, the drafts' inputs for j >= n.
+    const float* xd = x + ((u64)b * T * NHEADS + h0) * P; // draft k's rows at k * NHEADS * P
+    for (int idx = tid; idx < cnt * GROWS; idx += GNT) {
+        const int k = idx / GROWS, o = idx % GROWS, hh = o / P;
+        const float* W = sW + (hh * TMAX + k) * RMAX;
+        const float* BC = sBC + k * RMAX;
+        float yv = sE[hh * TMAX + k] * sDot[k * GROWS + o] + D[h0 + hh] * xd[(u64)k * (NHEADS * P) + o];
+        for (int j = 0; j <= n + k; j++) {
+            const float xj = j < xs ? sXr[j * GROWS + o]
+                             : j < n ? xr[ring_at(s, j) * (NHEADS * P) + o]
+                                     : xd[(u64)(j - n) * (NHEADS * P) + o];
+            yv = fmaf(W[j] * BC[j], xj, yv);
+        }
+        y[(((u64)b * T + k) * NHEADS + h0) * P + o] = yv;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(GNT, GMINB)
+mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __restrict__ ringX,
+                    float* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
+                    const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
+                    const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
+                    const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
+                    const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int R, int batch)
+{
+    for (int i = blockIdx.x; i < batch * NGROUPS; i += gridDim.x) {
+        mamba2_group_verify_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x,
+                                 B, C, dt, y, A, dtb, D, dtMin, R, i % NGROUPS, i / NGROUPS);
+        __syncthreads(); // the item's tables are read before the next one's
+    }
+}
+#endif
 #endif
