@@ -107,6 +107,16 @@ type gpuLayer struct {
 	close     func() error
 	stateSize func() (state, read int)
 	entry     int // ring bytes per entry (as the CPU bench counts them)
+	// kernels names the step's and the verify's kernels ("step v6, verify v5").
+	kernels func() string
+}
+
+// kernelNames is gpuLayer.kernels for a cache of either layer.
+func kernelNames(c interface {
+	StepKernel() string
+	VerifyKernel() string
+}) func() string {
+	return func() string { return "step " + c.StepKernel() + ", verify " + c.VerifyKernel() }
 }
 
 // measure times one row.
@@ -163,6 +173,9 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		return row, err
 	}
 	stateB, readB := lc.stateSize()
+	if opt.Mode == replay.Replay {
+		row.Kernels = lc.kernels()
+	}
 	graph := func(enqueue func() error) (*cuda.GraphExec, error) {
 		if err := b.s.BeginCapture(); err != nil {
 			return nil, err
@@ -454,6 +467,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 			close:     func() error { b.s.Synchronize(); return c.Close() },
 			stateSize: c.StateBytes,
 			entry:     4 * (H*P + G*N + H),
+			kernels:   kernelNames(c),
 		}, nil
 	case "gdn":
 		s := sh.GDN
@@ -500,6 +514,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 			close:     func() error { b.s.Synchronize(); return c.Close() },
 			stateSize: c.StateBytes,
 			entry:     4 * (Hk*dk + 2*Hv*dv + 2*Hv),
+			kernels:   kernelNames(c),
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown layer kind %q", sh.Layer)

@@ -44,6 +44,9 @@ type Row struct {
 	// NonflushVsReplay, on replay-nvfp4 and replay-fp8 rows, is the plain
 	// replay row's non-flush time over this row's (same checkpoint dtype).
 	NonflushVsReplay float64 `json:"nonflush_vs_replay,omitempty"`
+	// Kernels names the GPU kernels of a replay row's step and verify
+	// ("step v6, verify v5"; backend/cuda NOTES.md has the versions).
+	Kernels string `json:"kernels,omitempty"`
 }
 
 // KernelConfig selects what RunKernels measures.

@@ -10,6 +10,9 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
+#   tools/gpu_check.sh experiments  # batch 256, the experimental kernels
+#                                   # (REPLAYSSM_CUDA_GDN_GROUP, _GROUP_VERIFY)
+#                                   # against the defaults, text tables
 #
 # Results go to $OUT (the device tool's folder) or /tmp/gpu_check: a summary
 # on stdout, the logs and the --json rows in files (tools/perf_table.py turns
@@ -39,6 +42,19 @@ bench() { # batch, file
 	return $rc
 }
 
+# experiment runs one text table of the modes a knob changes, with and
+# without it (name, shapes, modes, VAR=value).
+experiment() {
+	local f="$out/exp_$1.txt"
+	for env in "" "$4"; do
+		echo "== ${env:-defaults}" >>"$f"
+		env $env "$cli" bench kernels --device cuda --batch 256 --shapes "$2" --state-dtype fp32,bf16 \
+			--modes "$3" --min-time 30ms >>"$f" 2>&1
+	done
+	echo "experiment $1: $f"
+	grep -v '^device' "$f"
+}
+
 case "${1:-all}" in
 tests) tests ;;
 bench256) bench 256 b256.jsonl ;;
@@ -48,8 +64,12 @@ all)
 	bench 256 b256.jsonl
 	bench 1 b1.jsonl
 	;;
+experiments)
+	experiment gdn_group gdn replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GDN_GROUP=1
+	experiment group_verify mamba2 verify-baseline,verify REPLAYSSM_CUDA_GROUP_VERIFY=1
+	;;
 *)
-	sed -n '2,16p' "$0"
+	sed -n '2,19p' "$0"
 	exit 2
 	;;
 esac
