@@ -1189,12 +1189,13 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __
 // consumer group at a time) paid a chain of round trips and barriers per
 // head; here a block pays it once per HPG heads and streams meanwhile.
 //
-// Order of work: C and the current token's inputs (independent of the
-// slot), slots[b], the first GPF passes of the stream, hist[s] (a flush slot
-// returns: mamba2_replay_flush took it), the ring's B rows and per-head
-// scalars by cp.async, the current token appended to the ring, the decay
-// weights and B_j . C (while the stream's first bytes are in flight), the
-// stream and its row dots, then y from the ring's x rows.
+// Order of work for an item: the ring's B rows and per-head scalars by
+// cp.async (one group), its x rows into dynamic shared memory (a second),
+// the current token appended to the ring, the stream and its row dots (its
+// first GPF passes were issued during the previous item), then the next
+// item's cursor, first passes and C, and only then, while those are in
+// flight, the decay weights, B_j . C and y. A flush slot's item skips all
+// but the next item's loads (mamba2_replay_flush took it).
 //
 // Defines from the host: GNT (threads per block). GPF (passes in flight per
 // thread) and GMINB (blocks per SM for the register bound) have defaults.
