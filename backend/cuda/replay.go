@@ -151,6 +151,16 @@ func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) gro
 	return g
 }
 
+// useGroup lets a planned group step g take the decode step's non-flush
+// slots from the pipelined kernel p and adds its define to the module's.
+func useGroup(p pipeline, g groupStep, defines []string) (pipeline, groupStep, []string) {
+	if g.on {
+		p.stepOn = false
+		defines = append(defines, fmt.Sprintf("-DGNT=%d", g.threads))
+	}
+	return p, g, defines
+}
+
 // bindGroup looks up the group step name (and, when verify is not empty,
 // the group verify and the early-fold verify fold), allows their dynamic
 // shared memory and sizes their grids from their occupancy.
@@ -210,7 +220,6 @@ type replayCommon struct {
 	nonflush, flush, verify      *Function
 	stepSmall                    *Function // flush and non-flush slots in one kernel
 	flushBlocks                  int       // the flush kernel's grid: the blocks the GPU holds at once
-	boundBlocks                  int       // tests: a bound on the flush kernel's grid (tuning.pipeBlocks)
 	baselineStep, baselineVerify *Function
 	pipe                         pipeline
 	group                        groupStep
@@ -436,8 +445,9 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 }
 
 // bindKernels looks up the layer's v4 kernels, named kind + "_replay_nonflush"
-// and so on, and its pipelined ones (verify "" when it has none).
-func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string) error {
+// and so on, and its pipelined ones (verify "" when it has none), and sizes
+// the flush kernel's grid (bounded by boundBlocks when positive, for tests).
+func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, boundBlocks int) error {
 	for _, f := range []struct {
 		dst  **Function
 		name string
@@ -456,8 +466,8 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string) 
 		return err
 	}
 	c.flushBlocks = c.d.Multiprocessors() * blocksPerSM(c.d, r, c.threads, 0)
-	if c.boundBlocks > 0 { // tests: each block flushes many items in turn
-		c.flushBlocks = min(c.flushBlocks, c.boundBlocks)
+	if boundBlocks > 0 { // tests: each block flushes many items in turn
+		c.flushBlocks = min(c.flushBlocks, boundBlocks)
 	}
 	return c.pipe.bind(c.mod, pipeStep, pipeVerify, pipeVerifyFold)
 }
@@ -762,7 +772,6 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 		}
 	}
 	c.smallBatch = tn.smallBatch
-	c.boundBlocks = tn.pipeBlocks
 	c.live = make([]bool, capacity)
 	for i := capacity - 1; i >= 0; i-- {
 		c.free = append(c.free, replay.Slot(i))

@@ -53,12 +53,7 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	}
 	stage, scratch := gdnPipeBytes(dk, dv, opt, replayRing(opt))
 	p, defines := replayPipeline(d, opt, stage, scratch, dv, dk, tn, defines)
-	g := gdnGroupPlan(shape, opt, tn)
-	if g.on {
-		p.stepOn = false // the group step takes the non-flush slots
-		defines = append(defines, fmt.Sprintf("-DGNT=%d", g.threads))
-	}
-	return p, g, defines
+	return useGroup(p, gdnGroupPlan(shape, opt, tn), defines)
 }
 
 // gdnGroupPlan plans gdn_group_step (replay_gdn.cu): a key head's VPK value
@@ -108,7 +103,7 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if err := c.init(ctx, d, opt, capacity, dv, dk, "replay_gdn.cu", defines, tn); err != nil {
 		return fail(err)
 	}
-	if err := c.bindKernels("gdn_pipe_step", "", ""); err != nil {
+	if err := c.bindKernels("gdn_pipe_step", "", "", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
 	if err := c.bindGroup("gdn_group_step", "", "", tn.pipeBlocks); err != nil {

@@ -77,12 +77,7 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 	if readElemBytes(opt) == 2 {
 		p.stepOn = false
 	}
-	g := mamba2GroupPlan(shape, opt, tn)
-	if g.on {
-		p.stepOn = false // the group step takes the non-flush slots
-		defines = append(defines, fmt.Sprintf("-DGNT=%d", g.threads))
-	}
-	return p, g, defines
+	return useGroup(p, mamba2GroupPlan(shape, opt, tn), defines)
 }
 
 // mamba2GroupPlan plans mamba2_group_step (replay_mamba2.cu): a group's
@@ -135,7 +130,7 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if err := c.init(ctx, d, opt, capacity, P, N, "replay_mamba2.cu", defines, tn); err != nil {
 		return fail(err)
 	}
-	if err := c.bindKernels("mamba2_pipe_step", "mamba2_pipe_verify", "mamba2_replay_verify_fold"); err != nil {
+	if err := c.bindKernels("mamba2_pipe_step", "mamba2_pipe_verify", "mamba2_replay_verify_fold", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
 	verify := ""

@@ -1376,6 +1376,46 @@ __device__ __forceinline__ void group_vec(const float* src, float (&vr)[GMAP::CP
     }
 }
 
+// cp_rows copies rows [0, rows) of LEN floats by cp.async, row j from
+// src + j*stride to dst + j*LEN: 16 bytes a copy when LEN is a multiple of
+// 4 (src and stride then 16-byte aligned), else 4. The nth threads of index
+// ti share the copies. The group steps stage the ring's rows with it.
+template <int LEN>
+__device__ __forceinline__ void cp_rows(float* dst, const float* src, u64 stride, int rows, int ti, int nth)
+{
+    if (LEN % 4 == 0) {
+        for (int q = ti; q < rows * (LEN / 4); q += nth) {
+            const int j = q / (LEN / 4), e = 4 * (q % (LEN / 4));
+            cp_async16(dst + j * LEN + e, src + j * stride + e);
+        }
+    } else {
+        for (int q = ti; q < rows * LEN; q += nth) {
+            const int j = q / LEN, e = q % LEN;
+            cp_async4(dst + j * LEN + e, src + j * stride + e);
+        }
+    }
+}
+
+// cp_table copies the first cols floats of rows rows by cp.async, 4 bytes
+// a copy: dst[i*dstride + j] = src[i*sstride + j] (the ring's per-head
+// scalars of a group of heads).
+__device__ __forceinline__ void cp_table(float* dst, int dstride, const float* src, int sstride, int rows, int cols,
+                                         int ti, int nth)
+{
+    for (int idx = ti; idx < rows * cols; idx += nth) {
+        const int i = idx / cols, j = idx % cols;
+        cp_async4(dst + i * dstride + j, src + i * sstride + j);
+    }
+}
+
+// dynamic_smem_bytes is the launch's dynamic shared memory.
+__device__ __forceinline__ u32 dynamic_smem_bytes()
+{
+    u32 n;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+    return n;
+}
+
 // group_mat points mat (and scl, nvfp4's block scales) at matrix m0, the
 // first of a group's, in what the non-flush step reads.
 __device__ __forceinline__ void group_mat(const typename StateIO<STATE_FMT>::T* state, const u8* rcodes,

@@ -1073,33 +1073,15 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
     if (n + 1 >= L) {
         return; // gdn_replay_flush took the slot
     }
-    u32 dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    const int us = min(n, (int)(dyn / (GROWS * 4)));
+    const int us = min(n, (int)(dynamic_smem_bytes() / (GROWS * 4)));
     const float* ur = ringU + (u64)j0 * DV;
     // The ring's keys and the value heads' exp(g), beta (one cp.async
     // group), then the u rows (a second, waited for after the stream).
-    for (int q4 = tid; q4 < n * (DK / 4); q4 += GNT) {
-        const int i = q4 / (DK / 4), e = 4 * (q4 % (DK / 4));
-        cp_async16(sVec + (2 + i) * DK + e, ringK + (ring_at(s, i) * NKH + kh) * DK + e);
-    }
-    for (int idx = tid; idx < VPK * n; idx += GNT) {
-        const int jj = idx / n, i = idx % n;
-        cp_async4(sDecay + jj * GR1 + i, ringA + rs_at(s, j0 + jj, i));
-        cp_async4(sBeta + jj * GR1 + i, ringBeta + rs_at(s, j0 + jj, i));
-    }
+    cp_rows<DK>(sVec + 2 * DK, ringK + (ring_at(s, 0) * NKH + kh) * DK, NKH * DK, n, tid, GNT);
+    cp_table(sDecay, GR1, ringA + rs_at(s, j0, 0), RMAXP, VPK, n, tid, GNT);
+    cp_table(sBeta, GR1, ringBeta + rs_at(s, j0, 0), RMAXP, VPK, n, tid, GNT);
     cp_async_commit();
-    if (GROWS % 4 == 0) {
-        for (int q4 = tid; q4 < us * (GROWS / 4); q4 += GNT) {
-            const int i = q4 / (GROWS / 4), o4 = 4 * (q4 % (GROWS / 4));
-            cp_async16(sUr + i * GROWS + o4, ur + ring_at(s, i) * (NVH * DV) + o4);
-        }
-    } else {
-        for (int q1 = tid; q1 < us * GROWS; q1 += GNT) {
-            const int i = q1 / GROWS, o1 = q1 % GROWS;
-            cp_async4(sUr + i * GROWS + o1, ur + ring_at(s, i) * (NVH * DV) + o1);
-        }
-    }
+    cp_rows<GROWS>(sUr, ur + ring_at(s, 0) * (NVH * DV), NVH * DV, us, tid, GNT);
     cp_async_commit();
     // The current token: q and k normalised (one warp each, as gdn_step),
     // the value heads' exp(g) and beta, v appended to the ring.

@@ -1248,9 +1248,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 
     const int tid = threadIdx.x, items = batch * NGROUPS;
     constexpr int OUTS = (GROWS + GNT - 1) / GNT;
-    u32 dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    const int xcap = (int)(dyn / (GROWS * 4));
+    const int xcap = (int)(dynamic_smem_bytes() / (GROWS * 4));
 #if READ_FMT == FMT_NVFP4
     init_e2m1_lut(sLut);
 #endif
@@ -1290,27 +1288,11 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             for (int q = tid; q < N / 4; q += GNT) {
                 cp_async16(sC + 4 * q, Ct + 4 * q);
             }
-            for (int q = tid; q < n * (N / 4); q += GNT) {
-                const int j = q / (N / 4), e = 4 * (q % (N / 4));
-                cp_async16(sB + j * N + e, ringB + (ring_at(s, j) * NGROUPS + g) * N + e);
-            }
-            for (int idx = tid; idx < HPG * n; idx += GNT) {
-                const int hh = idx / n, j = idx % n;
-                cp_async4(sDelta + hh * RMAX + j, ringDt + rs_at(s, h0 + hh, j));
-                cp_async4(sDecay + hh * RMAX + j, ringA + rs_at(s, h0 + hh, j));
-            }
+            cp_rows<N>(sB, ringB + (ring_at(s, 0) * NGROUPS + g) * N, NGROUPS * N, n, tid, GNT);
+            cp_table(sDelta, RMAX, ringDt + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
+            cp_table(sDecay, RMAX, ringA + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
             cp_async_commit();
-            if (GROWS % 4 == 0) {
-                for (int q = tid; q < xs * (GROWS / 4); q += GNT) {
-                    const int j = q / (GROWS / 4), o = 4 * (q % (GROWS / 4));
-                    cp_async16(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
-                }
-            } else {
-                for (int q = tid; q < xs * GROWS; q += GNT) {
-                    const int j = q / GROWS, o = q % GROWS;
-                    cp_async4(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
-                }
-            }
+            cp_rows<GROWS>(sXr, xr + ring_at(s, 0) * (NHEADS * P), NHEADS * P, xs, tid, GNT);
             cp_async_commit();
             // The current token appended to the ring.
             const float* Bt = B + ((u64)b * NGROUPS + g) * N;
@@ -1480,33 +1462,15 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         return; // mamba2_replay_verify_fold took the slot
     }
     const int ne = n + cnt;
-    u32 dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    const int xs = min(n, (int)(dyn / (GROWS * 4)));
+    const int xs = min(n, (int)(dynamic_smem_bytes() / (GROWS * 4)));
     const float* xr = ringX + (u64)h0 * P;
     // The ring: B rows and the heads' delta / decay (one cp.async group),
     // then the x rows (a second, waited for after the stream).
-    for (int q = tid; q < n * (N / 4); q += GNT) {
-        const int j = q / (N / 4), e = 4 * (q % (N / 4));
-        cp_async16(sB + j * N + e, ringB + (ring_at(s, j) * NGROUPS + g) * N + e);
-    }
-    for (int idx = tid; idx < HPG * n; idx += GNT) {
-        const int hh = idx / n, j = idx % n;
-        cp_async4(sDelta + hh * RMAX + j, ringDt + rs_at(s, h0 + hh, j));
-        cp_async4(sDecay + hh * RMAX + j, ringA + rs_at(s, h0 + hh, j));
-    }
+    cp_rows<N>(sB, ringB + (ring_at(s, 0) * NGROUPS + g) * N, NGROUPS * N, n, tid, GNT);
+    cp_table(sDelta, RMAX, ringDt + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
+    cp_table(sDecay, RMAX, ringA + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
     cp_async_commit();
-    if (GROWS % 4 == 0) {
-        for (int q = tid; q < xs * (GROWS / 4); q += GNT) {
-            const int j = q / (GROWS / 4), o = 4 * (q % (GROWS / 4));
-            cp_async16(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
-        }
-    } else {
-        for (int q = tid; q < xs * GROWS; q += GNT) {
-            const int j = q / GROWS, o = q % GROWS;
-            cp_async4(sXr + j * GROWS + o, xr + ring_at(s, j) * (NHEADS * P) + o);
-        }
-    }
+    cp_rows<GROWS>(sXr, xr + ring_at(s, 0) * (NHEADS * P), NHEADS * P, xs, tid, GNT);
     cp_async_commit();
     // The drafts appended to the ring at entries n.., their C and B kept.
     for (int idx = tid; idx < cnt * N; idx += GNT) {
