@@ -1433,6 +1433,22 @@ __device__ __forceinline__ void group_mat(const typename StateIO<STATE_FMT>::T* 
 #endif
 }
 
+// group_start points mat and scl at the stream of matrices m0.. (group_mat)
+// and issues its first PF passes into raw.
+template <typename GMAP, int NROWS, int PF>
+__device__ __forceinline__ void group_start(const typename StateIO<STATE_FMT>::T* state, const u8* rcodes,
+                                            const u8* rscales, u64 m0, const void*& mat, const u8*& scl,
+                                            GRaw<GMAP> (&raw)[PF])
+{
+    group_mat(state, rcodes, rscales, m0, mat, scl);
+#pragma unroll
+    for (int p = 0; p < PF; p++) {
+        if (p < GMAP::PASSES) {
+            group_load<GMAP, NROWS>(mat, scl, p, raw[p]);
+        }
+    }
+}
+
 // group_scale is matrix m0 + i's scale of what the step reads (nvfp4
 // global scale, fp8 scale), 1 for the others and for i >= NM.
 template <int NM>

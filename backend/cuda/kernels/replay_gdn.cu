@@ -1061,14 +1061,8 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
     const u64 m0 = (u64)s * NVH + j0;
     const void* mat;
     const u8* scl;
-    group_mat(state, rcodes, rscales, m0, mat, scl);
     GR raw[GPF];
-#pragma unroll
-    for (int p = 0; p < GPF; p++) {
-        if (p < GM::PASSES) {
-            group_load<GM, GROWS>(mat, scl, p, raw[p]);
-        }
-    }
+    group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
     const int n = hist[s];
     if (n + 1 >= L) {
         return; // gdn_replay_flush took the slot

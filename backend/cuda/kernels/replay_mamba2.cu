@@ -1263,13 +1263,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         s = slots[b];
         const void* mat;
         const u8* scl;
-        group_mat(state, rcodes, rscales, (u64)s * NHEADS + g * HPG, mat, scl);
-#pragma unroll
-        for (int k = 0; k < GPF; k++) {
-            if (k < GM::PASSES) {
-                group_load<GM, GROWS>(mat, scl, k, raw[k]);
-            }
-        }
+        group_start<GM, GROWS>(state, rcodes, rscales, (u64)s * NHEADS + g * HPG, mat, scl, raw);
         n = hist[s];
         gs = group_scale<HPG>(state, rglobal, (u64)s * NHEADS + g * HPG, tid);
     }
@@ -1346,13 +1340,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             const u64 m0N = (u64)sN * NHEADS + gN * HPG;
             const void* mat;
             const u8* scl;
-            group_mat(state, rcodes, rscales, m0N, mat, scl);
-#pragma unroll
-            for (int k = 0; k < GPF; k++) {
-                if (k < GM::PASSES) {
-                    group_load<GM, GROWS>(mat, scl, k, raw[k]);
-                }
-            }
+            group_start<GM, GROWS>(state, rcodes, rscales, m0N, mat, scl, raw);
             group_vec<GM>(C + ((u64)bN * NGROUPS + gN) * N, cr[0]);
             gsN = group_scale<HPG>(state, rglobal, m0N, tid);
         }
@@ -1448,14 +1436,8 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     const u64 m0 = (u64)s * NHEADS + h0;
     const void* mat;
     const u8* scl;
-    group_mat(state, rcodes, rscales, m0, mat, scl);
     GR raw[GPF];
-#pragma unroll
-    for (int p = 0; p < GPF; p++) {
-        if (p < GM::PASSES) {
-            group_load<GM, GROWS>(mat, scl, p, raw[p]);
-        }
-    }
+    group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
     const int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     if (n > 0 && n + 2 * cnt > R) {
