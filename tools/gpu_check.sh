@@ -10,8 +10,8 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
-#   tools/gpu_check.sh experiments  # batch 256, the experimental kernels
-#                                   # (REPLAYSSM_CUDA_GDN_GROUP, _GROUP_VERIFY)
+#   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
+#                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5)
 #                                   # against the defaults, text tables
 #
 # Results go to $OUT (the device tool's folder) or /tmp/gpu_check: a summary
@@ -42,16 +42,19 @@ bench() { # batch, file
 	return $rc
 }
 
-# experiment runs one text table of the modes a knob changes, with and
-# without it (name, shapes, modes, VAR=value).
+# experiment runs one text table of the modes a knob changes, with the
+# defaults and with each setting given (name, shapes, modes, then settings:
+# "VAR=value VAR2=value2").
 experiment() {
-	local f="$out/exp_$1.txt"
-	for env in "" "$4"; do
+	local name=$1 shapes=$2 modes=$3
+	shift 3
+	local f="$out/exp_$name.txt"
+	for env in "" "$@"; do
 		echo "== ${env:-defaults}" >>"$f"
-		env $env "$cli" bench kernels --device cuda --batch 256 --shapes "$2" --state-dtype fp32,bf16 \
-			--modes "$3" --min-time 30ms >>"$f" 2>&1
+		env $env "$cli" bench kernels --device cuda --batch 256 --shapes "$shapes" --state-dtype fp32,bf16 \
+			--modes "$modes" --min-time 30ms >>"$f" 2>&1
 	done
-	echo "experiment $1: $f"
+	echo "experiment $name: $f"
 	grep -v '^device' "$f"
 }
 
@@ -65,8 +68,9 @@ all)
 	bench 1 b1.jsonl
 	;;
 experiments)
-	experiment gdn_group gdn replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GDN_GROUP=1
-	experiment group_verify mamba2 verify-baseline,verify REPLAYSSM_CUDA_GROUP_VERIFY=1
+	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \
+		REPLAYSSM_CUDA_GROUP_THREADS=128 REPLAYSSM_CUDA_GROUP_THREADS=256
+	experiment v5 all replay,verify REPLAYSSM_CUDA_KERNELS=v5
 	;;
 *)
 	sed -n '2,19p' "$0"

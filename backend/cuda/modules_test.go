@@ -93,7 +93,7 @@ func TestReplayModulesCompile(t *testing.T) {
 					}
 				} else {
 					file, rows, cols, heads = "replay_gdn.cu", gdn.ValueDim, gdn.KeyDim, gdn.ValueHeads
-					_, _, defines = gdnModule(h200Props(), gdn, opt, tuning{gdnGroup: true})
+					_, _, defines = gdnModule(h200Props(), gdn, opt, tuning{})
 				}
 				if opt.Mode == replay.Replay && !strings.Contains(strings.Join(defines, " "), "-DNCW=") {
 					t.Fatalf("the pipelined kernels are not planned (defines %v): this test would not compile them", defines)

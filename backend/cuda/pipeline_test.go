@@ -122,11 +122,10 @@ func TestEnvTuning(t *testing.T) {
 			"REPLAYSSM_CUDA_DEFINES": " -DA=1  -DB=0 ", "REPLAYSSM_CUDA_SMALL_BATCH": "0",
 		}, tuning{v4: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0}},
 		{"v5", map[string]string{"REPLAYSSM_CUDA_KERNELS": "v5"}, tuning{v5: true, smallBatch: defaultSmallBatch}},
-		{"gdn group", map[string]string{"REPLAYSSM_CUDA_GDN_GROUP": "1"}, tuning{gdnGroup: true, smallBatch: defaultSmallBatch}},
-		{"group verify", map[string]string{"REPLAYSSM_CUDA_GROUP_VERIFY": "1"}, tuning{groupVer: true, smallBatch: defaultSmallBatch}},
+		{"group threads", map[string]string{"REPLAYSSM_CUDA_GROUP_THREADS": "128"}, tuning{groupNT: 128, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
-			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two", "REPLAYSSM_CUDA_GDN_GROUP": "yes",
-			"REPLAYSSM_CUDA_GROUP_VERIFY": "on", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1",
+			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
+			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3",
 		}, tuning{smallBatch: defaultSmallBatch}},
 	}
@@ -221,6 +220,9 @@ func TestGroupStepPlan(t *testing.T) {
 		{"Mamba2-2.7B: 80 heads of 64 in one group, 3 entries staged", ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 3 * 80 * 64 * 4, ""},
 		{"nano, L=32: 64 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 32}, tuning{}, 17 * 12 * 80 * 4, ""},
 		{"test bound on staged entries", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupX: 1}, 12 * 80 * 4, ""},
+		{"128 threads: 32 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 128}, 8 * 12 * 80 * 4, ""},
+		{"64 threads: 16 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 64}, 4 * 12 * 80 * 4, ""},
+		{"64 threads, 80 heads of 64 in one group", ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 64}, 0, "80 heads per group (more than 64 threads)"},
 		{"baseline", nano, replay.Options{Mode: replay.Baseline, Window: 16}, tuning{}, 0, "baseline"},
 		{"v5 asked for", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{v5: true}, 0, "v5"},
 		{"one group of 128 heads of 64", ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 0, "shared memory"},
@@ -232,8 +234,12 @@ func TestGroupStepPlan(t *testing.T) {
 				t.Fatal(err)
 			}
 			g := mamba2GroupPlan(tc.shape, opt, tc.tn)
+			threads := groupThreads
+			if tc.tn.groupNT != 0 {
+				threads = tc.tn.groupNT
+			}
 			switch {
-			case tc.reason == "" && (!g.on || g.smem != tc.smem || g.groups != tc.shape.Groups || g.threads != groupThreads):
+			case tc.reason == "" && (!g.on || g.smem != tc.smem || g.groups != tc.shape.Groups || g.threads != threads):
 				t.Errorf("plan %+v, want on with %d bytes of x rows", g, tc.smem)
 			case tc.reason != "" && (g.on || !strings.Contains(g.why, tc.reason)):
 				t.Errorf("plan %+v, want off with %q", g, tc.reason)
@@ -242,35 +248,72 @@ func TestGroupStepPlan(t *testing.T) {
 	}
 }
 
-// TestGDNGroupPlan checks that the GDN group step stays off unless asked
-// for, and its dynamic shared memory (a window's u rows of a key head's
-// value heads) when it is on.
+// TestGDNGroupPlan checks the GDN group step's plan for the target shapes:
+// on, its block size (about 32 passes an item) and dynamic shared memory
+// (a window's u rows of a key head's value heads), off for v5 and v4.
 func TestGDNGroupPlan(t *testing.T) {
-	opt, err := replayDefaults(replay.Options{Mode: replay.Replay, Window: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
 	q4b := ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	q122b := ssm.GDNShape{KeyHeads: 16, ValueHeads: 64, KeyDim: 128, ValueDim: 128}
-	if g := gdnGroupPlan(q4b, opt, tuning{}); g.on || !strings.Contains(g.why, "REPLAYSSM_CUDA_GDN_GROUP") {
-		t.Errorf("default plan %+v, want off until asked for", g)
-	}
 	for _, tc := range []struct {
-		shape ssm.GDNShape
-		smem  int
-	}{{q4b, 14 * 2 * 128 * 4}, {q122b, 14 * 4 * 128 * 4}} {
-		g := gdnGroupPlan(tc.shape, opt, tuning{gdnGroup: true})
-		if !g.on || g.smem != tc.smem || g.groups != tc.shape.KeyHeads {
-			t.Errorf("%+v: plan %+v, want on with %d bytes of u rows and %d groups", tc.shape, g, tc.smem, tc.shape.KeyHeads)
-		}
-	}
-	if g := gdnGroupPlan(q4b, opt, tuning{gdnGroup: true, v4: true}); g.on {
-		t.Errorf("v4 asked for: plan %+v, want off", g)
+		name    string
+		shape   ssm.GDNShape
+		opt     replay.Options
+		tn      tuning
+		threads int
+		smem    int
+		reason  string
+	}{
+		{"4B", q4b, replay.Options{}, tuning{}, 64, 14 * 2 * 128 * 4, ""},
+		{"4B nvfp4", q4b, replay.Options{ReadCopy: numeric.NVFP4}, tuning{}, 64, 14 * 2 * 128 * 4, ""},
+		{"122B", q122b, replay.Options{}, tuning{}, 128, 14 * 4 * 128 * 4, ""},
+		{"122B bf16, 256 threads asked for", q122b, replay.Options{State: numeric.BF16}, tuning{groupNT: 256}, 256, 14 * 4 * 128 * 4, ""},
+		{"4B, 128 threads, L=32: 32 KiB of u rows", q4b, replay.Options{Window: 32}, tuning{groupNT: 128}, 128, 30 * 2 * 128 * 4, ""},
+		{"v5", q4b, replay.Options{}, tuning{v5: true}, 0, 0, "v5"},
+		{"v4", q4b, replay.Options{}, tuning{v4: true}, 0, 0, "v4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.opt
+			o.Mode = replay.Replay
+			if o.Window == 0 {
+				o.Window = 16
+			}
+			opt, err := replayDefaults(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := gdnGroupPlan(tc.shape, opt, tc.tn)
+			switch {
+			case tc.reason == "" && (!g.on || g.threads != tc.threads || g.smem != tc.smem || g.groups != tc.shape.KeyHeads):
+				t.Errorf("plan %+v, want on with %d threads, %d bytes of u rows, %d groups", g, tc.threads, tc.smem, tc.shape.KeyHeads)
+			case tc.reason != "" && (g.on || !strings.Contains(g.why, tc.reason)):
+				t.Errorf("plan %+v, want off with %q", g, tc.reason)
+			}
+		})
 	}
 }
 
-// TestGroupVerifyPlan checks when the Mamba-2 group verify is planned: asked
-// for, with drafts, and tables that fit static shared memory.
+// TestGroupBlockSize checks the group kernels' block size rule: about 32
+// passes of rows·lanes/threads rows an item, a power of two in [64, 256].
+func TestGroupBlockSize(t *testing.T) {
+	for _, tc := range []struct {
+		rows, lanes, want int
+	}{
+		{256, 8, 64},   // Qwen3.5-4B key head: 2 value heads of 128
+		{512, 8, 128},  // Qwen3.5-122B: 4 value heads
+		{960, 8, 256},  // Nemotron-3-Nano: 12 heads of 80
+		{1024, 8, 256}, // Nemotron-3-Super: 16 heads of 64
+		{5120, 8, 256}, // Mamba2-2.7B: one group of 80 heads of 64
+		{32, 2, 64},    // small test shapes
+		{384, 8, 128},
+	} {
+		if got := groupBlockSize(tc.rows, tc.lanes); got != tc.want {
+			t.Errorf("groupBlockSize(%d, %d) = %d, want %d", tc.rows, tc.lanes, got, tc.want)
+		}
+	}
+}
+
+// TestGroupVerifyPlan checks when the Mamba-2 group verify is planned: with
+// the group step, with drafts, and tables that fit static shared memory.
 func TestGroupVerifyPlan(t *testing.T) {
 	nano := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
 	oneGroup := ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}
@@ -281,11 +324,12 @@ func TestGroupVerifyPlan(t *testing.T) {
 		tn    tuning
 		want  bool
 	}{
-		{"asked for, T=4", nano, 4, tuning{groupVer: true}, true},
-		{"not asked for", nano, 4, tuning{}, false},
-		{"no drafts", nano, 0, tuning{groupVer: true}, false},
-		{"v5 asked for", nano, 4, tuning{groupVer: true, v5: true}, false},
-		{"one group of 80 heads: tables too large", oneGroup, 4, tuning{groupVer: true}, false},
+		{"T=4", nano, 4, tuning{}, true},
+		{"T=4, 128 threads", nano, 4, tuning{groupNT: 128}, true},
+		{"no drafts", nano, 0, tuning{}, false},
+		{"v5 asked for", nano, 4, tuning{v5: true}, false},
+		{"v4 asked for", nano, 4, tuning{v4: true}, false},
+		{"one group of 80 heads: tables too large", oneGroup, 4, tuning{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opt, err := replayDefaults(replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: tc.T})

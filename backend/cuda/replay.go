@@ -38,8 +38,7 @@ const defaultSmallBatch = 4
 type tuning struct {
 	v4         bool     // REPLAYSSM_CUDA_KERNELS=v4: the v4 kernels, no pipeline
 	v5         bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined Mamba-2 step, not the group step (v6)
-	gdnGroup   bool     // REPLAYSSM_CUDA_GDN_GROUP=1: the GDN group step (v6, not yet measured on a GPU)
-	groupVer   bool     // REPLAYSSM_CUDA_GROUP_VERIFY=1: the Mamba-2 group verify (not yet measured on a GPU)
+	groupNT    int      // REPLAYSSM_CUDA_GROUP_THREADS: the group kernels' block size (0: groupThreads)
 	pipeGroups int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
@@ -53,8 +52,6 @@ func envTuning(getenv func(string) string) tuning {
 	tn := tuning{
 		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
 		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
-		gdnGroup:   getenv("REPLAYSSM_CUDA_GDN_GROUP") == "1",
-		groupVer:   getenv("REPLAYSSM_CUDA_GROUP_VERIFY") == "1",
 		smallBatch: defaultSmallBatch,
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
@@ -65,6 +62,9 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if b, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_PIPE_BLOCKS")); err == nil && b >= 1 {
 		tn.pipeBlocks = b
+	}
+	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_GROUP_THREADS")); err == nil && v >= 64 && v <= 512 && v&(v-1) == 0 {
+		tn.groupNT = v
 	}
 	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_SMALL_BATCH")); err == nil && v >= 0 {
 		tn.smallBatch = v
@@ -107,17 +107,36 @@ type groupStep struct {
 	why     string // why it is off
 	fn      *Function
 
-	// The group verify (experimental, REPLAYSSM_CUDA_GROUP_VERIFY=1): its
-	// kernel, grid, and the v4 kernel that takes the slots folding early.
+	// The group verify (Mamba-2): its kernel, grid, and the v4 kernel that
+	// takes the slots folding early.
 	verifyOn     bool
 	verify       *Function
 	verifyBlocks int
 	verifyFold   *Function
 }
 
-// groupThreads is the group step's block size: eight warps stream 32 rows
-// a pass.
+// groupThreads is the group kernels' largest block size: eight warps
+// stream 32 rows a pass. The kernels' register bound (GMINB) is 512/GNT
+// blocks per SM, so every block size runs 512 threads per SM.
 const groupThreads = 256
+
+// groupBlockSize is the group kernels' block size for a group of rows
+// state rows whose columns split over lanes lanes: about 32 passes per
+// item (a power of two, 64 to 256 threads). Measured on the H200 (NOTES.md,
+// session 6): Qwen3.5-4B's 256 rows ran best at 64 threads (non-flush nvfp4
+// 191 -> 117 us against 256 threads), Qwen3.5-122B's 512 at 128, Nano's
+// 960 at 256 (128: 4% slower). Fewer threads per item make more
+// independent items per SM, whose prologues (cursor, ring, dots: a few
+// dependent round trips) overlap the other items' streams; too few leave
+// each item's serial epilogue long.
+func groupBlockSize(rows, lanes int) int {
+	want := rows * lanes / 32 * 3 / 4
+	threads := 64
+	for threads < want && threads < groupThreads {
+		threads *= 2
+	}
+	return threads
+}
 
 // planGroup plans a group step over heads matrices of rows × cols per
 // group whose static tables take tables bytes: on unless the mode, the
@@ -129,11 +148,16 @@ func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) gro
 	vec := 16 / max(1, readElemBytes(opt)) // elements per 16-byte chunk (nvfp4: per 8 bytes of codes)
 	chunks := cols / vec
 	rowBytes := 4 * heads * rows
-	entries := max(0, min(opt.Window-2, (64<<10)/rowBytes))
+	threads := groupBlockSize(heads*rows, min(chunks, 8))
+	if tn.groupNT > 0 {
+		threads = tn.groupNT
+	}
+	// Smaller blocks run more per SM: the staged rows shrink with them.
+	entries := max(0, min(opt.Window-2, (64<<10)*threads/groupThreads/rowBytes))
 	if tn.groupX > 0 {
 		entries = min(entries, tn.groupX)
 	}
-	g := groupStep{threads: groupThreads, smem: entries * rowBytes}
+	g := groupStep{threads: threads, smem: entries * rowBytes}
 	switch {
 	case opt.Mode != replay.Replay:
 		g.why = "baseline mode"
@@ -141,8 +165,8 @@ func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) gro
 		g.why = "REPLAYSSM_CUDA_KERNELS=v4"
 	case cols%vec != 0 || (chunks > 8 && chunks%8 != 0):
 		g.why = fmt.Sprintf("state size %d is not a multiple of %d elements or %d chunks do not split over 8 lanes", cols, vec, chunks)
-	case heads > groupThreads:
-		g.why = fmt.Sprintf("%d heads per group (more than %d threads)", heads, groupThreads)
+	case heads > threads:
+		g.why = fmt.Sprintf("%d heads per group (more than %d threads)", heads, threads)
 	case tables > 46<<10:
 		g.why = fmt.Sprintf("a group's tables take %d bytes of shared memory (%d heads of %d rows)", tables, heads, rows)
 	default:

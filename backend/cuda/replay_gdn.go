@@ -58,17 +58,16 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 
 // gdnGroupPlan plans gdn_group_step (replay_gdn.cu): a key head's VPK value
 // heads of dv rows, static tables (the key head's vectors and ring keys,
-// their dots, the value heads' ring scalars and projections). Off unless
-// REPLAYSSM_CUDA_GDN_GROUP=1: it has not run on a GPU yet (NOTES.md,
-// session 5).
+// their dots, the value heads' ring scalars and projections).
+// REPLAYSSM_CUDA_KERNELS=v5 turns it off (the pipelined step, gdn_pipe_step).
 func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
 	dk, dv := shape.KeyDim, shape.ValueDim
 	vpk, R := shape.ValueHeads/shape.KeyHeads, replayRing(opt)
 	tables := 4 * ((R+2)*dk + 2*(R+1) + 3*vpk*(R+1) + 2*vpk + 2*vpk*dv + 32)
 	g := planGroup(opt, tn, vpk, dv, dk, tables)
 	g.groups = shape.KeyHeads
-	if !tn.gdnGroup {
-		g.on, g.why = false, "experimental: REPLAYSSM_CUDA_GDN_GROUP=1 turns it on"
+	if tn.v5 {
+		g.on, g.why = false, "REPLAYSSM_CUDA_KERNELS=v5"
 	}
 	return g
 }

@@ -96,7 +96,7 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	// weights per head and draft (mamba2_group_verify_item).
 	T := opt.MaxDraft
 	verifyTables := 4 * (T*N + R*N + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
-	g.verifyOn = g.on && tn.groupVer && T > 1 && verifyTables <= 46<<10
+	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
 	return g
 }
 

@@ -622,8 +622,8 @@ func TestReplayCacheGraph(t *testing.T) {
 // bit-identical outputs: v5 keeps v4's order of operations, so any
 // difference is a bug in the pipeline (a stage read before its copy landed,
 // a wrong ring entry, a skipped item). Both layers also run the group step
-// (v6: Mamba-2's default, GDN's behind REPLAYSSM_CUDA_GDN_GROUP) and
-// Mamba-2 the group verify (REPLAYSSM_CUDA_GROUP_VERIFY) against v4. The
+// (v6, the default) and
+// Mamba-2 the group verify against v4. The
 // float64 comparisons of TestReplayCacheMatchesReference cover every kernel
 // against the reference.
 func TestReplayPipelineMatchesV4(t *testing.T) {
@@ -645,16 +645,19 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 	}
 	for li, l := range layers {
 		for _, o := range opts {
-			// v5 (and its grid bounded to three blocks), v6 (for GDN the
-			// experimental group step) and v6 with one ring entry staged in
-			// shared memory, the others read from global memory.
+			// v5 (and its grid bounded to three blocks), v6, v6 with one
+			// ring entry staged in shared memory, the others read from
+			// global memory, and v6 in blocks of 64 threads (REPLAYSSM_CUDA_GROUP_THREADS).
 			runs := []struct {
 				kernels string
 				blocks  int
-			}{{"v5", 0}, {"v5", 3}, {"v6", 0}, {"v6", 1}}
+				threads int
+			}{{"v5", 0, 0}, {"v5", 3, 0}, {"v6", 0, 0}, {"v6", 1, 0}, {"v6", 0, 64}}
 			for _, r := range runs {
 				name := l.name + "/" + o.name + "/" + r.kernels
 				switch {
+				case r.threads != 0:
+					name += fmt.Sprintf("/threads=%d", r.threads)
 				case r.kernels == "v6" && r.blocks != 0:
 					// One ring entry in shared memory, the others read from
 					// global memory; two blocks take every item in turn.
@@ -666,7 +669,7 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 				}
 				t.Run(name, func(t *testing.T) {
 					t.Parallel()
-					pipelineMatchesV4(t, d, li, l, o.opt, r.kernels, r.blocks)
+					pipelineMatchesV4(t, d, li, l, o.opt, r.kernels, r.blocks, r.threads)
 				})
 			}
 		}
@@ -714,10 +717,10 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 // pipelined grid; "v6": the default, blocks bounds the ring entries the
 // group step stages and its grid is two blocks) and a v4 cache through the same 40 random rounds and
 // compares their outputs bit for bit.
-func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks int) {
+func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks, threads int) {
 	tn := envTuning(os.Getenv)
 	tn.v4, tn.v5 = false, kernels == "v5"
-	tn.gdnGroup, tn.groupVer = kernels == "v6", kernels == "v6"
+	tn.groupNT = threads
 	if kernels == "v5" {
 		tn.pipeBlocks = blocks
 	} else if blocks != 0 {
@@ -1015,12 +1018,12 @@ func TestReplayPipelinePlanOnDevice(t *testing.T) {
 
 // wantPipelined is which kernels a cache of layer l with knobs tn should
 // take on sm_90: the GDN verify has no pipelined kernel yet; the GDN step
-// is pipelined unless tn asks for its group step; the Mamba-2 step takes
+// takes the group step (v6) unless tn asks for v5; the Mamba-2 step takes
 // the group step (v6) unless tn asks for v5, and then with a 2-byte matrix
 // to read keeps v4 by policy.
 func wantPipelined(l gpuLayer, opt replay.Options, tn tuning) (step, verify bool) {
 	if l.name[:3] == "gdn" {
-		return !tn.gdnGroup, false
+		return tn.v5, false
 	}
 	return tn.v5 && readElemBytes(opt) != 2, true
 }
@@ -1076,7 +1079,6 @@ func TestReplayKernelResources(t *testing.T) {
 					H := sh.GDN.ValueHeads
 					prm := replay.GDNParams{ALog: make([]float32, H), DtBias: make([]float32, H)}
 					tn := envTuning(os.Getenv)
-					tn.gdnGroup = true // the experimental group step's registers too
 					g, err := newGDNCache(context.Background(), d, sh.GDN, prm, 4, opt, tn)
 					if err != nil {
 						t.Fatal(err)

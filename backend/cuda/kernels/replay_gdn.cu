@@ -74,6 +74,27 @@ struct GDNShared {
 // and with q_slot >= 0 writes o = S_new^T q to out. v_i comes from the ring
 // for i < nring and from vcur for i = nring. Barriers inside: every thread
 // calls it.
+// tri_pair maps pair pr of gdn_fold's gram dots to (i, l): pairs below
+// tri = t(t-1)/2 are the keys' (i, l), l < i < t, row by row; the rest are
+// q's (t, l), l < t.
+__device__ __forceinline__ int2 tri_pair(int pr, int tri, int t)
+{
+    if (pr >= tri) {
+        return make_int2(t, pr - tri);
+    }
+    int i = (int)((1.0f + sqrtf(1.0f + 8.0f * (float)pr)) * 0.5f);
+    i -= i * (i - 1) / 2 > pr;       // float rounding, either way
+    i += (i + 1) * i / 2 <= pr;
+    return make_int2(i, pr - i * (i - 1) / 2);
+}
+
+// FOLD_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DFOLD_SKIP=n; the
+// outputs are then wrong): bits 1, 2, 4, 8 skip the projections S0^T vec,
+// the u' recurrence, the rank-t update and the gram dots with the decay
+// products, so a flush's time can be split by phase.
+#ifndef FOLD_SKIP
+#define FOLD_SKIP 0
+#endif
 __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u8* rscales, float* rglobal, u64 mat,
                                          int t, int q_slot, const float* __restrict__ ringV, int s, int j, int nring,
                                          const float* __restrict__ vcur, float* __restrict__ out)
@@ -101,7 +122,10 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
             }
         }
     }
-    for (int a = 0; a < nv; a++) {
+    // Two vectors at a time: one vector's chain (loads, FMAs, the lanes'
+    // shuffles) left the SM idle between steps.
+#pragma unroll 2
+    for (int a = 0; a < ((FOLD_SKIP & 1) ? 0 : nv); a++) {
         float acc[SM::PASSES];
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
@@ -131,62 +155,91 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
             }
         }
     }
-    // gram[i][l] = k_l . vec_i for l < min(i, t), eight lanes per pair.
-    dot_pairs(
-        nv * t, DK, tid, NT,
-        [&](int pr) -> const float* { return pr % t < pr / t ? sh.vec + (pr % t) * DK : nullptr; },
-        [&](int pr) -> const float* { return sh.vec + (pr / t) * DK; },
-        [&](int pr, float v) { sh.gram[(pr / t) * VROWS + pr % t] = v; });
-    // Decays as products of the per-step exp(g), one entry i per thread:
+    // Decays as products of the per-step exp(g), one entry i per thread of
+    // the last warps (the others start the dots meanwhile):
     // wt[i][l] = prod_{m=l+1..i} a_m, eg[i] = prod_{m<=i} a_m,
-    // coef[i] = prod_{m=i+1..t-1} a_m, gt = prod_{m<t} a_m.
-    for (int i = tid; i < t; i += NT) {
-        double w = 1.0;
-        for (int l = i - 1; l >= 0; l--) {
-            w *= (double)sh.decay[l + 1];
-            sh.wt[i * RMAX + l] = (float)w;
+    // coef[i] = prod_{m=i+1..t-1} a_m, gt = prod_{m<t} a_m. The loops run
+    // over the whole ring, unrolled, so the loads leave the chains of
+    // products (same order as rolled loops over the window).
+    for (int i = NT - 1 - tid; i < ((FOLD_SKIP & 8) ? 0 : t); i += NT) {
+        double w = 1.0, c = 1.0;
+#pragma unroll
+        for (int l = RMAX - 2; l >= 0; l--) {
+            if (l < i) {
+                w *= (double)sh.decay[l + 1];
+                sh.wt[i * RMAX + l] = (float)w;
+            }
+        }
+#pragma unroll
+        for (int m = 1; m < RMAX; m++) {
+            if (m > i && m < t) {
+                c *= (double)sh.decay[m];
+            }
         }
         sh.eg[i] = (float)(w * (double)sh.decay[0]);
-        double c = 1.0;
-        for (int m = i + 1; m < t; m++) {
-            c *= (double)sh.decay[m];
-        }
         sh.coef[i] = (float)c;
     }
-    if (tid == NT - 1) {
+    if (tid == NT - 1 - t % NT) { // the next thread down
         double gp = 1.0;
-        for (int m = 0; m < t; m++) {
-            gp *= (double)sh.decay[m];
+#pragma unroll
+        for (int m = 0; m < RMAX; m++) {
+            if (m < t) {
+                gp *= (double)sh.decay[m];
+            }
         }
         sh.gt = (float)gp;
     }
+    // gram[i][l] = k_l . vec_i for l < min(i, t), eight lanes per pair: the
+    // t(t-1)/2 key pairs (i, l), then t pairs of q (i = t) if there is a q.
+    const int tri = t * (t - 1) / 2;
+    dot_pairs(
+        (FOLD_SKIP & 8) ? 0 : tri + (nv - t) * t, DK, tid, NT,
+        [&](int pr) -> const float* { return sh.vec + tri_pair(pr, tri, t).y * DK; },
+        [&](int pr) -> const float* { return sh.vec + tri_pair(pr, tri, t).x * DK; },
+        [&](int pr, float v) {
+            const int2 il = tri_pair(pr, tri, t);
+            sh.gram[il.x * VROWS + il.y] = v;
+        });
     __syncthreads();
     // u'_i in order, one value index m per thread; proj row i becomes u'_i.
-    for (int m = tid; m < DV; m += NT) {
+    // The u'_l stay in registers (the loops unrolled over the window, every
+    // index fixed): the recurrence's only dependences are its FMAs, and the
+    // weights, the same for every m, are broadcast loads the compiler issues
+    // ahead. (Rolled, with u'_l read back from shared memory, this loop was a
+    // third of a Qwen3.5-4B flush: NOTES.md, session 6.)
+    for (int m = tid; m < ((FOLD_SKIP & 2) ? 0 : DV); m += NT) {
         // v_i[m] for every entry, all loads in flight at once.
-        float vloc[RMAX];
+        float u[RMAX];
 #pragma unroll
         for (int i = 0; i < RMAX; i++) {
-            vloc[i] = 0.0f;
+            u[i] = 0.0f;
             if (i < nring) {
-                vloc[i] = ringV[(ring_at(s, i) * NVH + j) * DV + m];
+                u[i] = ringV[(ring_at(s, i) * NVH + j) * DV + m];
             } else if (i < t) {
-                vloc[i] = vcur[m];
+                u[i] = vcur[m];
             }
         }
-        for (int i = 0; i < t; i++) {
-            float ui = vloc[i] - sh.eg[i] * sh.proj[i * DV + m];
-            for (int l = 0; l < i; l++) {
-                const float w = sh.wt[i * RMAX + l] * sh.gram[i * VROWS + l];
-                ui = fmaf(-w, sh.proj[l * DV + m], ui);
+#pragma unroll
+        for (int i = 0; i < RMAX; i++) {
+            if (i < t) {
+                float ui = u[i] - sh.eg[i] * sh.proj[i * DV + m];
+#pragma unroll
+                for (int l = 0; l < i; l++) {
+                    const float w = sh.wt[i * RMAX + l] * sh.gram[i * VROWS + l];
+                    ui = fmaf(-w, u[l], ui);
+                }
+                u[i] = ui * sh.beta[i];
+                sh.proj[i * DV + m] = u[i];
             }
-            sh.proj[i * DV + m] = ui * sh.beta[i];
         }
         if (q_slot >= 0) {
             float o = sh.gt * sh.proj[t * DV + m];
-            for (int i = 0; i < t; i++) {
-                const float w = sh.coef[i] * sh.gram[t * VROWS + i];
-                o = fmaf(w, sh.proj[i * DV + m], o);
+#pragma unroll
+            for (int i = 0; i < RMAX; i++) {
+                if (i < t) {
+                    const float w = sh.coef[i] * sh.gram[t * VROWS + i];
+                    o = fmaf(w, u[i], o);
+                }
             }
             out[m] = o;
         }
@@ -205,7 +258,7 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
             }
         }
     }
-    for (int i = 0; i < t; i++) {
+    for (int i = 0; i < ((FOLD_SKIP & 4) ? 0 : t); i++) {
         float rc[SM::PASSES];
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
@@ -1034,7 +1087,7 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe
 typedef CMap<GVEC, DK, GROWS, GNT / 32> GM;
 typedef GRaw<GM> GR;
 #ifndef GMINB
-#define GMINB 2
+#define GMINB (512 / GNT)
 #endif
 #ifndef GPF
 #define GPF GPF_DEFAULT(GM::CPL)
@@ -1121,9 +1174,12 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
         [&](int pr, float val) { sGram[(pr & 1) * GR1 + (pr >> 1)] = val; });
     for (int jj = GNT - 1 - tid; jj < VPK; jj += GNT) {
         double suf = 1.0;
-        for (int i = n; i >= 0; i--) {
-            sWs[jj * GR1 + i] = (float)suf;
-            suf *= (double)sDecay[jj * GR1 + i];
+#pragma unroll
+        for (int i = RMAX; i >= 0; i--) { // unrolled: the loads leave the chain
+            if (i <= n) {
+                sWs[jj * GR1 + i] = (float)suf;
+                suf *= (double)sDecay[jj * GR1 + i];
+            }
         }
         sGam[jj] = (float)suf;
     }

@@ -35,6 +35,12 @@ __device__ __forceinline__ u64 rs_at(int s, int h, int e) { return ((u64)s * NHE
 // mat of the state buffer) back in the state format and, with a read copy,
 // rewrites the copy. With OUT it also writes sDot[p] = S_new[p] . sC (the
 // fp32 S, before any rounding). Barriers inside: every thread calls it.
+// FOLD_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DFOLD_SKIP=4; the
+// outputs are then wrong): bit 4 skips the rank-t update, so a flush's time
+// can be split into the update and the rest.
+#ifndef FOLD_SKIP
+#define FOLD_SKIP 0
+#endif
 template <bool OUT>
 __device__ __forceinline__ void mamba2_fold(ST* state, u8* rcodes, u8* rscales, float* rglobal, u64 mat, int t,
                                             float decay, const float* sB, const float* sCoef, const float* sC,
@@ -66,7 +72,7 @@ __device__ __forceinline__ void mamba2_fold(ST* state, u8* rcodes, u8* rscales, 
             }
         }
     }
-    for (int j = 0; j < t; j++) {
+    for (int j = 0; j < ((FOLD_SKIP & 4) ? 0 : t); j++) {
         float cj[SM::PASSES];
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
@@ -256,11 +262,15 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     const bool last = MODE == 2 && step_count(done);
     // Decay products from each entry to the current one (DESIGN.md 2.1),
     // as products of the per-step decays in float64 like the CPU cache.
+    // (Unrolled over the ring: the loads leave the chain of products.)
     if (tid == 0) {
         double suf = 1.0;
-        for (int j = t - 1; j >= 0; j--) {
-            sW[j] = (float)((double)sDelta[j] * suf);
-            suf *= (double)sDecay[j];
+#pragma unroll
+        for (int j = RMAX - 1; j >= 0; j--) {
+            if (j < t) {
+                sW[j] = (float)((double)sDelta[j] * suf);
+                suf *= (double)sDecay[j];
+            }
         }
         sE = (float)suf;
     }
@@ -1204,7 +1214,7 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __
 typedef CMap<GVEC, N, GROWS, GNT / 32> GM;
 typedef GRaw<GM> GR;
 #ifndef GMINB
-#define GMINB 2
+#define GMINB (512 / GNT)
 #endif
 #ifndef GPF
 #define GPF GPF_DEFAULT(GM::CPL)
@@ -1353,9 +1363,12 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             const int t = n + 1;
             for (int hh = GNT - 1 - tid; hh < HPG; hh += GNT) {
                 double suf = 1.0;
-                for (int j = t - 1; j >= 0; j--) {
-                    sW[hh * RMAX + j] = (float)((double)sDelta[hh * RMAX + j] * suf);
-                    suf *= (double)sDecay[hh * RMAX + j];
+#pragma unroll
+                for (int j = RMAX - 1; j >= 0; j--) { // unrolled: the loads leave the chain
+                    if (j < t) {
+                        sW[hh * RMAX + j] = (float)((double)sDelta[hh * RMAX + j] * suf);
+                        suf *= (double)sDecay[hh * RMAX + j];
+                    }
                 }
                 sE[hh] = (float)suf;
             }
