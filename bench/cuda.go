@@ -107,16 +107,17 @@ type gpuLayer struct {
 	close     func() error
 	stateSize func() (state, read int)
 	entry     int // ring bytes per entry (as the CPU bench counts them)
-	// kernels names the step's and the verify's kernels ("step v6, verify v5").
-	kernels func() string
+	// kernels names the step's and the verify's kernels at a batch ("step
+	// v6, verify v5").
+	kernels func(batch int) string
 }
 
 // kernelNames is gpuLayer.kernels for a cache of either layer.
 func kernelNames(c interface {
-	StepKernel() string
-	VerifyKernel() string
-}) func() string {
-	return func() string { return "step " + c.StepKernel() + ", verify " + c.VerifyKernel() }
+	StepKernel(batch int) string
+	VerifyKernel(batch int) string
+}) func(int) string {
+	return func(batch int) string { return "step " + c.StepKernel(batch) + ", verify " + c.VerifyKernel(batch) }
 }
 
 // measure times one row.
@@ -174,7 +175,7 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 	}
 	stateB, readB := lc.stateSize()
 	if opt.Mode == replay.Replay {
-		row.Kernels = lc.kernels()
+		row.Kernels = lc.kernels(batch)
 	}
 	graph := func(enqueue func() error) (*cuda.GraphExec, error) {
 		if err := b.s.BeginCapture(); err != nil {

@@ -44,6 +44,7 @@ type tuning struct {
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
 	smallBatch int      // REPLAYSSM_CUDA_SMALL_BATCH: batches up to this take one kernel
 	groupX     int      // tests: at most this many ring x entries staged by the group step (0: no bound)
+	groupAll   bool     // tests: the group verify at every batch (not only from 2 items per SM)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -113,6 +114,10 @@ type groupStep struct {
 	verify       *Function
 	verifyBlocks int
 	verifyFold   *Function
+	// verifyMin is the fewest items (groups × batch rows) the group verify
+	// takes: below it, at a few slots, the v5 or v4 verify spreads the heads
+	// over more blocks (batch 1, Nano: 8 items, 31.5 us against v5's 16).
+	verifyMin int
 }
 
 // groupThreads is the group kernels' largest block size: eight warps
@@ -220,6 +225,7 @@ func (c *replayCommon) bindGroup(name, verify, fold string, boundBlocks int) err
 	if c.group.verify, c.group.verifyBlocks, err = bind(verify); err != nil {
 		return err
 	}
+	c.group.verifyMin = 2 * c.d.Multiprocessors()
 	c.group.verifyFold, err = c.mod.Function(fold)
 	return err
 }
@@ -441,7 +447,7 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 // then the cursor move.
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
-	if g := &c.group; g.verify != nil {
+	if g := &c.group; g.verify != nil && g.groups*batch >= g.verifyMin {
 		if err := c.d.Launch(g.verifyFold, grid, block, 0, s, a); err != nil {
 			return err
 		}
@@ -496,11 +502,14 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, 
 	return c.pipe.bind(c.mod, pipeStep, pipeVerify, pipeVerifyFold)
 }
 
-// StepKernel names the kernel that takes a decode step's non-flush slots
-// above the small batch: "v6" (one block per group of heads and batch row),
-// "v5" (pipelined) or "v4" (one block per head and batch row).
-func (c *replayCommon) StepKernel() string {
+// StepKernel names the kernel that takes the non-flush slots of a decode
+// step of batch slots: "small" (up to the small batch, one kernel takes
+// every slot), "v6" (one block per group of heads and batch row), "v5"
+// (pipelined) or "v4" (one block per head and batch row).
+func (c *replayCommon) StepKernel(batch int) string {
 	switch {
+	case batch <= c.smallBatch:
+		return "small"
 	case c.group.fn != nil:
 		return "v6"
 	case c.pipe.on && c.pipe.stepOn:
@@ -509,11 +518,12 @@ func (c *replayCommon) StepKernel() string {
 	return "v4"
 }
 
-// VerifyKernel names the kernel that takes a verify's slots with no early
-// fold: "v6" (the group verify), "v5" (pipelined) or "v4".
-func (c *replayCommon) VerifyKernel() string {
+// VerifyKernel names the kernel that takes the slots with no early fold of
+// a verify of batch slots: "v6" (the group verify), "v5" (pipelined) or
+// "v4".
+func (c *replayCommon) VerifyKernel(batch int) string {
 	switch {
-	case c.group.verify != nil:
+	case c.group.verify != nil && c.group.groups*batch >= c.group.verifyMin:
 		return "v6"
 	case c.pipe.on && c.pipe.verify != nil:
 		return "v5"

@@ -140,6 +140,9 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if err := c.bindGroup("mamba2_group_step", verify, "mamba2_replay_verify_fold", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
+	if tn.groupAll {
+		c.group.verifyMin = 0
+	}
 	a, dtb := make([]float64, H), make([]float64, H)
 	for h := range H {
 		a[h] = -math.Exp(float64(prm.ALog[h]))

@@ -54,7 +54,8 @@ type gpuCache struct {
 	pipelined func() (step, verify bool)
 	// stepKernel and verifyKernel name the kernels of the non-flush slots
 	// of a step and of the verified slots with no early fold.
-	stepKernel, verifyKernel func() string
+	stepKernel   func(batch int) string
+	verifyKernel func(batch int) string
 	// plan is the pipelined kernels' launch plan.
 	plan func() pipeline
 	// setSmallBatch sets the largest batch whose step runs as one kernel.
@@ -720,7 +721,7 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks, threads int) {
 	tn := envTuning(os.Getenv)
 	tn.v4, tn.v5 = false, kernels == "v5"
-	tn.groupNT = threads
+	tn.groupNT, tn.groupAll = threads, kernels == "v6"
 	if kernels == "v5" {
 		tn.pipeBlocks = blocks
 	} else if blocks != 0 {
@@ -734,9 +735,9 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 	v5.setSmallBatch(0) // the split kernels at every batch
 	step, verify := v5.pipelined()
 	wantStep, wantVerify := wantPipelined(l, opt, tn)
-	if got := v5.stepKernel(); kernels == "v6" && got != "v6" {
+	if got := v5.stepKernel(pairSlots); kernels == "v6" && got != "v6" {
 		t.Fatalf("step kernel %s, want v6", got)
-	} else if got := v5.verifyKernel(); kernels == "v6" && l.name[:3] != "gdn" && got != "v6" {
+	} else if got := v5.verifyKernel(pairSlots); kernels == "v6" && l.name[:3] != "gdn" && got != "v6" {
 		t.Fatalf("verify kernel %s, want v6", got)
 	} else if kernels == "v5" && (step != wantStep || verify != wantVerify) {
 		if li < 2 && opt.ReadCopy == numeric.NVFP4 {
