@@ -11,7 +11,8 @@
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
-#                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5)
+#                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5,
+#                                   # -DFLUSH_EARLY=1)
 #                                   # against the defaults, text tables
 #
 # Results go to $OUT (the device tool's folder) or /tmp/gpu_check: a summary
@@ -71,6 +72,7 @@ experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \
 		REPLAYSSM_CUDA_GROUP_THREADS=128 REPLAYSSM_CUDA_GROUP_THREADS=256
 	experiment v5 all replay,verify REPLAYSSM_CUDA_KERNELS=v5
+	experiment flush_early all replay REPLAYSSM_CUDA_DEFINES=-DFLUSH_EARLY=1
 	;;
 *)
 	sed -n '2,19p' "$0"

@@ -46,17 +46,20 @@ func TestReplayModulesCompile(t *testing.T) {
 	mamba2 := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
 	gdn := ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	opts := []struct {
-		name string
-		opt  replay.Options
+		name    string
+		opt     replay.Options
+		defines []string // experiment switches (REPLAYSSM_CUDA_DEFINES)
 	}{
-		{"baseline/fp32", replay.Options{Mode: replay.Baseline}},
-		{"baseline/bf16", replay.Options{Mode: replay.Baseline, State: numeric.BF16}},
-		{"baseline/e4m3", replay.Options{Mode: replay.Baseline, State: numeric.E4M3}},
-		{"replay/fp32", replay.Options{Mode: replay.Replay}},
-		{"replay/fp32+bf16", replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16}},
-		{"replay/bf16+nvfp4", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}},
-		{"replay/fp16+e4m3", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3}},
-		{"replay/e4m3", replay.Options{Mode: replay.Replay, State: numeric.E4M3}},
+		{"baseline/fp32", replay.Options{Mode: replay.Baseline}, nil},
+		{"baseline/bf16", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, nil},
+		{"baseline/e4m3", replay.Options{Mode: replay.Baseline, State: numeric.E4M3}, nil},
+		{"replay/fp32", replay.Options{Mode: replay.Replay}, nil},
+		{"replay/fp32+bf16", replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16}, nil},
+		{"replay/bf16+nvfp4", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, nil},
+		{"replay/fp16+e4m3", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3}, nil},
+		{"replay/e4m3", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, nil},
+		{"replay/fp32/FLUSH_EARLY", replay.Options{Mode: replay.Replay}, []string{"-DFLUSH_EARLY=1"}},
+		{"replay/bf16+nvfp4/FLUSH_EARLY", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, []string{"-DFLUSH_EARLY=1"}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -102,7 +105,7 @@ func TestReplayModulesCompile(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				args := append([]string{arch}, replayModuleOptions(opt, rows, cols, capacity*stateBuffers(opt)*heads, defines, tuning{})...)
+				args := append([]string{arch}, replayModuleOptions(opt, rows, cols, capacity*stateBuffers(opt)*heads, defines, tuning{defines: o.defines})...)
 				if _, err := n.build(file, src, args, false); err != nil {
 					t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
 				}

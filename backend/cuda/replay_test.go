@@ -677,6 +677,43 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 	}
 }
 
+// TestFlushEarlyMatches checks the FLUSH_EARLY experiment (the flush
+// kernels load their checkpoint raw before the prologue) against the
+// default flush bit for bit: the same values reach the same arithmetic.
+func TestFlushEarlyMatches(t *testing.T) {
+	d := gpu(t)
+	opts := []struct {
+		name string
+		opt  replay.Options
+	}{
+		{"fp32", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3}},
+		{"bf16+nvfp4", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.BF16, ReadCopy: numeric.NVFP4}},
+		{"e4m3", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.E4M3}},
+	}
+	for li, l := range append(smallLayers(), largeLayers()...) {
+		for _, o := range opts {
+			t.Run(l.name+"/"+o.name, func(t *testing.T) {
+				t.Parallel()
+				tn := envTuning(os.Getenv)
+				plain, err := l.buildWith(d, o.opt, pairSlots, tn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { must(t, plain.close()) }()
+				plain.setSmallBatch(0)
+				tn.defines = append(append([]string(nil), tn.defines...), "-DFLUSH_EARLY=1")
+				early, err := l.buildWith(d, o.opt, pairSlots, tn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { must(t, early.close()) }()
+				early.setSmallBatch(0)
+				sameOutputs(t, d, li, l, early, plain, "FLUSH_EARLY=1", "default")
+			})
+		}
+	}
+}
+
 // TestReplayStepSmallMatchesSplit checks the one-kernel step of small
 // batches (flush and non-flush slots together, cursors moved by the
 // kernel's last block) against the split kernels bit for bit: both keep the

@@ -95,9 +95,11 @@ __device__ __forceinline__ int2 tri_pair(int pr, int tri, int t)
 #ifndef FOLD_SKIP
 #define FOLD_SKIP 0
 #endif
+template <bool PRE = false>
 __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u8* rscales, float* rglobal, u64 mat,
                                          int t, int q_slot, const float* __restrict__ ringV, int s, int j, int nring,
-                                         const float* __restrict__ vcur, float* __restrict__ out)
+                                         const float* __restrict__ vcur, float* __restrict__ out,
+                                         const uint4 (*pre)[SM::CPL] = nullptr)
 {
     const ST* S = state + mat * (DV * DK);
     const float sc0 = state_scale(state, mat);
@@ -112,7 +114,9 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
         const int r = SM::row(pass);
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
-            if (r < ROWS) {
+            if (PRE) { // loaded before the prologue (FLUSH_EARLY), raw
+                SIO::unpack(pre[pass][c], reg[pass][c], sc0);
+            } else if (r < ROWS) {
                 SIO::load(S, (u64)r * DK + SM::col(c), reg[pass][c], sc0);
             } else {
 #pragma unroll
@@ -335,6 +339,12 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     if (MODE != 2 && (t >= L) != FLUSH) {
         return false;
     }
+    // The flush kernel with FLUSH_EARLY: the checkpoint's loads first.
+    constexpr bool PRE = MODE == 1 && FLUSH_EARLY;
+    uint4 pre[PRE ? SM::PASSES : 1][PRE ? SM::CPL : 1];
+    if (PRE) {
+        load_state_raw<SM>(state, mat, reinterpret_cast<uint4(&)[SM::PASSES][SM::CPL]>(pre));
+    }
     // Vector rows: the flush keeps k_0..k_n, q; the non-flush k_n, q, then
     // the ring keys k_0..k_{n-1} from row 2 (and the ring's u_i in proj rows
     // 2.., next to S0^T k and S0^T q in rows 0 and 1).
@@ -422,7 +432,8 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     __syncthreads();
     const bool last = MODE == 2 && step_count(done);
     if (FLUSH) {
-        gdn_fold(sh, state, rcodes, rscales, rglobal, mat, t, qslot, ringV, s, j, n, vt, ot);
+        gdn_fold<PRE>(sh, state, rcodes, rscales, rglobal, mat, t, qslot, ringV, s, j, n, vt, ot,
+                      reinterpret_cast<const uint4(*)[SM::CPL]>(pre));
         return last;
     }
     if (j % VPK == 0) {

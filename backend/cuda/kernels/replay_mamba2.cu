@@ -35,16 +35,18 @@ __device__ __forceinline__ u64 rs_at(int s, int h, int e) { return ((u64)s * NHE
 // mat of the state buffer) back in the state format and, with a read copy,
 // rewrites the copy. With OUT it also writes sDot[p] = S_new[p] . sC (the
 // fp32 S, before any rounding). Barriers inside: every thread calls it.
+// With PRE the checkpoint was loaded before (raw, load_state_raw: the
+// flush's FLUSH_EARLY); else the fold loads it.
 // FOLD_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DFOLD_SKIP=4; the
 // outputs are then wrong): bit 4 skips the rank-t update, so a flush's time
 // can be split into the update and the rest.
 #ifndef FOLD_SKIP
 #define FOLD_SKIP 0
 #endif
-template <bool OUT>
+template <bool OUT, bool PRE = false>
 __device__ __forceinline__ void mamba2_fold(ST* state, u8* rcodes, u8* rscales, float* rglobal, u64 mat, int t,
                                             float decay, const float* sB, const float* sCoef, const float* sC,
-                                            float* sDot, float* scratch)
+                                            float* sDot, float* scratch, const uint4 (*pre)[SM::CPL] = nullptr)
 {
     const ST* S = state + mat * (P * N);
     const float sc0 = state_scale(state, mat);
@@ -58,7 +60,9 @@ __device__ __forceinline__ void mamba2_fold(ST* state, u8* rcodes, u8* rscales, 
         const int r = SM::row(pass);
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
-            if (r < ROWS) {
+            if (PRE) {
+                SIO::unpack(pre[pass][c], e[pass][c], sc0);
+            } else if (r < ROWS) {
                 SIO::load(S, (u64)r * N + SM::col(c), e[pass][c], sc0);
             } else {
 #pragma unroll
@@ -176,6 +180,12 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     const bool FLUSH = MODE == 2 ? t >= L : MODE == 1;
     if (MODE != 2 && (t >= L) != FLUSH) {
         return false;
+    }
+    // The flush kernel with FLUSH_EARLY: the checkpoint's loads first.
+    constexpr bool PRE = MODE == 1 && FLUSH_EARLY;
+    uint4 pre[PRE ? SM::PASSES : 1][PRE ? SM::CPL : 1];
+    if (PRE) {
+        load_state_raw<SM>(state, mat, reinterpret_cast<uint4(&)[SM::PASSES][SM::CPL]>(pre));
     }
     const float* xt = x + ((u64)b * NHEADS + h) * P;
     const float* Bt = B + ((u64)b * NGROUPS + g) * N;
@@ -297,7 +307,8 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         sX[p * CSTRIDE + j] = sW[j] * sX[p * CSTRIDE + j];
     }
     __syncthreads();
-    mamba2_fold<true>(state, rcodes, rscales, rglobal, mat, t, sE, sB, sX, sC, sDot, sScratch);
+    mamba2_fold<true, PRE>(state, rcodes, rscales, rglobal, mat, t, sE, sB, sX, sC, sDot, sScratch,
+                           reinterpret_cast<const uint4(*)[SM::CPL]>(pre));
     __syncthreads();
     const float dh = D[h];
     for (int p = tid; p < P; p += NT) {
@@ -507,7 +518,7 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_nonflush(MAMBA2_S
 // at 256 threads (Super) 80, or 128 for an nvfp4 read copy, whose quantiser
 // spills at 80.
 #ifndef FLUSH_MINB
-#define FLUSH_MINB (NT <= 160 ? 4 : READ_FMT == FMT_NVFP4 ? 2 : 3)
+#define FLUSH_MINB (NT <= 160 ? (FLUSH_EARLY ? 3 : 4) : READ_FMT == FMT_NVFP4 ? 2 : 3)
 #endif
 __device__ __noinline__ void mamba2_flush_item(MAMBA2_STEP_PARAMS, int h, int b)
 {
