@@ -123,10 +123,12 @@ func TestEnvTuning(t *testing.T) {
 		}, tuning{v4: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0}},
 		{"v5", map[string]string{"REPLAYSSM_CUDA_KERNELS": "v5"}, tuning{v5: true, smallBatch: defaultSmallBatch}},
 		{"group threads", map[string]string{"REPLAYSSM_CUDA_GROUP_THREADS": "128"}, tuning{groupNT: 128, smallBatch: defaultSmallBatch}},
+		{"gdn group verify", map[string]string{"REPLAYSSM_CUDA_GDN_GROUP_VERIFY": "1"}, tuning{gdnGroupV: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1",
-			"REPLAYSSM_CUDA_SMALL_BATCH": "-3",
+			"REPLAYSSM_CUDA_GDN_GROUP_VERIFY": "on",
+			"REPLAYSSM_CUDA_SMALL_BATCH":      "-3",
 		}, tuning{smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -262,14 +264,19 @@ func TestGDNGroupPlan(t *testing.T) {
 		threads int
 		smem    int
 		reason  string
+		verify  bool // the group verify planned
 	}{
-		{"4B", q4b, replay.Options{}, tuning{}, 64, 14 * 2 * 128 * 4, ""},
-		{"4B nvfp4", q4b, replay.Options{ReadCopy: numeric.NVFP4}, tuning{}, 64, 14 * 2 * 128 * 4, ""},
-		{"122B", q122b, replay.Options{}, tuning{}, 128, 14 * 4 * 128 * 4, ""},
-		{"122B bf16, 256 threads asked for", q122b, replay.Options{State: numeric.BF16}, tuning{groupNT: 256}, 256, 14 * 4 * 128 * 4, ""},
-		{"4B, 128 threads, L=32: 32 KiB of u rows", q4b, replay.Options{Window: 32}, tuning{groupNT: 128}, 128, 30 * 2 * 128 * 4, ""},
-		{"v5", q4b, replay.Options{}, tuning{v5: true}, 0, 0, "v5"},
-		{"v4", q4b, replay.Options{}, tuning{v4: true}, 0, 0, "v4"},
+		{"4B", q4b, replay.Options{}, tuning{}, 64, 14 * 2 * 128 * 4, "", false},
+		{"4B, group verify asked for, T=4", q4b, replay.Options{MaxDraft: 4}, tuning{gdnGroupV: true}, 64, 14 * 2 * 128 * 4, "", true},
+		{"122B, group verify asked for, T=4", q122b, replay.Options{MaxDraft: 4}, tuning{gdnGroupV: true}, 128, 14 * 4 * 128 * 4, "", true},
+		{"4B, group verify asked for, no drafts", q4b, replay.Options{}, tuning{gdnGroupV: true}, 64, 14 * 2 * 128 * 4, "", false},
+		{"4B, T=4, group verify not asked for", q4b, replay.Options{MaxDraft: 4}, tuning{}, 64, 14 * 2 * 128 * 4, "", false},
+		{"4B nvfp4", q4b, replay.Options{ReadCopy: numeric.NVFP4}, tuning{}, 64, 14 * 2 * 128 * 4, "", false},
+		{"122B", q122b, replay.Options{}, tuning{}, 128, 14 * 4 * 128 * 4, "", false},
+		{"122B bf16, 256 threads asked for", q122b, replay.Options{State: numeric.BF16}, tuning{groupNT: 256}, 256, 14 * 4 * 128 * 4, "", false},
+		{"4B, 128 threads, L=32: 32 KiB of u rows", q4b, replay.Options{Window: 32}, tuning{groupNT: 128}, 128, 30 * 2 * 128 * 4, "", false},
+		{"v5", q4b, replay.Options{}, tuning{v5: true}, 0, 0, "v5", false},
+		{"v4", q4b, replay.Options{}, tuning{v4: true}, 0, 0, "v4", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.opt
@@ -287,6 +294,8 @@ func TestGDNGroupPlan(t *testing.T) {
 				t.Errorf("plan %+v, want on with %d threads, %d bytes of u rows, %d groups", g, tc.threads, tc.smem, tc.shape.KeyHeads)
 			case tc.reason != "" && (g.on || !strings.Contains(g.why, tc.reason)):
 				t.Errorf("plan %+v, want off with %q", g, tc.reason)
+			case g.verifyOn != tc.verify:
+				t.Errorf("group verify planned %v, want %v", g.verifyOn, tc.verify)
 			}
 		})
 	}

@@ -38,7 +38,8 @@ const defaultSmallBatch = 4
 type tuning struct {
 	v4         bool     // REPLAYSSM_CUDA_KERNELS=v4: the v4 kernels, no pipeline
 	v5         bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined Mamba-2 step, not the group step (v6)
-	groupNT    int      // REPLAYSSM_CUDA_GROUP_THREADS: the group kernels' block size (0: groupThreads)
+	groupNT    int      // REPLAYSSM_CUDA_GROUP_THREADS: the group kernels' block size (0: groupBlockSize)
+	gdnGroupV  bool     // REPLAYSSM_CUDA_GDN_GROUP_VERIFY=1: the GDN group verify (v6, not yet run on a GPU)
 	pipeGroups int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
@@ -53,6 +54,7 @@ func envTuning(getenv func(string) string) tuning {
 	tn := tuning{
 		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
 		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
+		gdnGroupV:  getenv("REPLAYSSM_CUDA_GDN_GROUP_VERIFY") == "1",
 		smallBatch: defaultSmallBatch,
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
@@ -108,11 +110,13 @@ type groupStep struct {
 	why     string // why it is off
 	fn      *Function
 
-	// The group verify (Mamba-2): its kernel, grid, and the v4 kernel that
-	// takes the slots folding early.
+	// The group verify: its kernel, grid and dynamic shared memory (the
+	// Mamba-2 one stages the ring's x rows like the step, the GDN one
+	// nothing), and the v4 kernel that takes the slots folding early.
 	verifyOn     bool
 	verify       *Function
 	verifyBlocks int
+	verifySmem   int
 	verifyFold   *Function
 	// verifyMin is the fewest items (groups × batch rows) the group verify
 	// takes: below it, at a few slots, the v5 or v4 verify spreads the heads
@@ -197,32 +201,32 @@ func (c *replayCommon) bindGroup(name, verify, fold string, boundBlocks int) err
 	if !c.group.on {
 		return nil
 	}
-	bind := func(name string) (*Function, int, error) {
+	bind := func(name string, smem int) (*Function, int, error) {
 		f, err := c.mod.Function(name)
 		if err != nil {
 			return nil, 0, err
 		}
-		if err := f.SetMaxDynamicSharedMemory(c.group.smem); err != nil {
+		if err := f.SetMaxDynamicSharedMemory(smem); err != nil {
 			return nil, 0, err
 		}
 		r, err := f.Resources()
 		if err != nil {
 			return nil, 0, err
 		}
-		blocks := c.d.Multiprocessors() * blocksPerSM(c.d, r, c.group.threads, c.group.smem)
+		blocks := c.d.Multiprocessors() * blocksPerSM(c.d, r, c.group.threads, smem)
 		if boundBlocks > 0 { // tests: a few blocks, each taking many items
 			blocks = min(blocks, boundBlocks)
 		}
 		return f, blocks, nil
 	}
 	var err error
-	if c.group.fn, c.group.blocks, err = bind(name); err != nil {
+	if c.group.fn, c.group.blocks, err = bind(name, c.group.smem); err != nil {
 		return err
 	}
 	if verify == "" {
 		return nil
 	}
-	if c.group.verify, c.group.verifyBlocks, err = bind(verify); err != nil {
+	if c.group.verify, c.group.verifyBlocks, err = bind(verify, c.group.verifySmem); err != nil {
 		return err
 	}
 	c.group.verifyMin = 2 * c.d.Multiprocessors()
@@ -453,7 +457,7 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 		}
 		a.I32(int32(batch))
 		blocks := min(g.groups*batch, g.verifyBlocks)
-		if err := c.d.Launch(g.verify, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(g.threads), 1, 1}, uint32(g.smem), s, a); err != nil {
+		if err := c.d.Launch(g.verify, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(g.threads), 1, 1}, uint32(g.verifySmem), s, a); err != nil {
 			return err
 		}
 		return c.launchCursorVerify(s, slots, counts, batch, T)

@@ -60,6 +60,8 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 // heads of dv rows, static tables (the key head's vectors and ring keys,
 // their dots, the value heads' ring scalars and projections).
 // REPLAYSSM_CUDA_KERNELS=v5 turns it off (the pipelined step, gdn_pipe_step).
+// The group verify (gdn_group_verify) is experimental:
+// REPLAYSSM_CUDA_GDN_GROUP_VERIFY=1 turns it on.
 func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
 	dk, dv := shape.KeyDim, shape.ValueDim
 	vpk, R := shape.ValueHeads/shape.KeyHeads, replayRing(opt)
@@ -69,6 +71,12 @@ func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
 	if tn.v5 {
 		g.on, g.why = false, "REPLAYSSM_CUDA_KERNELS=v5"
 	}
+	// The group verify's tables (gdn_group_verify_item): the drafts' k, q
+	// and the ring's keys, their gram dots, the value heads' ring scalars
+	// and decay products per draft, and the projections on 2T vectors.
+	T := opt.MaxDraft
+	verifyTables := 4 * ((2*T+R)*dk + 2*T*(R+1) + 2*vpk*(R+1) + vpk*T*(R+1) + vpk*T + vpk + 2*T*vpk*dv + 16)
+	g.verifyOn = g.on && tn.gdnGroupV && T > 1 && verifyTables <= 46<<10
 	return g
 }
 
@@ -105,8 +113,15 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if err := c.bindKernels("gdn_pipe_step", "", "", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
-	if err := c.bindGroup("gdn_group_step", "", "", tn.pipeBlocks); err != nil {
+	verify := ""
+	if c.group.verifyOn {
+		verify = "gdn_group_verify"
+	}
+	if err := c.bindGroup("gdn_group_step", verify, "gdn_replay_verify_fold", tn.pipeBlocks); err != nil {
 		return fail(err)
+	}
+	if tn.groupAll {
+		c.group.verifyMin = 0
 	}
 	negA, dtb := make([]float64, Hv), make([]float64, Hv)
 	for j := range Hv {

@@ -97,6 +97,7 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	T := opt.MaxDraft
 	verifyTables := 4 * (T*N + R*N + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
 	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
+	g.verifySmem = g.smem // the ring's x rows, as the step stages them
 	return g
 }
 

@@ -623,8 +623,8 @@ func TestReplayCacheGraph(t *testing.T) {
 // bit-identical outputs: v5 keeps v4's order of operations, so any
 // difference is a bug in the pipeline (a stage read before its copy landed,
 // a wrong ring entry, a skipped item). Both layers also run the group step
-// (v6, the default) and
-// Mamba-2 the group verify against v4. The
+// (v6, the default) and the group verify (Mamba-2's default, GDN's behind
+// REPLAYSSM_CUDA_GDN_GROUP_VERIFY) against v4. The
 // float64 comparisons of TestReplayCacheMatchesReference cover every kernel
 // against the reference.
 func TestReplayPipelineMatchesV4(t *testing.T) {
@@ -758,7 +758,7 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks, threads int) {
 	tn := envTuning(os.Getenv)
 	tn.v4, tn.v5 = false, kernels == "v5"
-	tn.groupNT, tn.groupAll = threads, kernels == "v6"
+	tn.groupNT, tn.groupAll, tn.gdnGroupV = threads, kernels == "v6", kernels == "v6"
 	if kernels == "v5" {
 		tn.pipeBlocks = blocks
 	} else if blocks != 0 {
@@ -774,7 +774,7 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 	wantStep, wantVerify := wantPipelined(l, opt, tn)
 	if got := v5.stepKernel(pairSlots); kernels == "v6" && got != "v6" {
 		t.Fatalf("step kernel %s, want v6", got)
-	} else if got := v5.verifyKernel(pairSlots); kernels == "v6" && l.name[:3] != "gdn" && got != "v6" {
+	} else if got := v5.verifyKernel(pairSlots); kernels == "v6" && got != "v6" {
 		t.Fatalf("verify kernel %s, want v6", got)
 	} else if kernels == "v5" && (step != wantStep || verify != wantVerify) {
 		if li < 2 && opt.ReadCopy == numeric.NVFP4 {
@@ -1099,6 +1099,7 @@ func TestReplayKernelResources(t *testing.T) {
 		for _, opt := range opts {
 			t.Run(fmt.Sprintf("%s/%v+%v", sh.Name, opt.State, opt.ReadCopy), func(t *testing.T) {
 				t.Parallel()
+				opt.MaxDraft = 4 // the group verify too
 				var c *replayCommon
 				var group *Function
 				if sh.Layer == "mamba2" {
@@ -1117,6 +1118,7 @@ func TestReplayKernelResources(t *testing.T) {
 					H := sh.GDN.ValueHeads
 					prm := replay.GDNParams{ALog: make([]float32, H), DtBias: make([]float32, H)}
 					tn := envTuning(os.Getenv)
+					tn.gdnGroupV = true // the experimental group verify's registers too
 					g, err := newGDNCache(context.Background(), d, sh.GDN, prm, 4, opt, tn)
 					if err != nil {
 						t.Fatal(err)
@@ -1127,7 +1129,8 @@ func TestReplayKernelResources(t *testing.T) {
 						t.Errorf("no group step: %s", g.group.why)
 					}
 				}
-				fns := []fn{{"flush", c.flush}, {"nonflush", c.nonflush}, {"step_small", c.stepSmall}, {"pipe_step", c.pipe.step}, {"group_step", group}}
+				fns := []fn{{"flush", c.flush}, {"nonflush", c.nonflush}, {"step_small", c.stepSmall}, {"pipe_step", c.pipe.step},
+					{"group_step", group}, {"group_verify", c.group.verify}}
 				for _, f := range fns {
 					if f.f == nil {
 						continue

@@ -1386,6 +1386,75 @@ __device__ __forceinline__ void group_dots(const GRaw<GMAP>& raw, int pass, cons
     }
 }
 
+// group_dots_smem is group_dots with the vectors in shared memory (vector
+// a at vs + a*COLS, 16-byte aligned) and nv <= NV of them used, for more
+// vectors than registers hold (the GDN group verify's 2*TMAX). Same order
+// of operations as group_dots.
+template <typename GMAP, int NROWS, int RPM, int NV>
+__device__ __forceinline__ void group_dots_smem(const GRaw<GMAP>& raw, int pass, const float* vs, int nv,
+                                                const float* gs, const float* lut, float* out)
+{
+    const int r = GMAP::row(pass, threadIdx.x);
+    const int m = min(r, NROWS - 1) / RPM;
+    float acc[NV];
+#pragma unroll
+    for (int a = 0; a < NV; a++) {
+        acc[a] = 0.0f;
+    }
+#if READ_FMT == FMT_NVFP4
+    float x[16];
+    nvfp4_chunk(raw.w, lut, x);
+    const float d = r < NROWS ? __fmul_rn(f32_from_e4m3(raw.sc), gs[m]) : 0.0f;
+#pragma unroll
+    for (int a = 0; a < NV; a++) {
+        if (a < nv) {
+            const float4* va = reinterpret_cast<const float4*>(vs + a * COLS + GMAP::col(0, threadIdx.x));
+            float part = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float4 w = va[q];
+                part = fmaf(x[4 * q], w.x, part);
+                part = fmaf(x[4 * q + 1], w.y, part);
+                part = fmaf(x[4 * q + 2], w.z, part);
+                part = fmaf(x[4 * q + 3], w.w, part);
+            }
+            acc[a] = fmaf(part, d, acc[a]);
+        }
+    }
+#else
+    typedef StateIO<MAT_FMT> IO;
+    const float sc = IO::SCALED ? gs[m] : 1.0f;
+#pragma unroll
+    for (int c = 0; c < GMAP::CPL; c++) {
+        float v[GVEC];
+        IO::unpack(raw.w[c], v, sc);
+#pragma unroll
+        for (int a = 0; a < NV; a++) {
+            if (a < nv) {
+                const float4* va = reinterpret_cast<const float4*>(vs + a * COLS + GMAP::col(c, threadIdx.x));
+#pragma unroll
+                for (int q = 0; q < GVEC / 4; q++) {
+                    const float4 w = va[q];
+                    acc[a] = fmaf(v[4 * q], w.x, acc[a]);
+                    acc[a] = fmaf(v[4 * q + 1], w.y, acc[a]);
+                    acc[a] = fmaf(v[4 * q + 2], w.z, acc[a]);
+                    acc[a] = fmaf(v[4 * q + 3], w.w, acc[a]);
+                }
+            }
+        }
+    }
+#endif
+#pragma unroll
+    for (int a = 0; a < NV; a++) {
+        if (a < nv) { // nv is the block's: the lanes' shuffles stay uniform
+            const float v = lanes_sum<GMAP::LANES>(acc[a]);
+            if (r < NROWS && GMAP::lane(threadIdx.x) == 0) {
+                out[a * NROWS + r] = v;
+            }
+        }
+    }
+}
+
 // group_vec loads this thread's columns of the COLS-float vector src.
 template <typename GMAP>
 __device__ __forceinline__ void group_vec(const float* src, float (&vr)[GMAP::CPL][GVEC])

@@ -527,15 +527,20 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_
 // slot from the checkpoint (or read copy) and the ring (DESIGN.md 2.3: the UT
 // transform solved by forward substitution), appending them at ring entries
 // n.., without writing the checkpoint. An early fold of the committed history
-// runs first when n + 2*cnt would overflow the ring.
-extern "C" __global__ void __launch_bounds__(NT)
-gdn_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
-                  float* __restrict__ ringK, float* __restrict__ ringV,
-                  float* __restrict__ ringA, float* __restrict__ ringBeta, float* __restrict__ ringU,
-                  const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
-                  const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                  const float* __restrict__ a, const float* __restrict__ bb, float* __restrict__ o,
-                  const double* __restrict__ negA, const double* __restrict__ dtb, float qscale, int R)
+// runs first when n + 2*cnt would overflow the ring. FOLD_ONLY (the kernel
+// before gdn_group_verify) takes only the slots that fold early.
+#define GDN_VERIFY_PARAMS                                                                                          \
+    ST *state, u8 *rcodes, u8 *rscales, float *rglobal, float *__restrict__ ringK, float *__restrict__ ringV,      \
+        float *__restrict__ ringA, float *__restrict__ ringBeta, float *__restrict__ ringU,                        \
+        const int *__restrict__ hist, const int *__restrict__ slots, const int *__restrict__ counts, int T,         \
+        const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,                     \
+        const float *__restrict__ a, const float *__restrict__ bb, float *__restrict__ o,                          \
+        const double *__restrict__ negA, const double *__restrict__ dtb, float qscale, int R
+#define GDN_VERIFY_ARGS                                                                                            \
+    state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, counts, T, q, k, v, a, bb, \
+        o, negA, dtb, qscale, R
+template <bool FOLD_ONLY>
+__device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS)
 {
     __shared__ __align__(16) GDNShared sh;
     const int j = blockIdx.x, b = blockIdx.y, kh = j / VPK;
@@ -544,6 +549,9 @@ gdn_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     const u64 mat = (u64)s * NVH + j;
+    if (FOLD_ONLY && !(n > 0 && n + 2 * cnt > R)) {
+        return; // gdn_group_verify takes it
+    }
 
     for (int i = tid; i < n; i += NT) {
         sh.decay[i] = ringA[rs_at(s, j, i)];
@@ -652,6 +660,16 @@ gdn_replay_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal,
             o[(((u64)b * T + d) * NVH + j) * DV + m] = ov;
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify(GDN_VERIFY_PARAMS)
+{
+    gdn_verify_impl<false>(GDN_VERIFY_ARGS);
+}
+
+extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify_fold(GDN_VERIFY_PARAMS)
+{
+    gdn_verify_impl<true>(GDN_VERIFY_ARGS);
 }
 
 // gdn_baseline is the in-place recurrence every step (DESIGN.md 1.2):
@@ -1078,7 +1096,7 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe
 }
 #endif
 
-// ---- v6: the group non-flush step (experimental) ----
+// ---- v6: the group non-flush step ----
 //
 // gdn_group_step computes what gdn_step<0> computes for the slots that do
 // not flush, bit for bit, with one block per (key head, batch row) instead
@@ -1090,8 +1108,8 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe
 // go to dynamic shared memory by cp.async while the stream runs. Blocks
 // take items i = kh + NKH*b in turn; each item is a call that is not
 // inlined (inlined in the loop, ptxas keeps values across items: see
-// mamba2_flush_item). Off unless REPLAYSSM_CUDA_GDN_GROUP=1: written in
-// session 5 after the device time was spent, it has not run on a GPU.
+// mamba2_flush_item). The default since session 6 (REPLAYSSM_CUDA_KERNELS=v5:
+// gdn_pipe_step), in blocks of about 32 passes an item (groupBlockSize).
 #ifdef GNT
 #define GROWS (VPK * DV)
 #define GR1 (RMAX + 1)
@@ -1242,4 +1260,185 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
     }
     step_done(hist, pending, done, slots, batch, L);
 }
+
+// ---- v6: the group verify (experimental) ----
+//
+// gdn_group_verify computes what gdn_replay_verify computes for the slots
+// with no early fold, bit for bit, with one block per (key head, batch row)
+// like gdn_group_step: the key head's VPK value heads' rows are read once
+// for the 2cnt vectors (the drafts' k and q, in shared memory: 2*TMAX
+// vectors of a thread's 16 columns would take 128 registers), the drafts'
+// keys normalised and their gram dots with the ring's keys formed once per
+// key head, the decay products once per value head and draft. Each output
+// row's drafts run in one thread with the ring's u and the drafts' u' in
+// registers. Off unless REPLAYSSM_CUDA_GDN_GROUP_VERIFY=1: written in
+// session 6 after the device time was spent, it has not run on a GPU.
+#if TMAX > 1
+#define GV2 (2 * TMAX)
+__device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, int b)
+{
+    __shared__ __align__(16) float sVec[(GV2 + RMAX) * DK]; // k_d, q_d of the drafts, then the ring's keys
+    __shared__ float sGram[GV2 * GR1];                       // [d][i] = k_i . k_d, [TMAX+d][i] = k_i . q_d
+    __shared__ float sDecay[VPK * GR1];
+    __shared__ float sBeta[VPK * GR1];
+    __shared__ float sWs[VPK * TMAX * GR1]; // per value head and draft: prod_{i<m<=n+d} exp(g_m)
+    __shared__ float sGam[VPK * TMAX];
+    __shared__ float sGs[VPK];
+    __shared__ float sProj[GV2 * GROWS]; // S0^T vec_a for the VPK*DV rows
+    __shared__ float sLut[16];
+
+    const int tid = threadIdx.x, warp = tid >> 5;
+    const int j0 = kh * VPK;
+    const int s = slots[b];
+    const u64 m0 = (u64)s * NVH + j0;
+    const void* mat;
+    const u8* scl;
+    GR raw[GPF];
+    group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
+    const int n = hist[s];
+    const int cnt = counts ? counts[b] : T;
+    if (n > 0 && n + 2 * cnt > R) {
+        return; // gdn_replay_verify_fold took the slot
+    }
+    // The ring's keys (vector rows 2cnt..) and the value heads' exp(g),
+    // beta by cp.async.
+    cp_rows<DK>(sVec + 2 * cnt * DK, ringK + (ring_at(s, 0) * NKH + kh) * DK, NKH * DK, n, tid, GNT);
+    cp_table(sDecay, GR1, ringA + rs_at(s, j0, 0), RMAXP, VPK, n, tid, GNT);
+    cp_table(sBeta, GR1, ringBeta + rs_at(s, j0, 0), RMAXP, VPK, n, tid, GNT);
+    cp_async_commit();
+    // The drafts: k and q normalised (one warp each), exp(g) and beta per
+    // value head, v appended to the ring.
+    for (int w = warp; w < 2 * cnt; w += GNT / 32) {
+        const int d = w % cnt;
+        if (w < cnt) {
+            l2norm_warp(sVec + d * DK, k + (((u64)b * T + d) * NKH + kh) * DK, 1.0f);
+        } else {
+            l2norm_warp(sVec + w * DK, q + (((u64)b * T + d) * NKH + kh) * DK, qscale);
+        }
+    }
+    for (int idx = tid; idx < VPK * cnt; idx += GNT) {
+        const int jj = idx / cnt, d = idx % cnt, j = j0 + jj;
+        float eg, beta;
+        gdn_scalars(a[((u64)b * T + d) * NVH + j], bb[((u64)b * T + d) * NVH + j], negA[j], dtb[j], &eg, &beta);
+        sDecay[jj * GR1 + n + d] = eg;
+        sBeta[jj * GR1 + n + d] = beta;
+        ringA[rs_at(s, j, n + d)] = eg;
+        ringBeta[rs_at(s, j, n + d)] = beta;
+    }
+    for (int idx = tid; idx < cnt * GROWS; idx += GNT) {
+        const int d = idx / GROWS, o1 = idx % GROWS;
+        ringV[(ring_at(s, n + d) * NVH + j0) * DV + o1] = v[(((u64)b * T + d) * NVH + j0) * DV + o1];
+    }
+    if (tid < VPK) {
+        sGs[tid] = group_scale<VPK>(state, rglobal, m0, tid);
+    }
+#if READ_FMT == FMT_NVFP4
+    init_e2m1_lut(sLut);
+#endif
+    cp_async_wait_all();
+    __syncthreads();
+    for (int idx = tid; idx < cnt * DK; idx += GNT) {
+        const int d = idx / DK, e = idx % DK;
+        ringK[(ring_at(s, n + d) * NKH + kh) * DK + e] = sVec[idx];
+    }
+    // The decay products per value head and draft (gdn_replay_verify's
+    // order, unrolled over the ring), on the last warps; the gram dots
+    // (its pairs) on all.
+    for (int idx = GNT - 1 - tid; idx < VPK * cnt; idx += GNT) {
+        const int jj = idx / cnt, d = idx % cnt;
+        double suf = 1.0;
+#pragma unroll
+        for (int i = RMAX - 1; i >= 0; i--) {
+            if (i <= n + d) {
+                sWs[(jj * TMAX + d) * GR1 + i] = (float)suf;
+                suf *= (double)sDecay[jj * GR1 + i];
+            }
+        }
+        sGam[jj * TMAX + d] = (float)suf;
+    }
+    const int W = n + cnt;
+    dot_pairs(
+        2 * cnt * W, DK, tid, GNT,
+        [&](int pr) -> const float* {
+            const int row = pr / W, i = pr % W, d = row % cnt;
+            if (row >= cnt ? i > n + d : i >= n + d) {
+                return nullptr;
+            }
+            return sVec + (i < n ? 2 * cnt + i : i - n) * DK;
+        },
+        [&](int pr) -> const float* { return sVec + (pr / W) * DK; },
+        [&](int pr, float val) {
+            const int row = pr / W;
+            sGram[((row >= cnt ? TMAX : 0) + row % cnt) * GR1 + pr % W] = val;
+        });
+    // The stream: S0^T k_d and S0^T q_d for the VPK*DV rows.
+#pragma unroll 1
+    for (int base = 0; base < GM::PASSES; base += GPF) {
+#pragma unroll
+        for (int p = 0; p < GPF; p++) {
+            const int pass = base + p;
+            if (pass < GM::PASSES) {
+                group_dots_smem<GM, GROWS, DV, GV2>(raw[p], pass, sVec, 2 * cnt, sGs, sLut, sProj);
+                if (pass + GPF < GM::PASSES) {
+                    group_load<GM, GROWS>(mat, scl, pass + GPF, raw[p]);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // u'_d and o_d in order (gdn_replay_verify's): the ring's u and the
+    // earlier drafts' u' in registers (loops unrolled, indices fixed).
+    for (int o1 = tid; o1 < GROWS; o1 += GNT) {
+        const int jj = o1 / DV;
+        const float* ur = ringU + (u64)j0 * DV + o1;
+        float uloc[RMAX];
+#pragma unroll
+        for (int i = 0; i < RMAX; i++) {
+            uloc[i] = i < n ? ur[ring_at(s, i) * (NVH * DV)] : 0.0f;
+        }
+        float ud[TMAX];
+#pragma unroll
+        for (int d = 0; d < TMAX; d++) {
+            ud[d] = 0.0f;
+            if (d < cnt) {
+                const int tp = n + d;
+                const float gam = sGam[jj * TMAX + d];
+                const float* ws = sWs + (jj * TMAX + d) * GR1;
+                const float* gk = sGram + d * GR1;
+                const float* gq = sGram + (TMAX + d) * GR1;
+                const u64 row = (((u64)b * T + d) * NVH + j0) * DV + o1;
+                float ut = v[row] - gam * sProj[d * GROWS + o1];
+                float ov = gam * sProj[(cnt + d) * GROWS + o1];
+#pragma unroll
+                for (int i = 0; i < RMAX; i++) {
+                    if (i < n) {
+                        ut = fmaf(-(ws[i] * gk[i]), uloc[i], ut);
+                        ov = fmaf(ws[i] * gq[i], uloc[i], ov);
+                    }
+                }
+#pragma unroll
+                for (int e = 0; e < TMAX; e++) {
+                    if (e < d) {
+                        ut = fmaf(-(ws[n + e] * gk[n + e]), ud[e], ut);
+                        ov = fmaf(ws[n + e] * gq[n + e], ud[e], ov);
+                    }
+                }
+                ut = ut * sBeta[jj * GR1 + tp];
+                ov = fmaf(ws[tp] * gq[tp], ut, ov);
+                ud[d] = ut;
+                ringU[(ring_at(s, tp) * NVH + j0) * DV + o1] = ut;
+                o[row] = ov;
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_verify(GDN_VERIFY_PARAMS, int batch)
+{
+    for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
+        gdn_group_verify_item(GDN_VERIFY_ARGS, i % NKH, i / NKH);
+        __syncthreads(); // the item's tables are read before the next one's
+    }
+}
+#endif
 #endif

@@ -1421,7 +1421,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     step_done(hist, pending, done, slots, batch, L);
 }
 
-// ---- v6: the group verify (experimental) ----
+// ---- v6: the group verify ----
 //
 // mamba2_group_verify computes what mamba2_pipe_verify (and v4's
 // mamba2_replay_verify) compute for the slots with no early fold, bit for
@@ -1429,8 +1429,8 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 // group's state rows are read once for the cnt drafts' C_k (TMAX vectors in
 // registers), B_j . C_k is formed once per group, the decay products once
 // per head. Blocks take items in turn, each a call that is not inlined.
-// Off unless REPLAYSSM_CUDA_GROUP_VERIFY=1: written in session 5 after the
-// device time was spent, it has not run on a GPU.
+// The default since session 6 from two items per SM (groupStep.verifyMin;
+// below that the pipelined verify spreads the heads over more blocks).
 #if TMAX > 1
 __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                                       float* __restrict__ ringX, float* __restrict__ ringB,
