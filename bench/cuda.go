@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -174,8 +175,9 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		return row, err
 	}
 	stateB, readB := lc.stateSize()
-	if opt.Mode == replay.Replay {
-		row.Kernels = lc.kernels(batch)
+	row.Kernels = lc.kernels(batch)
+	if opt.Mode != replay.Replay { // the baseline has one step kernel (v4 or the group baseline, v6)
+		row.Kernels = strings.SplitN(row.Kernels, ",", 2)[0]
 	}
 	graph := func(enqueue func() error) (*cuda.GraphExec, error) {
 		if err := b.s.BeginCapture(); err != nil {

@@ -12,7 +12,8 @@
 #   tools/gpu_check.sh all        # the three, in this order
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5,
-#                                   # -DFLUSH_EARLY=1, _GDN_GROUP_VERIFY=1)
+#                                   # -DFLUSH_EARLY=1, _GDN_GROUP_VERIFY=1,
+#                                   # _GROUP_BASELINE=1)
 #                                   # against the defaults, text tables
 #
 # Results go to $OUT (the device tool's folder) or /tmp/gpu_check: a summary
@@ -74,6 +75,7 @@ experiments)
 	experiment v5 all replay,verify REPLAYSSM_CUDA_KERNELS=v5
 	experiment flush_early all replay REPLAYSSM_CUDA_DEFINES=-DFLUSH_EARLY=1
 	experiment gdn_group_verify gdn verify-baseline,verify REPLAYSSM_CUDA_GDN_GROUP_VERIFY=1
+	experiment group_baseline all baseline REPLAYSSM_CUDA_GROUP_BASELINE=1
 	;;
 *)
 	sed -n '2,19p' "$0"

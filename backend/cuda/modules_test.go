@@ -46,20 +46,22 @@ func TestReplayModulesCompile(t *testing.T) {
 	mamba2 := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
 	gdn := ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	opts := []struct {
-		name    string
-		opt     replay.Options
-		defines []string // experiment switches (REPLAYSSM_CUDA_DEFINES)
+		name string
+		opt  replay.Options
+		tn   tuning // experiment knobs
 	}{
-		{"baseline/fp32", replay.Options{Mode: replay.Baseline}, nil},
-		{"baseline/bf16", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, nil},
-		{"baseline/e4m3", replay.Options{Mode: replay.Baseline, State: numeric.E4M3}, nil},
-		{"replay/fp32", replay.Options{Mode: replay.Replay}, nil},
-		{"replay/fp32+bf16", replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16}, nil},
-		{"replay/bf16+nvfp4", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, nil},
-		{"replay/fp16+e4m3", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3}, nil},
-		{"replay/e4m3", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, nil},
-		{"replay/fp32/FLUSH_EARLY", replay.Options{Mode: replay.Replay}, []string{"-DFLUSH_EARLY=1"}},
-		{"replay/bf16+nvfp4/FLUSH_EARLY", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, []string{"-DFLUSH_EARLY=1"}},
+		{"baseline/fp32", replay.Options{Mode: replay.Baseline}, tuning{}},
+		{"baseline/bf16", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{}},
+		{"baseline/e4m3", replay.Options{Mode: replay.Baseline, State: numeric.E4M3}, tuning{}},
+		{"replay/fp32", replay.Options{Mode: replay.Replay}, tuning{}},
+		{"replay/fp32+bf16", replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16}, tuning{}},
+		{"replay/bf16+nvfp4", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{}},
+		{"replay/fp16+e4m3", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3}, tuning{}},
+		{"replay/e4m3", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{}},
+		{"baseline/fp32/group", replay.Options{Mode: replay.Baseline}, tuning{groupBase: true}},
+		{"baseline/bf16/group", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{groupBase: true}},
+		{"replay/fp32/FLUSH_EARLY", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DFLUSH_EARLY=1"}}},
+		{"replay/bf16+nvfp4/FLUSH_EARLY", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{defines: []string{"-DFLUSH_EARLY=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -90,13 +92,17 @@ func TestReplayModulesCompile(t *testing.T) {
 					}
 					file, rows, cols, heads = "replay_mamba2.cu", shape.HeadDim, shape.StateSize, shape.Heads
 					var g groupStep
-					_, g, defines = mamba2Module(h200Props(), shape, opt, tuning{})
-					if opt.Mode == replay.Replay && !g.on {
+					_, g, defines = mamba2Module(h200Props(), shape, opt, o.tn)
+					if (opt.Mode == replay.Replay || o.tn.groupBase) && !g.on {
 						t.Fatalf("the group step is not planned (%s): this test would not compile it", g.why)
 					}
 				} else {
 					file, rows, cols, heads = "replay_gdn.cu", gdn.ValueDim, gdn.KeyDim, gdn.ValueHeads
-					_, _, defines = gdnModule(h200Props(), gdn, opt, tuning{})
+					var g groupStep
+					_, g, defines = gdnModule(h200Props(), gdn, opt, o.tn)
+					if o.tn.groupBase && !g.base {
+						t.Fatalf("the group baseline is not planned (%s): this test would not compile it", g.why)
+					}
 				}
 				if opt.Mode == replay.Replay && !strings.Contains(strings.Join(defines, " "), "-DNCW=") {
 					t.Fatalf("the pipelined kernels are not planned (defines %v): this test would not compile them", defines)
@@ -105,7 +111,7 @@ func TestReplayModulesCompile(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				args := append([]string{arch}, replayModuleOptions(opt, rows, cols, capacity*stateBuffers(opt)*heads, defines, tuning{defines: o.defines})...)
+				args := append([]string{arch}, replayModuleOptions(opt, rows, cols, capacity*stateBuffers(opt)*heads, defines, o.tn)...)
 				if _, err := n.build(file, src, args, false); err != nil {
 					t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
 				}

@@ -40,6 +40,7 @@ type tuning struct {
 	v5         bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined Mamba-2 step, not the group step (v6)
 	groupNT    int      // REPLAYSSM_CUDA_GROUP_THREADS: the group kernels' block size (0: groupBlockSize)
 	gdnGroupV  bool     // REPLAYSSM_CUDA_GDN_GROUP_VERIFY=1: the GDN group verify (v6, not yet run on a GPU)
+	groupBase  bool     // REPLAYSSM_CUDA_GROUP_BASELINE=1: the group baseline step (not yet run on a GPU)
 	pipeGroups int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
@@ -55,6 +56,7 @@ func envTuning(getenv func(string) string) tuning {
 		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
 		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
 		gdnGroupV:  getenv("REPLAYSSM_CUDA_GDN_GROUP_VERIFY") == "1",
+		groupBase:  getenv("REPLAYSSM_CUDA_GROUP_BASELINE") == "1",
 		smallBatch: defaultSmallBatch,
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
@@ -103,6 +105,7 @@ func blocksPerSM(d *Device, r Resources, threads, dyn int) int {
 // ring's B), a GDN key head's value heads (k, q, the ring's keys).
 type groupStep struct {
 	on      bool
+	base    bool // the baseline step by group (baseline mode), not the replay step
 	threads int
 	groups  int    // groups per batch row
 	blocks  int    // the grid: as many blocks as the GPU holds at once
@@ -118,10 +121,11 @@ type groupStep struct {
 	verifyBlocks int
 	verifySmem   int
 	verifyFold   *Function
-	// verifyMin is the fewest items (groups × batch rows) the group verify
-	// takes: below it, at a few slots, the v5 or v4 verify spreads the heads
-	// over more blocks (batch 1, Nano: 8 items, 31.5 us against v5's 16).
-	verifyMin int
+	// minItems is the fewest items (groups × batch rows) the group verify
+	// and the group baseline take: below it, at a few slots, the v5 or v4
+	// kernels spread the heads over more blocks (batch 1, Nano: 8 items, the
+	// group verify 31.5 us against v5's 16).
+	minItems int
 }
 
 // groupThreads is the group kernels' largest block size: eight warps
@@ -154,6 +158,17 @@ func groupBlockSize(rows, lanes int) int {
 // L-2 entries a non-flush step reads, up to 64 KiB (three blocks per SM);
 // the kernels read the rest from global memory.
 func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) groupStep {
+	if opt.Mode == replay.Baseline && tn.groupBase {
+		// The group baseline step: the replay step's rules, nothing staged.
+		if opt.State == numeric.E4M3 {
+			return groupStep{why: "group baseline: an fp8 state takes the v4 kernel (one scale per new matrix)"}
+		}
+		o := opt
+		o.Mode = replay.Replay
+		g := planGroup(o, tuning{groupNT: tn.groupNT, v4: tn.v4}, heads, rows, cols, tables)
+		g.smem, g.base = 0, g.on
+		return g
+	}
 	vec := 16 / max(1, readElemBytes(opt)) // elements per 16-byte chunk (nvfp4: per 8 bytes of codes)
 	chunks := cols / vec
 	rowBytes := 4 * heads * rows
@@ -223,13 +238,13 @@ func (c *replayCommon) bindGroup(name, verify, fold string, boundBlocks int) err
 	if c.group.fn, c.group.blocks, err = bind(name, c.group.smem); err != nil {
 		return err
 	}
+	c.group.minItems = 2 * c.d.Multiprocessors()
 	if verify == "" {
 		return nil
 	}
 	if c.group.verify, c.group.verifyBlocks, err = bind(verify, c.group.verifySmem); err != nil {
 		return err
 	}
-	c.group.verifyMin = 2 * c.d.Multiprocessors()
 	c.group.verifyFold, err = c.mod.Function(fold)
 	return err
 }
@@ -445,13 +460,27 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	return c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.heads), c.pipe.block(), uint32(c.pipe.smem), s, a)
 }
 
+// groupBaseline reports whether a baseline step of batch slots takes the
+// group baseline kernel (REPLAYSSM_CUDA_GROUP_BASELINE, from minItems items).
+func (c *replayCommon) groupBaseline(batch int) bool {
+	return c.group.base && c.group.fn != nil && c.group.groups*batch >= c.group.minItems
+}
+
+// launchGroupBaseline queues the group baseline step whose arguments a
+// holds up to the pending drafts.
+func (c *replayCommon) launchGroupBaseline(s *Stream, a *Args, batch int) error {
+	a.I32(int32(batch))
+	blocks := min(c.group.groups*batch, c.group.blocks)
+	return c.d.Launch(c.group.fn, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(c.group.threads), 1, 1}, 0, s, a)
+}
+
 // launchReplayVerify queues a replay verify whose arguments a holds: the
 // v4 kernel, or, where a pipelined verify is planned, the v4 kernel for the
 // slots that fold their history early and the pipelined one for the rest;
 // then the cursor move.
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
-	if g := &c.group; g.verify != nil && g.groups*batch >= g.verifyMin {
+	if g := &c.group; g.verify != nil && g.groups*batch >= g.minItems {
 		if err := c.d.Launch(g.verifyFold, grid, block, 0, s, a); err != nil {
 			return err
 		}
@@ -509,9 +538,15 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, 
 // StepKernel names the kernel that takes the non-flush slots of a decode
 // step of batch slots: "small" (up to the small batch, one kernel takes
 // every slot), "v6" (one block per group of heads and batch row), "v5"
-// (pipelined) or "v4" (one block per head and batch row).
+// (pipelined) or "v4" (one block per head and batch row). In baseline mode
+// it names the baseline step's kernel: "v6" (the group baseline) or "v4".
 func (c *replayCommon) StepKernel(batch int) string {
 	switch {
+	case c.opt.Mode == replay.Baseline:
+		if c.groupBaseline(batch) {
+			return "v6"
+		}
+		return "v4"
 	case batch <= c.smallBatch:
 		return "small"
 	case c.group.fn != nil:
@@ -527,7 +562,7 @@ func (c *replayCommon) StepKernel(batch int) string {
 // "v4".
 func (c *replayCommon) VerifyKernel(batch int) string {
 	switch {
-	case c.group.verify != nil && c.group.groups*batch >= c.group.verifyMin:
+	case c.group.verify != nil && c.group.groups*batch >= c.group.minItems:
 		return "v6"
 	case c.pipe.on && c.pipe.verify != nil:
 		return "v5"

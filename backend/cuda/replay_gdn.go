@@ -76,7 +76,7 @@ func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
 	// and decay products per draft, and the projections on 2T vectors.
 	T := opt.MaxDraft
 	verifyTables := 4 * ((2*T+R)*dk + 2*T*(R+1) + 2*vpk*(R+1) + vpk*T*(R+1) + vpk*T + vpk + 2*T*vpk*dv + 16)
-	g.verifyOn = g.on && tn.gdnGroupV && T > 1 && verifyTables <= 46<<10
+	g.verifyOn = g.on && !g.base && tn.gdnGroupV && T > 1 && verifyTables <= 46<<10
 	return g
 }
 
@@ -113,15 +113,18 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if err := c.bindKernels("gdn_pipe_step", "", "", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
-	verify := ""
+	step, verify := "gdn_group_step", ""
 	if c.group.verifyOn {
 		verify = "gdn_group_verify"
 	}
-	if err := c.bindGroup("gdn_group_step", verify, "gdn_replay_verify_fold", tn.pipeBlocks); err != nil {
+	if c.group.base {
+		step = "gdn_group_baseline"
+	}
+	if err := c.bindGroup(step, verify, "gdn_replay_verify_fold", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
 	if tn.groupAll {
-		c.group.verifyMin = 0
+		c.group.minItems = 0
 	}
 	negA, dtb := make([]float64, Hv), make([]float64, Hv)
 	for j := range Hv {
@@ -250,6 +253,9 @@ func (c *GDNCache) launchBaseline(s *Stream, batch, T int, verify bool, in GDNIn
 	a.I32(int32(c.stateBuffers()))
 	c.inputArgs(a, in, o)
 	a.Ptr(c.pending) // the kernel sets the pending drafts: no cursor kernel
+	if !verify && c.groupBaseline(batch) {
+		return c.launchGroupBaseline(s, a, batch)
+	}
 	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
 }
 

@@ -96,7 +96,7 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	// weights per head and draft (mamba2_group_verify_item).
 	T := opt.MaxDraft
 	verifyTables := 4 * (T*N + R*N + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
-	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
+	g.verifyOn = g.on && !g.base && T > 1 && verifyTables <= 46<<10
 	g.verifySmem = g.smem // the ring's x rows, as the step stages them
 	return g
 }
@@ -134,15 +134,18 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if err := c.bindKernels("mamba2_pipe_step", "mamba2_pipe_verify", "mamba2_replay_verify_fold", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
-	verify := ""
+	step, verify := "mamba2_group_step", ""
 	if c.group.verifyOn {
 		verify = "mamba2_group_verify"
 	}
-	if err := c.bindGroup("mamba2_group_step", verify, "mamba2_replay_verify_fold", tn.pipeBlocks); err != nil {
+	if c.group.base {
+		step = "mamba2_group_baseline"
+	}
+	if err := c.bindGroup(step, verify, "mamba2_replay_verify_fold", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
 	if tn.groupAll {
-		c.group.verifyMin = 0
+		c.group.minItems = 0
 	}
 	a, dtb := make([]float64, H), make([]float64, H)
 	for h := range H {
@@ -279,6 +282,9 @@ func (c *Mamba2Cache) launchBaseline(s *Stream, batch, T int, verify bool, in Ma
 	a.Ptr(c.dd)
 	a.F32(in.DtMin)
 	a.Ptr(c.pending) // the kernel sets the pending drafts: no cursor kernel
+	if !verify && c.groupBaseline(batch) {
+		return c.launchGroupBaseline(s, a, batch)
+	}
 	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
 }
 

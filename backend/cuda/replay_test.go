@@ -295,9 +295,10 @@ func relErr(got []float32, want []float64) float64 {
 }
 
 type gpuCase struct {
-	name  string
-	opt   replay.Options
-	bound float64
+	name      string
+	opt       replay.Options
+	bound     float64
+	groupBase bool // the group baseline step (REPLAYSSM_CUDA_GROUP_BASELINE)
 }
 
 // gpuCases are the modes and precisions the GPU caches support, with the
@@ -311,20 +312,23 @@ func gpuCases(window int) []gpuCase {
 		return replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: state}
 	}
 	return []gpuCase{
-		{"baseline/fp32", b(numeric.F32), 1e-5},
-		{"replay/fp32", r(numeric.F32, numeric.F32), 1e-5},
-		{"replay-L1/fp32", replay.Options{Mode: replay.Replay, Window: 1, MaxDraft: 4}, 1e-5},
-		{"baseline/fp16", b(numeric.F16), 1e-3},
-		{"replay/fp16", r(numeric.F16, numeric.F32), 1e-3},
-		{"baseline/bf16", b(numeric.BF16), 8e-3},
-		{"replay/bf16", r(numeric.BF16, numeric.F32), 8e-3},
-		{"replay/fp32+bf16", r(numeric.F32, numeric.BF16), 8e-3},
-		{"baseline/e4m3", b(numeric.E4M3), 0.1},
-		{"replay/e4m3", r(numeric.E4M3, numeric.F32), 0.1},
-		{"replay/fp32+e4m3", r(numeric.F32, numeric.E4M3), 0.1},
-		{"replay/fp32+nvfp4", r(numeric.F32, numeric.NVFP4), 0.35},
-		{"replay/bf16+nvfp4", r(numeric.BF16, numeric.NVFP4), 0.35},
-		{"replay/fp16+nvfp4", r(numeric.F16, numeric.NVFP4), 0.35},
+		{"baseline/fp32", b(numeric.F32), 1e-5, false},
+		{"replay/fp32", r(numeric.F32, numeric.F32), 1e-5, false},
+		{"replay-L1/fp32", replay.Options{Mode: replay.Replay, Window: 1, MaxDraft: 4}, 1e-5, false},
+		{"baseline/fp16", b(numeric.F16), 1e-3, false},
+		{"replay/fp16", r(numeric.F16, numeric.F32), 1e-3, false},
+		{"baseline/bf16", b(numeric.BF16), 8e-3, false},
+		{"baseline-group/fp32", b(numeric.F32), 1e-5, true},
+		{"baseline-group/bf16", b(numeric.BF16), 8e-3, true},
+		{"baseline-group/fp16", b(numeric.F16), 1e-3, true},
+		{"replay/bf16", r(numeric.BF16, numeric.F32), 8e-3, false},
+		{"replay/fp32+bf16", r(numeric.F32, numeric.BF16), 8e-3, false},
+		{"baseline/e4m3", b(numeric.E4M3), 0.1, false},
+		{"replay/e4m3", r(numeric.E4M3, numeric.F32), 0.1, false},
+		{"replay/fp32+e4m3", r(numeric.F32, numeric.E4M3), 0.1, false},
+		{"replay/fp32+nvfp4", r(numeric.F32, numeric.NVFP4), 0.35, false},
+		{"replay/bf16+nvfp4", r(numeric.BF16, numeric.NVFP4), 0.35, false},
+		{"replay/fp16+nvfp4", r(numeric.F16, numeric.NVFP4), 0.35, false},
 	}
 }
 
@@ -351,11 +355,18 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 			t.Run(l.name+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
 				const capacity = 6
-				c, err := l.build(d, tc.opt, capacity)
+				tn := envTuning(os.Getenv)
+				if tc.groupBase {
+					tn.groupBase, tn.groupAll = true, true // at every batch
+				}
+				c, err := l.buildWith(d, tc.opt, capacity, tn)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer func() { must(t, c.close()) }()
+				if got := c.stepKernel(capacity); tc.groupBase && got != "v6" {
+					t.Fatalf("baseline step kernel %s, want the group baseline (v6)", got)
+				}
 				s := stream(t, d)
 				st := newStaging(t, d, l, capacity, capacity)
 				rng := rand.New(rand.NewPCG(uint64(100*li+ci), 9))

@@ -1441,4 +1441,107 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_verify(GDN_VE
     }
 }
 #endif
+
+// ---- v6: the group baseline step (experimental) ----
+//
+// gdn_group_baseline is gdn_baseline_step (one step in place, an unscaled
+// state) by (key head, batch row) like gdn_group_step: the key head's VPK
+// value heads' rows are one stream every thread reads GPF passes ahead and
+// writes back, k and q normalised once per key head and kept in registers.
+// Same arithmetic per element and row as the v4 kernel (tolerance-checked).
+// Off unless REPLAYSSM_CUDA_GROUP_BASELINE=1: written in session 6 after the
+// device time was spent, it has not run on a GPU.
+#if STATE_FMT != FMT_E4M3 && READ_FMT == FMT_F32 // baseline modules: no read copy
+extern "C" __global__ void __launch_bounds__(GNT, GMINB)
+gdn_group_baseline(GDN_BASELINE_PARAMS, int* __restrict__ pending, int batch)
+{
+    __shared__ __align__(16) float sK[DK];
+    __shared__ __align__(16) float sQ[DK];
+    __shared__ float sDecay[VPK];
+    __shared__ float sBeta[VPK];
+    typedef StateIO<STATE_FMT> IO;
+    const int tid = threadIdx.x, warp = tid >> 5, items = batch * NKH;
+    for (int i = blockIdx.x; i < items; i += gridDim.x) {
+        const int kh = i % NKH, b = i / NKH, j0 = kh * VPK;
+        const int s = slots[b];
+        ST* S = state + ((u64)s * nb + cur[s]) * NVH * (DV * DK) + (u64)j0 * (DV * DK);
+        GR raw[GPF];
+#pragma unroll
+        for (int p = 0; p < GPF; p++) {
+            if (p < GM::PASSES) {
+                group_load<GM, GROWS>(S, nullptr, p, raw[p]);
+            }
+        }
+        if (warp == 0) {
+            l2norm_warp(sK, k + ((u64)b * NKH + kh) * DK, 1.0f);
+        }
+        if (warp == 1) {
+            l2norm_warp(sQ, q + ((u64)b * NKH + kh) * DK, qscale);
+        }
+        if (tid < VPK) { // gdn_baseline's scalars
+            const int j = j0 + tid;
+            const double sp = softplus_d((double)a[(u64)b * NVH + j] + dtb[j]);
+            sDecay[tid] = (float)exp(negA[j] * sp);
+            sBeta[tid] = (float)sigmoid_d((double)bb[(u64)b * NVH + j]);
+        }
+        if (tid == 0) {
+            pending[s] = 0;
+        }
+        __syncthreads();
+        float kr[GM::CPL][GVEC], qr[GM::CPL][GVEC];
+        group_vec<GM>(sK, kr);
+        group_vec<GM>(sQ, qr);
+        const float* vd = v + ((u64)b * NVH + j0) * DV;
+        float* od = o + ((u64)b * NVH + j0) * DV;
+#pragma unroll 1
+        for (int base = 0; base < GM::PASSES; base += GPF) {
+#pragma unroll
+            for (int p = 0; p < GPF; p++) {
+                const int pass = base + p;
+                if (pass < GM::PASSES) {
+                    const int r = GM::row(pass, tid);
+                    const int jj = min(r, GROWS - 1) / DV;
+                    const float eg = sDecay[jj], beta = sBeta[jj];
+                    float e[GM::CPL][GVEC];
+#pragma unroll
+                    for (int c = 0; c < GM::CPL; c++) {
+                        IO::unpack(raw[p].w[c], e[c], 1.0f);
+                    }
+                    if (pass + GPF < GM::PASSES) {
+                        group_load<GM, GROWS>(S, nullptr, pass + GPF, raw[p]);
+                    }
+                    float sk = 0.0f;
+#pragma unroll
+                    for (int c = 0; c < GM::CPL; c++) {
+#pragma unroll
+                        for (int q2 = 0; q2 < GVEC; q2++) {
+                            sk = fmaf(e[c][q2], kr[c][q2], sk);
+                        }
+                    }
+                    sk = lanes_sum<GM::LANES>(sk);
+                    const float u = r < GROWS ? beta * (vd[r] - eg * sk) : 0.0f;
+                    float ov = 0.0f;
+#pragma unroll
+                    for (int c = 0; c < GM::CPL; c++) {
+#pragma unroll
+                        for (int q2 = 0; q2 < GVEC; q2++) {
+                            const float xv = eg * e[c][q2] + u * kr[c][q2];
+                            e[c][q2] = xv;
+                            ov = fmaf(xv, qr[c][q2], ov);
+                        }
+                        if (r < GROWS) {
+                            IO::store(S, (u64)r * DK + GM::col(c, tid), e[c], 1.0f, 1.0f);
+                        }
+                    }
+                    ov = lanes_sum<GM::LANES>(ov);
+                    if (r < GROWS && GM::lane(tid) == 0) {
+                        od[r] = ov;
+                    }
+                }
+            }
+        }
+        __syncthreads(); // sK, sQ and the scalars are read before the next item's
+    }
+}
+#endif
 #endif

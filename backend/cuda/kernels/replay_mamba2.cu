@@ -1596,4 +1596,97 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* _
     }
 }
 #endif
+
+// ---- v6: the group baseline step (experimental) ----
+//
+// mamba2_group_baseline is mamba2_baseline_step (one step in place, an
+// unscaled state: fp32, fp16, bf16) by (group, batch row) like
+// mamba2_group_step: the group's HPG*P state rows are one stream that
+// every thread reads GPF passes ahead and writes back, with its columns of
+// B and C in registers, where the v4 kernel streams one 20-40 KB matrix per
+// block and one pass in flight per thread (bf16: 78% of copy for Super).
+// Same arithmetic per element and row as the v4 kernel (tolerance-checked:
+// the compiler may contract a*e + xc*B differently in two kernels). Off
+// unless REPLAYSSM_CUDA_GROUP_BASELINE=1: written in session 6 after the
+// device time was spent, it has not run on a GPU.
+#if STATE_FMT != FMT_E4M3 && READ_FMT == FMT_F32 // baseline modules: no read copy
+extern "C" __global__ void __launch_bounds__(GNT, GMINB)
+mamba2_group_baseline(MAMBA2_BASELINE_PARAMS, int* __restrict__ pending, int batch)
+{
+    __shared__ float sXc[GROWS]; // delta_h x_r
+    __shared__ float sDot[GROWS];
+    __shared__ float sA[HPG];
+    __shared__ float sDelta[HPG];
+    typedef StateIO<STATE_FMT> IO;
+    const int tid = threadIdx.x, items = batch * NGROUPS;
+    for (int i = blockIdx.x; i < items; i += gridDim.x) {
+        const int g = i % NGROUPS, b = i / NGROUPS, h0 = g * HPG;
+        const int s = slots[b];
+        ST* S = state + ((u64)s * nb + cur[s]) * NHEADS * (P * N) + (u64)h0 * (P * N);
+        GR raw[GPF];
+#pragma unroll
+        for (int p = 0; p < GPF; p++) {
+            if (p < GM::PASSES) {
+                group_load<GM, GROWS>(S, nullptr, p, raw[p]);
+            }
+        }
+        float br[GM::CPL][GVEC], cr[GM::CPL][GVEC];
+        group_vec<GM>(B + ((u64)b * NGROUPS + g) * N, br);
+        group_vec<GM>(C + ((u64)b * NGROUPS + g) * N, cr);
+        if (tid < HPG) {
+            const int h = h0 + tid;
+            const double delta = fmax(softplus_d((double)dt[(u64)b * NHEADS + h] + dtb[h]), (double)dtMin);
+            sDelta[tid] = (float)delta;
+            sA[tid] = (float)exp(delta * A[h]);
+        }
+        if (tid == 0) {
+            pending[s] = 0;
+        }
+        __syncthreads();
+        const float* xt = x + ((u64)b * NHEADS + h0) * P;
+        for (int o = tid; o < GROWS; o += GNT) {
+            sXc[o] = sDelta[o / P] * xt[o];
+        }
+        __syncthreads();
+#pragma unroll 1
+        for (int base = 0; base < GM::PASSES; base += GPF) {
+#pragma unroll
+            for (int p = 0; p < GPF; p++) {
+                const int pass = base + p;
+                if (pass < GM::PASSES) {
+                    const int r = GM::row(pass, tid);
+                    const float a = sA[min(r, GROWS - 1) / P], xc = r < GROWS ? sXc[r] : 0.0f;
+                    float acc = 0.0f;
+#pragma unroll
+                    for (int c = 0; c < GM::CPL; c++) {
+                        float e[GVEC];
+                        IO::unpack(raw[p].w[c], e, 1.0f);
+#pragma unroll
+                        for (int q = 0; q < GVEC; q++) {
+                            const float v = a * e[q] + xc * br[c][q];
+                            e[q] = v;
+                            acc = fmaf(v, cr[c][q], acc);
+                        }
+                        if (r < GROWS) {
+                            IO::store(S, (u64)r * N + GM::col(c, tid), e, 1.0f, 1.0f);
+                        }
+                    }
+                    acc = lanes_sum<GM::LANES>(acc);
+                    if (r < GROWS && GM::lane(tid) == 0) {
+                        sDot[r] = acc;
+                    }
+                    if (pass + GPF < GM::PASSES) {
+                        group_load<GM, GROWS>(S, nullptr, pass + GPF, raw[p]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        for (int o = tid; o < GROWS; o += GNT) {
+            y[((u64)b * NHEADS + h0) * P + o] = sDot[o] + D[h0 + o / P] * xt[o];
+        }
+        __syncthreads(); // the item's tables are read before the next one's
+    }
+}
+#endif
 #endif
