@@ -13,7 +13,8 @@
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5,
 #                                   # -DFLUSH_EARLY=1, _GDN_GROUP_VERIFY=1,
-#                                   # _GROUP_BASELINE=1)
+#                                   # _GROUP_BASELINE=1; -DGROUP_NODOTS=1
+#                                   # measures the stream alone)
 #                                   # against the defaults, text tables
 #
 # Results go to $OUT (the device tool's folder) or /tmp/gpu_check: a summary
@@ -76,6 +77,7 @@ experiments)
 	experiment flush_early all replay REPLAYSSM_CUDA_DEFINES=-DFLUSH_EARLY=1
 	experiment gdn_group_verify gdn verify-baseline,verify REPLAYSSM_CUDA_GDN_GROUP_VERIFY=1
 	experiment group_baseline all baseline REPLAYSSM_CUDA_GROUP_BASELINE=1
+	experiment nodots all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DGROUP_NODOTS=1
 	;;
 *)
 	sed -n '2,19p' "$0"

@@ -1334,6 +1334,15 @@ __device__ __forceinline__ void group_load(const void* mat, const u8* scales, in
 #endif
 }
 
+// GROUP_NODOTS=1 is a measuring knob (REPLAYSSM_CUDA_DEFINES; the outputs
+// are then wrong): group_dots neither decodes nor multiplies, it only keeps
+// the loads alive, so a group kernel's time splits into the stream and the
+// decode + dots (the nvfp4 read copy's non-flush step runs at 1.5 TB/s:
+// NOTES.md, session 6).
+#ifndef GROUP_NODOTS
+#define GROUP_NODOTS 0
+#endif
+
 // group_dots writes out[a*NROWS + r] = row_r . vec_a for the rows of pass
 // `pass` and NV vectors (this thread's columns in vr[a]); row r belongs to
 // matrix r / RPM, whose scale (nvfp4 global, fp8) is gs[r / RPM].
@@ -1348,7 +1357,20 @@ __device__ __forceinline__ void group_dots(const GRaw<GMAP>& raw, int pass, cons
     for (int a = 0; a < NV; a++) {
         acc[a] = 0.0f;
     }
+#if GROUP_NODOTS
+    {
 #if READ_FMT == FMT_NVFP4
+        const u32 bits = raw.w.x ^ raw.w.y ^ raw.sc;
+#else
+        u32 bits = 0;
+#pragma unroll
+        for (int c = 0; c < GMAP::CPL; c++) {
+            bits ^= raw.w[c].x ^ raw.w[c].y ^ raw.w[c].z ^ raw.w[c].w;
+        }
+#endif
+        acc[0] = __uint_as_float(bits & 0x007fffffu); // a denormal: the data dependence, nothing else
+    }
+#elif READ_FMT == FMT_NVFP4
     float x[16];
     nvfp4_chunk(raw.w, lut, x);
     const float d = r < NROWS ? __fmul_rn(f32_from_e4m3(raw.sc), gs[m]) : 0.0f;
