@@ -46,7 +46,7 @@ type tuning struct {
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
 	smallBatch int      // REPLAYSSM_CUDA_SMALL_BATCH: batches up to this take one kernel
 	groupX     int      // tests: at most this many ring x entries staged by the group step (0: no bound)
-	groupAll   bool     // tests: the group verify at every batch (not only from 2 items per SM)
+	groupAll   bool     // tests: the group verify and the group baseline at every batch (not only from 2 items per SM)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
