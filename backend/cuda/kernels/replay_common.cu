@@ -1335,7 +1335,7 @@ __device__ __forceinline__ void group_load(const void* mat, const u8* scales, in
 }
 
 // GROUP_NODOTS=1 is a measuring knob (REPLAYSSM_CUDA_DEFINES; the outputs
-// are then wrong): group_dots neither decodes nor multiplies, it only keeps
+// are then wrong): group_dots_by neither decodes nor multiplies, it only keeps
 // the loads alive, so a group kernel's time splits into the stream and the
 // decode + dots (the nvfp4 read copy's non-flush step runs at 1.5 TB/s:
 // NOTES.md, session 6).
@@ -1343,12 +1343,14 @@ __device__ __forceinline__ void group_load(const void* mat, const u8* scales, in
 #define GROUP_NODOTS 0
 #endif
 
-// group_dots writes out[a*NROWS + r] = row_r . vec_a for the rows of pass
-// `pass` and NV vectors (this thread's columns in vr[a]); row r belongs to
-// matrix r / RPM, whose scale (nvfp4 global, fp8) is gs[r / RPM].
-template <typename GMAP, int NROWS, int RPM, int NV>
-__device__ __forceinline__ void group_dots(const GRaw<GMAP>& raw, int pass, const float (&vr)[NV][GMAP::CPL][GVEC],
-                                           const float* gs, const float* lut, float* out)
+// group_dots_by writes out[a*NROWS + r] = row_r . vec_a for the rows of
+// pass `pass` and the first nv <= NV vectors, vq(a, c, q) giving vector a's
+// four floats at quad q of this thread's chunk c; row r belongs to matrix
+// r / RPM, whose scale (nvfp4 global, fp8) is gs[r / RPM]. nv must be the
+// same for the whole block (the lanes' shuffles stay uniform).
+template <typename GMAP, int NROWS, int RPM, int NV, typename VQ>
+__device__ __forceinline__ void group_dots_by(const GRaw<GMAP>& raw, int pass, int nv, VQ vq, const float* gs,
+                                              const float* lut, float* out)
 {
     const int r = GMAP::row(pass, threadIdx.x);
     const int m = min(r, NROWS - 1) / RPM;
@@ -1376,65 +1378,11 @@ __device__ __forceinline__ void group_dots(const GRaw<GMAP>& raw, int pass, cons
     const float d = r < NROWS ? __fmul_rn(f32_from_e4m3(raw.sc), gs[m]) : 0.0f;
 #pragma unroll
     for (int a = 0; a < NV; a++) {
-        float part = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 16; k++) {
-            part = fmaf(x[k], vr[a][0][k], part);
-        }
-        acc[a] = fmaf(part, d, acc[a]);
-    }
-#else
-    typedef StateIO<MAT_FMT> IO;
-    const float sc = IO::SCALED ? gs[m] : 1.0f;
-#pragma unroll
-    for (int c = 0; c < GMAP::CPL; c++) {
-        float v[GVEC];
-        IO::unpack(raw.w[c], v, sc);
-#pragma unroll
-        for (int a = 0; a < NV; a++) {
-#pragma unroll
-            for (int k = 0; k < GVEC; k++) {
-                acc[a] = fmaf(v[k], vr[a][c][k], acc[a]);
-            }
-        }
-    }
-#endif
-#pragma unroll
-    for (int a = 0; a < NV; a++) {
-        const float v = lanes_sum<GMAP::LANES>(acc[a]);
-        if (r < NROWS && GMAP::lane(threadIdx.x) == 0) {
-            out[a * NROWS + r] = v;
-        }
-    }
-}
-
-// group_dots_smem is group_dots with the vectors in shared memory (vector
-// a at vs + a*COLS, 16-byte aligned) and nv <= NV of them used, for more
-// vectors than registers hold (the GDN group verify's 2*TMAX). Same order
-// of operations as group_dots.
-template <typename GMAP, int NROWS, int RPM, int NV>
-__device__ __forceinline__ void group_dots_smem(const GRaw<GMAP>& raw, int pass, const float* vs, int nv,
-                                                const float* gs, const float* lut, float* out)
-{
-    const int r = GMAP::row(pass, threadIdx.x);
-    const int m = min(r, NROWS - 1) / RPM;
-    float acc[NV];
-#pragma unroll
-    for (int a = 0; a < NV; a++) {
-        acc[a] = 0.0f;
-    }
-#if READ_FMT == FMT_NVFP4
-    float x[16];
-    nvfp4_chunk(raw.w, lut, x);
-    const float d = r < NROWS ? __fmul_rn(f32_from_e4m3(raw.sc), gs[m]) : 0.0f;
-#pragma unroll
-    for (int a = 0; a < NV; a++) {
         if (a < nv) {
-            const float4* va = reinterpret_cast<const float4*>(vs + a * COLS + GMAP::col(0, threadIdx.x));
             float part = 0.0f;
 #pragma unroll
             for (int q = 0; q < 4; q++) {
-                const float4 w = va[q];
+                const float4 w = vq(a, 0, q);
                 part = fmaf(x[4 * q], w.x, part);
                 part = fmaf(x[4 * q + 1], w.y, part);
                 part = fmaf(x[4 * q + 2], w.z, part);
@@ -1453,10 +1401,9 @@ __device__ __forceinline__ void group_dots_smem(const GRaw<GMAP>& raw, int pass,
 #pragma unroll
         for (int a = 0; a < NV; a++) {
             if (a < nv) {
-                const float4* va = reinterpret_cast<const float4*>(vs + a * COLS + GMAP::col(c, threadIdx.x));
 #pragma unroll
                 for (int q = 0; q < GVEC / 4; q++) {
-                    const float4 w = va[q];
+                    const float4 w = vq(a, c, q);
                     acc[a] = fmaf(v[4 * q], w.x, acc[a]);
                     acc[a] = fmaf(v[4 * q + 1], w.y, acc[a]);
                     acc[a] = fmaf(v[4 * q + 2], w.z, acc[a]);
@@ -1468,13 +1415,42 @@ __device__ __forceinline__ void group_dots_smem(const GRaw<GMAP>& raw, int pass,
 #endif
 #pragma unroll
     for (int a = 0; a < NV; a++) {
-        if (a < nv) { // nv is the block's: the lanes' shuffles stay uniform
+        if (a < nv) {
             const float v = lanes_sum<GMAP::LANES>(acc[a]);
             if (r < NROWS && GMAP::lane(threadIdx.x) == 0) {
                 out[a * NROWS + r] = v;
             }
         }
     }
+}
+
+// group_dots is group_dots_by with NV vectors in registers (this thread's
+// columns in vr[a], group_vec).
+template <typename GMAP, int NROWS, int RPM, int NV>
+__device__ __forceinline__ void group_dots(const GRaw<GMAP>& raw, int pass, const float (&vr)[NV][GMAP::CPL][GVEC],
+                                           const float* gs, const float* lut, float* out)
+{
+    group_dots_by<GMAP, NROWS, RPM, NV>(
+        raw, pass, NV,
+        [&](int a, int c, int q) {
+            return make_float4(vr[a][c][4 * q], vr[a][c][4 * q + 1], vr[a][c][4 * q + 2], vr[a][c][4 * q + 3]);
+        },
+        gs, lut, out);
+}
+
+// group_dots_smem is group_dots_by with the vectors in shared memory
+// (vector a at vs + a*COLS, 16-byte aligned) and nv <= NV of them used, for
+// more vectors than registers hold (the GDN group verify's 2*TMAX).
+template <typename GMAP, int NROWS, int RPM, int NV>
+__device__ __forceinline__ void group_dots_smem(const GRaw<GMAP>& raw, int pass, const float* vs, int nv,
+                                                const float* gs, const float* lut, float* out)
+{
+    group_dots_by<GMAP, NROWS, RPM, NV>(
+        raw, pass, nv,
+        [&](int a, int c, int q) {
+            return reinterpret_cast<const float4*>(vs + a * COLS + GMAP::col(c, threadIdx.x))[q];
+        },
+        gs, lut, out);
 }
 
 // group_vec loads this thread's columns of the COLS-float vector src.

@@ -289,6 +289,23 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
     write_read_copy<SM>(reg, rcodes, rscales, rglobal, mat, sh.scratch);
 }
 
+// decay_suffix writes ws[i] = prod_{i<m<=last} decay[m] for i <= last
+// (float64 products from the last entry down, rounded to float32 like the
+// CPU cache) and returns prod_{m<=last} decay[m]. The loop runs over the
+// whole ring, unrolled, so the loads leave the chain of products.
+__device__ __forceinline__ float decay_suffix(const float* decay, int last, float* ws)
+{
+    double suf = 1.0;
+#pragma unroll
+    for (int i = RMAX - 1; i >= 0; i--) {
+        if (i <= last) {
+            ws[i] = (float)suf;
+            suf *= (double)decay[i];
+        }
+    }
+    return (float)suf;
+}
+
 // gdn_scalars computes the decay exp(g), g = -exp(A_log) softplus(a + dt_bias)
 // rounded to float32 first, and beta of one input row as the CPU cache does.
 __device__ __forceinline__ void gdn_scalars(float a, float b, double negA, double dtb, float* eg, float* beta)
@@ -341,9 +358,9 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     }
     // The flush kernel with FLUSH_EARLY: the checkpoint's loads first.
     constexpr bool PRE = MODE == 1 && FLUSH_EARLY;
-    uint4 pre[PRE ? SM::PASSES : 1][PRE ? SM::CPL : 1];
+    uint4 pre[SM::PASSES][SM::CPL]; // unused (and gone) without PRE
     if (PRE) {
-        load_state_raw<SM>(state, mat, reinterpret_cast<uint4(&)[SM::PASSES][SM::CPL]>(pre));
+        load_state_raw<SM>(state, mat, pre);
     }
     // Vector rows: the flush keeps k_0..k_n, q; the non-flush k_n, q, then
     // the ring keys k_0..k_{n-1} from row 2 (and the ring's u_i in proj rows
@@ -432,8 +449,7 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     __syncthreads();
     const bool last = MODE == 2 && step_count(done);
     if (FLUSH) {
-        gdn_fold<PRE>(sh, state, rcodes, rscales, rglobal, mat, t, qslot, ringV, s, j, n, vt, ot,
-                      reinterpret_cast<const uint4(*)[SM::CPL]>(pre));
+        gdn_fold<PRE>(sh, state, rcodes, rscales, rglobal, mat, t, qslot, ringV, s, j, n, vt, ot, pre);
         return last;
     }
     if (j % VPK == 0) {
@@ -1202,15 +1218,7 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
         [&](int pr) -> const float* { return sVec + (pr & 1) * DK; },
         [&](int pr, float val) { sGram[(pr & 1) * GR1 + (pr >> 1)] = val; });
     for (int jj = GNT - 1 - tid; jj < VPK; jj += GNT) {
-        double suf = 1.0;
-#pragma unroll
-        for (int i = RMAX; i >= 0; i--) { // unrolled: the loads leave the chain
-            if (i <= n) {
-                sWs[jj * GR1 + i] = (float)suf;
-                suf *= (double)sDecay[jj * GR1 + i];
-            }
-        }
-        sGam[jj] = (float)suf;
+        sGam[jj] = decay_suffix(sDecay + jj * GR1, n, sWs + jj * GR1);
     }
     // The stream: S0^T k and S0^T q for the VPK*DV rows.
     float vr[2][GM::CPL][GVEC];
@@ -1346,15 +1354,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     // (its pairs) on all.
     for (int idx = GNT - 1 - tid; idx < VPK * cnt; idx += GNT) {
         const int jj = idx / cnt, d = idx % cnt;
-        double suf = 1.0;
-#pragma unroll
-        for (int i = RMAX - 1; i >= 0; i--) {
-            if (i <= n + d) {
-                sWs[(jj * TMAX + d) * GR1 + i] = (float)suf;
-                suf *= (double)sDecay[jj * GR1 + i];
-            }
-        }
-        sGam[jj * TMAX + d] = (float)suf;
+        sGam[jj * TMAX + d] = decay_suffix(sDecay + jj * GR1, n + d, sWs + (jj * TMAX + d) * GR1);
     }
     const int W = n + cnt;
     dot_pairs(

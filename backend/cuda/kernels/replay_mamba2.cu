@@ -27,6 +27,23 @@ __device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e;
 // [slot][head][RMAXP] so one head's entries are contiguous (one bulk copy).
 __device__ __forceinline__ u64 rs_at(int s, int h, int e) { return ((u64)s * NHEADS + h) * RMAXP + e; }
 
+// decay_weights writes W[j] = delta[j] * prod_{j<m<t} decay[m] for j < t
+// (float64 products from the last entry down, rounded to float32 like the
+// CPU cache) and returns prod_{m<t} decay[m]. The loop runs over the whole
+// ring, unrolled, so the loads leave the chain of products.
+__device__ __forceinline__ float decay_weights(const float* delta, const float* decay, int t, float* W)
+{
+    double suf = 1.0;
+#pragma unroll
+    for (int j = RMAX - 1; j >= 0; j--) {
+        if (j < t) {
+            W[j] = (float)((double)delta[j] * suf);
+            suf *= (double)decay[j];
+        }
+    }
+    return (float)suf;
+}
+
 // mamba2_fold applies the flush of DESIGN.md 2.1 to the matrix S of one head:
 //
 //	S <- decay*S + sum_{j<t} coef[p][j] * B_j        coef[p][j] = Delta_j e^{L_t-L_j} x_j[p]
@@ -183,9 +200,9 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     }
     // The flush kernel with FLUSH_EARLY: the checkpoint's loads first.
     constexpr bool PRE = MODE == 1 && FLUSH_EARLY;
-    uint4 pre[PRE ? SM::PASSES : 1][PRE ? SM::CPL : 1];
+    uint4 pre[SM::PASSES][SM::CPL]; // unused (and gone) without PRE
     if (PRE) {
-        load_state_raw<SM>(state, mat, reinterpret_cast<uint4(&)[SM::PASSES][SM::CPL]>(pre));
+        load_state_raw<SM>(state, mat, pre);
     }
     const float* xt = x + ((u64)b * NHEADS + h) * P;
     const float* Bt = B + ((u64)b * NGROUPS + g) * N;
@@ -272,17 +289,8 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     const bool last = MODE == 2 && step_count(done);
     // Decay products from each entry to the current one (DESIGN.md 2.1),
     // as products of the per-step decays in float64 like the CPU cache.
-    // (Unrolled over the ring: the loads leave the chain of products.)
     if (tid == 0) {
-        double suf = 1.0;
-#pragma unroll
-        for (int j = RMAX - 1; j >= 0; j--) {
-            if (j < t) {
-                sW[j] = (float)((double)sDelta[j] * suf);
-                suf *= (double)sDecay[j];
-            }
-        }
-        sE = (float)suf;
+        sE = decay_weights(sDelta, sDecay, t, sW);
     }
     if (!FLUSH) {
         // B_j . C, eight lanes per ring entry.
@@ -307,8 +315,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         sX[p * CSTRIDE + j] = sW[j] * sX[p * CSTRIDE + j];
     }
     __syncthreads();
-    mamba2_fold<true, PRE>(state, rcodes, rscales, rglobal, mat, t, sE, sB, sX, sC, sDot, sScratch,
-                           reinterpret_cast<const uint4(*)[SM::CPL]>(pre));
+    mamba2_fold<true, PRE>(state, rcodes, rscales, rglobal, mat, t, sE, sB, sX, sC, sDot, sScratch, pre);
     __syncthreads();
     const float dh = D[h];
     for (int p = tid; p < P; p += NT) {
@@ -1373,15 +1380,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             // B_j . C for the group, eight lanes per entry.
             const int t = n + 1;
             for (int hh = GNT - 1 - tid; hh < HPG; hh += GNT) {
-                double suf = 1.0;
-#pragma unroll
-                for (int j = RMAX - 1; j >= 0; j--) { // unrolled: the loads leave the chain
-                    if (j < t) {
-                        sW[hh * RMAX + j] = (float)((double)sDelta[hh * RMAX + j] * suf);
-                        suf *= (double)sDecay[hh * RMAX + j];
-                    }
-                }
-                sE[hh] = (float)suf;
+                sE[hh] = decay_weights(sDelta + hh * RMAX, sDecay + hh * RMAX, t, sW + hh * RMAX);
             }
             dot_pairs(
                 t, N, tid, GNT, [&](int j) -> const float* { return sB + j * N; },
