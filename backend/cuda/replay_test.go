@@ -693,36 +693,10 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 // default flush bit for bit: the same values reach the same arithmetic.
 func TestFlushEarlyMatches(t *testing.T) {
 	d := gpu(t)
-	opts := []struct {
-		name string
-		opt  replay.Options
-	}{
-		{"fp32", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3}},
-		{"bf16+nvfp4", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.BF16, ReadCopy: numeric.NVFP4}},
-		{"e4m3", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.E4M3}},
-	}
-	for li, l := range append(smallLayers(), largeLayers()...) {
-		for _, o := range opts {
-			t.Run(l.name+"/"+o.name, func(t *testing.T) {
-				t.Parallel()
-				tn := envTuning(os.Getenv)
-				plain, err := l.buildWith(d, o.opt, pairSlots, tn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() { must(t, plain.close()) }()
-				plain.setSmallBatch(0)
-				tn.defines = append(append([]string(nil), tn.defines...), "-DFLUSH_EARLY=1")
-				early, err := l.buildWith(d, o.opt, pairSlots, tn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() { must(t, early.close()) }()
-				early.setSmallBatch(0)
-				sameOutputs(t, d, li, l, early, plain, "FLUSH_EARLY=1", "default")
-			})
-		}
-	}
+	tn := envTuning(os.Getenv)
+	early := tn
+	early.defines = append(append([]string(nil), tn.defines...), "-DFLUSH_EARLY=1")
+	comparePairs(t, d, pairVariant{"FLUSH_EARLY=1", early, 0}, pairVariant{"default", tn, 0})
 }
 
 // TestReplayStepSmallMatchesSplit checks the one-kernel step of small
@@ -731,6 +705,21 @@ func TestFlushEarlyMatches(t *testing.T) {
 // same order of operations.
 func TestReplayStepSmallMatchesSplit(t *testing.T) {
 	d := gpu(t)
+	tn := envTuning(os.Getenv)
+	comparePairs(t, d, pairVariant{"small", tn, pairSlots}, pairVariant{"split", tn, 0})
+}
+
+// pairVariant is one side of a bit-for-bit comparison of two caches: its
+// kernel knobs and the batches up to which one kernel takes a step.
+type pairVariant struct {
+	name       string
+	tn         tuning
+	smallBatch int
+}
+
+// comparePairs builds a cache of each variant for every layer in three
+// formats and drives both through sameOutputs.
+func comparePairs(t *testing.T, d *Device, a, b pairVariant) {
 	opts := []struct {
 		name string
 		opt  replay.Options
@@ -743,19 +732,16 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 		for _, o := range opts {
 			t.Run(l.name+"/"+o.name, func(t *testing.T) {
 				t.Parallel()
-				small, err := l.build(d, o.opt, pairSlots)
-				if err != nil {
-					t.Fatal(err)
+				build := func(v pairVariant) *gpuCache {
+					c, err := l.buildWith(d, o.opt, pairSlots, v.tn)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { must(t, c.close()) })
+					c.setSmallBatch(v.smallBatch)
+					return c
 				}
-				defer func() { must(t, small.close()) }()
-				small.setSmallBatch(pairSlots)
-				split, err := l.build(d, o.opt, pairSlots)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() { must(t, split.close()) }()
-				split.setSmallBatch(0)
-				sameOutputs(t, d, li, l, small, split, "small", "split")
+				sameOutputs(t, d, li, l, build(a), build(b), a.name, b.name)
 			})
 		}
 	}
