@@ -158,17 +158,9 @@ func groupBlockSize(rows, lanes int) int {
 // L-2 entries a non-flush step reads, up to 64 KiB (three blocks per SM);
 // the kernels read the rest from global memory.
 func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) groupStep {
-	if opt.Mode == replay.Baseline && tn.groupBase {
-		// The group baseline step: the replay step's rules, nothing staged.
-		if opt.State == numeric.E4M3 {
-			return groupStep{why: "group baseline: an fp8 state takes the v4 kernel (one scale per new matrix)"}
-		}
-		o := opt
-		o.Mode = replay.Replay
-		g := planGroup(o, tuning{groupNT: tn.groupNT, v4: tn.v4}, heads, rows, cols, tables)
-		g.smem, g.base = 0, g.on
-		return g
-	}
+	// The group baseline step (baseline mode, asked for): the replay step's
+	// rules, nothing staged.
+	base := opt.Mode == replay.Baseline && tn.groupBase
 	vec := 16 / max(1, readElemBytes(opt)) // elements per 16-byte chunk (nvfp4: per 8 bytes of codes)
 	chunks := cols / vec
 	rowBytes := 4 * heads * rows
@@ -183,8 +175,10 @@ func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) gro
 	}
 	g := groupStep{threads: threads, smem: entries * rowBytes}
 	switch {
-	case opt.Mode != replay.Replay:
+	case opt.Mode != replay.Replay && !base:
 		g.why = "baseline mode"
+	case base && opt.State == numeric.E4M3:
+		g.why = "group baseline: an fp8 state takes the v4 kernel (one scale per new matrix)"
 	case tn.v4:
 		g.why = "REPLAYSSM_CUDA_KERNELS=v4"
 	case cols%vec != 0 || (chunks > 8 && chunks%8 != 0):
@@ -195,6 +189,9 @@ func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) gro
 		g.why = fmt.Sprintf("a group's tables take %d bytes of shared memory (%d heads of %d rows)", tables, heads, rows)
 	default:
 		g.on = true
+	}
+	if base {
+		g.smem, g.base = 0, g.on
 	}
 	return g
 }
@@ -460,6 +457,12 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	return c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.heads), c.pipe.block(), uint32(c.pipe.smem), s, a)
 }
 
+// groupVerify reports whether a verify of batch slots takes the group
+// verify (from minItems items) for the slots with no early fold.
+func (c *replayCommon) groupVerify(batch int) bool {
+	return c.group.verify != nil && c.group.groups*batch >= c.group.minItems
+}
+
 // groupBaseline reports whether a baseline step of batch slots takes the
 // group baseline kernel (REPLAYSSM_CUDA_GROUP_BASELINE, from minItems items).
 func (c *replayCommon) groupBaseline(batch int) bool {
@@ -480,7 +483,7 @@ func (c *replayCommon) launchGroupBaseline(s *Stream, a *Args, batch int) error 
 // then the cursor move.
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
-	if g := &c.group; g.verify != nil && g.groups*batch >= g.minItems {
+	if g := &c.group; c.groupVerify(batch) {
 		if err := c.d.Launch(g.verifyFold, grid, block, 0, s, a); err != nil {
 			return err
 		}
@@ -562,7 +565,7 @@ func (c *replayCommon) StepKernel(batch int) string {
 // "v4".
 func (c *replayCommon) VerifyKernel(batch int) string {
 	switch {
-	case c.group.verify != nil && c.group.groups*batch >= c.group.minItems:
+	case c.groupVerify(batch):
 		return "v6"
 	case c.pipe.on && c.pipe.verify != nil:
 		return "v5"
