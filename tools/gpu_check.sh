@@ -11,10 +11,8 @@
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
-#                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5,
-#                                   # -DFLUSH_EARLY=1, _GDN_GROUP_VERIFY=1,
-#                                   # _GROUP_BASELINE=1; -DGROUP_NODOTS=1
-#                                   # measures the stream alone)
+#                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
+#                                   # -DGROUP_NODOTS=1 measures the stream alone)
 #                                   # against the defaults, text tables
 #
 # Results go to $OUT (the device tool's folder) or /tmp/gpu_check: a summary
@@ -74,9 +72,6 @@ experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \
 		REPLAYSSM_CUDA_GROUP_THREADS=128 REPLAYSSM_CUDA_GROUP_THREADS=256
 	experiment v5 all replay,verify REPLAYSSM_CUDA_KERNELS=v5
-	experiment flush_early all replay REPLAYSSM_CUDA_DEFINES=-DFLUSH_EARLY=1
-	experiment gdn_group_verify gdn verify-baseline,verify REPLAYSSM_CUDA_GDN_GROUP_VERIFY=1
-	experiment group_baseline all baseline REPLAYSSM_CUDA_GROUP_BASELINE=1
 	experiment nodots all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DGROUP_NODOTS=1
 	;;
 *)

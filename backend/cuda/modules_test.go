@@ -58,10 +58,6 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/bf16+nvfp4", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{}},
 		{"replay/fp16+e4m3", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3}, tuning{}},
 		{"replay/e4m3", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{}},
-		{"baseline/fp32/group", replay.Options{Mode: replay.Baseline}, tuning{groupBase: true}},
-		{"baseline/bf16/group", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{groupBase: true}},
-		{"replay/fp32/FLUSH_EARLY", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DFLUSH_EARLY=1"}}},
-		{"replay/bf16+nvfp4/FLUSH_EARLY", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{defines: []string{"-DFLUSH_EARLY=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -93,15 +89,15 @@ func TestReplayModulesCompile(t *testing.T) {
 					file, rows, cols, heads = "replay_mamba2.cu", shape.HeadDim, shape.StateSize, shape.Heads
 					var g groupStep
 					_, g, defines = mamba2Module(h200Props(), shape, opt, o.tn)
-					if (opt.Mode == replay.Replay || o.tn.groupBase) && !g.on {
+					if opt.Mode == replay.Replay && !g.on {
 						t.Fatalf("the group step is not planned (%s): this test would not compile it", g.why)
 					}
 				} else {
 					file, rows, cols, heads = "replay_gdn.cu", gdn.ValueDim, gdn.KeyDim, gdn.ValueHeads
 					var g groupStep
 					_, g, defines = gdnModule(h200Props(), gdn, opt, o.tn)
-					if o.tn.groupBase && !g.base {
-						t.Fatalf("the group baseline is not planned (%s): this test would not compile it", g.why)
+					if opt.Mode == replay.Replay && !g.verifyOn {
+						t.Fatalf("the group verify is not planned (%s): this test would not compile it", g.why)
 					}
 				}
 				if opt.Mode == replay.Replay && !strings.Contains(strings.Join(defines, " "), "-DNCW=") {

@@ -123,13 +123,10 @@ func TestEnvTuning(t *testing.T) {
 		}, tuning{v4: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0}},
 		{"v5", map[string]string{"REPLAYSSM_CUDA_KERNELS": "v5"}, tuning{v5: true, smallBatch: defaultSmallBatch}},
 		{"group threads", map[string]string{"REPLAYSSM_CUDA_GROUP_THREADS": "128"}, tuning{groupNT: 128, smallBatch: defaultSmallBatch}},
-		{"gdn group verify", map[string]string{"REPLAYSSM_CUDA_GDN_GROUP_VERIFY": "1"}, tuning{gdnGroupV: true, smallBatch: defaultSmallBatch}},
-		{"group baseline", map[string]string{"REPLAYSSM_CUDA_GROUP_BASELINE": "1"}, tuning{groupBase: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1",
-			"REPLAYSSM_CUDA_GDN_GROUP_VERIFY": "on",
-			"REPLAYSSM_CUDA_SMALL_BATCH":      "-3",
+			"REPLAYSSM_CUDA_SMALL_BATCH": "-3",
 		}, tuning{smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -227,8 +224,6 @@ func TestGroupStepPlan(t *testing.T) {
 		{"64 threads: 16 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 64}, 4 * 12 * 80 * 4, ""},
 		{"64 threads, 80 heads of 64 in one group", ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 64}, 0, "80 heads per group (more than 64 threads)"},
 		{"baseline", nano, replay.Options{Mode: replay.Baseline, Window: 16}, tuning{}, 0, "baseline"},
-		{"baseline, group baseline asked for: nothing staged", nano, replay.Options{Mode: replay.Baseline, Window: 16, State: numeric.BF16}, tuning{groupBase: true}, 0, ""},
-		{"baseline fp8, group baseline asked for", nano, replay.Options{Mode: replay.Baseline, Window: 16, State: numeric.E4M3}, tuning{groupBase: true}, 0, "fp8 state"},
 		{"v5 asked for", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{v5: true}, 0, "v5"},
 		{"one group of 128 heads of 64", ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 0, "shared memory"},
 		{"state size not in chunks", ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 36, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 0, "state size"},
@@ -248,8 +243,6 @@ func TestGroupStepPlan(t *testing.T) {
 				t.Errorf("plan %+v, want on with %d bytes of x rows", g, tc.smem)
 			case tc.reason != "" && (g.on || !strings.Contains(g.why, tc.reason)):
 				t.Errorf("plan %+v, want off with %q", g, tc.reason)
-			case g.base != (g.on && opt.Mode == replay.Baseline) || (g.base && g.verifyOn):
-				t.Errorf("plan %+v: the group baseline is planned iff on in baseline mode, never with the group verify", g)
 			}
 		})
 	}
@@ -272,10 +265,9 @@ func TestGDNGroupPlan(t *testing.T) {
 		verify  bool // the group verify planned
 	}{
 		{"4B", q4b, replay.Options{}, tuning{}, 64, 14 * 2 * 128 * 4, "", false},
-		{"4B, group verify asked for, T=4", q4b, replay.Options{MaxDraft: 4}, tuning{gdnGroupV: true}, 64, 14 * 2 * 128 * 4, "", true},
-		{"122B, group verify asked for, T=4", q122b, replay.Options{MaxDraft: 4}, tuning{gdnGroupV: true}, 128, 14 * 4 * 128 * 4, "", true},
-		{"4B, group verify asked for, no drafts", q4b, replay.Options{}, tuning{gdnGroupV: true}, 64, 14 * 2 * 128 * 4, "", false},
-		{"4B, T=4, group verify not asked for", q4b, replay.Options{MaxDraft: 4}, tuning{}, 64, 14 * 2 * 128 * 4, "", false},
+		{"4B, T=4", q4b, replay.Options{MaxDraft: 4}, tuning{}, 64, 14 * 2 * 128 * 4, "", true},
+		{"122B, T=4", q122b, replay.Options{MaxDraft: 4}, tuning{}, 128, 14 * 4 * 128 * 4, "", true},
+		{"4B, T=1: no group verify", q4b, replay.Options{MaxDraft: 1}, tuning{}, 64, 14 * 2 * 128 * 4, "", false},
 		{"4B nvfp4", q4b, replay.Options{ReadCopy: numeric.NVFP4}, tuning{}, 64, 14 * 2 * 128 * 4, "", false},
 		{"122B", q122b, replay.Options{}, tuning{}, 128, 14 * 4 * 128 * 4, "", false},
 		{"122B bf16, 256 threads asked for", q122b, replay.Options{State: numeric.BF16}, tuning{groupNT: 256}, 256, 14 * 4 * 128 * 4, "", false},

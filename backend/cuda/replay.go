@@ -39,14 +39,12 @@ type tuning struct {
 	v4         bool     // REPLAYSSM_CUDA_KERNELS=v4: the v4 kernels, no pipeline
 	v5         bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined Mamba-2 step, not the group step (v6)
 	groupNT    int      // REPLAYSSM_CUDA_GROUP_THREADS: the group kernels' block size (0: groupBlockSize)
-	gdnGroupV  bool     // REPLAYSSM_CUDA_GDN_GROUP_VERIFY=1: the GDN group verify (v6, not yet run on a GPU)
-	groupBase  bool     // REPLAYSSM_CUDA_GROUP_BASELINE=1: the group baseline step (not yet run on a GPU)
 	pipeGroups int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
 	smallBatch int      // REPLAYSSM_CUDA_SMALL_BATCH: batches up to this take one kernel
 	groupX     int      // tests: at most this many ring x entries staged by the group step (0: no bound)
-	groupAll   bool     // tests: the group verify and the group baseline at every batch (not only from 2 items per SM)
+	groupAll   bool     // tests: the group verify at every batch (not only from 2 items per SM)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -55,8 +53,6 @@ func envTuning(getenv func(string) string) tuning {
 	tn := tuning{
 		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
 		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
-		gdnGroupV:  getenv("REPLAYSSM_CUDA_GDN_GROUP_VERIFY") == "1",
-		groupBase:  getenv("REPLAYSSM_CUDA_GROUP_BASELINE") == "1",
 		smallBatch: defaultSmallBatch,
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
@@ -105,7 +101,6 @@ func blocksPerSM(d *Device, r Resources, threads, dyn int) int {
 // ring's B), a GDN key head's value heads (k, q, the ring's keys).
 type groupStep struct {
 	on      bool
-	base    bool // the baseline step by group (baseline mode), not the replay step
 	threads int
 	groups  int    // groups per batch row
 	blocks  int    // the grid: as many blocks as the GPU holds at once
@@ -122,7 +117,7 @@ type groupStep struct {
 	verifySmem   int
 	verifyFold   *Function
 	// minItems is the fewest items (groups × batch rows) the group verify
-	// and the group baseline take: below it, at a few slots, the v5 or v4
+	// takes: below it, at a few slots, the v5 or v4
 	// kernels spread the heads over more blocks (batch 1, Nano: 8 items, the
 	// group verify 31.5 us against v5's 16).
 	minItems int
@@ -158,9 +153,6 @@ func groupBlockSize(rows, lanes int) int {
 // L-2 entries a non-flush step reads, up to 64 KiB (three blocks per SM);
 // the kernels read the rest from global memory.
 func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) groupStep {
-	// The group baseline step (baseline mode, asked for): the replay step's
-	// rules, nothing staged.
-	base := opt.Mode == replay.Baseline && tn.groupBase
 	vec := 16 / max(1, readElemBytes(opt)) // elements per 16-byte chunk (nvfp4: per 8 bytes of codes)
 	chunks := cols / vec
 	rowBytes := 4 * heads * rows
@@ -175,10 +167,8 @@ func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) gro
 	}
 	g := groupStep{threads: threads, smem: entries * rowBytes}
 	switch {
-	case opt.Mode != replay.Replay && !base:
+	case opt.Mode != replay.Replay:
 		g.why = "baseline mode"
-	case base && opt.State == numeric.E4M3:
-		g.why = "group baseline: an fp8 state takes the v4 kernel (one scale per new matrix)"
 	case tn.v4:
 		g.why = "REPLAYSSM_CUDA_KERNELS=v4"
 	case cols%vec != 0 || (chunks > 8 && chunks%8 != 0):
@@ -189,9 +179,6 @@ func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) gro
 		g.why = fmt.Sprintf("a group's tables take %d bytes of shared memory (%d heads of %d rows)", tables, heads, rows)
 	default:
 		g.on = true
-	}
-	if base {
-		g.smem, g.base = 0, g.on
 	}
 	return g
 }
@@ -463,20 +450,6 @@ func (c *replayCommon) groupVerify(batch int) bool {
 	return c.group.verify != nil && c.group.groups*batch >= c.group.minItems
 }
 
-// groupBaseline reports whether a baseline step of batch slots takes the
-// group baseline kernel (REPLAYSSM_CUDA_GROUP_BASELINE, from minItems items).
-func (c *replayCommon) groupBaseline(batch int) bool {
-	return c.group.base && c.group.fn != nil && c.group.groups*batch >= c.group.minItems
-}
-
-// launchGroupBaseline queues the group baseline step whose arguments a
-// holds up to the pending drafts.
-func (c *replayCommon) launchGroupBaseline(s *Stream, a *Args, batch int) error {
-	a.I32(int32(batch))
-	blocks := min(c.group.groups*batch, c.group.blocks)
-	return c.d.Launch(c.group.fn, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(c.group.threads), 1, 1}, 0, s, a)
-}
-
 // launchReplayVerify queues a replay verify whose arguments a holds: the
 // v4 kernel, or, where a pipelined verify is planned, the v4 kernel for the
 // slots that fold their history early and the pipelined one for the rest;
@@ -542,13 +515,11 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, 
 // step of batch slots: "small" (up to the small batch, one kernel takes
 // every slot), "v6" (one block per group of heads and batch row), "v5"
 // (pipelined) or "v4" (one block per head and batch row). In baseline mode
-// it names the baseline step's kernel: "v6" (the group baseline) or "v4".
+// it names the baseline step's kernel, "v4" (one block per head and batch
+// row).
 func (c *replayCommon) StepKernel(batch int) string {
 	switch {
 	case c.opt.Mode == replay.Baseline:
-		if c.groupBaseline(batch) {
-			return "v6"
-		}
 		return "v4"
 	case batch <= c.smallBatch:
 		return "small"

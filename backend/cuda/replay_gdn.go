@@ -59,9 +59,8 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 // gdnGroupPlan plans gdn_group_step (replay_gdn.cu): a key head's VPK value
 // heads of dv rows, static tables (the key head's vectors and ring keys,
 // their dots, the value heads' ring scalars and projections).
-// REPLAYSSM_CUDA_KERNELS=v5 turns it off (the pipelined step, gdn_pipe_step).
-// The group verify (gdn_group_verify) is experimental:
-// REPLAYSSM_CUDA_GDN_GROUP_VERIFY=1 turns it on.
+// REPLAYSSM_CUDA_KERNELS=v5 turns it off (the pipelined step, gdn_pipe_step)
+// and with it the group verify (gdn_group_verify).
 func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
 	dk, dv := shape.KeyDim, shape.ValueDim
 	vpk, R := shape.ValueHeads/shape.KeyHeads, replayRing(opt)
@@ -76,7 +75,7 @@ func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
 	// and decay products per draft, and the projections on 2T vectors.
 	T := opt.MaxDraft
 	verifyTables := 4 * ((2*T+R)*dk + 2*T*(R+1) + 2*vpk*(R+1) + vpk*T*(R+1) + vpk*T + vpk + 2*T*vpk*dv + 16)
-	g.verifyOn = g.on && !g.base && tn.gdnGroupV && T > 1 && verifyTables <= 46<<10
+	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
 	return g
 }
 
@@ -116,9 +115,6 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	step, verify := "gdn_group_step", ""
 	if c.group.verifyOn {
 		verify = "gdn_group_verify"
-	}
-	if c.group.base {
-		step = "gdn_group_baseline"
 	}
 	if err := c.bindGroup(step, verify, "gdn_replay_verify_fold", tn.pipeBlocks); err != nil {
 		return fail(err)
@@ -253,9 +249,6 @@ func (c *GDNCache) launchBaseline(s *Stream, batch, T int, verify bool, in GDNIn
 	a.I32(int32(c.stateBuffers()))
 	c.inputArgs(a, in, o)
 	a.Ptr(c.pending) // the kernel sets the pending drafts: no cursor kernel
-	if !verify && c.groupBaseline(batch) {
-		return c.launchGroupBaseline(s, a, batch)
-	}
 	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
 }
 

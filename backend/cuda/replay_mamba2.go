@@ -96,7 +96,7 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	// weights per head and draft (mamba2_group_verify_item).
 	T := opt.MaxDraft
 	verifyTables := 4 * (T*N + R*N + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
-	g.verifyOn = g.on && !g.base && T > 1 && verifyTables <= 46<<10
+	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
 	g.verifySmem = g.smem // the ring's x rows, as the step stages them
 	return g
 }
@@ -137,9 +137,6 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	step, verify := "mamba2_group_step", ""
 	if c.group.verifyOn {
 		verify = "mamba2_group_verify"
-	}
-	if c.group.base {
-		step = "mamba2_group_baseline"
 	}
 	if err := c.bindGroup(step, verify, "mamba2_replay_verify_fold", tn.pipeBlocks); err != nil {
 		return fail(err)
@@ -282,9 +279,6 @@ func (c *Mamba2Cache) launchBaseline(s *Stream, batch, T int, verify bool, in Ma
 	a.Ptr(c.dd)
 	a.F32(in.DtMin)
 	a.Ptr(c.pending) // the kernel sets the pending drafts: no cursor kernel
-	if !verify && c.groupBaseline(batch) {
-		return c.launchGroupBaseline(s, a, batch)
-	}
 	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
 }
 

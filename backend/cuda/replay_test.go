@@ -295,10 +295,9 @@ func relErr(got []float32, want []float64) float64 {
 }
 
 type gpuCase struct {
-	name      string
-	opt       replay.Options
-	bound     float64
-	groupBase bool // the group baseline step (REPLAYSSM_CUDA_GROUP_BASELINE)
+	name  string
+	opt   replay.Options
+	bound float64
 }
 
 // gpuCases are the modes and precisions the GPU caches support, with the
@@ -312,23 +311,20 @@ func gpuCases(window int) []gpuCase {
 		return replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: state}
 	}
 	return []gpuCase{
-		{"baseline/fp32", b(numeric.F32), 1e-5, false},
-		{"replay/fp32", r(numeric.F32, numeric.F32), 1e-5, false},
-		{"replay-L1/fp32", replay.Options{Mode: replay.Replay, Window: 1, MaxDraft: 4}, 1e-5, false},
-		{"baseline/fp16", b(numeric.F16), 1e-3, false},
-		{"replay/fp16", r(numeric.F16, numeric.F32), 1e-3, false},
-		{"baseline/bf16", b(numeric.BF16), 8e-3, false},
-		{"baseline-group/fp32", b(numeric.F32), 1e-5, true},
-		{"baseline-group/bf16", b(numeric.BF16), 8e-3, true},
-		{"baseline-group/fp16", b(numeric.F16), 1e-3, true},
-		{"replay/bf16", r(numeric.BF16, numeric.F32), 8e-3, false},
-		{"replay/fp32+bf16", r(numeric.F32, numeric.BF16), 8e-3, false},
-		{"baseline/e4m3", b(numeric.E4M3), 0.1, false},
-		{"replay/e4m3", r(numeric.E4M3, numeric.F32), 0.1, false},
-		{"replay/fp32+e4m3", r(numeric.F32, numeric.E4M3), 0.1, false},
-		{"replay/fp32+nvfp4", r(numeric.F32, numeric.NVFP4), 0.35, false},
-		{"replay/bf16+nvfp4", r(numeric.BF16, numeric.NVFP4), 0.35, false},
-		{"replay/fp16+nvfp4", r(numeric.F16, numeric.NVFP4), 0.35, false},
+		{"baseline/fp32", b(numeric.F32), 1e-5},
+		{"replay/fp32", r(numeric.F32, numeric.F32), 1e-5},
+		{"replay-L1/fp32", replay.Options{Mode: replay.Replay, Window: 1, MaxDraft: 4}, 1e-5},
+		{"baseline/fp16", b(numeric.F16), 1e-3},
+		{"replay/fp16", r(numeric.F16, numeric.F32), 1e-3},
+		{"baseline/bf16", b(numeric.BF16), 8e-3},
+		{"replay/bf16", r(numeric.BF16, numeric.F32), 8e-3},
+		{"replay/fp32+bf16", r(numeric.F32, numeric.BF16), 8e-3},
+		{"baseline/e4m3", b(numeric.E4M3), 0.1},
+		{"replay/e4m3", r(numeric.E4M3, numeric.F32), 0.1},
+		{"replay/fp32+e4m3", r(numeric.F32, numeric.E4M3), 0.1},
+		{"replay/fp32+nvfp4", r(numeric.F32, numeric.NVFP4), 0.35},
+		{"replay/bf16+nvfp4", r(numeric.BF16, numeric.NVFP4), 0.35},
+		{"replay/fp16+nvfp4", r(numeric.F16, numeric.NVFP4), 0.35},
 	}
 }
 
@@ -355,18 +351,11 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 			t.Run(l.name+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
 				const capacity = 6
-				tn := envTuning(os.Getenv)
-				if tc.groupBase {
-					tn.groupBase, tn.groupAll = true, true // at every batch
-				}
-				c, err := l.buildWith(d, tc.opt, capacity, tn)
+				c, err := l.buildWith(d, tc.opt, capacity, envTuning(os.Getenv))
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer func() { must(t, c.close()) }()
-				if got := c.stepKernel(capacity); tc.groupBase && got != "v6" {
-					t.Fatalf("baseline step kernel %s, want the group baseline (v6)", got)
-				}
 				s := stream(t, d)
 				st := newStaging(t, d, l, capacity, capacity)
 				rng := rand.New(rand.NewPCG(uint64(100*li+ci), 9))
@@ -634,8 +623,7 @@ func TestReplayCacheGraph(t *testing.T) {
 // bit-identical outputs: v5 keeps v4's order of operations, so any
 // difference is a bug in the pipeline (a stage read before its copy landed,
 // a wrong ring entry, a skipped item). Both layers also run the group step
-// (v6, the default) and the group verify (Mamba-2's default, GDN's behind
-// REPLAYSSM_CUDA_GDN_GROUP_VERIFY) against v4. The
+// (v6, the default) and the group verify (v6) against v4. The
 // float64 comparisons of TestReplayCacheMatchesReference cover every kernel
 // against the reference.
 func TestReplayPipelineMatchesV4(t *testing.T) {
@@ -686,17 +674,6 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 			}
 		}
 	}
-}
-
-// TestFlushEarlyMatches checks the FLUSH_EARLY experiment (the flush
-// kernels load their checkpoint raw before the prologue) against the
-// default flush bit for bit: the same values reach the same arithmetic.
-func TestFlushEarlyMatches(t *testing.T) {
-	d := gpu(t)
-	tn := envTuning(os.Getenv)
-	early := tn
-	early.defines = append(append([]string(nil), tn.defines...), "-DFLUSH_EARLY=1")
-	comparePairs(t, d, pairVariant{"FLUSH_EARLY=1", early, 0}, pairVariant{"default", tn, 0})
 }
 
 // TestReplayStepSmallMatchesSplit checks the one-kernel step of small
@@ -755,7 +732,7 @@ func comparePairs(t *testing.T, d *Device, a, b pairVariant) {
 func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks, threads int) {
 	tn := envTuning(os.Getenv)
 	tn.v4, tn.v5 = false, kernels == "v5"
-	tn.groupNT, tn.groupAll, tn.gdnGroupV = threads, kernels == "v6", kernels == "v6"
+	tn.groupNT, tn.groupAll = threads, kernels == "v6"
 	if kernels == "v5" {
 		tn.pipeBlocks = blocks
 	} else if blocks != 0 {
@@ -1114,9 +1091,7 @@ func TestReplayKernelResources(t *testing.T) {
 				} else {
 					H := sh.GDN.ValueHeads
 					prm := replay.GDNParams{ALog: make([]float32, H), DtBias: make([]float32, H)}
-					tn := envTuning(os.Getenv)
-					tn.gdnGroupV = true // the experimental group verify's registers too
-					g, err := newGDNCache(context.Background(), d, sh.GDN, prm, 4, opt, tn)
+					g, err := newGDNCache(context.Background(), d, sh.GDN, prm, 4, opt, envTuning(os.Getenv))
 					if err != nil {
 						t.Fatal(err)
 					}

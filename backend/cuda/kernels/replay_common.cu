@@ -459,33 +459,6 @@ struct StateIO {
     }
 };
 
-// FLUSH_EARLY=1 (an experiment, off: not yet measured) has the flush
-// kernels issue the loads of their checkpoint as soon as the slot's cursor
-// says it flushes, raw, before the ring gather and the decay products,
-// instead of after them: the state's round trip then overlaps the
-// prologue's. The raw chunks are decoded where the loads were (StateIO
-// unpack: the same values, bit for bit).
-#ifndef FLUSH_EARLY
-#define FLUSH_EARLY 0
-#endif
-
-// load_state_raw reads the thread's share (Map SM) of checkpoint matrix m
-// as raw 16-byte chunks, zeros past the last row.
-template <typename SM>
-__device__ __forceinline__ void load_state_raw(const typename StateIO<STATE_FMT>::T* state, u64 m,
-                                               uint4 (&raw)[SM::PASSES][SM::CPL])
-{
-    const typename StateIO<STATE_FMT>::T* S = state + m * (ROWS * COLS);
-#pragma unroll
-    for (int pass = 0; pass < SM::PASSES; pass++) {
-        const int r = SM::row(pass);
-#pragma unroll
-        for (int c = 0; c < SM::CPL; c++) {
-            raw[pass][c] = r < ROWS ? *reinterpret_cast<const uint4*>(S + (u64)r * COLS + SM::col(c)) : make_uint4(0, 0, 0, 0);
-        }
-    }
-}
-
 // The in-place baseline steps stream their state pass by pass. BASE_PF=1
 // loads pass p+1 before pass p is updated and stored, so two passes' bytes
 // are in flight per thread instead of one. On the H200 (B=256) that took

@@ -95,11 +95,9 @@ __device__ __forceinline__ int2 tri_pair(int pr, int tri, int t)
 #ifndef FOLD_SKIP
 #define FOLD_SKIP 0
 #endif
-template <bool PRE = false>
 __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u8* rscales, float* rglobal, u64 mat,
                                          int t, int q_slot, const float* __restrict__ ringV, int s, int j, int nring,
-                                         const float* __restrict__ vcur, float* __restrict__ out,
-                                         const uint4 (*pre)[SM::CPL] = nullptr)
+                                         const float* __restrict__ vcur, float* __restrict__ out)
 {
     const ST* S = state + mat * (DV * DK);
     const float sc0 = state_scale(state, mat);
@@ -114,9 +112,7 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
         const int r = SM::row(pass);
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
-            if (PRE) { // loaded before the prologue (FLUSH_EARLY), raw
-                SIO::unpack(pre[pass][c], reg[pass][c], sc0);
-            } else if (r < ROWS) {
+            if (r < ROWS) {
                 SIO::load(S, (u64)r * DK + SM::col(c), reg[pass][c], sc0);
             } else {
 #pragma unroll
@@ -356,12 +352,6 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     if (MODE != 2 && (t >= L) != FLUSH) {
         return false;
     }
-    // The flush kernel with FLUSH_EARLY: the checkpoint's loads first.
-    constexpr bool PRE = MODE == 1 && FLUSH_EARLY;
-    uint4 pre[SM::PASSES][SM::CPL]; // unused (and gone) without PRE
-    if (PRE) {
-        load_state_raw<SM>(state, mat, pre);
-    }
     // Vector rows: the flush keeps k_0..k_n, q; the non-flush k_n, q, then
     // the ring keys k_0..k_{n-1} from row 2 (and the ring's u_i in proj rows
     // 2.., next to S0^T k and S0^T q in rows 0 and 1).
@@ -449,7 +439,7 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     __syncthreads();
     const bool last = MODE == 2 && step_count(done);
     if (FLUSH) {
-        gdn_fold<PRE>(sh, state, rcodes, rscales, rglobal, mat, t, qslot, ringV, s, j, n, vt, ot, pre);
+        gdn_fold(sh, state, rcodes, rscales, rglobal, mat, t, qslot, ringV, s, j, n, vt, ot);
         return last;
     }
     if (j % VPK == 0) {
@@ -1269,7 +1259,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
     step_done(hist, pending, done, slots, batch, L);
 }
 
-// ---- v6: the group verify (experimental) ----
+// ---- v6: the group verify ----
 //
 // gdn_group_verify computes what gdn_replay_verify computes for the slots
 // with no early fold, bit for bit, with one block per (key head, batch row)
@@ -1279,8 +1269,8 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 // keys normalised and their gram dots with the ring's keys formed once per
 // key head, the decay products once per value head and draft. Each output
 // row's drafts run in one thread with the ring's u and the drafts' u' in
-// registers. Off unless REPLAYSSM_CUDA_GDN_GROUP_VERIFY=1: written in
-// session 6 after the device time was spent, it has not run on a GPU.
+// registers. On the H200 (B=256, T=4) it took the Qwen3.5-4B fp32 verify
+// from 609 to 515 us (v4), bf16 725 -> 637 (NOTES.md, session 7).
 #if TMAX > 1
 #define GV2 (2 * TMAX)
 __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, int b)
@@ -1438,109 +1428,6 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_verify(GDN_VE
     for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
         gdn_group_verify_item(GDN_VERIFY_ARGS, i % NKH, i / NKH);
         __syncthreads(); // the item's tables are read before the next one's
-    }
-}
-#endif
-
-// ---- v6: the group baseline step (experimental) ----
-//
-// gdn_group_baseline is gdn_baseline_step (one step in place, an unscaled
-// state) by (key head, batch row) like gdn_group_step: the key head's VPK
-// value heads' rows are one stream every thread reads GPF passes ahead and
-// writes back, k and q normalised once per key head and kept in registers.
-// Same arithmetic per element and row as the v4 kernel (tolerance-checked).
-// Off unless REPLAYSSM_CUDA_GROUP_BASELINE=1: written in session 6 after the
-// device time was spent, it has not run on a GPU.
-#if STATE_FMT != FMT_E4M3 && READ_FMT == FMT_F32 // baseline modules: no read copy
-extern "C" __global__ void __launch_bounds__(GNT, GMINB)
-gdn_group_baseline(GDN_BASELINE_PARAMS, int* __restrict__ pending, int batch)
-{
-    __shared__ __align__(16) float sK[DK];
-    __shared__ __align__(16) float sQ[DK];
-    __shared__ float sDecay[VPK];
-    __shared__ float sBeta[VPK];
-    typedef StateIO<STATE_FMT> IO;
-    const int tid = threadIdx.x, warp = tid >> 5, items = batch * NKH;
-    for (int i = blockIdx.x; i < items; i += gridDim.x) {
-        const int kh = i % NKH, b = i / NKH, j0 = kh * VPK;
-        const int s = slots[b];
-        ST* S = state + ((u64)s * nb + cur[s]) * NVH * (DV * DK) + (u64)j0 * (DV * DK);
-        GR raw[GPF];
-#pragma unroll
-        for (int p = 0; p < GPF; p++) {
-            if (p < GM::PASSES) {
-                group_load<GM, GROWS>(S, nullptr, p, raw[p]);
-            }
-        }
-        if (warp == 0) {
-            l2norm_warp(sK, k + ((u64)b * NKH + kh) * DK, 1.0f);
-        }
-        if (warp == 1) {
-            l2norm_warp(sQ, q + ((u64)b * NKH + kh) * DK, qscale);
-        }
-        if (tid < VPK) { // gdn_baseline's scalars
-            const int j = j0 + tid;
-            const double sp = softplus_d((double)a[(u64)b * NVH + j] + dtb[j]);
-            sDecay[tid] = (float)exp(negA[j] * sp);
-            sBeta[tid] = (float)sigmoid_d((double)bb[(u64)b * NVH + j]);
-        }
-        if (tid == 0) {
-            pending[s] = 0;
-        }
-        __syncthreads();
-        float kr[GM::CPL][GVEC], qr[GM::CPL][GVEC];
-        group_vec<GM>(sK, kr);
-        group_vec<GM>(sQ, qr);
-        const float* vd = v + ((u64)b * NVH + j0) * DV;
-        float* od = o + ((u64)b * NVH + j0) * DV;
-#pragma unroll 1
-        for (int base = 0; base < GM::PASSES; base += GPF) {
-#pragma unroll
-            for (int p = 0; p < GPF; p++) {
-                const int pass = base + p;
-                if (pass < GM::PASSES) {
-                    const int r = GM::row(pass, tid);
-                    const int jj = min(r, GROWS - 1) / DV;
-                    const float eg = sDecay[jj], beta = sBeta[jj];
-                    float e[GM::CPL][GVEC];
-#pragma unroll
-                    for (int c = 0; c < GM::CPL; c++) {
-                        IO::unpack(raw[p].w[c], e[c], 1.0f);
-                    }
-                    if (pass + GPF < GM::PASSES) {
-                        group_load<GM, GROWS>(S, nullptr, pass + GPF, raw[p]);
-                    }
-                    float sk = 0.0f;
-#pragma unroll
-                    for (int c = 0; c < GM::CPL; c++) {
-#pragma unroll
-                        for (int q2 = 0; q2 < GVEC; q2++) {
-                            sk = fmaf(e[c][q2], kr[c][q2], sk);
-                        }
-                    }
-                    sk = lanes_sum<GM::LANES>(sk);
-                    const float u = r < GROWS ? beta * (vd[r] - eg * sk) : 0.0f;
-                    float ov = 0.0f;
-#pragma unroll
-                    for (int c = 0; c < GM::CPL; c++) {
-#pragma unroll
-                        for (int q2 = 0; q2 < GVEC; q2++) {
-                            const float xv = eg * e[c][q2] + u * kr[c][q2];
-                            e[c][q2] = xv;
-                            ov = fmaf(xv, qr[c][q2], ov);
-                        }
-                        if (r < GROWS) {
-                            IO::store(S, (u64)r * DK + GM::col(c, tid), e[c], 1.0f, 1.0f);
-                        }
-                    }
-                    ov = lanes_sum<GM::LANES>(ov);
-                    if (r < GROWS && GM::lane(tid) == 0) {
-                        od[r] = ov;
-                    }
-                }
-            }
-        }
-        __syncthreads(); // sK, sQ and the scalars are read before the next item's
     }
 }
 #endif

@@ -52,18 +52,16 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
 // mat of the state buffer) back in the state format and, with a read copy,
 // rewrites the copy. With OUT it also writes sDot[p] = S_new[p] . sC (the
 // fp32 S, before any rounding). Barriers inside: every thread calls it.
-// With PRE the checkpoint was loaded before (raw, load_state_raw: the
-// flush's FLUSH_EARLY); else the fold loads it.
 // FOLD_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DFOLD_SKIP=4; the
 // outputs are then wrong): bit 4 skips the rank-t update, so a flush's time
 // can be split into the update and the rest.
 #ifndef FOLD_SKIP
 #define FOLD_SKIP 0
 #endif
-template <bool OUT, bool PRE = false>
+template <bool OUT>
 __device__ __forceinline__ void mamba2_fold(ST* state, u8* rcodes, u8* rscales, float* rglobal, u64 mat, int t,
                                             float decay, const float* sB, const float* sCoef, const float* sC,
-                                            float* sDot, float* scratch, const uint4 (*pre)[SM::CPL] = nullptr)
+                                            float* sDot, float* scratch)
 {
     const ST* S = state + mat * (P * N);
     const float sc0 = state_scale(state, mat);
@@ -77,9 +75,7 @@ __device__ __forceinline__ void mamba2_fold(ST* state, u8* rcodes, u8* rscales, 
         const int r = SM::row(pass);
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
-            if (PRE) {
-                SIO::unpack(pre[pass][c], e[pass][c], sc0);
-            } else if (r < ROWS) {
+            if (r < ROWS) {
                 SIO::load(S, (u64)r * N + SM::col(c), e[pass][c], sc0);
             } else {
 #pragma unroll
@@ -198,12 +194,6 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     if (MODE != 2 && (t >= L) != FLUSH) {
         return false;
     }
-    // The flush kernel with FLUSH_EARLY: the checkpoint's loads first.
-    constexpr bool PRE = MODE == 1 && FLUSH_EARLY;
-    uint4 pre[SM::PASSES][SM::CPL]; // unused (and gone) without PRE
-    if (PRE) {
-        load_state_raw<SM>(state, mat, pre);
-    }
     const float* xt = x + ((u64)b * NHEADS + h) * P;
     const float* Bt = B + ((u64)b * NGROUPS + g) * N;
 
@@ -315,7 +305,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         sX[p * CSTRIDE + j] = sW[j] * sX[p * CSTRIDE + j];
     }
     __syncthreads();
-    mamba2_fold<true, PRE>(state, rcodes, rscales, rglobal, mat, t, sE, sB, sX, sC, sDot, sScratch, pre);
+    mamba2_fold<true>(state, rcodes, rscales, rglobal, mat, t, sE, sB, sX, sC, sDot, sScratch);
     __syncthreads();
     const float dh = D[h];
     for (int p = tid; p < P; p += NT) {
@@ -525,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_nonflush(MAMBA2_S
 // at 256 threads (Super) 80, or 128 for an nvfp4 read copy, whose quantiser
 // spills at 80.
 #ifndef FLUSH_MINB
-#define FLUSH_MINB (NT <= 160 ? (FLUSH_EARLY ? 3 : 4) : READ_FMT == FMT_NVFP4 ? 2 : 3)
+#define FLUSH_MINB (NT <= 160 ? 4 : READ_FMT == FMT_NVFP4 ? 2 : 3)
 #endif
 __device__ __noinline__ void mamba2_flush_item(MAMBA2_STEP_PARAMS, int h, int b)
 {
@@ -1591,99 +1581,6 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* _
     for (int i = blockIdx.x; i < batch * NGROUPS; i += gridDim.x) {
         mamba2_group_verify_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x,
                                  B, C, dt, y, A, dtb, D, dtMin, R, i % NGROUPS, i / NGROUPS);
-        __syncthreads(); // the item's tables are read before the next one's
-    }
-}
-#endif
-
-// ---- v6: the group baseline step (experimental) ----
-//
-// mamba2_group_baseline is mamba2_baseline_step (one step in place, an
-// unscaled state: fp32, fp16, bf16) by (group, batch row) like
-// mamba2_group_step: the group's HPG*P state rows are one stream that
-// every thread reads GPF passes ahead and writes back, with its columns of
-// B and C in registers, where the v4 kernel streams one 20-40 KB matrix per
-// block and one pass in flight per thread (bf16: 78% of copy for Super).
-// Same arithmetic per element and row as the v4 kernel (tolerance-checked:
-// the compiler may contract a*e + xc*B differently in two kernels). Off
-// unless REPLAYSSM_CUDA_GROUP_BASELINE=1: written in session 6 after the
-// device time was spent, it has not run on a GPU.
-#if STATE_FMT != FMT_E4M3 && READ_FMT == FMT_F32 // baseline modules: no read copy
-extern "C" __global__ void __launch_bounds__(GNT, GMINB)
-mamba2_group_baseline(MAMBA2_BASELINE_PARAMS, int* __restrict__ pending, int batch)
-{
-    __shared__ float sXc[GROWS]; // delta_h x_r
-    __shared__ float sDot[GROWS];
-    __shared__ float sA[HPG];
-    __shared__ float sDelta[HPG];
-    typedef StateIO<STATE_FMT> IO;
-    const int tid = threadIdx.x, items = batch * NGROUPS;
-    for (int i = blockIdx.x; i < items; i += gridDim.x) {
-        const int g = i % NGROUPS, b = i / NGROUPS, h0 = g * HPG;
-        const int s = slots[b];
-        ST* S = state + ((u64)s * nb + cur[s]) * NHEADS * (P * N) + (u64)h0 * (P * N);
-        GR raw[GPF];
-#pragma unroll
-        for (int p = 0; p < GPF; p++) {
-            if (p < GM::PASSES) {
-                group_load<GM, GROWS>(S, nullptr, p, raw[p]);
-            }
-        }
-        float br[GM::CPL][GVEC], cr[GM::CPL][GVEC];
-        group_vec<GM>(B + ((u64)b * NGROUPS + g) * N, br);
-        group_vec<GM>(C + ((u64)b * NGROUPS + g) * N, cr);
-        if (tid < HPG) {
-            const int h = h0 + tid;
-            const double delta = fmax(softplus_d((double)dt[(u64)b * NHEADS + h] + dtb[h]), (double)dtMin);
-            sDelta[tid] = (float)delta;
-            sA[tid] = (float)exp(delta * A[h]);
-        }
-        if (tid == 0) {
-            pending[s] = 0;
-        }
-        __syncthreads();
-        const float* xt = x + ((u64)b * NHEADS + h0) * P;
-        for (int o = tid; o < GROWS; o += GNT) {
-            sXc[o] = sDelta[o / P] * xt[o];
-        }
-        __syncthreads();
-#pragma unroll 1
-        for (int base = 0; base < GM::PASSES; base += GPF) {
-#pragma unroll
-            for (int p = 0; p < GPF; p++) {
-                const int pass = base + p;
-                if (pass < GM::PASSES) {
-                    const int r = GM::row(pass, tid);
-                    const float a = sA[min(r, GROWS - 1) / P], xc = r < GROWS ? sXc[r] : 0.0f;
-                    float acc = 0.0f;
-#pragma unroll
-                    for (int c = 0; c < GM::CPL; c++) {
-                        float e[GVEC];
-                        IO::unpack(raw[p].w[c], e, 1.0f);
-#pragma unroll
-                        for (int q = 0; q < GVEC; q++) {
-                            const float v = a * e[q] + xc * br[c][q];
-                            e[q] = v;
-                            acc = fmaf(v, cr[c][q], acc);
-                        }
-                        if (r < GROWS) {
-                            IO::store(S, (u64)r * N + GM::col(c, tid), e, 1.0f, 1.0f);
-                        }
-                    }
-                    acc = lanes_sum<GM::LANES>(acc);
-                    if (r < GROWS && GM::lane(tid) == 0) {
-                        sDot[r] = acc;
-                    }
-                    if (pass + GPF < GM::PASSES) {
-                        group_load<GM, GROWS>(S, nullptr, pass + GPF, raw[p]);
-                    }
-                }
-            }
-        }
-        __syncthreads();
-        for (int o = tid; o < GROWS; o += GNT) {
-            y[((u64)b * NHEADS + h0) * P + o] = sDot[o] + D[h0 + o / P] * xt[o];
-        }
         __syncthreads(); // the item's tables are read before the next one's
     }
 }
