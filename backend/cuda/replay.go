@@ -110,7 +110,8 @@ type groupStep struct {
 
 	// The group verify: its kernel, grid and dynamic shared memory (the
 	// Mamba-2 one stages the ring's x rows like the step, the GDN one
-	// nothing), and the v4 kernel that takes the slots folding early.
+	// nothing), and the kernel that folds the history of the slots that
+	// fold early (before it, which then takes every slot).
 	verifyOn     bool
 	verify       *Function
 	verifyBlocks int
@@ -445,12 +446,13 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 }
 
 // groupVerify reports whether a verify of batch slots takes the group
-// verify (from minItems items) for the slots with no early fold.
+// verify (from minItems items), after the early folds.
 func (c *replayCommon) groupVerify(batch int) bool {
 	return c.group.verify != nil && c.group.groups*batch >= c.group.minItems
 }
 
 // launchReplayVerify queues a replay verify whose arguments a holds: the
+// early folds and the group verify of every slot (from minItems items), the
 // v4 kernel, or, where a pipelined verify is planned, the v4 kernel for the
 // slots that fold their history early and the pipelined one for the rest;
 // then the cursor move.
@@ -531,9 +533,9 @@ func (c *replayCommon) StepKernel(batch int) string {
 	return "v4"
 }
 
-// VerifyKernel names the kernel that takes the slots with no early fold of
-// a verify of batch slots: "v6" (the group verify), "v5" (pipelined) or
-// "v4".
+// VerifyKernel names the kernel that takes a verify of batch slots: "v6"
+// (the group verify, every slot, after the early folds), "v5" (pipelined,
+// the slots with no early fold) or "v4".
 func (c *replayCommon) VerifyKernel(batch int) string {
 	switch {
 	case c.groupVerify(batch):

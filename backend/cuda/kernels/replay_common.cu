@@ -1411,9 +1411,12 @@ __device__ __forceinline__ void group_dots(const GRaw<GMAP>& raw, int pass, cons
         gs, lut, out);
 }
 
-// group_dots_smem is group_dots_by with the vectors in shared memory
-// (vector a at vs + a*COLS, 16-byte aligned) and nv <= NV of them used, for
-// more vectors than registers hold (the GDN group verify's 2*TMAX).
+// group_dots_smem is group_dots_by with the vectors in shared memory and
+// nv <= NV of them used, for more vectors than registers hold (the GDN group
+// verify's 2*TMAX). The vectors are padded, 4 floats after every 32 (vector
+// a's element e at vs + a*(COLS + COLS/32*4) + e + e/32*4, 16-byte
+// aligned): the lanes of a row read chunks VEC floats apart, which for VEC 8
+// or 16 (2-byte and 1-byte reads) would fall 2 or 4 to a bank.
 template <typename GMAP, int NROWS, int RPM, int NV>
 __device__ __forceinline__ void group_dots_smem(const GRaw<GMAP>& raw, int pass, const float* vs, int nv,
                                                 const float* gs, const float* lut, float* out)
@@ -1421,7 +1424,8 @@ __device__ __forceinline__ void group_dots_smem(const GRaw<GMAP>& raw, int pass,
     group_dots_by<GMAP, NROWS, RPM, NV>(
         raw, pass, nv,
         [&](int a, int c, int q) {
-            return reinterpret_cast<const float4*>(vs + a * COLS + GMAP::col(c, threadIdx.x))[q];
+            const int e = GMAP::col(c, threadIdx.x) + 4 * q;
+            return *reinterpret_cast<const float4*>(vs + a * (COLS + (COLS >> 5) * 4) + e + (e >> 5) * 4);
         },
         gs, lut, out);
 }

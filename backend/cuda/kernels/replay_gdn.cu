@@ -534,7 +534,8 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_
 // transform solved by forward substitution), appending them at ring entries
 // n.., without writing the checkpoint. An early fold of the committed history
 // runs first when n + 2*cnt would overflow the ring. FOLD_ONLY (the kernel
-// before gdn_group_verify) takes only the slots that fold early.
+// before gdn_group_verify) runs only the early folds; gdn_group_verify then
+// takes every slot, those from their new checkpoint.
 #define GDN_VERIFY_PARAMS                                                                                          \
     ST *state, u8 *rcodes, u8 *rscales, float *rglobal, float *__restrict__ ringK, float *__restrict__ ringV,      \
         float *__restrict__ ringA, float *__restrict__ ringBeta, float *__restrict__ ringU,                        \
@@ -545,6 +546,12 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_
 #define GDN_VERIFY_ARGS                                                                                            \
     state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, counts, T, q, k, v, a, bb, \
         o, negA, dtb, qscale, R
+// GV_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=n; the
+// outputs are then wrong): bits 1, 2, 4 skip the group verify's stream, its
+// epilogue (u', o) and the early folds, so a verify's time splits by part.
+#ifndef GV_SKIP
+#define GV_SKIP 0
+#endif
 template <bool FOLD_ONLY>
 __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS)
 {
@@ -570,6 +577,9 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS)
         }
         __syncthreads();
         gdn_fold(sh, state, rcodes, rscales, rglobal, mat, n, -1, ringV, s, j, n, nullptr, nullptr);
+        if (FOLD_ONLY) {
+            return; // gdn_group_verify reads the new checkpoint like any other slot's
+        }
         // New checkpoint and read copy visible to the CTA, read back below.
         __syncthreads();
         n = 0;
@@ -673,8 +683,11 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify(GDN_VERIFY_PA
     gdn_verify_impl<false>(GDN_VERIFY_ARGS);
 }
 
-extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify_fold(GDN_VERIFY_PARAMS)
+extern "C" __global__ void __launch_bounds__(NT) gdn_replay_fold_early(GDN_VERIFY_PARAMS)
 {
+    if (GV_SKIP & 4) {
+        return;
+    }
     gdn_verify_impl<true>(GDN_VERIFY_ARGS);
 }
 
@@ -1273,9 +1286,14 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 // from 609 to 515 us (v4), bf16 725 -> 637 (NOTES.md, session 7).
 #if TMAX > 1
 #define GV2 (2 * TMAX)
+#define GVP (DK + (DK >> 5) * 4) // a padded vector (group_dots_smem)
 __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, int b)
 {
-    __shared__ __align__(16) float sVec[(GV2 + RMAX) * DK]; // k_d, q_d of the drafts, then the ring's keys
+    // k_d, q_d of the drafts, then the ring's keys; once the gram dots are
+    // formed, the ring keys' rows hold the drafts' vectors again, padded
+    // for the stream (group_dots_smem).
+    __shared__ __align__(16) float sVec[GV2 * DK + (RMAX * DK > GV2 * GVP ? RMAX * DK : GV2 * GVP)];
+    float* const sRingK = sVec + GV2 * DK;
     __shared__ float sGram[GV2 * GR1];                       // [d][i] = k_i . k_d, [TMAX+d][i] = k_i . q_d
     __shared__ float sDecay[VPK * GR1];
     __shared__ float sBeta[VPK * GR1];
@@ -1293,14 +1311,13 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     const u8* scl;
     GR raw[GPF];
     group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
-    const int n = hist[s];
+    int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     if (n > 0 && n + 2 * cnt > R) {
-        return; // gdn_replay_verify_fold took the slot
+        n = 0; // gdn_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
     }
-    // The ring's keys (vector rows 2cnt..) and the value heads' exp(g),
-    // beta by cp.async.
-    cp_rows<DK>(sVec + 2 * cnt * DK, ringK + (ring_at(s, 0) * NKH + kh) * DK, NKH * DK, n, tid, GNT);
+    // The ring's keys and the value heads' exp(g), beta by cp.async.
+    cp_rows<DK>(sRingK, ringK + (ring_at(s, 0) * NKH + kh) * DK, NKH * DK, n, tid, GNT);
     cp_table(sDecay, GR1, ringA + rs_at(s, j0, 0), RMAXP, VPK, n, tid, GNT);
     cp_table(sBeta, GR1, ringBeta + rs_at(s, j0, 0), RMAXP, VPK, n, tid, GNT);
     cp_async_commit();
@@ -1354,21 +1371,32 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
             if (row >= cnt ? i > n + d : i >= n + d) {
                 return nullptr;
             }
-            return sVec + (i < n ? 2 * cnt + i : i - n) * DK;
+            return i < n ? sRingK + i * DK : sVec + (i - n) * DK;
         },
         [&](int pr) -> const float* { return sVec + (pr / W) * DK; },
         [&](int pr, float val) {
             const int row = pr / W;
             sGram[((row >= cnt ? TMAX : 0) + row % cnt) * GR1 + pr % W] = val;
         });
+    // The drafts' vectors padded (4 floats after every 32) where the ring's
+    // keys were: a warp's lanes then read distinct banks for any chunk width
+    // (2-byte states had 2-way conflicts, 1-byte reads 4-way, and the
+    // shared-memory pipe bounded the bf16 verify).
+    __syncthreads();
+    for (int idx = tid; idx < 2 * cnt * (DK / 4); idx += GNT) {
+        const int a = idx / (DK / 4), e = 4 * (idx % (DK / 4));
+        *reinterpret_cast<float4*>(sRingK + a * GVP + e + (e >> 5) * 4) =
+            *reinterpret_cast<const float4*>(sVec + a * DK + e);
+    }
+    __syncthreads();
     // The stream: S0^T k_d and S0^T q_d for the VPK*DV rows.
 #pragma unroll 1
-    for (int base = 0; base < GM::PASSES; base += GPF) {
+    for (int base = 0; base < ((GV_SKIP & 1) ? 0 : GM::PASSES); base += GPF) {
 #pragma unroll
         for (int p = 0; p < GPF; p++) {
             const int pass = base + p;
             if (pass < GM::PASSES) {
-                group_dots_smem<GM, GROWS, DV, GV2>(raw[p], pass, sVec, 2 * cnt, sGs, sLut, sProj);
+                group_dots_smem<GM, GROWS, DV, GV2>(raw[p], pass, sRingK, 2 * cnt, sGs, sLut, sProj);
                 if (pass + GPF < GM::PASSES) {
                     group_load<GM, GROWS>(mat, scl, pass + GPF, raw[p]);
                 }
@@ -1378,7 +1406,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     __syncthreads();
     // u'_d and o_d in order (gdn_replay_verify's): the ring's u and the
     // earlier drafts' u' in registers (loops unrolled, indices fixed).
-    for (int o1 = tid; o1 < GROWS; o1 += GNT) {
+    for (int o1 = tid; o1 < ((GV_SKIP & 2) ? 0 : GROWS); o1 += GNT) {
         const int jj = o1 / DV;
         const float* ur = ringU + (u64)j0 * DV + o1;
         float uloc[RMAX];

@@ -542,8 +542,10 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_step_small(MAMBA2
 // row b*T+k and goes to ring entry n+k. If the committed history n plus 2*cnt
 // would overflow the ring, the history is folded first (early flush) and the
 // drafts start a new window. cursor_verify then moves the cursors; commit
-// accepts a prefix.
-template <bool FOLD_ONLY>
+// accepts a prefix. PART 1 takes only the slots that fold early (the kernel
+// before mamba2_pipe_verify), PART 2 only their early folds (the kernel
+// before mamba2_group_verify, which takes every slot).
+template <int PART>
 __device__ __forceinline__ void
 mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                      float* __restrict__ ringX, float* __restrict__ ringB, float* __restrict__ ringDt,
@@ -571,8 +573,8 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     const u64 mat = (u64)s * NHEADS + h;
-    if (FOLD_ONLY && !(n > 0 && n + 2 * cnt > R)) {
-        return; // mamba2_pipe_verify takes it
+    if (PART != 0 && !(n > 0 && n + 2 * cnt > R)) {
+        return; // mamba2_pipe_verify or mamba2_group_verify takes it
     }
 
     for (int j = tid; j < n; j += NT) {
@@ -601,6 +603,9 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         }
         __syncthreads();
         mamba2_fold<false>(state, rcodes, rscales, rglobal, mat, n, sEk[0], sB, sCoef, nullptr, nullptr, sScratch);
+        if (PART == 2) {
+            return; // mamba2_group_verify reads the new checkpoint like any other slot's
+        }
         // The barrier makes the new checkpoint and read copy, read back
         // below like any other slot's, visible to the whole CTA.
         __syncthreads();
@@ -717,14 +722,23 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
 
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify(MAMBA2_VERIFY_PARAMS)
 {
-    mamba2_verify_impl<false>(MAMBA2_VERIFY_ARGS);
+    mamba2_verify_impl<0>(MAMBA2_VERIFY_ARGS);
 }
 
 // mamba2_replay_verify_fold is mamba2_replay_verify for the slots that fold
 // their history early; the others return at once (mamba2_pipe_verify's).
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify_fold(MAMBA2_VERIFY_PARAMS)
 {
-    mamba2_verify_impl<true>(MAMBA2_VERIFY_ARGS);
+    mamba2_verify_impl<1>(MAMBA2_VERIFY_ARGS);
+}
+
+// mamba2_replay_fold_early folds the committed history of the slots that
+// fold early, nothing else: mamba2_group_verify then takes every slot, those
+// from their new checkpoint. (Folding and verifying in one block per head
+// took the Nano fp32 verify's folds ~xx us at B=256, T=4.)
+extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_fold_early(MAMBA2_VERIFY_PARAMS)
+{
+    mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS);
 }
 
 // mamba2_baseline is the in-place recurrence every step (DESIGN.md 1.1):
@@ -1451,10 +1465,10 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     const u8* scl;
     GR raw[GPF];
     group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
-    const int n = hist[s];
+    int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     if (n > 0 && n + 2 * cnt > R) {
-        return; // mamba2_replay_verify_fold took the slot
+        n = 0; // mamba2_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
     }
     const int ne = n + cnt;
     const int xs = min(n, (int)(dynamic_smem_bytes() / (GROWS * 4)));
