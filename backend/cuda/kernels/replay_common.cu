@@ -1268,6 +1268,59 @@ __device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gs
 // 8, nvfp4 (9 bytes a pass) 12.
 #define GPF_DEFAULT(CPL) (READ_FMT == FMT_NVFP4 ? 12 : 8 / (CPL))
 
+// row_sums_scatter reduces each of the NV vectors' partial sums acc[a]
+// over a row's LANES lanes and writes vector a's sum to out[a*stride] (a <
+// nv; put when the row exists). Where lanes_sum per vector takes
+// log2(LANES) shuffles a vector (the GDN group verify's 8 vectors: 24 a
+// pass, its shared-memory pipe's largest load after the vectors' reads),
+// this halves the vectors each level: a lane keeps half, sends its partner
+// the other half and adds what it receives, so 8 vectors over 8 lanes take
+// 4 + 2 + 1 shuffles and end one per lane. Every sum pairs the same lanes in
+// the same order as lanes_sum's xor butterfly (x_l + x_{l^4} first), and a
+// float sum of two values does not depend on their order: the results are
+// lanes_sum's bit for bit.
+template <int LANES, int NV>
+__device__ __forceinline__ void row_sums_scatter(const float (&acc)[NV], int nv, int lane, bool put, float* out,
+                                                 int stride)
+{
+    constexpr int V = NV <= 1 ? 1 : NV <= 2 ? 2 : NV <= 4 ? 4 : NV <= 8 ? 8 : NV <= 16 ? 16 : 32;
+    float v[V];
+#pragma unroll
+    for (int a = 0; a < V; a++) {
+        v[a] = a < NV ? acc[a] : 0.0f;
+    }
+    int base = 0; // this lane keeps vectors [base, base + m)
+#pragma unroll
+    for (int o = LANES / 2, m = V; o > 0; o >>= 1) {
+        if (m > 1) {
+            const bool up = (lane & o) != 0;
+            const int h = m / 2;
+#pragma unroll
+            for (int i = 0; i < V / 2; i++) {
+                if (i < h) {
+                    const float send = up ? v[i] : v[i + h];
+                    const float keep = up ? v[i + h] : v[i];
+                    v[i] = keep + __shfl_xor_sync(FULL_MASK, send, o);
+                }
+            }
+            base += up ? h : 0;
+            m = h;
+        } else {
+            v[0] += __shfl_xor_sync(FULL_MASK, v[0], o);
+        }
+    }
+    // V >= LANES: each lane holds V/LANES vectors; else LANES/V lanes hold
+    // the same one, and the first of them writes it.
+    constexpr int M = V >= LANES ? V / LANES : 1;
+    const bool writer = V >= LANES || (lane & (LANES / V - 1)) == 0;
+#pragma unroll
+    for (int i = 0; i < M; i++) {
+        if (put && writer && base + i < nv) {
+            out[(base + i) * stride] = v[i];
+        }
+    }
+}
+
 // GRaw is one thread's raw bytes of one pass: CPL 16-byte chunks (nvfp4:
 // one 8-byte word of codes and its block's scale code).
 template <typename GMAP>
@@ -1386,15 +1439,7 @@ __device__ __forceinline__ void group_dots_by(const GRaw<GMAP>& raw, int pass, i
         }
     }
 #endif
-#pragma unroll
-    for (int a = 0; a < NV; a++) {
-        if (a < nv) {
-            const float v = lanes_sum<GMAP::LANES>(acc[a]);
-            if (r < NROWS && GMAP::lane(threadIdx.x) == 0) {
-                out[a * NROWS + r] = v;
-            }
-        }
-    }
+    row_sums_scatter<GMAP::LANES, NV>(acc, nv, GMAP::lane(threadIdx.x), r < NROWS, out + r, NROWS);
 }
 
 // group_dots is group_dots_by with NV vectors in registers (this thread's

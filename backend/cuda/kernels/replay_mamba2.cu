@@ -734,8 +734,9 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify_fold(MAMBA
 
 // mamba2_replay_fold_early folds the committed history of the slots that
 // fold early, nothing else: mamba2_group_verify then takes every slot, those
-// from their new checkpoint. (Folding and verifying in one block per head
-// took the Nano fp32 verify's folds ~xx us at B=256, T=4.)
+// from their new checkpoint (read back from L2 or memory: cheaper than the
+// one-block-per-head verify after the fold; Super bf16 verify 723 -> 595 us
+// at B=256, T=4 on the H200, NOTES.md session 7).
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_fold_early(MAMBA2_VERIFY_PARAMS)
 {
     mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS);
