@@ -647,12 +647,14 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 		for _, o := range opts {
 			// v5 (and its grid bounded to three blocks), v6, v6 with one
 			// ring entry staged in shared memory, the others read from
-			// global memory, and v6 in blocks of 64 threads (REPLAYSSM_CUDA_GROUP_THREADS).
+			// global memory, and v6 in blocks of 64 and 128 threads
+			// (REPLAYSSM_CUDA_GROUP_THREADS; 128 takes the GDN group
+			// verify's paired passes for 2-byte states, GV_PAIR).
 			runs := []struct {
 				kernels string
 				blocks  int
 				threads int
-			}{{"v5", 0, 0}, {"v5", 3, 0}, {"v6", 0, 0}, {"v6", 1, 0}, {"v6", 0, 64}}
+			}{{"v5", 0, 0}, {"v5", 3, 0}, {"v6", 0, 0}, {"v6", 1, 0}, {"v6", 0, 64}, {"v6", 0, 128}}
 			for _, r := range runs {
 				name := l.name + "/" + o.name + "/" + r.kernels
 				switch {

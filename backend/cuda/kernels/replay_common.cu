@@ -1442,6 +1442,57 @@ __device__ __forceinline__ void group_dots_by(const GRaw<GMAP>& raw, int pass, i
     row_sums_scatter<GMAP::LANES, NV>(acc, nv, GMAP::lane(threadIdx.x), r < NROWS, out + r, NROWS);
 }
 
+// group_dots_smem_pair is group_dots_smem for the rows of passes pass and
+// pass+1 (raw0, raw1) at once: each vector chunk is read from shared memory
+// once for both rows, which halves the vectors' reads, the GDN group
+// verify's largest shared-memory load. Each row's sums keep group_dots_by's
+// order. Element formats only (not nvfp4, not GROUP_NODOTS); rows past the
+// end (pass+1 may be) are not written.
+#if READ_FMT != FMT_NVFP4
+template <typename GMAP, int NROWS, int RPM, int NV>
+__device__ __forceinline__ void group_dots_smem_pair(const GRaw<GMAP>& raw0, const GRaw<GMAP>& raw1, int pass,
+                                                     const float* vs, int nv, const float* gs, float* out)
+{
+    typedef StateIO<MAT_FMT> IO;
+    const int r0 = GMAP::row(pass, threadIdx.x), r1 = GMAP::row(pass + 1, threadIdx.x);
+    const float sc0 = IO::SCALED ? gs[min(r0, NROWS - 1) / RPM] : 1.0f;
+    const float sc1 = IO::SCALED ? gs[min(r1, NROWS - 1) / RPM] : 1.0f;
+    float acc0[NV], acc1[NV];
+#pragma unroll
+    for (int a = 0; a < NV; a++) {
+        acc0[a] = 0.0f;
+        acc1[a] = 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < GMAP::CPL; c++) {
+        float v0[GVEC], v1[GVEC];
+        IO::unpack(raw0.w[c], v0, sc0);
+        IO::unpack(raw1.w[c], v1, sc1);
+#pragma unroll
+        for (int a = 0; a < NV; a++) {
+            if (a < nv) {
+#pragma unroll
+                for (int q = 0; q < GVEC / 4; q++) {
+                    const int e = GMAP::col(c, threadIdx.x) + 4 * q;
+                    const float4 w =
+                        *reinterpret_cast<const float4*>(vs + a * (COLS + (COLS >> 5) * 4) + e + (e >> 5) * 4);
+                    acc0[a] = fmaf(v0[4 * q], w.x, acc0[a]);
+                    acc0[a] = fmaf(v0[4 * q + 1], w.y, acc0[a]);
+                    acc0[a] = fmaf(v0[4 * q + 2], w.z, acc0[a]);
+                    acc0[a] = fmaf(v0[4 * q + 3], w.w, acc0[a]);
+                    acc1[a] = fmaf(v1[4 * q], w.x, acc1[a]);
+                    acc1[a] = fmaf(v1[4 * q + 1], w.y, acc1[a]);
+                    acc1[a] = fmaf(v1[4 * q + 2], w.z, acc1[a]);
+                    acc1[a] = fmaf(v1[4 * q + 3], w.w, acc1[a]);
+                }
+            }
+        }
+    }
+    row_sums_scatter<GMAP::LANES, NV>(acc0, nv, GMAP::lane(threadIdx.x), r0 < NROWS, out + r0, NROWS);
+    row_sums_scatter<GMAP::LANES, NV>(acc1, nv, GMAP::lane(threadIdx.x), r1 < NROWS, out + r1, NROWS);
+}
+#endif
+
 // group_dots is group_dots_by with NV vectors in registers (this thread's
 // columns in vr[a], group_vec).
 template <typename GMAP, int NROWS, int RPM, int NV>

@@ -1287,6 +1287,17 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 #if TMAX > 1
 #define GV2 (2 * TMAX)
 #define GVP (DK + (DK >> 5) * 4) // a padded vector (group_dots_smem)
+// GV_PAIR: the stream takes two passes at a time (group_dots_smem_pair)
+// for 2-byte states read directly, whose stream is bound by the
+// shared-memory reads of the vectors and whose registers (about 100 of
+// the 128 that 8 blocks of 64 threads allow) leave room for a second
+// pass's sums; fp32 states are at 128 already. It needs an even GPF. On
+// the H200 (B=256, T=4, bf16) it took the 122B verify (128 threads) from
+// 917 to 838 us and the 4B one (64 threads, items of 256 rows) from 516
+// to 541: on from 128 threads. -DGV_PAIR=0 or 1 decides it.
+#ifndef GV_PAIR
+#define GV_PAIR (READ_FMT == FMT_F32 && FMT_SIZE(STATE_FMT) == 2 && !GROUP_NODOTS && GNT >= 128)
+#endif
 __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, int b)
 {
     // k_d, q_d of the drafts, then the ring's keys; once the gram dots are
@@ -1389,12 +1400,28 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
             *reinterpret_cast<const float4*>(sVec + a * DK + e);
     }
     __syncthreads();
-    // The stream: S0^T k_d and S0^T q_d for the VPK*DV rows.
+    // The stream: S0^T k_d and S0^T q_d for the VPK*DV rows; with GV_PAIR
+    // two passes at a time, each vector chunk read once for both.
 #pragma unroll 1
     for (int base = 0; base < ((GV_SKIP & 1) ? 0 : GM::PASSES); base += GPF) {
 #pragma unroll
         for (int p = 0; p < GPF; p++) {
             const int pass = base + p;
+#if GV_PAIR
+            if (GPF % 2 == 0) {
+                const int p1 = min(p + 1, GPF - 1);
+                if (p % 2 == 0 && pass < GM::PASSES) {
+                    group_dots_smem_pair<GM, GROWS, DV, GV2>(raw[p], raw[p1], pass, sRingK, 2 * cnt, sGs, sProj);
+                    if (pass + GPF < GM::PASSES) {
+                        group_load<GM, GROWS>(mat, scl, pass + GPF, raw[p]);
+                    }
+                    if (pass + 1 + GPF < GM::PASSES) {
+                        group_load<GM, GROWS>(mat, scl, pass + 1 + GPF, raw[p1]);
+                    }
+                }
+                continue;
+            }
+#endif
             if (pass < GM::PASSES) {
                 group_dots_smem<GM, GROWS, DV, GV2>(raw[p], pass, sRingK, 2 * cnt, sGs, sLut, sProj);
                 if (pass + GPF < GM::PASSES) {
