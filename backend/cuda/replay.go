@@ -39,6 +39,7 @@ type tuning struct {
 	v4         bool     // REPLAYSSM_CUDA_KERNELS=v4: the v4 kernels, no pipeline
 	v5         bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined Mamba-2 step, not the group step (v6)
 	groupNT    int      // REPLAYSSM_CUDA_GROUP_THREADS: the group kernels' block size (0: groupBlockSize)
+	foldItems  bool     // REPLAYSSM_CUDA_FOLD_ITEMS=1: the verify's early folds on a resident grid (not yet run on a GPU)
 	pipeGroups int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
@@ -53,6 +54,7 @@ func envTuning(getenv func(string) string) tuning {
 	tn := tuning{
 		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
 		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
+		foldItems:  getenv("REPLAYSSM_CUDA_FOLD_ITEMS") == "1",
 		smallBatch: defaultSmallBatch,
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
@@ -117,6 +119,7 @@ type groupStep struct {
 	verifyBlocks int
 	verifySmem   int
 	verifyFold   *Function
+	foldBlocks   int // > 0: verifyFold is *_replay_fold_items, on this grid
 	// minItems is the fewest items (groups × batch rows) the group verify
 	// takes: below it, at a few slots, the v5 or v4
 	// kernels spread the heads over more blocks (batch 1, Nano: 8 items, the
@@ -195,9 +198,11 @@ func useGroup(p pipeline, g groupStep, defines []string) (pipeline, groupStep, [
 }
 
 // bindGroup looks up the group step name (and, when verify is not empty,
-// the group verify and the early-fold verify fold), allows their dynamic
-// shared memory and sizes their grids from their occupancy.
-func (c *replayCommon) bindGroup(name, verify, fold string, boundBlocks int) error {
+// the group verify and the kernel of its early folds: kind +
+// "_replay_fold_early", or "_replay_fold_items" on a resident grid with
+// foldItems), allows their dynamic shared memory and sizes their grids from
+// their occupancy.
+func (c *replayCommon) bindGroup(name, verify string, foldItems bool, boundBlocks int) error {
 	if !c.group.on {
 		return nil
 	}
@@ -230,8 +235,22 @@ func (c *replayCommon) bindGroup(name, verify, fold string, boundBlocks int) err
 	if c.group.verify, c.group.verifyBlocks, err = bind(verify, c.group.verifySmem); err != nil {
 		return err
 	}
-	c.group.verifyFold, err = c.mod.Function(fold)
-	return err
+	if !foldItems {
+		c.group.verifyFold, err = c.mod.Function(c.kind + "_replay_fold_early")
+		return err
+	}
+	if c.group.verifyFold, err = c.mod.Function(c.kind + "_replay_fold_items"); err != nil {
+		return err
+	}
+	r, err := c.group.verifyFold.Resources()
+	if err != nil {
+		return err
+	}
+	c.group.foldBlocks = c.d.Multiprocessors() * blocksPerSM(c.d, r, c.threads, 0)
+	if boundBlocks > 0 {
+		c.group.foldBlocks = min(c.group.foldBlocks, boundBlocks)
+	}
+	return nil
 }
 
 // replayRingMax bounds window + max drafts: the ring's per-entry tables live
@@ -459,10 +478,20 @@ func (c *replayCommon) groupVerify(batch int) bool {
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
 	if g := &c.group; c.groupVerify(batch) {
-		if err := c.d.Launch(g.verifyFold, grid, block, 0, s, a); err != nil {
-			return err
+		// The group verify takes the arguments and the batch; so does the
+		// resident-grid fold, the one-block-per-item fold the arguments.
+		if g.foldBlocks == 0 {
+			if err := c.d.Launch(g.verifyFold, grid, block, 0, s, a); err != nil {
+				return err
+			}
 		}
 		a.I32(int32(batch))
+		if g.foldBlocks > 0 {
+			fold := [3]uint32{uint32(min(c.heads*batch, g.foldBlocks)), 1, 1}
+			if err := c.d.Launch(g.verifyFold, fold, block, 0, s, a); err != nil {
+				return err
+			}
+		}
 		blocks := min(g.groups*batch, g.verifyBlocks)
 		if err := c.d.Launch(g.verify, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(g.threads), 1, 1}, uint32(g.verifySmem), s, a); err != nil {
 			return err

@@ -118,7 +118,7 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if c.group.verifyOn {
 		verify = "gdn_group_verify"
 	}
-	if err := c.bindGroup(step, verify, "gdn_replay_fold_early", tn.pipeBlocks); err != nil {
+	if err := c.bindGroup(step, verify, tn.foldItems, tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
 	if tn.groupAll {

@@ -138,7 +138,7 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if c.group.verifyOn {
 		verify = "mamba2_group_verify"
 	}
-	if err := c.bindGroup(step, verify, "mamba2_replay_fold_early", tn.pipeBlocks); err != nil {
+	if err := c.bindGroup(step, verify, tn.foldItems, tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
 	if tn.groupAll {

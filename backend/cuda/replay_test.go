@@ -662,8 +662,10 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 					name += fmt.Sprintf("/threads=%d", r.threads)
 				case r.kernels == "v6" && r.blocks != 0:
 					// One ring entry in shared memory, the others read from
-					// global memory; two blocks take every item in turn.
-					name += fmt.Sprintf("/xstaged=%d/blocks=2", r.blocks)
+					// global memory; two blocks take every item in turn, and
+					// the verify's early folds run on two blocks too
+					// (REPLAYSSM_CUDA_FOLD_ITEMS).
+					name += fmt.Sprintf("/xstaged=%d/blocks=2/fold_items", r.blocks)
 				case r.blocks != 0:
 					// Three blocks stream every item: each passes many items
 					// through its stages, using every mbarrier phase.
@@ -729,7 +731,8 @@ func comparePairs(t *testing.T, d *Device, a, b pairVariant) {
 // pipelineMatchesV4 drives a cache of one layer and options on the
 // kernels named ("v5": REPLAYSSM_CUDA_KERNELS=v5, blocks bounds the
 // pipelined grid; "v6": the default, blocks bounds the ring entries the
-// group step stages and its grid is two blocks) and a v4 cache through the same 40 random rounds and
+// group step stages, and then its grid and the resident early-fold grid
+// are two blocks) and a v4 cache through the same 40 random rounds and
 // compares their outputs bit for bit.
 func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks, threads int) {
 	tn := envTuning(os.Getenv)
@@ -738,7 +741,7 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 	if kernels == "v5" {
 		tn.pipeBlocks = blocks
 	} else if blocks != 0 {
-		tn.groupX, tn.pipeBlocks = blocks, 2
+		tn.groupX, tn.pipeBlocks, tn.foldItems = blocks, 2, true
 	}
 	v5, err := l.buildWith(d, opt, pairSlots, tn)
 	if err != nil {

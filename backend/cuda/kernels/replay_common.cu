@@ -1677,17 +1677,19 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
     move_cursors(hist, pending, done, slots, batch, L);
 }
 
-// flush_items calls flush(head, b) for every item i = blockIdx.x +
-// k*gridDim.x (head i % heads of batch row i / heads) whose slot's window
-// fills at this step (hist + 1 >= L). The flush kernel runs on a grid of
+// work_items calls work(head, b) for every item i = blockIdx.x +
+// k*gridDim.x (head i % heads of batch row i / heads) for which need(b),
+// and flush_items for those whose slot's window fills at this step (hist +
+// 1 >= L). The flush kernel runs on a grid of
 // the blocks the GPU holds at once: its threads read NT items' cursors in
 // one round trip, list the flushing items in shared memory, and the block
 // flushes them in turn. Launched as one block per (head, batch row), as it
 // was, it paid a block launch and two dependent loads for every item of
 // every step, flushing or not (NOTES.md, session 5). (Asking for the next
-// item's checkpoint in L2 while one flushes lost 1-10%: session 6.)
-template <typename F>
-__device__ __forceinline__ void flush_items(const int* slots, const int* hist, int batch, int heads, int L, F flush)
+// item's checkpoint in L2 while one flushes lost 1-10%: session 6.) Any
+// grid gives the same work; one block per item is the old launch.
+template <typename P, typename F>
+__device__ __forceinline__ void work_items(int batch, int heads, P need, F work)
 {
     __shared__ int list[NT];
     __shared__ int count;
@@ -1698,17 +1700,23 @@ __device__ __forceinline__ void flush_items(const int* slots, const int* hist, i
         }
         __syncthreads();
         const int i = base + (int)threadIdx.x * gridDim.x;
-        if (i < items && hist[slots[i / heads]] + 1 >= L) {
+        if (i < items && need(i / heads)) {
             list[atomicAdd(&count, 1)] = i;
         }
         __syncthreads();
         const int c = count;
         for (int k = 0; k < c; k++) {
-            flush(list[k] % heads, list[k] / heads);
+            work(list[k] % heads, list[k] / heads);
             __syncthreads(); // its shared tables are read before the next one's
         }
         __syncthreads(); // count and list are read before the next chunk's
     }
+}
+
+template <typename F>
+__device__ __forceinline__ void flush_items(const int* slots, const int* hist, int batch, int heads, int L, F flush)
+{
+    work_items(batch, heads, [&](int b) { return hist[slots[b]] + 1 >= L; }, flush);
 }
 
 // step_count and step_finish split step_done for the one-kernel small-batch

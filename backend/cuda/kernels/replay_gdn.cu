@@ -553,10 +553,10 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_
 #define GV_SKIP 0
 #endif
 template <bool FOLD_ONLY>
-__device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS)
+__device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
 {
     __shared__ __align__(16) GDNShared sh;
-    const int j = blockIdx.x, b = blockIdx.y, kh = j / VPK;
+    const int kh = j / VPK;
     const int tid = threadIdx.x, warp = tid >> 5;
     const int s = slots[b];
     int n = hist[s];
@@ -680,7 +680,7 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS)
 
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify(GDN_VERIFY_PARAMS)
 {
-    gdn_verify_impl<false>(GDN_VERIFY_ARGS);
+    gdn_verify_impl<false>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
 
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_fold_early(GDN_VERIFY_PARAMS)
@@ -688,7 +688,33 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_fold_early(GDN_VERIF
     if (GV_SKIP & 4) {
         return;
     }
-    gdn_verify_impl<true>(GDN_VERIFY_ARGS);
+    gdn_verify_impl<true>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
+}
+
+// gdn_replay_fold_items is gdn_replay_fold_early on a grid of the blocks
+// the GPU holds at once (REPLAYSSM_CUDA_FOLD_ITEMS=1, an experiment written
+// in session 7 after the device time was spent, not yet run on a GPU):
+// each block reads NT items' cursors at once and folds the ones that fold
+// early in turn (work_items, the flush kernel's scheme), where
+// gdn_replay_fold_early is one block per (value head, batch row), four in
+// five of them returning at once in a verify of 4 drafts.
+__device__ __noinline__ void gdn_fold_early_item(GDN_VERIFY_PARAMS, int j, int b)
+{
+    gdn_verify_impl<true>(GDN_VERIFY_ARGS, j, b);
+}
+
+extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_items(GDN_VERIFY_PARAMS, int batch)
+{
+    if (GV_SKIP & 4) {
+        return;
+    }
+    work_items(
+        batch, NVH,
+        [&](int b) {
+            const int n = hist[slots[b]], cnt = counts ? counts[b] : T;
+            return n > 0 && n + 2 * cnt > R;
+        },
+        [&](int j, int b) { gdn_fold_early_item(GDN_VERIFY_ARGS, j, b); });
 }
 
 // gdn_baseline is the in-place recurrence every step (DESIGN.md 1.2):

@@ -553,7 +553,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                      const int* __restrict__ counts, int T,
                      const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
                      const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
-                     const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int R)
+                     const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int R, int h, int b)
 {
     __shared__ __align__(16) float sCk[TMAX * N];
     __shared__ __align__(16) float sB[RMAX * N];
@@ -567,7 +567,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     __shared__ float sLut[16];
     __shared__ float sScratch[NWARPS];
 
-    const int h = blockIdx.x, b = blockIdx.y, g = h / HPG;
+    const int g = h / HPG;
     const int tid = threadIdx.x;
     const int s = slots[b];
     int n = hist[s];
@@ -722,14 +722,14 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
 
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify(MAMBA2_VERIFY_PARAMS)
 {
-    mamba2_verify_impl<0>(MAMBA2_VERIFY_ARGS);
+    mamba2_verify_impl<0>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
 
 // mamba2_replay_verify_fold is mamba2_replay_verify for the slots that fold
 // their history early; the others return at once (mamba2_pipe_verify's).
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify_fold(MAMBA2_VERIFY_PARAMS)
 {
-    mamba2_verify_impl<1>(MAMBA2_VERIFY_ARGS);
+    mamba2_verify_impl<1>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
 
 // mamba2_replay_fold_early folds the committed history of the slots that
@@ -739,7 +739,27 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify_fold(MAMBA
 // at B=256, T=4 on the H200, NOTES.md session 7).
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_fold_early(MAMBA2_VERIFY_PARAMS)
 {
-    mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS);
+    mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
+}
+
+// mamba2_replay_fold_items is mamba2_replay_fold_early on a grid of the
+// blocks the GPU holds at once (REPLAYSSM_CUDA_FOLD_ITEMS=1, an experiment
+// written in session 7 after the device time was spent, not yet run on a
+// GPU): work_items, the flush kernel's scheme, over the items that fold.
+__device__ __noinline__ void mamba2_fold_early_item(MAMBA2_VERIFY_PARAMS, int h, int b)
+{
+    mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS, h, b);
+}
+
+extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_fold_items(MAMBA2_VERIFY_PARAMS, int batch)
+{
+    work_items(
+        batch, NHEADS,
+        [&](int b) {
+            const int n = hist[slots[b]], cnt = counts ? counts[b] : T;
+            return n > 0 && n + 2 * cnt > R;
+        },
+        [&](int h, int b) { mamba2_fold_early_item(MAMBA2_VERIFY_ARGS, h, b); });
 }
 
 // mamba2_baseline is the in-place recurrence every step (DESIGN.md 1.1):
