@@ -1080,7 +1080,6 @@ func TestReplayKernelResources(t *testing.T) {
 				t.Parallel()
 				opt.MaxDraft = 4 // the group verify too
 				var c *replayCommon
-				var group *Function
 				if sh.Layer == "mamba2" {
 					H := sh.Mamba2.Heads
 					prm := replay.Mamba2Params{ALog: make([]float32, H), DtBias: make([]float32, H), D: make([]float32, H)}
@@ -1089,10 +1088,7 @@ func TestReplayKernelResources(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer func() { must(t, m.Close()) }()
-					c, group = &m.replayCommon, m.group.fn
-					if group == nil {
-						t.Errorf("no group step: %s", m.group.why)
-					}
+					c = &m.replayCommon
 				} else {
 					H := sh.GDN.ValueHeads
 					prm := replay.GDNParams{ALog: make([]float32, H), DtBias: make([]float32, H)}
@@ -1101,13 +1097,13 @@ func TestReplayKernelResources(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer func() { must(t, g.Close()) }()
-					c, group = &g.replayCommon, g.group.fn
-					if group == nil {
-						t.Errorf("no group step: %s", g.group.why)
-					}
+					c = &g.replayCommon
+				}
+				if c.group.fn == nil {
+					t.Errorf("no group step: %s", c.group.why)
 				}
 				fns := []fn{{"flush", c.flush}, {"nonflush", c.nonflush}, {"step_small", c.stepSmall}, {"pipe_step", c.pipe.step},
-					{"group_step", group}, {"group_verify", c.group.verify}}
+					{"group_step", c.group.fn}, {"group_verify", c.group.verify}, {"fold_early", c.group.verifyFold}}
 				for _, f := range fns {
 					if f.f == nil {
 						continue

@@ -39,6 +39,14 @@ typedef unsigned long long u64;
 #define RMAXP ((RMAX + 3) & ~3)
 #define NWARPS (NT / 32)
 
+// FOLDS_EARLY is the verify's rule (DESIGN.md 2.3): a slot whose committed
+// history n plus 2*cnt drafts would overflow the ring of r entries folds
+// its history into the checkpoint first. Every verify kernel and the cursor
+// kernel take it from here, so they agree on which slots fold. (A macro: as
+// an inline function it moved NVVM's inlining and scheduling in every
+// module, which no device run has measured.)
+#define FOLDS_EARLY(n, cnt, r) ((n) > 0 && (n) + 2 * (cnt) > (r))
+
 // ---- bf16 ----
 
 __device__ __forceinline__ float bf16_lo(u32 w) { return __uint_as_float(w << 16); }
@@ -747,6 +755,18 @@ __device__ __forceinline__ void store_state_rounded(float (&v)[SM::PASSES][SM::C
 }
 
 // ---- row dot products from the read copy or the state ----
+
+// fma4 adds v[0..4) . w to acc, one fused multiply-add after another in
+// element order: the order every row dot keeps (the kernels are
+// bit-identical to each other through it).
+__device__ __forceinline__ float fma4(const float* v, float4 w, float acc)
+{
+    acc = fmaf(v[0], w.x, acc);
+    acc = fmaf(v[1], w.y, acc);
+    acc = fmaf(v[2], w.z, acc);
+    return fmaf(v[3], w.w, acc);
+}
+
 //
 // The row-dot kernels below (dots_nvfp4, dots_state, smem_row_dots) share
 // these per-chunk steps, so the global and shared-memory reads keep one
@@ -776,10 +796,7 @@ __device__ __forceinline__ void acc_nvfp4_chunk(const float (&x)[16], float d, c
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 const float4 c4 = vp[q];
-                part = fmaf(x[4 * q], c4.x, part);
-                part = fmaf(x[4 * q + 1], c4.y, part);
-                part = fmaf(x[4 * q + 2], c4.z, part);
-                part = fmaf(x[4 * q + 3], c4.w, part);
+                part = fma4(x + 4 * q, c4, part);
             }
             acc[a] = fmaf(part, d, acc[a]);
         }
@@ -798,10 +815,7 @@ __device__ __forceinline__ void acc_chunk(const float (&x)[VEC], const float* ve
 #pragma unroll
             for (int q = 0; q < VEC / 4; q++) {
                 const float4 c4 = vp[q];
-                acc[a] = fmaf(x[4 * q], c4.x, acc[a]);
-                acc[a] = fmaf(x[4 * q + 1], c4.y, acc[a]);
-                acc[a] = fmaf(x[4 * q + 2], c4.z, acc[a]);
-                acc[a] = fmaf(x[4 * q + 3], c4.w, acc[a]);
+                acc[a] = fma4(x + 4 * q, c4, acc[a]);
             }
         }
     }
@@ -1409,10 +1423,7 @@ __device__ __forceinline__ void group_dots_by(const GRaw<GMAP>& raw, int pass, i
 #pragma unroll
             for (int q = 0; q < 4; q++) {
                 const float4 w = vq(a, 0, q);
-                part = fmaf(x[4 * q], w.x, part);
-                part = fmaf(x[4 * q + 1], w.y, part);
-                part = fmaf(x[4 * q + 2], w.z, part);
-                part = fmaf(x[4 * q + 3], w.w, part);
+                part = fma4(x + 4 * q, w, part);
             }
             acc[a] = fmaf(part, d, acc[a]);
         }
@@ -1430,16 +1441,20 @@ __device__ __forceinline__ void group_dots_by(const GRaw<GMAP>& raw, int pass, i
 #pragma unroll
                 for (int q = 0; q < GVEC / 4; q++) {
                     const float4 w = vq(a, c, q);
-                    acc[a] = fmaf(v[4 * q], w.x, acc[a]);
-                    acc[a] = fmaf(v[4 * q + 1], w.y, acc[a]);
-                    acc[a] = fmaf(v[4 * q + 2], w.z, acc[a]);
-                    acc[a] = fmaf(v[4 * q + 3], w.w, acc[a]);
+                    acc[a] = fma4(v + 4 * q, w, acc[a]);
                 }
             }
         }
     }
 #endif
     row_sums_scatter<GMAP::LANES, NV>(acc, nv, GMAP::lane(threadIdx.x), r < NROWS, out + r, NROWS);
+}
+
+// padded_vec4 reads elements e..e+3 (e a multiple of 4) of vector a of
+// COLS floats stored padded, 4 floats after every 32 (group_dots_smem).
+__device__ __forceinline__ float4 padded_vec4(const float* vs, int a, int e)
+{
+    return *reinterpret_cast<const float4*>(vs + a * (COLS + (COLS >> 5) * 4) + e + (e >> 5) * 4);
 }
 
 // group_dots_smem_pair is group_dots_smem for the rows of passes pass and
@@ -1473,17 +1488,9 @@ __device__ __forceinline__ void group_dots_smem_pair(const GRaw<GMAP>& raw0, con
             if (a < nv) {
 #pragma unroll
                 for (int q = 0; q < GVEC / 4; q++) {
-                    const int e = GMAP::col(c, threadIdx.x) + 4 * q;
-                    const float4 w =
-                        *reinterpret_cast<const float4*>(vs + a * (COLS + (COLS >> 5) * 4) + e + (e >> 5) * 4);
-                    acc0[a] = fmaf(v0[4 * q], w.x, acc0[a]);
-                    acc0[a] = fmaf(v0[4 * q + 1], w.y, acc0[a]);
-                    acc0[a] = fmaf(v0[4 * q + 2], w.z, acc0[a]);
-                    acc0[a] = fmaf(v0[4 * q + 3], w.w, acc0[a]);
-                    acc1[a] = fmaf(v1[4 * q], w.x, acc1[a]);
-                    acc1[a] = fmaf(v1[4 * q + 1], w.y, acc1[a]);
-                    acc1[a] = fmaf(v1[4 * q + 2], w.z, acc1[a]);
-                    acc1[a] = fmaf(v1[4 * q + 3], w.w, acc1[a]);
+                    const float4 w = padded_vec4(vs, a, GMAP::col(c, threadIdx.x) + 4 * q);
+                    acc0[a] = fma4(v0 + 4 * q, w, acc0[a]);
+                    acc1[a] = fma4(v1 + 4 * q, w, acc1[a]);
                 }
             }
         }
@@ -1519,10 +1526,7 @@ __device__ __forceinline__ void group_dots_smem(const GRaw<GMAP>& raw, int pass,
 {
     group_dots_by<GMAP, NROWS, RPM, NV>(
         raw, pass, nv,
-        [&](int a, int c, int q) {
-            const int e = GMAP::col(c, threadIdx.x) + 4 * q;
-            return *reinterpret_cast<const float4*>(vs + a * (COLS + (COLS >> 5) * 4) + e + (e >> 5) * 4);
-        },
+        [&](int a, int c, int q) { return padded_vec4(vs, a, GMAP::col(c, threadIdx.x) + 4 * q); },
         gs, lut, out);
 }
 
@@ -1719,6 +1723,16 @@ __device__ __forceinline__ void flush_items(const int* slots, const int* hist, i
     work_items(batch, heads, [&](int b) { return hist[slots[b]] + 1 >= L; }, flush);
 }
 
+// fold_items calls fold(head, b) for the items whose slot folds its history
+// early in a verify of cnt = counts[b] (or T) drafts over a ring of R
+// entries (the *_replay_fold_items kernels).
+template <typename F>
+__device__ __forceinline__ void fold_items(const int* slots, const int* hist, const int* counts, int T, int R,
+                                           int batch, int heads, F fold)
+{
+    work_items(batch, heads, [&](int b) { return FOLDS_EARLY(hist[slots[b]], counts ? counts[b] : T, R); }, fold);
+}
+
 // step_count and step_finish split step_done for the one-kernel small-batch
 // step, where the counter's round trip would otherwise sit at the end of the
 // step's critical path: a block counts itself as soon as its threads have
@@ -1773,7 +1787,7 @@ extern "C" __global__ void cursor_verify(int* __restrict__ hist, int* __restrict
     const int cnt = counts ? counts[b] : T;
     if (replay) {
         const int n = hist[s];
-        if (n > 0 && n + 2 * cnt > R) {
+        if (FOLDS_EARLY(n, cnt, R)) {
             hist[s] = 0;
         }
     }

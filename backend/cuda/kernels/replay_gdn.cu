@@ -562,7 +562,7 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     const u64 mat = (u64)s * NVH + j;
-    if (FOLD_ONLY && !(n > 0 && n + 2 * cnt > R)) {
+    if (FOLD_ONLY && !FOLDS_EARLY(n, cnt, R)) {
         return; // gdn_group_verify takes it
     }
 
@@ -570,7 +570,7 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
         sh.decay[i] = ringA[rs_at(s, j, i)];
         sh.beta[i] = ringBeta[rs_at(s, j, i)];
     }
-    if (n > 0 && n + 2 * cnt > R) {
+    if (FOLDS_EARLY(n, cnt, R)) {
         for (int idx = tid; idx < n * DK; idx += NT) {
             const int i = idx / DK, e = idx % DK;
             sh.vec[idx] = ringK[(ring_at(s, i) * NKH + kh) * DK + e];
@@ -708,13 +708,7 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
     if (GV_SKIP & 4) {
         return;
     }
-    work_items(
-        batch, NVH,
-        [&](int b) {
-            const int n = hist[slots[b]], cnt = counts ? counts[b] : T;
-            return n > 0 && n + 2 * cnt > R;
-        },
-        [&](int j, int b) { gdn_fold_early_item(GDN_VERIFY_ARGS, j, b); });
+    fold_items(slots, hist, counts, T, R, batch, NVH, [&](int j, int b) { gdn_fold_early_item(GDN_VERIFY_ARGS, j, b); });
 }
 
 // gdn_baseline is the in-place recurrence every step (DESIGN.md 1.2):
@@ -1350,7 +1344,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
-    if (n > 0 && n + 2 * cnt > R) {
+    if (FOLDS_EARLY(n, cnt, R)) {
         n = 0; // gdn_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
     }
     // The ring's keys and the value heads' exp(g), beta by cp.async.

@@ -573,7 +573,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     const u64 mat = (u64)s * NHEADS + h;
-    if (PART != 0 && !(n > 0 && n + 2 * cnt > R)) {
+    if (PART != 0 && !FOLDS_EARLY(n, cnt, R)) {
         return; // mamba2_pipe_verify or mamba2_group_verify takes it
     }
 
@@ -581,7 +581,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         sDelta[j] = ringDt[rs_at(s, h, j)];
         sDecay[j] = ringA[rs_at(s, h, j)];
     }
-    if (n > 0 && n + 2 * cnt > R) {
+    if (FOLDS_EARLY(n, cnt, R)) {
         // Early flush of the committed history; drafts are never folded.
         for (int idx = tid; idx < n * N; idx += NT) {
             const int j = idx / N, i = idx % N;
@@ -753,13 +753,7 @@ __device__ __noinline__ void mamba2_fold_early_item(MAMBA2_VERIFY_PARAMS, int h,
 
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_fold_items(MAMBA2_VERIFY_PARAMS, int batch)
 {
-    work_items(
-        batch, NHEADS,
-        [&](int b) {
-            const int n = hist[slots[b]], cnt = counts ? counts[b] : T;
-            return n > 0 && n + 2 * cnt > R;
-        },
-        [&](int h, int b) { mamba2_fold_early_item(MAMBA2_VERIFY_ARGS, h, b); });
+    fold_items(slots, hist, counts, T, R, batch, NHEADS, [&](int h, int b) { mamba2_fold_early_item(MAMBA2_VERIFY_ARGS, h, b); });
 }
 
 // mamba2_baseline is the in-place recurrence every step (DESIGN.md 1.1):
@@ -1033,7 +1027,7 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
 #elif READ_FMT == FMT_F32 && STATE_FMT == FMT_E4M3
                 gs = state_scale(state, (u64)s * NHEADS + h);
 #endif
-                skip = VERIFY ? (n > 0 && n + 2 * cnt > L) : (n + 1 >= L);
+                skip = VERIFY ? FOLDS_EARLY(n, cnt, L) : (n + 1 >= L);
 #pragma unroll
                 for (int k = 0; k < TMAX; k++) {
                     nd[k] = na[k] = 0.0f;
@@ -1488,7 +1482,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
-    if (n > 0 && n + 2 * cnt > R) {
+    if (FOLDS_EARLY(n, cnt, R)) {
         n = 0; // mamba2_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
     }
     const int ne = n + cnt;
