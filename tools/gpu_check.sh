@@ -16,6 +16,7 @@
 #                                   # -DGV_SKIP=4/5/7 the GDN verify's parts,
 #                                   # _FOLD_ITEMS=1 the early folds' grid)
 #                                   # against the defaults, text tables
+#   source tools/gpu_check.sh functions  # define tests, bench and experiment only
 #
 # Results go to $OUT (the device tool's folder) or /tmp/gpu_check: a summary
 # on stdout, the logs and the --json rows in files (tools/perf_table.py turns
@@ -70,6 +71,7 @@ all)
 	bench 256 b256.jsonl
 	bench 1 b1.jsonl
 	;;
+functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \
 		REPLAYSSM_CUDA_GROUP_THREADS=128 REPLAYSSM_CUDA_GROUP_THREADS=256

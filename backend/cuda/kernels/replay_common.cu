@@ -39,6 +39,25 @@ typedef unsigned long long u64;
 #define RMAXP ((RMAX + 3) & ~3)
 #define NWARPS (NT / 32)
 
+// ring_at is ring entry e of slot s: the ring's rows are [slot][RMAX][...].
+__device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e; }
+
+// gather_rows loads this thread's elements of the first n ring entries' rows
+// of `width` floats (element idx = tid + it*NT: entry idx / width, column
+// idx % width; entry e's row at base + ring_at(s, e) * stride), every load
+// in flight at once; zeros past n rows. A loop that stores each element
+// where it goes as it loads it waits a round trip per element.
+template <int IT>
+__device__ __forceinline__ void gather_rows(float (&v)[IT], const float* __restrict__ base, u64 stride, int width,
+                                            int s, int n)
+{
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = threadIdx.x + it * NT;
+        v[it] = idx < width * n ? base[ring_at(s, idx / width) * stride + idx % width] : 0.0f;
+    }
+}
+
 // FOLDS_EARLY is the verify's rule (DESIGN.md 2.3): a slot whose committed
 // history n plus 2*cnt drafts would overflow the ring of r entries folds
 // its history into the checkpoint first. Every verify kernel and the cursor
@@ -513,6 +532,14 @@ __device__ __forceinline__ void next_pass(const typename IO::T* m, int pass, flo
         load_pass<IO, MAP>(m, pass + 1, en);
     }
 }
+
+// GV_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=n; the
+// outputs are then wrong): bits 1, 2, 4 skip the group verify's stream, its
+// epilogue (GDN: u', o; Mamba-2: y) and the early folds, so a verify's time
+// splits by part (both layers).
+#ifndef GV_SKIP
+#define GV_SKIP 0
+#endif
 
 // Bytes of one ROWS x COLS matrix in an element format (not nvfp4).
 #define FMT_SIZE(f) ((f) == FMT_F32 ? 4 : (f) == FMT_E4M3 ? 1 : 2)

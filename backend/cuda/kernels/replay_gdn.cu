@@ -18,8 +18,6 @@ typedef StateIO<STATE_FMT> SIO;
 typedef SIO::T ST;
 typedef Map<SIO::VEC, COLS, ROWS> SM;
 
-__device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e; }
-
 // rs_at indexes the ring's per-head scalars (exp(g), beta), laid out
 // [slot][value head][RMAXP] so one head's entries are contiguous.
 __device__ __forceinline__ u64 rs_at(int s, int j, int e) { return ((u64)s * NVH + j) * RMAXP + e; }
@@ -546,12 +544,6 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_
 #define GDN_VERIFY_ARGS                                                                                            \
     state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, counts, T, q, k, v, a, bb, \
         o, negA, dtb, qscale, R
-// GV_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=n; the
-// outputs are then wrong): bits 1, 2, 4 skip the group verify's stream, its
-// epilogue (u', o) and the early folds, so a verify's time splits by part.
-#ifndef GV_SKIP
-#define GV_SKIP 0
-#endif
 template <bool FOLD_ONLY>
 __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
 {
@@ -571,9 +563,16 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
         sh.beta[i] = ringBeta[rs_at(s, j, i)];
     }
     if (FOLDS_EARLY(n, cnt, R)) {
-        for (int idx = tid; idx < n * DK; idx += NT) {
-            const int i = idx / DK, e = idx % DK;
-            sh.vec[idx] = ringK[(ring_at(s, i) * NKH + kh) * DK + e];
+        // The ring's keys, every load in flight at once (gather_rows).
+        constexpr int KIT = (RMAX * DK + NT - 1) / NT;
+        float kv[KIT];
+        gather_rows<KIT>(kv, ringK + (u64)kh * DK, NKH * DK, DK, s, n);
+#pragma unroll
+        for (int it = 0; it < KIT; it++) {
+            const int idx = tid + it * NT;
+            if (idx < n * DK) {
+                sh.vec[idx] = kv[it];
+            }
         }
         __syncthreads();
         gdn_fold(sh, state, rcodes, rscales, rglobal, mat, n, -1, ringV, s, j, n, nullptr, nullptr);
@@ -587,9 +586,17 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     // The committed ring keys to vec rows 2cnt.. (n + 2cnt <= R after any
     // early fold, so they fit), then the drafts' k and q normalised:
     // vec[d] = k_d, vec[cnt+d] = q_d.
-    for (int idx = tid; idx < n * DK; idx += NT) {
-        const int i = idx / DK, e = idx % DK;
-        sh.vec[(2 * cnt + i) * DK + e] = ringK[(ring_at(s, i) * NKH + kh) * DK + e];
+    {
+        constexpr int KIT = (RMAX * DK + NT - 1) / NT;
+        float kv[KIT];
+        gather_rows<KIT>(kv, ringK + (u64)kh * DK, NKH * DK, DK, s, n);
+#pragma unroll
+        for (int it = 0; it < KIT; it++) {
+            const int idx = tid + it * NT;
+            if (idx < n * DK) {
+                sh.vec[2 * cnt * DK + idx] = kv[it];
+            }
+        }
     }
     for (int w = warp; w < 2 * cnt; w += NWARPS) {
         const int d = w % cnt;
@@ -1199,7 +1206,7 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
     cp_rows<GROWS>(sUr, ur + ring_at(s, 0) * (NVH * DV), NVH * DV, us, tid, GNT);
     cp_async_commit();
     // The current token: q and k normalised (one warp each, as gdn_step),
-    // the value heads' exp(g) and beta, v appended to the ring.
+    // the value heads' exp(g) and beta (v goes to the ring with u_t, below).
     if (warp == 0) {
         l2norm_warp(sVec, k + ((u64)b * NKH + kh) * DK, 1.0f);
     }
@@ -1215,10 +1222,6 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
         ringA[rs_at(s, j, n)] = eg;
         ringBeta[rs_at(s, j, n)] = beta;
         sGs[tid] = group_scale<VPK>(state, rglobal, m0, tid);
-    }
-    const float* vt = v + ((u64)b * NVH + j0) * DV;
-    for (int o1 = tid; o1 < GROWS; o1 += GNT) {
-        ringV[(ring_at(s, n) * NVH + j0) * DV + o1] = vt[o1];
     }
 #if READ_FMT == FMT_NVFP4
     init_e2m1_lut(sLut);
@@ -1263,12 +1266,28 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
     cp_async_wait_all();
     __syncthreads();
     // u_t and o (gdn_step's order), the u rows from shared memory where
-    // staged.
-    for (int o1 = tid; o1 < GROWS; o1 += GNT) {
+    // staged. The token's v rows, asked for at once, also go to the ring
+    // here (a loop of load-then-store before the stream waited a round trip
+    // per row it took).
+    constexpr int OUTS = (GROWS + GNT - 1) / GNT;
+    const float* vt = v + ((u64)b * NVH + j0) * DV;
+    float vv[OUTS];
+#pragma unroll
+    for (int u = 0; u < OUTS; u++) {
+        const int o1 = tid + u * GNT;
+        vv[u] = o1 < GROWS ? vt[o1] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < OUTS; u++) {
+        const int o1 = tid + u * GNT;
+        if (o1 >= GROWS) {
+            continue;
+        }
+        ringV[(ring_at(s, n) * NVH + j0) * DV + o1] = vv[u];
         const int jj = o1 / DV;
         const float gam = sGam[jj], beta = sBeta[jj * GR1 + n];
         const float* ws = sWs + jj * GR1;
-        float ut = vt[o1] - gam * sProj[o1];
+        float ut = vv[u] - gam * sProj[o1];
         float ov = gam * sProj[GROWS + o1];
         for (int i = 0; i < n; i++) {
             const float ui = i < us ? sUr[i * GROWS + o1] : ur[ring_at(s, i) * (NVH * DV) + o1];
@@ -1353,7 +1372,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     cp_table(sBeta, GR1, ringBeta + rs_at(s, j0, 0), RMAXP, VPK, n, tid, GNT);
     cp_async_commit();
     // The drafts: k and q normalised (one warp each), exp(g) and beta per
-    // value head, v appended to the ring.
+    // value head (v goes to the ring with u' and o, below).
     for (int w = warp; w < 2 * cnt; w += GNT / 32) {
         const int d = w % cnt;
         if (w < cnt) {
@@ -1370,10 +1389,6 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
         sBeta[jj * GR1 + n + d] = beta;
         ringA[rs_at(s, j, n + d)] = eg;
         ringBeta[rs_at(s, j, n + d)] = beta;
-    }
-    for (int idx = tid; idx < cnt * GROWS; idx += GNT) {
-        const int d = idx / GROWS, o1 = idx % GROWS;
-        ringV[(ring_at(s, n + d) * NVH + j0) * DV + o1] = v[(((u64)b * T + d) * NVH + j0) * DV + o1];
     }
     if (tid < VPK) {
         sGs[tid] = group_scale<VPK>(state, rglobal, m0, tid);
@@ -1461,6 +1476,19 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
         for (int i = 0; i < RMAX; i++) {
             uloc[i] = i < n ? ur[ring_at(s, i) * (NVH * DV)] : 0.0f;
         }
+        // The drafts' v of this row, asked for together with the ring's u
+        // (one round trip), and appended to the ring.
+        float vd[TMAX];
+#pragma unroll
+        for (int d = 0; d < TMAX; d++) {
+            vd[d] = d < cnt ? v[(((u64)b * T + d) * NVH + j0) * DV + o1] : 0.0f;
+        }
+#pragma unroll
+        for (int d = 0; d < TMAX; d++) {
+            if (d < cnt) {
+                ringV[(ring_at(s, n + d) * NVH + j0) * DV + o1] = vd[d];
+            }
+        }
         float ud[TMAX];
 #pragma unroll
         for (int d = 0; d < TMAX; d++) {
@@ -1472,7 +1500,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
                 const float* gk = sGram + d * GR1;
                 const float* gq = sGram + (TMAX + d) * GR1;
                 const u64 row = (((u64)b * T + d) * NVH + j0) * DV + o1;
-                float ut = v[row] - gam * sProj[d * GROWS + o1];
+                float ut = vd[d] - gam * sProj[d * GROWS + o1];
                 float ov = gam * sProj[(cnt + d) * GROWS + o1];
 #pragma unroll
                 for (int i = 0; i < RMAX; i++) {

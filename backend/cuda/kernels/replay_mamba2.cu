@@ -21,8 +21,6 @@ typedef StateIO<STATE_FMT> SIO;
 typedef SIO::T ST;
 typedef Map<SIO::VEC, COLS, ROWS> SM;
 
-__device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e; }
-
 // rs_at indexes the ring's per-head scalars (delta, exp(delta*A)), laid out
 // [slot][head][RMAXP] so one head's entries are contiguous (one bulk copy).
 __device__ __forceinline__ u64 rs_at(int s, int h, int e) { return ((u64)s * NHEADS + h) * RMAXP + e; }
@@ -581,11 +579,32 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         sDelta[j] = ringDt[rs_at(s, h, j)];
         sDecay[j] = ringA[rs_at(s, h, j)];
     }
+    constexpr int XIT = (P * RMAX + NT - 1) / NT;
+    constexpr int BIT = (N * RMAX + NT - 1) / NT;
     if (FOLDS_EARLY(n, cnt, R)) {
         // Early flush of the committed history; drafts are never folded.
-        for (int idx = tid; idx < n * N; idx += NT) {
-            const int j = idx / N, i = idx % N;
-            sB[idx] = ringB[(ring_at(s, j) * NGROUPS + g) * N + i];
+        // The ring's B and x rows with every load in flight at once (a loop
+        // of load-then-store waited a round trip per element it took:
+        // 21 of them per block, most of the fold's time), x_j kept raw in
+        // sCoef until the weights are known.
+        {
+            float xv[XIT], bv[BIT];
+            gather_rows<XIT>(xv, ringX + (u64)h * P, NHEADS * P, P, s, n);
+            gather_rows<BIT>(bv, ringB + (u64)g * N, NGROUPS * N, N, s, n);
+#pragma unroll
+            for (int it = 0; it < BIT; it++) {
+                const int idx = tid + it * NT;
+                if (idx < N * n) {
+                    sB[idx] = bv[it];
+                }
+            }
+#pragma unroll
+            for (int it = 0; it < XIT; it++) {
+                const int idx = tid + it * NT;
+                if (idx < P * n) {
+                    sCoef[(idx % P) * CSTRIDE + idx / P] = xv[it];
+                }
+            }
         }
         __syncthreads();
         if (tid == 0) {
@@ -599,7 +618,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         __syncthreads();
         for (int idx = tid; idx < P * n; idx += NT) {
             const int p = idx / n, j = idx % n;
-            sCoef[p * CSTRIDE + j] = sWk[j] * ringX[(ring_at(s, j) * NHEADS + h) * P + p];
+            sCoef[p * CSTRIDE + j] = sWk[j] * sCoef[p * CSTRIDE + j];
         }
         __syncthreads();
         mamba2_fold<false>(state, rcodes, rscales, rglobal, mat, n, sEk[0], sB, sCoef, nullptr, nullptr, sScratch);
@@ -623,8 +642,6 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     }
     // Gather the committed ring entries into shared memory, every load in
     // flight at once, next to the drafts (which also enter the ring).
-    constexpr int XIT = (P * RMAX + NT - 1) / NT;
-    constexpr int BIT = (N * RMAX + NT - 1) / NT;
     {
         float xv[XIT], bv[BIT];
 #pragma unroll
@@ -739,6 +756,9 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify_fold(MAMBA
 // at B=256, T=4 on the H200, NOTES.md session 7).
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_fold_early(MAMBA2_VERIFY_PARAMS)
 {
+    if (GV_SKIP & 4) {
+        return;
+    }
     mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
 
@@ -1496,7 +1516,8 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     cp_async_commit();
     cp_rows<GROWS>(sXr, xr + ring_at(s, 0) * (NHEADS * P), NHEADS * P, xs, tid, GNT);
     cp_async_commit();
-    // The drafts appended to the ring at entries n.., their C and B kept.
+    // The drafts appended to the ring at entries n.., their C and B kept
+    // (their x rows go to the ring with y, below).
     for (int idx = tid; idx < cnt * N; idx += GNT) {
         const int k = idx / N, e = idx % N;
         const u64 row = ((u64)b * T + k) * NGROUPS + g;
@@ -1504,10 +1525,6 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         sB[(n + k) * N + e] = bv;
         ringB[(ring_at(s, n + k) * NGROUPS + g) * N + e] = bv;
         sCk[k * N + e] = C[row * N + e];
-    }
-    for (int idx = tid; idx < cnt * GROWS; idx += GNT) {
-        const int k = idx / GROWS, o = idx % GROWS;
-        ringX[(ring_at(s, n + k) * NHEADS + h0) * P + o] = x[(((u64)b * T + k) * NHEADS + h0) * P + o];
     }
     for (int idx = tid; idx < HPG * cnt; idx += GNT) {
         const int hh = idx / cnt, k = idx % cnt, h = h0 + hh;
@@ -1567,7 +1584,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         }
     }
 #pragma unroll 1
-    for (int base = 0; base < GM::PASSES; base += GPF) {
+    for (int base = 0; base < ((GV_SKIP & 1) ? 0 : GM::PASSES); base += GPF) {
 #pragma unroll
         for (int p = 0; p < GPF; p++) {
             const int pass = base + p;
@@ -1579,23 +1596,68 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
             }
         }
     }
+    // The drafts' x rows, a thread's rows for every draft, asked for at once
+    // (they go to the ring below, and into y): one round trip per item.
+    constexpr int OUTS = (GROWS + GNT - 1) / GNT;
+    const float* xd = x + ((u64)b * T * NHEADS + h0) * P; // draft k's rows at k * NHEADS * P
+    float xdk[OUTS][TMAX];
+#pragma unroll
+    for (int u = 0; u < OUTS; u++) {
+        const int o = tid + u * GNT;
+#pragma unroll
+        for (int k = 0; k < TMAX; k++) {
+            xdk[u][k] = o < GROWS && k < cnt ? xd[(u64)k * (NHEADS * P) + o] : 0.0f;
+        }
+    }
     cp_async_wait_all();
     __syncthreads();
     // y (mamba2_pipe's order): x_j from the ring (shared memory where
-    // staged) for j < n, the drafts' inputs for j >= n.
-    const float* xd = x + ((u64)b * T * NHEADS + h0) * P; // draft k's rows at k * NHEADS * P
-    for (int idx = tid; idx < cnt * GROWS; idx += GNT) {
-        const int k = idx / GROWS, o = idx % GROWS, hh = o / P;
-        const float* W = sW + (hh * TMAX + k) * RMAX;
-        const float* BC = sBC + k * RMAX;
-        float yv = sE[hh * TMAX + k] * sDot[k * GROWS + o] + D[h0 + hh] * xd[(u64)k * (NHEADS * P) + o];
-        for (int j = 0; j <= n + k; j++) {
-            const float xj = j < xs ? sXr[j * GROWS + o]
-                             : j < n ? xr[ring_at(s, j) * (NHEADS * P) + o]
-                                     : xd[(u64)(j - n) * (NHEADS * P) + o];
-            yv = fmaf(W[j] * BC[j], xj, yv);
+    // staged) for j < n, the drafts' inputs for j >= n. A thread takes its
+    // rows o for every draft, so each x_j is read once for the cnt sums
+    // (each sum still adds its terms in ascending j).
+#pragma unroll
+    for (int u = 0; u < OUTS; u++) {
+        const int o = tid + u * GNT;
+        if ((GV_SKIP & 2) || o >= GROWS) {
+            continue;
         }
-        y[(((u64)b * T + k) * NHEADS + h0) * P + o] = yv;
+        const int hh = o / P;
+        const float* W = sW + hh * TMAX * RMAX;
+        float yv[TMAX];
+#pragma unroll
+        for (int k = 0; k < TMAX; k++) {
+            if (k < cnt) {
+                yv[k] = sE[hh * TMAX + k] * sDot[k * GROWS + o] + D[h0 + hh] * xdk[u][k];
+                ringX[(ring_at(s, n + k) * NHEADS + h0) * P + o] = xdk[u][k];
+            }
+        }
+        auto term = [&](int j, float xj) {
+#pragma unroll
+            for (int k = 0; k < TMAX; k++) {
+                if (k < cnt && j <= n + k) {
+                    yv[k] = fmaf(W[k * RMAX + j] * sBC[k * RMAX + j], xj, yv[k]);
+                }
+            }
+        };
+        for (int j = 0; j < xs; j++) {
+            term(j, sXr[j * GROWS + o]);
+        }
+#pragma unroll 4
+        for (int j = xs; j < n; j++) {
+            term(j, xr[ring_at(s, j) * (NHEADS * P) + o]);
+        }
+#pragma unroll
+        for (int e = 0; e < TMAX; e++) {
+            if (e < cnt) {
+                term(n + e, xdk[u][e]);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < TMAX; k++) {
+            if (k < cnt) {
+                y[(((u64)b * T + k) * NHEADS + h0) * P + o] = yv[k];
+            }
+        }
     }
 }
 
