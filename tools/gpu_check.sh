@@ -13,8 +13,8 @@
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
-#                                   # -DGV_SKIP=4/5/7 the GDN verify's parts,
-#                                   # _FOLD_ITEMS=1 the early folds' grid)
+#                                   # -DGV_SKIP=4/5/6/7 the verify's parts,
+#                                   # _FOLD_ITEMS=0 the early folds' grid)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench and experiment only
 #
@@ -77,12 +77,12 @@ experiments)
 		REPLAYSSM_CUDA_GROUP_THREADS=128 REPLAYSSM_CUDA_GROUP_THREADS=256
 	experiment v5 all replay,verify REPLAYSSM_CUDA_KERNELS=v5
 	experiment nodots all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DGROUP_NODOTS=1
-	experiment fold_items all verify REPLAYSSM_CUDA_FOLD_ITEMS=1
-	experiment gv_parts gdn verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=5 \
-		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=7
+	experiment fold_early all verify REPLAYSSM_CUDA_FOLD_ITEMS=0
+	experiment gv_parts all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=5 \
+		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=6 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=7
 	;;
 *)
-	sed -n '2,19p' "$0"
+	sed -n '2,20p' "$0"
 	exit 2
 	;;
 esac

@@ -116,19 +116,19 @@ func TestEnvTuning(t *testing.T) {
 		env  map[string]string
 		want tuning
 	}{
-		{"unset", nil, tuning{smallBatch: defaultSmallBatch}},
+		{"unset", nil, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 		{"all set", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v4", "REPLAYSSM_CUDA_PIPE_GROUPS": "2", "REPLAYSSM_CUDA_PIPE_BLOCKS": "3",
 			"REPLAYSSM_CUDA_DEFINES": " -DA=1  -DB=0 ", "REPLAYSSM_CUDA_SMALL_BATCH": "0",
-		}, tuning{v4: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0}},
-		{"v5", map[string]string{"REPLAYSSM_CUDA_KERNELS": "v5"}, tuning{v5: true, smallBatch: defaultSmallBatch}},
-		{"group threads", map[string]string{"REPLAYSSM_CUDA_GROUP_THREADS": "128"}, tuning{groupNT: 128, smallBatch: defaultSmallBatch}},
-		{"fold items", map[string]string{"REPLAYSSM_CUDA_FOLD_ITEMS": "1"}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
+		}, tuning{v4: true, foldItems: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0}},
+		{"v5", map[string]string{"REPLAYSSM_CUDA_KERNELS": "v5"}, tuning{v5: true, foldItems: true, smallBatch: defaultSmallBatch}},
+		{"group threads", map[string]string{"REPLAYSSM_CUDA_GROUP_THREADS": "128"}, tuning{groupNT: 128, foldItems: true, smallBatch: defaultSmallBatch}},
+		{"fold early", map[string]string{"REPLAYSSM_CUDA_FOLD_ITEMS": "0"}, tuning{smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3",
-		}, tuning{smallBatch: defaultSmallBatch}},
+		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

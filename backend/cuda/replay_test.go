@@ -658,6 +658,10 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 			for _, r := range runs {
 				name := l.name + "/" + o.name + "/" + r.kernels
 				switch {
+				case r.threads == 64:
+					// The early folds one block per (head, slot)
+					// (REPLAYSSM_CUDA_FOLD_ITEMS=0), not the resident grid.
+					name += fmt.Sprintf("/threads=%d/fold_early", r.threads)
 				case r.threads != 0:
 					name += fmt.Sprintf("/threads=%d", r.threads)
 				case r.kernels == "v6" && r.blocks != 0:
@@ -732,8 +736,9 @@ func comparePairs(t *testing.T, d *Device, a, b pairVariant) {
 // kernels named ("v5": REPLAYSSM_CUDA_KERNELS=v5, blocks bounds the
 // pipelined grid; "v6": the default, blocks bounds the ring entries the
 // group step stages, and then its grid and the resident early-fold grid
-// are two blocks) and a v4 cache through the same 40 random rounds and
-// compares their outputs bit for bit.
+// are two blocks; at 64 threads the early folds take one block per (head,
+// slot)) and a v4 cache through the same 40 random rounds and compares
+// their outputs bit for bit.
 func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks, threads int) {
 	tn := envTuning(os.Getenv)
 	tn.v4, tn.v5 = false, kernels == "v5"
@@ -742,6 +747,9 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 		tn.pipeBlocks = blocks
 	} else if blocks != 0 {
 		tn.groupX, tn.pipeBlocks, tn.foldItems = blocks, 2, true
+	}
+	if kernels == "v6" && threads == 64 {
+		tn.foldItems = false // the one-block-per-item fold kernel stays covered
 	}
 	v5, err := l.buildWith(d, opt, pairSlots, tn)
 	if err != nil {

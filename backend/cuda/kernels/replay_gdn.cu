@@ -699,12 +699,12 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_fold_early(GDN_VERIF
 }
 
 // gdn_replay_fold_items is gdn_replay_fold_early on a grid of the blocks
-// the GPU holds at once (REPLAYSSM_CUDA_FOLD_ITEMS=1, an experiment written
-// in session 7 after the device time was spent, not yet run on a GPU):
-// each block reads NT items' cursors at once and folds the ones that fold
-// early in turn (work_items, the flush kernel's scheme), where
-// gdn_replay_fold_early is one block per (value head, batch row), four in
-// five of them returning at once in a verify of 4 drafts.
+// the GPU holds at once (the default since session 8, 2-5% faster verifies;
+// REPLAYSSM_CUDA_FOLD_ITEMS=0 launches gdn_replay_fold_early): each block
+// reads NT items' cursors at once and folds the ones that fold early in turn
+// (work_items, the flush kernel's scheme), where gdn_replay_fold_early is
+// one block per (value head, batch row), four in five of them returning at
+// once in a verify of 4 drafts.
 __device__ __noinline__ void gdn_fold_early_item(GDN_VERIFY_PARAMS, int j, int b)
 {
     gdn_verify_impl<true>(GDN_VERIFY_ARGS, j, b);

@@ -763,9 +763,9 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_fold_early(MAMBA2
 }
 
 // mamba2_replay_fold_items is mamba2_replay_fold_early on a grid of the
-// blocks the GPU holds at once (REPLAYSSM_CUDA_FOLD_ITEMS=1, an experiment
-// written in session 7 after the device time was spent, not yet run on a
-// GPU): work_items, the flush kernel's scheme, over the items that fold.
+// blocks the GPU holds at once (the default since session 8;
+// REPLAYSSM_CUDA_FOLD_ITEMS=0 launches mamba2_replay_fold_early):
+// work_items, the flush kernel's scheme, over the items that fold.
 __device__ __noinline__ void mamba2_fold_early_item(MAMBA2_VERIFY_PARAMS, int h, int b)
 {
     mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS, h, b);
