@@ -14,7 +14,8 @@
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
 #                                   # -DGV_SKIP=4/5/6/7 the verify's parts,
-#                                   # _FOLD_ITEMS=0 the early folds' grid)
+#                                   # _FOLD_ITEMS=0 the early folds' grid,
+#                                   # -DLOAD_FIRST=1 the drafts' loads at once)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench and experiment only
 #
@@ -78,11 +79,12 @@ experiments)
 	experiment v5 all replay,verify REPLAYSSM_CUDA_KERNELS=v5
 	experiment nodots all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DGROUP_NODOTS=1
 	experiment fold_early all verify REPLAYSSM_CUDA_FOLD_ITEMS=0
+	experiment load_first all verify REPLAYSSM_CUDA_DEFINES=-DLOAD_FIRST=1
 	experiment gv_parts all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=5 \
 		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=6 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=7
 	;;
 *)
-	sed -n '2,20p' "$0"
+	sed -n '2,21p' "$0"
 	exit 2
 	;;
 esac

@@ -59,6 +59,9 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp16+e4m3", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3}, tuning{}},
 		{"replay/e4m3", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{}},
 		{"replay/bf16/128 threads", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{groupNT: 128}}, // GDN: GV_PAIR
+		{"replay/fp32/load first", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DLOAD_FIRST=1"}}},
+		{"replay/bf16+nvfp4/load first", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DLOAD_FIRST=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's

@@ -42,6 +42,37 @@ typedef unsigned long long u64;
 // ring_at is ring entry e of slot s: the ring's rows are [slot][RMAX][...].
 __device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e; }
 
+// load_then_store moves count elements, idx = threadIdx.x + it*STRIDE for
+// it < IT: every load(idx) first, then every store(idx, value). A loop that
+// loads an element and stores it, one per iteration, waits a memory round
+// trip per iteration (the store needs its load, the next load comes after
+// the store); IT * STRIDE must cover count. LOAD_FIRST=1 (written in
+// session 8 after the device time was spent, not yet run on a GPU; the
+// default keeps the loops) uses it for the drafts' inputs in the group
+// verify (Mamba-2 B, C: 2 round trips an item), the v4 / early-fold verify
+// of both layers (x, B, C; v) and takes the v4 verify's y inputs from
+// shared memory.
+#ifndef LOAD_FIRST
+#define LOAD_FIRST 0
+#endif
+template <int IT, int STRIDE, typename Load, typename Store>
+__device__ __forceinline__ void load_then_store(int count, Load load, Store store)
+{
+    float v[IT];
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = threadIdx.x + it * STRIDE;
+        v[it] = idx < count ? load(idx) : 0.0f;
+    }
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = threadIdx.x + it * STRIDE;
+        if (idx < count) {
+            store(idx, v[it]);
+        }
+    }
+}
+
 // gather_rows loads this thread's elements of the first n ring entries' rows
 // of `width` floats (element idx = tid + it*NT: entry idx / width, column
 // idx % width; entry e's row at base + ring_at(s, e) * stride), every load

@@ -615,10 +615,16 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
         ringA[rs_at(s, j, n + d)] = eg;
         ringBeta[rs_at(s, j, n + d)] = beta;
     }
+#if LOAD_FIRST
+    load_then_store<(TMAX * DV + NT - 1) / NT, NT>(
+        cnt * DV, [&](int idx) { return v[(((u64)b * T + idx / DV) * NVH + j) * DV + idx % DV]; },
+        [&](int idx, float vv) { ringV[(ring_at(s, n + idx / DV) * NVH + j) * DV + idx % DV] = vv; });
+#else
     for (int idx = tid; idx < cnt * DV; idx += NT) {
         const int d = idx / DV, m = idx % DV;
         ringV[(ring_at(s, n + d) * NVH + j) * DV + m] = v[(((u64)b * T + d) * NVH + j) * DV + m];
     }
+#endif
 #if READ_FMT == FMT_NVFP4
     init_e2m1_lut(sh.lut);
 #endif

@@ -675,6 +675,28 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
             }
         }
     }
+#if LOAD_FIRST
+    // The drafts' x, B and C, every load in flight at once.
+    load_then_store<(TMAX * P + NT - 1) / NT, NT>(
+        cnt * P, [&](int idx) { return x[(((u64)b * T + idx / P) * NHEADS + h) * P + idx % P]; },
+        [&](int idx, float xv) {
+            const int k = idx / P, p = idx % P;
+            ringX[(ring_at(s, n + k) * NHEADS + h) * P + p] = xv;
+            sCoef[p * CSTRIDE + n + k] = xv;
+        });
+    load_then_store<(TMAX * N + NT - 1) / NT, NT>(
+        cnt * N, [&](int idx) { return B[(((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N]; },
+        [&](int idx, float bv) {
+            const int k = idx / N, i = idx % N;
+            if (h % HPG == 0) {
+                ringB[(ring_at(s, n + k) * NGROUPS + g) * N + i] = bv;
+            }
+            sB[(n + k) * N + i] = bv;
+        });
+    load_then_store<(TMAX * N + NT - 1) / NT, NT>(
+        cnt * N, [&](int idx) { return C[(((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N]; },
+        [&](int idx, float cv) { sCk[idx] = cv; });
+#else
     for (int idx = tid; idx < cnt * P; idx += NT) {
         const int k = idx / P, p = idx % P;
         const float xv = x[(((u64)b * T + k) * NHEADS + h) * P + p];
@@ -693,6 +715,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         const int k = idx / N, i = idx % N;
         sCk[idx] = C[(((u64)b * T + k) * NGROUPS + g) * N + i];
     }
+#endif
 #if READ_FMT == FMT_NVFP4
     init_e2m1_lut(sLut);
 #endif
@@ -718,8 +741,14 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     const float dh = D[h];
     for (int idx = tid; idx < cnt * P; idx += NT) {
         const int k = idx / P, p = idx % P;
+#if LOAD_FIRST
+        // sCoef[p][n+k] holds draft k's x[p] (stored above), not re-read
+        // from global memory.
+        float yv = sEk[k] * sDot[k * P + p] + dh * sCoef[p * CSTRIDE + n + k];
+#else
         const float* xk = x + (((u64)b * T + k) * NHEADS + h) * P;
         float yv = sEk[k] * sDot[k * P + p] + dh * xk[p];
+#endif
         for (int j = 0; j <= n + k; j++) {
             const float xj = sCoef[p * CSTRIDE + j];
             yv = fmaf(sWk[k * RMAX + j] * sBC[k * RMAX + j], xj, yv);
@@ -1518,6 +1547,18 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     cp_async_commit();
     // The drafts appended to the ring at entries n.., their C and B kept
     // (their x rows go to the ring with y, below).
+#if LOAD_FIRST
+    load_then_store<(TMAX * N + GNT - 1) / GNT, GNT>(
+        cnt * N, [&](int idx) { return B[(((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N]; },
+        [&](int idx, float bv) {
+            const int k = idx / N, e = idx % N;
+            sB[(n + k) * N + e] = bv;
+            ringB[(ring_at(s, n + k) * NGROUPS + g) * N + e] = bv;
+        });
+    load_then_store<(TMAX * N + GNT - 1) / GNT, GNT>(
+        cnt * N, [&](int idx) { return C[(((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N]; },
+        [&](int idx, float cv) { sCk[idx] = cv; });
+#else
     for (int idx = tid; idx < cnt * N; idx += GNT) {
         const int k = idx / N, e = idx % N;
         const u64 row = ((u64)b * T + k) * NGROUPS + g;
@@ -1526,6 +1567,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         ringB[(ring_at(s, n + k) * NGROUPS + g) * N + e] = bv;
         sCk[k * N + e] = C[row * N + e];
     }
+#endif
     for (int idx = tid; idx < HPG * cnt; idx += GNT) {
         const int hh = idx / cnt, k = idx % cnt, h = h0 + hh;
         const float delta = fmaxf((float)softplus_d((double)dt[((u64)b * T + k) * NHEADS + h] + dtb[h]), dtMin);
