@@ -17,7 +17,7 @@
 #                                   # _FOLD_ITEMS=0 the early folds' grid,
 #                                   # -DLOAD_FIRST=1 the drafts' loads at once)
 #                                   # against the defaults, text tables
-#   source tools/gpu_check.sh functions  # define tests, bench and experiment only
+#   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
 #
 # Results go to $OUT (the device tool's folder) or /tmp/gpu_check: a summary
 # on stdout, the logs and the --json rows in files (tools/perf_table.py turns
@@ -61,6 +61,27 @@ experiment() {
 	done
 	echo "experiment $name: $f"
 	grep -v '^device' "$f"
+}
+
+# profile runs ncu on one launch of the kernels matching a regex (name,
+# kernel regex, then the bench's arguments after "kernels --device cuda"),
+# with the stall reasons by source line: the modules are built with
+# -lineinfo (REPLAYSSM_CUDA_DEFINES), the report goes to $out/prof_NAME.ncu-rep
+# and its SASS-level source page (stall samples per instruction) to
+# $out/prof_NAME.txt. ncu needs --clock-control none on this lease.
+profile() {
+	local name=$1 kernel=$2
+	shift 2
+	local ncu
+	ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+	REPLAYSSM_CUDA_DEFINES="-lineinfo ${REPLAYSSM_CUDA_DEFINES:-}" "$ncu" --clock-control none \
+		--kernel-name "regex:$kernel" --launch-skip 5 --launch-count 1 --import-source yes \
+		--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy \
+		-f -o "$out/prof_$name" "$cli" bench kernels --device cuda --min-time 5ms "$@" >"$out/prof_$name.log" 2>&1
+	echo "profile $name: exit $?"
+	"$ncu" -i "$out/prof_$name.ncu-rep" --page details >"$out/prof_$name.txt" 2>&1
+	"$ncu" -i "$out/prof_$name.ncu-rep" --page source --csv --print-source sass >"$out/prof_${name}_sass.csv" 2>&1
+	grep -E "Duration|Warp Cycles Per Issued|Eligible Warps|Achieved Occupancy|Registers Per" "$out/prof_$name.txt" | head
 }
 
 case "${1:-all}" in
