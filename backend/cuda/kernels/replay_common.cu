@@ -46,7 +46,8 @@ __device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e;
 // it < IT: every load(idx) first, then every store(idx, value). A loop that
 // loads an element and stores it, one per iteration, waits a memory round
 // trip per iteration (the store needs its load, the next load comes after
-// the store); IT * STRIDE must cover count. LOAD_FIRST=1 (written in
+// the store); IT * STRIDE must cover count; load may return a float2 (two
+// arrays read at once, one round trip for both). LOAD_FIRST=1 (written in
 // session 8 after the device time was spent, not yet run on a GPU; the
 // default keeps the loops) uses it for the drafts' inputs in the group
 // verify (Mamba-2 B, C: 2 round trips an item), the v4 / early-fold verify
@@ -58,11 +59,11 @@ __device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e;
 template <int IT, int STRIDE, typename Load, typename Store>
 __device__ __forceinline__ void load_then_store(int count, Load load, Store store)
 {
-    float v[IT];
+    decltype(load(0)) v[IT]; // a float, or a float2 for two arrays at once
 #pragma unroll
     for (int it = 0; it < IT; it++) {
         const int idx = threadIdx.x + it * STRIDE;
-        v[it] = idx < count ? load(idx) : 0.0f;
+        v[it] = idx < count ? load(idx) : decltype(load(0)){};
     }
 #pragma unroll
     for (int it = 0; it < IT; it++) {

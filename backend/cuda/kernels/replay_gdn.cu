@@ -544,6 +544,15 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_
 #define GDN_VERIFY_ARGS                                                                                            \
     state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, counts, T, q, k, v, a, bb, \
         o, negA, dtb, qscale, R
+// gdn_stage_keys copies the first n ring keys of key head kh of slot s to
+// vec (entry i at vec[i*DK]), every load in flight at once.
+__device__ __forceinline__ void gdn_stage_keys(float* vec, const float* __restrict__ ringK, int s, int kh, int n)
+{
+    load_then_store<(RMAX * DK + NT - 1) / NT, NT>(
+        n * DK, [&](int idx) { return ringK[(ring_at(s, idx / DK) * NKH + kh) * DK + idx % DK]; },
+        [&](int idx, float kv) { vec[idx] = kv; });
+}
+
 template <bool FOLD_ONLY>
 __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
 {
@@ -563,17 +572,7 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
         sh.beta[i] = ringBeta[rs_at(s, j, i)];
     }
     if (FOLDS_EARLY(n, cnt, R)) {
-        // The ring's keys, every load in flight at once (gather_rows).
-        constexpr int KIT = (RMAX * DK + NT - 1) / NT;
-        float kv[KIT];
-        gather_rows<KIT>(kv, ringK + (u64)kh * DK, NKH * DK, DK, s, n);
-#pragma unroll
-        for (int it = 0; it < KIT; it++) {
-            const int idx = tid + it * NT;
-            if (idx < n * DK) {
-                sh.vec[idx] = kv[it];
-            }
-        }
+        gdn_stage_keys(sh.vec, ringK, s, kh, n); // the ring's keys
         __syncthreads();
         gdn_fold(sh, state, rcodes, rscales, rglobal, mat, n, -1, ringV, s, j, n, nullptr, nullptr);
         if (FOLD_ONLY) {
@@ -586,18 +585,7 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     // The committed ring keys to vec rows 2cnt.. (n + 2cnt <= R after any
     // early fold, so they fit), then the drafts' k and q normalised:
     // vec[d] = k_d, vec[cnt+d] = q_d.
-    {
-        constexpr int KIT = (RMAX * DK + NT - 1) / NT;
-        float kv[KIT];
-        gather_rows<KIT>(kv, ringK + (u64)kh * DK, NKH * DK, DK, s, n);
-#pragma unroll
-        for (int it = 0; it < KIT; it++) {
-            const int idx = tid + it * NT;
-            if (idx < n * DK) {
-                sh.vec[2 * cnt * DK + idx] = kv[it];
-            }
-        }
-    }
+    gdn_stage_keys(sh.vec + 2 * cnt * DK, ringK, s, kh, n);
     for (int w = warp; w < 2 * cnt; w += NWARPS) {
         const int d = w % cnt;
         if (w < cnt) {

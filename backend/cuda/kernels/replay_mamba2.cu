@@ -534,6 +534,33 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_step_small(MAMBA2
     step_finish(last, hist, pending, done, slots, batch, L);
 }
 
+// mamba2_stage_ring puts the first n ring entries of head h of slot s into
+// shared memory for a fold or a verify: x_j[p] at sX[p*CSTRIDE + j], B_j at
+// sB[j*N..], every load of both in flight at once (gather_rows).
+__device__ __forceinline__ void mamba2_stage_ring(float* sX, float* sB, const float* __restrict__ ringX,
+                                                  const float* __restrict__ ringB, int s, int h, int n)
+{
+    constexpr int XIT = (P * RMAX + NT - 1) / NT;
+    constexpr int BIT = (N * RMAX + NT - 1) / NT;
+    float xv[XIT], bv[BIT];
+    gather_rows<XIT>(xv, ringX + (u64)h * P, NHEADS * P, P, s, n);
+    gather_rows<BIT>(bv, ringB + (u64)(h / HPG) * N, NGROUPS * N, N, s, n);
+#pragma unroll
+    for (int it = 0; it < XIT; it++) {
+        const int idx = threadIdx.x + it * NT;
+        if (idx < P * n) {
+            sX[(idx % P) * CSTRIDE + idx / P] = xv[it];
+        }
+    }
+#pragma unroll
+    for (int it = 0; it < BIT; it++) {
+        const int idx = threadIdx.x + it * NT;
+        if (idx < N * n) {
+            sB[idx] = bv[it];
+        }
+    }
+}
+
 // mamba2_replay_verify computes the outputs of cnt = counts[b] (or T) draft
 // inputs per slot from the checkpoint (or read copy) and the ring, without
 // writing the checkpoint (DESIGN.md 2.3). Draft k of batch row b is input
@@ -579,33 +606,13 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         sDelta[j] = ringDt[rs_at(s, h, j)];
         sDecay[j] = ringA[rs_at(s, h, j)];
     }
-    constexpr int XIT = (P * RMAX + NT - 1) / NT;
-    constexpr int BIT = (N * RMAX + NT - 1) / NT;
     if (FOLDS_EARLY(n, cnt, R)) {
         // Early flush of the committed history; drafts are never folded.
         // The ring's B and x rows with every load in flight at once (a loop
         // of load-then-store waited a round trip per element it took:
         // 21 of them per block, most of the fold's time), x_j kept raw in
         // sCoef until the weights are known.
-        {
-            float xv[XIT], bv[BIT];
-            gather_rows<XIT>(xv, ringX + (u64)h * P, NHEADS * P, P, s, n);
-            gather_rows<BIT>(bv, ringB + (u64)g * N, NGROUPS * N, N, s, n);
-#pragma unroll
-            for (int it = 0; it < BIT; it++) {
-                const int idx = tid + it * NT;
-                if (idx < N * n) {
-                    sB[idx] = bv[it];
-                }
-            }
-#pragma unroll
-            for (int it = 0; it < XIT; it++) {
-                const int idx = tid + it * NT;
-                if (idx < P * n) {
-                    sCoef[(idx % P) * CSTRIDE + idx / P] = xv[it];
-                }
-            }
-        }
+        mamba2_stage_ring(sCoef, sB, ringX, ringB, s, h, n);
         __syncthreads();
         if (tid == 0) {
             double suf = 1.0;
@@ -640,41 +647,9 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         ringDt[rs_at(s, h, n + k)] = delta;
         ringA[rs_at(s, h, n + k)] = a;
     }
-    // Gather the committed ring entries into shared memory, every load in
-    // flight at once, next to the drafts (which also enter the ring).
-    {
-        float xv[XIT], bv[BIT];
-#pragma unroll
-        for (int it = 0; it < XIT; it++) {
-            const int idx = tid + it * NT;
-            xv[it] = 0.0f;
-            if (idx < P * n) {
-                xv[it] = ringX[(ring_at(s, idx / P) * NHEADS + h) * P + idx % P];
-            }
-        }
-#pragma unroll
-        for (int it = 0; it < BIT; it++) {
-            const int idx = tid + it * NT;
-            bv[it] = 0.0f;
-            if (idx < N * n) {
-                bv[it] = ringB[(ring_at(s, idx / N) * NGROUPS + g) * N + idx % N];
-            }
-        }
-#pragma unroll
-        for (int it = 0; it < XIT; it++) {
-            const int idx = tid + it * NT;
-            if (idx < P * n) {
-                sCoef[(idx % P) * CSTRIDE + idx / P] = xv[it];
-            }
-        }
-#pragma unroll
-        for (int it = 0; it < BIT; it++) {
-            const int idx = tid + it * NT;
-            if (idx < N * n) {
-                sB[idx] = bv[it];
-            }
-        }
-    }
+    // The committed ring entries, next to the drafts (which also enter the
+    // ring).
+    mamba2_stage_ring(sCoef, sB, ringX, ringB, s, h, n);
 #if LOAD_FIRST
     // The drafts' x, B and C, every load in flight at once.
     load_then_store<(TMAX * P + NT - 1) / NT, NT>(
@@ -685,17 +660,19 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
             sCoef[p * CSTRIDE + n + k] = xv;
         });
     load_then_store<(TMAX * N + NT - 1) / NT, NT>(
-        cnt * N, [&](int idx) { return B[(((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N]; },
-        [&](int idx, float bv) {
+        cnt * N,
+        [&](int idx) {
+            const u64 e = (((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N;
+            return make_float2(B[e], C[e]);
+        },
+        [&](int idx, float2 bc) {
             const int k = idx / N, i = idx % N;
             if (h % HPG == 0) {
-                ringB[(ring_at(s, n + k) * NGROUPS + g) * N + i] = bv;
+                ringB[(ring_at(s, n + k) * NGROUPS + g) * N + i] = bc.x;
             }
-            sB[(n + k) * N + i] = bv;
+            sB[(n + k) * N + i] = bc.x;
+            sCk[idx] = bc.y;
         });
-    load_then_store<(TMAX * N + NT - 1) / NT, NT>(
-        cnt * N, [&](int idx) { return C[(((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N]; },
-        [&](int idx, float cv) { sCk[idx] = cv; });
 #else
     for (int idx = tid; idx < cnt * P; idx += NT) {
         const int k = idx / P, p = idx % P;
@@ -1549,15 +1526,17 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     // (their x rows go to the ring with y, below).
 #if LOAD_FIRST
     load_then_store<(TMAX * N + GNT - 1) / GNT, GNT>(
-        cnt * N, [&](int idx) { return B[(((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N]; },
-        [&](int idx, float bv) {
+        cnt * N,
+        [&](int idx) {
+            const u64 e = (((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N;
+            return make_float2(B[e], C[e]);
+        },
+        [&](int idx, float2 bc) {
             const int k = idx / N, e = idx % N;
-            sB[(n + k) * N + e] = bv;
-            ringB[(ring_at(s, n + k) * NGROUPS + g) * N + e] = bv;
+            sB[(n + k) * N + e] = bc.x;
+            ringB[(ring_at(s, n + k) * NGROUPS + g) * N + e] = bc.x;
+            sCk[idx] = bc.y;
         });
-    load_then_store<(TMAX * N + GNT - 1) / GNT, GNT>(
-        cnt * N, [&](int idx) { return C[(((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N]; },
-        [&](int idx, float cv) { sCk[idx] = cv; });
 #else
     for (int idx = tid; idx < cnt * N; idx += GNT) {
         const int k = idx / N, e = idx % N;
