@@ -209,8 +209,38 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 	switch {
 	case T > 0:
 		// Each round verifies T drafts per slot and accepts all of them;
-		// replay slots fold their history early at their own pace.
+		// replay slots fold their history early every period verifies,
+		// each at its own phase, as in serving (slot i starts i mod period
+		// verifies into its walk), so that every verify folds the same
+		// share of the slots.
 		const rounds = 4
+		period := foldPeriod(L+T, T)
+		if opt.Mode == replay.Replay && period > 1 {
+			sub, err := alloc(4 * batch)
+			if err != nil {
+				return row, err
+			}
+			for k := 1; k < period; k++ {
+				var part []int32
+				for i := range ids {
+					if i%period >= k {
+						part = append(part, int32(i))
+					}
+				}
+				if len(part) == 0 {
+					continue
+				}
+				if err := b.s.CopyToDevice(sub, i32Bytes(part)); err != nil {
+					return row, err
+				}
+				if err := lc.verify(len(part), 0, T, sub); err != nil {
+					return row, err
+				}
+				if err := lc.commit(len(part), sub, acc); err != nil {
+					return row, err
+				}
+			}
+		}
 		x, err := graph(func() error {
 			for r := 0; r < rounds; r++ {
 				if err := lc.verify(batch, r%inputSets, T, slots); err != nil {
@@ -235,17 +265,8 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		if opt.Mode == replay.Baseline {
 			row.BytesPerStep = float64(batch) * float64(stateB) * float64(1+T)
 		} else {
-			// Fold frequency from the cursor walk every slot takes.
-			R, n, folds := L+T, 0, 0
-			const walk = 1000
-			for range walk {
-				if n > 0 && n+2*T > R {
-					folds++
-					n = 0
-				}
-				n += T
-			}
-			f := float64(folds) / walk
+			// Every slot folds once a period (the cursor walk).
+			f := 1 / float64(foldPeriod(L+T, T))
 			row.BytesPerStep = float64(batch) * (float64(readB) + f*float64(2*stateB+copyBytes(readB, stateB)))
 		}
 	case opt.Mode == replay.Baseline:
@@ -357,6 +378,25 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		row.RingBytesPerStep = float64(batch*lc.entry) * (float64(L-1)/2 + 1)
 	}
 	return row, b.s.Synchronize()
+}
+
+// foldPeriod is how many verifies of T drafts, all accepted, a replay slot
+// makes per early fold of its history over a ring of R entries: the history
+// grows by T a verify and folds when it and twice the drafts overflow the
+// ring (replay_common.cu FOLDS_EARLY), then restarts with the drafts.
+func foldPeriod(R, T int) int {
+	n, last := 0, -1
+	for v := 0; v < 4*R; v++ {
+		if n > 0 && n+2*T > R {
+			if last >= 0 {
+				return v - last
+			}
+			last = v
+			n = 0
+		}
+		n += T
+	}
+	return 1 // T alone overflows: every verify folds
 }
 
 // copyBytes is what a flush writes of the read copy: nothing when the
