@@ -62,6 +62,9 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/load first", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DLOAD_FIRST=1"}}},
 		{"replay/bf16+nvfp4/load first", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DLOAD_FIRST=1"}}},
+		{"replay/bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{}},
+		{"replay/fp16", replay.Options{Mode: replay.Replay, State: numeric.F16}, tuning{}},
+		{"replay/fp32/flush kernel", replay.Options{Mode: replay.Replay}, tuning{}}, // REPLAYSSM_CUDA_GROUP_FLUSH=0
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -75,6 +78,8 @@ func TestReplayModulesCompile(t *testing.T) {
 			t.Run(layer+"/"+o.name, func(t *testing.T) {
 				t.Parallel()
 				o.opt.MaxDraft = 4
+				// The group flush (Mamba-2, GFLUSH) as the constructors plan it.
+				o.tn.groupFlush = !strings.HasSuffix(o.name, "/flush kernel")
 				if layer == "mamba2-1group" {
 					o.opt.MaxDraft = 0 // with drafts its tables exceed static shared memory: v5 / v4 take it
 				}
