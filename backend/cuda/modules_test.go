@@ -3,6 +3,8 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +17,26 @@ import (
 // enough for the pipeline planner.
 func h200Props() *Device {
 	return &Device{ccMajor: 9, smCount: 132, sharedOptin: 227 << 10, sharedPerSM: 228 << 10}
+}
+
+// replayModuleSource plans a replay module of a Mamba-2 (m2) or GDN (g)
+// layer as the constructors do on device d and returns its file, source,
+// NVRTC options (no architecture), group plan and the layer's defines.
+func replayModuleSource(d *Device, layer string, m2 ssm.Mamba2Shape, g ssm.GDNShape, opt replay.Options, tn tuning,
+	capacity int) (file, src string, args []string, plan groupStep, defines []string, err error) {
+	var rows, cols, heads int
+	if layer == "mamba2" {
+		file, rows, cols, heads = "replay_mamba2.cu", m2.HeadDim, m2.StateSize, m2.Heads
+		_, plan, defines = mamba2Module(d, m2, opt, tn)
+	} else {
+		file, rows, cols, heads = "replay_gdn.cu", g.ValueDim, g.KeyDim, g.ValueHeads
+		_, plan, defines = gdnModule(d, g, opt, tn)
+	}
+	if src, err = replaySource(file); err != nil {
+		return
+	}
+	args = replayModuleOptions(opt, rows, cols, capacity*stateBuffers(opt)*heads, defines, tn)
+	return
 }
 
 // TestReplayModulesCompile compiles the replay modules that the caches
@@ -87,40 +109,165 @@ func TestReplayModulesCompile(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var file string
-				var rows, cols, heads int
-				var defines []string
-				if layer != "gdn" {
-					shape := mamba2
-					if layer == "mamba2-1group" {
-						shape = oneGroup
-					}
-					file, rows, cols, heads = "replay_mamba2.cu", shape.HeadDim, shape.StateSize, shape.Heads
-					var g groupStep
-					_, g, defines = mamba2Module(h200Props(), shape, opt, o.tn)
-					if opt.Mode == replay.Replay && !g.on {
-						t.Fatalf("the group step is not planned (%s): this test would not compile it", g.why)
-					}
-				} else {
-					file, rows, cols, heads = "replay_gdn.cu", gdn.ValueDim, gdn.KeyDim, gdn.ValueHeads
-					var g groupStep
-					_, g, defines = gdnModule(h200Props(), gdn, opt, o.tn)
-					if opt.Mode == replay.Replay && !g.verifyOn {
-						t.Fatalf("the group verify is not planned (%s): this test would not compile it", g.why)
-					}
+				shape := mamba2
+				if layer == "mamba2-1group" {
+					shape = oneGroup
+				}
+				layerKind := "mamba2"
+				if layer == "gdn" {
+					layerKind = "gdn"
+				}
+				file, src, args, g, defines, err := replayModuleSource(h200Props(), layerKind, shape, gdn, opt, o.tn, capacity)
+				if err != nil {
+					t.Fatal(err)
+				}
+				args = append([]string{arch}, args...)
+				if layerKind == "mamba2" && opt.Mode == replay.Replay && !g.on {
+					t.Fatalf("the group step is not planned (%s): this test would not compile it", g.why)
+				}
+				if layerKind == "gdn" && opt.Mode == replay.Replay && !g.verifyOn {
+					t.Fatalf("the group verify is not planned (%s): this test would not compile it", g.why)
 				}
 				if opt.Mode == replay.Replay && !strings.Contains(strings.Join(defines, " "), "-DNCW=") {
 					t.Fatalf("the pipelined kernels are not planned (defines %v): this test would not compile them", defines)
 				}
-				src, err := replaySource(file)
-				if err != nil {
-					t.Fatal(err)
-				}
-				args := append([]string{arch}, replayModuleOptions(opt, rows, cols, capacity*stateBuffers(opt)*heads, defines, o.tn)...)
 				if _, err := n.build(file, src, args, false); err != nil {
 					t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
 				}
 			})
 		}
 	}
+}
+
+// TestReplayKernelSpills assembles the group kernels for sm_90 with ptxas
+// (REPLAYSSM_PTXAS, else ptxas on the path or under CUDA_HOME or
+// /usr/local/cuda; tools/get_ptxas.sh fetches one on a Debian machine) and
+// reports their registers and spills, the way TestReplayKernelResources
+// does on the GPU: a kernel that spills at its register bound slows down
+// (session 9: the group flush's first version, 268 bytes of spill loads).
+// The modules are planned without the pipelined kernels, whose Hopper PTX
+// an older ptxas rejects; the group kernels do not depend on them. It
+// needs NVRTC and ptxas, no driver, and skips without them.
+func TestReplayKernelSpills(t *testing.T) {
+	ptxas := findPtxas(os.Getenv)
+	if ptxas == "" {
+		t.Skip("no ptxas (REPLAYSSM_PTXAS, the path, CUDA_HOME, /usr/local/cuda): tools/get_ptxas.sh fetches one")
+	}
+	n, err := loadNVRTC(newSearchPlan(os.Getenv, nil))
+	if err != nil {
+		t.Skipf("no NVRTC on this machine (%v)", err)
+	}
+	if !slices.Contains(n.archs, 90) {
+		t.Skipf("NVRTC %d.%d emits no sm_90 code (%v)", n.major, n.minor, n.archs)
+	}
+	noPipe := &Device{ccMajor: 8, smCount: 132, sharedOptin: 227 << 10, sharedPerSM: 228 << 10}
+	nano := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
+	super := ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8}
+	gdn := ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	// The group kernels may spill a few scalars (the default Nano fp32 group
+	// step: 8 bytes); a spill in their streams is tens to hundreds of bytes.
+	const maxSpillLoads = 64
+	for _, tc := range []struct {
+		name  string
+		layer string
+		m2    ssm.Mamba2Shape
+		opt   replay.Options
+		tn    tuning
+	}{
+		{"nano/fp32", "mamba2", nano, replay.Options{Mode: replay.Replay}, tuning{}},
+		{"nano/fp32/group flush", "mamba2", nano, replay.Options{Mode: replay.Replay}, tuning{groupFlush: true}},
+		{"nano/bf16/group flush", "mamba2", nano, replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{groupFlush: true}},
+		{"nano/bf16+nvfp4", "mamba2", nano, replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{}},
+		{"super/fp32/group flush", "mamba2", super, replay.Options{Mode: replay.Replay}, tuning{groupFlush: true}},
+		{"qwen3.5-4b/fp32", "gdn", nano, replay.Options{Mode: replay.Replay}, tuning{}},
+		{"qwen3.5-4b/bf16+nvfp4", "gdn", nano, replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.opt.MaxDraft = 4
+			opt, err := replayDefaults(tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			file, src, args, plan, _, err := replayModuleSource(noPipe, tc.layer, tc.m2, gdn, opt, tc.tn, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.flush != tc.tn.groupFlush {
+				t.Fatalf("group flush planned %v, want %v", plan.flush, tc.tn.groupFlush)
+			}
+			ptx, err := n.build(file, src, append([]string{"--gpu-architecture=compute_90"}, args...), false)
+			if err != nil {
+				t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
+			}
+			dir := t.TempDir()
+			in := dir + "/module.ptx"
+			if err := os.WriteFile(in, ptx, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(ptxas, "-arch=sm_90", "-v", "-o", dir+"/module.cubin", in).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", ptxas, err, out)
+			}
+			res := ptxasResources(string(out))
+			for _, k := range []string{tc.layer + "_group_step", tc.layer + "_group_verify"} {
+				r, ok := res[k]
+				if !ok {
+					t.Errorf("ptxas reported no %s", k)
+					continue
+				}
+				t.Logf("%s: %d registers, %d bytes of spill stores, %d of spill loads", k, r.regs, r.spillStores, r.spillLoads)
+				if r.spillLoads > maxSpillLoads {
+					t.Errorf("%s spills: %d bytes of spill loads (at most %d)", k, r.spillLoads, maxSpillLoads)
+				}
+			}
+		})
+	}
+}
+
+// findPtxas is the ptxas to use: REPLAYSSM_PTXAS, else the path, CUDA_HOME
+// or /usr/local/cuda ("" if none).
+func findPtxas(getenv func(string) string) string {
+	if p := getenv("REPLAYSSM_PTXAS"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("ptxas"); err == nil {
+		return p
+	}
+	for _, dir := range []string{getenv("CUDA_HOME"), "/usr/local/cuda"} {
+		if dir == "" {
+			continue
+		}
+		if _, err := os.Stat(dir + "/bin/ptxas"); err == nil {
+			return dir + "/bin/ptxas"
+		}
+	}
+	return ""
+}
+
+// kernelResources is what ptxas -v says of one entry function.
+type kernelResources struct{ regs, spillStores, spillLoads int }
+
+// ptxasResources reads ptxas -v's report ("Compiling entry function 'k'",
+// "N bytes stack frame, N bytes spill stores, N bytes spill loads", "Used N
+// registers") into resources per entry function.
+func ptxasResources(report string) map[string]kernelResources {
+	res := map[string]kernelResources{}
+	cur := ""
+	for _, line := range strings.Split(report, "\n") {
+		switch {
+		case strings.Contains(line, "Compiling entry function '"):
+			cur = strings.SplitN(strings.SplitN(line, "'", 2)[1], "'", 2)[0]
+		case cur != "" && strings.Contains(line, "bytes spill stores"):
+			r := res[cur]
+			var frame int
+			fmt.Sscanf(strings.TrimSpace(line), "%d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &frame, &r.spillStores, &r.spillLoads)
+			res[cur] = r
+		case cur != "" && strings.Contains(line, "Used "):
+			r := res[cur]
+			fmt.Sscanf(line[strings.Index(line, "Used "):], "Used %d registers", &r.regs)
+			res[cur] = r
+		}
+	}
+	return res
 }

@@ -1306,8 +1306,15 @@ __device__ __forceinline__ void group_x(const float* x, int b, int g, float (&xc
 #define GFLUSH 0
 #endif
 #if GFLUSH
-static_assert(READ_FMT == FMT_F32 && !SIO::SCALED && GPF % 2 == 0,
-              "the group flush takes unscaled checkpoints with no read copy, passes in pairs");
+// GFU rows at a time: two for 2-byte states (each B_j chunk read from
+// shared memory then feeds two rows, or the rank update would read shared
+// memory as fast as the stream moves bf16 bytes), one for fp32, whose
+// stream is twice as long per row and whose two rows' accumulators and
+// prefetched chunks spilled at 128 registers (ptxas 11.8, sm_90: 268 bytes
+// of spill loads, none at one row).
+#define GFU (FMT_SIZE(STATE_FMT) == 4 ? 1 : 2)
+static_assert(READ_FMT == FMT_F32 && !SIO::SCALED && GPF % GFU == 0,
+              "the group flush takes unscaled checkpoints with no read copy, GFU passes at a time");
 
 // mamba2_group_flush folds the window of a group's HPG heads into their
 // checkpoint: for every row r of the group's stream (head r / P), what
@@ -1317,32 +1324,32 @@ static_assert(READ_FMT == FMT_F32 && !SIO::SCALED && GPF % 2 == 0,
 //
 // (the dot before the store's rounding), S stored back in place. raw holds
 // the stream's first GPF passes (issued during the previous item); passes
-// go in pairs, so each B_j chunk read from shared memory feeds two rows.
+// go GFU at a time.
 // The ring's x rows of the group, the current token's included, are in
-// sXr (entries 0..t-1), B_j in sB, C's columns of this thread in cr.
-__device__ __forceinline__ void mamba2_group_flush(ST* S, GR (&raw)[GPF], const float (&cr)[GM::CPL][GVEC], int t,
-                                                   const float* sE, const float* sW, const float* sB,
-                                                   const float* sXr, float* sDot)
+// sXr (entries 0..t-1), B_j in sB, C in sC (from shared memory, not the
+// non-flush stream's registers: 16 fewer live across the update).
+__device__ __forceinline__ void mamba2_group_flush(ST* S, GR (&raw)[GPF], const float* sC, int t, const float* sE,
+                                                   const float* sW, const float* sB, const float* sXr, float* sDot)
 {
     const int tid = threadIdx.x;
     for (int base = 0; base < GM::PASSES; base += GPF) {
 #pragma unroll
-        for (int k = 0; k < GPF; k += 2) {
+        for (int k = 0; k < GPF; k += GFU) {
             const int pass = base + k;
             if (pass >= GM::PASSES) {
                 break;
             }
-            int r[2], hh[2];
-            float e[2][GM::CPL][GVEC];
+            int r[GFU], hh[GFU];
+            float e[GFU][GM::CPL][GVEC];
 #pragma unroll
-            for (int u = 0; u < 2; u++) {
+            for (int u = 0; u < GFU; u++) {
                 r[u] = GM::row(pass + u, tid);
                 const int rc = min(r[u], GROWS - 1);
                 hh[u] = rc / P;
                 const float E = sE[hh[u]];
 #pragma unroll
                 for (int c = 0; c < GM::CPL; c++) {
-                    if (pass + u < GM::PASSES) { // else raw[k + 1] was never loaded: the row is past the stream
+                    if (pass + u < GM::PASSES) { // else raw[k + u] was never loaded: the row is past the stream
                         SIO::unpack(raw[k + u].w[c], e[u][c], 1.0f);
                     } else {
 #pragma unroll
@@ -1360,9 +1367,9 @@ __device__ __forceinline__ void mamba2_group_flush(ST* S, GR (&raw)[GPF], const 
                 }
             }
             for (int j = 0; j < t; j++) {
-                float cj[2];
+                float cj[GFU];
 #pragma unroll
-                for (int u = 0; u < 2; u++) {
+                for (int u = 0; u < GFU; u++) {
                     cj[u] = __fmul_rn(sW[hh[u] * RMAX + j], sXr[j * GROWS + min(r[u], GROWS - 1)]);
                 }
 #pragma unroll
@@ -1372,7 +1379,7 @@ __device__ __forceinline__ void mamba2_group_flush(ST* S, GR (&raw)[GPF], const 
                     for (int q = 0; q < GVEC / 4; q++) {
                         const float4 b4 = bj[q];
 #pragma unroll
-                        for (int u = 0; u < 2; u++) {
+                        for (int u = 0; u < GFU; u++) {
                             e[u][c][4 * q] = fmaf(cj[u], b4.x, e[u][c][4 * q]);
                             e[u][c][4 * q + 1] = fmaf(cj[u], b4.y, e[u][c][4 * q + 1]);
                             e[u][c][4 * q + 2] = fmaf(cj[u], b4.z, e[u][c][4 * q + 2]);
@@ -1382,13 +1389,14 @@ __device__ __forceinline__ void mamba2_group_flush(ST* S, GR (&raw)[GPF], const 
                 }
             }
 #pragma unroll
-            for (int u = 0; u < 2; u++) {
+            for (int u = 0; u < GFU; u++) {
                 float acc = 0.0f;
 #pragma unroll
                 for (int c = 0; c < GM::CPL; c++) {
+                    const float4* cp = reinterpret_cast<const float4*>(sC + GM::col(c, tid));
 #pragma unroll
-                    for (int q = 0; q < GVEC; q++) {
-                        acc = fmaf(e[u][c][q], cr[c][q], acc);
+                    for (int q = 0; q < GVEC / 4; q++) {
+                        acc = fma4(&e[u][c][4 * q], cp[q], acc);
                     }
                 }
                 acc = lanes_sum<GM::LANES>(acc);
@@ -1525,7 +1533,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                 }
                 cp_async_wait_all();
                 __syncthreads();
-                mamba2_group_flush(state + m0 * (P * N), raw, cr[0], n + 1, sE, sW, sB, sXr, sDot);
+                mamba2_group_flush(state + m0 * (P * N), raw, sC, n + 1, sE, sW, sB, sXr, sDot);
             } else
 #endif
             // The stream: pass p's loads were issued GPF passes before its
