@@ -205,6 +205,32 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		return t.Median, err
 	}
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	// stagger puts slot i at phase i mod period: for k = 1..period-1 it
+	// advances the slots with i mod period >= k once (n of them, in sub).
+	stagger := func(period int, advance func(n int, sub cuda.Buffer) error) error {
+		sub, err := alloc(4 * batch)
+		if err != nil {
+			return err
+		}
+		for k := 1; k < period; k++ {
+			var part []int32
+			for i := range ids {
+				if i%period >= k {
+					part = append(part, int32(i))
+				}
+			}
+			if len(part) == 0 {
+				continue
+			}
+			if err := b.s.CopyToDevice(sub, i32Bytes(part)); err != nil {
+				return err
+			}
+			if err := advance(len(part), sub); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 
 	switch {
 	case T > 0:
@@ -214,31 +240,15 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		// verifies into its walk), so that every verify folds the same
 		// share of the slots.
 		const rounds = 4
-		period := foldPeriod(L+T, T)
-		if opt.Mode == replay.Replay && period > 1 {
-			sub, err := alloc(4 * batch)
+		if opt.Mode == replay.Replay {
+			err := stagger(foldPeriod(L+T, T), func(n int, sub cuda.Buffer) error {
+				if err := lc.verify(n, 0, T, sub); err != nil {
+					return err
+				}
+				return lc.commit(n, sub, acc)
+			})
 			if err != nil {
 				return row, err
-			}
-			for k := 1; k < period; k++ {
-				var part []int32
-				for i := range ids {
-					if i%period >= k {
-						part = append(part, int32(i))
-					}
-				}
-				if len(part) == 0 {
-					continue
-				}
-				if err := b.s.CopyToDevice(sub, i32Bytes(part)); err != nil {
-					return row, err
-				}
-				if err := lc.verify(len(part), 0, T, sub); err != nil {
-					return row, err
-				}
-				if err := lc.commit(len(part), sub, acc); err != nil {
-					return row, err
-				}
 			}
 		}
 		x, err := graph(func() error {
@@ -335,26 +345,8 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 			row.UsNonflush = median(nf)
 		}
 		// Staggered phases: slot i sits i mod L steps into its window.
-		sub, err := alloc(4 * batch)
-		if err != nil {
+		if err := stagger(L, func(n int, sub cuda.Buffer) error { return lc.step(n, 0, sub) }); err != nil {
 			return row, err
-		}
-		for k := 1; k < L; k++ {
-			var part []int32
-			for i := range ids {
-				if i%L >= k {
-					part = append(part, int32(i))
-				}
-			}
-			if len(part) == 0 {
-				continue
-			}
-			if err := b.s.CopyToDevice(sub, i32Bytes(part)); err != nil {
-				return row, err
-			}
-			if err := lc.step(len(part), 0, sub); err != nil {
-				return row, err
-			}
 		}
 		window, err := graph(func() error {
 			for k := 0; k < L; k++ {
