@@ -170,7 +170,7 @@ func TestReplayKernelSpills(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		layer string
-		m2    ssm.Mamba2Shape
+		m2    ssm.Mamba2Shape // the Mamba-2 layer's (GDN: Qwen3.5-4B's, gdn)
 		opt   replay.Options
 		tn    tuning
 	}{
@@ -179,8 +179,8 @@ func TestReplayKernelSpills(t *testing.T) {
 		{"nano/bf16/group flush", "mamba2", nano, replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{groupFlush: true}},
 		{"nano/bf16+nvfp4", "mamba2", nano, replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{}},
 		{"super/fp32/group flush", "mamba2", super, replay.Options{Mode: replay.Replay}, tuning{groupFlush: true}},
-		{"qwen3.5-4b/fp32", "gdn", nano, replay.Options{Mode: replay.Replay}, tuning{}},
-		{"qwen3.5-4b/bf16+nvfp4", "gdn", nano, replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{}},
+		{"qwen3.5-4b/fp32", "gdn", ssm.Mamba2Shape{}, replay.Options{Mode: replay.Replay}, tuning{}},
+		{"qwen3.5-4b/bf16+nvfp4", "gdn", ssm.Mamba2Shape{}, replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -1339,13 +1339,13 @@ __device__ __forceinline__ void mamba2_group_flush(ST* S, GR (&raw)[GPF], const 
             if (pass >= GM::PASSES) {
                 break;
             }
-            int r[GFU], hh[GFU];
+            int r[GFU], rc[GFU], hh[GFU]; // rows, clamped to the stream (rows past it are computed, not stored)
             float e[GFU][GM::CPL][GVEC];
 #pragma unroll
             for (int u = 0; u < GFU; u++) {
                 r[u] = GM::row(pass + u, tid);
-                const int rc = min(r[u], GROWS - 1);
-                hh[u] = rc / P;
+                rc[u] = min(r[u], GROWS - 1);
+                hh[u] = rc[u] / P;
                 const float E = sE[hh[u]];
 #pragma unroll
                 for (int c = 0; c < GM::CPL; c++) {
@@ -1370,7 +1370,7 @@ __device__ __forceinline__ void mamba2_group_flush(ST* S, GR (&raw)[GPF], const 
                 float cj[GFU];
 #pragma unroll
                 for (int u = 0; u < GFU; u++) {
-                    cj[u] = __fmul_rn(sW[hh[u] * RMAX + j], sXr[j * GROWS + min(r[u], GROWS - 1)]);
+                    cj[u] = __fmul_rn(sW[hh[u] * RMAX + j], sXr[j * GROWS + rc[u]]);
                 }
 #pragma unroll
                 for (int c = 0; c < GM::CPL; c++) {
