@@ -81,9 +81,9 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp16+e4m3", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3}, tuning{}},
 		{"replay/e4m3", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{}},
 		{"replay/bf16/128 threads", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{groupNT: 128}}, // GDN: GV_PAIR
-		{"replay/fp32/load first", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DLOAD_FIRST=1"}}},
-		{"replay/bf16+nvfp4/load first", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
-			tuning{defines: []string{"-DLOAD_FIRST=1"}}},
+		{"replay/fp32/loads in loops", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DLOAD_FIRST=0"}}},
+		{"replay/bf16+nvfp4/loads in loops", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{}},
 		{"replay/fp16", replay.Options{Mode: replay.Replay, State: numeric.F16}, tuning{}},
 		{"replay/fp32/flush kernel", replay.Options{Mode: replay.Replay}, tuning{}}, // REPLAYSSM_CUDA_GROUP_FLUSH=0

@@ -47,14 +47,15 @@ __device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e;
 // loads an element and stores it, one per iteration, waits a memory round
 // trip per iteration (the store needs its load, the next load comes after
 // the store); IT * STRIDE must cover count; load may return a float2 (two
-// arrays read at once, one round trip for both). LOAD_FIRST=1 (written in
-// session 8 after the device time was spent, not yet run on a GPU; the
-// default keeps the loops) uses it for the drafts' inputs in the group
-// verify (Mamba-2 B, C: 2 round trips an item), the v4 / early-fold verify
-// of both layers (x, B, C; v) and takes the v4 verify's y inputs from
-// shared memory.
+// arrays read at once, one round trip for both). LOAD_FIRST=1 (the default
+// since session 10; 0 keeps the loops) uses it for the drafts' inputs in the
+// group verify (Mamba-2 B, C: 2 round trips an item), the v4 / early-fold
+// verify of both layers (x, B, C; v) and takes the v4 verify's y inputs
+// from shared memory. On the H200 (B=256, T=4, session 9) the Mamba-2
+// verify took 1-5% less (Nano bf16 412 -> 392 us), the GDN verify the same
+// within 0.5%; session 10 ran the reference and v4-equivalence tests under it.
 #ifndef LOAD_FIRST
-#define LOAD_FIRST 0
+#define LOAD_FIRST 1
 #endif
 template <int IT, int STRIDE, typename Load, typename Store>
 __device__ __forceinline__ void load_then_store(int count, Load load, Store store)
@@ -524,7 +525,10 @@ struct StateIO {
 // the fp32 Mamba-2 baselines from 91% to 95% (Nano) and 89% to 93% (Super)
 // of copy bandwidth and left GDN fp32 unchanged, but cost bf16 26-35% (the
 // extra registers halve the blocks per SM): the default is 1 for fp32
-// states only (NOTES.md, session 4).
+// states only (NOTES.md, session 4). Session 10 kept the prefetch raw
+// (16-byte chunks), one or two passes ahead, the first asked for before the
+// prologue: bf16 lost 4-11% (Qwen3.5-4B 167 -> 178-184 us), at 56-78
+// registers where this path takes 48 (5 blocks of 256 threads per SM, not 4).
 #ifndef BASE_PF
 #define BASE_PF (STATE_FMT == FMT_F32)
 #endif

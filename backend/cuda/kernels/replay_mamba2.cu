@@ -1311,8 +1311,14 @@ __device__ __forceinline__ void group_x(const float* x, int b, int g, float (&xc
 // memory as fast as the stream moves bf16 bytes), one for fp32, whose
 // stream is twice as long per row and whose two rows' accumulators and
 // prefetched chunks spilled at 128 registers (ptxas 11.8, sm_90: 268 bytes
-// of spill loads, none at one row).
+// of spill loads, 44 at one row). On the H200 (session 10, B=256, aligned
+// steps, Nano fp32) one row flushes in 758 us, no faster than the flush
+// kernel (753), two rows (-DGFU=2, C now from shared memory: still 268
+// bytes) in 583 but the non-flush step takes 288 against 276: either way
+// the staggered window is the flush kernel's (328 us).
+#ifndef GFU
 #define GFU (FMT_SIZE(STATE_FMT) == 4 ? 1 : 2)
+#endif
 static_assert(READ_FMT == FMT_F32 && !SIO::SCALED && GPF % GFU == 0,
               "the group flush takes unscaled checkpoints with no read copy, GFU passes at a time");
 
