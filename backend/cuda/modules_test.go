@@ -74,6 +74,7 @@ func TestReplayModulesCompile(t *testing.T) {
 	}{
 		{"baseline/fp32", replay.Options{Mode: replay.Baseline}, tuning{}},
 		{"baseline/bf16", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{}},
+		{"baseline/bf16/early", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{defines: []string{"-DBASE_EARLY=1"}}},
 		{"baseline/e4m3", replay.Options{Mode: replay.Baseline, State: numeric.E4M3}, tuning{}},
 		{"replay/fp32", replay.Options{Mode: replay.Replay}, tuning{}},
 		{"replay/fp32+bf16", replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16}, tuning{}},

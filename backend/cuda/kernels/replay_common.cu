@@ -533,6 +533,43 @@ struct StateIO {
 #define BASE_PF (STATE_FMT == FMT_F32)
 #endif
 
+// BASE_EARLY=1 (session 10, written after the device time was spent, not
+// yet run on a GPU; off by default) asks for the first pass's chunks of the
+// streaming baselines without a prefetch (BASE_PF=0: the bf16 states) just
+// before the prologue's barrier: the warps with no part in the prologue (the
+// token's vectors to shared memory, the decay in float64, GDN's two l2
+// norms) ask at once, so a block's state is in flight while it prepares.
+// Pass 0 is taken outside the pass loop, whose registers do not change; the
+// step kernels then ask for the blocks per SM that 48 registers a thread
+// give (5 of 256 threads, 8 of 160), or pass 0's chunks, live through the
+// prologue, take GDN to 54 (not an fp8 state's step, which holds its whole
+// matrix in registers). ptxas 11.8 (sm_90): 48 registers, no spills, in
+// every bf16 shape; with BASE_EARLY=0 the kernels' SASS is what it was
+// before the define existed.
+#ifndef BASE_EARLY
+#define BASE_EARLY 0
+#endif
+#if BASE_EARLY && !BASE_PF && STATE_FMT != FMT_E4M3
+#define BASE_BOUNDS __launch_bounds__(NT, 65536 / (NT * 48))
+#else
+#define BASE_BOUNDS __launch_bounds__(NT)
+#endif
+
+// raw_pass reads this thread's chunks of pass `pass` of a ROWS x COLS
+// matrix as they are stored (zeros past the last row), for IO::unpack.
+template <typename MAP, typename T>
+__device__ __forceinline__ void raw_pass(const T* m, int pass, uint4 (&raw)[MAP::CPL])
+{
+    const int r = MAP::row(pass);
+#pragma unroll
+    for (int c = 0; c < MAP::CPL; c++) {
+        raw[c] = make_uint4(0, 0, 0, 0);
+        if (r < ROWS) {
+            raw[c] = *reinterpret_cast<const uint4*>(m + (u64)r * COLS + MAP::col(c));
+        }
+    }
+}
+
 // load_pass reads this thread's chunks of pass `pass` of a ROWS x COLS
 // matrix (zeros past the last row).
 template <typename IO, typename MAP>

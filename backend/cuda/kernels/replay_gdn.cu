@@ -752,6 +752,15 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         sDecay[d] = (float)exp(negA[j] * sp);
         sBeta[d] = (float)sigmoid_d((double)bb[((u64)b * T1 + d) * NVH + j]);
     }
+#if BASE_EARLY && !BASE_PF
+    // Pass 0 as stored, asked for before the barrier: the warps that take no
+    // part in the prologue ask at once, the two l2 norms' warps when they are
+    // done (then the norms' float64 registers are free again).
+    uint4 raw0[SM::CPL];
+    if (!VERIFY && !SIO::SCALED) {
+        raw_pass<SM>(src, 0, raw0);
+    }
+#endif
     __syncthreads();
     if (!VERIFY && !SIO::SCALED) {
         // One step in place, streaming the state pass by pass (an fp8 state
@@ -763,15 +772,18 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         float en[SM::CPL][VEC];
         load_pass<SIO, SM>(src, 0, en);
 #endif
-#pragma unroll 1
-        for (int pass = 0; pass < SM::PASSES; pass++) {
+        // update streams pass `pass`, its chunks read where `from` says:
+        // 0 here, 1 the prefetched pass (BASE_PF), 2 e as given.
+        auto update = [&](int pass, float (&e)[SM::CPL][VEC], int from) {
             const int r = SM::row(pass);
-            float e[SM::CPL][VEC];
 #if BASE_PF
-            next_pass<SIO, SM>(src, pass, e, en);
-#else
-            load_pass<SIO, SM>(src, pass, e);
+            if (from == 1) {
+                next_pass<SIO, SM>(src, pass, e, en);
+            }
 #endif
+            if (from == 0) {
+                load_pass<SIO, SM>(src, pass, e);
+            }
             float sk = 0.0f;
 #pragma unroll
             for (int c = 0; c < SM::CPL; c++) {
@@ -800,6 +812,23 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
             if (r < ROWS && SM::lane() == 0) {
                 od[r] = ov;
             }
+        };
+        int first = 0;
+#if BASE_EARLY && !BASE_PF
+        { // pass 0 from the chunks asked for before the barrier, outside the loop
+            float e[SM::CPL][VEC];
+#pragma unroll
+            for (int c = 0; c < SM::CPL; c++) {
+                SIO::unpack(raw0[c], e[c], 1.0f);
+            }
+            update(0, e, 2);
+            first = 1;
+        }
+#endif
+#pragma unroll 1
+        for (int pass = first; pass < SM::PASSES; pass++) {
+            float e[SM::CPL][VEC];
+            update(pass, e, BASE_PF ? 1 : 0);
         }
         return;
     }
@@ -876,7 +905,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
 
 // The baseline kernels also set the slots' pending drafts (0 after a step,
 // the count after a verify; commit reads them): one launch per operation.
-extern "C" __global__ void __launch_bounds__(NT) gdn_baseline_step(GDN_BASELINE_PARAMS, int* __restrict__ pending)
+extern "C" __global__ void BASE_BOUNDS gdn_baseline_step(GDN_BASELINE_PARAMS, int* __restrict__ pending)
 {
     gdn_baseline<false>(GDN_BASELINE_ARGS);
     if (blockIdx.x == 0 && threadIdx.x == 0) {

@@ -823,6 +823,12 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
         sBk[idx] = B[(((u64)b * T1 + k) * NGROUPS + g) * N + i];
         sCk[idx] = C[(((u64)b * T1 + k) * NGROUPS + g) * N + i];
     }
+#if BASE_EARLY && !BASE_PF
+    uint4 raw0[SM::CPL]; // pass 0 as stored, asked for before the barrier
+    if (!VERIFY && !SIO::SCALED) {
+        raw_pass<SM>(src, 0, raw0);
+    }
+#endif
     __syncthreads();
     if (!VERIFY && !SIO::SCALED) {
         // One step in place: stream the state pass by pass (few registers,
@@ -834,21 +840,23 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
         float en[SM::CPL][VEC];
         load_pass<SIO, SM>(src, 0, en);
 #endif
-#pragma unroll 1
-        for (int pass = 0; pass < SM::PASSES; pass++) {
+        // update streams pass `pass`, its chunks read where `from` says:
+        // 0 inside the row test, 1 the prefetched pass (BASE_PF), 2 e as given.
+        auto update = [&](int pass, float (&e)[SM::CPL][VEC], int from) {
             const int r = SM::row(pass);
-            float e[SM::CPL][VEC];
             float acc = 0.0f;
 #if BASE_PF
-            next_pass<SIO, SM>(src, pass, e, en);
+            if (from == 1) {
+                next_pass<SIO, SM>(src, pass, e, en);
+            }
 #endif
             if (r < ROWS) {
-#if !BASE_PF
+                if (from == 0) {
 #pragma unroll
-                for (int c = 0; c < SM::CPL; c++) {
-                    SIO::load(src, (u64)r * N + SM::col(c), e[c], 1.0f);
+                    for (int c = 0; c < SM::CPL; c++) {
+                        SIO::load(src, (u64)r * N + SM::col(c), e[c], 1.0f);
+                    }
                 }
-#endif
                 const float xc = delta * xk[r];
 #pragma unroll
                 for (int c = 0; c < SM::CPL; c++) {
@@ -866,6 +874,23 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
             if (r < ROWS && SM::lane() == 0) {
                 sDot[r] = acc;
             }
+        };
+        int first = 0;
+#if BASE_EARLY && !BASE_PF
+        { // pass 0 from the chunks asked for before the barrier, outside the loop
+            float e[SM::CPL][VEC];
+#pragma unroll
+            for (int c = 0; c < SM::CPL; c++) {
+                SIO::unpack(raw0[c], e[c], 1.0f);
+            }
+            update(0, e, 2);
+            first = 1;
+        }
+#endif
+#pragma unroll 1
+        for (int pass = first; pass < SM::PASSES; pass++) {
+            float e[SM::CPL][VEC];
+            update(pass, e, BASE_PF ? 1 : 0);
         }
     } else {
         const float sc0 = state_scale(state, srcm);
@@ -940,7 +965,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
 
 // The baseline kernels also set the slots' pending drafts (0 after a step,
 // the count after a verify; commit reads them): one launch per operation.
-extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_step(MAMBA2_BASELINE_PARAMS, int* __restrict__ pending)
+extern "C" __global__ void BASE_BOUNDS mamba2_baseline_step(MAMBA2_BASELINE_PARAMS, int* __restrict__ pending)
 {
     mamba2_baseline<false>(MAMBA2_BASELINE_ARGS);
     if (blockIdx.x == 0 && threadIdx.x == 0) {
