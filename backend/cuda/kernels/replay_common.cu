@@ -555,6 +555,32 @@ struct StateIO {
 #define BASE_BOUNDS __launch_bounds__(NT)
 #endif
 
+// stream_passes runs a streaming baseline's passes, update(pass, e, from)
+// each: from 1 takes the prefetched pass (BASE_PF), 0 reads the pass itself,
+// 2 (pass 0 with BASE_EARLY, outside the loop, so the loop holds no more
+// registers) hands it the chunks raw0 asked for before the barrier.
+template <typename IO, typename MAP, typename U>
+__device__ __forceinline__ void stream_passes(const uint4* raw0, U update)
+{
+    int first = 0;
+#if BASE_EARLY && !BASE_PF
+    {
+        float e[MAP::CPL][IO::VEC];
+#pragma unroll
+        for (int c = 0; c < MAP::CPL; c++) {
+            IO::unpack(raw0[c], e[c], 1.0f);
+        }
+        update(0, e, 2);
+        first = 1;
+    }
+#endif
+#pragma unroll 1
+    for (int pass = first; pass < MAP::PASSES; pass++) {
+        float e[MAP::CPL][IO::VEC];
+        update(pass, e, BASE_PF ? 1 : 0);
+    }
+}
+
 // raw_pass reads this thread's chunks of pass `pass` of a ROWS x COLS
 // matrix as they are stored (zeros past the last row), for IO::unpack.
 template <typename MAP, typename T>

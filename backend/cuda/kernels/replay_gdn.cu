@@ -813,23 +813,11 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 od[r] = ov;
             }
         };
-        int first = 0;
 #if BASE_EARLY && !BASE_PF
-        { // pass 0 from the chunks asked for before the barrier, outside the loop
-            float e[SM::CPL][VEC];
-#pragma unroll
-            for (int c = 0; c < SM::CPL; c++) {
-                SIO::unpack(raw0[c], e[c], 1.0f);
-            }
-            update(0, e, 2);
-            first = 1;
-        }
+        stream_passes<SIO, SM>(raw0, update);
+#else
+        stream_passes<SIO, SM>(nullptr, update);
 #endif
-#pragma unroll 1
-        for (int pass = first; pass < SM::PASSES; pass++) {
-            float e[SM::CPL][VEC];
-            update(pass, e, BASE_PF ? 1 : 0);
-        }
         return;
     }
     const float sc0 = state_scale(state, srcm);
