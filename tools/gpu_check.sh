@@ -71,7 +71,9 @@ experiment() {
 # with the stall reasons by source line: the modules are built with
 # -lineinfo (REPLAYSSM_CUDA_DEFINES), the report goes to $out/prof_NAME.ncu-rep
 # and its SASS-level source page (stall samples per instruction) to
-# $out/prof_NAME.txt. ncu needs --clock-control none on this lease.
+# $out/prof_NAME.txt. ncu needs --clock-control none on this lease. The
+# device tool brings back at most 8 files a call: profile keeps two per
+# kernel (the details with the bench's log, the SASS source CSV).
 profile() {
 	local name=$1 kernel=$2
 	shift 2
@@ -85,6 +87,10 @@ profile() {
 	"$ncu" -i "$out/prof_$name.ncu-rep" --page details >"$out/prof_$name.txt" 2>&1
 	"$ncu" -i "$out/prof_$name.ncu-rep" --page source --csv --print-source sass >"$out/prof_${name}_sass.csv" 2>&1
 	grep -E "Duration|Warp Cycles Per Issued|Eligible Warps|Achieved Occupancy|Registers Per" "$out/prof_$name.txt" | head
+	# At most 8 files come back from a device call: the report itself only
+	# with KEEP_REP=1, the bench's log appended to the text.
+	cat "$out/prof_$name.log" >>"$out/prof_$name.txt" && rm -f "$out/prof_$name.log"
+	[ "${KEEP_REP:-0}" = 1 ] || rm -f "$out/prof_$name.ncu-rep"
 }
 
 case "${1:-all}" in
