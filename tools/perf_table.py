@@ -13,6 +13,13 @@ def us(v):
     return f"{v:.1f}" if v < 100 else f"{v:.0f}"
 
 
+def pct(r):
+    """% of copy on state bytes, and on state + ring where the row has a ring."""
+    if r.get("pct_copy_with_ring"):
+        return f"{r['pct_copy']:.0f}% ({r['pct_copy_with_ring']:.0f}% with the ring)"
+    return f"{r['pct_copy']:.0f}%"
+
+
 def main(path):
     rows = [json.loads(line) for line in open(path) if line.strip().startswith("{")]
     if not rows:
@@ -35,7 +42,7 @@ def main(path):
             extra = f" (non-flush {r['nonflush_vs_replay']:.2f}x replay's)"
         print(f"| {r['shape']} | {r['state_dtype']} | {r['batch']} | {r['mode']} | {us(r['us_per_step'])} | "
               f"{us(r['us_nonflush'])} | {us(r['us_flush'])} | {r['bytes_per_step']/1e6:.1f} | {r['gbps']:.1f} | "
-              f"{r['pct_copy']:.0f}% | {r['speedup_vs_baseline']:.2f}x{extra} |")
+              f"{pct(r)} | {r['speedup_vs_baseline']:.2f}x{extra} |")
 
 
 if __name__ == "__main__":

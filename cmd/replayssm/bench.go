@@ -185,8 +185,11 @@ func kernelsLine(r bench.Row) string {
 		vs = fmt.Sprintf("%7.2fx", r.SpeedupVsBaseline)
 	}
 	extra := ""
+	if r.PctCopyWithRing > 0 {
+		extra = fmt.Sprintf("  %.0f%% with the ring", r.PctCopyWithRing)
+	}
 	if r.NonflushVsReplay > 0 {
-		extra = fmt.Sprintf("  non-flush %.2fx faster than replay", r.NonflushVsReplay)
+		extra += fmt.Sprintf("  non-flush %.2fx faster than replay", r.NonflushVsReplay)
 	}
 	return fmt.Sprintf("%-20s %-5s %5d %-16s %s %s %s %8.1f %7.1f %5.0f%% %s%s",
 		r.Shape, r.StateDtype, r.Batch, r.Mode, us(r.UsPerStep), us(r.UsNonflush), us(r.UsFlush),

@@ -26,6 +26,10 @@ func TestKernelsText(t *testing.T) {
 			[]string{"device cpu (2 threads), copy bandwidth 61.2 GB/s (read+write), read-only 47.9 GB/s, window L=8, verify T=2\n"}, nil},
 		{"batch 1 row", kernelsLine(gpu),
 			[]string{"qwen3.5-4b", "      7.5       6.5      24.6", "0.76x"}, []string{" 7 ", "\n"}},
+		{"ring share", kernelsLine(bench.Row{Device: "cuda", Shape: "nemotron-3-nano-4b", StateDtype: "fp32", Batch: 256,
+			Mode: "replay", UsPerStep: 328, UsNonflush: 276, UsFlush: 756, BytesPerStep: 1.07e9, GBps: 3260, PctCopy: 76,
+			PctCopyWithRing: 81.6, SpeedupVsBaseline: 1.51}),
+			[]string{"1.51x  82% with the ring"}, []string{"faster than replay"}},
 		{"no baseline in the run", kernelsLine(cpu),
 			[]string{"     4211      3950      8121", "       -  non-flush 1.52x faster than replay"}, []string{"0.00x"}},
 	}

@@ -1,0 +1,41 @@
+package bench
+
+import (
+	"math"
+	"testing"
+)
+
+// TestRatiosFill checks a group's derived figures against sums done by hand:
+// bandwidth, % of copy with and without the ring, the speedup over the
+// group's baseline and the read copy's non-flush speedup over plain replay.
+func TestRatiosFill(t *testing.T) {
+	const copyGBps = 4000.0
+	var g ratios
+	rows := []struct {
+		row      Row
+		gbps     float64
+		pct      float64
+		withRing float64 // 0: not reported
+		speedup  float64
+		nonflush float64
+	}{
+		// 2 GB in 500 us: 4000 GB/s, the copy bandwidth.
+		{Row{Mode: "baseline", UsPerStep: 500, UsNonflush: 500, BytesPerStep: 2e9}, 4000, 100, 0, 1, 0},
+		// 1 GB + 0.2 GB of ring in 400 us: 2500 GB/s of state, 3000 in all.
+		{Row{Mode: "replay", UsPerStep: 400, UsNonflush: 300, BytesPerStep: 1e9, RingBytesPerStep: 2e8}, 2500, 62.5, 75, 1.25, 0},
+		{Row{Mode: "replay-nvfp4", UsPerStep: 250, UsNonflush: 150, BytesPerStep: 2.5e8, RingBytesPerStep: 2e8}, 1000, 25, 45, 2, 2},
+		{Row{Mode: "verify-baseline", UsPerStep: 1000, BytesPerStep: 3e9}, 3000, 75, 0, 1, 0},
+		{Row{Mode: "verify", UsPerStep: 400, BytesPerStep: 1e9}, 2500, 62.5, 0, 2.5, 0},
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+	for _, tc := range rows {
+		r := tc.row
+		g.fill(&r, copyGBps)
+		if !near(r.GBps, tc.gbps) || !near(r.PctCopy, tc.pct) || !near(r.PctCopyWithRing, tc.withRing) ||
+			!near(r.SpeedupVsBaseline, tc.speedup) || !near(r.NonflushVsReplay, tc.nonflush) {
+			t.Errorf("%s: GB/s %v, %% copy %v, with the ring %v, speedup %v, non-flush %v; want %v, %v, %v, %v, %v",
+				tc.row.Mode, r.GBps, r.PctCopy, r.PctCopyWithRing, r.SpeedupVsBaseline, r.NonflushVsReplay,
+				tc.gbps, tc.pct, tc.withRing, tc.speedup, tc.nonflush)
+		}
+	}
+}
