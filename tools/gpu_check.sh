@@ -17,8 +17,7 @@
 #                                   # _FOLD_ITEMS=0 the early folds' grid,
 #                                   # -DLOAD_FIRST=0 the drafts' loads in loops,
 #                                   # -DBASE_EARLY=1 the bf16 baselines' first pass
-#                                   # before their prologue,
-#                                   # _GROUP_FLUSH=1 the Mamba-2 group step's own flush)
+#                                   # before their prologue)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
 #
@@ -111,7 +110,6 @@ experiments)
 	experiment fold_early all verify REPLAYSSM_CUDA_FOLD_ITEMS=0
 	experiment load_first all verify REPLAYSSM_CUDA_DEFINES=-DLOAD_FIRST=0
 	experiment base_early all baseline REPLAYSSM_CUDA_DEFINES=-DBASE_EARLY=1
-	experiment group_flush mamba2 replay REPLAYSSM_CUDA_GROUP_FLUSH=1
 	experiment gv_parts all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=5 \
 		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=6 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=7
 	;;

@@ -119,15 +119,15 @@ func TestEnvTuning(t *testing.T) {
 		{"unset", nil, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 		{"all set", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v4", "REPLAYSSM_CUDA_PIPE_GROUPS": "2", "REPLAYSSM_CUDA_PIPE_BLOCKS": "3",
-			"REPLAYSSM_CUDA_DEFINES": " -DA=1  -DB=0 ", "REPLAYSSM_CUDA_SMALL_BATCH": "0", "REPLAYSSM_CUDA_GROUP_FLUSH": "1",
-		}, tuning{v4: true, foldItems: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0, groupFlush: true}},
+			"REPLAYSSM_CUDA_DEFINES": " -DA=1  -DB=0 ", "REPLAYSSM_CUDA_SMALL_BATCH": "0",
+		}, tuning{v4: true, foldItems: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0}},
 		{"v5", map[string]string{"REPLAYSSM_CUDA_KERNELS": "v5"}, tuning{v5: true, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"group threads", map[string]string{"REPLAYSSM_CUDA_GROUP_THREADS": "128"}, tuning{groupNT: 128, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"fold early", map[string]string{"REPLAYSSM_CUDA_FOLD_ITEMS": "0"}, tuning{smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
-			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_GROUP_FLUSH": "no",
+			"REPLAYSSM_CUDA_SMALL_BATCH": "-3",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -208,8 +208,6 @@ func TestBlocksPerSM(t *testing.T) {
 // the reasons it is off.
 func TestGroupStepPlan(t *testing.T) {
 	nano := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
-	super := ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8}
-	fl := tuning{groupFlush: true}
 	for _, tc := range []struct {
 		name   string
 		shape  ssm.Mamba2Shape
@@ -217,27 +215,19 @@ func TestGroupStepPlan(t *testing.T) {
 		tn     tuning
 		smem   int    // when on
 		reason string // when off
-		flush  bool   // the group step flushes (GFLUSH)
 	}{
-		{"group flush, fp32: the x rows of every ring entry", nano, replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}, fl, 20 * 12 * 80 * 4, "", true},
-		{"group flush, bf16", nano, replay.Options{Mode: replay.Replay, Window: 16, State: numeric.BF16}, fl, 16 * 12 * 80 * 4, "", true},
-		{"group flush, Super fp16", super, replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.F16}, fl, 20 * 16 * 64 * 4, "", true},
-		{"no group flush with a read copy", nano, replay.Options{Mode: replay.Replay, Window: 16, ReadCopy: numeric.NVFP4}, fl, 14 * 12 * 80 * 4, "", false},
-		{"no group flush for fp8 (a scale per matrix)", nano, replay.Options{Mode: replay.Replay, Window: 16, State: numeric.E4M3}, fl, 14 * 12 * 80 * 4, "", false},
-		{"no group flush with staged entries bounded", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupFlush: true, groupX: 1}, 12 * 80 * 4, "", false},
-		{"no group flush when the window's rows do not fit", nano, replay.Options{Mode: replay.Replay, Window: 28}, fl, 17 * 12 * 80 * 4, "", false},
-		{"nano, L=16", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 14 * 12 * 80 * 4, "", false},
-		{"nano nvfp4, L=8", nano, replay.Options{Mode: replay.Replay, Window: 8, ReadCopy: numeric.NVFP4}, tuning{}, 6 * 12 * 80 * 4, "", false},
-		{"Mamba2-2.7B: 80 heads of 64 in one group, 3 entries staged", ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 3 * 80 * 64 * 4, "", false},
-		{"nano, L=32: 64 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 32}, tuning{}, 17 * 12 * 80 * 4, "", false},
-		{"test bound on staged entries", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupX: 1}, 12 * 80 * 4, "", false},
-		{"128 threads: 32 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 128}, 8 * 12 * 80 * 4, "", false},
-		{"64 threads: 16 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 64}, 4 * 12 * 80 * 4, "", false},
-		{"64 threads, 80 heads of 64 in one group", ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 64}, 0, "80 heads per group (more than 64 threads)", false},
-		{"baseline", nano, replay.Options{Mode: replay.Baseline, Window: 16}, tuning{}, 0, "baseline", false},
-		{"v5 asked for", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{v5: true}, 0, "v5", false},
-		{"one group of 128 heads of 64", ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 0, "shared memory", false},
-		{"state size not in chunks", ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 36, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 0, "state size", false},
+		{"nano, L=16", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 14 * 12 * 80 * 4, ""},
+		{"nano nvfp4, L=8", nano, replay.Options{Mode: replay.Replay, Window: 8, ReadCopy: numeric.NVFP4}, tuning{}, 6 * 12 * 80 * 4, ""},
+		{"Mamba2-2.7B: 80 heads of 64 in one group, 3 entries staged", ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 3 * 80 * 64 * 4, ""},
+		{"nano, L=32: 64 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 32}, tuning{}, 17 * 12 * 80 * 4, ""},
+		{"test bound on staged entries", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupX: 1}, 12 * 80 * 4, ""},
+		{"128 threads: 32 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 128}, 8 * 12 * 80 * 4, ""},
+		{"64 threads: 16 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 64}, 4 * 12 * 80 * 4, ""},
+		{"64 threads, 80 heads of 64 in one group", ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 64}, 0, "80 heads per group (more than 64 threads)"},
+		{"baseline", nano, replay.Options{Mode: replay.Baseline, Window: 16}, tuning{}, 0, "baseline"},
+		{"v5 asked for", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{v5: true}, 0, "v5"},
+		{"one group of 128 heads of 64", ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 0, "shared memory"},
+		{"state size not in chunks", ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 36, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 0, "state size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opt, err := replayDefaults(tc.opt)
@@ -250,8 +240,8 @@ func TestGroupStepPlan(t *testing.T) {
 				threads = tc.tn.groupNT
 			}
 			switch {
-			case tc.reason == "" && (!g.on || g.smem != tc.smem || g.groups != tc.shape.Groups || g.threads != threads || g.flush != tc.flush):
-				t.Errorf("plan %+v, want on with %d bytes of x rows, flush %v", g, tc.smem, tc.flush)
+			case tc.reason == "" && (!g.on || g.smem != tc.smem || g.groups != tc.shape.Groups || g.threads != threads):
+				t.Errorf("plan %+v, want on with %d bytes of x rows", g, tc.smem)
 			case tc.reason != "" && (g.on || !strings.Contains(g.why, tc.reason)):
 				t.Errorf("plan %+v, want off with %q", g, tc.reason)
 			}

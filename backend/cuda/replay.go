@@ -44,7 +44,6 @@ type tuning struct {
 	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
 	smallBatch int      // REPLAYSSM_CUDA_SMALL_BATCH: batches up to this take one kernel
-	groupFlush bool     // REPLAYSSM_CUDA_GROUP_FLUSH=1: the Mamba-2 group step flushes its slots itself where the formats allow (GFLUSH)
 	groupX     int      // tests: at most this many ring x entries staged by the group step (0: no bound)
 	groupAll   bool     // tests: the group verify at every batch (not only from 2 items per SM)
 }
@@ -56,7 +55,6 @@ func envTuning(getenv func(string) string) tuning {
 		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
 		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
 		foldItems:  getenv("REPLAYSSM_CUDA_FOLD_ITEMS") != "0",
-		groupFlush: getenv("REPLAYSSM_CUDA_GROUP_FLUSH") == "1",
 		smallBatch: defaultSmallBatch,
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
@@ -105,7 +103,6 @@ func blocksPerSM(d *Device, r Resources, threads, dyn int) int {
 // ring's B), a GDN key head's value heads (k, q, the ring's keys).
 type groupStep struct {
 	on      bool
-	flush   bool // the step flushes its slots itself (Mamba-2: GFLUSH); no flush kernel runs
 	threads int
 	groups  int    // groups per batch row
 	blocks  int    // the grid: as many blocks as the GPU holds at once
@@ -453,11 +450,9 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	if batch <= c.smallBatch {
 		return c.d.Launch(c.stepSmall, grid, block, 0, s, a)
 	}
-	if c.group.fn == nil || !c.group.flush {
-		flushGrid := [3]uint32{uint32(min(batch*c.heads, c.flushBlocks)), 1, 1}
-		if err := c.d.Launch(c.flush, flushGrid, block, 0, s, a); err != nil {
-			return err
-		}
+	flushGrid := [3]uint32{uint32(min(batch*c.heads, c.flushBlocks)), 1, 1}
+	if err := c.d.Launch(c.flush, flushGrid, block, 0, s, a); err != nil {
+		return err
 	}
 	if c.group.fn != nil {
 		blocks := min(c.group.groups*batch, c.group.blocks)
@@ -549,8 +544,7 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, 
 
 // StepKernel names the kernel that takes the non-flush slots of a decode
 // step of batch slots: "small" (up to the small batch, one kernel takes
-// every slot), "v6" (one block per group of heads and batch row; "v6+flush"
-// when it takes the flushing slots too, and no flush kernel runs), "v5"
+// every slot), "v6" (one block per group of heads and batch row), "v5"
 // (pipelined) or "v4" (one block per head and batch row). In baseline mode
 // it names the baseline step's kernel, "v4" (one block per head and batch
 // row).
@@ -560,8 +554,6 @@ func (c *replayCommon) StepKernel(batch int) string {
 		return "v4"
 	case batch <= c.smallBatch:
 		return "small"
-	case c.group.fn != nil && c.group.flush:
-		return "v6+flush"
 	case c.group.fn != nil:
 		return "v6"
 	case c.pipe.on && c.pipe.stepOn:
@@ -849,10 +841,8 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 			return err
 		}
 	}
-	// done holds the step's block count and its item queue (step_done,
-	// ItemClaims).
 	for _, b := range []*Buffer{&c.errFlag, &c.done} {
-		if *b, err = c.alloc(8); err != nil {
+		if *b, err = c.alloc(4); err != nil {
 			return err
 		}
 		if err := d.Memset(*b, 0); err != nil {

@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 
-	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
 )
@@ -78,11 +77,7 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 	if readElemBytes(opt) == 2 {
 		p.stepOn = false
 	}
-	g := mamba2GroupPlan(shape, opt, tn)
-	if g.flush {
-		defines = append(defines, "-DGFLUSH=1")
-	}
-	return useGroup(p, g, defines)
+	return useGroup(p, mamba2GroupPlan(shape, opt, tn), defines)
 }
 
 // mamba2GroupPlan plans mamba2_group_step (replay_mamba2.cu): a group's
@@ -97,25 +92,12 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	if tn.v5 {
 		g.on, g.why = false, "REPLAYSSM_CUDA_KERNELS=v5"
 	}
-	verifySmem := g.smem // the ring's x rows, as the step stages them without flushes
-	// The group flush (GFLUSH, mamba2_group_flush; an experiment, off by
-	// default: NOTES.md, session 9) stages the x rows of every entry a
-	// flush can fold (after a verify a window can hold up to R entries),
-	// and takes checkpoints that go back as they came: fp32, fp16 or bf16,
-	// with no read copy. Two blocks must still fit an SM.
-	rowBytes := 4 * hpg * P
-	unscaled := opt.State == numeric.F32 || opt.State == numeric.F16 || opt.State == numeric.BF16
-	if g.on && tn.groupFlush && opt.ReadCopy == numeric.F32 && unscaled && tn.groupX == 0 &&
-		R*rowBytes+tables <= 110<<10 {
-		g.flush = true
-		g.smem = R * rowBytes
-	}
 	// The group verify's tables: C and S0 . C of every draft, and decay
 	// weights per head and draft (mamba2_group_verify_item).
 	T := opt.MaxDraft
 	verifyTables := 4 * (T*N + R*N + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
 	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
-	g.verifySmem = verifySmem
+	g.verifySmem = g.smem // the ring's x rows, as the step stages them
 	return g
 }
 

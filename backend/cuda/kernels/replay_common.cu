@@ -1772,8 +1772,7 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 // trip.
 
 // move_cursors advances the cursors of a replay decode step's slots
-// (cursor_step's rule) and resets the block counter and the step's item
-// queue; one block calls it.
+// (cursor_step's rule) and resets the block counter; one block calls it.
 __device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done, const int* slots, int batch, int L)
 {
     for (int b = threadIdx.x; b < batch; b += blockDim.x) {
@@ -1783,8 +1782,7 @@ __device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done,
         pending[s] = 0;
     }
     if (threadIdx.x == 0) {
-        done[0] = 0;
-        done[1] = 0; // the group flush's item queue (ItemClaims)
+        *done = 0;
     }
 }
 
@@ -1808,66 +1806,6 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
     __threadfence();
     move_cursors(hist, pending, done, slots, batch, L);
 }
-
-// ItemClaims hands a persistent block its items in turn: without a queue
-// (queue == nullptr) block k takes items k, k + gridDim.x, ...; with one,
-// each block claims its next item from a device counter (atomicAdd; reset
-// by move_cursors), so blocks whose items are heavier (a group step that
-// flushes some of its items itself: GFLUSH) take fewer of them. Thread 0
-// claims one item ahead, so the atomic's round trip overlaps a whole item:
-// a block knows its current item and the next one (which the group kernels
-// prefetch) at every point. Use: start() once; for each item ask() at its
-// start, post() before its last barrier, advance() after it; every thread
-// calls each.
-struct ItemClaims {
-    int* queue;
-    int* slot; // __shared__ int[2]: thread 0's claims, by item parity
-    int cur, next, ahead, k;
-
-    __device__ __forceinline__ void start(int* q, int* sh)
-    {
-        queue = q;
-        slot = sh;
-        k = 0;
-        ahead = 0;
-        if (queue == nullptr) {
-            cur = blockIdx.x;
-            next = cur + gridDim.x;
-            return;
-        }
-        if (threadIdx.x == 0) {
-            slot[0] = atomicAdd(queue, 1);
-            slot[1] = atomicAdd(queue, 1);
-        }
-        __syncthreads();
-        cur = slot[0];
-        next = slot[1];
-        __syncthreads(); // read before the first post() may overwrite slot[0]
-    }
-    // ask claims the item after next (thread 0's atomic, posted by post()).
-    __device__ __forceinline__ void ask()
-    {
-        if (queue != nullptr && threadIdx.x == 0) {
-            ahead = atomicAdd(queue, 1);
-        }
-    }
-    __device__ __forceinline__ void post()
-    {
-        if (queue != nullptr && threadIdx.x == 0) {
-            slot[k & 1] = ahead;
-        }
-    }
-    // advance moves on to the next item; it follows a barrier that follows
-    // post(). The slot it reads is rewritten two items later, after the
-    // next item's last barrier.
-    __device__ __forceinline__ void advance()
-    {
-        const int after = queue != nullptr ? slot[k & 1] : next + (int)gridDim.x;
-        cur = next;
-        next = after;
-        k++;
-    }
-};
 
 // work_items calls work(head, b) for every item i = blockIdx.x +
 // k*gridDim.x (head i % heads of batch row i / heads) for which need(b),

@@ -1310,135 +1310,10 @@ __device__ __forceinline__ void group_x(const float* x, int b, int g, float (&xc
 }
 
 
-// GFLUSH=1 (a define from the host): the group step also flushes the
-// slots whose window fills (mamba2_group_flush), and no flush kernel runs.
-// For checkpoints in fp32, fp16 or bf16 with no read copy: the flush's
-// matrices go back in the format they came in, with no scale or quantiser
-// that needs a whole matrix first.
-#ifndef GFLUSH
-#define GFLUSH 0
-#endif
-#if GFLUSH
-// GFU rows at a time: two for 2-byte states (each B_j chunk read from
-// shared memory then feeds two rows, or the rank update would read shared
-// memory as fast as the stream moves bf16 bytes), one for fp32, whose
-// stream is twice as long per row and whose two rows' accumulators and
-// prefetched chunks spilled at 128 registers (ptxas 11.8, sm_90: 268 bytes
-// of spill loads, 44 at one row). On the H200 (session 10, B=256, aligned
-// steps, Nano fp32) one row flushes in 758 us, no faster than the flush
-// kernel (753), two rows (-DGFU=2, C now from shared memory: still 268
-// bytes) in 583 but the non-flush step takes 288 against 276: either way
-// the staggered window is the flush kernel's (328 us).
-#ifndef GFU
-#define GFU (FMT_SIZE(STATE_FMT) == 4 ? 1 : 2)
-#endif
-static_assert(READ_FMT == FMT_F32 && !SIO::SCALED && GPF % GFU == 0,
-              "the group flush takes unscaled checkpoints with no read copy, GFU passes at a time");
-
-// mamba2_group_flush folds the window of a group's HPG heads into their
-// checkpoint: for every row r of the group's stream (head r / P), what
-// mamba2_fold does to it, bit for bit,
-//
-//	S[r] <- E[h] S[r] + sum_{j<t} (W[h][j] x_j[r]) B_j,   sDot[r] = S[r] . C
-//
-// (the dot before the store's rounding), S stored back in place. raw holds
-// the stream's first GPF passes (issued during the previous item); passes
-// go GFU at a time.
-// The ring's x rows of the group, the current token's included, are in
-// sXr (entries 0..t-1), B_j in sB, C in sC (from shared memory, not the
-// non-flush stream's registers: 16 fewer live across the update).
-__device__ __forceinline__ void mamba2_group_flush(ST* S, GR (&raw)[GPF], const float* sC, int t, const float* sE,
-                                                   const float* sW, const float* sB, const float* sXr, float* sDot)
-{
-    const int tid = threadIdx.x;
-    for (int base = 0; base < GM::PASSES; base += GPF) {
-#pragma unroll
-        for (int k = 0; k < GPF; k += GFU) {
-            const int pass = base + k;
-            if (pass >= GM::PASSES) {
-                break;
-            }
-            int r[GFU], rc[GFU], hh[GFU]; // rows, clamped to the stream (rows past it are computed, not stored)
-            float e[GFU][GM::CPL][GVEC];
-#pragma unroll
-            for (int u = 0; u < GFU; u++) {
-                r[u] = GM::row(pass + u, tid);
-                rc[u] = min(r[u], GROWS - 1);
-                hh[u] = rc[u] / P;
-                const float E = sE[hh[u]];
-#pragma unroll
-                for (int c = 0; c < GM::CPL; c++) {
-                    if (pass + u < GM::PASSES) { // else raw[k + u] was never loaded: the row is past the stream
-                        SIO::unpack(raw[k + u].w[c], e[u][c], 1.0f);
-                    } else {
-#pragma unroll
-                        for (int q = 0; q < GVEC; q++) {
-                            e[u][c][q] = 0.0f;
-                        }
-                    }
-#pragma unroll
-                    for (int q = 0; q < GVEC; q++) {
-                        e[u][c][q] = E * e[u][c][q];
-                    }
-                }
-                if (pass + u + GPF < GM::PASSES) {
-                    group_load<GM, GROWS>(S, nullptr, pass + u + GPF, raw[k + u]);
-                }
-            }
-            for (int j = 0; j < t; j++) {
-                float cj[GFU];
-#pragma unroll
-                for (int u = 0; u < GFU; u++) {
-                    cj[u] = __fmul_rn(sW[hh[u] * RMAX + j], sXr[j * GROWS + rc[u]]);
-                }
-#pragma unroll
-                for (int c = 0; c < GM::CPL; c++) {
-                    const float4* bj = reinterpret_cast<const float4*>(sB + j * N + GM::col(c, tid));
-#pragma unroll
-                    for (int q = 0; q < GVEC / 4; q++) {
-                        const float4 b4 = bj[q];
-#pragma unroll
-                        for (int u = 0; u < GFU; u++) {
-                            e[u][c][4 * q] = fmaf(cj[u], b4.x, e[u][c][4 * q]);
-                            e[u][c][4 * q + 1] = fmaf(cj[u], b4.y, e[u][c][4 * q + 1]);
-                            e[u][c][4 * q + 2] = fmaf(cj[u], b4.z, e[u][c][4 * q + 2]);
-                            e[u][c][4 * q + 3] = fmaf(cj[u], b4.w, e[u][c][4 * q + 3]);
-                        }
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < GFU; u++) {
-                float acc = 0.0f;
-#pragma unroll
-                for (int c = 0; c < GM::CPL; c++) {
-                    const float4* cp = reinterpret_cast<const float4*>(sC + GM::col(c, tid));
-#pragma unroll
-                    for (int q = 0; q < GVEC / 4; q++) {
-                        acc = fma4(&e[u][c][4 * q], cp[q], acc);
-                    }
-                }
-                acc = lanes_sum<GM::LANES>(acc);
-                if (r[u] < GROWS) {
-                    if (GM::lane(tid) == 0) {
-                        sDot[r[u]] = acc;
-                    }
-#pragma unroll
-                    for (int c = 0; c < GM::CPL; c++) {
-                        SIO::store(S, (u64)r[u] * N + GM::col(c, tid), e[u][c], 1.0f, 1.0f);
-                    }
-                }
-            }
-        }
-    }
-}
-#endif
-
 // mamba2_group_step: persistent blocks take the items (group g, batch row
-// b), i = g + NGROUPS*b, in turn (i = blockIdx.x + k*gridDim.x; claimed
-// from a queue with GFLUSH, whose flushing items are heavier: ItemClaims).
-// While an item's y is formed, the next item's cursors, first passes and C
-// are already in flight, so a block's stream does not stop between items.
+// b), i = g + NGROUPS*b, in turn (i = blockIdx.x + k*gridDim.x). While an
+// item's y is formed, the next item's cursors, first passes and C are
+// already in flight, so a block's stream does not stop between items.
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA2_STEP_PARAMS)
 {
     __shared__ __align__(16) float sC[N];
@@ -1464,11 +1339,8 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     init_e2m1_lut(sLut);
 #endif
 
-    __shared__ int sClaim[2];
-    ItemClaims claims;
-    claims.start(GFLUSH ? done + 1 : nullptr, sClaim);
     // The first item: inputs, cursors, scale and first passes.
-    int i = claims.cur, g = i % NGROUPS, b = i / NGROUPS, s = 0, n = L;
+    int i = blockIdx.x, g = i % NGROUPS, b = i / NGROUPS, s = 0, n = L;
     float xc[OUTS], cr[1][GM::CPL][GVEC], gs = 1.0f;
     GR raw[GPF];
     if (i < items) {
@@ -1482,16 +1354,14 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         gs = group_scale<HPG>(state, rglobal, (u64)s * NHEADS + g * HPG, tid);
     }
     while (i < items) {
-        claims.ask();
-        const int h0 = g * HPG, next = claims.next;
+        const int h0 = g * HPG, next = i + gridDim.x;
         const int gN = next % NGROUPS, bN = next / NGROUPS;
         const int sN = next < items ? slots[bN] : 0; // needed after the stream
-        const bool nonflush = n + 1 < L;             // else this kernel (GFLUSH) or mamba2_replay_flush flushes it
-        const bool flush = GFLUSH && !nonflush;
+        const bool nonflush = n + 1 < L;             // else mamba2_replay_flush took the slot
         const u64 m0 = (u64)s * NHEADS + h0;
         const float* xr = ringX + (u64)h0 * P;
-        const int xs = min(n, xcap); // ring x entries staged in shared memory (all of them to flush)
-        if (nonflush || flush) {
+        const int xs = min(n, xcap); // ring x entries staged in shared memory
+        if (nonflush) {
             // The ring straight to shared memory: B rows, the heads' delta
             // and decay (one cp.async group), then the x rows (a second).
             const float* Ct = C + ((u64)b * NGROUPS + g) * N;
@@ -1504,25 +1374,18 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             cp_async_commit();
             cp_rows<GROWS>(sXr, xr + ring_at(s, 0) * (NHEADS * P), NHEADS * P, xs, tid, GNT);
             cp_async_commit();
-            // The current token appended to the ring (a flush folds it
-            // straight in: the ring restarts).
+            // The current token appended to the ring.
             const float* Bt = B + ((u64)b * NGROUPS + g) * N;
             for (int e = tid; e < N; e += GNT) {
                 const float v = Bt[e];
                 sB[n * N + e] = v;
-                if (!flush) {
-                    ringB[(ring_at(s, n) * NGROUPS + g) * N + e] = v;
-                }
+                ringB[(ring_at(s, n) * NGROUPS + g) * N + e] = v;
             }
 #pragma unroll
             for (int k = 0; k < OUTS; k++) {
                 const int o = tid + k * GNT;
                 if (o < GROWS) {
-                    if (flush) {
-                        sXr[n * GROWS + o] = xc[k];
-                    } else {
-                        ringX[(ring_at(s, n) * NHEADS + h0) * P + o] = xc[k];
-                    }
+                    ringX[(ring_at(s, n) * NHEADS + h0) * P + o] = xc[k];
                 }
             }
             if (tid < HPG) {
@@ -1531,32 +1394,16 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                 const float a = (float)exp((double)delta * A[h]);
                 sDelta[tid * RMAX + n] = delta;
                 sDecay[tid * RMAX + n] = a;
-                if (!flush) {
-                    ringDt[rs_at(s, h, n)] = delta;
-                    ringA[rs_at(s, h, n)] = a;
-                }
+                ringDt[rs_at(s, h, n)] = delta;
+                ringA[rs_at(s, h, n)] = a;
                 sGs[tid] = gs;
             }
             __syncthreads(); // sGs, sLut
+            // The stream: pass p's loads were issued GPF passes before its
+            // dots (the first GPF during the previous item).
             const void* mat;
             const u8* scl;
             group_mat(state, rcodes, rscales, m0, mat, scl);
-#if GFLUSH
-            if (flush) {
-                // The decay weights (mamba2_step's), then the fold of the
-                // whole window, the current token's entry n included.
-                cp_async_wait_group<1>();
-                __syncthreads();
-                for (int hh = GNT - 1 - tid; hh < HPG; hh += GNT) {
-                    sE[hh] = decay_weights(sDelta + hh * RMAX, sDecay + hh * RMAX, n + 1, sW + hh * RMAX);
-                }
-                cp_async_wait_all();
-                __syncthreads();
-                mamba2_group_flush(state + m0 * (P * N), raw, sC, n + 1, sE, sW, sB, sXr, sDot);
-            } else
-#endif
-            // The stream: pass p's loads were issued GPF passes before its
-            // dots (the first GPF during the previous item).
             for (int base = 0; base < GM::PASSES; base += GPF) {
 #pragma unroll
                 for (int k = 0; k < GPF; k++) {
@@ -1583,16 +1430,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             group_vec<GM>(C + ((u64)bN * NGROUPS + gN) * N, cr[0]);
             gsN = group_scale<HPG>(state, rglobal, m0N, tid);
         }
-        if (flush) {
-            __syncthreads(); // sDot
-#pragma unroll
-            for (int k = 0; k < OUTS; k++) {
-                const int o = tid + k * GNT;
-                if (o < GROWS) {
-                    y[((u64)b * NHEADS + h0) * P + o] = sDot[o] + D[h0 + o / P] * xc[k];
-                }
-            }
-        } else if (nonflush) {
+        if (nonflush) {
             cp_async_wait_group<1>();
             __syncthreads();
             // Decay products (float64, mamba2_step's order), one thread per
@@ -1629,9 +1467,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         if (next < items) {
             group_x(x, bN, gN, xc);
         }
-        claims.post();
         __syncthreads(); // this item's tables are read before the next item's gathers
-        claims.advance();
         i = next;
         g = gN;
         b = bN;
