@@ -107,7 +107,7 @@ type gpuLayer struct {
 	commit    func(batch int, slots, acc cuda.Buffer) error
 	close     func() error
 	stateSize func() (state, read int)
-	entry     int // ring bytes per entry (as the CPU bench counts them)
+	ring      ringTraffic // the ring's bytes per entry (as the CPU bench counts them)
 	// kernels names the step's and the verify's kernels at a batch ("step
 	// v6, verify v5").
 	kernels func(batch int) string
@@ -367,7 +367,7 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		row.UsPerStep = us(d) / float64(L)
 		fL := float64(L)
 		row.BytesPerStep = float64(batch) * ((fL-1)/fL*float64(readB) + (2*float64(stateB)+float64(copyBytes(readB, stateB)))/fL)
-		row.RingBytesPerStep = float64(batch*lc.entry) * (float64(L-1)/2 + 1)
+		row.RingBytesPerStep = float64(batch) * lc.ring.perStep(L)
 	}
 	return row, b.s.Synchronize()
 }
@@ -501,7 +501,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 			commit:    func(batch int, slots, acc cuda.Buffer) error { return c.Commit(b.s, batch, slots, acc) },
 			close:     func() error { b.s.Synchronize(); return c.Close() },
 			stateSize: c.StateBytes,
-			entry:     4 * (H*P + G*N + H),
+			ring:      mamba2Ring(H, P, G, N),
 			kernels:   kernelNames(c),
 		}, nil
 	case "gdn":
@@ -548,7 +548,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 			commit:    func(batch int, slots, acc cuda.Buffer) error { return c.Commit(b.s, batch, slots, acc) },
 			close:     func() error { b.s.Synchronize(); return c.Close() },
 			stateSize: c.StateBytes,
-			entry:     4 * (Hk*dk + 2*Hv*dv + 2*Hv),
+			ring:      gdnRing(Hk, Hv, dk, dv),
 			kernels:   kernelNames(c),
 		}, nil
 	}

@@ -153,7 +153,7 @@ type layerCache interface {
 	commit(slots []replay.Slot, acc []int) error
 	stats() replay.Stats
 	close()
-	ringEntryBytes() int
+	ring() ringTraffic
 }
 
 func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, mode string, cfg KernelConfig) (Row, error) {
@@ -296,8 +296,7 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 		st := lc.stats()
 		steps := float64(len(windows) * L)
 		row.BytesPerStep = float64(st.StateBytesRead+st.StateBytesWritten-before.StateBytesRead-before.StateBytesWritten) / steps
-		// Ring traffic: a step at position t reads t-1 entries and writes one.
-		row.RingBytesPerStep = float64(batch*lc.ringEntryBytes()) * (float64(L-1)/2 + 1)
+		row.RingBytesPerStep = float64(batch) * lc.ring().perStep(L)
 	}
 	return row, nil
 }

@@ -39,3 +39,42 @@ func TestRatiosFill(t *testing.T) {
 		}
 	}
 }
+
+// TestRingTraffic checks the window average of the ring's bytes against a
+// walk through the window, step by step (a slot at ring position n reads n
+// entries and appends one; at n = L-1 it folds the L-1 entries and appends
+// none), and the layers' entry sizes against their rings' fields.
+func TestRingTraffic(t *testing.T) {
+	walk := func(r ringTraffic, L int) float64 {
+		total := 0
+		for n := 0; n < L; n++ {
+			if n < L-1 {
+				total += n*r.read + r.write
+			} else {
+				total += n * r.fold
+			}
+		}
+		return float64(total) / float64(L)
+	}
+	r := ringTraffic{write: 7, read: 3, fold: 5}
+	for _, L := range []int{1, 2, 4, 16, 33} {
+		if got, want := r.perStep(L), walk(r, L); math.Abs(got-want) > 1e-9*want {
+			t.Errorf("L=%d: %v bytes a step, want %v", L, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		got  ringTraffic
+		want ringTraffic
+	}{
+		// Nemotron-3-Nano-4B: x 96x80, B 8x128, Δ and decay 96 each.
+		{"nano", mamba2Ring(96, 80, 8, 128), ringTraffic{4 * (7680 + 1024 + 192), 4 * (7680 + 1024 + 192), 4 * (7680 + 1024 + 192)}},
+		// Qwen3.5-4B: k 16x128; v, u 32x128; gate, β 32 each. Read: k, u,
+		// gate; fold: k, v, gate, β.
+		{"qwen3.5-4b", gdnRing(16, 32, 128, 128), ringTraffic{4 * (2048 + 8192 + 64), 4 * (2048 + 4096 + 32), 4 * (2048 + 4096 + 64)}},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, tc.got, tc.want)
+		}
+	}
+}

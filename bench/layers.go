@@ -99,7 +99,7 @@ func (m *mamba2Bench) verify(slots []replay.Slot, set, T int) error {
 func (m *mamba2Bench) commit(slots []replay.Slot, acc []int) error { return m.c.Commit(slots, acc) }
 func (m *mamba2Bench) stats() replay.Stats                         { return m.c.Stats() }
 func (m *mamba2Bench) close()                                      { m.c.Close() }
-func (m *mamba2Bench) ringEntryBytes() int                         { return 4 * (m.H*m.P + m.G*m.N + m.H) }
+func (m *mamba2Bench) ring() ringTraffic                           { return mamba2Ring(m.H, m.P, m.G, m.N) }
 
 type gdnBench struct {
 	c  *replay.GDNCache
@@ -126,8 +126,41 @@ func (g *gdnBench) verify(slots []replay.Slot, set, T int) error {
 func (g *gdnBench) commit(slots []replay.Slot, acc []int) error { return g.c.Commit(slots, acc) }
 func (g *gdnBench) stats() replay.Stats                         { return g.c.Stats() }
 func (g *gdnBench) close()                                      { g.c.Close() }
-func (g *gdnBench) ringEntryBytes() int {
+func (g *gdnBench) ring() ringTraffic {
 	Hk, Hv, dk, dv := g.dims()
-	// k, v, g, β written; k, u read for the output path.
-	return 4 * (Hk*dk + 2*Hv*dv + 2*Hv)
+	return gdnRing(Hk, Hv, dk, dv)
+}
+
+// ringTraffic is a layer's ring bytes per entry, slot and step: what a step
+// appends (write), what a non-flush step reads of each entry since the
+// checkpoint (read), what a flush reads of each entry it folds (fold).
+type ringTraffic struct{ write, read, fold int }
+
+// mamba2Ring: every step appends x (H*P), B (G*N, once per group), Δ and
+// the decay (H each); the output path and the fold read all of them.
+func mamba2Ring(H, P, G, N int) ringTraffic {
+	e := 4 * (H*P + G*N + 2*H)
+	return ringTraffic{write: e, read: e, fold: e}
+}
+
+// gdnRing: every step appends k (Hk*dk), v and u (Hv*dv each), the gate and
+// β (Hv each); the output path reads k, u and the gates (β only of the
+// current token), the fold k, v, the gates and β (never the cached u:
+// DESIGN.md 2.2).
+func gdnRing(Hk, Hv, dk, dv int) ringTraffic {
+	return ringTraffic{
+		write: 4 * (Hk*dk + 2*Hv*dv + 2*Hv),
+		read:  4 * (Hk*dk + Hv*dv + Hv),
+		fold:  4 * (Hk*dk + Hv*dv + 2*Hv),
+	}
+}
+
+// perStep is the ring bytes one slot moves in a step, averaged over a window
+// of L steps with the slot's own phase: the steps at ring position
+// n = 0..L-2 read n entries and append one, the flush (n = L-1) folds those
+// L-1 entries and appends none (the current token goes straight into the
+// checkpoint).
+func (r ringTraffic) perStep(L int) float64 {
+	l := float64(L)
+	return (float64(r.read)*(l-1)*(l-2)/2 + float64(r.write+r.fold)*(l-1)) / l
 }
