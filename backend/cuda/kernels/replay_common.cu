@@ -543,9 +543,12 @@ struct StateIO {
 // step kernels then ask for the blocks per SM that 48 registers a thread
 // give (5 of 256 threads, 8 of 160), or pass 0's chunks, live through the
 // prologue, take GDN to 54 (not an fp8 state's step, which holds its whole
-// matrix in registers). ptxas 11.8 (sm_90): 48 registers, no spills, in
-// every bf16 shape; with BASE_EARLY=0 the kernels' SASS is what it was
-// before the define existed.
+// matrix in registers). GDN also asks for each row's v with the row's
+// chunks: by default the load of v[r] is issued after the S.k dot that
+// precedes its use (cuobjdump), a second round trip in every pass. ptxas
+// 11.8 (sm_90): 48 registers in every bf16 shape, no spills (GDN: 4 bytes);
+// with BASE_EARLY=0 the baseline kernels' SASS is what it was before the
+// define existed.
 #ifndef BASE_EARLY
 #define BASE_EARLY 0
 #endif

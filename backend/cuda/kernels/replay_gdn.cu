@@ -757,8 +757,12 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     // part in the prologue ask at once, the two l2 norms' warps when they are
     // done (then the norms' float64 registers are free again).
     uint4 raw0[SM::CPL];
+    float v0 = 0.0f; // v at pass 0's row, which u needs after the row's first reduction
     if (!VERIFY && !SIO::SCALED) {
         raw_pass<SM>(src, 0, raw0);
+        if (SM::row(0) < ROWS) {
+            v0 = v[((u64)b * NVH + j) * DV + SM::row(0)];
+        }
     }
 #endif
     __syncthreads();
@@ -781,6 +785,12 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 next_pass<SIO, SM>(src, pass, e, en);
             }
 #endif
+#if BASE_EARLY && !BASE_PF
+            // v[r] asked for with the row's chunks (pass 0: before the
+            // barrier), not after the S.k dot that precedes its use: else
+            // every pass waits a second round trip.
+            const float vr = from == 2 ? v0 : r < ROWS ? vd[r] : 0.0f;
+#endif
             if (from == 0) {
                 load_pass<SIO, SM>(src, pass, e);
             }
@@ -793,7 +803,11 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 }
             }
             sk = lanes_sum<SM::LANES>(sk);
+#if BASE_EARLY && !BASE_PF
+            const float u = r < ROWS ? beta * (vr - eg * sk) : 0.0f;
+#else
             const float u = r < ROWS ? beta * (vd[r] - eg * sk) : 0.0f;
+#endif
             float ov = 0.0f;
 #pragma unroll
             for (int c = 0; c < SM::CPL; c++) {
