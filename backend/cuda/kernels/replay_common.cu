@@ -552,7 +552,8 @@ struct StateIO {
 #ifndef BASE_EARLY
 #define BASE_EARLY 0
 #endif
-#if BASE_EARLY && !BASE_PF && STATE_FMT != FMT_E4M3
+#define BASE_EARLY_ON (BASE_EARLY && !BASE_PF) // it applies to the baselines without a prefetch
+#if BASE_EARLY_ON && STATE_FMT != FMT_E4M3
 #define BASE_BOUNDS __launch_bounds__(NT, 65536 / (NT * 48))
 #else
 #define BASE_BOUNDS __launch_bounds__(NT)
@@ -561,12 +562,13 @@ struct StateIO {
 // stream_passes runs a streaming baseline's passes, update(pass, e, from)
 // each: from 1 takes the prefetched pass (BASE_PF), 0 reads the pass itself,
 // 2 (pass 0 with BASE_EARLY, outside the loop, so the loop holds no more
-// registers) hands it the chunks raw0 asked for before the barrier.
+// registers) hands it the chunks raw0 asked for before the barrier (unread
+// without BASE_EARLY).
 template <typename IO, typename MAP, typename U>
 __device__ __forceinline__ void stream_passes(const uint4* raw0, U update)
 {
     int first = 0;
-#if BASE_EARLY && !BASE_PF
+#if BASE_EARLY_ON
     {
         float e[MAP::CPL][IO::VEC];
 #pragma unroll

@@ -752,19 +752,18 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         sDecay[d] = (float)exp(negA[j] * sp);
         sBeta[d] = (float)sigmoid_d((double)bb[((u64)b * T1 + d) * NVH + j]);
     }
-#if BASE_EARLY && !BASE_PF
-    // Pass 0 as stored, asked for before the barrier: the warps that take no
-    // part in the prologue ask at once, the two l2 norms' warps when they are
-    // done (then the norms' float64 registers are free again).
+    // BASE_EARLY: pass 0 as stored, asked for before the barrier (the warps
+    // that take no part in the prologue ask at once, the two l2 norms' warps
+    // when they are done and the norms' float64 registers are free again),
+    // and v at pass 0's row, which u needs after the row's first reduction.
     uint4 raw0[SM::CPL];
-    float v0 = 0.0f; // v at pass 0's row, which u needs after the row's first reduction
-    if (!VERIFY && !SIO::SCALED) {
+    float v0 = 0.0f;
+    if (BASE_EARLY_ON && !VERIFY && !SIO::SCALED) {
         raw_pass<SM>(src, 0, raw0);
         if (SM::row(0) < ROWS) {
             v0 = v[((u64)b * NVH + j) * DV + SM::row(0)];
         }
     }
-#endif
     __syncthreads();
     if (!VERIFY && !SIO::SCALED) {
         // One step in place, streaming the state pass by pass (an fp8 state
@@ -785,12 +784,10 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 next_pass<SIO, SM>(src, pass, e, en);
             }
 #endif
-#if BASE_EARLY && !BASE_PF
-            // v[r] asked for with the row's chunks (pass 0: before the
-            // barrier), not after the S.k dot that precedes its use: else
-            // every pass waits a second round trip.
-            const float vr = from == 2 ? v0 : r < ROWS ? vd[r] : 0.0f;
-#endif
+            // BASE_EARLY: v[r] asked for with the row's chunks (pass 0: before
+            // the barrier), not after the S.k dot that precedes its use, where
+            // the default's load goes: a second round trip every pass.
+            const float vr = !BASE_EARLY_ON ? 0.0f : from == 2 ? v0 : r < ROWS ? vd[r] : 0.0f;
             if (from == 0) {
                 load_pass<SIO, SM>(src, pass, e);
             }
@@ -803,11 +800,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 }
             }
             sk = lanes_sum<SM::LANES>(sk);
-#if BASE_EARLY && !BASE_PF
-            const float u = r < ROWS ? beta * (vr - eg * sk) : 0.0f;
-#else
-            const float u = r < ROWS ? beta * (vd[r] - eg * sk) : 0.0f;
-#endif
+            const float u = r < ROWS ? beta * ((BASE_EARLY_ON ? vr : vd[r]) - eg * sk) : 0.0f;
             float ov = 0.0f;
 #pragma unroll
             for (int c = 0; c < SM::CPL; c++) {
@@ -827,11 +820,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 od[r] = ov;
             }
         };
-#if BASE_EARLY && !BASE_PF
         stream_passes<SIO, SM>(raw0, update);
-#else
-        stream_passes<SIO, SM>(nullptr, update);
-#endif
         return;
     }
     const float sc0 = state_scale(state, srcm);

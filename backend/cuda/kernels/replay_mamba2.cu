@@ -823,12 +823,10 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
         sBk[idx] = B[(((u64)b * T1 + k) * NGROUPS + g) * N + i];
         sCk[idx] = C[(((u64)b * T1 + k) * NGROUPS + g) * N + i];
     }
-#if BASE_EARLY && !BASE_PF
-    uint4 raw0[SM::CPL]; // pass 0 as stored, asked for before the barrier
-    if (!VERIFY && !SIO::SCALED) {
+    uint4 raw0[SM::CPL]; // pass 0 as stored, asked for before the barrier (BASE_EARLY)
+    if (BASE_EARLY_ON && !VERIFY && !SIO::SCALED) {
         raw_pass<SM>(src, 0, raw0);
     }
-#endif
     __syncthreads();
     if (!VERIFY && !SIO::SCALED) {
         // One step in place: stream the state pass by pass (few registers,
@@ -875,11 +873,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                 sDot[r] = acc;
             }
         };
-#if BASE_EARLY && !BASE_PF
         stream_passes<SIO, SM>(raw0, update);
-#else
-        stream_passes<SIO, SM>(nullptr, update);
-#endif
     } else {
         const float sc0 = state_scale(state, srcm);
         float S[SM::PASSES][SM::CPL][VEC];
