@@ -108,8 +108,8 @@ type gpuLayer struct {
 	close     func() error
 	stateSize func() (state, read int)
 	ring      ringTraffic // the ring's bytes per entry (as the CPU bench counts them)
-	// kernels names the step's and the verify's kernels at a batch ("step
-	// v6, verify v5").
+	// kernels names the step's, the verify's and the folds' kernels at a
+	// batch ("step v6, verify v6, folds v7").
 	kernels func(batch int) string
 }
 
@@ -117,8 +117,12 @@ type gpuLayer struct {
 func kernelNames(c interface {
 	StepKernel(batch int) string
 	VerifyKernel(batch int) string
+	FoldKernel() (kernel, why string)
 }) func(int) string {
-	return func(batch int) string { return "step " + c.StepKernel(batch) + ", verify " + c.VerifyKernel(batch) }
+	return func(batch int) string {
+		fold, _ := c.FoldKernel()
+		return "step " + c.StepKernel(batch) + ", verify " + c.VerifyKernel(batch) + ", folds " + fold
+	}
 }
 
 // measure times one row.

@@ -16,8 +16,10 @@
 #                                   # -DGV_SKIP=4/5/6/7 the verify's parts,
 #                                   # _FOLD_ITEMS=0 the early folds' grid,
 #                                   # -DLOAD_FIRST=0 the drafts' loads in loops,
-#                                   # -DBASE_EARLY=1 the bf16 baselines' first pass
-#                                   # before their prologue)
+#                                   # -DBASE_EARLY=0 the bf16 baselines' first pass
+#                                   # after their prologue, _FOLDS=items|pipe the
+#                                   # flushes and early folds, _BASE_THREADS=128
+#                                   # the baselines' blocks)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
 #
@@ -109,7 +111,9 @@ experiments)
 	experiment nodots all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DGROUP_NODOTS=1
 	experiment fold_early all verify REPLAYSSM_CUDA_FOLD_ITEMS=0
 	experiment load_first all verify REPLAYSSM_CUDA_DEFINES=-DLOAD_FIRST=0
-	experiment base_early all baseline REPLAYSSM_CUDA_DEFINES=-DBASE_EARLY=1
+	experiment base_early all baseline REPLAYSSM_CUDA_DEFINES=-DBASE_EARLY=0
+	experiment folds all replay,replay-nvfp4,verify REPLAYSSM_CUDA_FOLDS=items REPLAYSSM_CUDA_FOLDS=pipe
+	experiment base_threads all baseline,verify-baseline REPLAYSSM_CUDA_BASE_THREADS=128
 	experiment gv_parts all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=5 \
 		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=6 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=7
 	;;

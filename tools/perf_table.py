@@ -2,7 +2,8 @@
 """Turn `replayssm bench kernels --json` rows into the markdown table of docs/PERF.md.
 
     go run ./cmd/replayssm bench kernels --json > rows.jsonl
-    python3 tools/perf_table.py rows.jsonl
+    python3 tools/perf_table.py rows.jsonl          # a row per mode
+    python3 tools/perf_table.py --wide rows.jsonl   # a row per shape and state (docs/PERF.md's GPU tables)
 """
 import json
 import sys
@@ -45,5 +46,59 @@ def main(path):
               f"{pct(r)} | {r['speedup_vs_baseline']:.2f}x{extra} |")
 
 
+def wide(path):
+    """One row per (shape, state): the modes present side by side, each
+    replay mode with its aligned non-flush and flush steps, the ratios to
+    the baseline (and the read copies' non-flush steps to replay's)."""
+    rows = [json.loads(line) for line in open(path) if line.strip().startswith("{")]
+    if not rows:
+        sys.exit(f"{path}: no rows")
+    modes = []
+    for r in rows:
+        if r["mode"] not in modes:
+            modes.append(r["mode"])
+    by = {}
+    for r in rows:
+        by.setdefault((r["shape"], r["state_dtype"], r["batch"]), {})[r["mode"]] = r
+    head = ["shape", "state"]
+    if len({k[2] for k in by}) > 1:
+        head.append("batch")
+    for m in modes:
+        if m == "baseline":
+            head.append("baseline")
+        elif m == "verify-baseline":
+            head.append("verify-baseline")
+        elif m == "verify":
+            head += ["verify T=%d" % max(r.get("t", 0) for r in rows), "verify vs baseline"]
+        elif m == "replay":
+            head += ["replay (non-flush / flush)", "replay vs baseline"]
+        else:
+            head += [f"{m} (non-flush / flush)", f"{m} vs baseline (non-flush vs replay's)"]
+    print("| " + " | ".join(head) + " |")
+    print("|---|---|" + "---:|" * (len(head) - 2))
+    for (shape, state, batch), ms in by.items():
+        cells = [shape, state] + ([str(batch)] if "batch" in head else [])
+        for m in modes:
+            r = ms.get(m)
+            if r is None:
+                cells += ["-"] * (2 if m not in ("baseline", "verify-baseline") else 1)
+                continue
+            if m in ("baseline", "verify-baseline"):
+                cells.append(f"{us(r['us_per_step'])} ({r['pct_copy']:.0f}%)")
+            elif m == "verify":
+                cells += [us(r["us_per_step"]), f"{r['speedup_vs_baseline']:.2f}x"]
+            else:
+                cells.append(f"{us(r['us_per_step'])} ({us(r['us_nonflush'])} / {us(r['us_flush'])})")
+                ratio = f"{r['speedup_vs_baseline']:.2f}x"
+                if r.get("nonflush_vs_replay"):
+                    ratio += f" ({r['nonflush_vs_replay']:.2f}x)"
+                cells.append(ratio)
+        print("| " + " | ".join(cells) + " |")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/dev/stdin")
+    args = sys.argv[1:]
+    if args and args[0] == "--wide":
+        wide(args[1] if len(args) > 1 else "/dev/stdin")
+    else:
+        main(args[0] if args else "/dev/stdin")

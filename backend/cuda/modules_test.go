@@ -27,10 +27,10 @@ func replayModuleSource(d *Device, layer string, m2 ssm.Mamba2Shape, g ssm.GDNSh
 	var rows, cols, heads int
 	if layer == "mamba2" {
 		file, rows, cols, heads = "replay_mamba2.cu", m2.HeadDim, m2.StateSize, m2.Heads
-		_, plan, defines = mamba2Module(d, m2, opt, tn)
+		_, plan, _, defines = mamba2Module(d, m2, opt, tn)
 	} else {
 		file, rows, cols, heads = "replay_gdn.cu", g.ValueDim, g.KeyDim, g.ValueHeads
-		_, plan, defines = gdnModule(d, g, opt, tn)
+		_, plan, _, defines = gdnModule(d, g, opt, tn)
 	}
 	if src, err = replaySource(file); err != nil {
 		return
@@ -74,7 +74,8 @@ func TestReplayModulesCompile(t *testing.T) {
 	}{
 		{"baseline/fp32", replay.Options{Mode: replay.Baseline}, tuning{}},
 		{"baseline/bf16", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{}},
-		{"baseline/bf16/early", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{defines: []string{"-DBASE_EARLY=1"}}},
+		{"baseline/bf16/late", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{defines: []string{"-DBASE_EARLY=0"}}},
+		{"baseline/bf16/store_v4", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{defines: []string{"-DSTORE_V4=1"}}},
 		{"baseline/e4m3", replay.Options{Mode: replay.Baseline, State: numeric.E4M3}, tuning{}},
 		{"replay/fp32", replay.Options{Mode: replay.Replay}, tuning{}},
 		{"replay/fp32+bf16", replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16}, tuning{}},
@@ -87,6 +88,9 @@ func TestReplayModulesCompile(t *testing.T) {
 			tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{}},
 		{"replay/fp16", replay.Options{Mode: replay.Replay, State: numeric.F16}, tuning{}},
+		{"replay/fp32/folds pipe", replay.Options{Mode: replay.Replay}, tuning{folds: "pipe"}},
+		{"replay/bf16+nvfp4/folds pipe", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{folds: "pipe"}},
+		{"replay/e4m3/folds pipe", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{folds: "pipe"}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -128,6 +132,12 @@ func TestReplayModulesCompile(t *testing.T) {
 				}
 				if opt.Mode == replay.Replay && !strings.Contains(strings.Join(defines, " "), "-DNCW=") {
 					t.Fatalf("the pipelined kernels are not planned (defines %v): this test would not compile them", defines)
+				}
+				// The pipelined folds: Mamba-2's by default (but with an
+				// nvfp4 read copy), GDN's when asked for.
+				foldsOn := o.tn.folds == "pipe" || layerKind == "mamba2" && opt.Mode == replay.Replay && opt.ReadCopy != numeric.NVFP4
+				if foldsOn && !strings.Contains(strings.Join(defines, " "), "-DFNSTAGE=") {
+					t.Fatalf("the pipelined folds are not planned (defines %v): this test would not compile them", defines)
 				}
 				if _, err := n.build(file, src, args, false); err != nil {
 					t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)

@@ -124,10 +124,16 @@ func TestEnvTuning(t *testing.T) {
 		{"v5", map[string]string{"REPLAYSSM_CUDA_KERNELS": "v5"}, tuning{v5: true, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"group threads", map[string]string{"REPLAYSSM_CUDA_GROUP_THREADS": "128"}, tuning{groupNT: 128, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"fold early", map[string]string{"REPLAYSSM_CUDA_FOLD_ITEMS": "0"}, tuning{smallBatch: defaultSmallBatch}},
+		{"pipelined folds", map[string]string{"REPLAYSSM_CUDA_FOLDS": "pipe", "REPLAYSSM_CUDA_FOLD_STAGES": "3"},
+			tuning{folds: "pipe", foldStages: 3, foldItems: true, smallBatch: defaultSmallBatch}},
+		{"folds by items", map[string]string{"REPLAYSSM_CUDA_FOLDS": "items"},
+			tuning{folds: "items", foldItems: true, smallBatch: defaultSmallBatch}},
+		{"baseline threads", map[string]string{"REPLAYSSM_CUDA_BASE_THREADS": "128"},
+			tuning{baseThreads: 128, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
-			"REPLAYSSM_CUDA_SMALL_BATCH": "-3",
+			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -345,6 +351,137 @@ func TestGroupVerifyPlan(t *testing.T) {
 			}
 			if g := mamba2GroupPlan(tc.shape, opt, tc.tn); g.verifyOn != tc.want {
 				t.Errorf("verify planned %v, want %v (%+v)", g.verifyOn, tc.want, g)
+			}
+		})
+	}
+}
+
+// TestFoldPipePlan checks the launch plan of the pipelined folds for the
+// target shapes on an H200-like device (no GPU needed), asked for: the stages
+// hold the fold's layout, a block's and the SM's shared memory and
+// registers fit the blocks planned, GDN's folds (about 165 registers a
+// thread) take one block per SM, and the plan is off, with its reason, on a
+// pre-Hopper GPU, in baseline mode, for unaligned rows and unless asked for.
+func TestFoldPipePlan(t *testing.T) {
+	h200 := h200Props()
+	nano := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
+	super := ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8}
+	gdn4b := ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	for _, opt := range []replay.Options{
+		{Mode: replay.Replay, Window: 16, MaxDraft: 4},
+		{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.BF16},
+		{Mode: replay.Replay, Window: 16, MaxDraft: 4, ReadCopy: numeric.NVFP4},
+		{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.E4M3},
+	} {
+		for _, tc := range []struct {
+			name    string
+			plan    func() (foldPipe, []string)
+			layout  int // the stage layout's bytes (FS_END, GF_END)
+			threads int
+			gdn     bool
+		}{
+			{"nano", func() (foldPipe, []string) { return mamba2FoldPlan(h200, nano, opt, tuning{folds: "pipe"}) },
+				80*128*max(1, elemBytes(opt.State)) + 4*(20*80+20*128+128), replayThreads(80, 128, opt.State), false},
+			{"super", func() (foldPipe, []string) { return mamba2FoldPlan(h200, super, opt, tuning{folds: "pipe"}) },
+				64*128*max(1, elemBytes(opt.State)) + 4*(20*64+20*128+128), replayThreads(64, 128, opt.State), false},
+			{"qwen3.5-4b", func() (foldPipe, []string) { return gdnFoldPlan(h200, gdn4b, opt, tuning{folds: "pipe"}) },
+				128*128*max(1, elemBytes(opt.State)) + 4*(21*128+2*128+20*128+2*20), replayThreads(128, 128, opt.State), true},
+		} {
+			t.Run(fmt.Sprintf("%s/%v/%v", tc.name, opt.State, opt.ReadCopy), func(t *testing.T) {
+				f, defines := tc.plan()
+				if !f.on {
+					t.Fatalf("off: %s", f.why)
+				}
+				if f.stageBytes < tc.layout || f.stageBytes%128 != 0 {
+					t.Errorf("stage of %d bytes for a layout of %d", f.stageBytes, tc.layout)
+				}
+				if f.stages < 2 || f.stages > foldStagesMax || f.smem != f.stages*f.stageBytes {
+					t.Errorf("%d stages, %d bytes", f.stages, f.smem)
+				}
+				if f.smem > h200.sharedOptin || f.blocksPerSM*(f.smem+1024) > h200.sharedPerSM {
+					t.Errorf("%d blocks of %d bytes do not fit %d bytes per SM", f.blocksPerSM, f.smem, h200.sharedPerSM)
+				}
+				if tc.gdn && f.blocksPerSM != 1 {
+					t.Errorf("GDN at %d blocks per SM: %d registers a thread, the fold needs ~165", f.blocksPerSM, 65536/(f.blocksPerSM*(tc.threads+32)))
+				}
+				for _, w := range []string{fmt.Sprintf("-DFNSTAGE=%d", f.stages), fmt.Sprintf("-DFSTAGE_BYTES=%d", f.stageBytes),
+					fmt.Sprintf("-DFMINB=%d", f.blocksPerSM)} {
+					if !strings.Contains(strings.Join(defines, " "), w) {
+						t.Errorf("defines %v lack %s", defines, w)
+					}
+				}
+			})
+		}
+	}
+	fp32 := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
+	on := tuning{folds: "pipe"}
+	// Asked for nothing, Mamba-2 folds pipelined (but with an nvfp4 read
+	// copy) and GDN by items.
+	if f, _ := mamba2FoldPlan(h200, nano, fp32, tuning{}); !f.on {
+		t.Errorf("Mamba-2 folds by default: off (%s), want on", f.why)
+	}
+	nvfp4 := fp32
+	nvfp4.ReadCopy = numeric.NVFP4
+	if f, _ := mamba2FoldPlan(h200, nano, nvfp4, tuning{}); f.on {
+		t.Error("Mamba-2 folds with an nvfp4 read copy by default: on, want off")
+	}
+	if f, _ := gdnFoldPlan(h200, gdn4b, fp32, tuning{}); f.on || !strings.Contains(f.why, "REPLAYSSM_CUDA_FOLDS=pipe") {
+		t.Errorf("GDN folds by default: on %v (%s), want off", f.on, f.why)
+	}
+	for _, tc := range []struct {
+		name   string
+		d      *Device
+		shape  ssm.Mamba2Shape
+		opt    replay.Options
+		tn     tuning
+		reason string
+	}{
+		{"sm_80", &Device{ccMajor: 8, smCount: 108, sharedOptin: 163 << 10, sharedPerSM: 164 << 10}, nano, fp32, on, "compute capability 8"},
+		{"baseline", h200, nano, replay.Options{Mode: replay.Baseline, MaxDraft: 4}, on, "baseline mode"},
+		{"unaligned rows", h200, ssm.Mamba2Shape{Heads: 8, HeadDim: 81, StateSize: 128, Groups: 1}, fp32, on, "16-byte multiples"},
+		{"items asked for", h200, nano, fp32, tuning{folds: "items"}, "REPLAYSSM_CUDA_FOLDS=items"},
+		{"v4 asked for", h200, nano, fp32, tuning{v4: true, folds: "pipe"}, "REPLAYSSM_CUDA_KERNELS=v4"},
+		{"small shared memory", &Device{ccMajor: 9, smCount: 132, sharedOptin: 48 << 10, sharedPerSM: 100 << 10}, nano, fp32, on, "exceed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opt, err := replayDefaults(tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, defines := mamba2FoldPlan(tc.d, tc.shape, opt, tc.tn)
+			if f.on || defines != nil || !strings.Contains(f.why, tc.reason) {
+				t.Errorf("on %v, defines %v, reason %q; want off with %q", f.on, defines, f.why, tc.reason)
+			}
+		})
+	}
+}
+
+// TestModuleThreads checks the block size of the one-block-per-matrix
+// kernels: replay mode and fp32 baselines keep replayThreads, 2-byte
+// baselines halve it (down to 128) while a block would stream fewer than
+// four passes (Super's 64 rows: 128 threads; Nano's 80 and GDN's 128 rows
+// keep theirs), and the knob wins.
+func TestModuleThreads(t *testing.T) {
+	base := func(f numeric.Format) replay.Options { return replay.Options{Mode: replay.Baseline, State: f} }
+	for _, tc := range []struct {
+		name       string
+		opt        replay.Options
+		rows, cols int
+		tn         tuning
+		want       int
+	}{
+		{"replay super bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16}, 64, 128, tuning{}, 256},
+		{"baseline super fp32", base(numeric.F32), 64, 128, tuning{}, 256},
+		{"baseline super bf16", base(numeric.BF16), 64, 128, tuning{}, 128},
+		{"baseline super fp16", base(numeric.F16), 64, 128, tuning{}, 128},
+		{"baseline nano bf16", base(numeric.BF16), 80, 128, tuning{}, replayThreads(80, 128, numeric.BF16)},
+		{"baseline gdn bf16", base(numeric.BF16), 128, 128, tuning{}, 256},
+		{"baseline small bf16", base(numeric.BF16), 8, 16, tuning{}, 128},
+		{"knob", base(numeric.F32), 64, 128, tuning{baseThreads: 96}, 96},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := moduleThreads(tc.opt, tc.rows, tc.cols, tc.tn); got != tc.want {
+				t.Errorf("moduleThreads = %d, want %d", got, tc.want)
 			}
 		})
 	}

@@ -36,16 +36,19 @@ const defaultSmallBatch = 4
 // them from the environment once; tests give each cache its own, so caches
 // with different knobs can be built side by side in parallel tests.
 type tuning struct {
-	v4         bool     // REPLAYSSM_CUDA_KERNELS=v4: the v4 kernels, no pipeline
-	v5         bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined Mamba-2 step, not the group step (v6)
-	groupNT    int      // REPLAYSSM_CUDA_GROUP_THREADS: the group kernels' block size (0: groupBlockSize)
-	foldItems  bool     // the verify's early folds on a resident grid (default; REPLAYSSM_CUDA_FOLD_ITEMS=0: one block per (head, slot))
-	pipeGroups int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
-	pipeBlocks int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
-	defines    []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
-	smallBatch int      // REPLAYSSM_CUDA_SMALL_BATCH: batches up to this take one kernel
-	groupX     int      // tests: at most this many ring x entries staged by the group step (0: no bound)
-	groupAll   bool     // tests: the group verify at every batch (not only from 2 items per SM)
+	v4          bool     // REPLAYSSM_CUDA_KERNELS=v4: the v4 kernels, no pipeline
+	v5          bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined Mamba-2 step, not the group step (v6)
+	groupNT     int      // REPLAYSSM_CUDA_GROUP_THREADS: the group kernels' block size (0: groupBlockSize)
+	foldItems   bool     // the verify's early folds on a resident grid (default; REPLAYSSM_CUDA_FOLD_ITEMS=0: one block per (head, slot))
+	pipeGroups  int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
+	pipeBlocks  int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
+	defines     []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
+	smallBatch  int      // REPLAYSSM_CUDA_SMALL_BATCH: batches up to this take one kernel
+	groupX      int      // tests: at most this many ring x entries staged by the group step (0: no bound)
+	groupAll    bool     // tests: the group verify at every batch (not only from 2 items per SM)
+	folds       string   // REPLAYSSM_CUDA_FOLDS: "pipe" or "items" for every layer ("": the pipelined folds for Mamba-2, work_items for GDN)
+	foldStages  int      // REPLAYSSM_CUDA_FOLD_STAGES: the pipelined folds' stages per block (0: planned)
+	baseThreads int      // REPLAYSSM_CUDA_BASE_THREADS: a baseline-mode module's block size (0: replayThreads)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -56,6 +59,15 @@ func envTuning(getenv func(string) string) tuning {
 		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
 		foldItems:  getenv("REPLAYSSM_CUDA_FOLD_ITEMS") != "0",
 		smallBatch: defaultSmallBatch,
+	}
+	if f := getenv("REPLAYSSM_CUDA_FOLDS"); f == "pipe" || f == "items" {
+		tn.folds = f
+	}
+	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_FOLD_STAGES")); err == nil && v >= 2 && v <= 8 {
+		tn.foldStages = v
+	}
+	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_BASE_THREADS")); err == nil && v >= 64 && v <= 512 && v%32 == 0 {
+		tn.baseThreads = v
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
@@ -276,6 +288,7 @@ type replayCommon struct {
 	baselineStep, baselineVerify *Function
 	pipe                         pipeline
 	group                        groupStep
+	folds                        foldPipe
 	smallBatch                   int // batches up to this run stepSmall
 
 	// state holds the checkpoint (replay) or the state buffers (baseline):
@@ -450,9 +463,15 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	if batch <= c.smallBatch {
 		return c.d.Launch(c.stepSmall, grid, block, 0, s, a)
 	}
-	flushGrid := [3]uint32{uint32(min(batch*c.heads, c.flushBlocks)), 1, 1}
-	if err := c.d.Launch(c.flush, flushGrid, block, 0, s, a); err != nil {
-		return err
+	if c.folds.on {
+		if err := c.launchFolds(s, c.folds.flush, a, batch); err != nil {
+			return err
+		}
+	} else {
+		flushGrid := [3]uint32{uint32(min(batch*c.heads, c.flushBlocks)), 1, 1}
+		if err := c.d.Launch(c.flush, flushGrid, block, 0, s, a); err != nil {
+			return err
+		}
 	}
 	if c.group.fn != nil {
 		blocks := min(c.group.groups*batch, c.group.blocks)
@@ -478,15 +497,21 @@ func (c *replayCommon) groupVerify(batch int) bool {
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
 	if g := &c.group; c.groupVerify(batch) {
-		// The group verify takes the arguments and the batch; so does the
-		// resident-grid fold, the one-block-per-item fold the arguments.
-		if g.foldBlocks == 0 {
+		// The group verify takes the arguments and the batch; so do the
+		// pipelined and the resident-grid folds, the one-block-per-item fold
+		// the arguments.
+		if !c.folds.on && g.foldBlocks == 0 {
 			if err := c.d.Launch(g.verifyFold, grid, block, 0, s, a); err != nil {
 				return err
 			}
 		}
 		a.I32(int32(batch))
-		if g.foldBlocks > 0 {
+		switch {
+		case c.folds.on:
+			if err := c.launchFolds(s, c.folds.fold, a, batch); err != nil {
+				return err
+			}
+		case g.foldBlocks > 0:
 			fold := [3]uint32{uint32(min(c.heads*batch, g.foldBlocks)), 1, 1}
 			if err := c.d.Launch(g.verifyFold, fold, block, 0, s, a); err != nil {
 				return err
@@ -703,6 +728,35 @@ func replayThreads(rows, cols int, state numeric.Format) int {
 	return 256
 }
 
+// moduleThreads is the block size of a module's one-block-per-matrix
+// kernels: replayThreads, but in baseline mode with a 2-byte state half of
+// it (down to 128) while a block would stream fewer than four passes of its
+// matrix (tn.baseThreads where set). The streaming baselines pay a
+// prologue per block (the token's vectors, the decay in float64) before
+// their passes. Measured on the H200 (B=256, session 11, against
+// replayThreads in the same run): Super bf16 (two passes at 256 threads)
+// 321 -> 283 us, 78% -> 89% of copy, its per-draft verify 1020 -> 1034;
+// 128 threads everywhere took fp32 states 1-2% slower (Nano 499 -> 511)
+// and the GDN bf16 per-draft verify 621 -> 934 us (Qwen3.5-4B), so the rule
+// stops at the shapes with too few passes (of the targets, Super).
+func moduleThreads(opt replay.Options, rows, cols int, tn tuning) int {
+	threads := replayThreads(rows, cols, opt.State)
+	if opt.Mode != replay.Baseline {
+		return threads
+	}
+	if tn.baseThreads > 0 {
+		return tn.baseThreads
+	}
+	if elemBytes(opt.State) != 2 {
+		return threads
+	}
+	rpw := 32 / min(8, cols/8) // rows per warp: 8 bf16 or fp16 elements a lane
+	for threads > 128 && rows < 4*(threads/32)*rpw {
+		threads /= 2
+	}
+	return threads
+}
+
 // fmtDefine is a format's number in the kernels (replay_common.cu FMT_*).
 func fmtDefine(f numeric.Format) int {
 	switch f {
@@ -805,7 +859,7 @@ func replaySource(file string) (string, error) {
 func replayModuleOptions(opt replay.Options, rows, cols, stateMats int, defines []string, tn tuning) []string {
 	opts := append([]string{
 		"--std=c++17",
-		fmt.Sprintf("-DROWS=%d", rows), fmt.Sprintf("-DCOLS=%d", cols), fmt.Sprintf("-DNT=%d", replayThreads(rows, cols, opt.State)),
+		fmt.Sprintf("-DROWS=%d", rows), fmt.Sprintf("-DCOLS=%d", cols), fmt.Sprintf("-DNT=%d", moduleThreads(opt, rows, cols, tn)),
 		fmt.Sprintf("-DSTATE_FMT=%d", fmtDefine(opt.State)), fmt.Sprintf("-DREAD_FMT=%d", fmtDefine(opt.ReadCopy)),
 		fmt.Sprintf("-DRMAX=%d", replayRing(opt)), fmt.Sprintf("-DTMAX=%d", max(1, opt.MaxDraft)),
 	}, defines...)
@@ -819,7 +873,7 @@ func replayModuleOptions(opt replay.Options, rows, cols, stateMats int, defines 
 // and allocates the cursors.
 func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, capacity, rows, cols int, file string, defines []string, tn tuning) error {
 	c.d, c.opt, c.capacity = d, opt, capacity
-	c.threads = replayThreads(rows, cols, opt.State)
+	c.threads = moduleThreads(opt, rows, cols, tn)
 	src, err := replaySource(file)
 	if err != nil {
 		return err

@@ -46,14 +46,33 @@ func NewGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 // gdnModule plans the pipelined kernels and the group step of a GDN cache
 // with options opt (defaults applied) and returns the plans and the layer's
 // NVRTC defines.
-func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pipeline, groupStep, []string) {
+func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pipeline, groupStep, foldPipe, []string) {
 	dk, dv := shape.KeyDim, shape.ValueDim
 	defines := []string{
 		fmt.Sprintf("-DNKH=%d", shape.KeyHeads), fmt.Sprintf("-DNVH=%d", shape.ValueHeads), fmt.Sprintf("-DL2EPS=%g", ssm.L2NormEps),
 	}
 	stage, scratch := gdnPipeBytes(dk, dv, opt, replayRing(opt))
 	p, defines := replayPipeline(d, opt, stage, scratch, dv, dk, tn, defines)
-	return useGroup(p, gdnGroupPlan(shape, opt, tn), defines)
+	f, fd := gdnFoldPlan(d, shape, opt, tn)
+	defines = append(defines, fd...)
+	p, g, defines := useGroup(p, gdnGroupPlan(shape, opt, tn), defines)
+	return p, g, f, defines
+}
+
+// gdnFoldPlan plans the pipelined folds (gdn_flush_pipe, gdn_fold_pipe): a
+// stage holds the checkpoint, R+1 vector rows, the raw k and q, R rows of v
+// and the ring's two scalar rows (GF_* in replay_gdn.cu); the static tables
+// are gdn_fold's (GDNFoldShared) and per stage an item and two barriers.
+func gdnFoldPlan(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (foldPipe, []string) {
+	dk, dv, R := shape.KeyDim, shape.ValueDim, replayRing(opt)
+	mat := dk * dv * max(1, elemBytes(opt.State))
+	stage := (mat+15)/16*16 + 4*((R+1)*dk+2*dk+R*dv+2*ringScalars(R))
+	vrows := max(R+1, 2*max(1, opt.MaxDraft))
+	threads := replayThreads(dv, dk, opt.State)
+	static := 4*(vrows*dv+vrows*vrows+R*R+4*R+1+threads/32) + 256
+	// ptxas (sm_90): 143-166 registers at 256 threads; bound to 96 for two
+	// blocks per SM the fold spills (fp8 checkpoint: 276 bytes a thread).
+	return planFoldPipe(d, opt, stage, static, 64, dv, dk, threads, 168, false, tn)
 }
 
 // gdnGroupPlan plans gdn_group_step (replay_gdn.cu): a key head's VPK value
@@ -107,7 +126,7 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 		return nil, fmt.Errorf("cuda: gdn cache: %w", err)
 	}
 	var defines []string
-	c.pipe, c.group, defines = gdnModule(d, shape, opt, tn)
+	c.pipe, c.group, c.folds, defines = gdnModule(d, shape, opt, tn)
 	if err := c.init(ctx, d, opt, capacity, dv, dk, "replay_gdn.cu", defines, tn); err != nil {
 		return fail(err)
 	}
@@ -119,6 +138,9 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 		verify = "gdn_group_verify"
 	}
 	if err := c.bindGroup(step, verify, tn.foldItems, tn.pipeBlocks); err != nil {
+		return fail(err)
+	}
+	if err := c.bindFoldPipe(tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
 	if tn.groupAll {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
 )
@@ -65,11 +66,13 @@ func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 // mamba2Module plans the pipelined kernels and the group step of a Mamba-2
 // cache with options opt (defaults applied) and returns the plans and the
 // layer's NVRTC defines.
-func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tuning) (pipeline, groupStep, []string) {
+func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tuning) (pipeline, groupStep, foldPipe, []string) {
 	P, N := shape.HeadDim, shape.StateSize
 	defines := []string{fmt.Sprintf("-DNHEADS=%d", shape.Heads), fmt.Sprintf("-DNGROUPS=%d", shape.Groups)}
 	stage, scratch := mamba2PipeBytes(P, N, opt, replayRing(opt))
 	p, defines := replayPipeline(d, opt, stage, scratch, P, N, tn, defines)
+	f, fd := mamba2FoldPlan(d, shape, opt, tn)
+	defines = append(defines, fd...)
 	// A 2-byte matrix read whole by the step (bf16 or fp16 checkpoint, or a
 	// bf16 read copy): the v4 kernel measured as fast (Nano) or 14% faster
 	// (Super) than v5 with bf16, whose per-item latency a 20 KB matrix does
@@ -77,7 +80,34 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 	if readElemBytes(opt) == 2 {
 		p.stepOn = false
 	}
-	return useGroup(p, mamba2GroupPlan(shape, opt, tn), defines)
+	p, g, defines := useGroup(p, mamba2GroupPlan(shape, opt, tn), defines)
+	return p, g, f, defines
+}
+
+// mamba2FoldPlan plans the pipelined folds (mamba2_flush_pipe,
+// mamba2_fold_pipe): a stage holds the checkpoint, R entries of x and B
+// and C (FS_* in replay_mamba2.cu); the static tables the row dots and per
+// stage an item (with its R weights) and two barriers.
+func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tuning) (foldPipe, []string) {
+	P, N, R := shape.HeadDim, shape.StateSize, replayRing(opt)
+	mat := P * N * max(1, elemBytes(opt.State))
+	stage := (mat+15)/16*16 + 4*(R*P+R*N+N)
+	threads := replayThreads(P, N, opt.State)
+	static := 4*(P+threads/32) + 256
+	// ptxas (sm_90): 128-144 registers at 160 threads (Nano), 85-96 at 256
+	// (Super); an nvfp4 read copy's quantiser takes up to 220.
+	regs := 96
+	if threads <= 160 {
+		regs = 144
+	}
+	if opt.ReadCopy == numeric.NVFP4 {
+		regs = 224
+	}
+	// On by default but with an nvfp4 read copy: its quantiser's block
+	// maxima in the one consumer group a block has took Nano's aligned
+	// flush from 1521 to 2320 us (fp32; bf16 1440 -> 2168; Super about
+	// even, 1777 -> 1744).
+	return planFoldPipe(d, opt, stage, static, 64+4*R, P, N, threads, regs, opt.ReadCopy != numeric.NVFP4, tn)
 }
 
 // mamba2GroupPlan plans mamba2_group_step (replay_mamba2.cu): a group's
@@ -127,7 +157,7 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 		return nil, fmt.Errorf("cuda: mamba2 cache: %w", err)
 	}
 	var defines []string
-	c.pipe, c.group, defines = mamba2Module(d, shape, opt, tn)
+	c.pipe, c.group, c.folds, defines = mamba2Module(d, shape, opt, tn)
 	if err := c.init(ctx, d, opt, capacity, P, N, "replay_mamba2.cu", defines, tn); err != nil {
 		return fail(err)
 	}
@@ -139,6 +169,9 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 		verify = "mamba2_group_verify"
 	}
 	if err := c.bindGroup(step, verify, tn.foldItems, tn.pipeBlocks); err != nil {
+		return fail(err)
+	}
+	if err := c.bindFoldPipe(tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
 	if tn.groupAll {

@@ -60,6 +60,9 @@ type gpuCache struct {
 	plan func() pipeline
 	// setSmallBatch sets the largest batch whose step runs as one kernel.
 	setSmallBatch func(int)
+	// foldKernel names the kernels that fold checkpoints ("v7" or
+	// "items") and why not v7.
+	foldKernel func() (string, string)
 }
 
 func mamba2TestLayer(seed uint64, shape ssm.Mamba2Shape) gpuLayer {
@@ -122,6 +125,7 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 				verifyKernel:  c.VerifyKernel,
 				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
+				foldKernel:    c.FoldKernel,
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},
@@ -192,6 +196,7 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 				verifyKernel:  c.VerifyKernel,
 				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
+				foldKernel:    c.FoldKernel,
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},
@@ -691,7 +696,27 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 func TestReplayStepSmallMatchesSplit(t *testing.T) {
 	d := gpu(t)
 	tn := envTuning(os.Getenv)
-	comparePairs(t, d, pairVariant{"small", tn, pairSlots}, pairVariant{"split", tn, 0})
+	comparePairs(t, d, pairVariant{"small", tn, pairSlots, ""}, pairVariant{"split", tn, 0, ""})
+}
+
+// TestReplayFoldPipeMatchesItems checks the pipelined folds (v7: the
+// step's flushes and the verify's early folds, each item's checkpoint and
+// ring rows staged by a producer warp) against the work_items kernels
+// (REPLAYSSM_CUDA_FOLDS=items) bit for bit: both keep mamba2_step<1>'s /
+// gdn_fold's order of operations. The pipelined grid is bounded to two
+// blocks, so each block takes many items through its stages (every stage
+// and mbarrier phase in use), and the group verify runs at every batch, so
+// its early folds are the pipelined ones.
+func TestReplayFoldPipeMatchesItems(t *testing.T) {
+	d := gpu(t)
+	if major, _ := d.ComputeCapability(); major < 9 {
+		t.Skip("the pipelined folds need sm_90 (bulk copies); this GPU folds with the work_items kernels only")
+	}
+	pipe := envTuning(os.Getenv)
+	pipe.folds, pipe.pipeBlocks, pipe.groupAll = "pipe", 2, true
+	items := envTuning(os.Getenv)
+	items.folds, items.groupAll = "items", true
+	comparePairs(t, d, pairVariant{"v7", pipe, 0, "v7"}, pairVariant{"items", items, 0, "items"})
 }
 
 // pairVariant is one side of a bit-for-bit comparison of two caches: its
@@ -700,6 +725,7 @@ type pairVariant struct {
 	name       string
 	tn         tuning
 	smallBatch int
+	fold       string // the fold kernels the variant must run ("v7", "items"; "": any)
 }
 
 // comparePairs builds a cache of each variant for every layer in three
@@ -724,6 +750,9 @@ func comparePairs(t *testing.T, d *Device, a, b pairVariant) {
 					}
 					t.Cleanup(func() { must(t, c.close()) })
 					c.setSmallBatch(v.smallBatch)
+					if got, why := c.foldKernel(); v.fold != "" && got != v.fold {
+						t.Fatalf("%s: fold kernels %s (%s), want %s", v.name, got, why, v.fold)
+					}
 					return c
 				}
 				sameOutputs(t, d, li, l, build(a), build(b), a.name, b.name)
@@ -1111,7 +1140,8 @@ func TestReplayKernelResources(t *testing.T) {
 					t.Errorf("no group step: %s", c.group.why)
 				}
 				fns := []fn{{"flush", c.flush}, {"nonflush", c.nonflush}, {"step_small", c.stepSmall}, {"pipe_step", c.pipe.step},
-					{"group_step", c.group.fn}, {"group_verify", c.group.verify}, {"fold_early", c.group.verifyFold}}
+					{"group_step", c.group.fn}, {"group_verify", c.group.verify}, {"fold_early", c.group.verifyFold},
+					{"flush_pipe", c.folds.flush}, {"fold_pipe", c.folds.fold}}
 				for _, f := range fns {
 					if f.f == nil {
 						continue
@@ -1124,8 +1154,15 @@ func TestReplayKernelResources(t *testing.T) {
 					if f.name == "group_step" && r.LocalBytes > 32 {
 						t.Errorf("group step: %d bytes of local memory per thread (spills)", r.LocalBytes)
 					}
+					// The pipelined folds hold a whole matrix share in
+					// registers with one or two blocks per SM: none spills
+					// (ptxas 11.8 on approximated PTX: 85-220 registers).
+					if (f.name == "flush_pipe" || f.name == "fold_pipe") && r.LocalBytes > 16 {
+						t.Errorf("%s: %d bytes of local memory per thread (spills)", f.name, r.LocalBytes)
+					}
 				}
-				t.Logf("%s flush grid %d blocks", t.Name(), c.flushBlocks)
+				t.Logf("%s flush grid %d blocks; pipelined folds %d stages of %d bytes, %d blocks", t.Name(), c.flushBlocks,
+					c.folds.stages, c.folds.stageBytes, c.folds.blocks)
 			})
 		}
 	}

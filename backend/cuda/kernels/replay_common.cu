@@ -224,21 +224,27 @@ __device__ __forceinline__ double warp_sum_d(double v)
     return v;
 }
 
-// block_max returns the largest v over the CTA to every thread. scratch holds
-// NWARPS floats; the call contains two barriers.
+// cta_sync is a barrier over the CTA's first NT threads: the whole CTA of
+// the kernels that are NT threads, the consumer threads of the pipelined
+// folds (a producer warp after them never joins it). The helpers a fold
+// calls (block_max) use it, so that the same code serves both.
+__device__ __forceinline__ void cta_sync() { asm volatile("bar.sync 15, %0;\n" ::"n"(NT) : "memory"); }
+
+// block_max returns the largest v over the CTA's first NT threads to each of
+// them. scratch holds NWARPS floats; the call contains two barriers.
 __device__ __forceinline__ float block_max(float v, float* scratch)
 {
     v = lanes_max<32>(v);
     if ((threadIdx.x & 31) == 0) {
         scratch[threadIdx.x >> 5] = v;
     }
-    __syncthreads();
+    cta_sync();
     float m = scratch[0];
 #pragma unroll
     for (int w = 1; w < NWARPS; w++) {
         m = fmaxf(m, scratch[w]);
     }
-    __syncthreads();
+    cta_sync();
     return m;
 }
 
@@ -378,6 +384,21 @@ __device__ __forceinline__ void load_words(const unsigned char* p, u32* w)
     }
 }
 
+// store_words writes whole chunks to global memory (every caller stores a
+// state or read-copy matrix). From the plain uint4 store NVVM splits one
+// 16-byte chunk of a pass into four 4-byte stores where registers are
+// tight (the first chunk of each pass: the GDN bf16 baseline, the Mamba-2
+// flush; seen in the PTX of NVRTC 11.8 and in the SASS NVRTC 13 built on
+// the H200), four times the L2 sectors for that chunk (ncu: 42% of the
+// bf16 GDN baseline's L2 sectors were excess). STORE_V4=1 (an experiment,
+// off) writes every chunk with one st.global.v4; ptxas then needs more
+// registers in some kernels (the GDN bf16 baseline 48 -> 57 without
+// BASE_EARLY, 48 with it). The memory clobber keeps the compiler from
+// moving later loads above the store (a fold may read back what it
+// wrote).
+#ifndef STORE_V4
+#define STORE_V4 0
+#endif
 template <int WORDS>
 __device__ __forceinline__ void store_words(unsigned char* p, const u32* w)
 {
@@ -388,7 +409,13 @@ __device__ __forceinline__ void store_words(unsigned char* p, const u32* w)
     } else {
 #pragma unroll
         for (int i = 0; i < WORDS / 4; i++) {
+#if STORE_V4
+            asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p + 16 * i), "r"(w[4 * i]),
+                         "r"(w[4 * i + 1]), "r"(w[4 * i + 2]), "r"(w[4 * i + 3])
+                         : "memory");
+#else
             reinterpret_cast<uint4*>(p)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+#endif
         }
     }
 }
@@ -533,8 +560,8 @@ struct StateIO {
 #define BASE_PF (STATE_FMT == FMT_F32)
 #endif
 
-// BASE_EARLY=1 (session 10, written after the device time was spent, not
-// yet run on a GPU; off by default) asks for the first pass's chunks of the
+// BASE_EARLY=1 (written in session 10, the default since session 11) asks
+// for the first pass's chunks of the
 // streaming baselines without a prefetch (BASE_PF=0: the bf16 states) just
 // before the prologue's barrier: the warps with no part in the prologue (the
 // token's vectors to shared memory, the decay in float64, GDN's two l2
@@ -548,9 +575,13 @@ struct StateIO {
 // precedes its use (cuobjdump), a second round trip in every pass. ptxas
 // 11.8 (sm_90): 48 registers in every bf16 shape, no spills (GDN: 4 bytes);
 // with BASE_EARLY=0 the baseline kernels' SASS is what it was before the
-// define existed.
+// define existed. Measured on the H200 (B=256, session 11, against
+// BASE_EARLY=0 in the same run): bf16 baselines Qwen3.5-4B 167 -> 156 us
+// (76% -> 81% of copy), Qwen3.5-122B 325 -> 299 (78% -> 84%), Super 324 ->
+// 321, Nano 267 -> 264 (89% -> 90%); fp32 unchanged (BASE_PF); the
+// baseline reference tests pass under it.
 #ifndef BASE_EARLY
-#define BASE_EARLY 0
+#define BASE_EARLY 1
 #endif
 #define BASE_EARLY_ON (BASE_EARLY && !BASE_PF) // it applies to the baselines without a prefetch
 #if BASE_EARLY_ON && STATE_FMT != FMT_E4M3
@@ -1853,6 +1884,113 @@ __device__ __forceinline__ void flush_items(const int* slots, const int* hist, i
 {
     work_items(batch, heads, [&](int b) { return hist[slots[b]] + 1 >= L; }, flush);
 }
+
+// ---- the pipelined folds (flush and early fold, v7): the shared skeleton ----
+//
+// A pipelined fold kernel runs on persistent blocks of NT consumer threads
+// (the layer's fold code, Map SM, cta_sync) and one producer warp after
+// them. The producer (fold_produce) reads the cursors of 32 items at once
+// and, for each item that folds, in order, waits for the stage its
+// consumers freed last, writes the item's scalars (an Item with an int t:
+// entries folded, -1 ends the block's work) and fills the stage: the
+// checkpoint by one bulk copy, the ring and input rows by cp.async
+// (produce_stage). The consumers (fold_consume) take the stages in the same
+// order: one group, so every mbarrier phase is waited for in turn. The
+// flush kernel of work_items paid each item's chain of dependent loads
+// (cursor, ring, checkpoint) before its bytes moved; here the next items'
+// bytes are in flight while one item folds.
+//
+// Defines from the host: FNSTAGE stages of FSTAGE_BYTES each (dynamic
+// shared memory) and FMINB blocks per SM (the register bound).
+#ifdef FNSTAGE
+#ifndef FMINB
+#define FMINB 1
+#endif
+__device__ __forceinline__ void fold_stage_of(int it, int& stg, u32& par)
+{
+    stg = it % FNSTAGE;
+    par = (u32)(it / FNSTAGE) & 1u;
+}
+
+// fold_init initialises the stages' barriers: full counts the producer's
+// lane 0 and its 32 lanes' cp.async arrivals, empty the consumer warps.
+// Every thread of the block calls it.
+__device__ __forceinline__ void fold_init(u64* full, u64* empty)
+{
+    if (threadIdx.x == 0) {
+        for (int k = 0; k < FNSTAGE; k++) {
+            mbar_init(full + k, 33);
+            mbar_init(empty + k, NWARPS);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+}
+
+// fold_produce is the producer warp's loop over the block's items i =
+// blockIdx.x + k*gridDim.x < nitems: prep(i, item) fills this lane's item
+// and says whether it folds; npieces(item) and piece(item, stage, ci) give
+// the stage's pieces, piece 0 the checkpoint.
+template <typename Item, typename Prep, typename Count, typename PieceF>
+__device__ __forceinline__ void fold_produce(int nitems, Item* items, unsigned char* stages, u64* full, u64* empty,
+                                             Prep prep, Count npieces, PieceF piece)
+{
+    static_assert(sizeof(Item) % 4 == 0, "items move between lanes as 32-bit words");
+    const int lane = threadIdx.x & 31;
+    int it = 0;
+    for (int base = blockIdx.x; base < nitems; base += 32 * gridDim.x) {
+        const int i = base + lane * (int)gridDim.x;
+        Item mine{};
+        const bool fold = i < nitems && prep(i, mine);
+        for (u32 mask = __ballot_sync(FULL_MASK, fold); mask != 0; mask &= mask - 1) {
+            const int k = __ffs(mask) - 1;
+            Item m;
+            const u32* src = reinterpret_cast<const u32*>(&mine);
+            u32* dst = reinterpret_cast<u32*>(&m);
+#pragma unroll
+            for (int w = 0; w < (int)(sizeof(Item) / 4); w++) {
+                dst[w] = __shfl_sync(FULL_MASK, src[w], k);
+            }
+            int stg;
+            u32 par;
+            fold_stage_of(it++, stg, par);
+            mbar_wait(empty + stg, par ^ 1);
+            if (lane == 0) {
+                items[stg] = m;
+            }
+            unsigned char* sg = stages + stg * FSTAGE_BYTES;
+            produce_stage(full + stg, npieces(m), 1, [&](int ci) { return piece(m, sg, ci); });
+        }
+    }
+    int stg;
+    u32 par;
+    fold_stage_of(it, stg, par);
+    mbar_wait(empty + stg, par ^ 1);
+    if (lane == 0) {
+        items[stg].t = -1;
+    }
+    produce_stage(full + stg, 0, 0, [&](int) { return Piece{}; });
+}
+
+// fold_consume is the consumer threads' loop: body(item, stage) for each
+// item in turn (the item in shared memory, valid until its stage is
+// released after body).
+template <typename Item, typename Body>
+__device__ __forceinline__ void fold_consume(const Item* items, unsigned char* stages, u64* full, u64* empty, Body body)
+{
+    for (int it = 0;; it++) {
+        int stg;
+        u32 par;
+        fold_stage_of(it, stg, par);
+        mbar_wait(full + stg, par);
+        if (items[stg].t < 0) {
+            return;
+        }
+        body(items[stg], stages + stg * FSTAGE_BYTES);
+        release_stage(empty + stg);
+    }
+}
+#endif
 
 // fold_items calls fold(head, b) for the items whose slot folds its history
 // early in a verify of cnt = counts[b] (or T) drafts over a ring of R

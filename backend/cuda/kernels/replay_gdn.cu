@@ -58,8 +58,10 @@ struct GDNShared {
 };
 
 // gdn_fold is the exact flush (DESIGN.md 2.2, replay.GDNCache.fold) of the t
-// ring entries whose normalised keys are sh.vec[0..t-1] (and, when q_slot >= 0,
-// q in sh.vec[q_slot]) into the checkpoint S of one value head. It recomputes
+// ring entries whose normalised keys are vec[0..t-1] (rows of DK; and, when
+// q_slot >= 0, q in row q_slot) into the checkpoint of one value head,
+// read from S (in the state format, scale sc0: matrix mat of the state
+// buffer, or its copy in a stage of the pipelined fold). It recomputes
 // every corrected update from the raw v, g, beta on the high-precision
 // checkpoint, never from cached u:
 //
@@ -69,9 +71,11 @@ struct GDNShared {
 // (g_i = the product of the per-step decays exp(g) through entry i, in
 // float64 as the CPU fold takes them: no exp, no division), writes S (and the
 // read copy) back,
-// and with q_slot >= 0 writes o = S_new^T q to out. v_i comes from the ring
-// for i < nring and from vcur for i = nring. Barriers inside: every thread
-// calls it.
+// and with q_slot >= 0 writes o = S_new^T q to out. v_i[m] is
+// vring[i*vstride + m] for i < nring and vcur[m] for i = nring. sh holds
+// the fold's tables (proj, gram, wt, eg, coef, decay, beta, gt, scratch:
+// GDNShared's, or the pipelined fold's GDNFoldShared). Barriers inside
+// (cta_sync): each of the first NT threads calls it.
 // tri_pair maps pair pr of gdn_fold's gram dots to (i, l): pairs below
 // tri = t(t-1)/2 are the keys' (i, l), l < i < t, row by row; the rest are
 // q's (t, l), l < t.
@@ -93,12 +97,12 @@ __device__ __forceinline__ int2 tri_pair(int pr, int tri, int t)
 #ifndef FOLD_SKIP
 #define FOLD_SKIP 0
 #endif
-__device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u8* rscales, float* rglobal, u64 mat,
-                                         int t, int q_slot, const float* __restrict__ ringV, int s, int j, int nring,
+template <typename SH>
+__device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, float sc0, ST* state, u8* rcodes,
+                                         u8* rscales, float* rglobal, u64 mat, int t, int q_slot,
+                                         const float* __restrict__ vring, u64 vstride, int nring,
                                          const float* __restrict__ vcur, float* __restrict__ out)
 {
-    const ST* S = state + mat * (DV * DK);
-    const float sc0 = state_scale(state, mat);
     constexpr int VEC = SM::VEC;
     const int tid = threadIdx.x;
     const int nv = q_slot >= 0 ? t + 1 : t;
@@ -131,7 +135,7 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
         }
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
-            const float4* vp = reinterpret_cast<const float4*>(sh.vec + a * DK + SM::col(c));
+            const float4* vp = reinterpret_cast<const float4*>(vec + a * DK + SM::col(c));
 #pragma unroll
             for (int q = 0; q < VEC / 4; q++) {
                 const float4 v4 = vp[q];
@@ -192,13 +196,13 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
     const int tri = t * (t - 1) / 2;
     dot_pairs(
         (FOLD_SKIP & 8) ? 0 : tri + (nv - t) * t, DK, tid, NT,
-        [&](int pr) -> const float* { return sh.vec + tri_pair(pr, tri, t).y * DK; },
-        [&](int pr) -> const float* { return sh.vec + tri_pair(pr, tri, t).x * DK; },
+        [&](int pr) -> const float* { return vec + tri_pair(pr, tri, t).y * DK; },
+        [&](int pr) -> const float* { return vec + tri_pair(pr, tri, t).x * DK; },
         [&](int pr, float v) {
             const int2 il = tri_pair(pr, tri, t);
             sh.gram[il.x * VROWS + il.y] = v;
         });
-    __syncthreads();
+    cta_sync();
     // u'_i in order, one value index m per thread; proj row i becomes u'_i.
     // The u'_l stay in registers (the loops unrolled over the window, every
     // index fixed): the recurrence's only dependences are its FMAs, and the
@@ -212,7 +216,7 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
         for (int i = 0; i < RMAX; i++) {
             u[i] = 0.0f;
             if (i < nring) {
-                u[i] = ringV[(ring_at(s, i) * NVH + j) * DV + m];
+                u[i] = vring[(u64)i * vstride + m];
             } else if (i < t) {
                 u[i] = vcur[m];
             }
@@ -242,7 +246,7 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
             out[m] = o;
         }
     }
-    __syncthreads();
+    cta_sync();
     // S_m <- g_t S_m + sum_i (coef_i u'_i[m]) k_i, from the registers; each
     // k_i chunk feeds every pass.
     const float gt = sh.gt;
@@ -265,7 +269,7 @@ __device__ __forceinline__ void gdn_fold(GDNShared& sh, ST* state, u8* rcodes, u
         }
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
-            const float4* kp = reinterpret_cast<const float4*>(sh.vec + i * DK + SM::col(c));
+            const float4* kp = reinterpret_cast<const float4*>(vec + i * DK + SM::col(c));
 #pragma unroll
             for (int q = 0; q < VEC / 4; q++) {
                 const float4 k4 = kp[q];
@@ -437,7 +441,8 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     __syncthreads();
     const bool last = MODE == 2 && step_count(done);
     if (FLUSH) {
-        gdn_fold(sh, state, rcodes, rscales, rglobal, mat, t, qslot, ringV, s, j, n, vt, ot);
+        gdn_fold(sh, sh.vec, state + mat * (DV * DK), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, t,
+                 qslot, ringV + ((u64)s * RMAX * NVH + j) * DV, (u64)NVH * DV, n, vt, ot);
         return last;
     }
     if (j % VPK == 0) {
@@ -574,7 +579,8 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     if (FOLDS_EARLY(n, cnt, R)) {
         gdn_stage_keys(sh.vec, ringK, s, kh, n); // the ring's keys
         __syncthreads();
-        gdn_fold(sh, state, rcodes, rscales, rglobal, mat, n, -1, ringV, s, j, n, nullptr, nullptr);
+        gdn_fold(sh, sh.vec, state + mat * (DV * DK), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, n,
+                 -1, ringV + ((u64)s * RMAX * NVH + j) * DV, (u64)NVH * DV, n, nullptr, nullptr);
         if (FOLD_ONLY) {
             return; // gdn_group_verify reads the new checkpoint like any other slot's
         }
@@ -1548,4 +1554,158 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_verify(GDN_VE
     }
 }
 #endif
+#endif
+
+// ---- v7: the pipelined flush and early fold ----
+//
+// gdn_flush_pipe flushes the slots whose window fills at this step (what
+// gdn_replay_flush does, bit for bit: gdn_step<1>'s order of operations),
+// gdn_fold_pipe folds the history of the slots that fold early in a verify
+// (gdn_replay_fold_items', gdn_verify_impl<true>'s), on the pipelined folds'
+// skeleton (replay_common.cu, fold_produce). A stage holds the checkpoint in
+// the state format, the vector rows gdn_fold projects on (the ring's
+// normalised keys; for a flush the current token's k, normalised from the
+// raw rows staged after them, and q), the v rows of the t entries folded
+// (the ring's, then the current token's) and the ring's exp(g) and beta
+// rows. gdn_replay_flush took 2.4 times a baseline step (Qwen3.5-4B fp32,
+// B=256): each item's chain of round trips, two blocks per SM.
+#ifdef FNSTAGE
+#define GF_K (((SMAT_STATE_BYTES) + 15) / 16 * 16) // vector rows: keys 0..t-1, q at t
+#define GF_RAW (GF_K + (RMAX + 1) * DK * 4)        // the current token's raw k, q (flush)
+#define GF_V (GF_RAW + 2 * DK * 4)
+#define GF_E (GF_V + RMAX * DV * 4)
+#define GF_BETA (GF_E + RMAXP * 4)
+#define GF_END (GF_BETA + RMAXP * 4)
+static_assert(GF_END <= FSTAGE_BYTES, "fold stage layout larger than FSTAGE_BYTES");
+
+// GDNFoldShared is gdn_fold's tables for the pipelined fold (GDNShared
+// without the vectors, which sit in the stage, and the output path's).
+struct GDNFoldShared {
+    float proj[VROWS * DV];
+    float gram[VROWS * VROWS];
+    float wt[RMAX * RMAX];
+    float eg[RMAX];
+    float coef[RMAX];
+    float decay[RMAX];
+    float beta[RMAX];
+    float gt;
+    float scratch[NWARPS];
+};
+
+// GDNFold is one item of a pipelined fold: slot, history, batch row, value
+// head, entries folded, the current token's exp(g) and beta (flush) and the
+// fp8 checkpoint's scale.
+struct GDNFold {
+    int s, n, b, j, t;
+    float eg, beta, sc;
+};
+
+template <bool FLUSH>
+__device__ __forceinline__ void
+gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const float* __restrict__ ringK,
+                   const float* __restrict__ ringV, const float* __restrict__ ringA, const float* __restrict__ ringBeta,
+                   const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
+                   const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
+                   const float* __restrict__ a, const float* __restrict__ bb, float* __restrict__ o,
+                   const double* __restrict__ negA, const double* __restrict__ dtb, float qscale, int L, int batch)
+{
+    extern __shared__ __align__(128) unsigned char dsm[];
+    __shared__ __align__(16) GDNFoldShared sh;
+    __shared__ GDNFold items[FNSTAGE];
+    __shared__ u64 full[FNSTAGE], empty[FNSTAGE];
+    fold_init(full, empty);
+    if (threadIdx.x >= NT) {
+        fold_produce(
+            batch * NVH, items, dsm, full, empty,
+            [&](int i, GDNFold& m) -> bool {
+                m.b = i / NVH;
+                m.j = i % NVH;
+                m.s = slots[m.b];
+                m.n = hist[m.s];
+                m.t = FLUSH ? m.n + 1 : m.n;
+                const bool fold = FLUSH ? m.n + 1 >= L : FOLDS_EARLY(m.n, counts ? counts[m.b] : T, L);
+                if (fold) {
+                    if (FLUSH) {
+                        gdn_scalars(a[(u64)m.b * NVH + m.j], bb[(u64)m.b * NVH + m.j], negA[m.j], dtb[m.j], &m.eg,
+                                    &m.beta);
+                    }
+                    m.sc = state_scale(state, (u64)m.s * NVH + m.j);
+                }
+                return fold;
+            },
+            [&](const GDNFold& m) { return 1 + m.n + (FLUSH ? 2 : 0) + m.t + 2; },
+            [&](const GDNFold& m, unsigned char* sg, int ci) -> Piece {
+                const int kh = m.j / VPK;
+                if (ci == 0) {
+                    return Piece{sg, state + ((u64)m.s * NVH + m.j) * (DV * DK), SMAT_STATE_BYTES};
+                }
+                int c = ci - 1;
+                if (c < m.n) {
+                    return Piece{sg + GF_K + c * DK * 4, ringK + (ring_at(m.s, c) * NKH + kh) * DK, DK * 4};
+                }
+                c -= m.n;
+                if (FLUSH) {
+                    if (c < 2) {
+                        return Piece{sg + GF_RAW + c * DK * 4, (c == 0 ? k : q) + ((u64)m.b * NKH + kh) * DK, DK * 4};
+                    }
+                    c -= 2;
+                }
+                if (c < m.t) {
+                    const float* src = c < m.n ? ringV + (ring_at(m.s, c) * NVH + m.j) * DV
+                                               : v + ((u64)m.b * NVH + m.j) * DV;
+                    return Piece{sg + GF_V + c * DV * 4, src, DV * 4};
+                }
+                c -= m.t;
+                return Piece{sg + (c == 0 ? GF_E : GF_BETA), (c == 0 ? ringA : ringBeta) + rs_at(m.s, m.j, 0),
+                             RMAXP * 4};
+            });
+        return;
+    }
+    fold_consume(items, dsm, full, empty, [&](const GDNFold& m, unsigned char* sg) {
+        const int tid = threadIdx.x, warp = tid >> 5;
+        float* vec = reinterpret_cast<float*>(sg + GF_K);
+        const float* raw = reinterpret_cast<const float*>(sg + GF_RAW);
+        const float* se = reinterpret_cast<const float*>(sg + GF_E);
+        const float* sbeta = reinterpret_cast<const float*>(sg + GF_BETA);
+        if (FLUSH) {
+            if (warp == 0) {
+                l2norm_warp(vec + m.n * DK, raw, 1.0f);
+            }
+            if (warp == 1) { // NT >= 64
+                l2norm_warp(vec + m.t * DK, raw + DK, qscale);
+            }
+            if (tid == 0) {
+                sh.decay[m.n] = m.eg;
+                sh.beta[m.n] = m.beta;
+            }
+        }
+        for (int i = tid; i < m.n; i += NT) {
+            sh.decay[i] = se[i];
+            sh.beta[i] = sbeta[i];
+        }
+        cta_sync();
+        gdn_fold(sh, vec, reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal,
+                 (u64)m.s * NVH + m.j, m.t, FLUSH ? m.t : -1, reinterpret_cast<const float*>(sg + GF_V), DV, m.t,
+                 nullptr, FLUSH ? o + ((u64)m.b * NVH + m.j) * DV : nullptr);
+    });
+}
+
+// gdn_flush_pipe: the flush of a decode step (in place of gdn_replay_flush,
+// before the non-flush kernel); L is the window.
+extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_flush_pipe(GDN_STEP_PARAMS)
+{
+    gdn_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, hist, slots, nullptr, 1, q,
+                             k, v, a, bb, o, negA, dtb, qscale, L, batch);
+}
+
+// gdn_fold_pipe: a verify's early folds (in place of gdn_replay_fold_items,
+// before the group verify); R is the ring size.
+extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_fold_pipe(GDN_VERIFY_PARAMS, int batch)
+{
+    if (GV_SKIP & 4) {
+        return;
+    }
+    gdn_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, hist, slots, counts, T,
+                              q, k, v, a, bb, o, negA, dtb, qscale, R, batch);
+}
 #endif

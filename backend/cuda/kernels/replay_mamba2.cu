@@ -46,9 +46,11 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
 //
 //	S <- decay*S + sum_{j<t} coef[p][j] * B_j        coef[p][j] = Delta_j e^{L_t-L_j} x_j[p]
 //
-// with B_j in sB[j*N...] and coef in sCoef[p*CSTRIDE + j], writes S (matrix
-// mat of the state buffer) back in the state format and, with a read copy,
-// rewrites the copy. With OUT it also writes sDot[p] = S_new[p] . sC (the
+// with B_j in sB[j*N...] and coef[p][j] = coef(p, j), reading S from
+// src (in the state format, scale sc0: matrix mat of the state buffer, or
+// its copy in a stage of the pipelined fold), writes S (matrix mat of the
+// state buffer) back in the state format and, with a read copy, rewrites
+// the copy. With OUT it also writes sDot[p] = S_new[p] . sC (the
 // fp32 S, before any rounding). Barriers inside: every thread calls it.
 // FOLD_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DFOLD_SKIP=4; the
 // outputs are then wrong): bit 4 skips the rank-t update, so a flush's time
@@ -56,13 +58,11 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
 #ifndef FOLD_SKIP
 #define FOLD_SKIP 0
 #endif
-template <bool OUT>
-__device__ __forceinline__ void mamba2_fold(ST* state, u8* rcodes, u8* rscales, float* rglobal, u64 mat, int t,
-                                            float decay, const float* sB, const float* sCoef, const float* sC,
+template <bool OUT, typename Coef>
+__device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u8* rcodes, u8* rscales, float* rglobal,
+                                            u64 mat, int t, float decay, const float* sB, Coef coef, const float* sC,
                                             float* sDot, float* scratch)
 {
-    const ST* S = state + mat * (P * N);
-    const float sc0 = state_scale(state, mat);
     constexpr int VEC = SM::VEC;
     // The thread's whole share of the matrix in registers: each B_j chunk
     // read from shared memory then feeds every pass (rows p, p+RPP, ...),
@@ -92,7 +92,7 @@ __device__ __forceinline__ void mamba2_fold(ST* state, u8* rcodes, u8* rscales, 
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
             const int r = SM::row(pass);
-            cj[pass] = r < ROWS ? sCoef[r * CSTRIDE + j] : 0.0f;
+            cj[pass] = r < ROWS ? coef(r, j) : 0.0f;
         }
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
@@ -303,7 +303,8 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         sX[p * CSTRIDE + j] = sW[j] * sX[p * CSTRIDE + j];
     }
     __syncthreads();
-    mamba2_fold<true>(state, rcodes, rscales, rglobal, mat, t, sE, sB, sX, sC, sDot, sScratch);
+    mamba2_fold<true>(state + mat * (P * N), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, t, sE, sB,
+                      [&](int p, int j) { return sX[p * CSTRIDE + j]; }, sC, sDot, sScratch);
     __syncthreads();
     const float dh = D[h];
     for (int p = tid; p < P; p += NT) {
@@ -628,7 +629,8 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
             sCoef[p * CSTRIDE + j] = sWk[j] * sCoef[p * CSTRIDE + j];
         }
         __syncthreads();
-        mamba2_fold<false>(state, rcodes, rscales, rglobal, mat, n, sEk[0], sB, sCoef, nullptr, nullptr, sScratch);
+        mamba2_fold<false>(state + mat * (P * N), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, n, sEk[0],
+                           sB, [&](int p, int j) { return sCoef[p * CSTRIDE + j]; }, nullptr, nullptr, sScratch);
         if (PART == 2) {
             return; // mamba2_group_verify reads the new checkpoint like any other slot's
         }
@@ -1704,4 +1706,146 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* _
     }
 }
 #endif
+#endif
+
+// ---- v7: the pipelined flush and early fold ----
+//
+// mamba2_flush_pipe flushes the slots whose window fills at this step (what
+// mamba2_replay_flush does, bit for bit: mamba2_step<1>'s order of
+// operations), mamba2_fold_pipe folds the history of the slots that fold
+// early in a verify (mamba2_replay_fold_items', mamba2_verify_impl<2>'s
+// order), on the pipelined folds' skeleton (replay_common.cu,
+// fold_produce): a stage holds the checkpoint in the state format, the
+// x and B rows of the t entries folded (the ring's, then the current
+// token's for a flush) and C. The producer's lane of an item also forms
+// its decay weights (decay_weights, the float64 products) from the ring's
+// delta and decay rows, so the consumers go from the stage's full barrier
+// straight into mamba2_fold, each coefficient W_j x_j[p] formed where the
+// rank update needs it (the same float32 product as the coefficient
+// table's). Off by default (NOTES.md, session 11: the first version, with
+// the weights formed by one consumer thread and a coefficient table, took
+// 1063 us for Nano's aligned flush against the work_items kernel's 758).
+#ifdef FNSTAGE
+#define FS_X (((SMAT_STATE_BYTES) + 15) / 16 * 16)
+#define FS_B (FS_X + RMAX * P * 4)
+#define FS_C (FS_B + RMAX * N * 4)
+#define FS_END (FS_C + N * 4)
+static_assert(FS_END <= FSTAGE_BYTES, "fold stage layout larger than FSTAGE_BYTES");
+
+// M2Fold is one item of a pipelined fold: slot, history, batch row, head,
+// entries folded, the fp8 checkpoint's scale, D[h], the decay product E
+// and the weights W_j of the entries folded.
+struct M2Fold {
+    int s, n, b, h, t;
+    float sc, dh, e;
+    float w[RMAX];
+};
+
+template <bool FLUSH>
+__device__ __forceinline__ void
+mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const float* __restrict__ ringX,
+                      const float* __restrict__ ringB, const float* __restrict__ ringDt, const float* __restrict__ ringA,
+                      const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
+                      const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
+                      const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
+                      const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int L, int batch)
+{
+    extern __shared__ __align__(128) unsigned char dsm[];
+    __shared__ float sDot[P];
+    __shared__ float sScratch[NWARPS];
+    __shared__ M2Fold items[FNSTAGE];
+    __shared__ u64 full[FNSTAGE], empty[FNSTAGE];
+    fold_init(full, empty);
+    if (threadIdx.x >= NT) {
+        fold_produce(
+            batch * NHEADS, items, dsm, full, empty,
+            [&](int i, M2Fold& m) -> bool {
+                m.b = i / NHEADS;
+                m.h = i % NHEADS;
+                m.s = slots[m.b];
+                m.n = hist[m.s];
+                m.t = FLUSH ? m.n + 1 : m.n;
+                const bool fold = FLUSH ? m.n + 1 >= L : FOLDS_EARLY(m.n, counts ? counts[m.b] : T, L);
+                if (fold) {
+                    // The weights as mamba2_step<1> and mamba2_verify_impl
+                    // form them, every ring scalar asked for at once.
+                    float delta = 0.0f, a = 0.0f;
+                    if (FLUSH) {
+                        delta = fmaxf((float)softplus_d((double)dt[(u64)m.b * NHEADS + m.h] + dtb[m.h]), dtMin);
+                        a = (float)exp((double)delta * A[m.h]);
+                        m.dh = D[m.h];
+                    }
+                    float dl[RMAX], dc[RMAX];
+#pragma unroll
+                    for (int j = 0; j < RMAX; j++) {
+                        dl[j] = dc[j] = 0.0f;
+                        if (j < m.n) {
+                            dl[j] = ringDt[rs_at(m.s, m.h, j)];
+                            dc[j] = ringA[rs_at(m.s, m.h, j)];
+                        } else if (FLUSH && j == m.n) {
+                            dl[j] = delta;
+                            dc[j] = a;
+                        }
+                    }
+                    m.e = decay_weights(dl, dc, m.t, m.w);
+                    m.sc = state_scale(state, (u64)m.s * NHEADS + m.h);
+                }
+                return fold;
+            },
+            [&](const M2Fold& m) { return 1 + 2 * m.t + (FLUSH ? 1 : 0); },
+            [&](const M2Fold& m, unsigned char* sg, int ci) -> Piece {
+                const int g = m.h / HPG;
+                if (ci == 0) {
+                    return Piece{sg, state + ((u64)m.s * NHEADS + m.h) * (P * N), SMAT_STATE_BYTES};
+                }
+                int c = ci - 1;
+                if (c < m.t) {
+                    const float* src = c < m.n ? ringX + (ring_at(m.s, c) * NHEADS + m.h) * P
+                                               : x + ((u64)m.b * NHEADS + m.h) * P;
+                    return Piece{sg + FS_X + c * P * 4, src, P * 4};
+                }
+                c -= m.t;
+                if (c < m.t) {
+                    const float* src = c < m.n ? ringB + (ring_at(m.s, c) * NGROUPS + g) * N
+                                               : B + ((u64)m.b * NGROUPS + g) * N;
+                    return Piece{sg + FS_B + c * N * 4, src, N * 4};
+                }
+                return Piece{sg + FS_C, C + ((u64)m.b * NGROUPS + g) * N, N * 4};
+            });
+        return;
+    }
+    fold_consume(items, dsm, full, empty, [&](const M2Fold& m, unsigned char* sg) {
+        const float* sX = reinterpret_cast<const float*>(sg + FS_X);
+        const int t = m.t;
+        mamba2_fold<FLUSH>(
+            reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
+            reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
+            reinterpret_cast<const float*>(sg + FS_C), sDot, sScratch);
+        if (FLUSH) {
+            // The fold's row dots to every thread; the second barrier keeps
+            // the next item's fold from writing sDot before all are read.
+            cta_sync();
+            for (int p = threadIdx.x; p < P; p += NT) {
+                y[((u64)m.b * NHEADS + m.h) * P + p] = sDot[p] + m.dh * sX[m.n * P + p];
+            }
+            cta_sync();
+        }
+    });
+}
+
+// mamba2_flush_pipe: the flush of a decode step (in place of
+// mamba2_replay_flush, before the non-flush kernel); L is the window.
+extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(MAMBA2_STEP_PARAMS)
+{
+    mamba2_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1,
+                                x, B, C, dt, y, A, dtb, D, dtMin, L, batch);
+}
+
+// mamba2_fold_pipe: a verify's early folds (in place of
+// mamba2_replay_fold_items, before the group verify); R is the ring size.
+extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_fold_pipe(MAMBA2_VERIFY_PARAMS, int batch)
+{
+    mamba2_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T,
+                                 x, B, C, dt, y, A, dtb, D, dtMin, R, batch);
+}
 #endif
