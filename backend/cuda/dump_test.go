@@ -41,28 +41,20 @@ func TestDumpReplayModule(t *testing.T) {
 	if dir == "" {
 		t.Skip("REPLAYSSM_DUMP_DIR is not set (a tool run by hand)")
 	}
-	ptxas := findPtxas(os.Getenv)
-	if ptxas == "" {
-		t.Skip("no ptxas: tools/get_ptxas.sh fetches one")
-	}
-	n, err := loadNVRTC(newSearchPlan(os.Getenv, nil))
-	if err != nil {
-		t.Skipf("no NVRTC on this machine (%v)", err)
-	}
+	ptxas, n := assemblyTools(t)
 	name := os.Getenv("REPLAYSSM_DUMP_SHAPE")
 	if name == "" {
 		name = "nemotron-3-nano-4b"
 	}
-	// Package bench's target shapes (it imports this package).
 	shapes := map[string]struct {
 		layer string
 		m2    ssm.Mamba2Shape
 		gdn   ssm.GDNShape
 	}{
-		"nemotron-3-nano-4b": {"mamba2", ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}, ssm.GDNShape{}},
-		"nemotron-3-super":   {"mamba2", ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8}, ssm.GDNShape{}},
-		"qwen3.5-4b":         {"gdn", ssm.Mamba2Shape{}, ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}},
-		"qwen3.5-122b":       {"gdn", ssm.Mamba2Shape{}, ssm.GDNShape{KeyHeads: 16, ValueHeads: 64, KeyDim: 128, ValueDim: 128}},
+		"nemotron-3-nano-4b": {"mamba2", nanoShape, ssm.GDNShape{}},
+		"nemotron-3-super":   {"mamba2", superShape, ssm.GDNShape{}},
+		"qwen3.5-4b":         {"gdn", ssm.Mamba2Shape{}, qwen4bShape},
+		"qwen3.5-122b":       {"gdn", ssm.Mamba2Shape{}, qwen122bShape},
 	}
 	sh, ok := shapes[name]
 	if !ok {
@@ -85,7 +77,8 @@ func TestDumpReplayModule(t *testing.T) {
 	if os.Getenv("REPLAYSSM_DUMP_MODE") == "baseline" {
 		opt.Mode = replay.Baseline
 	}
-	if opt, err = replayDefaults(opt); err != nil {
+	opt, err := replayDefaults(opt)
+	if err != nil {
 		t.Fatal(err)
 	}
 	file, src, args, _, defines, err := replayModuleSource(h200Props(), sh.layer, sh.m2, sh.gdn, opt, envTuning(os.Getenv), 8)
@@ -103,19 +96,12 @@ func TestDumpReplayModule(t *testing.T) {
 		}
 	}
 	write("module.ptx", ptx)
-	compat := hopperCompat(string(ptx))
-	write("module_ptxas.ptx", []byte(compat))
-	cubin := filepath.Join(dir, "module.cubin")
-	out, err := exec.Command(ptxas, "-arch=sm_90", "-v", "-o", cubin, filepath.Join(dir, "module_ptxas.ptx")).CombinedOutput()
-	write("ptxas.txt", out)
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", ptxas, err, out)
-	}
-	for k, r := range ptxasResources(string(out)) {
+	report := assemble(t, ptxas, dir, []byte(hopperCompat(string(ptx))))
+	for k, r := range ptxasResources(report) {
 		t.Logf("%-28s %3d registers, %3d bytes of spill stores, %3d of spill loads", k, r.regs, r.spillStores, r.spillLoads)
 	}
 	if objdump := filepath.Join(filepath.Dir(ptxas), "cuobjdump"); fileExists(objdump) {
-		sass, err := exec.Command(objdump, "-sass", cubin).CombinedOutput()
+		sass, err := exec.Command(objdump, "-sass", filepath.Join(dir, "module.cubin")).CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s: %v", objdump, err)
 		}

@@ -104,7 +104,7 @@ func planFoldPipe(d *Device, opt replay.Options, stageBytes, staticBytes, static
 
 // bindFoldPipe looks up the pipelined fold kernels (kind + "_flush_pipe",
 // kind + "_fold_pipe"), allows their shared memory and sizes their grid
-// (bounded by boundBlocks when positive, for tests). A kernel whose
+// (bindResident; bounded by boundBlocks when positive, for tests). A kernel whose
 // registers or static shared memory leave no block resident turns the plan
 // off (the work_items kernels fold) rather than fail.
 func (c *replayCommon) bindFoldPipe(boundBlocks int) error {
@@ -112,33 +112,22 @@ func (c *replayCommon) bindFoldPipe(boundBlocks int) error {
 	if !f.on {
 		return nil
 	}
-	threads := c.threads + 32
 	for _, k := range []struct {
 		dst  **Function
 		name string
 	}{{&f.flush, c.kind + "_flush_pipe"}, {&f.fold, c.kind + "_fold_pipe"}} {
-		fn, err := c.mod.Function(k.name)
+		fn, r, blocks, err := c.bindResident(k.name, c.threads+32, f.smem, boundBlocks)
 		if err != nil {
 			return err
 		}
-		r, err := fn.Resources()
-		if err != nil {
-			return err
-		}
-		if r.StaticSharedBytes+f.smem > c.d.MaxSharedMemoryPerBlock() || r.MaxThreadsPerBlock < threads {
+		if blocks == 0 {
 			*f = foldPipe{why: fmt.Sprintf("%s: %d bytes of static and %d of dynamic shared memory, %d registers", k.name, r.StaticSharedBytes, f.smem, r.Registers)}
 			return nil
 		}
-		if err := fn.SetMaxDynamicSharedMemory(f.smem); err != nil {
-			return err
-		}
-		if b := c.d.Multiprocessors() * blocksPerSM(c.d, r, threads, f.smem); f.blocks == 0 || b < f.blocks {
-			f.blocks = b
+		if f.blocks == 0 || blocks < f.blocks {
+			f.blocks = blocks
 		}
 		*k.dst = fn
-	}
-	if boundBlocks > 0 { // tests: a few blocks, each folding many items through its stages
-		f.blocks = min(f.blocks, boundBlocks)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,32 @@ import (
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
 )
+
+// The target layer shapes (package bench's, which imports this package).
+var (
+	nanoShape     = ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
+	superShape    = ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8}
+	qwen4bShape   = ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	qwen122bShape = ssm.GDNShape{KeyHeads: 16, ValueHeads: 64, KeyDim: 128, ValueDim: 128}
+)
+
+// assemblyTools returns ptxas and an NVRTC that emits sm_90 code, or skips t
+// (tools/get_ptxas.sh fetches ptxas on a Debian machine).
+func assemblyTools(t *testing.T) (string, *nvrtcAPI) {
+	t.Helper()
+	ptxas := findPtxas(os.Getenv)
+	if ptxas == "" {
+		t.Skip("no ptxas (REPLAYSSM_PTXAS, the path, CUDA_HOME, /usr/local/cuda): tools/get_ptxas.sh fetches one")
+	}
+	n, err := loadNVRTC(newSearchPlan(os.Getenv, nil))
+	if err != nil {
+		t.Skipf("no NVRTC on this machine (%v)", err)
+	}
+	if !slices.Contains(n.archs, 90) {
+		t.Skipf("NVRTC %d.%d emits no sm_90 code (%v)", n.major, n.minor, n.archs)
+	}
+	return ptxas, n
+}
 
 // h200Props is a Device with an H200's properties and no driver behind it:
 // enough for the pipeline planner.
@@ -65,8 +92,8 @@ func TestReplayModulesCompile(t *testing.T) {
 	// know the mbarrier completion forms of cp.async.bulk), so this checks
 	// the C++ side; the device run checks the rest.
 	arch := fmt.Sprintf("--gpu-architecture=compute_%d", best)
-	mamba2 := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
-	gdn := ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	mamba2 := nanoShape
+	gdn := qwen4bShape
 	opts := []struct {
 		name string
 		opt  replay.Options
@@ -158,21 +185,11 @@ func TestReplayModulesCompile(t *testing.T) {
 // an older ptxas rejects; the group kernels do not depend on them. It
 // needs NVRTC and ptxas, no driver, and skips without them.
 func TestReplayKernelSpills(t *testing.T) {
-	ptxas := findPtxas(os.Getenv)
-	if ptxas == "" {
-		t.Skip("no ptxas (REPLAYSSM_PTXAS, the path, CUDA_HOME, /usr/local/cuda): tools/get_ptxas.sh fetches one")
-	}
-	n, err := loadNVRTC(newSearchPlan(os.Getenv, nil))
-	if err != nil {
-		t.Skipf("no NVRTC on this machine (%v)", err)
-	}
-	if !slices.Contains(n.archs, 90) {
-		t.Skipf("NVRTC %d.%d emits no sm_90 code (%v)", n.major, n.minor, n.archs)
-	}
+	ptxas, n := assemblyTools(t)
 	noPipe := &Device{ccMajor: 8, smCount: 132, sharedOptin: 227 << 10, sharedPerSM: 228 << 10}
-	nano := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
-	super := ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8}
-	gdn := ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
+	nano := nanoShape
+	super := superShape
+	gdn := qwen4bShape
 	// The group kernels may spill a few scalars (the default Nano fp32 group
 	// step: 8 bytes); a spill in their streams is tens to hundreds of bytes.
 	const maxSpillLoads = 64
@@ -205,16 +222,7 @@ func TestReplayKernelSpills(t *testing.T) {
 			if err != nil {
 				t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
 			}
-			dir := t.TempDir()
-			in := dir + "/module.ptx"
-			if err := os.WriteFile(in, ptx, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			out, err := exec.Command(ptxas, "-arch=sm_90", "-v", "-o", dir+"/module.cubin", in).CombinedOutput()
-			if err != nil {
-				t.Fatalf("%s: %v\n%s", ptxas, err, out)
-			}
-			res := ptxasResources(string(out))
+			res := ptxasResources(assemble(t, ptxas, t.TempDir(), ptx))
 			for _, k := range []string{tc.layer + "_group_step", tc.layer + "_group_verify"} {
 				r, ok := res[k]
 				if !ok {
@@ -228,6 +236,25 @@ func TestReplayKernelSpills(t *testing.T) {
 			}
 		})
 	}
+}
+
+// assemble writes ptx to dir/module_ptxas.ptx, assembles it for sm_90 into
+// dir/module.cubin with ptxas -v and returns the report (also written to
+// dir/ptxas.txt); a failure ends t with the report.
+func assemble(t *testing.T, ptxas, dir string, ptx []byte) string {
+	t.Helper()
+	in := filepath.Join(dir, "module_ptxas.ptx")
+	if err := os.WriteFile(in, ptx, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(ptxas, "-arch=sm_90", "-v", "-o", filepath.Join(dir, "module.cubin"), in).CombinedOutput()
+	if werr := os.WriteFile(filepath.Join(dir, "ptxas.txt"), out, 0o644); werr != nil {
+		t.Fatal(werr)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", ptxas, err, out)
+	}
+	return string(out)
 }
 
 // findPtxas is the ptxas to use: REPLAYSSM_PTXAS, else the path, CUDA_HOME

@@ -213,7 +213,7 @@ func TestBlocksPerSM(t *testing.T) {
 // dynamic shared memory (the ring's x rows of a window, at most 64 KiB) and
 // the reasons it is off.
 func TestGroupStepPlan(t *testing.T) {
-	nano := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
+	nano := nanoShape
 	for _, tc := range []struct {
 		name   string
 		shape  ssm.Mamba2Shape
@@ -259,8 +259,8 @@ func TestGroupStepPlan(t *testing.T) {
 // on, its block size (about 32 passes an item) and dynamic shared memory
 // (a window's u rows of a key head's value heads), off for v5 and v4.
 func TestGDNGroupPlan(t *testing.T) {
-	q4b := ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
-	q122b := ssm.GDNShape{KeyHeads: 16, ValueHeads: 64, KeyDim: 128, ValueDim: 128}
+	q4b := qwen4bShape
+	q122b := qwen122bShape
 	for _, tc := range []struct {
 		name    string
 		shape   ssm.GDNShape
@@ -328,7 +328,7 @@ func TestGroupBlockSize(t *testing.T) {
 // TestGroupVerifyPlan checks when the Mamba-2 group verify is planned: with
 // the group step, with drafts, and tables that fit static shared memory.
 func TestGroupVerifyPlan(t *testing.T) {
-	nano := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
+	nano := nanoShape
 	oneGroup := ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}
 	for _, tc := range []struct {
 		name  string
@@ -364,9 +364,6 @@ func TestGroupVerifyPlan(t *testing.T) {
 // pre-Hopper GPU, in baseline mode, for unaligned rows and unless asked for.
 func TestFoldPipePlan(t *testing.T) {
 	h200 := h200Props()
-	nano := ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}
-	super := ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8}
-	gdn4b := ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}
 	for _, opt := range []replay.Options{
 		{Mode: replay.Replay, Window: 16, MaxDraft: 4},
 		{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.BF16},
@@ -380,11 +377,11 @@ func TestFoldPipePlan(t *testing.T) {
 			threads int
 			gdn     bool
 		}{
-			{"nano", func() (foldPipe, []string) { return mamba2FoldPlan(h200, nano, opt, tuning{folds: "pipe"}) },
+			{"nano", func() (foldPipe, []string) { return mamba2FoldPlan(h200, nanoShape, opt, tuning{folds: "pipe"}) },
 				80*128*max(1, elemBytes(opt.State)) + 4*(20*80+20*128+128), replayThreads(80, 128, opt.State), false},
-			{"super", func() (foldPipe, []string) { return mamba2FoldPlan(h200, super, opt, tuning{folds: "pipe"}) },
+			{"super", func() (foldPipe, []string) { return mamba2FoldPlan(h200, superShape, opt, tuning{folds: "pipe"}) },
 				64*128*max(1, elemBytes(opt.State)) + 4*(20*64+20*128+128), replayThreads(64, 128, opt.State), false},
-			{"qwen3.5-4b", func() (foldPipe, []string) { return gdnFoldPlan(h200, gdn4b, opt, tuning{folds: "pipe"}) },
+			{"qwen3.5-4b", func() (foldPipe, []string) { return gdnFoldPlan(h200, qwen4bShape, opt, tuning{folds: "pipe"}) },
 				128*128*max(1, elemBytes(opt.State)) + 4*(21*128+2*128+20*128+2*20), replayThreads(128, 128, opt.State), true},
 		} {
 			t.Run(fmt.Sprintf("%s/%v/%v", tc.name, opt.State, opt.ReadCopy), func(t *testing.T) {
@@ -417,15 +414,15 @@ func TestFoldPipePlan(t *testing.T) {
 	on := tuning{folds: "pipe"}
 	// Asked for nothing, Mamba-2 folds pipelined (but with an nvfp4 read
 	// copy) and GDN by items.
-	if f, _ := mamba2FoldPlan(h200, nano, fp32, tuning{}); !f.on {
+	if f, _ := mamba2FoldPlan(h200, nanoShape, fp32, tuning{}); !f.on {
 		t.Errorf("Mamba-2 folds by default: off (%s), want on", f.why)
 	}
 	nvfp4 := fp32
 	nvfp4.ReadCopy = numeric.NVFP4
-	if f, _ := mamba2FoldPlan(h200, nano, nvfp4, tuning{}); f.on {
+	if f, _ := mamba2FoldPlan(h200, nanoShape, nvfp4, tuning{}); f.on {
 		t.Error("Mamba-2 folds with an nvfp4 read copy by default: on, want off")
 	}
-	if f, _ := gdnFoldPlan(h200, gdn4b, fp32, tuning{}); f.on || !strings.Contains(f.why, "REPLAYSSM_CUDA_FOLDS=pipe") {
+	if f, _ := gdnFoldPlan(h200, qwen4bShape, fp32, tuning{}); f.on || !strings.Contains(f.why, "REPLAYSSM_CUDA_FOLDS=pipe") {
 		t.Errorf("GDN folds by default: on %v (%s), want off", f.on, f.why)
 	}
 	for _, tc := range []struct {
@@ -436,12 +433,12 @@ func TestFoldPipePlan(t *testing.T) {
 		tn     tuning
 		reason string
 	}{
-		{"sm_80", &Device{ccMajor: 8, smCount: 108, sharedOptin: 163 << 10, sharedPerSM: 164 << 10}, nano, fp32, on, "compute capability 8"},
-		{"baseline", h200, nano, replay.Options{Mode: replay.Baseline, MaxDraft: 4}, on, "baseline mode"},
+		{"sm_80", &Device{ccMajor: 8, smCount: 108, sharedOptin: 163 << 10, sharedPerSM: 164 << 10}, nanoShape, fp32, on, "compute capability 8"},
+		{"baseline", h200, nanoShape, replay.Options{Mode: replay.Baseline, MaxDraft: 4}, on, "baseline mode"},
 		{"unaligned rows", h200, ssm.Mamba2Shape{Heads: 8, HeadDim: 81, StateSize: 128, Groups: 1}, fp32, on, "16-byte multiples"},
-		{"items asked for", h200, nano, fp32, tuning{folds: "items"}, "REPLAYSSM_CUDA_FOLDS=items"},
-		{"v4 asked for", h200, nano, fp32, tuning{v4: true, folds: "pipe"}, "REPLAYSSM_CUDA_KERNELS=v4"},
-		{"small shared memory", &Device{ccMajor: 9, smCount: 132, sharedOptin: 48 << 10, sharedPerSM: 100 << 10}, nano, fp32, on, "exceed"},
+		{"items asked for", h200, nanoShape, fp32, tuning{folds: "items"}, "REPLAYSSM_CUDA_FOLDS=items"},
+		{"v4 asked for", h200, nanoShape, fp32, tuning{v4: true, folds: "pipe"}, "REPLAYSSM_CUDA_KERNELS=v4"},
+		{"small shared memory", &Device{ccMajor: 9, smCount: 132, sharedOptin: 48 << 10, sharedPerSM: 100 << 10}, nanoShape, fp32, on, "exceed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opt, err := replayDefaults(tc.opt)

@@ -209,6 +209,34 @@ func useGroup(p pipeline, g groupStep, defines []string) (pipeline, groupStep, [
 	return p, g, defines
 }
 
+// bindResident looks up a persistent kernel of threads threads a block,
+// allows it smem bytes of dynamic shared memory and returns it with its
+// resources and the blocks the GPU holds at once (bounded by bound when
+// positive: tests take a few blocks, each taking many items). Where its
+// registers or shared memory leave no block resident, blocks is 0 and
+// nothing is allowed.
+func (c *replayCommon) bindResident(name string, threads, smem, bound int) (*Function, Resources, int, error) {
+	f, err := c.mod.Function(name)
+	if err != nil {
+		return nil, Resources{}, 0, err
+	}
+	r, err := f.Resources()
+	if err != nil {
+		return nil, Resources{}, 0, err
+	}
+	if r.StaticSharedBytes+smem > c.d.MaxSharedMemoryPerBlock() || r.MaxThreadsPerBlock < threads {
+		return f, r, 0, nil
+	}
+	if err := f.SetMaxDynamicSharedMemory(smem); err != nil {
+		return nil, r, 0, err
+	}
+	blocks := c.d.Multiprocessors() * blocksPerSM(c.d, r, threads, smem)
+	if bound > 0 {
+		blocks = min(blocks, bound)
+	}
+	return f, r, blocks, nil
+}
+
 // bindGroup looks up the group step name (and, when verify is not empty,
 // the group verify and the kernel of its early folds: kind +
 // "_replay_fold_early", or "_replay_fold_items" on a resident grid with
@@ -219,22 +247,12 @@ func (c *replayCommon) bindGroup(name, verify string, foldItems bool, boundBlock
 		return nil
 	}
 	bind := func(name string, smem int) (*Function, int, error) {
-		f, err := c.mod.Function(name)
-		if err != nil {
-			return nil, 0, err
+		f, r, blocks, err := c.bindResident(name, c.group.threads, smem, boundBlocks)
+		if err == nil && blocks == 0 {
+			err = fmt.Errorf("%s: no block of %d threads fits an SM (%d registers, %d + %d bytes of shared memory)",
+				name, c.group.threads, r.Registers, r.StaticSharedBytes, smem)
 		}
-		if err := f.SetMaxDynamicSharedMemory(smem); err != nil {
-			return nil, 0, err
-		}
-		r, err := f.Resources()
-		if err != nil {
-			return nil, 0, err
-		}
-		blocks := c.d.Multiprocessors() * blocksPerSM(c.d, r, c.group.threads, smem)
-		if boundBlocks > 0 { // tests: a few blocks, each taking many items
-			blocks = min(blocks, boundBlocks)
-		}
-		return f, blocks, nil
+		return f, blocks, err
 	}
 	var err error
 	if c.group.fn, c.group.blocks, err = bind(name, c.group.smem); err != nil {

@@ -1107,9 +1107,9 @@ func TestReplayKernelResources(t *testing.T) {
 		Mamba2      ssm.Mamba2Shape
 		GDN         ssm.GDNShape
 	}{
-		{Name: "nano", Layer: "mamba2", Mamba2: ssm.Mamba2Shape{Heads: 96, HeadDim: 80, StateSize: 128, Groups: 8}},
-		{Name: "super", Layer: "mamba2", Mamba2: ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 8}},
-		{Name: "qwen3.5-4b", Layer: "gdn", GDN: ssm.GDNShape{KeyHeads: 16, ValueHeads: 32, KeyDim: 128, ValueDim: 128}},
+		{Name: "nano", Layer: "mamba2", Mamba2: nanoShape},
+		{Name: "super", Layer: "mamba2", Mamba2: superShape},
+		{Name: "qwen3.5-4b", Layer: "gdn", GDN: qwen4bShape},
 	}
 	for _, sh := range shapes {
 		for _, opt := range opts {

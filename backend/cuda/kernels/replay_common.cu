@@ -1927,6 +1927,23 @@ __device__ __forceinline__ void fold_init(u64* full, u64* empty)
     __syncthreads();
 }
 
+// fold_locate fills the head of item i (head i % HEADS of batch row i /
+// HEADS: the Item's fields b, h, s, n and t, the entries folded) and says
+// whether it folds: a flush when the slot's window fills at this step
+// (hist + 1 >= L, the current token folded too), else an early fold of a
+// verify of counts[b] (or T) drafts over a ring of L entries.
+template <bool FLUSH, int HEADS, typename Item>
+__device__ __forceinline__ bool fold_locate(int i, const int* __restrict__ slots, const int* __restrict__ hist,
+                                            const int* __restrict__ counts, int T, int L, Item& m)
+{
+    m.b = i / HEADS;
+    m.h = i % HEADS;
+    m.s = slots[m.b];
+    m.n = hist[m.s];
+    m.t = FLUSH ? m.n + 1 : m.n;
+    return FLUSH ? m.n + 1 >= L : FOLDS_EARLY(m.n, counts ? counts[m.b] : T, L);
+}
+
 // fold_produce is the producer warp's loop over the block's items i =
 // blockIdx.x + k*gridDim.x < nitems: prep(i, item) fills this lane's item
 // and says whether it folds; npieces(item) and piece(item, stage, ci) give

@@ -1593,10 +1593,10 @@ struct GDNFoldShared {
 };
 
 // GDNFold is one item of a pipelined fold: slot, history, batch row, value
-// head, entries folded, the current token's exp(g) and beta (flush) and the
-// fp8 checkpoint's scale.
+// head, entries folded (fold_locate's), the current token's exp(g) and beta
+// (flush) and the fp8 checkpoint's scale.
 struct GDNFold {
-    int s, n, b, j, t;
+    int s, n, b, h, t; // h: the value head
     float eg, beta, sc;
 };
 
@@ -1618,26 +1618,21 @@ gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const flo
         fold_produce(
             batch * NVH, items, dsm, full, empty,
             [&](int i, GDNFold& m) -> bool {
-                m.b = i / NVH;
-                m.j = i % NVH;
-                m.s = slots[m.b];
-                m.n = hist[m.s];
-                m.t = FLUSH ? m.n + 1 : m.n;
-                const bool fold = FLUSH ? m.n + 1 >= L : FOLDS_EARLY(m.n, counts ? counts[m.b] : T, L);
+                const bool fold = fold_locate<FLUSH, NVH>(i, slots, hist, counts, T, L, m);
                 if (fold) {
                     if (FLUSH) {
-                        gdn_scalars(a[(u64)m.b * NVH + m.j], bb[(u64)m.b * NVH + m.j], negA[m.j], dtb[m.j], &m.eg,
+                        gdn_scalars(a[(u64)m.b * NVH + m.h], bb[(u64)m.b * NVH + m.h], negA[m.h], dtb[m.h], &m.eg,
                                     &m.beta);
                     }
-                    m.sc = state_scale(state, (u64)m.s * NVH + m.j);
+                    m.sc = state_scale(state, (u64)m.s * NVH + m.h);
                 }
                 return fold;
             },
             [&](const GDNFold& m) { return 1 + m.n + (FLUSH ? 2 : 0) + m.t + 2; },
             [&](const GDNFold& m, unsigned char* sg, int ci) -> Piece {
-                const int kh = m.j / VPK;
+                const int kh = m.h / VPK;
                 if (ci == 0) {
-                    return Piece{sg, state + ((u64)m.s * NVH + m.j) * (DV * DK), SMAT_STATE_BYTES};
+                    return Piece{sg, state + ((u64)m.s * NVH + m.h) * (DV * DK), SMAT_STATE_BYTES};
                 }
                 int c = ci - 1;
                 if (c < m.n) {
@@ -1651,12 +1646,12 @@ gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const flo
                     c -= 2;
                 }
                 if (c < m.t) {
-                    const float* src = c < m.n ? ringV + (ring_at(m.s, c) * NVH + m.j) * DV
-                                               : v + ((u64)m.b * NVH + m.j) * DV;
+                    const float* src = c < m.n ? ringV + (ring_at(m.s, c) * NVH + m.h) * DV
+                                               : v + ((u64)m.b * NVH + m.h) * DV;
                     return Piece{sg + GF_V + c * DV * 4, src, DV * 4};
                 }
                 c -= m.t;
-                return Piece{sg + (c == 0 ? GF_E : GF_BETA), (c == 0 ? ringA : ringBeta) + rs_at(m.s, m.j, 0),
+                return Piece{sg + (c == 0 ? GF_E : GF_BETA), (c == 0 ? ringA : ringBeta) + rs_at(m.s, m.h, 0),
                              RMAXP * 4};
             });
         return;
@@ -1685,8 +1680,8 @@ gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const flo
         }
         cta_sync();
         gdn_fold(sh, vec, reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal,
-                 (u64)m.s * NVH + m.j, m.t, FLUSH ? m.t : -1, reinterpret_cast<const float*>(sg + GF_V), DV, m.t,
-                 nullptr, FLUSH ? o + ((u64)m.b * NVH + m.j) * DV : nullptr);
+                 (u64)m.s * NVH + m.h, m.t, FLUSH ? m.t : -1, reinterpret_cast<const float*>(sg + GF_V), DV, m.t,
+                 nullptr, FLUSH ? o + ((u64)m.b * NVH + m.h) * DV : nullptr);
     });
 }
 

@@ -1733,8 +1733,8 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* _
 static_assert(FS_END <= FSTAGE_BYTES, "fold stage layout larger than FSTAGE_BYTES");
 
 // M2Fold is one item of a pipelined fold: slot, history, batch row, head,
-// entries folded, the fp8 checkpoint's scale, D[h], the decay product E
-// and the weights W_j of the entries folded.
+// entries folded (fold_locate's), the fp8 checkpoint's scale, D[h], the decay
+// product E and the weights W_j of the entries folded.
 struct M2Fold {
     int s, n, b, h, t;
     float sc, dh, e;
@@ -1760,12 +1760,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
         fold_produce(
             batch * NHEADS, items, dsm, full, empty,
             [&](int i, M2Fold& m) -> bool {
-                m.b = i / NHEADS;
-                m.h = i % NHEADS;
-                m.s = slots[m.b];
-                m.n = hist[m.s];
-                m.t = FLUSH ? m.n + 1 : m.n;
-                const bool fold = FLUSH ? m.n + 1 >= L : FOLDS_EARLY(m.n, counts ? counts[m.b] : T, L);
+                const bool fold = fold_locate<FLUSH, NHEADS>(i, slots, hist, counts, T, L, m);
                 if (fold) {
                     // The weights as mamba2_step<1> and mamba2_verify_impl
                     // form them, every ring scalar asked for at once.
