@@ -19,7 +19,10 @@
 #                                   # -DBASE_EARLY=0 the bf16 baselines' first pass
 #                                   # after their prologue, _FOLDS=items|pipe the
 #                                   # flushes and early folds, _BASE_THREADS=128
-#                                   # the baselines' blocks)
+#                                   # the baselines' blocks, _BASE_STAGE=0 the
+#                                   # baseline step without its stage,
+#                                   # -DSTORE_V4=0 / -DBASE_VPAD=0 its 16-byte
+#                                   # stores / padded vectors)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
 #
@@ -80,7 +83,10 @@ profile() {
 	shift 2
 	local ncu
 	ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-	REPLAYSSM_CUDA_DEFINES="-lineinfo ${REPLAYSSM_CUDA_DEFINES:-}" "$ncu" --clock-control none \
+	# NCU_EXTRA: more ncu options (e.g. --warp-sampling-interval 0 for a
+	# short kernel's stall samples).
+	# shellcheck disable=SC2086
+	REPLAYSSM_CUDA_DEFINES="-lineinfo ${REPLAYSSM_CUDA_DEFINES:-}" "$ncu" --clock-control none ${NCU_EXTRA:-} \
 		--kernel-name "regex:$kernel" --launch-skip 5 --launch-count 1 --import-source yes \
 		--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy \
 		-f -o "$out/prof_$name" "$cli" bench kernels --device cuda --min-time 5ms "$@" >"$out/prof_$name.log" 2>&1
@@ -114,6 +120,8 @@ experiments)
 	experiment base_early all baseline REPLAYSSM_CUDA_DEFINES=-DBASE_EARLY=0
 	experiment folds all replay,replay-nvfp4,verify REPLAYSSM_CUDA_FOLDS=items REPLAYSSM_CUDA_FOLDS=pipe
 	experiment base_threads all baseline,verify-baseline REPLAYSSM_CUDA_BASE_THREADS=128
+	experiment base_stage all baseline,verify-baseline REPLAYSSM_CUDA_BASE_STAGE=0 \
+		REPLAYSSM_CUDA_DEFINES=-DSTORE_V4=0 REPLAYSSM_CUDA_DEFINES=-DBASE_VPAD=0
 	experiment gv_parts all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=5 \
 		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=6 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=7
 	;;

@@ -59,6 +59,8 @@ func replayModuleSource(d *Device, layer string, m2 ssm.Mamba2Shape, g ssm.GDNSh
 		file, rows, cols, heads = "replay_gdn.cu", g.ValueDim, g.KeyDim, g.ValueHeads
 		_, plan, _, defines = gdnModule(d, g, opt, tn)
 	}
+	_, bd := planBaseStage(d, opt, rows, cols, moduleThreads(opt, rows, cols, tn), baseStaged(layer, opt), tn) // as replayCommon.init
+	defines = append(defines, bd...)
 	if src, err = replaySource(file); err != nil {
 		return
 	}

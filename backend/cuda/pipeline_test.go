@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -130,10 +131,13 @@ func TestEnvTuning(t *testing.T) {
 			tuning{folds: "items", foldItems: true, smallBatch: defaultSmallBatch}},
 		{"baseline threads", map[string]string{"REPLAYSSM_CUDA_BASE_THREADS": "128"},
 			tuning{baseThreads: 128, foldItems: true, smallBatch: defaultSmallBatch}},
+		{"baseline stage off", map[string]string{"REPLAYSSM_CUDA_BASE_STAGE": "0"},
+			tuning{baseStage: "0", foldItems: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
+			"REPLAYSSM_CUDA_BASE_STAGE": "yes",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -479,6 +483,56 @@ func TestModuleThreads(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := moduleThreads(tc.opt, tc.rows, tc.cols, tc.tn); got != tc.want {
 				t.Errorf("moduleThreads = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestBaseStagePlan checks when the baseline step stages its matrix
+// (planBaseStage) and the blocks per SM it asks the registers for: the
+// stage's shared memory with the tables and the 1 KiB a block reserves, at
+// most 2048 threads and at least 40 registers a thread.
+func TestBaseStagePlan(t *testing.T) {
+	base := func(f numeric.Format) replay.Options {
+		return replay.Options{Mode: replay.Baseline, State: f, MaxDraft: 4}
+	}
+	ampere := &Device{ccMajor: 8, smCount: 108, sharedOptin: 163 << 10, sharedPerSM: 164 << 10}
+	for _, tc := range []struct {
+		name       string
+		d          *Device
+		opt        replay.Options
+		rows, cols int
+		threads    int
+		byDefault  bool
+		tn         tuning
+		smem, minb int
+		why        string
+	}{
+		{"gdn bf16", h200Props(), base(numeric.BF16), 128, 128, 256, true, tuning{}, 32 << 10, 5, ""},
+		{"gdn fp32", h200Props(), base(numeric.F32), 128, 128, 256, true, tuning{}, 64 << 10, 3, ""},
+		{"nano bf16: 8 blocks of 160 threads (40 registers)", h200Props(), base(numeric.BF16), 80, 128, 160, true, tuning{}, 80 * 128 * 2, 8, ""},
+		{"super bf16", h200Props(), base(numeric.BF16), 64, 128, 128, true, tuning{}, 16 << 10, 9, ""},
+		{"fp16", h200Props(), base(numeric.F16), 64, 128, 128, true, tuning{}, 16 << 10, 9, ""},
+		{"replay mode", h200Props(), replay.Options{Mode: replay.Replay, State: numeric.BF16}, 128, 128, 256, true, tuning{}, 0, 0, "replay mode"},
+		{"fp8", h200Props(), base(numeric.E4M3), 128, 128, 256, true, tuning{}, 0, 0, "fp8"},
+		{"knob", h200Props(), base(numeric.BF16), 128, 128, 256, true, tuning{baseStage: "0"}, 0, 0, "REPLAYSSM_CUDA_BASE_STAGE=0"},
+		{"sm_80", ampere, base(numeric.BF16), 128, 128, 256, true, tuning{}, 0, 0, "no bulk copies"},
+		{"unaligned", h200Props(), base(numeric.BF16), 3, 12, 128, true, tuning{}, 0, 0, "multiple of 16 bytes"},
+		{"too large", h200Props(), base(numeric.F32), 256, 256, 256, true, tuning{}, 0, 0, "exceed"},
+		{"not by default", h200Props(), base(numeric.BF16), 128, 128, 256, false, tuning{}, 0, 0, "not by default"},
+		{"forced", h200Props(), base(numeric.BF16), 128, 128, 256, false, tuning{baseStage: "1"}, 32 << 10, 5, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, defines := planBaseStage(tc.d, tc.opt, tc.rows, tc.cols, tc.threads, tc.byDefault, tc.tn)
+			if tc.why != "" {
+				if b.on || len(defines) != 0 || !strings.Contains(b.why, tc.why) {
+					t.Fatalf("plan %+v, defines %v; want off because of %q", b, defines, tc.why)
+				}
+				return
+			}
+			want := []string{"-DBASE_BULK=1", fmt.Sprintf("-DBASE_MINB=%d", tc.minb)}
+			if !b.on || b.smem != tc.smem || !slices.Equal(defines, want) {
+				t.Fatalf("plan %+v, defines %v; want %d bytes, %v", b, defines, tc.smem, want)
 			}
 		})
 	}

@@ -49,6 +49,7 @@ type tuning struct {
 	folds       string   // REPLAYSSM_CUDA_FOLDS: "pipe" or "items" for every layer ("": the pipelined folds for Mamba-2, work_items for GDN)
 	foldStages  int      // REPLAYSSM_CUDA_FOLD_STAGES: the pipelined folds' stages per block (0: planned)
 	baseThreads int      // REPLAYSSM_CUDA_BASE_THREADS: a baseline-mode module's block size (0: replayThreads)
+	baseStage   string   // REPLAYSSM_CUDA_BASE_STAGE: "1" or "0" forces the baseline step's whole-matrix stage on or off ("": planBaseStage's rule)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -68,6 +69,9 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_BASE_THREADS")); err == nil && v >= 64 && v <= 512 && v%32 == 0 {
 		tn.baseThreads = v
+	}
+	if v := getenv("REPLAYSSM_CUDA_BASE_STAGE"); v == "0" || v == "1" {
+		tn.baseStage = v
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
@@ -307,7 +311,8 @@ type replayCommon struct {
 	pipe                         pipeline
 	group                        groupStep
 	folds                        foldPipe
-	smallBatch                   int // batches up to this run stepSmall
+	smallBatch                   int       // batches up to this run stepSmall
+	base                         baseStage // the baseline step's stage
 
 	// state holds the checkpoint (replay) or the state buffers (baseline):
 	// [slot][buffer][head] matrices in the state format, then for fp8 one
@@ -574,6 +579,11 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, 
 			return err
 		}
 	}
+	if c.base.on {
+		if err := c.baselineStep.SetMaxDynamicSharedMemory(c.base.smem); err != nil {
+			return err
+		}
+	}
 	r, err := c.flush.Resources()
 	if err != nil {
 		return err
@@ -590,9 +600,11 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, 
 // every slot), "v6" (one block per group of heads and batch row), "v5"
 // (pipelined) or "v4" (one block per head and batch row). In baseline mode
 // it names the baseline step's kernel, "v4" (one block per head and batch
-// row).
+// row) or "staged" (the same, its matrix staged whole: planBaseStage).
 func (c *replayCommon) StepKernel(batch int) string {
 	switch {
+	case c.opt.Mode == replay.Baseline && c.base.on:
+		return "staged"
 	case c.opt.Mode == replay.Baseline:
 		return "v4"
 	case batch <= c.smallBatch:
@@ -775,6 +787,77 @@ func moduleThreads(opt replay.Options, rows, cols int, tn tuning) int {
 	return threads
 }
 
+// baseStage is the plan of a baseline-mode module's whole-matrix stage
+// (BASE_BULK, replay_common.cu): the in-place step kernel copies its matrix
+// into smem bytes of dynamic shared memory with one bulk copy before its
+// prologue and streams its passes from there.
+type baseStage struct {
+	on   bool
+	smem int
+	why  string // why it is off
+}
+
+// planBaseStage plans the stage of a baseline module of rows × cols
+// matrices and threads-thread blocks and returns its defines: on where the
+// layer asks for it by default (byDefault) or tn forces it, for element
+// states other than fp8 (whose step holds the matrix in registers for its
+// scale) on GPUs with bulk copies (sm_90+), where a matrix fits a block's
+// shared memory beside the step's tables. BASE_MINB, the blocks per SM the
+// stage allows (at least 40 registers a thread), bounds the kernel's
+// registers.
+//
+// Measured on the H200 (B=256, session 12, against the unstaged step in the
+// same run; the staged modules also store with STORE_V4): Gated DeltaNet
+// fp32 faster (Qwen3.5-4B 283 -> 278 us, 122B 555 -> 547; their per-draft
+// verifies, which STORE_V4 alone changes, 806 -> 752 and 1599 -> 1491),
+// everything else slower (bf16 Nano 261 -> 280, Super 279 -> 296,
+// Qwen3.5-4B 154 -> 157; fp32 Nano 499 -> 512, Super 539 -> 549): a
+// block's compute waits for its whole matrix, and the shared memory that
+// holds it bounds the blocks per SM. The layers ask for it for GDN fp32.
+func planBaseStage(d *Device, opt replay.Options, rows, cols, threads int, byDefault bool, tn tuning) (baseStage, []string) {
+	bytes := rows * cols * elemBytes(opt.State)
+	tmax := max(1, opt.MaxDraft)
+	// The step's static tables (replay_gdn.cu gdn_baseline, replay_mamba2.cu
+	// mamba2_baseline): two padded vectors a draft, a row's sums a draft
+	// and the staged row vector, within a few bytes.
+	static := 4*(2*tmax*(cols+cols/8)+(tmax+1)*rows) + 256
+	major, _ := d.ComputeCapability()
+	var b baseStage
+	switch {
+	case opt.Mode != replay.Baseline:
+		b.why = "replay mode"
+	case tn.baseStage == "0":
+		b.why = "REPLAYSSM_CUDA_BASE_STAGE=0"
+	case !byDefault && tn.baseStage != "1":
+		b.why = "not by default for this layer and format (REPLAYSSM_CUDA_BASE_STAGE=1 forces it)"
+	case opt.State == numeric.E4M3:
+		b.why = "an fp8 state (the step holds its matrix for the scale)"
+	case major < 9:
+		b.why = fmt.Sprintf("compute capability %d < 9 (no bulk copies)", major)
+	case bytes%16 != 0:
+		b.why = fmt.Sprintf("a %d-byte matrix is not a multiple of 16 bytes", bytes)
+	case bytes+static > d.MaxSharedMemoryPerBlock():
+		b.why = fmt.Sprintf("a %d-byte matrix and %d bytes of tables exceed the %d bytes of shared memory per block", bytes, static, d.MaxSharedMemoryPerBlock())
+	default:
+		b.on, b.smem = true, bytes
+	}
+	if !b.on {
+		return b, nil
+	}
+	perSM := d.SharedMemoryPerMultiprocessor()
+	if perSM <= 0 {
+		perSM = d.MaxSharedMemoryPerBlock()
+	}
+	minb := max(1, min(2048/threads, perSM/(bytes+static+1024), 65536/(threads*40)))
+	return b, []string{"-DBASE_BULK=1", fmt.Sprintf("-DBASE_MINB=%d", minb)}
+}
+
+// baseStaged reports whether a baseline module of layer kind ("mamba2" or
+// "gdn") stages its step's matrix by default (planBaseStage): GDN fp32.
+func baseStaged(kind string, opt replay.Options) bool {
+	return kind == "gdn" && opt.State == numeric.F32
+}
+
 // fmtDefine is a format's number in the kernels (replay_common.cu FMT_*).
 func fmtDefine(f numeric.Format) int {
 	switch f {
@@ -892,6 +975,9 @@ func replayModuleOptions(opt replay.Options, rows, cols, stateMats int, defines 
 func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, capacity, rows, cols int, file string, defines []string, tn tuning) error {
 	c.d, c.opt, c.capacity = d, opt, capacity
 	c.threads = moduleThreads(opt, rows, cols, tn)
+	var bd []string
+	c.base, bd = planBaseStage(d, opt, rows, cols, c.threads, baseStaged(c.kind, opt), tn)
+	defines = append(defines, bd...)
 	src, err := replaySource(file)
 	if err != nil {
 		return err

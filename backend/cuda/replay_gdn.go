@@ -273,7 +273,11 @@ func (c *GDNCache) launchBaseline(s *Stream, batch, T int, verify bool, in GDNIn
 	a.I32(int32(c.stateBuffers()))
 	c.inputArgs(a, in, o)
 	a.Ptr(c.pending) // the kernel sets the pending drafts: no cursor kernel
-	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
+	smem := 0
+	if !verify && c.base.on {
+		smem = c.base.smem
+	}
+	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, uint32(smem), s, a)
 }
 
 // Verify queues the outputs of T draft inputs per slot without writing any

@@ -312,7 +312,11 @@ func (c *Mamba2Cache) launchBaseline(s *Stream, batch, T int, verify bool, in Ma
 	a.Ptr(c.dd)
 	a.F32(in.DtMin)
 	a.Ptr(c.pending) // the kernel sets the pending drafts: no cursor kernel
-	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
+	smem := 0
+	if !verify && c.base.on {
+		smem = c.base.smem
+	}
+	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, uint32(smem), s, a)
 }
 
 // Verify queues the outputs of T draft inputs per slot (rows [slot][T] of in

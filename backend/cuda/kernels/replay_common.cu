@@ -390,14 +390,18 @@ __device__ __forceinline__ void load_words(const unsigned char* p, u32* w)
 // tight (the first chunk of each pass: the GDN bf16 baseline, the Mamba-2
 // flush; seen in the PTX of NVRTC 11.8 and in the SASS NVRTC 13 built on
 // the H200), four times the L2 sectors for that chunk (ncu: 42% of the
-// bf16 GDN baseline's L2 sectors were excess). STORE_V4=1 (an experiment,
-// off) writes every chunk with one st.global.v4; ptxas then needs more
-// registers in some kernels (the GDN bf16 baseline 48 -> 57 without
-// BASE_EARLY, 48 with it). The memory clobber keeps the compiler from
-// moving later loads above the store (a fold may read back what it
-// wrote).
+// bf16 GDN baseline's L2 sectors were excess). STORE_V4=1 writes every
+// chunk with one st.global.v4; ptxas then needs more registers in some
+// kernels (the GDN bf16 baseline 48 -> 57 without BASE_EARLY, 48 with it;
+// measured slower, session 11), but not in the staged baseline steps
+// (BASE_BULK, below: 47 -> 48 registers for bf16 GDN), whose modules take
+// it by default. The memory clobber keeps the compiler from moving later
+// loads above the store (a fold may read back what it wrote).
+#ifndef BASE_BULK
+#define BASE_BULK 0 // the baselines' whole-matrix stage (set by the Go side; see base_stage_begin)
+#endif
 #ifndef STORE_V4
-#define STORE_V4 0
+#define STORE_V4 BASE_BULK
 #endif
 template <int WORDS>
 __device__ __forceinline__ void store_words(unsigned char* p, const u32* w)
@@ -557,7 +561,7 @@ struct StateIO {
 // prologue: bf16 lost 4-11% (Qwen3.5-4B 167 -> 178-184 us), at 56-78
 // registers where this path takes 48 (5 blocks of 256 threads per SM, not 4).
 #ifndef BASE_PF
-#define BASE_PF (STATE_FMT == FMT_F32)
+#define BASE_PF (STATE_FMT == FMT_F32 && !BASE_BULK)
 #endif
 
 // BASE_EARLY=1 (written in session 10, the default since session 11) asks
@@ -583,8 +587,10 @@ struct StateIO {
 #ifndef BASE_EARLY
 #define BASE_EARLY 1
 #endif
-#define BASE_EARLY_ON (BASE_EARLY && !BASE_PF) // it applies to the baselines without a prefetch
-#if BASE_EARLY_ON && STATE_FMT != FMT_E4M3
+#define BASE_EARLY_ON (BASE_EARLY && !BASE_PF && !BASE_BULK) // the baselines without a prefetch or a stage
+#if BASE_BULK
+#define BASE_BOUNDS __launch_bounds__(NT, BASE_MINB)
+#elif BASE_EARLY_ON && STATE_FMT != FMT_E4M3
 #define BASE_BOUNDS __launch_bounds__(NT, 65536 / (NT * 48))
 #else
 #define BASE_BOUNDS __launch_bounds__(NT)
@@ -616,6 +622,20 @@ __device__ __forceinline__ void stream_passes(const uint4* raw0, U update)
         update(pass, e, BASE_PF ? 1 : 0);
     }
 }
+
+// The baselines' token vectors (GDN k and q, Mamba-2 B and C) in shared
+// memory are read by the LANES lanes of a row VEC elements apart: 32 bytes
+// for a 2-byte state, so lanes 0 and 4 of a row fall in the same banks (ncu,
+// session 11: 50% excess shared-memory wavefronts in the bf16 GDN
+// baseline). BASE_VPAD=1 (the default) pads them as the group verify pads
+// its vectors, 4 floats after every 32: element e at bvpad(e), a vector
+// BVLEN(n) floats. A chunk (VEC <= 16 elements, a divisor of 32) never
+// straddles a pad.
+#ifndef BASE_VPAD
+#define BASE_VPAD 1
+#endif
+#define BVLEN(n) (BASE_VPAD ? (n) + ((n) >> 5) * 4 : (n))
+__device__ __forceinline__ int bvpad(int e) { return BASE_VPAD ? e + (e >> 5) * 4 : e; }
 
 // raw_pass reads this thread's chunks of pass `pass` of a ROWS x COLS
 // matrix as they are stored (zeros past the last row), for IO::unpack.
@@ -1233,6 +1253,57 @@ __device__ __forceinline__ void bulk_g2s(void* dst, const void* src, u32 bytes, 
 __device__ __forceinline__ void cp_async_mbar_arrive(u64* bar)
 {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// ---- The baselines' whole-matrix stage (BASE_BULK) ----
+//
+// BASE_BULK=1 (the Go side sets it with BASE_MINB, the blocks per SM the
+// stage's shared memory allows) stages the streaming baseline step's whole
+// matrix in dynamic shared memory: thread 0 asks for it with one bulk copy
+// before the prologue (the token's vectors, the decay in float64, GDN's l2
+// norms), and the passes then read it from shared memory. Without it each
+// pass waits a DRAM round trip for its chunks and then runs its chain (the
+// dots, their lane reductions, the update, the stores) with nothing of its
+// own in flight; BASE_EARLY overlaps only pass 0 with the prologue, and a
+// register prefetch (BASE_PF) costs the 2-byte states blocks per SM. With
+// the stage a block waits one round trip, under its prologue, and its
+// matrix is in flight whole. Measured on the H200 (B=256, session 12): only
+// Gated DeltaNet fp32 gained (Qwen3.5-4B 283 -> 278 us, 122B 555 -> 547);
+// the bf16 steps lost 2-7% (Nano 261 -> 280) and Mamba-2 fp32 2% (a
+// block computes nothing until its whole matrix is in, and the stage's
+// shared memory bounds the blocks per SM), so planBaseStage turns it on for
+// GDN fp32 only (REPLAYSSM_CUDA_BASE_STAGE=1 forces it).
+//
+// base_stage_begin starts the copy of the matrix at src into the dynamic
+// shared memory and returns the stage; bar (one mbarrier) completes when it
+// lands. Call it before a __syncthreads that precedes base_stage_wait (the
+// barrier's initialisation must be seen by the waiting threads).
+template <typename T>
+__device__ __forceinline__ const T* base_stage_begin(const T* src, u64* bar)
+{
+    extern __shared__ __align__(128) unsigned char base_dyn[];
+    constexpr u32 bytes = ROWS * COLS * sizeof(T);
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        mbar_fence_init();
+        mbar_arrive_tx(bar, bytes);
+        bulk_g2s(base_dyn, src, bytes, bar);
+    }
+    return reinterpret_cast<const T*>(base_dyn);
+}
+
+// stream_staged runs a baseline's passes from its stage, update(pass, e, 3)
+// each with e read from shared memory, once the copy has landed.
+template <typename IO, typename MAP, typename U>
+__device__ __forceinline__ void stream_staged(const typename IO::T* stage, u64* bar, U update)
+{
+    mbar_wait(bar, 0);
+#pragma unroll 1
+    for (int pass = 0; pass < MAP::PASSES; pass++) {
+        float e[MAP::CPL][IO::VEC];
+        load_pass<IO, MAP>(stage, pass, e);
+        update(pass, e, 3);
+    }
 }
 
 // PIPE_STATE and PIPE_RING choose how a producer moves a stage's matrix and

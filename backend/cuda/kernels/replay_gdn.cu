@@ -22,8 +22,10 @@ typedef Map<SIO::VEC, COLS, ROWS> SM;
 // [slot][value head][RMAXP] so one head's entries are contiguous.
 __device__ __forceinline__ u64 rs_at(int s, int j, int e) { return ((u64)s * NVH + j) * RMAXP + e; }
 
-// l2norm_warp writes src * (float32(1/sqrt(sum src^2 + eps)) * scale) to dst,
-// the sum in float64 as the CPU cache does. One warp calls it.
+// l2norm_warp writes src * (float32(1/sqrt(sum src^2 + eps)) * scale) to dst
+// (element i at bvpad(i) with PAD), the sum in float64 as the CPU cache
+// does. One warp calls it.
+template <bool PAD = false>
 __device__ __forceinline__ void l2norm_warp(float* dst, const float* __restrict__ src, float scale)
 {
     const int lane = threadIdx.x & 31;
@@ -35,8 +37,35 @@ __device__ __forceinline__ void l2norm_warp(float* dst, const float* __restrict_
     ss = warp_sum_d(ss);
     const float r = (float)(1.0 / sqrt(ss + L2EPS)) * scale;
     for (int i = lane; i < DK; i += 32) {
-        dst[i] = src[i] * r;
+        dst[PAD ? bvpad(i) : i] = src[i] * r;
     }
+}
+
+// L2V is a lane's share of a DK-float vector (elements lane + 32m).
+#define L2V ((DK + 31) / 32)
+
+// l2norm_load reads a lane's share of src (zeros past DK) and l2norm_scale
+// forms the vector's scale from it, as l2norm_warp does: a step asks for the
+// token's vectors before its cursor and writes them where the cursor says.
+__device__ __forceinline__ void l2norm_load(const float* __restrict__ src, float (&xv)[L2V])
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int m = 0; m < L2V; m++) {
+        xv[m] = lane + 32 * m < DK ? src[lane + 32 * m] : 0.0f;
+    }
+}
+
+__device__ __forceinline__ float l2norm_scale(const float (&xv)[L2V], float scale)
+{
+    double ss = 0.0;
+#pragma unroll
+    for (int m = 0; m < L2V; m++) {
+        const double v = (double)xv[m];
+        ss += v * v;
+    }
+    ss = warp_sum_d(ss);
+    return (float)(1.0 / sqrt(ss + L2EPS)) * scale;
 }
 
 // Shared memory of the replay kernels.
@@ -343,6 +372,20 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     // loaded before hist[s] is back (as mamba2_step does).
     constexpr bool EARLY = MODE == 2 && SMALL_PF && RMAX <= NT;
     const int s = slots[b];
+    // The token's inputs first, before the cursor (as mamba2_step): warp 0
+    // normalises k, warp 1 q, thread 0 forms exp(g) and beta (float64).
+    float tv[L2V];
+    if (warp < 2) { // NT >= 64
+        l2norm_load(warp == 0 ? k + ((u64)b * NKH + kh) * DK : q + ((u64)b * NKH + kh) * DK, tv);
+    }
+    float av = 0.0f, bv = 0.0f;
+    double negAv = 0.0, dtbv = 0.0;
+    if (tid == 0) {
+        av = a[(u64)b * NVH + j];
+        bv = bb[(u64)b * NVH + j];
+        negAv = negA[j];
+        dtbv = dtb[j];
+    }
     const u64 mat = (u64)s * NVH + j;
     if (EARLY) {
         prefetch_read(state, rcodes, rscales, mat);
@@ -387,15 +430,20 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
         egj = ringA[rs_at(s, j, tid)];
         betaj = ringBeta[rs_at(s, j, tid)];
     }
-    if (warp == 0) {
-        l2norm_warp(sh.vec + kslot * DK, k + ((u64)b * NKH + kh) * DK, 1.0f);
-    }
-    if (warp == 1) { // NT >= 64
-        l2norm_warp(sh.vec + qslot * DK, q + ((u64)b * NKH + kh) * DK, qscale);
+    if (warp < 2) {
+        const float r = l2norm_scale(tv, warp == 0 ? 1.0f : qscale);
+        float* dst = sh.vec + (warp == 0 ? kslot : qslot) * DK;
+        const int lane = tid & 31;
+#pragma unroll
+        for (int m = 0; m < L2V; m++) {
+            if (lane + 32 * m < DK) {
+                dst[lane + 32 * m] = tv[m] * r;
+            }
+        }
     }
     if (tid == 0) {
         float eg, beta;
-        gdn_scalars(a[(u64)b * NVH + j], bb[(u64)b * NVH + j], negA[j], dtb[j], &eg, &beta);
+        gdn_scalars(av, bv, negAv, dtbv, &eg, &beta);
         sh.decay[n] = eg;
         sh.beta[n] = beta;
         if (!FLUSH) {
@@ -728,11 +776,14 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
              const float* __restrict__ v, const float* __restrict__ a, const float* __restrict__ bb,
              float* __restrict__ o, const double* __restrict__ negA, const double* __restrict__ dtb, float qscale)
 {
-    __shared__ __align__(16) float sK[TMAX * DK];
-    __shared__ __align__(16) float sQ[TMAX * DK];
+    constexpr int KV = BVLEN(DK); // a padded vector (BASE_VPAD)
+    __shared__ __align__(16) float sK[TMAX * KV];
+    __shared__ __align__(16) float sQ[TMAX * KV];
     __shared__ float sDecay[TMAX];
     __shared__ float sBeta[TMAX];
     __shared__ float sScratch[NWARPS];
+    __shared__ float sV[BASE_BULK ? DV : 1]; // BASE_BULK: the step's v
+    __shared__ __align__(8) u64 sBar;        // BASE_BULK: the stage's copy
 
     constexpr int VEC = SM::VEC;
     const int j = blockIdx.x, b = blockIdx.y, kh = j / VPK;
@@ -743,13 +794,22 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     const int c0 = cur[s];
     const u64 srcm = ((u64)s * nb + c0) * NVH + j;
     ST* src = state + srcm * (DV * DK);
+#if BASE_BULK
+    const ST* stage = nullptr;
+    if (!VERIFY && !SIO::SCALED) {
+        stage = base_stage_begin(src, &sBar);
+        for (int i = tid; i < DV; i += NT) {
+            sV[i] = v[((u64)b * NVH + j) * DV + i];
+        }
+    }
+#endif
 
     for (int w = warp; w < 2 * cnt; w += NWARPS) {
         const int d = w % cnt;
         if (w < cnt) {
-            l2norm_warp(sK + d * DK, k + (((u64)b * T1 + d) * NKH + kh) * DK, 1.0f);
+            l2norm_warp<BASE_VPAD>(sK + d * KV, k + (((u64)b * T1 + d) * NKH + kh) * DK, 1.0f);
         } else {
-            l2norm_warp(sQ + d * DK, q + (((u64)b * T1 + d) * NKH + kh) * DK, qscale);
+            l2norm_warp<BASE_VPAD>(sQ + d * KV, q + (((u64)b * T1 + d) * NKH + kh) * DK, qscale);
         }
     }
     if (tid < cnt) {
@@ -793,7 +853,12 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
             // BASE_EARLY: v[r] asked for with the row's chunks (pass 0: before
             // the barrier), not after the S.k dot that precedes its use, where
             // the default's load goes: a second round trip every pass.
-            const float vr = !BASE_EARLY_ON ? 0.0f : from == 2 ? v0 : r < ROWS ? vd[r] : 0.0f;
+            // BASE_BULK: v staged with the prologue.
+            const float vr = BASE_BULK       ? (r < ROWS ? sV[r] : 0.0f)
+                             : !BASE_EARLY_ON ? 0.0f
+                             : from == 2      ? v0
+                             : r < ROWS       ? vd[r]
+                                              : 0.0f;
             if (from == 0) {
                 load_pass<SIO, SM>(src, pass, e);
             }
@@ -802,20 +867,20 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
             for (int c = 0; c < SM::CPL; c++) {
 #pragma unroll
                 for (int q = 0; q < VEC; q++) {
-                    sk = fmaf(e[c][q], sK[SM::col(c) + q], sk);
+                    sk = fmaf(e[c][q], sK[bvpad(SM::col(c)) + q], sk);
                 }
             }
             sk = lanes_sum<SM::LANES>(sk);
-            const float u = r < ROWS ? beta * ((BASE_EARLY_ON ? vr : vd[r]) - eg * sk) : 0.0f;
+            const float u = r < ROWS ? beta * ((BASE_EARLY_ON || BASE_BULK ? vr : vd[r]) - eg * sk) : 0.0f;
             float ov = 0.0f;
 #pragma unroll
             for (int c = 0; c < SM::CPL; c++) {
-                const int col = SM::col(c);
+                const int col = SM::col(c), pc = bvpad(col);
 #pragma unroll
                 for (int q = 0; q < VEC; q++) {
-                    const float xv = eg * e[c][q] + u * sK[col + q];
+                    const float xv = eg * e[c][q] + u * sK[pc + q];
                     e[c][q] = xv;
-                    ov = fmaf(xv, sQ[col + q], ov);
+                    ov = fmaf(xv, sQ[pc + q], ov);
                 }
                 if (r < ROWS) {
                     SIO::store(src, (u64)r * DK + col, e[c], 1.0f, 1.0f);
@@ -826,7 +891,11 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 od[r] = ov;
             }
         };
+#if BASE_BULK
+        stream_staged<SIO, SM>(stage, &sBar, update);
+#else
         stream_passes<SIO, SM>(raw0, update);
+#endif
         return;
     }
     const float sc0 = state_scale(state, srcm);
@@ -852,8 +921,8 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         const float eg = sDecay[d], beta = sBeta[d];
         const float* vd = v + (((u64)b * T1 + d) * NVH + j) * DV;
         float* od = o + (((u64)b * T1 + d) * NVH + j) * DV;
-        const float* kd = sK + d * DK;
-        const float* qd = sQ + d * DK;
+        const float* kd = sK + d * KV;
+        const float* qd = sQ + d * KV;
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
             const int r = SM::row(pass);
@@ -863,7 +932,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 const int col = SM::col(c);
 #pragma unroll
                 for (int e = 0; e < VEC; e++) {
-                    sk = fmaf(S[pass][c][e], kd[col + e], sk);
+                    sk = fmaf(S[pass][c][e], kd[bvpad(col) + e], sk);
                 }
             }
             sk = lanes_sum<SM::LANES>(sk);
@@ -874,9 +943,9 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 const int col = SM::col(c);
 #pragma unroll
                 for (int e = 0; e < VEC; e++) {
-                    const float x = eg * S[pass][c][e] + u * kd[col + e];
+                    const float x = eg * S[pass][c][e] + u * kd[bvpad(col) + e];
                     S[pass][c][e] = x;
-                    ov = fmaf(x, qd[col + e], ov);
+                    ov = fmaf(x, qd[bvpad(col) + e], ov);
                 }
                 if (!SIO::SCALED && r < ROWS) {
                     SIO::store(dst, (u64)r * DK + col, S[pass][c], 1.0f, 1.0f);

@@ -181,6 +181,33 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     // state} -> y rather than slots -> hist -> ring -> state -> y.
     constexpr bool EARLY = MODE == 2 && SMALL_PF && RMAX <= NT;
     const int s = slots[b];
+    const float* xt = x + ((u64)b * NHEADS + h) * P;
+    const float* Bt = B + ((u64)b * NGROUPS + g) * N;
+    // The token's inputs do not depend on the slot's cursor: asked for
+    // first, so that neither they nor thread 0's float64 decay wait for
+    // hist[s] (ncu, batch 1, session 12: the small step waited a round trip
+    // for hist, then one for dt, then ran the float64 chain while the
+    // block's other warps sat at the barrier).
+    constexpr int XTI = (P + NT - 1) / NT, NTI = (N + NT - 1) / NT;
+    float xtv[XTI], btv[NTI], ctv[NTI];
+#pragma unroll
+    for (int it = 0; it < XTI; it++) {
+        const int p = tid + it * NT;
+        xtv[it] = p < P ? xt[p] : 0.0f;
+    }
+#pragma unroll
+    for (int it = 0; it < NTI; it++) {
+        const int i = tid + it * NT;
+        btv[it] = i < N ? Bt[i] : 0.0f;
+        ctv[it] = i < N ? C[((u64)b * NGROUPS + g) * N + i] : 0.0f;
+    }
+    float dtv = 0.0f;
+    double dtbv = 0.0, av = 0.0;
+    if (tid == 0) {
+        dtv = dt[(u64)b * NHEADS + h];
+        dtbv = dtb[h];
+        av = A[h];
+    }
     const u64 mat = (u64)s * NHEADS + h;
     if (EARLY) {
         prefetch_read(state, rcodes, rscales, mat);
@@ -192,8 +219,6 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     if (MODE != 2 && (t >= L) != FLUSH) {
         return false;
     }
-    const float* xt = x + ((u64)b * NHEADS + h) * P;
-    const float* Bt = B + ((u64)b * NGROUPS + g) * N;
 
     // Gather the ring: every load first, then the shared-memory stores.
     constexpr int XIT = (P * RMAX + NT - 1) / NT;
@@ -221,8 +246,8 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         aj = ringA[rs_at(s, h, tid)];
     }
     if (tid == 0) {
-        const float delta = fmaxf((float)softplus_d((double)dt[(u64)b * NHEADS + h] + dtb[h]), dtMin);
-        const float a = (float)exp((double)delta * A[h]);
+        const float delta = fmaxf((float)softplus_d((double)dtv + dtbv), dtMin);
+        const float a = (float)exp((double)delta * av);
         sDelta[n] = delta;
         sDecay[n] = a;
         if (!FLUSH) {
@@ -241,20 +266,26 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
             sDecay[j] = ringA[rs_at(s, h, j)];
         }
     }
-    for (int p = tid; p < P; p += NT) {
-        const float v = xt[p];
-        sX[p * CSTRIDE + n] = v;
-        if (!FLUSH) {
-            ringX[(ring_at(s, n) * NHEADS + h) * P + p] = v;
+#pragma unroll
+    for (int it = 0; it < XTI; it++) {
+        const int p = tid + it * NT;
+        if (p < P) {
+            sX[p * CSTRIDE + n] = xtv[it];
+            if (!FLUSH) {
+                ringX[(ring_at(s, n) * NHEADS + h) * P + p] = xtv[it];
+            }
         }
     }
-    for (int i = tid; i < N; i += NT) {
-        const float v = Bt[i];
-        sB[n * N + i] = v;
-        if (!FLUSH && h % HPG == 0) {
-            ringB[(ring_at(s, n) * NGROUPS + g) * N + i] = v;
+#pragma unroll
+    for (int it = 0; it < NTI; it++) {
+        const int i = tid + it * NT;
+        if (i < N) {
+            sB[n * N + i] = btv[it];
+            if (!FLUSH && h % HPG == 0) {
+                ringB[(ring_at(s, n) * NGROUPS + g) * N + i] = btv[it];
+            }
+            sC[i] = ctv[it];
         }
-        sC[i] = C[((u64)b * NGROUPS + g) * N + i];
     }
 #pragma unroll
     for (int it = 0; it < XIT; it++) {
@@ -797,12 +828,15 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                 const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
                 const double* __restrict__ dtb, const float* __restrict__ D, float dtMin)
 {
-    __shared__ __align__(16) float sBk[TMAX * N];
-    __shared__ __align__(16) float sCk[TMAX * N];
+    constexpr int NV = BVLEN(N); // a padded vector (BASE_VPAD)
+    __shared__ __align__(16) float sBk[TMAX * NV];
+    __shared__ __align__(16) float sCk[TMAX * NV];
     __shared__ float sDot[TMAX * P];
     __shared__ float sDelta[TMAX];
     __shared__ float sDecay[TMAX];
     __shared__ float sScratch[NWARPS];
+    __shared__ float sXk[BASE_BULK ? P : 1]; // BASE_BULK: the step's x
+    __shared__ __align__(8) u64 sBar;        // BASE_BULK: the stage's copy
 
     constexpr int VEC = SM::VEC;
     const int h = blockIdx.x, b = blockIdx.y, g = h / HPG;
@@ -813,6 +847,15 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
     const int c0 = cur[s];
     const u64 srcm = ((u64)s * nb + c0) * NHEADS + h;
     ST* src = state + srcm * (P * N);
+#if BASE_BULK
+    const ST* stage = nullptr;
+    if (!VERIFY && !SIO::SCALED) {
+        stage = base_stage_begin(src, &sBar);
+        for (int i = tid; i < P; i += NT) {
+            sXk[i] = x[((u64)b * NHEADS + h) * P + i];
+        }
+    }
+#endif
 
     if (tid < cnt) {
         const int k = tid;
@@ -822,8 +865,8 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
     }
     for (int idx = tid; idx < cnt * N; idx += NT) {
         const int k = idx / N, i = idx % N;
-        sBk[idx] = B[(((u64)b * T1 + k) * NGROUPS + g) * N + i];
-        sCk[idx] = C[(((u64)b * T1 + k) * NGROUPS + g) * N + i];
+        sBk[k * NV + bvpad(i)] = B[(((u64)b * T1 + k) * NGROUPS + g) * N + i];
+        sCk[k * NV + bvpad(i)] = C[(((u64)b * T1 + k) * NGROUPS + g) * N + i];
     }
     uint4 raw0[SM::CPL]; // pass 0 as stored, asked for before the barrier (BASE_EARLY)
     if (BASE_EARLY_ON && !VERIFY && !SIO::SCALED) {
@@ -857,15 +900,15 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                         SIO::load(src, (u64)r * N + SM::col(c), e[c], 1.0f);
                     }
                 }
-                const float xc = delta * xk[r];
+                const float xc = delta * (BASE_BULK ? sXk[r] : xk[r]);
 #pragma unroll
                 for (int c = 0; c < SM::CPL; c++) {
-                    const int col = SM::col(c);
+                    const int col = SM::col(c), pc = bvpad(col);
 #pragma unroll
                     for (int q = 0; q < VEC; q++) {
-                        const float v = a * e[c][q] + xc * sBk[col + q];
+                        const float v = a * e[c][q] + xc * sBk[pc + q];
                         e[c][q] = v;
-                        acc = fmaf(v, sCk[col + q], acc);
+                        acc = fmaf(v, sCk[pc + q], acc);
                     }
                     SIO::store(src, (u64)r * N + col, e[c], 1.0f, 1.0f);
                 }
@@ -875,7 +918,11 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                 sDot[r] = acc;
             }
         };
+#if BASE_BULK
+        stream_staged<SIO, SM>(stage, &sBar, update);
+#else
         stream_passes<SIO, SM>(raw0, update);
+#endif
     } else {
         const float sc0 = state_scale(state, srcm);
         float S[SM::PASSES][SM::CPL][VEC];
@@ -909,9 +956,9 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                     const int col = SM::col(c);
 #pragma unroll
                     for (int e = 0; e < VEC; e++) {
-                        const float v = a * S[pass][c][e] + xc * sBk[k * N + col + e];
+                        const float v = a * S[pass][c][e] + xc * sBk[k * NV + bvpad(col) + e];
                         S[pass][c][e] = v;
-                        acc = fmaf(v, sCk[k * N + col + e], acc);
+                        acc = fmaf(v, sCk[k * NV + bvpad(col) + e], acc);
                     }
                     if (!SIO::SCALED && r < ROWS) {
                         // bf16 one element per conversion here: the pair
