@@ -91,6 +91,31 @@ __device__ __forceinline__ void gather_rows(float (&v)[IT], const float* __restr
     }
 }
 
+// gather_rows4 is gather_rows 16 bytes at a time (width and the rows'
+// offsets multiples of 4 floats): a quarter of the load instructions and
+// of their address arithmetic, which the one-kernel small step issues
+// before its first barrier (RING_V4).
+template <int IT>
+__device__ __forceinline__ void gather_rows4(float4 (&v)[IT], const float* __restrict__ base, u64 stride, int width,
+                                             int s, int n)
+{
+    const int w4 = width / 4;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = threadIdx.x + it * NT;
+        v[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (idx < w4 * n) {
+            v[it] = *reinterpret_cast<const float4*>(base + ring_at(s, idx / w4) * stride + 4 * (idx % w4));
+        }
+    }
+}
+
+// RING_V4 (default 1) lets the one-kernel small-batch step gather its ring
+// rows with gather_rows4 where the rows are 16-byte multiples.
+#ifndef RING_V4
+#define RING_V4 1
+#endif
+
 // FOLDS_EARLY is the verify's rule (DESIGN.md 2.3): a slot whose committed
 // history n plus 2*cnt drafts would overflow the ring of r entries folds
 // its history into the checkpoint first. Every verify kernel and the cursor
@@ -1276,7 +1301,7 @@ __device__ __forceinline__ void cp_async_mbar_arrive(u64* bar)
 //
 // base_stage_begin starts the copy of the matrix at src into the dynamic
 // shared memory and returns the stage; bar (one mbarrier) completes when it
-// lands. Call it before a __syncthreads that precedes base_stage_wait (the
+// lands. Call it before a __syncthreads that precedes stream_staged (the
 // barrier's initialisation must be seen by the waiting threads).
 template <typename T>
 __device__ __forceinline__ const T* base_stage_begin(const T* src, u64* bar)
@@ -1880,9 +1905,10 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 
 // move_cursors advances the cursors of a replay decode step's slots
 // (cursor_step's rule) and resets the block counter; one block calls it.
-__device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done, const int* slots, int batch, int L)
+__device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done, const int* slots, int batch, int L,
+                                             int first = threadIdx.x, int stride = blockDim.x)
 {
-    for (int b = threadIdx.x; b < batch; b += blockDim.x) {
+    for (int b = first; b < batch; b += stride) {
         const int s = slots[b];
         const int t = hist[s] + 1;
         hist[s] = t >= L ? 0 : t;
@@ -2098,8 +2124,16 @@ __device__ __forceinline__ void fold_items(const int* slots, const int* hist, co
 // block moves the cursors (step_finish). The cursors are only read at the
 // start, so moving them once every block has read them is enough.
 // STEP_EARLY=0 (an experiment switch) restores step_done's count at the end.
+// STEP_TAIL (default 1): thread 0 of the last block, the one thread that
+// knows it is last, moves the cursors alone (a small step's batch is a few
+// slots) without the two barriers that told the block's other threads
+// (ncu, batch 1, session 12: the barriers' shared flag took 3% of the
+// small step's stall samples); 0 restores them.
 #ifndef STEP_EARLY
 #define STEP_EARLY 1
+#endif
+#ifndef STEP_TAIL
+#define STEP_TAIL 1
 #endif
 
 __device__ __forceinline__ bool step_count(int* done)
@@ -2115,6 +2149,12 @@ __device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, 
 {
     if (!STEP_EARLY) {
         step_done(hist, pending, done, slots, batch, L);
+        return;
+    }
+    if (STEP_TAIL) {
+        if (last) {
+            move_cursors(hist, pending, done, slots, batch, L, 0, 1);
+        }
         return;
     }
     __shared__ int isLast;

@@ -220,24 +220,34 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         return false;
     }
 
-    // Gather the ring: every load first, then the shared-memory stores.
-    constexpr int XIT = (P * RMAX + NT - 1) / NT;
-    constexpr int BIT = (N * RMAX + NT - 1) / NT;
+    // Gather the ring: every load first, then the shared-memory stores
+    // (16 bytes a load in the small step, RV4).
+    constexpr bool RV4 = EARLY && RING_V4 && P % 4 == 0 && N % 4 == 0;
+    constexpr int XIT = RV4 ? 1 : (P * RMAX + NT - 1) / NT;
+    constexpr int BIT = RV4 ? 1 : (N * RMAX + NT - 1) / NT;
+    constexpr int XIT4 = RV4 ? (P / 4 * RMAX + NT - 1) / NT : 1;
+    constexpr int BIT4 = RV4 ? (N / 4 * RMAX + NT - 1) / NT : 1;
     float xv[XIT], bv[BIT];
+    float4 xv4[XIT4], bv4[BIT4];
+    if constexpr (RV4) {
+        gather_rows4<XIT4>(xv4, ringX + (u64)h * P, NHEADS * P, P, s, ngather);
+        gather_rows4<BIT4>(bv4, ringB + (u64)g * N, NGROUPS * N, N, s, ngather);
+    } else {
 #pragma unroll
-    for (int it = 0; it < XIT; it++) {
-        const int idx = tid + it * NT;
-        xv[it] = 0.0f;
-        if (idx < P * ngather) {
-            xv[it] = ringX[(ring_at(s, idx / P) * NHEADS + h) * P + idx % P];
+        for (int it = 0; it < XIT; it++) {
+            const int idx = tid + it * NT;
+            xv[it] = 0.0f;
+            if (idx < P * ngather) {
+                xv[it] = ringX[(ring_at(s, idx / P) * NHEADS + h) * P + idx % P];
+            }
         }
-    }
 #pragma unroll
-    for (int it = 0; it < BIT; it++) {
-        const int idx = tid + it * NT;
-        bv[it] = 0.0f;
-        if (idx < N * ngather) {
-            bv[it] = ringB[(ring_at(s, idx / N) * NGROUPS + g) * N + idx % N];
+        for (int it = 0; it < BIT; it++) {
+            const int idx = tid + it * NT;
+            bv[it] = 0.0f;
+            if (idx < N * ngather) {
+                bv[it] = ringB[(ring_at(s, idx / N) * NGROUPS + g) * N + idx % N];
+            }
         }
     }
     float dj = 0.0f, aj = 0.0f; // ring scalars of entry tid (EARLY)
@@ -287,18 +297,39 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
             sC[i] = ctv[it];
         }
     }
+    if constexpr (RV4) {
 #pragma unroll
-    for (int it = 0; it < XIT; it++) {
-        const int idx = tid + it * NT;
-        if (idx < P * n) {
-            sX[(idx % P) * CSTRIDE + idx / P] = xv[it];
+        for (int it = 0; it < XIT4; it++) {
+            const int idx = tid + it * NT;
+            if (idx < P / 4 * n) {
+                const int j = idx / (P / 4), p = 4 * (idx % (P / 4));
+                sX[p * CSTRIDE + j] = xv4[it].x;
+                sX[(p + 1) * CSTRIDE + j] = xv4[it].y;
+                sX[(p + 2) * CSTRIDE + j] = xv4[it].z;
+                sX[(p + 3) * CSTRIDE + j] = xv4[it].w;
+            }
         }
-    }
 #pragma unroll
-    for (int it = 0; it < BIT; it++) {
-        const int idx = tid + it * NT;
-        if (idx < N * n) {
-            sB[idx] = bv[it];
+        for (int it = 0; it < BIT4; it++) {
+            const int idx = tid + it * NT;
+            if (idx < N / 4 * n) {
+                reinterpret_cast<float4*>(sB)[idx] = bv4[it];
+            }
+        }
+    } else {
+#pragma unroll
+        for (int it = 0; it < XIT; it++) {
+            const int idx = tid + it * NT;
+            if (idx < P * n) {
+                sX[(idx % P) * CSTRIDE + idx / P] = xv[it];
+            }
+        }
+#pragma unroll
+        for (int it = 0; it < BIT; it++) {
+            const int idx = tid + it * NT;
+            if (idx < N * n) {
+                sB[idx] = bv[it];
+            }
         }
     }
 #if READ_FMT == FMT_NVFP4
