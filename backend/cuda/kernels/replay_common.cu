@@ -91,6 +91,18 @@ __device__ __forceinline__ void gather_rows(float (&v)[IT], const float* __restr
     }
 }
 
+// row_regs loads this thread's elements threadIdx.x + it*NT (it < IT) of a
+// len-float row, zeros past its end: a token's input row asked for at once.
+template <int IT>
+__device__ __forceinline__ void row_regs(float (&v)[IT], const float* __restrict__ src, int len)
+{
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int i = threadIdx.x + it * NT;
+        v[it] = i < len ? src[i] : 0.0f;
+    }
+}
+
 // gather_rows4 is gather_rows 16 bytes at a time (width and the rows'
 // offsets multiples of 4 floats): a quarter of the load instructions and
 // of their address arithmetic, which the one-kernel small step issues
@@ -1300,11 +1312,13 @@ __device__ __forceinline__ void cp_async_mbar_arrive(u64* bar)
 // GDN fp32 only (REPLAYSSM_CUDA_BASE_STAGE=1 forces it).
 //
 // base_stage_begin starts the copy of the matrix at src into the dynamic
-// shared memory and returns the stage; bar (one mbarrier) completes when it
-// lands. Call it before a __syncthreads that precedes stream_staged (the
-// barrier's initialisation must be seen by the waiting threads).
+// shared memory, copies the token's row of ROWS floats that the passes
+// read (GDN v, Mamba-2 x) from row to srow, and returns the stage; bar (one
+// mbarrier) completes when the matrix lands. Call it before a
+// __syncthreads that precedes stream_staged (the barrier's initialisation
+// and srow must be seen by every thread).
 template <typename T>
-__device__ __forceinline__ const T* base_stage_begin(const T* src, u64* bar)
+__device__ __forceinline__ const T* base_stage_begin(const T* src, u64* bar, float* srow, const float* __restrict__ row)
 {
     extern __shared__ __align__(128) unsigned char base_dyn[];
     constexpr u32 bytes = ROWS * COLS * sizeof(T);
@@ -1313,6 +1327,9 @@ __device__ __forceinline__ const T* base_stage_begin(const T* src, u64* bar)
         mbar_fence_init();
         mbar_arrive_tx(bar, bytes);
         bulk_g2s(base_dyn, src, bytes, bar);
+    }
+    for (int i = threadIdx.x; i < ROWS; i += NT) {
+        srow[i] = row[i];
     }
     return reinterpret_cast<const T*>(base_dyn);
 }

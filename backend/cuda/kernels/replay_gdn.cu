@@ -826,10 +826,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
 #if BASE_BULK
     const ST* stage = nullptr;
     if (!VERIFY && !SIO::SCALED) {
-        stage = base_stage_begin(src, &sBar);
-        for (int i = tid; i < DV; i += NT) {
-            sV[i] = v[((u64)b * NVH + j) * DV + i];
-        }
+        stage = base_stage_begin(src, &sBar, sV, v + ((u64)b * NVH + j) * DV);
     }
 #endif
 

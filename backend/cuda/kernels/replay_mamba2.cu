@@ -190,17 +190,9 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     // block's other warps sat at the barrier).
     constexpr int XTI = (P + NT - 1) / NT, NTI = (N + NT - 1) / NT;
     float xtv[XTI], btv[NTI], ctv[NTI];
-#pragma unroll
-    for (int it = 0; it < XTI; it++) {
-        const int p = tid + it * NT;
-        xtv[it] = p < P ? xt[p] : 0.0f;
-    }
-#pragma unroll
-    for (int it = 0; it < NTI; it++) {
-        const int i = tid + it * NT;
-        btv[it] = i < N ? Bt[i] : 0.0f;
-        ctv[it] = i < N ? C[((u64)b * NGROUPS + g) * N + i] : 0.0f;
-    }
+    row_regs(xtv, xt, P);
+    row_regs(btv, Bt, N);
+    row_regs(ctv, C + ((u64)b * NGROUPS + g) * N, N);
     float dtv = 0.0f;
     double dtbv = 0.0, av = 0.0;
     if (tid == 0) {
@@ -412,16 +404,8 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
 
     // The current token: independent of the slot, in flight with slots[b].
     float xc[XT], bc[BT];
-#pragma unroll
-    for (int it = 0; it < XT; it++) {
-        const int p = tid + it * NT;
-        xc[it] = p < P ? xt[p] : 0.0f;
-    }
-#pragma unroll
-    for (int it = 0; it < BT; it++) {
-        const int i = tid + it * NT;
-        bc[it] = i < N ? Bt[i] : 0.0f;
-    }
+    row_regs(xc, xt, P);
+    row_regs(bc, Bt, N);
     double dtv = 0.0, dtbh = 0.0, Ah = 0.0;
     if (tid == 0) {
         dtv = (double)dt[(u64)b * NHEADS + h];
@@ -881,10 +865,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
 #if BASE_BULK
     const ST* stage = nullptr;
     if (!VERIFY && !SIO::SCALED) {
-        stage = base_stage_begin(src, &sBar);
-        for (int i = tid; i < P; i += NT) {
-            sXk[i] = x[((u64)b * NHEADS + h) * P + i];
-        }
+        stage = base_stage_begin(src, &sBar, sXk, x + ((u64)b * NHEADS + h) * P);
     }
 #endif
 
