@@ -22,7 +22,8 @@
 #                                   # the baselines' blocks, _BASE_STAGE=0 the
 #                                   # baseline step without its stage,
 #                                   # -DSTORE_V4=0 / -DBASE_VPAD=0 its 16-byte
-#                                   # stores / padded vectors)
+#                                   # stores / padded vectors, -DBASE_CPA=n
+#                                   # the baselines' cp.async passes)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
 #
@@ -122,6 +123,8 @@ experiments)
 	experiment base_threads all baseline,verify-baseline REPLAYSSM_CUDA_BASE_THREADS=128
 	experiment base_stage all baseline,verify-baseline REPLAYSSM_CUDA_BASE_STAGE=0 \
 		REPLAYSSM_CUDA_DEFINES=-DSTORE_V4=0 REPLAYSSM_CUDA_DEFINES=-DBASE_VPAD=0
+	experiment base_cpa all baseline REPLAYSSM_CUDA_DEFINES=-DBASE_CPA=2 \
+		REPLAYSSM_CUDA_DEFINES=-DBASE_CPA=3 REPLAYSSM_CUDA_DEFINES=-DBASE_CPA=4
 	experiment gv_parts all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=5 \
 		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=6 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=7
 	;;

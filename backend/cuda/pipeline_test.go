@@ -519,6 +519,7 @@ func TestBaseStagePlan(t *testing.T) {
 		{"sm_80", ampere, base(numeric.BF16), 128, 128, 256, true, tuning{}, 0, 0, "no bulk copies"},
 		{"unaligned", h200Props(), base(numeric.BF16), 3, 12, 128, true, tuning{}, 0, 0, "multiple of 16 bytes"},
 		{"too large", h200Props(), base(numeric.F32), 256, 256, 256, true, tuning{}, 0, 0, "exceed"},
+		{"cp.async passes instead", h200Props(), base(numeric.F32), 128, 128, 256, true, tuning{defines: []string{"-DBASE_CPA=3"}}, 0, 0, "BASE_CPA"},
 		{"not by default", h200Props(), base(numeric.BF16), 128, 128, 256, false, tuning{}, 0, 0, "not by default"},
 		{"forced", h200Props(), base(numeric.BF16), 128, 128, 256, false, tuning{baseStage: "1"}, 32 << 10, 5, ""},
 	} {

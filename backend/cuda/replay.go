@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -828,6 +829,8 @@ func planBaseStage(d *Device, opt replay.Options, rows, cols, threads int, byDef
 		b.why = "replay mode"
 	case tn.baseStage == "0":
 		b.why = "REPLAYSSM_CUDA_BASE_STAGE=0"
+	case slices.ContainsFunc(tn.defines, func(d string) bool { return strings.HasPrefix(d, "-DBASE_CPA=") && d != "-DBASE_CPA=0" }):
+		b.why = "REPLAYSSM_CUDA_DEFINES sets BASE_CPA (the cp.async passes)"
 	case !byDefault && tn.baseStage != "1":
 		b.why = "not by default for this layer and format (REPLAYSSM_CUDA_BASE_STAGE=1 forces it)"
 	case opt.State == numeric.E4M3:

@@ -597,8 +597,22 @@ struct StateIO {
 // (16-byte chunks), one or two passes ahead, the first asked for before the
 // prologue: bf16 lost 4-11% (Qwen3.5-4B 167 -> 178-184 us), at 56-78
 // registers where this path takes 48 (5 blocks of 256 threads per SM, not 4).
+// BASE_CPA=D (2 or more; 0, the default, is off; written in session 12
+// after the device time, not yet measured) streams a baseline step's
+// passes through D per-thread buffers in shared memory filled by cp.async:
+// the first D-1 passes asked for before the prologue's barrier, then each
+// pass refills the buffer the previous one emptied, so D-1 passes are in
+// flight during a pass's chain (the dots, their reductions, the update)
+// without the registers a prefetch takes (BASE_PF: blocks per SM for the
+// 2-byte states) and without waiting for the whole matrix (BASE_BULK).
+#ifndef BASE_CPA
+#define BASE_CPA 0
+#endif
+#if BASE_CPA == 1 || (BASE_CPA && BASE_BULK)
+#error "BASE_CPA takes 2 or more buffers, and not with BASE_BULK"
+#endif
 #ifndef BASE_PF
-#define BASE_PF (STATE_FMT == FMT_F32 && !BASE_BULK)
+#define BASE_PF (STATE_FMT == FMT_F32 && !BASE_BULK && !BASE_CPA)
 #endif
 
 // BASE_EARLY=1 (written in session 10, the default since session 11) asks
@@ -624,10 +638,14 @@ struct StateIO {
 #ifndef BASE_EARLY
 #define BASE_EARLY 1
 #endif
-#define BASE_EARLY_ON (BASE_EARLY && !BASE_PF && !BASE_BULK) // the baselines without a prefetch or a stage
+#define BASE_EARLY_ON (BASE_EARLY && !BASE_PF && !BASE_BULK && !BASE_CPA) // the baselines without a prefetch or a stage
+// BASE_ROW: the staged and cp.async baselines take the token's row (GDN v,
+// Mamba-2 x) into shared memory with their prologue (base_row), so a pass
+// does not wait a round trip for its row's value.
+#define BASE_ROW (BASE_BULK || BASE_CPA)
 #if BASE_BULK
 #define BASE_BOUNDS __launch_bounds__(NT, BASE_MINB)
-#elif BASE_EARLY_ON && STATE_FMT != FMT_E4M3
+#elif (BASE_EARLY_ON || BASE_CPA) && STATE_FMT != FMT_E4M3
 #define BASE_BOUNDS __launch_bounds__(NT, 65536 / (NT * 48))
 #else
 #define BASE_BOUNDS __launch_bounds__(NT)
@@ -657,6 +675,67 @@ __device__ __forceinline__ void stream_passes(const uint4* raw0, U update)
     for (int pass = first; pass < MAP::PASSES; pass++) {
         float e[MAP::CPL][IO::VEC];
         update(pass, e, BASE_PF ? 1 : 0);
+    }
+}
+
+#if BASE_CPA
+// cpa_pass asks for this thread's chunks of pass `pass` of a ROWS x COLS
+// matrix (none past the last pass or row) into buf ([CPL][NT] chunks:
+// consecutive threads 16 bytes apart, so a warp's reads are conflict-free)
+// and closes the group, empty or not, so every pass is one group.
+template <typename MAP, typename T>
+__device__ __forceinline__ void cpa_pass(const T* m, int pass, uint4* buf)
+{
+    const int r = MAP::row(pass);
+    if (pass < MAP::PASSES && r < ROWS) {
+#pragma unroll
+        for (int c = 0; c < MAP::CPL; c++) {
+            cp_async16(buf + c * NT + threadIdx.x, m + (u64)r * COLS + MAP::col(c));
+        }
+    }
+    cp_async_commit();
+}
+
+// cpa_begin asks for the first BASE_CPA-1 passes into bufs (BASE_CPA
+// buffers of [CPL][NT] chunks); before the prologue's barrier.
+template <typename MAP, typename T>
+__device__ __forceinline__ void cpa_begin(const T* m, uint4* bufs)
+{
+#pragma unroll
+    for (int d = 0; d + 1 < BASE_CPA; d++) {
+        cpa_pass<MAP>(m, d, bufs + d * MAP::CPL * NT);
+    }
+}
+
+// stream_cpa runs the passes, update(pass, e, 3) each: it waits for pass
+// `pass`, reads its chunks, and asks for pass + BASE_CPA - 1 into the
+// buffer the previous pass emptied (whose values the previous update has
+// used, so no read of it is still outstanding).
+template <typename IO, typename MAP, typename U>
+__device__ __forceinline__ void stream_cpa(const typename IO::T* m, uint4* bufs, U update)
+{
+#pragma unroll 1
+    for (int pass = 0; pass < MAP::PASSES; pass++) {
+        cp_async_wait_group<BASE_CPA - 2>();
+        const uint4* b = bufs + (pass % BASE_CPA) * MAP::CPL * NT;
+        const bool in = MAP::row(pass) < ROWS;
+        float e[MAP::CPL][IO::VEC];
+#pragma unroll
+        for (int c = 0; c < MAP::CPL; c++) {
+            IO::unpack(in ? b[c * NT + threadIdx.x] : make_uint4(0, 0, 0, 0), e[c], 1.0f);
+        }
+        cpa_pass<MAP>(m, pass + BASE_CPA - 1, bufs + ((pass + BASE_CPA - 1) % BASE_CPA) * MAP::CPL * NT);
+        update(pass, e, 3);
+    }
+}
+#endif
+
+// base_row copies the token's row of ROWS floats that a baseline's passes
+// read (GDN v, Mamba-2 x) to srow (BASE_ROW), before the prologue's barrier.
+__device__ __forceinline__ void base_row(float* srow, const float* __restrict__ row)
+{
+    for (int i = threadIdx.x; i < ROWS; i += NT) {
+        srow[i] = row[i];
     }
 }
 
@@ -1328,9 +1407,7 @@ __device__ __forceinline__ const T* base_stage_begin(const T* src, u64* bar, flo
         mbar_arrive_tx(bar, bytes);
         bulk_g2s(base_dyn, src, bytes, bar);
     }
-    for (int i = threadIdx.x; i < ROWS; i += NT) {
-        srow[i] = row[i];
-    }
+    base_row(srow, row);
     return reinterpret_cast<const T*>(base_dyn);
 }
 

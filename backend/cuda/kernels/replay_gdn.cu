@@ -811,7 +811,8 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     __shared__ float sDecay[TMAX];
     __shared__ float sBeta[TMAX];
     __shared__ float sScratch[NWARPS];
-    __shared__ float sV[BASE_BULK ? DV : 1]; // BASE_BULK: the step's v
+    __shared__ float sV[BASE_ROW ? DV : 1]; // BASE_ROW: the step's v
+    __shared__ __align__(16) uint4 sCpa[BASE_CPA ? BASE_CPA * SM::CPL * NT : 1]; // BASE_CPA's buffers
     __shared__ __align__(8) u64 sBar;        // BASE_BULK: the stage's copy
 
     constexpr int VEC = SM::VEC;
@@ -827,6 +828,12 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     const ST* stage = nullptr;
     if (!VERIFY && !SIO::SCALED) {
         stage = base_stage_begin(src, &sBar, sV, v + ((u64)b * NVH + j) * DV);
+    }
+#endif
+#if BASE_CPA
+    if (!VERIFY && !SIO::SCALED) {
+        cpa_begin<SM>(src, sCpa);
+        base_row(sV, v + ((u64)b * NVH + j) * DV);
     }
 #endif
 
@@ -880,7 +887,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
             // the barrier), not after the S.k dot that precedes its use, where
             // the default's load goes: a second round trip every pass.
             // BASE_BULK: v staged with the prologue.
-            const float vr = BASE_BULK       ? (r < ROWS ? sV[r] : 0.0f)
+            const float vr = BASE_ROW        ? (r < ROWS ? sV[r] : 0.0f)
                              : !BASE_EARLY_ON ? 0.0f
                              : from == 2      ? v0
                              : r < ROWS       ? vd[r]
@@ -897,7 +904,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 }
             }
             sk = lanes_sum<SM::LANES>(sk);
-            const float u = r < ROWS ? beta * ((BASE_EARLY_ON || BASE_BULK ? vr : vd[r]) - eg * sk) : 0.0f;
+            const float u = r < ROWS ? beta * ((BASE_EARLY_ON || BASE_ROW ? vr : vd[r]) - eg * sk) : 0.0f;
             float ov = 0.0f;
 #pragma unroll
             for (int c = 0; c < SM::CPL; c++) {
@@ -919,6 +926,8 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         };
 #if BASE_BULK
         stream_staged<SIO, SM>(stage, &sBar, update);
+#elif BASE_CPA
+        stream_cpa<SIO, SM>(src, sCpa, update);
 #else
         stream_passes<SIO, SM>(raw0, update);
 #endif

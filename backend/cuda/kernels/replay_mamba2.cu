@@ -850,7 +850,8 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
     __shared__ float sDelta[TMAX];
     __shared__ float sDecay[TMAX];
     __shared__ float sScratch[NWARPS];
-    __shared__ float sXk[BASE_BULK ? P : 1]; // BASE_BULK: the step's x
+    __shared__ float sXk[BASE_ROW ? P : 1]; // BASE_ROW: the step's x
+    __shared__ __align__(16) uint4 sCpa[BASE_CPA ? BASE_CPA * SM::CPL * NT : 1]; // BASE_CPA's buffers
     __shared__ __align__(8) u64 sBar;        // BASE_BULK: the stage's copy
 
     constexpr int VEC = SM::VEC;
@@ -866,6 +867,12 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
     const ST* stage = nullptr;
     if (!VERIFY && !SIO::SCALED) {
         stage = base_stage_begin(src, &sBar, sXk, x + ((u64)b * NHEADS + h) * P);
+    }
+#endif
+#if BASE_CPA
+    if (!VERIFY && !SIO::SCALED) {
+        cpa_begin<SM>(src, sCpa);
+        base_row(sXk, x + ((u64)b * NHEADS + h) * P);
     }
 #endif
 
@@ -912,7 +919,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                         SIO::load(src, (u64)r * N + SM::col(c), e[c], 1.0f);
                     }
                 }
-                const float xc = delta * (BASE_BULK ? sXk[r] : xk[r]);
+                const float xc = delta * (BASE_ROW ? sXk[r] : xk[r]);
 #pragma unroll
                 for (int c = 0; c < SM::CPL; c++) {
                     const int col = SM::col(c), pc = bvpad(col);
@@ -932,6 +939,8 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
         };
 #if BASE_BULK
         stream_staged<SIO, SM>(stage, &sBar, update);
+#elif BASE_CPA
+        stream_cpa<SIO, SM>(src, sCpa, update);
 #else
         stream_passes<SIO, SM>(raw0, update);
 #endif
