@@ -116,6 +116,7 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/e4m3", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{}},
 		{"replay/bf16/128 threads", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{groupNT: 128}}, // GDN: GV_PAIR
 		{"replay/fp32/loads in loops", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DLOAD_FIRST=0"}}},
+		{"replay/bf16/token rows first", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DTOKEN_ROWS=1"}}},
 		{"replay/bf16+nvfp4/loads in loops", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{}},

@@ -122,6 +122,19 @@ __device__ __forceinline__ void gather_rows4(float4 (&v)[IT], const float* __res
     }
 }
 
+// TOKEN_ROWS=1 (written in session 12 after the device time, off until a
+// device run) has the decode steps (mamba2_step, gdn_step: the small step
+// and the v4 non-flush; not the work_items flush items, where ptxas 11.8
+// then spills 16-36 bytes) ask for the last of the token's inputs with the
+// others, before the cursor: Mamba-2's D[h] (and x, for the small step's
+// flush), GDN's v row. By default their loads sit after the step's
+// last barrier (cuobjdump, and the batch-1 ncu profile of session 12: the
+// small step's output waited on D[h], 72 stall samples after the barrier),
+// one more round trip at the end of every step.
+#ifndef TOKEN_ROWS
+#define TOKEN_ROWS 0
+#endif
+
 // RING_V4 (default 1) lets the one-kernel small-batch step gather its ring
 // rows with gather_rows4 where the rows are 16-byte multiples.
 #ifndef RING_V4

@@ -386,6 +386,11 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
         negAv = negA[j];
         dtbv = dtb[j];
     }
+#if TOKEN_ROWS
+    constexpr int VTI = (DV + NT - 1) / NT;
+    float vtv[VTI]; // the token's v row
+    row_regs(vtv, v + ((u64)b * NVH + j) * DV, DV);
+#endif
     const u64 mat = (u64)s * NVH + j;
     if (EARLY) {
         prefetch_read(state, rcodes, rscales, mat);
@@ -473,9 +478,19 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
         }
     }
     if (!FLUSH) {
+#if TOKEN_ROWS
+#pragma unroll
+        for (int it = 0; it < VTI; it++) {
+            const int m = tid + it * NT;
+            if (m < DV) {
+                ringV[(ring_at(s, n) * NVH + j) * DV + m] = vtv[it];
+            }
+        }
+#else
         for (int m = tid; m < DV; m += NT) {
             ringV[(ring_at(s, n) * NVH + j) * DV + m] = vt[m];
         }
+#endif
     }
     if constexpr (RV4) {
 #pragma unroll
@@ -547,8 +562,18 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     dots_read<2>(state, rcodes, rscales, rglobal, mat, sh.vec, DK, 2, sh.proj, sh.lut);
     __syncthreads();
     const float gam = sh.gam[0], beta = sh.beta[n];
+#if TOKEN_ROWS
+#pragma unroll
+    for (int it = 0; it < VTI; it++) {
+        const int m = tid + it * NT;
+        if (m >= DV) {
+            break;
+        }
+        float ut = vtv[it] - gam * sh.proj[m];
+#else
     for (int m = tid; m < DV; m += NT) {
         float ut = vt[m] - gam * sh.proj[m];
+#endif
         float ov = gam * sh.proj[DV + m];
         for (int i = 0; i < n; i++) {
             const float ui = sh.proj[(2 + i) * DV + m];

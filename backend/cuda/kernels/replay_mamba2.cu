@@ -193,6 +193,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     row_regs(xtv, xt, P);
     row_regs(btv, Bt, N);
     row_regs(ctv, C + ((u64)b * NGROUPS + g) * N, N);
+    const float dhv = TOKEN_ROWS && MODE != 1 ? D[h] : 0.0f; // not the flush items: their registers
     float dtv = 0.0f;
     double dtbv = 0.0, av = 0.0;
     if (tid == 0) {
@@ -341,7 +342,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
             [&](int j, float v) { sBC[j] = v; });
         dots_read<1>(state, rcodes, rscales, rglobal, mat, sC, 0, 1, sDot, sLut);
         __syncthreads();
-        const float e = sE, dh = D[h];
+        const float e = sE, dh = TOKEN_ROWS && MODE != 1 ? dhv : D[h];
         for (int p = tid; p < P; p += NT) {
             float yv = e * sDot[p] + dh * sX[p * CSTRIDE + n];
             for (int j = 0; j < t; j++) {
@@ -360,6 +361,16 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     mamba2_fold<true>(state + mat * (P * N), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, t, sE, sB,
                       [&](int p, int j) { return sX[p * CSTRIDE + j]; }, sC, sDot, sScratch);
     __syncthreads();
+    if (TOKEN_ROWS && MODE != 1) {
+#pragma unroll
+        for (int it = 0; it < XTI; it++) {
+            const int p = tid + it * NT;
+            if (p < P) {
+                y[((u64)b * NHEADS + h) * P + p] = sDot[p] + dhv * xtv[it];
+            }
+        }
+        return last;
+    }
     const float dh = D[h];
     for (int p = tid; p < P; p += NT) {
         y[((u64)b * NHEADS + h) * P + p] = sDot[p] + dh * xt[p];
