@@ -1438,6 +1438,41 @@ __device__ __forceinline__ void stream_staged(const typename IO::T* stage, u64* 
     }
 }
 
+// base_begin starts a streaming baseline step's passes before its
+// prologue's barrier, as the module streams them: the whole-matrix stage
+// (BASE_BULK; it returns the stage) or the first cp.async passes into cpa
+// (BASE_CPA), each with the token's row to srow; nothing otherwise.
+template <typename MAP, typename T>
+__device__ __forceinline__ const T* base_begin(const T* src, u64* bar, uint4* cpa, float* srow,
+                                               const float* __restrict__ row)
+{
+#if BASE_BULK
+    return base_stage_begin(src, bar, srow, row);
+#else
+#if BASE_CPA
+    cpa_begin<MAP>(src, cpa);
+    base_row(srow, row);
+#endif
+    return nullptr;
+#endif
+}
+
+// base_stream runs a streaming baseline step's passes, update(pass, e,
+// from) each, from where base_begin put them: the stage, the cp.async
+// buffers, or (neither) the register passes (stream_passes, with raw0).
+template <typename IO, typename MAP, typename U>
+__device__ __forceinline__ void base_stream(const typename IO::T* src, const typename IO::T* stage, u64* bar,
+                                            uint4* cpa, const uint4* raw0, U update)
+{
+#if BASE_BULK
+    stream_staged<IO, MAP>(stage, bar, update);
+#elif BASE_CPA
+    stream_cpa<IO, MAP>(src, cpa, update);
+#else
+    stream_passes<IO, MAP>(raw0, update);
+#endif
+}
+
 // PIPE_STATE and PIPE_RING choose how a producer moves a stage's matrix and
 // its ring / input pieces: 0 bulk copies (TMA), 1 16-byte cp.async spread
 // over the producer warp's lanes. Per piece kind, NVRTC -D overrides.

@@ -849,18 +849,10 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     const int c0 = cur[s];
     const u64 srcm = ((u64)s * nb + c0) * NVH + j;
     ST* src = state + srcm * (DV * DK);
-#if BASE_BULK
     const ST* stage = nullptr;
     if (!VERIFY && !SIO::SCALED) {
-        stage = base_stage_begin(src, &sBar, sV, v + ((u64)b * NVH + j) * DV);
+        stage = base_begin<SM>(src, &sBar, sCpa, sV, v + ((u64)b * NVH + j) * DV);
     }
-#endif
-#if BASE_CPA
-    if (!VERIFY && !SIO::SCALED) {
-        cpa_begin<SM>(src, sCpa);
-        base_row(sV, v + ((u64)b * NVH + j) * DV);
-    }
-#endif
 
     for (int w = warp; w < 2 * cnt; w += NWARPS) {
         const int d = w % cnt;
@@ -949,13 +941,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 od[r] = ov;
             }
         };
-#if BASE_BULK
-        stream_staged<SIO, SM>(stage, &sBar, update);
-#elif BASE_CPA
-        stream_cpa<SIO, SM>(src, sCpa, update);
-#else
-        stream_passes<SIO, SM>(raw0, update);
-#endif
+        base_stream<SIO, SM>(src, stage, &sBar, sCpa, raw0, update);
         return;
     }
     const float sc0 = state_scale(state, srcm);

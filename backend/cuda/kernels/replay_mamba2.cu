@@ -874,18 +874,10 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
     const int c0 = cur[s];
     const u64 srcm = ((u64)s * nb + c0) * NHEADS + h;
     ST* src = state + srcm * (P * N);
-#if BASE_BULK
     const ST* stage = nullptr;
     if (!VERIFY && !SIO::SCALED) {
-        stage = base_stage_begin(src, &sBar, sXk, x + ((u64)b * NHEADS + h) * P);
+        stage = base_begin<SM>(src, &sBar, sCpa, sXk, x + ((u64)b * NHEADS + h) * P);
     }
-#endif
-#if BASE_CPA
-    if (!VERIFY && !SIO::SCALED) {
-        cpa_begin<SM>(src, sCpa);
-        base_row(sXk, x + ((u64)b * NHEADS + h) * P);
-    }
-#endif
 
     if (tid < cnt) {
         const int k = tid;
@@ -948,13 +940,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                 sDot[r] = acc;
             }
         };
-#if BASE_BULK
-        stream_staged<SIO, SM>(stage, &sBar, update);
-#elif BASE_CPA
-        stream_cpa<SIO, SM>(src, sCpa, update);
-#else
-        stream_passes<SIO, SM>(raw0, update);
-#endif
+        base_stream<SIO, SM>(src, stage, &sBar, sCpa, raw0, update);
     } else {
         const float sc0 = state_scale(state, srcm);
         float S[SM::PASSES][SM::CPL][VEC];
