@@ -23,7 +23,9 @@
 #                                   # baseline step without its stage,
 #                                   # -DSTORE_V4=0 / -DBASE_VPAD=0 its 16-byte
 #                                   # stores / padded vectors, -DBASE_CPA=n
-#                                   # the baselines' cp.async passes)
+#                                   # the baselines' cp.async passes; at batch
+#                                   # 1, -DTOKEN_ROWS=1 the small step's last
+#                                   # token loads before its cursor)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
 #
@@ -57,14 +59,14 @@ bench() { # batch, file
 
 # experiment runs one text table of the modes a knob changes, with the
 # defaults and with each setting given (name, shapes, modes, then settings:
-# "VAR=value VAR2=value2").
+# "VAR=value VAR2=value2"), at batch $BATCH (256 unless set).
 experiment() {
 	local name=$1 shapes=$2 modes=$3
 	shift 3
 	local f="$out/exp_$name.txt"
 	for env in "" "$@"; do
 		echo "== ${env:-defaults}" >>"$f"
-		env $env "$cli" bench kernels --device cuda --batch 256 --shapes "$shapes" --state-dtype fp32,bf16 \
+		env $env "$cli" bench kernels --device cuda --batch "${BATCH:-256}" --shapes "$shapes" --state-dtype fp32,bf16 \
 			--modes "$modes" --min-time 30ms >>"$f" 2>&1
 	done
 	echo "experiment $name: $f"
@@ -125,6 +127,7 @@ experiments)
 		REPLAYSSM_CUDA_DEFINES=-DSTORE_V4=0 REPLAYSSM_CUDA_DEFINES=-DBASE_VPAD=0
 	experiment base_cpa all baseline REPLAYSSM_CUDA_DEFINES=-DBASE_CPA=2 \
 		REPLAYSSM_CUDA_DEFINES=-DBASE_CPA=3 REPLAYSSM_CUDA_DEFINES=-DBASE_CPA=4
+	BATCH=1 experiment token_rows all replay REPLAYSSM_CUDA_DEFINES=-DTOKEN_ROWS=1
 	experiment gv_parts all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=5 \
 		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=6 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=7
 	;;
