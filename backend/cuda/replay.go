@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -51,6 +50,7 @@ type tuning struct {
 	foldStages  int      // REPLAYSSM_CUDA_FOLD_STAGES: the pipelined folds' stages per block (0: planned)
 	baseThreads int      // REPLAYSSM_CUDA_BASE_THREADS: a baseline-mode module's block size (0: replayThreads)
 	baseStage   string   // REPLAYSSM_CUDA_BASE_STAGE: "1" or "0" forces the baseline step's whole-matrix stage on or off ("": planBaseStage's rule)
+	baseCPA     int      // REPLAYSSM_CUDA_BASE_CPA: the baseline step's passes through this many cp.async buffers (BASE_CPA; 0: off)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -73,6 +73,9 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if v := getenv("REPLAYSSM_CUDA_BASE_STAGE"); v == "0" || v == "1" {
 		tn.baseStage = v
+	}
+	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_BASE_CPA")); err == nil && v >= 2 && v <= 8 {
+		tn.baseCPA = v
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
@@ -507,6 +510,25 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	return c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.heads), c.pipe.block(), uint32(c.pipe.smem), s, a)
 }
 
+// grid is the one-block-per-matrix kernels' grid: a block per head and
+// batch row.
+func (c *replayCommon) grid(batch int) [3]uint32 {
+	return [3]uint32{uint32(c.heads), uint32(batch), 1}
+}
+
+// launchBaselineKernel queues the baseline step (or, with verify, the
+// per-draft verify) whose arguments a holds, one block per head and batch
+// row, the step with its stage's shared memory where planned.
+func (c *replayCommon) launchBaselineKernel(s *Stream, batch int, verify bool, a *Args) error {
+	fn, smem := c.baselineStep, 0
+	if verify {
+		fn = c.baselineVerify
+	} else if c.base.on {
+		smem = c.base.smem
+	}
+	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, uint32(smem), s, a)
+}
+
 // groupVerify reports whether a verify of batch slots takes the group
 // verify (from minItems items), after the early folds.
 func (c *replayCommon) groupVerify(batch int) bool {
@@ -601,11 +623,14 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, 
 // every slot), "v6" (one block per group of heads and batch row), "v5"
 // (pipelined) or "v4" (one block per head and batch row). In baseline mode
 // it names the baseline step's kernel, "v4" (one block per head and batch
-// row) or "staged" (the same, its matrix staged whole: planBaseStage).
+// row), "staged" (the same, its matrix staged whole: planBaseStage) or
+// "cp.async" (the same, its passes through cp.async buffers).
 func (c *replayCommon) StepKernel(batch int) string {
 	switch {
 	case c.opt.Mode == replay.Baseline && c.base.on:
 		return "staged"
+	case c.opt.Mode == replay.Baseline && c.base.cpa > 0:
+		return "cp.async"
 	case c.opt.Mode == replay.Baseline:
 		return "v4"
 	case batch <= c.smallBatch:
@@ -791,11 +816,14 @@ func moduleThreads(opt replay.Options, rows, cols int, tn tuning) int {
 // baseStage is the plan of a baseline-mode module's whole-matrix stage
 // (BASE_BULK, replay_common.cu): the in-place step kernel copies its matrix
 // into smem bytes of dynamic shared memory with one bulk copy before its
-// prologue and streams its passes from there.
+// prologue and streams its passes from there. Where cpa > 0 (an experiment,
+// tn.baseCPA) the passes go through that many cp.async buffers instead
+// (BASE_CPA) and the stage is off.
 type baseStage struct {
 	on   bool
 	smem int
-	why  string // why it is off
+	cpa  int
+	why  string // why the stage is off
 }
 
 // planBaseStage plans the stage of a baseline module of rows × cols
@@ -829,8 +857,8 @@ func planBaseStage(d *Device, opt replay.Options, rows, cols, threads int, byDef
 		b.why = "replay mode"
 	case tn.baseStage == "0":
 		b.why = "REPLAYSSM_CUDA_BASE_STAGE=0"
-	case slices.ContainsFunc(tn.defines, func(d string) bool { return strings.HasPrefix(d, "-DBASE_CPA=") && d != "-DBASE_CPA=0" }):
-		b.why = "REPLAYSSM_CUDA_DEFINES sets BASE_CPA (the cp.async passes)"
+	case tn.baseCPA > 0:
+		b.cpa, b.why = tn.baseCPA, "REPLAYSSM_CUDA_BASE_CPA: the passes by cp.async"
 	case !byDefault && tn.baseStage != "1":
 		b.why = "not by default for this layer and format (REPLAYSSM_CUDA_BASE_STAGE=1 forces it)"
 	case opt.State == numeric.E4M3:
@@ -843,6 +871,9 @@ func planBaseStage(d *Device, opt replay.Options, rows, cols, threads int, byDef
 		b.why = fmt.Sprintf("a %d-byte matrix and %d bytes of tables exceed the %d bytes of shared memory per block", bytes, static, d.MaxSharedMemoryPerBlock())
 	default:
 		b.on, b.smem = true, bytes
+	}
+	if b.cpa > 0 {
+		return b, []string{fmt.Sprintf("-DBASE_CPA=%d", b.cpa)}
 	}
 	if !b.on {
 		return b, nil

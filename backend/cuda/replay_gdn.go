@@ -211,10 +211,6 @@ func gdnPipeBytes(dk, dv int, opt replay.Options, R int) (stage, scratch int) {
 	return stage, scratch
 }
 
-func (c *GDNCache) grid(batch int) [3]uint32 {
-	return [3]uint32{uint32(c.shape.ValueHeads), uint32(batch), 1}
-}
-
 func (c *GDNCache) replayArgs(a *Args) {
 	a.Ptr(c.state)
 	a.Ptr(c.codes)
@@ -259,10 +255,6 @@ func (c *GDNCache) Step(s *Stream, batch int, in GDNInput, o Buffer) error {
 }
 
 func (c *GDNCache) launchBaseline(s *Stream, batch, T int, verify bool, in GDNInput, o Buffer) error {
-	fn := c.baselineStep
-	if verify {
-		fn = c.baselineVerify
-	}
 	a := &c.args
 	a.Reset()
 	a.Ptr(c.state)
@@ -273,11 +265,7 @@ func (c *GDNCache) launchBaseline(s *Stream, batch, T int, verify bool, in GDNIn
 	a.I32(int32(c.stateBuffers()))
 	c.inputArgs(a, in, o)
 	a.Ptr(c.pending) // the kernel sets the pending drafts: no cursor kernel
-	smem := 0
-	if !verify && c.base.on {
-		smem = c.base.smem
-	}
-	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, uint32(smem), s, a)
+	return c.launchBaselineKernel(s, batch, verify, a)
 }
 
 // Verify queues the outputs of T draft inputs per slot without writing any

@@ -274,10 +274,6 @@ func (c *Mamba2Cache) Step(s *Stream, batch int, in Mamba2Input, y Buffer) error
 	return c.launchReplayStep(s, a, batch, c.grid(batch))
 }
 
-func (c *Mamba2Cache) grid(batch int) [3]uint32 {
-	return [3]uint32{uint32(c.shape.Heads), uint32(batch), 1}
-}
-
 func (c *Mamba2Cache) replayArgs(a *Args) {
 	a.Ptr(c.state)
 	a.Ptr(c.codes)
@@ -290,10 +286,6 @@ func (c *Mamba2Cache) replayArgs(a *Args) {
 }
 
 func (c *Mamba2Cache) launchBaseline(s *Stream, batch, T int, verify bool, in Mamba2Input, y Buffer) error {
-	fn := c.baselineStep
-	if verify {
-		fn = c.baselineVerify
-	}
 	a := &c.args
 	a.Reset()
 	a.Ptr(c.state)
@@ -312,11 +304,7 @@ func (c *Mamba2Cache) launchBaseline(s *Stream, batch, T int, verify bool, in Ma
 	a.Ptr(c.dd)
 	a.F32(in.DtMin)
 	a.Ptr(c.pending) // the kernel sets the pending drafts: no cursor kernel
-	smem := 0
-	if !verify && c.base.on {
-		smem = c.base.smem
-	}
-	return c.d.Launch(fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, uint32(smem), s, a)
+	return c.launchBaselineKernel(s, batch, verify, a)
 }
 
 // Verify queues the outputs of T draft inputs per slot (rows [slot][T] of in
