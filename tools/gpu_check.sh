@@ -22,10 +22,9 @@
 #                                   # the baselines' blocks, _BASE_STAGE=0 the
 #                                   # baseline step without its stage,
 #                                   # -DSTORE_V4=0 / -DBASE_VPAD=0 its 16-byte
-#                                   # stores / padded vectors, _BASE_CPA=n
-#                                   # the baselines' cp.async passes; at batch
-#                                   # 1, -DTOKEN_ROWS=1 the small step's last
-#                                   # token loads before its cursor)
+#                                   # stores / padded vectors; at batch 1,
+#                                   # -DTOKEN_ROWS=0 the small step's last
+#                                   # token loads after its last barrier)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
 #
@@ -125,9 +124,7 @@ experiments)
 	experiment base_threads all baseline,verify-baseline REPLAYSSM_CUDA_BASE_THREADS=128
 	experiment base_stage all baseline,verify-baseline REPLAYSSM_CUDA_BASE_STAGE=0 \
 		REPLAYSSM_CUDA_DEFINES=-DSTORE_V4=0 REPLAYSSM_CUDA_DEFINES=-DBASE_VPAD=0
-	experiment base_cpa all baseline REPLAYSSM_CUDA_BASE_CPA=2 REPLAYSSM_CUDA_BASE_CPA=3 \
-		REPLAYSSM_CUDA_BASE_CPA=4
-	BATCH=1 experiment token_rows all replay REPLAYSSM_CUDA_DEFINES=-DTOKEN_ROWS=1
+	BATCH=1 experiment token_rows all replay REPLAYSSM_CUDA_DEFINES=-DTOKEN_ROWS=0
 	experiment gv_parts all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=5 \
 		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=6 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=7
 	;;

@@ -106,8 +106,6 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"baseline/bf16/late", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{defines: []string{"-DBASE_EARLY=0"}}},
 		{"baseline/bf16/store_v4", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{defines: []string{"-DSTORE_V4=1"}}},
 		{"baseline/bf16/staged", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{baseStage: "1"}},
-		{"baseline/bf16/cp.async", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{baseCPA: 3}},
-		{"baseline/fp32/cp.async", replay.Options{Mode: replay.Baseline}, tuning{baseCPA: 2}},
 		{"baseline/e4m3", replay.Options{Mode: replay.Baseline, State: numeric.E4M3}, tuning{}},
 		{"replay/fp32", replay.Options{Mode: replay.Replay}, tuning{}},
 		{"replay/fp32+bf16", replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16}, tuning{}},
@@ -116,7 +114,7 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/e4m3", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{}},
 		{"replay/bf16/128 threads", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{groupNT: 128}}, // GDN: GV_PAIR
 		{"replay/fp32/loads in loops", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DLOAD_FIRST=0"}}},
-		{"replay/bf16/token rows first", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DTOKEN_ROWS=1"}}},
+		{"replay/bf16/token rows last", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DTOKEN_ROWS=0"}}},
 		{"replay/bf16+nvfp4/loads in loops", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{}},

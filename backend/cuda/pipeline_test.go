@@ -133,13 +133,11 @@ func TestEnvTuning(t *testing.T) {
 			tuning{baseThreads: 128, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"baseline stage off", map[string]string{"REPLAYSSM_CUDA_BASE_STAGE": "0"},
 			tuning{baseStage: "0", foldItems: true, smallBatch: defaultSmallBatch}},
-		{"baseline cp.async", map[string]string{"REPLAYSSM_CUDA_BASE_CPA": "3"},
-			tuning{baseCPA: 3, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
-			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_BASE_CPA": "1",
+			"REPLAYSSM_CUDA_BASE_STAGE": "yes",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -521,19 +519,14 @@ func TestBaseStagePlan(t *testing.T) {
 		{"sm_80", ampere, base(numeric.BF16), 128, 128, 256, true, tuning{}, 0, 0, "no bulk copies"},
 		{"unaligned", h200Props(), base(numeric.BF16), 3, 12, 128, true, tuning{}, 0, 0, "multiple of 16 bytes"},
 		{"too large", h200Props(), base(numeric.F32), 256, 256, 256, true, tuning{}, 0, 0, "exceed"},
-		{"cp.async passes instead", h200Props(), base(numeric.F32), 128, 128, 256, true, tuning{baseCPA: 3}, 0, 0, "BASE_CPA"},
 		{"not by default", h200Props(), base(numeric.BF16), 128, 128, 256, false, tuning{}, 0, 0, "not by default"},
 		{"forced", h200Props(), base(numeric.BF16), 128, 128, 256, false, tuning{baseStage: "1"}, 32 << 10, 5, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, defines := planBaseStage(tc.d, tc.opt, tc.rows, tc.cols, tc.threads, tc.byDefault, tc.tn)
 			if tc.why != "" {
-				want := []string(nil)
-				if tc.tn.baseCPA > 0 { // the passes by cp.async instead
-					want = []string{fmt.Sprintf("-DBASE_CPA=%d", tc.tn.baseCPA)}
-				}
-				if b.on || !slices.Equal(defines, want) || !strings.Contains(b.why, tc.why) {
-					t.Fatalf("plan %+v, defines %v; want off because of %q, defines %v", b, defines, tc.why, want)
+				if b.on || defines != nil || !strings.Contains(b.why, tc.why) {
+					t.Fatalf("plan %+v, defines %v; want off because of %q, no defines", b, defines, tc.why)
 				}
 				return
 			}

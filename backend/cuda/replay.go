@@ -50,7 +50,6 @@ type tuning struct {
 	foldStages  int      // REPLAYSSM_CUDA_FOLD_STAGES: the pipelined folds' stages per block (0: planned)
 	baseThreads int      // REPLAYSSM_CUDA_BASE_THREADS: a baseline-mode module's block size (0: replayThreads)
 	baseStage   string   // REPLAYSSM_CUDA_BASE_STAGE: "1" or "0" forces the baseline step's whole-matrix stage on or off ("": planBaseStage's rule)
-	baseCPA     int      // REPLAYSSM_CUDA_BASE_CPA: the baseline step's passes through this many cp.async buffers (BASE_CPA; 0: off)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -73,9 +72,6 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if v := getenv("REPLAYSSM_CUDA_BASE_STAGE"); v == "0" || v == "1" {
 		tn.baseStage = v
-	}
-	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_BASE_CPA")); err == nil && v >= 2 && v <= 8 {
-		tn.baseCPA = v
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
@@ -623,14 +619,11 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, 
 // every slot), "v6" (one block per group of heads and batch row), "v5"
 // (pipelined) or "v4" (one block per head and batch row). In baseline mode
 // it names the baseline step's kernel, "v4" (one block per head and batch
-// row), "staged" (the same, its matrix staged whole: planBaseStage) or
-// "cp.async" (the same, its passes through cp.async buffers).
+// row) or "staged" (the same, its matrix staged whole: planBaseStage).
 func (c *replayCommon) StepKernel(batch int) string {
 	switch {
 	case c.opt.Mode == replay.Baseline && c.base.on:
 		return "staged"
-	case c.opt.Mode == replay.Baseline && c.base.cpa > 0:
-		return "cp.async"
 	case c.opt.Mode == replay.Baseline:
 		return "v4"
 	case batch <= c.smallBatch:
@@ -816,13 +809,10 @@ func moduleThreads(opt replay.Options, rows, cols int, tn tuning) int {
 // baseStage is the plan of a baseline-mode module's whole-matrix stage
 // (BASE_BULK, replay_common.cu): the in-place step kernel copies its matrix
 // into smem bytes of dynamic shared memory with one bulk copy before its
-// prologue and streams its passes from there. Where cpa > 0 (an experiment,
-// tn.baseCPA) the passes go through that many cp.async buffers instead
-// (BASE_CPA) and the stage is off.
+// prologue and streams its passes from there.
 type baseStage struct {
 	on   bool
 	smem int
-	cpa  int
 	why  string // why the stage is off
 }
 
@@ -857,8 +847,6 @@ func planBaseStage(d *Device, opt replay.Options, rows, cols, threads int, byDef
 		b.why = "replay mode"
 	case tn.baseStage == "0":
 		b.why = "REPLAYSSM_CUDA_BASE_STAGE=0"
-	case tn.baseCPA > 0:
-		b.cpa, b.why = tn.baseCPA, "REPLAYSSM_CUDA_BASE_CPA: the passes by cp.async"
 	case !byDefault && tn.baseStage != "1":
 		b.why = "not by default for this layer and format (REPLAYSSM_CUDA_BASE_STAGE=1 forces it)"
 	case opt.State == numeric.E4M3:
@@ -871,9 +859,6 @@ func planBaseStage(d *Device, opt replay.Options, rows, cols, threads int, byDef
 		b.why = fmt.Sprintf("a %d-byte matrix and %d bytes of tables exceed the %d bytes of shared memory per block", bytes, static, d.MaxSharedMemoryPerBlock())
 	default:
 		b.on, b.smem = true, bytes
-	}
-	if b.cpa > 0 {
-		return b, []string{fmt.Sprintf("-DBASE_CPA=%d", b.cpa)}
 	}
 	if !b.on {
 		return b, nil

@@ -122,17 +122,19 @@ __device__ __forceinline__ void gather_rows4(float4 (&v)[IT], const float* __res
     }
 }
 
-// TOKEN_ROWS=1 (written in session 12 after the device time, off until a
-// device run) has the decode steps (mamba2_step, gdn_step: the small step
-// and the v4 non-flush; not the work_items flush items, where ptxas 11.8
-// then spills 16-36 bytes) ask for the last of the token's inputs with the
-// others, before the cursor: Mamba-2's D[h] (and x, for the small step's
-// flush), GDN's v row. By default their loads sit after the step's
-// last barrier (cuobjdump, and the batch-1 ncu profile of session 12: the
-// small step's output waited on D[h], 72 stall samples after the barrier),
-// one more round trip at the end of every step.
+// TOKEN_ROWS=1 (the default since session 13) has the decode steps
+// (mamba2_step, gdn_step: the small step and the v4 non-flush; not the
+// work_items flush items, where ptxas 11.8 then spills 16-36 bytes) ask for
+// the last of the token's inputs with the others, before the cursor:
+// Mamba-2's D[h] (and x, for the small step's flush), GDN's v row. With
+// TOKEN_ROWS=0 their loads sit after the step's last barrier (cuobjdump,
+// and the batch-1 ncu profile of session 12: the small step's output waited
+// on D[h], 72 stall samples after the barrier), one more round trip at the
+// end of every step. H200, batch 1, against TOKEN_ROWS=0 in the same run
+// (session 13): replay Qwen3.5-4B 6.1 -> 5.7 us (fp32), 6.1 -> 5.9 (bf16),
+// 122B 6.1 -> 5.7, 6.1 -> 5.8; Mamba-2 within 0.1 us.
 #ifndef TOKEN_ROWS
-#define TOKEN_ROWS 0
+#define TOKEN_ROWS 1
 #endif
 
 // RING_V4 (default 1) lets the one-kernel small-batch step gather its ring
@@ -610,22 +612,13 @@ struct StateIO {
 // (16-byte chunks), one or two passes ahead, the first asked for before the
 // prologue: bf16 lost 4-11% (Qwen3.5-4B 167 -> 178-184 us), at 56-78
 // registers where this path takes 48 (5 blocks of 256 threads per SM, not 4).
-// BASE_CPA=D (2 or more; 0, the default, is off; written in session 12
-// after the device time, not yet measured) streams a baseline step's
-// passes through D per-thread buffers in shared memory filled by cp.async:
-// the first D-1 passes asked for before the prologue's barrier, then each
-// pass refills the buffer the previous one emptied, so D-1 passes are in
-// flight during a pass's chain (the dots, their reductions, the update)
-// without the registers a prefetch takes (BASE_PF: blocks per SM for the
-// 2-byte states) and without waiting for the whole matrix (BASE_BULK).
-#ifndef BASE_CPA
-#define BASE_CPA 0
-#endif
-#if BASE_CPA == 1 || (BASE_CPA && BASE_BULK)
-#error "BASE_CPA takes 2 or more buffers, and not with BASE_BULK"
-#endif
+// Session 12 also streamed the passes through 2-4 per-thread cp.async
+// buffers in shared memory (BASE_CPA, removed in session 13): slower in
+// every shape (B=256, against the defaults in the same run: GDN bf16
+// Qwen3.5-4B 153 -> 155 us, 122B 296 -> 300; Mamba-2 bf16 259 -> 267; fp32
+// 496 -> 532-544), so the bf16 GDN baseline does not wait on its pass chain.
 #ifndef BASE_PF
-#define BASE_PF (STATE_FMT == FMT_F32 && !BASE_BULK && !BASE_CPA)
+#define BASE_PF (STATE_FMT == FMT_F32 && !BASE_BULK)
 #endif
 
 // BASE_EARLY=1 (written in session 10, the default since session 11) asks
@@ -651,14 +644,14 @@ struct StateIO {
 #ifndef BASE_EARLY
 #define BASE_EARLY 1
 #endif
-#define BASE_EARLY_ON (BASE_EARLY && !BASE_PF && !BASE_BULK && !BASE_CPA) // the baselines without a prefetch or a stage
-// BASE_ROW: the staged and cp.async baselines take the token's row (GDN v,
-// Mamba-2 x) into shared memory with their prologue (base_row), so a pass
-// does not wait a round trip for its row's value.
-#define BASE_ROW (BASE_BULK || BASE_CPA)
+#define BASE_EARLY_ON (BASE_EARLY && !BASE_PF && !BASE_BULK) // the baselines without a prefetch or a stage
+// BASE_ROW: the staged baselines take the token's row (GDN v, Mamba-2 x)
+// into shared memory with their prologue (base_row), so a pass does not
+// wait a round trip for its row's value.
+#define BASE_ROW BASE_BULK
 #if BASE_BULK
 #define BASE_BOUNDS __launch_bounds__(NT, BASE_MINB)
-#elif (BASE_EARLY_ON || BASE_CPA) && STATE_FMT != FMT_E4M3
+#elif BASE_EARLY_ON && STATE_FMT != FMT_E4M3
 #define BASE_BOUNDS __launch_bounds__(NT, 65536 / (NT * 48))
 #else
 #define BASE_BOUNDS __launch_bounds__(NT)
@@ -690,58 +683,6 @@ __device__ __forceinline__ void stream_passes(const uint4* raw0, U update)
         update(pass, e, BASE_PF ? 1 : 0);
     }
 }
-
-#if BASE_CPA
-// cpa_pass asks for this thread's chunks of pass `pass` of a ROWS x COLS
-// matrix (none past the last pass or row) into buf ([CPL][NT] chunks:
-// consecutive threads 16 bytes apart, so a warp's reads are conflict-free)
-// and closes the group, empty or not, so every pass is one group.
-template <typename MAP, typename T>
-__device__ __forceinline__ void cpa_pass(const T* m, int pass, uint4* buf)
-{
-    const int r = MAP::row(pass);
-    if (pass < MAP::PASSES && r < ROWS) {
-#pragma unroll
-        for (int c = 0; c < MAP::CPL; c++) {
-            cp_async16(buf + c * NT + threadIdx.x, m + (u64)r * COLS + MAP::col(c));
-        }
-    }
-    cp_async_commit();
-}
-
-// cpa_begin asks for the first BASE_CPA-1 passes into bufs (BASE_CPA
-// buffers of [CPL][NT] chunks); before the prologue's barrier.
-template <typename MAP, typename T>
-__device__ __forceinline__ void cpa_begin(const T* m, uint4* bufs)
-{
-#pragma unroll
-    for (int d = 0; d + 1 < BASE_CPA; d++) {
-        cpa_pass<MAP>(m, d, bufs + d * MAP::CPL * NT);
-    }
-}
-
-// stream_cpa runs the passes, update(pass, e, 3) each: it waits for pass
-// `pass`, reads its chunks, and asks for pass + BASE_CPA - 1 into the
-// buffer the previous pass emptied (whose values the previous update has
-// used, so no read of it is still outstanding).
-template <typename IO, typename MAP, typename U>
-__device__ __forceinline__ void stream_cpa(const typename IO::T* m, uint4* bufs, U update)
-{
-#pragma unroll 1
-    for (int pass = 0; pass < MAP::PASSES; pass++) {
-        cp_async_wait_group<BASE_CPA - 2>();
-        const uint4* b = bufs + (pass % BASE_CPA) * MAP::CPL * NT;
-        const bool in = MAP::row(pass) < ROWS;
-        float e[MAP::CPL][IO::VEC];
-#pragma unroll
-        for (int c = 0; c < MAP::CPL; c++) {
-            IO::unpack(in ? b[c * NT + threadIdx.x] : make_uint4(0, 0, 0, 0), e[c], 1.0f);
-        }
-        cpa_pass<MAP>(m, pass + BASE_CPA - 1, bufs + ((pass + BASE_CPA - 1) % BASE_CPA) * MAP::CPL * NT);
-        update(pass, e, 3);
-    }
-}
-#endif
 
 // base_row copies the token's row of ROWS floats that a baseline's passes
 // read (GDN v, Mamba-2 x) to srow (BASE_ROW), before the prologue's barrier.
@@ -1440,34 +1381,26 @@ __device__ __forceinline__ void stream_staged(const typename IO::T* stage, u64* 
 
 // base_begin starts a streaming baseline step's passes before its
 // prologue's barrier, as the module streams them: the whole-matrix stage
-// (BASE_BULK; it returns the stage) or the first cp.async passes into cpa
-// (BASE_CPA), each with the token's row to srow; nothing otherwise.
-template <typename MAP, typename T>
-__device__ __forceinline__ const T* base_begin(const T* src, u64* bar, uint4* cpa, float* srow,
-                                               const float* __restrict__ row)
+// (BASE_BULK; it returns the stage, with the token's row to srow), nothing
+// otherwise.
+template <typename T>
+__device__ __forceinline__ const T* base_begin(const T* src, u64* bar, float* srow, const float* __restrict__ row)
 {
 #if BASE_BULK
     return base_stage_begin(src, bar, srow, row);
 #else
-#if BASE_CPA
-    cpa_begin<MAP>(src, cpa);
-    base_row(srow, row);
-#endif
     return nullptr;
 #endif
 }
 
 // base_stream runs a streaming baseline step's passes, update(pass, e,
-// from) each, from where base_begin put them: the stage, the cp.async
-// buffers, or (neither) the register passes (stream_passes, with raw0).
+// from) each, from where base_begin put them: the stage, or (none) the
+// register passes (stream_passes, with raw0).
 template <typename IO, typename MAP, typename U>
-__device__ __forceinline__ void base_stream(const typename IO::T* src, const typename IO::T* stage, u64* bar,
-                                            uint4* cpa, const uint4* raw0, U update)
+__device__ __forceinline__ void base_stream(const typename IO::T* stage, u64* bar, const uint4* raw0, U update)
 {
 #if BASE_BULK
     stream_staged<IO, MAP>(stage, bar, update);
-#elif BASE_CPA
-    stream_cpa<IO, MAP>(src, cpa, update);
 #else
     stream_passes<IO, MAP>(raw0, update);
 #endif

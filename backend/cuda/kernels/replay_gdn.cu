@@ -837,7 +837,6 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     __shared__ float sBeta[TMAX];
     __shared__ float sScratch[NWARPS];
     __shared__ float sV[BASE_ROW ? DV : 1]; // BASE_ROW: the step's v
-    __shared__ __align__(16) uint4 sCpa[BASE_CPA ? BASE_CPA * SM::CPL * NT : 1]; // BASE_CPA's buffers
     __shared__ __align__(8) u64 sBar;        // BASE_BULK: the stage's copy
 
     constexpr int VEC = SM::VEC;
@@ -851,7 +850,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     ST* src = state + srcm * (DV * DK);
     const ST* stage = nullptr;
     if (!VERIFY && !SIO::SCALED) {
-        stage = base_begin<SM>(src, &sBar, sCpa, sV, v + ((u64)b * NVH + j) * DV);
+        stage = base_begin(src, &sBar, sV, v + ((u64)b * NVH + j) * DV);
     }
 
     for (int w = warp; w < 2 * cnt; w += NWARPS) {
@@ -941,7 +940,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 od[r] = ov;
             }
         };
-        base_stream<SIO, SM>(src, stage, &sBar, sCpa, raw0, update);
+        base_stream<SIO, SM>(stage, &sBar, raw0, update);
         return;
     }
     const float sc0 = state_scale(state, srcm);

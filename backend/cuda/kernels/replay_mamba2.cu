@@ -862,7 +862,6 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
     __shared__ float sDecay[TMAX];
     __shared__ float sScratch[NWARPS];
     __shared__ float sXk[BASE_ROW ? P : 1]; // BASE_ROW: the step's x
-    __shared__ __align__(16) uint4 sCpa[BASE_CPA ? BASE_CPA * SM::CPL * NT : 1]; // BASE_CPA's buffers
     __shared__ __align__(8) u64 sBar;        // BASE_BULK: the stage's copy
 
     constexpr int VEC = SM::VEC;
@@ -876,7 +875,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
     ST* src = state + srcm * (P * N);
     const ST* stage = nullptr;
     if (!VERIFY && !SIO::SCALED) {
-        stage = base_begin<SM>(src, &sBar, sCpa, sXk, x + ((u64)b * NHEADS + h) * P);
+        stage = base_begin(src, &sBar, sXk, x + ((u64)b * NHEADS + h) * P);
     }
 
     if (tid < cnt) {
@@ -940,7 +939,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                 sDot[r] = acc;
             }
         };
-        base_stream<SIO, SM>(src, stage, &sBar, sCpa, raw0, update);
+        base_stream<SIO, SM>(stage, &sBar, raw0, update);
     } else {
         const float sc0 = state_scale(state, srcm);
         float S[SM::PASSES][SM::CPL][VEC];
