@@ -56,6 +56,7 @@ type driverAPI struct {
 	memcpyHtoDAsync, memcpyDtoHAsync                                       uintptr
 	memsetD8, memsetD32, memsetD8Async, memsetD32Async                     uintptr
 	streamCreate, streamDestroy, streamSynchronize, streamWaitEvent        uintptr
+	streamCreateWithPriority, ctxGetStreamPriorityRange                    uintptr
 	eventCreate, eventDestroy, eventRecord, eventSynchronize, eventElapsed uintptr
 	streamBeginCapture, streamEndCapture                                   uintptr
 	graphInstantiate, graphLaunch, graphUpload, graphDestroy, graphExecDel uintptr
@@ -98,6 +99,8 @@ func loadDriver(lib loadedLib) (*driverAPI, error) {
 		{&d.memsetD8Async, []string{"cuMemsetD8Async"}},
 		{&d.memsetD32Async, []string{"cuMemsetD32Async"}},
 		{&d.streamCreate, []string{"cuStreamCreate"}},
+		{&d.streamCreateWithPriority, []string{"cuStreamCreateWithPriority"}},
+		{&d.ctxGetStreamPriorityRange, []string{"cuCtxGetStreamPriorityRange"}},
 		{&d.streamDestroy, []string{"cuStreamDestroy_v2", "cuStreamDestroy"}},
 		{&d.streamSynchronize, []string{"cuStreamSynchronize"}},
 		{&d.streamWaitEvent, []string{"cuStreamWaitEvent"}},

@@ -59,8 +59,8 @@ func replayModuleSource(d *Device, layer string, m2 ssm.Mamba2Shape, g ssm.GDNSh
 		file, rows, cols, heads = "replay_gdn.cu", g.ValueDim, g.KeyDim, g.ValueHeads
 		_, plan, _, defines = gdnModule(d, g, opt, tn)
 	}
-	_, bd := planBaseStage(d, opt, rows, cols, moduleThreads(opt, rows, cols, tn), baseStaged(layer, opt), tn) // as replayCommon.init
-	defines = append(defines, bd...)
+	_, _, md := planModule(d, layer, opt, rows, cols, moduleThreads(opt, rows, cols, tn), tn) // as replayCommon.init
+	defines = append(defines, md...)
 	if src, err = replaySource(file); err != nil {
 		return
 	}
@@ -115,6 +115,8 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/bf16/128 threads", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{groupNT: 128}}, // GDN: GV_PAIR
 		{"replay/fp32/loads in loops", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16/token rows last", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DTOKEN_ROWS=0"}}},
+		{"replay/fp32/overlap forced", replay.Options{Mode: replay.Replay}, tuning{overlap: "1"}},
+		{"replay/bf16+nvfp4/overlap off", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{overlap: "0"}},
 		{"replay/bf16+nvfp4/loads in loops", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{}},

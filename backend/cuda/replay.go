@@ -50,6 +50,8 @@ type tuning struct {
 	foldStages  int      // REPLAYSSM_CUDA_FOLD_STAGES: the pipelined folds' stages per block (0: planned)
 	baseThreads int      // REPLAYSSM_CUDA_BASE_THREADS: a baseline-mode module's block size (0: replayThreads)
 	baseStage   string   // REPLAYSSM_CUDA_BASE_STAGE: "1" or "0" forces the baseline step's whole-matrix stage on or off ("": planBaseStage's rule)
+	overlap     string   // REPLAYSSM_CUDA_OVERLAP: "1" or "0" forces a step's flush beside its non-flush kernel on or off ("": planOverlap's rule)
+	overlapGrid int      // REPLAYSSM_CUDA_OVERLAP_BLOCKS: the overlapped flush's grid (0: the flush kernel's resident grid)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -72,6 +74,12 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if v := getenv("REPLAYSSM_CUDA_BASE_STAGE"); v == "0" || v == "1" {
 		tn.baseStage = v
+	}
+	if v := getenv("REPLAYSSM_CUDA_OVERLAP"); v == "0" || v == "1" {
+		tn.overlap = v
+	}
+	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_OVERLAP_BLOCKS")); err == nil && n >= 1 && n <= 1<<16 {
+		tn.overlapGrid = n
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
@@ -313,6 +321,7 @@ type replayCommon struct {
 	folds                        foldPipe
 	smallBatch                   int       // batches up to this run stepSmall
 	base                         baseStage // the baseline step's stage
+	overlap                      overlap   // the flush beside the non-flush kernel
 
 	// state holds the checkpoint (replay) or the state buffers (baseline):
 	// [slot][buffer][head] matrices in the state format, then for fp8 one
@@ -486,6 +495,9 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	if batch <= c.smallBatch {
 		return c.d.Launch(c.stepSmall, grid, block, 0, s, a)
 	}
+	if c.overlap.on {
+		return c.launchOverlapped(s, a, batch, grid)
+	}
 	if c.folds.on {
 		if err := c.launchFolds(s, c.folds.flush, a, batch); err != nil {
 			return err
@@ -496,14 +508,94 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 			return err
 		}
 	}
+	return c.launchNonflush(s, a, batch, grid)
+}
+
+// launchNonflush queues a replay decode step's non-flush kernel (group,
+// pipelined or v4), whose last block moves the cursors.
+func (c *replayCommon) launchNonflush(s *Stream, a *Args, batch int, grid [3]uint32) error {
 	if c.group.fn != nil {
 		blocks := min(c.group.groups*batch, c.group.blocks)
 		return c.d.Launch(c.group.fn, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(c.group.threads), 1, 1}, uint32(c.group.smem), s, a)
 	}
 	if !c.pipe.on || !c.pipe.stepOn {
-		return c.d.Launch(c.nonflush, grid, block, 0, s, a)
+		return c.d.Launch(c.nonflush, grid, [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
 	}
 	return c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.heads), c.pipe.block(), uint32(c.pipe.smem), s, a)
+}
+
+// planModule plans what init adds to a layer's module (kind "mamba2" or
+// "gdn", rows × cols matrices, threads-thread blocks): the baseline step's
+// stage and the overlapped flush, with their defines.
+func planModule(d *Device, kind string, opt replay.Options, rows, cols, threads int, tn tuning) (baseStage, overlap, []string) {
+	b, bd := planBaseStage(d, opt, rows, cols, threads, baseStaged(kind, opt), tn)
+	o, od := planOverlap(kind, opt, tn)
+	return b, o, append(bd, od...)
+}
+
+// overlap is the plan of a module built with OVERLAP (replay_common.cu):
+// a decode step's flush items kernel runs on side, a stream of the
+// greatest priority (its blocks start first), forked from the step's
+// stream by fork and joined back by join, beside the non-flush kernel.
+type overlap struct {
+	on         bool
+	blocks     int // the flush kernel's grid (0: its resident grid, flushBlocks)
+	side       *Stream
+	fork, join *Event
+}
+
+// planOverlap returns the plan and defines of a replay module of layer
+// kind ("mamba2" or "gdn"): the flush beside the non-flush kernel for GDN,
+// or as tn forces it (REPLAYSSM_CUDA_OVERLAP, _OVERLAP_BLOCKS).
+//
+// Measured on the H200 (session 13, staggered windows, against the flush
+// before the non-flush kernel in the same run): GDN B=64 Qwen3.5-4B 79.2 ->
+// 71.2 us (fp32), 64.1 -> 48.1 (bf16), 122B 116 -> 110, 87.6 -> 84.2 (the
+// flush on one block per SM); B=256 209 -> 206, 151 -> 147, 374 -> 363,
+// 267 -> 255 (on the flush's resident grid, 264 blocks; one per SM was
+// slower). Mamba-2 slower in every case (Nano B=256 fp32 315 -> 329, B=64
+// 94.5 -> 110): its default flush is the pipelined fold (v7), which this
+// replaces by the slower items kernel, and its non-flush step slowed too.
+func planOverlap(kind string, opt replay.Options, tn tuning) (overlap, []string) {
+	on := kind == "gdn"
+	if tn.overlap != "" {
+		on = tn.overlap == "1"
+	}
+	if !on || opt.Mode != replay.Replay {
+		return overlap{}, nil
+	}
+	return overlap{on: true, blocks: tn.overlapGrid}, []string{"-DOVERLAP=1"}
+}
+
+// launchOverlapped queues a decode step above the small batch with the
+// flush beside the non-flush kernel: the side stream waits for the work
+// queued so far, takes the flush, and the step's stream waits for it after
+// its own kernel. Both kernels count their blocks on c.done, and the last
+// to finish moves the cursors (step_done). Captured in a graph, the fork
+// and join are the graph's edges.
+func (c *replayCommon) launchOverlapped(s *Stream, a *Args, batch int, grid [3]uint32) error {
+	o := &c.overlap
+	if err := o.fork.Record(s); err != nil {
+		return err
+	}
+	if err := o.side.Wait(o.fork); err != nil {
+		return err
+	}
+	blocks := o.blocks
+	if blocks == 0 {
+		blocks = c.flushBlocks
+	}
+	flushGrid := [3]uint32{uint32(min(batch*c.heads, blocks)), 1, 1}
+	if err := c.d.Launch(c.flush, flushGrid, [3]uint32{uint32(c.threads), 1, 1}, 0, o.side, a); err != nil {
+		return err
+	}
+	if err := o.join.Record(o.side); err != nil {
+		return err
+	}
+	if err := c.launchNonflush(s, a, batch, grid); err != nil {
+		return err
+	}
+	return s.Wait(o.join)
 }
 
 // grid is the one-block-per-matrix kernels' grid: a block per head and
@@ -994,9 +1086,9 @@ func replayModuleOptions(opt replay.Options, rows, cols, stateMats int, defines 
 func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, capacity, rows, cols int, file string, defines []string, tn tuning) error {
 	c.d, c.opt, c.capacity = d, opt, capacity
 	c.threads = moduleThreads(opt, rows, cols, tn)
-	var bd []string
-	c.base, bd = planBaseStage(d, opt, rows, cols, c.threads, baseStaged(c.kind, opt), tn)
-	defines = append(defines, bd...)
+	var md []string
+	c.base, c.overlap, md = planModule(d, c.kind, opt, rows, cols, c.threads, tn)
+	defines = append(defines, md...)
 	src, err := replaySource(file)
 	if err != nil {
 		return err
@@ -1018,11 +1110,28 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 			return err
 		}
 	}
-	for _, b := range []*Buffer{&c.errFlag, &c.done} {
-		if *b, err = c.alloc(4); err != nil {
+	// done: the non-flush kernel's block count, and with OVERLAP the flush
+	// kernel's, the kernels finished and the group step's item counter.
+	for _, b := range []struct {
+		buf   *Buffer
+		bytes int
+	}{{&c.errFlag, 4}, {&c.done, 16}} {
+		if *b.buf, err = c.alloc(b.bytes); err != nil {
 			return err
 		}
-		if err := d.Memset(*b, 0); err != nil {
+		if err := d.Memset(*b.buf, 0); err != nil {
+			return err
+		}
+	}
+	if c.overlap.on {
+		o := &c.overlap
+		if o.side, err = d.NewPriorityStream(); err != nil {
+			return err
+		}
+		if o.fork, err = d.NewSyncEvent(); err != nil {
+			return err
+		}
+		if o.join, err = d.NewSyncEvent(); err != nil {
 			return err
 		}
 	}
@@ -1074,6 +1183,13 @@ func (c *replayCommon) close() error {
 		}
 	}
 	c.bufs = nil
+	for _, e := range []*Event{c.overlap.fork, c.overlap.join} {
+		if e != nil {
+			errs = append(errs, e.Close())
+		}
+	}
+	errs = append(errs, c.overlap.side.Close())
+	c.overlap = overlap{}
 	if err := c.mod.Close(); err != nil {
 		errs = append(errs, err)
 	}

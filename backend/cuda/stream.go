@@ -26,6 +26,27 @@ func (d *Device) NewStream() (*Stream, error) {
 	return &Stream{d: d, h: h}, nil
 }
 
+// NewPriorityStream creates a non-blocking stream of the device's greatest
+// priority: where its kernels and another stream's wait for room on the
+// SMs, the block scheduler starts its blocks first.
+func (d *Device) NewPriorityStream() (*Stream, error) {
+	const nonBlocking = 1
+	var h uintptr
+	err := d.cold(func() error {
+		var least, greatest int32
+		if err := d.drv.check(call(d.drv.ctxGetStreamPriorityRange, uintptr(unsafe.Pointer(&least)),
+			uintptr(unsafe.Pointer(&greatest))), "cuCtxGetStreamPriorityRange"); err != nil {
+			return err
+		}
+		return d.drv.check(call(d.drv.streamCreateWithPriority, uintptr(unsafe.Pointer(&h)), nonBlocking,
+			uintptr(greatest)), "cuStreamCreateWithPriority")
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Stream{d: d, h: h}, nil
+}
+
 // handle is the CUstream, 0 (the legacy default stream) for a nil Stream.
 func (s *Stream) handle() uintptr {
 	if s == nil {
@@ -158,9 +179,20 @@ type Event struct {
 // NewEvent creates an event that records timestamps.
 func (d *Device) NewEvent() (*Event, error) {
 	const defaultFlags = 0 // CU_EVENT_DEFAULT: timing enabled, spin on sync
+	return d.newEvent(defaultFlags)
+}
+
+// NewSyncEvent creates an event without timestamps, for ordering streams
+// (cheaper to record).
+func (d *Device) NewSyncEvent() (*Event, error) {
+	const disableTiming = 2 // CU_EVENT_DISABLE_TIMING
+	return d.newEvent(disableTiming)
+}
+
+func (d *Device) newEvent(flags uintptr) (*Event, error) {
 	var h uintptr
 	err := d.cold(func() error {
-		return d.drv.check(call(d.drv.eventCreate, uintptr(unsafe.Pointer(&h)), defaultFlags), "cuEventCreate")
+		return d.drv.check(call(d.drv.eventCreate, uintptr(unsafe.Pointer(&h)), flags), "cuEventCreate")
 	})
 	if err != nil {
 		return nil, err

@@ -1978,8 +1978,23 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 // so a whole decode step can be captured in a CUDA graph with no host round
 // trip.
 
+// OVERLAP=1 (REPLAYSSM_CUDA_OVERLAP; off by default, an experiment of
+// session 13) runs a decode step's flush (the *_replay_flush items kernel)
+// on a second stream beside its non-flush kernel instead of before it: the
+// two take disjoint slots, a flush item is a latency-bound chain (GDN: ~20
+// us an item, B=256 staggered windows spend 44 us of a 208 us step in it)
+// and the non-flush stream is bandwidth-bound, so each hides the other.
+// Both kernels then count their blocks (done[0] the non-flush kernel,
+// done[1] the flush), the last block of each counts its kernel on done[2],
+// and the block that makes it 2 moves the cursors. The group steps take
+// their items from a counter (done[3]: next_item) rather than by their
+// block's index, so blocks that start late, behind the flush's, take fewer.
+#ifndef OVERLAP
+#define OVERLAP 0
+#endif
+
 // move_cursors advances the cursors of a replay decode step's slots
-// (cursor_step's rule) and resets the block counter; one block calls it.
+// (cursor_step's rule) and resets the block counters; one block calls it.
 __device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done, const int* slots, int batch, int L,
                                              int first = threadIdx.x, int stride = blockDim.x)
 {
@@ -1991,6 +2006,11 @@ __device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done,
     }
     if (threadIdx.x == 0) {
         *done = 0;
+        if (OVERLAP) {
+            done[1] = 0;
+            done[2] = 0;
+            done[3] = 0;
+        }
     }
 }
 
@@ -1998,14 +2018,21 @@ __device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done,
 // rule) once every block of the step's last kernel has read them, so a step
 // needs no cursor kernel: each block, when done, counts itself on *done; the
 // last one resets the count and moves the cursors. Every thread of every
-// block calls it, once, at the end.
-__device__ __forceinline__ void step_done(int* hist, int* pending, int* done, const int* slots, int batch, int L)
+// block calls it, once, at the end. With OVERLAP the flush kernel calls it
+// too (side 1), and the cursors move when both kernels have finished.
+__device__ __forceinline__ void step_done(int* hist, int* pending, int* done, const int* slots, int batch, int L,
+                                          int side = 0)
 {
     __shared__ int last;
     __syncthreads(); // the block's reads of hist are behind it
     if (threadIdx.x == 0) {
         __threadfence();
-        last = atomicAdd(done, 1) == (int)(gridDim.x * gridDim.y) - 1;
+        bool l = atomicAdd(done + side, 1) == (int)(gridDim.x * gridDim.y) - 1;
+        if (OVERLAP && l) {
+            __threadfence();
+            l = atomicAdd(done + 2, 1) == 1; // the second kernel to finish
+        }
+        last = l;
     }
     __syncthreads();
     if (!last) {
@@ -2014,6 +2041,27 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
     __threadfence();
     move_cursors(hist, pending, done, slots, batch, L);
 }
+
+#if OVERLAP
+// The group steps' item queue (OVERLAP): a block takes its first item by
+// its index, the later ones from the counter *ctr (item gridDim.x + the
+// count). Thread 0 asks (queue_ask) while the block works on an item and
+// puts the answer in q[k & 1] (queue_put) just before the item's last
+// barrier, after which the block reads it; the atomic's round trip stalls
+// nobody. q alternates so a slow thread's read of one answer never meets
+// the write of the next (an item may have no other barrier).
+__device__ __forceinline__ int queue_ask(int* ctr)
+{
+    return threadIdx.x == 0 ? (int)gridDim.x + atomicAdd(ctr, 1) : 0;
+}
+
+__device__ __forceinline__ void queue_put(int* q, int k, int asked)
+{
+    if (threadIdx.x == 0) {
+        q[k & 1] = asked;
+    }
+}
+#endif
 
 // work_items calls work(head, b) for every item i = blockIdx.x +
 // k*gridDim.x (head i % heads of batch row i / heads) for which need(b),

@@ -626,6 +626,9 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_flush(GD
         gdn_flush_item(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o,
                        negA, dtb, qscale, L, pending, done, batch, j, b);
     });
+#if OVERLAP
+    step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_PARAMS)
@@ -1437,11 +1440,23 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
 
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP_PARAMS)
 {
+#if OVERLAP
+    __shared__ int sQ[2];
+    for (int i = blockIdx.x, it = 0; i < batch * NKH; it++) {
+        const int asked = queue_ask(done + 3);
+        gdn_group_item(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb,
+                       o, negA, dtb, qscale, L, pending, done, batch, i % NKH, i / NKH);
+        queue_put(sQ, it, asked);
+        __syncthreads(); // the item's tables are read before the next one's
+        i = sQ[it & 1];
+    }
+#else
     for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
         gdn_group_item(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb,
                        o, negA, dtb, qscale, L, pending, done, batch, i % NKH, i / NKH);
         __syncthreads(); // the item's tables are read before the next one's
     }
+#endif
     step_done(hist, pending, done, slots, batch, L);
 }
 

@@ -584,6 +584,9 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_flush
         mamba2_flush_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, x, B, C, dt, y, A, dtb, D,
                           dtMin, L, pending, done, batch, h, b);
     });
+#if OVERLAP
+    step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
+#endif
 }
 
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_step_small(MAMBA2_STEP_PARAMS)
@@ -1413,8 +1416,25 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         n = hist[s];
         gs = group_scale<HPG>(state, rglobal, (u64)s * NHEADS + g * HPG, tid);
     }
+#if OVERLAP
+    // The item queue, one ahead: the next item is known at an item's start
+    // (its cursor and first passes go out during this one's y).
+    __shared__ int sQ[2];
+    int nextQ, it = 0;
+    {
+        const int asked = queue_ask(done + 3);
+        queue_put(sQ, 1, asked);
+        __syncthreads();
+        nextQ = sQ[1];
+    }
+#endif
     while (i < items) {
+#if OVERLAP
+        const int h0 = g * HPG, next = nextQ;
+        const int asked = queue_ask(done + 3);
+#else
         const int h0 = g * HPG, next = i + gridDim.x;
+#endif
         const int gN = next % NGROUPS, bN = next / NGROUPS;
         const int sN = next < items ? slots[bN] : 0; // needed after the stream
         const bool nonflush = n + 1 < L;             // else mamba2_replay_flush took the slot
@@ -1527,7 +1547,14 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         if (next < items) {
             group_x(x, bN, gN, xc);
         }
+#if OVERLAP
+        queue_put(sQ, it, asked);
+#endif
         __syncthreads(); // this item's tables are read before the next item's gathers
+#if OVERLAP
+        nextQ = sQ[it & 1];
+        it++;
+#endif
         i = next;
         g = gN;
         b = bN;
