@@ -1978,17 +1978,18 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 // so a whole decode step can be captured in a CUDA graph with no host round
 // trip.
 
-// OVERLAP=1 (REPLAYSSM_CUDA_OVERLAP; off by default, an experiment of
-// session 13) runs a decode step's flush (the *_replay_flush items kernel)
-// on a second stream beside its non-flush kernel instead of before it: the
-// two take disjoint slots, a flush item is a latency-bound chain (GDN: ~20
-// us an item, B=256 staggered windows spend 44 us of a 208 us step in it)
-// and the non-flush stream is bandwidth-bound, so each hides the other.
-// Both kernels then count their blocks (done[0] the non-flush kernel,
-// done[1] the flush), the last block of each counts its kernel on done[2],
-// and the block that makes it 2 moves the cursors. The group steps take
-// their items from a counter (done[3]: next_item) rather than by their
-// block's index, so blocks that start late, behind the flush's, take fewer.
+// OVERLAP=1 (session 13; the host plans it, replay.go planOverlap: on for
+// Gated DeltaNet, REPLAYSSM_CUDA_OVERLAP forces it) runs a decode step's
+// flush (the *_replay_flush items kernel) on a second stream beside its
+// non-flush kernel instead of before it: the two take disjoint slots, a
+// flush item is a latency-bound chain (GDN: B=256 staggered windows spent
+// 44 us of a 208 us step in it) and the non-flush stream is
+// bandwidth-bound, so each hides the other. Both kernels then count their
+// blocks (done[0] the non-flush kernel, done[1] the flush), the last block
+// of each counts its kernel on done[2], and the block that makes it 2
+// moves the cursors. The group steps take their items from a counter
+// (done[3]: queue_ask) rather than by their block's index, so blocks that
+// start late, behind the flush's, take fewer.
 #ifndef OVERLAP
 #define OVERLAP 0
 #endif
