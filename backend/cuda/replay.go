@@ -51,7 +51,7 @@ type tuning struct {
 	baseThreads int      // REPLAYSSM_CUDA_BASE_THREADS: a baseline-mode module's block size (0: replayThreads)
 	baseStage   string   // REPLAYSSM_CUDA_BASE_STAGE: "1" or "0" forces the baseline step's whole-matrix stage on or off ("": planBaseStage's rule)
 	overlap     string   // REPLAYSSM_CUDA_OVERLAP: "1" or "0" forces a step's flush beside its non-flush kernel on or off ("": planOverlap's rule)
-	overlapGrid int      // REPLAYSSM_CUDA_OVERLAP_BLOCKS: the overlapped flush's grid (0: the flush kernel's resident grid)
+	overlapGrid int      // REPLAYSSM_CUDA_OVERLAP_BLOCKS: a bound on the overlapped flush's grid (0: its resident grid)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -499,7 +499,7 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 		return c.launchOverlapped(s, a, batch, grid)
 	}
 	if c.folds.on {
-		if err := c.launchFolds(s, c.folds.flush, a, batch); err != nil {
+		if err := c.launchFolds(s, c.folds.flush, a, batch, 0); err != nil {
 			return err
 		}
 	} else {
@@ -534,12 +534,13 @@ func planModule(d *Device, kind string, opt replay.Options, rows, cols, threads 
 }
 
 // overlap is the plan of a module built with OVERLAP (replay_common.cu):
-// a decode step's flush items kernel runs on side, a stream of the
+// a decode step's flush kernel (the pipelined fold where the layer folds
+// with it, else the items kernel) runs on side, a stream of the
 // greatest priority (its blocks start first), forked from the step's
 // stream by fork and joined back by join, beside the non-flush kernel.
 type overlap struct {
 	on         bool
-	blocks     int // the flush kernel's grid (0: its resident grid, flushBlocks)
+	blocks     int // a bound on the flush kernel's grid (0: its resident grid)
 	side       *Stream
 	fork, join *Event
 }
@@ -554,8 +555,9 @@ type overlap struct {
 // flush on one block per SM); B=256 209 -> 206, 151 -> 147, 374 -> 363,
 // 267 -> 255 (on the flush's resident grid, 264 blocks; one per SM was
 // slower). Mamba-2 slower in every case (Nano B=256 fp32 315 -> 329, B=64
-// 94.5 -> 110): its default flush is the pipelined fold (v7), which this
-// replaces by the slower items kernel, and its non-flush step slowed too.
+// 94.5 -> 110) when the overlap replaced its default flush, the pipelined
+// fold (v7), by the slower items kernel; its non-flush step slowed too. The
+// overlap now keeps the pipelined fold (not yet measured).
 func planOverlap(kind string, opt replay.Options, tn tuning) (overlap, []string) {
 	on := kind == "gdn"
 	if tn.overlap != "" {
@@ -572,7 +574,10 @@ func planOverlap(kind string, opt replay.Options, tn tuning) (overlap, []string)
 // queued so far, takes the flush, and the step's stream waits for it after
 // its own kernel. Both kernels count their blocks on c.done, and the last
 // to finish moves the cursors (step_done). Captured in a graph, the fork
-// and join are the graph's edges.
+// and join are the graph's edges. The flush is the pipelined fold where
+// the layer folds with it (Mamba-2's default; measured beside the group
+// step only as a first experiment, NOTES.md session 13), else the items
+// kernel.
 func (c *replayCommon) launchOverlapped(s *Stream, a *Args, batch int, grid [3]uint32) error {
 	o := &c.overlap
 	if err := o.fork.Record(s); err != nil {
@@ -581,13 +586,19 @@ func (c *replayCommon) launchOverlapped(s *Stream, a *Args, batch int, grid [3]u
 	if err := o.side.Wait(o.fork); err != nil {
 		return err
 	}
-	blocks := o.blocks
-	if blocks == 0 {
-		blocks = c.flushBlocks
-	}
-	flushGrid := [3]uint32{uint32(min(batch*c.heads, blocks)), 1, 1}
-	if err := c.d.Launch(c.flush, flushGrid, [3]uint32{uint32(c.threads), 1, 1}, 0, o.side, a); err != nil {
-		return err
+	if c.folds.on {
+		if err := c.launchFolds(o.side, c.folds.flush, a, batch, o.blocks); err != nil {
+			return err
+		}
+	} else {
+		blocks := c.flushBlocks
+		if o.blocks > 0 {
+			blocks = min(blocks, o.blocks)
+		}
+		flushGrid := [3]uint32{uint32(min(batch*c.heads, blocks)), 1, 1}
+		if err := c.d.Launch(c.flush, flushGrid, [3]uint32{uint32(c.threads), 1, 1}, 0, o.side, a); err != nil {
+			return err
+		}
 	}
 	if err := o.join.Record(o.side); err != nil {
 		return err
@@ -642,7 +653,7 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 		a.I32(int32(batch))
 		switch {
 		case c.folds.on:
-			if err := c.launchFolds(s, c.folds.fold, a, batch); err != nil {
+			if err := c.launchFolds(s, c.folds.fold, a, batch, 0); err != nil {
 				return err
 			}
 		case g.foldBlocks > 0:

@@ -1820,6 +1820,9 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_flush_pipe(GDN_
 {
     gdn_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, hist, slots, nullptr, 1, q,
                              k, v, a, bb, o, negA, dtb, qscale, L, batch);
+#if OVERLAP
+    step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
+#endif
 }
 
 // gdn_fold_pipe: a verify's early folds (in place of gdn_replay_fold_items,

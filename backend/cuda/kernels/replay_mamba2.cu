@@ -1925,6 +1925,9 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(M
 {
     mamba2_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1,
                                 x, B, C, dt, y, A, dtb, D, dtMin, L, batch);
+#if OVERLAP
+    step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
+#endif
 }
 
 // mamba2_fold_pipe: a verify's early folds (in place of
