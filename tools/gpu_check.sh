@@ -24,7 +24,10 @@
 #                                   # -DSTORE_V4=0 / -DBASE_VPAD=0 its 16-byte
 #                                   # stores / padded vectors; at batch 1,
 #                                   # -DTOKEN_ROWS=0 the small step's last
-#                                   # token loads after its last barrier)
+#                                   # token loads after its last barrier;
+#                                   # _OVERLAP=0|1 and _OVERLAP_BLOCKS the
+#                                   # flush beside the non-flush kernel at
+#                                   # batch 64 and 256)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
 #
@@ -125,6 +128,10 @@ experiments)
 	experiment base_stage all baseline,verify-baseline REPLAYSSM_CUDA_BASE_STAGE=0 \
 		REPLAYSSM_CUDA_DEFINES=-DSTORE_V4=0 REPLAYSSM_CUDA_DEFINES=-DBASE_VPAD=0
 	BATCH=1 experiment token_rows all replay REPLAYSSM_CUDA_DEFINES=-DTOKEN_ROWS=0
+	for b in 64 256; do
+		BATCH=$b experiment "overlap$b" all replay,replay-nvfp4 REPLAYSSM_CUDA_OVERLAP=0 REPLAYSSM_CUDA_OVERLAP=1 \
+			"REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_OVERLAP_BLOCKS=33"
+	done
 	experiment gv_parts all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=5 \
 		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=6 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=7
 	;;
