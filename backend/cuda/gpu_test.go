@@ -237,6 +237,37 @@ func TestMemoryRoundTrip(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a priority stream forks and joins", func(t *testing.T) {
+		// As launchOverlapped forks a step's flush: work on a
+		// greatest-priority side stream waits for s by one untimed event,
+		// and s waits for it by another.
+		side, err := d.NewPriorityStream()
+		must(t, err)
+		defer side.Close()
+		fork, err := d.NewSyncEvent()
+		must(t, err)
+		defer fork.Close()
+		join, err := d.NewSyncEvent()
+		must(t, err)
+		defer join.Close()
+		const n = 1 << 22
+		a, b := alloc(t, d, n), alloc(t, d, n)
+		must(t, d.Memset(b, 0))
+		must(t, s.CopyToDevice(a, bytes.Repeat([]byte{0x3c}, n)))
+		must(t, fork.Record(s))
+		must(t, side.Wait(fork))
+		must(t, side.Memset32(a, 0x55667788))
+		must(t, join.Record(side))
+		must(t, s.Wait(join))
+		must(t, s.CopyDevice(b, a))
+		got := make([]byte, n)
+		must(t, s.CopyFromDevice(got, b))
+		for i := 0; i < n; i += 4 {
+			if got[i] != 0x88 || got[i+3] != 0x55 {
+				t.Fatalf("byte %d = %#x: the join did not order the copy after the side stream's memset", i, got[i])
+			}
+		}
+	})
 }
 
 func TestMemoryErrors(t *testing.T) {
