@@ -531,93 +531,109 @@ func TestReplayCacheSpeculative(t *testing.T) {
 	}
 }
 
-// TestReplayCacheGraph captures a decode step (layer kernel + cursor kernel)
-// and a verify + commit in CUDA graphs and replays them on one cache while
+// TestReplayCacheGraph captures a decode step (the one-kernel step, and
+// the split kernels: GDN's on two streams) and a verify + commit in CUDA
+// graphs and replays them on one cache while
 // another cache runs the same inputs with direct launches: outputs must be
 // bit-identical at every step, across flushes and early folds, which shows
 // that no per-slot decision needs the host.
 func TestReplayCacheGraph(t *testing.T) {
 	d := gpu(t)
 	for _, l := range smallLayers() {
-		t.Run(l.name, func(t *testing.T) {
-			t.Parallel()
-			opt := replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 2, ReadCopy: numeric.NVFP4}
-			const nslots, T = 3, 2
-			direct, err := l.build(d, opt, nslots)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { must(t, direct.close()) }()
-			graphed, err := l.build(d, opt, nslots)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { must(t, graphed.close()) }()
-			s := stream(t, d)
-			sd := newStaging(t, d, l, nslots*T, nslots)
-			sg := newStaging(t, d, l, nslots*T, nslots)
-			var slots []replay.Slot
-			for range nslots {
-				a, err := direct.admit(s)
-				must(t, err)
-				b, err := graphed.admit(s)
-				must(t, err)
-				if a != b {
-					t.Fatalf("slots differ: %d, %d", a, b)
-				}
-				slots = append(slots, a)
-			}
-			must(t, s.Synchronize())
-			must(t, s.CopyToDevice(sg.slots, i32Bytes(slotInts(slots))))
-			capture := func(enqueue func() error) *GraphExec {
-				must(t, s.BeginCapture())
-				err := enqueue()
-				g, cerr := s.EndCapture()
-				must(t, err)
-				must(t, cerr)
-				x, err := g.Instantiate()
-				must(t, err)
-				must(t, g.Close())
-				t.Cleanup(func() { x.Close() })
-				return x
-			}
-			stepGraph := capture(func() error { return graphed.step(s, nslots, sg.slots, sg.in, sg.y) })
-			verifyGraph := capture(func() error {
-				if err := graphed.verify(s, nslots, T, sg.slots, Buffer{}, sg.in, sg.y); err != nil {
-					return err
-				}
-				return graphed.commit(s, nslots, sg.slots, sg.acc)
+		// "small": the one-kernel step; "split": the flush and non-flush
+		// kernels (for GDN on two streams, OVERLAP: the fork and join are
+		// the graph's edges).
+		for _, mode := range []string{"small", "split"} {
+			t.Run(l.name+"/"+mode, func(t *testing.T) {
+				t.Parallel()
+				graphRounds(t, d, l, mode == "split")
 			})
-			rng := rand.New(rand.NewPCG(3, 3))
-			for round := 0; round < 40; round++ {
-				verify := round%3 == 2
-				rows := nslots
-				if verify {
-					rows = nslots * T
-				}
-				in := l.draw(rng, rows)
-				sd.upload(t, d, s, slots, in)
-				sg.upload(t, d, s, slots, in)
-				if verify {
-					acc := []int{rng.IntN(T + 1), rng.IntN(T + 1), rng.IntN(T + 1)}
-					must(t, s.CopyToDevice(sd.acc, i32Bytes(acc)))
-					must(t, s.CopyToDevice(sg.acc, i32Bytes(acc)))
-					must(t, direct.verify(s, nslots, T, sd.slots, Buffer{}, sd.in, sd.y))
-					must(t, direct.commit(s, nslots, sd.slots, sd.acc))
-					must(t, verifyGraph.Launch(s))
-				} else {
-					must(t, direct.step(s, nslots, sd.slots, sd.in, sd.y))
-					must(t, stepGraph.Launch(s))
-				}
-				a := sd.download(t, s, rows*l.width)
-				b := sg.download(t, s, rows*l.width)
-				for i := range a {
-					if math.Float32bits(a[i]) != math.Float32bits(b[i]) || math.IsNaN(float64(a[i])) {
-						t.Fatalf("round %d (verify %v): output %d direct %v graph %v", round, verify, i, a[i], b[i])
-					}
-				}
+		}
+	}
+}
+
+// graphRounds is TestReplayCacheGraph for one layer: every step through the
+// split kernels where split.
+func graphRounds(t *testing.T, d *Device, l gpuLayer, split bool) {
+	opt := replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 2, ReadCopy: numeric.NVFP4}
+	const nslots, T = 3, 2
+	direct, err := l.build(d, opt, nslots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, direct.close()) }()
+	graphed, err := l.build(d, opt, nslots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, graphed.close()) }()
+	if split {
+		direct.setSmallBatch(0)
+		graphed.setSmallBatch(0)
+	}
+	s := stream(t, d)
+	sd := newStaging(t, d, l, nslots*T, nslots)
+	sg := newStaging(t, d, l, nslots*T, nslots)
+	var slots []replay.Slot
+	for range nslots {
+		a, err := direct.admit(s)
+		must(t, err)
+		b, err := graphed.admit(s)
+		must(t, err)
+		if a != b {
+			t.Fatalf("slots differ: %d, %d", a, b)
+		}
+		slots = append(slots, a)
+	}
+	must(t, s.Synchronize())
+	must(t, s.CopyToDevice(sg.slots, i32Bytes(slotInts(slots))))
+	capture := func(enqueue func() error) *GraphExec {
+		must(t, s.BeginCapture())
+		err := enqueue()
+		g, cerr := s.EndCapture()
+		must(t, err)
+		must(t, cerr)
+		x, err := g.Instantiate()
+		must(t, err)
+		must(t, g.Close())
+		t.Cleanup(func() { x.Close() })
+		return x
+	}
+	stepGraph := capture(func() error { return graphed.step(s, nslots, sg.slots, sg.in, sg.y) })
+	verifyGraph := capture(func() error {
+		if err := graphed.verify(s, nslots, T, sg.slots, Buffer{}, sg.in, sg.y); err != nil {
+			return err
+		}
+		return graphed.commit(s, nslots, sg.slots, sg.acc)
+	})
+	rng := rand.New(rand.NewPCG(3, 3))
+	for round := 0; round < 40; round++ {
+		verify := round%3 == 2
+		rows := nslots
+		if verify {
+			rows = nslots * T
+		}
+		in := l.draw(rng, rows)
+		sd.upload(t, d, s, slots, in)
+		sg.upload(t, d, s, slots, in)
+		if verify {
+			acc := []int{rng.IntN(T + 1), rng.IntN(T + 1), rng.IntN(T + 1)}
+			must(t, s.CopyToDevice(sd.acc, i32Bytes(acc)))
+			must(t, s.CopyToDevice(sg.acc, i32Bytes(acc)))
+			must(t, direct.verify(s, nslots, T, sd.slots, Buffer{}, sd.in, sd.y))
+			must(t, direct.commit(s, nslots, sd.slots, sd.acc))
+			must(t, verifyGraph.Launch(s))
+		} else {
+			must(t, direct.step(s, nslots, sd.slots, sd.in, sd.y))
+			must(t, stepGraph.Launch(s))
+		}
+		a := sd.download(t, s, rows*l.width)
+		b := sg.download(t, s, rows*l.width)
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) || math.IsNaN(float64(a[i])) {
+				t.Fatalf("round %d (verify %v): output %d direct %v graph %v", round, verify, i, a[i], b[i])
 			}
-		})
+		}
 	}
 }
 
@@ -697,6 +713,21 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 	d := gpu(t)
 	tn := envTuning(os.Getenv)
 	comparePairs(t, d, pairVariant{"small", tn, pairSlots, ""}, pairVariant{"split", tn, 0, ""})
+}
+
+// TestReplayOverlapMatchesSerial checks a decode step whose flush runs on
+// a second stream beside the non-flush kernel (OVERLAP: both layers forced
+// on, the group steps taking their items from a counter) against the flush
+// before the non-flush kernel on one stream, bit for bit: the kernels'
+// arithmetic is the same and the two take disjoint slots, so any
+// difference is a race (a cursor moved before a kernel read it, an item
+// taken twice or never, the join missing). Every batch takes the split
+// kernels.
+func TestReplayOverlapMatchesSerial(t *testing.T) {
+	d := gpu(t)
+	on, off := envTuning(os.Getenv), envTuning(os.Getenv)
+	on.overlap, off.overlap = "1", "0"
+	comparePairs(t, d, pairVariant{"overlap", on, 0, ""}, pairVariant{"serial", off, 0, ""})
 }
 
 // TestReplayFoldPipeMatchesItems checks the pipelined folds (v7: the
