@@ -27,7 +27,9 @@
 #                                   # token loads after its last barrier;
 #                                   # _OVERLAP=0|1 and _OVERLAP_BLOCKS the
 #                                   # flush beside the non-flush kernel at
-#                                   # batch 64 and 256)
+#                                   # batch 64 and 256, _VERIFY_OVERLAP=1 a
+#                                   # verify's early folds beside the group
+#                                   # verify of the other slots)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
 #
@@ -131,6 +133,7 @@ experiments)
 	for b in 64 256; do
 		BATCH=$b experiment "overlap$b" all replay,replay-nvfp4 REPLAYSSM_CUDA_OVERLAP=0 REPLAYSSM_CUDA_OVERLAP=1 \
 			"REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_OVERLAP_BLOCKS=33"
+		BATCH=$b experiment "verify_overlap$b" all verify REPLAYSSM_CUDA_VERIFY_OVERLAP=1
 	done
 	experiment gv_parts all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=5 \
 		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=6 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=7

@@ -117,6 +117,7 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/bf16/token rows last", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DTOKEN_ROWS=0"}}},
 		{"replay/fp32/overlap forced", replay.Options{Mode: replay.Replay}, tuning{overlap: "1"}},
 		{"replay/bf16+nvfp4/overlap off", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{overlap: "0"}},
+		{"replay/bf16/verify overlap", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{overlapVer: true}},
 		{"replay/bf16+nvfp4/loads in loops", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{}},

@@ -137,11 +137,13 @@ func TestEnvTuning(t *testing.T) {
 			tuning{overlap: "1", overlapGrid: 132, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"overlap off", map[string]string{"REPLAYSSM_CUDA_OVERLAP": "0"},
 			tuning{overlap: "0", foldItems: true, smallBatch: defaultSmallBatch}},
+		{"verify overlap", map[string]string{"REPLAYSSM_CUDA_VERIFY_OVERLAP": "1"},
+			tuning{overlapVer: true, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
-			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2",
+			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -548,27 +550,33 @@ func TestBaseStagePlan(t *testing.T) {
 func TestOverlapPlan(t *testing.T) {
 	rep := replay.Options{Mode: replay.Replay, Window: 16}
 	for _, tc := range []struct {
-		name string
-		kind string
-		opt  replay.Options
-		tn   tuning
-		on   bool
-		grid int
+		name   string
+		kind   string
+		opt    replay.Options
+		tn     tuning
+		on     bool
+		verify bool
+		grid   int
 	}{
-		{"gdn by default", "gdn", rep, tuning{}, true, 0},
-		{"mamba2 not by default", "mamba2", rep, tuning{}, false, 0},
-		{"mamba2 forced", "mamba2", rep, tuning{overlap: "1", overlapGrid: 132}, true, 132},
-		{"gdn off", "gdn", rep, tuning{overlap: "0"}, false, 0},
-		{"baseline", "gdn", replay.Options{Mode: replay.Baseline}, tuning{overlap: "1"}, false, 0},
+		{"gdn by default", "gdn", rep, tuning{}, true, false, 0},
+		{"mamba2 not by default", "mamba2", rep, tuning{}, false, false, 0},
+		{"mamba2 forced", "mamba2", rep, tuning{overlap: "1", overlapGrid: 132}, true, false, 132},
+		{"gdn off", "gdn", rep, tuning{overlap: "0"}, false, false, 0},
+		{"verify alone", "mamba2", rep, tuning{overlapVer: true}, false, true, 0},
+		{"both", "gdn", rep, tuning{overlapVer: true}, true, true, 0},
+		{"baseline", "gdn", replay.Options{Mode: replay.Baseline}, tuning{overlap: "1", overlapVer: true}, false, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, defines := planOverlap(tc.kind, tc.opt, tc.tn)
-			want := []string(nil)
+			var want []string
 			if tc.on {
-				want = []string{"-DOVERLAP=1"}
+				want = append(want, "-DOVERLAP=1")
 			}
-			if o.on != tc.on || o.blocks != tc.grid || !slices.Equal(defines, want) {
-				t.Fatalf("plan %+v, defines %v; want on %v, grid %d, defines %v", o, defines, tc.on, tc.grid, want)
+			if tc.verify {
+				want = append(want, "-DVPART=1")
+			}
+			if o.on != tc.on || o.verify != tc.verify || o.blocks != tc.grid || !slices.Equal(defines, want) {
+				t.Fatalf("plan %+v, defines %v; want on %v, verify %v, grid %d, defines %v", o, defines, tc.on, tc.verify, tc.grid, want)
 			}
 		})
 	}

@@ -52,6 +52,7 @@ type tuning struct {
 	baseStage   string   // REPLAYSSM_CUDA_BASE_STAGE: "1" or "0" forces the baseline step's whole-matrix stage on or off ("": planBaseStage's rule)
 	overlap     string   // REPLAYSSM_CUDA_OVERLAP: "1" or "0" forces a step's flush beside its non-flush kernel on or off ("": planOverlap's rule)
 	overlapGrid int      // REPLAYSSM_CUDA_OVERLAP_BLOCKS: a bound on the overlapped flush's grid (0: its resident grid)
+	overlapVer  bool     // REPLAYSSM_CUDA_VERIFY_OVERLAP=1: a verify's early folds beside the group verify of the slots that do not fold
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -81,6 +82,7 @@ func envTuning(getenv func(string) string) tuning {
 	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_OVERLAP_BLOCKS")); err == nil && n >= 1 && n <= 1<<16 {
 		tn.overlapGrid = n
 	}
+	tn.overlapVer = getenv("REPLAYSSM_CUDA_VERIFY_OVERLAP") == "1"
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
 	}
@@ -321,7 +323,8 @@ type replayCommon struct {
 	folds                        foldPipe
 	smallBatch                   int       // batches up to this run stepSmall
 	base                         baseStage // the baseline step's stage
-	overlap                      overlap   // the flush beside the non-flush kernel
+	overlap                      overlap   // the flush beside the non-flush kernel, the early folds beside the verify
+	sideArgs                     Args      // the side stream's verify launch (overlap.verify)
 
 	// state holds the checkpoint (replay) or the state buffers (baseline):
 	// [slot][buffer][head] matrices in the state format, then for fp8 one
@@ -538,8 +541,13 @@ func planModule(d *Device, kind string, opt replay.Options, rows, cols, threads 
 // with it, else the items kernel) runs on side, a stream of the
 // greatest priority (its blocks start first), forked from the step's
 // stream by fork and joined back by join, beside the non-flush kernel.
+//
+// With verify, a verify is split the same way (VPART): the early folds and
+// then the group verify of the slots that fold go on side, the group
+// verify of the other slots on the verify's stream beside them.
 type overlap struct {
 	on         bool
+	verify     bool
 	blocks     int // a bound on the flush kernel's grid (0: its resident grid)
 	side       *Stream
 	fork, join *Event
@@ -558,15 +566,29 @@ type overlap struct {
 // 94.5 -> 110) when the overlap replaced its default flush, the pipelined
 // fold (v7), by the slower items kernel; its non-flush step slowed too. The
 // overlap now keeps the pipelined fold (not yet measured).
+//
+// The verify's split (tn.overlapVer, REPLAYSSM_CUDA_VERIFY_OVERLAP=1) is
+// off by default: written in session 13 after the device time, not yet
+// measured.
 func planOverlap(kind string, opt replay.Options, tn tuning) (overlap, []string) {
-	on := kind == "gdn"
-	if tn.overlap != "" {
-		on = tn.overlap == "1"
-	}
-	if !on || opt.Mode != replay.Replay {
+	if opt.Mode != replay.Replay {
 		return overlap{}, nil
 	}
-	return overlap{on: true, blocks: tn.overlapGrid}, []string{"-DOVERLAP=1"}
+	o := overlap{on: kind == "gdn", verify: tn.overlapVer, blocks: tn.overlapGrid}
+	if tn.overlap != "" {
+		o.on = tn.overlap == "1"
+	}
+	var defines []string
+	if o.on {
+		defines = append(defines, "-DOVERLAP=1")
+	}
+	if o.verify {
+		defines = append(defines, "-DVPART=1")
+	}
+	if !o.on && !o.verify {
+		return overlap{}, nil
+	}
+	return o, defines
 }
 
 // launchOverlapped queues a decode step above the small batch with the
@@ -642,28 +664,61 @@ func (c *replayCommon) groupVerify(batch int) bool {
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
 	if g := &c.group; c.groupVerify(batch) {
-		// The group verify takes the arguments and the batch; so do the
-		// pipelined and the resident-grid folds, the one-block-per-item fold
-		// the arguments.
+		// The early folds go on fs: the verify's stream, or with
+		// overlap.verify the side stream, forked from it.
+		fs, o := s, &c.overlap
+		if o.verify {
+			if err := o.fork.Record(s); err != nil {
+				return err
+			}
+			if err := o.side.Wait(o.fork); err != nil {
+				return err
+			}
+			fs = o.side
+		}
+		// The group verify takes the arguments and the batch (and with
+		// overlap.verify its part); so do the pipelined and the
+		// resident-grid folds, the one-block-per-item fold the arguments.
 		if !c.folds.on && g.foldBlocks == 0 {
-			if err := c.d.Launch(g.verifyFold, grid, block, 0, s, a); err != nil {
+			if err := c.d.Launch(g.verifyFold, grid, block, 0, fs, a); err != nil {
 				return err
 			}
 		}
 		a.I32(int32(batch))
 		switch {
 		case c.folds.on:
-			if err := c.launchFolds(s, c.folds.fold, a, batch, 0); err != nil {
+			if err := c.launchFolds(fs, c.folds.fold, a, batch, 0); err != nil {
 				return err
 			}
 		case g.foldBlocks > 0:
 			fold := [3]uint32{uint32(min(c.heads*batch, g.foldBlocks)), 1, 1}
-			if err := c.d.Launch(g.verifyFold, fold, block, 0, s, a); err != nil {
+			if err := c.d.Launch(g.verifyFold, fold, block, 0, fs, a); err != nil {
 				return err
 			}
 		}
 		blocks := min(g.groups*batch, g.verifyBlocks)
-		if err := c.d.Launch(g.verify, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(g.threads), 1, 1}, uint32(g.verifySmem), s, a); err != nil {
+		verify := func(st *Stream, args *Args) error {
+			return c.d.Launch(g.verify, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(g.threads), 1, 1}, uint32(g.verifySmem), st, args)
+		}
+		if o.verify {
+			// Part 2 (the slots that fold) after their folds on the side
+			// stream, part 1 (the others) here, beside them.
+			c.sideArgs = *a
+			c.sideArgs.I32(2)
+			if err := verify(o.side, &c.sideArgs); err != nil {
+				return err
+			}
+			if err := o.join.Record(o.side); err != nil {
+				return err
+			}
+			a.I32(1)
+			if err := verify(s, a); err != nil {
+				return err
+			}
+			if err := s.Wait(o.join); err != nil {
+				return err
+			}
+		} else if err := verify(s, a); err != nil {
 			return err
 		}
 		return c.launchCursorVerify(s, slots, counts, batch, T)
@@ -1134,7 +1189,7 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 			return err
 		}
 	}
-	if c.overlap.on {
+	if c.overlap.on || c.overlap.verify {
 		o := &c.overlap
 		if o.side, err = d.NewPriorityStream(); err != nil {
 			return err

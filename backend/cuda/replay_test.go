@@ -717,9 +717,10 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 
 // TestReplayOverlapMatchesSerial checks a decode step whose flush runs on
 // a second stream beside the non-flush kernel (OVERLAP: both layers forced
-// on, the group steps taking their items from a counter) against the flush
-// before the non-flush kernel on one stream, bit for bit: the kernels'
-// arithmetic is the same and the two take disjoint slots, so any
+// on, the group steps taking their items from a counter), and a verify
+// whose early folds and folding slots run beside the other slots (VPART),
+// against the serial kernels on one stream, bit for bit: the kernels'
+// arithmetic is the same and the two sides take disjoint slots, so any
 // difference is a race (a cursor moved before a kernel read it, an item
 // taken twice or never, the join missing). Every batch takes the split
 // kernels.
@@ -727,6 +728,7 @@ func TestReplayOverlapMatchesSerial(t *testing.T) {
 	d := gpu(t)
 	on, off := envTuning(os.Getenv), envTuning(os.Getenv)
 	on.overlap, off.overlap = "1", "0"
+	on.overlapVer, off.overlapVer = true, false
 	comparePairs(t, d, pairVariant{"overlap", on, 0, ""}, pairVariant{"serial", off, 0, ""})
 }
 

@@ -2043,6 +2043,30 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
     move_cursors(hist, pending, done, slots, batch, L);
 }
 
+// VPART=1 (REPLAYSSM_CUDA_VERIFY_OVERLAP; off by default, written in
+// session 13 after the device time) splits a verify like OVERLAP splits a
+// step: the early folds and then the group verify of the slots that fold
+// go on the side stream, the group verify of the other slots beside them.
+// The group verify kernels then take one more parameter, part: 0 every
+// slot, 1 the slots that do not fold early, 2 those that do (vpart_skip).
+#ifndef VPART
+#define VPART 0
+#endif
+#if VPART
+#define VPART_PARAM , int part
+// vpart_skip says whether the group verify of part skips batch row b: the
+// rule every fold kernel applies (FOLDS_EARLY on the slot's cursor), so
+// the two parts take complementary rows. Every thread of a block decides
+// the same (uniform loads of slots, hist and counts).
+__device__ __forceinline__ bool vpart_skip(int part, const int* __restrict__ hist, const int* __restrict__ slots,
+                                           const int* __restrict__ counts, int T, int R, int b)
+{
+    return part != 0 && FOLDS_EARLY(hist[slots[b]], counts ? counts[b] : T, R) != (part == 2);
+}
+#else
+#define VPART_PARAM
+#endif
+
 #if OVERLAP
 // The group steps' item queue (OVERLAP): a block takes its first item by
 // its index, the later ones from the counter *ctr (item gridDim.x + the

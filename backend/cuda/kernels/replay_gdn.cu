@@ -1675,9 +1675,14 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     }
 }
 
-extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_verify(GDN_VERIFY_PARAMS, int batch)
+extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_verify(GDN_VERIFY_PARAMS, int batch VPART_PARAM)
 {
     for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
+#if VPART
+        if (vpart_skip(part, hist, slots, counts, T, R, i / NKH)) {
+            continue;
+        }
+#endif
         gdn_group_verify_item(GDN_VERIFY_ARGS, i % NKH, i / NKH);
         __syncthreads(); // the item's tables are read before the next one's
     }

@@ -1788,9 +1788,15 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* _
                     const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
                     const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
                     const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
-                    const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int R, int batch)
+                    const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int R,
+                    int batch VPART_PARAM)
 {
     for (int i = blockIdx.x; i < batch * NGROUPS; i += gridDim.x) {
+#if VPART
+        if (vpart_skip(part, hist, slots, counts, T, R, i / NGROUPS)) {
+            continue;
+        }
+#endif
         mamba2_group_verify_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x,
                                  B, C, dt, y, A, dtb, D, dtMin, R, i % NGROUPS, i / NGROUPS);
         __syncthreads(); // the item's tables are read before the next one's
