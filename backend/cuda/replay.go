@@ -665,9 +665,11 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 	block := [3]uint32{uint32(c.threads), 1, 1}
 	if g := &c.group; c.groupVerify(batch) {
 		// The early folds go on fs: the verify's stream, or with
-		// overlap.verify the side stream, forked from it.
-		fs, o := s, &c.overlap
+		// overlap.verify the side stream, forked from it, on at most
+		// o.blocks blocks where that is set (REPLAYSSM_CUDA_OVERLAP_BLOCKS).
+		fs, o, bound := s, &c.overlap, 0
 		if o.verify {
+			bound = o.blocks
 			if err := o.fork.Record(s); err != nil {
 				return err
 			}
@@ -687,11 +689,15 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 		a.I32(int32(batch))
 		switch {
 		case c.folds.on:
-			if err := c.launchFolds(fs, c.folds.fold, a, batch, 0); err != nil {
+			if err := c.launchFolds(fs, c.folds.fold, a, batch, bound); err != nil {
 				return err
 			}
 		case g.foldBlocks > 0:
-			fold := [3]uint32{uint32(min(c.heads*batch, g.foldBlocks)), 1, 1}
+			blocks := min(c.heads*batch, g.foldBlocks)
+			if bound > 0 {
+				blocks = min(blocks, bound)
+			}
+			fold := [3]uint32{uint32(blocks), 1, 1}
 			if err := c.d.Launch(g.verifyFold, fold, block, 0, fs, a); err != nil {
 				return err
 			}
