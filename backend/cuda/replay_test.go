@@ -723,12 +723,17 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 // arithmetic is the same and the two sides take disjoint slots, so any
 // difference is a race (a cursor moved before a kernel read it, an item
 // taken twice or never, the join missing). Every batch takes the split
-// kernels.
+// kernels and the group verify.
 func TestReplayOverlapMatchesSerial(t *testing.T) {
 	d := gpu(t)
 	on, off := envTuning(os.Getenv), envTuning(os.Getenv)
 	on.overlap, off.overlap = "1", "0"
 	on.overlapVer, off.overlapVer = true, false
+	// The group verify at every batch (else a few slots take v4/v5), and
+	// grids of three blocks, so each block takes many items from the
+	// queue and both sides of a split are in flight at once.
+	on.groupAll, off.groupAll = true, true
+	on.pipeBlocks, off.pipeBlocks = 3, 3
 	comparePairs(t, d, pairVariant{"overlap", on, 0, ""}, pairVariant{"serial", off, 0, ""})
 }
 
