@@ -26,6 +26,8 @@ import (
 //	REPLAYSSM_DUMP_READ   none (default), bf16, fp8-e4m3, nvfp4
 //	REPLAYSSM_DUMP_MODE   replay (default) or baseline
 //
+// (with REPLAYSSM_CUDA_HEAD_SPLIT, a GDN shape's small-batch module of
+// split heads)
 // and the REPLAYSSM_CUDA_* knobs. ptxas 11.8 does not know the Hopper
 // forms the pipelined kernels use (mbarrier expect_tx, bulk copies, the
 // mbarrier init fence): hopperCompat stands in older instructions of the
@@ -81,9 +83,17 @@ func TestDumpReplayModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file, src, args, _, defines, err := replayModuleSource(h200Props(), sh.layer, sh.m2, sh.gdn, opt, envTuning(os.Getenv), 8)
+	tn := envTuning(os.Getenv)
+	file, src, args, _, defines, err := replayModuleSource(h200Props(), sh.layer, sh.m2, sh.gdn, opt, tn, 8)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if split, _ := planHeadSplit(opt, sh.gdn.ValueDim, tn); sh.layer == "gdn" && split > 1 {
+		// REPLAYSSM_CUDA_HEAD_SPLIT: the small-batch module of split heads.
+		if src, args, _, err = gdnSplitSource(h200Props(), sh.gdn, opt, split, tn); err != nil {
+			t.Fatal(err)
+		}
+		defines = args
 	}
 	t.Logf("%s %v+%v: defines %v", name, opt.State, opt.ReadCopy, defines)
 	ptx, err := n.build(file, src, append([]string{"--gpu-architecture=compute_90"}, args...), false)

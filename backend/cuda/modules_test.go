@@ -76,24 +76,7 @@ func replayModuleSource(d *Device, layer string, m2 ssm.Mamba2Shape, g ssm.GDNSh
 // without a GPU, before a device run. It needs NVRTC only (no driver) and
 // skips without it.
 func TestReplayModulesCompile(t *testing.T) {
-	n, err := loadNVRTC(newSearchPlan(os.Getenv, nil))
-	if err != nil {
-		t.Skipf("no NVRTC on this machine (%v): the GPU machine compiles every module in the replay tests", err)
-	}
-	best := 0
-	for _, a := range n.archs {
-		if a <= 90 && a > best {
-			best = a
-		}
-	}
-	if best == 0 {
-		t.Skipf("NVRTC %d.%d emits nothing up to sm_90 (%v)", n.major, n.minor, n.archs)
-	}
-	// PTX, not SASS: the pipelined kernels' Hopper instructions are inline
-	// PTX that an older NVRTC's assembler rejects (11.8's for sm_90 does not
-	// know the mbarrier completion forms of cp.async.bulk), so this checks
-	// the C++ side; the device run checks the rest.
-	arch := fmt.Sprintf("--gpu-architecture=compute_%d", best)
+	n, arch := moduleCompiler(t)
 	mamba2 := nanoShape
 	gdn := qwen4bShape
 	opts := []struct {
@@ -178,6 +161,63 @@ func TestReplayModulesCompile(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// moduleCompiler is this machine's NVRTC and the option that has it emit
+// PTX for the newest architecture it supports up to sm_90; the test skips
+// without one. PTX, not SASS: the pipelined kernels' Hopper instructions
+// are inline PTX that an older NVRTC's assembler rejects (11.8's for sm_90
+// does not know the mbarrier completion forms of cp.async.bulk), so this
+// checks the C++ side; the device run checks the rest.
+func moduleCompiler(t *testing.T) (*nvrtcAPI, string) {
+	t.Helper()
+	n, err := loadNVRTC(newSearchPlan(os.Getenv, nil))
+	if err != nil {
+		t.Skipf("no NVRTC on this machine (%v): the GPU machine compiles every module in the replay tests", err)
+	}
+	best := 0
+	for _, a := range n.archs {
+		if a <= 90 && a > best {
+			best = a
+		}
+	}
+	if best == 0 {
+		t.Skipf("NVRTC %d.%d emits nothing up to sm_90 (%v)", n.major, n.minor, n.archs)
+	}
+	return n, fmt.Sprintf("--gpu-architecture=compute_%d", best)
+}
+
+// TestHeadSplitModulesCompile compiles the small-batch modules of split
+// heads (HSPLIT: Qwen3.5-4B's value heads in 2 and 4) as the GDN cache
+// builds them, with whatever NVRTC this machine has.
+func TestHeadSplitModulesCompile(t *testing.T) {
+	n, arch := moduleCompiler(t)
+	for _, tc := range []struct {
+		state numeric.Format
+		split int
+	}{{numeric.F32, 4}, {numeric.BF16, 2}} {
+		t.Run(fmt.Sprintf("%v/%d", tc.state, tc.split), func(t *testing.T) {
+			t.Parallel()
+			opt, err := replayDefaults(replay.Options{Mode: replay.Replay, State: tc.state, MaxDraft: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tn := tuning{headSplit: tc.split, smallBatch: defaultSmallBatch}
+			if split, why := planHeadSplit(opt, qwen4bShape.ValueDim, tn); split != tc.split {
+				t.Fatalf("planned %d (%s), want %d", split, why, tc.split)
+			}
+			src, opts, threads, err := gdnSplitSource(h200Props(), qwen4bShape, opt, tc.split, tn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if threads < 64 {
+				t.Fatalf("%d threads: gdn_step needs two warps", threads)
+			}
+			if _, err := n.build("replay_gdn.cu", src, append([]string{arch}, opts...), false); err != nil {
+				t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
+			}
+		})
 	}
 }
 

@@ -139,11 +139,13 @@ func TestEnvTuning(t *testing.T) {
 			tuning{overlap: "0", foldItems: true, smallBatch: defaultSmallBatch}},
 		{"verify overlap", map[string]string{"REPLAYSSM_CUDA_VERIFY_OVERLAP": "1"},
 			tuning{overlapVer: true, foldItems: true, smallBatch: defaultSmallBatch}},
+		{"head split", map[string]string{"REPLAYSSM_CUDA_HEAD_SPLIT": "4"},
+			tuning{headSplit: 4, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
-			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes",
+			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "1",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -577,6 +579,36 @@ func TestOverlapPlan(t *testing.T) {
 			}
 			if o.on != tc.on || o.verify != tc.verify || o.blocks != tc.grid || !slices.Equal(defines, want) {
 				t.Fatalf("plan %+v, defines %v; want on %v, verify %v, grid %d, defines %v", o, defines, tc.on, tc.verify, tc.grid, want)
+			}
+		})
+	}
+}
+
+// TestHeadSplitPlan checks when the small step splits a layer's heads:
+// only where asked, in replay mode, without a read copy or an fp8 state,
+// into parts of at least 8 rows.
+func TestHeadSplitPlan(t *testing.T) {
+	rep := replay.Options{Mode: replay.Replay, State: numeric.F32, ReadCopy: numeric.F32}
+	for _, tc := range []struct {
+		name  string
+		opt   replay.Options
+		rows  int
+		tn    tuning
+		split int
+		why   string
+	}{
+		{"asked", rep, 128, tuning{headSplit: 4}, 4, ""},
+		{"not asked", rep, 128, tuning{}, 1, "not set"},
+		{"baseline", replay.Options{Mode: replay.Baseline, ReadCopy: numeric.F32}, 128, tuning{headSplit: 4}, 1, "baseline"},
+		{"read copy", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4}, 128, tuning{headSplit: 4}, 1, "read copy"},
+		{"fp8 state", replay.Options{Mode: replay.Replay, State: numeric.E4M3, ReadCopy: numeric.F32}, 128, tuning{headSplit: 4}, 1, "fp8"},
+		{"parts too small", rep, 16, tuning{headSplit: 4}, 1, "8 rows"},
+		{"does not divide", rep, 96, tuning{headSplit: 5}, 1, "do not split"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			split, why := planHeadSplit(tc.opt, tc.rows, tc.tn)
+			if split != tc.split || (tc.why != "" && !strings.Contains(why, tc.why)) {
+				t.Fatalf("planHeadSplit = %d (%q), want %d (%q)", split, why, tc.split, tc.why)
 			}
 		})
 	}

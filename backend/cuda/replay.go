@@ -53,6 +53,7 @@ type tuning struct {
 	overlap     string   // REPLAYSSM_CUDA_OVERLAP: "1" or "0" forces a step's flush beside its non-flush kernel on or off ("": planOverlap's rule)
 	overlapGrid int      // REPLAYSSM_CUDA_OVERLAP_BLOCKS: a bound on the overlapped flush's grid (0: its resident grid)
 	overlapVer  bool     // REPLAYSSM_CUDA_VERIFY_OVERLAP=1: a verify's early folds beside the group verify of the slots that do not fold
+	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's value heads split in this many (GDN; 0 or 1: not split)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -83,6 +84,9 @@ func envTuning(getenv func(string) string) tuning {
 		tn.overlapGrid = n
 	}
 	tn.overlapVer = getenv("REPLAYSSM_CUDA_VERIFY_OVERLAP") == "1"
+	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_HEAD_SPLIT")); err == nil && n >= 2 && n <= 64 {
+		tn.headSplit = n
+	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
 	}
@@ -324,6 +328,7 @@ type replayCommon struct {
 	smallBatch                   int       // batches up to this run stepSmall
 	base                         baseStage // the baseline step's stage
 	overlap                      overlap   // the flush beside the non-flush kernel, the early folds beside the verify
+	small                        headSplit // the small step of split heads, where built
 	sideArgs                     Args      // the side stream's verify launch (overlap.verify)
 
 	// state holds the checkpoint (replay) or the state buffers (baseline):
@@ -496,6 +501,9 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	a.I32(int32(batch))
 	block := [3]uint32{uint32(c.threads), 1, 1}
 	if batch <= c.smallBatch {
+		if h := &c.small; h.step != nil {
+			return c.d.Launch(h.step, [3]uint32{uint32(c.heads * h.split), uint32(batch), 1}, [3]uint32{uint32(h.threads), 1, 1}, 0, s, a)
+		}
 		return c.d.Launch(c.stepSmall, grid, block, 0, s, a)
 	}
 	if c.overlap.on {
@@ -525,6 +533,41 @@ func (c *replayCommon) launchNonflush(s *Stream, a *Args, batch int, grid [3]uin
 		return c.d.Launch(c.nonflush, grid, [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
 	}
 	return c.d.Launch(c.pipe.step, c.pipe.grid(batch*c.heads), c.pipe.block(), uint32(c.pipe.smem), s, a)
+}
+
+// headSplit is the small-batch module of a cache whose heads' rows are
+// split into split heads of rows/split rows each (HSPLIT, replay_gdn.cu):
+// its one-kernel step, on split times the blocks, takes the batches up to
+// smallBatch in place of the main module's.
+type headSplit struct {
+	split   int
+	threads int
+	mod     *Module
+	step    *Function
+}
+
+// planHeadSplit returns how many heads the small step splits each of a
+// replay layer's heads into (rows × cols matrices), and why not where it
+// returns 1: tn.headSplit (REPLAYSSM_CUDA_HEAD_SPLIT; off by default,
+// written in session 13 after the device time and not yet measured) where
+// it divides rows into parts of at least 8 rows, in replay mode, without
+// a read copy and for element states (a read copy's nvfp4 global scale,
+// like an fp8 state's scale, covers a whole matrix).
+func planHeadSplit(opt replay.Options, rows int, tn tuning) (int, string) {
+	n := tn.headSplit
+	switch {
+	case n < 2:
+		return 1, "REPLAYSSM_CUDA_HEAD_SPLIT not set"
+	case opt.Mode != replay.Replay:
+		return 1, "baseline mode"
+	case opt.ReadCopy != numeric.F32:
+		return 1, "a read copy (its scales cover a whole matrix)"
+	case opt.State == numeric.E4M3:
+		return 1, "an fp8 state (its scale covers a whole matrix)"
+	case rows%n != 0 || rows/n < 8:
+		return 1, fmt.Sprintf("%d rows do not split into %d parts of 8 rows or more", rows, n)
+	}
+	return n, ""
 }
 
 // planModule plans what init adds to a layer's module (kind "mamba2" or
@@ -790,6 +833,8 @@ func (c *replayCommon) StepKernel(batch int) string {
 		return "staged"
 	case c.opt.Mode == replay.Baseline:
 		return "v4"
+	case batch <= c.smallBatch && c.small.step != nil:
+		return "small (heads split)"
 	case batch <= c.smallBatch:
 		return "small"
 	case c.group.fn != nil:
@@ -1262,6 +1307,10 @@ func (c *replayCommon) close() error {
 	}
 	errs = append(errs, c.overlap.side.Close())
 	c.overlap = overlap{}
+	if c.small.mod != nil {
+		errs = append(errs, c.small.mod.Close())
+	}
+	c.small = headSplit{}
 	if err := c.mod.Close(); err != nil {
 		errs = append(errs, err)
 	}

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -143,6 +144,11 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if err := c.bindFoldPipe(tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
+	if split, _ := planHeadSplit(opt, dv, tn); split > 1 {
+		if err := c.buildHeadSplit(ctx, d, split, tn); err != nil {
+			return fail(err)
+		}
+	}
 	if tn.groupAll {
 		c.group.minItems = 0
 	}
@@ -183,6 +189,40 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 
 // Shape returns the layer shape.
 func (c *GDNCache) Shape() ssm.GDNShape { return c.shape }
+
+// gdnSplitSource is the small-batch module of a GDN cache whose value heads
+// split into split heads of dv/split rows (HSPLIT): the source, its NVRTC
+// options and its block size.
+func gdnSplitSource(d *Device, shape ssm.GDNShape, opt replay.Options, split int, tn tuning) (src string, opts []string, threads int, err error) {
+	sub := shape
+	sub.ValueHeads, sub.ValueDim = shape.ValueHeads*split, shape.ValueDim/split
+	_, _, _, defines := gdnModule(d, sub, opt, tn)
+	defines = append(defines, fmt.Sprintf("-DHSPLIT=%d", split))
+	if src, err = replaySource("replay_gdn.cu"); err != nil {
+		return "", nil, 0, err
+	}
+	threads = moduleThreads(opt, sub.ValueDim, sub.KeyDim, tn)
+	return src, replayModuleOptions(opt, sub.ValueDim, sub.KeyDim, 0, defines, tn), threads, nil
+}
+
+// buildHeadSplit compiles the small-batch module of split heads
+// (planHeadSplit) and binds its step.
+func (c *GDNCache) buildHeadSplit(ctx context.Context, d *Device, split int, tn tuning) error {
+	src, opts, threads, err := gdnSplitSource(d, c.shape, c.opt, split, tn)
+	if err != nil {
+		return err
+	}
+	mod, err := d.Compile(ctx, "replay_gdn.cu", src, opts...)
+	if err != nil {
+		return err
+	}
+	step, err := mod.Function("gdn_replay_step_small")
+	if err != nil {
+		return errors.Join(err, mod.Close())
+	}
+	c.small = headSplit{split: split, threads: threads, mod: mod, step: step}
+	return nil
+}
 
 func (c *GDNCache) checkInput(batch, T int, in GDNInput, o Buffer) error {
 	if err := c.checkBatch(batch, in.Slots); err != nil {

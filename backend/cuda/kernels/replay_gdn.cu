@@ -18,9 +18,24 @@ typedef StateIO<STATE_FMT> SIO;
 typedef SIO::T ST;
 typedef Map<SIO::VEC, COLS, ROWS> SM;
 
+// HSPLIT > 1 builds the small-batch module of a cache whose value heads'
+// dv rows are split into HSPLIT heads of dv/HSPLIT rows each (replay.go
+// planHeadSplit; NVH and ROWS are given split): every row of a value
+// head's state, ring v and u rows and output is computed from that row and
+// the head's vectors and scalars alone, and the split heads' rows are
+// contiguous where the whole head's were, so only the per-head scalars
+// (a, b, A, dt_bias, the ring's exp(g) and beta) are indexed by the real
+// head, HEAD(j) of NVH_REAL. More blocks for a batch of one (Qwen3.5-4B:
+// 32 value heads on 132 SMs).
+#ifndef HSPLIT
+#define HSPLIT 1
+#endif
+#define NVH_REAL (NVH / HSPLIT)
+#define HEAD(j) ((j) / HSPLIT)
+
 // rs_at indexes the ring's per-head scalars (exp(g), beta), laid out
 // [slot][value head][RMAXP] so one head's entries are contiguous.
-__device__ __forceinline__ u64 rs_at(int s, int j, int e) { return ((u64)s * NVH + j) * RMAXP + e; }
+__device__ __forceinline__ u64 rs_at(int s, int j, int e) { return ((u64)s * NVH_REAL + HEAD(j)) * RMAXP + e; }
 
 // l2norm_warp writes src * (float32(1/sqrt(sum src^2 + eps)) * scale) to dst
 // (element i at bvpad(i) with PAD), the sum in float64 as the CPU cache
@@ -381,10 +396,10 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     float av = 0.0f, bv = 0.0f;
     double negAv = 0.0, dtbv = 0.0;
     if (tid == 0) {
-        av = a[(u64)b * NVH + j];
-        bv = bb[(u64)b * NVH + j];
-        negAv = negA[j];
-        dtbv = dtb[j];
+        av = a[(u64)b * NVH_REAL + HEAD(j)];
+        bv = bb[(u64)b * NVH_REAL + HEAD(j)];
+        negAv = negA[HEAD(j)];
+        dtbv = dtb[HEAD(j)];
     }
 #if TOKEN_ROWS
     constexpr int VTI = (DV + NT - 1) / NT;
@@ -601,11 +616,13 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
 // As for Mamba-2: the flush kernel first, then the non-flush kernel (this
 // one or gdn_pipe_step), whose last block moves the cursors; one kernel
 // below a few slots.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_nonflush(GDN_STEP_PARAMS)
 {
     gdn_step<0>(GDN_STEP_ARGS, blockIdx.x, blockIdx.y);
     step_done(hist, pending, done, slots, batch, L);
 }
+#endif
 
 // One flush item, not inlined: inlined into flush_items' loop, the compiler
 // kept values across items and the kernel took 160-250 registers instead of
@@ -620,6 +637,7 @@ __device__ __noinline__ void gdn_flush_item(GDN_STEP_PARAMS, int j, int b)
     gdn_step<1>(GDN_STEP_ARGS, j, b);
 }
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_flush(GDN_STEP_PARAMS)
 {
     flush_items(slots, hist, batch, NVH, L, [&](int j, int b) {
@@ -630,6 +648,7 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_flush(GD
     step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
 #endif
 }
+#endif
 
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_PARAMS)
 {
@@ -790,11 +809,14 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     }
 }
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify(GDN_VERIFY_PARAMS)
 {
     gdn_verify_impl<false>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
+#endif
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_fold_early(GDN_VERIFY_PARAMS)
 {
     if (GV_SKIP & 4) {
@@ -802,6 +824,7 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_fold_early(GDN_VERIF
     }
     gdn_verify_impl<true>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
+#endif
 
 // gdn_replay_fold_items is gdn_replay_fold_early on a grid of the blocks
 // the GPU holds at once (the default since session 8, 2-5% faster verifies;
@@ -815,6 +838,7 @@ __device__ __noinline__ void gdn_fold_early_item(GDN_VERIFY_PARAMS, int j, int b
     gdn_verify_impl<true>(GDN_VERIFY_ARGS, j, b);
 }
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_items(GDN_VERIFY_PARAMS, int batch)
 {
     if (GV_SKIP & 4) {
@@ -822,6 +846,7 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
     }
     fold_items(slots, hist, counts, T, R, batch, NVH, [&](int j, int b) { gdn_fold_early_item(GDN_VERIFY_ARGS, j, b); });
 }
+#endif
 
 // gdn_baseline is the in-place recurrence every step (DESIGN.md 1.2):
 // u = beta (v - exp(g) S^T k); S = exp(g) S + k (x) u; o = S^T q, row by row
@@ -1019,6 +1044,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
 
 // The baseline kernels also set the slots' pending drafts (0 after a step,
 // the count after a verify; commit reads them): one launch per operation.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void BASE_BOUNDS gdn_baseline_step(GDN_BASELINE_PARAMS, int* __restrict__ pending)
 {
     gdn_baseline<false>(GDN_BASELINE_ARGS);
@@ -1026,7 +1052,9 @@ extern "C" __global__ void BASE_BOUNDS gdn_baseline_step(GDN_BASELINE_PARAMS, in
         pending[slots[blockIdx.y]] = 0;
     }
 }
+#endif
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) gdn_baseline_verify(GDN_BASELINE_PARAMS, int* __restrict__ pending)
 {
     gdn_baseline<true>(GDN_BASELINE_ARGS);
@@ -1034,6 +1062,7 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_baseline_verify(GDN_BASELIN
         pending[slots[blockIdx.y]] = counts ? counts[blockIdx.y] : T;
     }
 }
+#endif
 
 // ---- v5: the pipelined (persistent, bulk-copy) non-flush step ----
 //
@@ -1271,12 +1300,14 @@ gdn_pipe(const ST* __restrict__ state, const u8* __restrict__ rcodes, const u8* 
 
 // gdn_pipe_step: the non-flush slots of a decode step, after
 // gdn_replay_flush; its last block moves the cursors.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe_step(GDN_STEP_PARAMS)
 {
     gdn_pipe(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o, negA,
              dtb, qscale, L, batch);
     step_done(hist, pending, done, slots, batch, L);
 }
+#endif
 #endif
 
 // ---- v6: the group non-flush step ----
@@ -1438,6 +1469,7 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
     }
 }
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP_PARAMS)
 {
 #if OVERLAP
@@ -1459,6 +1491,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 #endif
     step_done(hist, pending, done, slots, batch, L);
 }
+#endif
 
 // ---- v6: the group verify ----
 //
@@ -1675,6 +1708,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     }
 }
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_verify(GDN_VERIFY_PARAMS, int batch VPART_PARAM)
 {
     for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
@@ -1687,6 +1721,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_verify(GDN_VE
         __syncthreads(); // the item's tables are read before the next one's
     }
 }
+#endif
 #endif
 #endif
 
@@ -1821,6 +1856,7 @@ gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const flo
 
 // gdn_flush_pipe: the flush of a decode step (in place of gdn_replay_flush,
 // before the non-flush kernel); L is the window.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_flush_pipe(GDN_STEP_PARAMS)
 {
     gdn_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, hist, slots, nullptr, 1, q,
@@ -1829,9 +1865,11 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_flush_pipe(GDN_
     step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
 #endif
 }
+#endif
 
 // gdn_fold_pipe: a verify's early folds (in place of gdn_replay_fold_items,
 // before the group verify); R is the ring size.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_fold_pipe(GDN_VERIFY_PARAMS, int batch)
 {
     if (GV_SKIP & 4) {
@@ -1840,4 +1878,5 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_fold_pipe(GDN_V
     gdn_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, hist, slots, counts, T,
                               q, k, v, a, bb, o, negA, dtb, qscale, R, batch);
 }
+#endif
 #endif
