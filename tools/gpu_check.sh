@@ -30,7 +30,7 @@
 #                                   # batch 64 and 256, _VERIFY_OVERLAP=1 a
 #                                   # verify's early folds beside the group
 #                                   # verify of the other slots; at batch 1
-#                                   # _HEAD_SPLIT=2|4 the GDN small step's
+#                                   # _HEAD_SPLIT=2|4 the small step's
 #                                   # heads split)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
@@ -132,7 +132,7 @@ experiments)
 	experiment base_stage all baseline,verify-baseline REPLAYSSM_CUDA_BASE_STAGE=0 \
 		REPLAYSSM_CUDA_DEFINES=-DSTORE_V4=0 REPLAYSSM_CUDA_DEFINES=-DBASE_VPAD=0
 	BATCH=1 experiment token_rows all replay REPLAYSSM_CUDA_DEFINES=-DTOKEN_ROWS=0
-	BATCH=1 experiment head_split qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_HEAD_SPLIT=2 REPLAYSSM_CUDA_HEAD_SPLIT=4
+	BATCH=1 experiment head_split all replay REPLAYSSM_CUDA_HEAD_SPLIT=2 REPLAYSSM_CUDA_HEAD_SPLIT=4
 	for b in 64 256; do
 		BATCH=$b experiment "overlap$b" all replay,replay-nvfp4 REPLAYSSM_CUDA_OVERLAP=0 REPLAYSSM_CUDA_OVERLAP=1 \
 			"REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_OVERLAP_BLOCKS=33"

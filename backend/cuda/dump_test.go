@@ -26,8 +26,7 @@ import (
 //	REPLAYSSM_DUMP_READ   none (default), bf16, fp8-e4m3, nvfp4
 //	REPLAYSSM_DUMP_MODE   replay (default) or baseline
 //
-// (with REPLAYSSM_CUDA_HEAD_SPLIT, a GDN shape's small-batch module of
-// split heads)
+// (with REPLAYSSM_CUDA_HEAD_SPLIT, the small-batch module of split heads)
 // and the REPLAYSSM_CUDA_* knobs. ptxas 11.8 does not know the Hopper
 // forms the pipelined kernels use (mbarrier expect_tx, bulk copies, the
 // mbarrier init fence): hopperCompat stands in older instructions of the
@@ -88,9 +87,15 @@ func TestDumpReplayModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// REPLAYSSM_CUDA_HEAD_SPLIT: the small-batch module of split heads.
 	if split, _ := planHeadSplit(opt, sh.gdn.ValueDim, tn); sh.layer == "gdn" && split > 1 {
-		// REPLAYSSM_CUDA_HEAD_SPLIT: the small-batch module of split heads.
 		if src, args, _, err = gdnSplitSource(h200Props(), sh.gdn, opt, split, tn); err != nil {
+			t.Fatal(err)
+		}
+		defines = args
+	}
+	if split, _ := planHeadSplit(opt, sh.m2.HeadDim, tn); sh.layer == "mamba2" && split > 1 {
+		if src, args, _, err = mamba2SplitSource(h200Props(), sh.m2, opt, split, tn); err != nil {
 			t.Fatal(err)
 		}
 		defines = args

@@ -189,32 +189,43 @@ func moduleCompiler(t *testing.T) (*nvrtcAPI, string) {
 }
 
 // TestHeadSplitModulesCompile compiles the small-batch modules of split
-// heads (HSPLIT: Qwen3.5-4B's value heads in 2 and 4) as the GDN cache
-// builds them, with whatever NVRTC this machine has.
+// heads (HSPLIT: Qwen3.5-4B's value heads and Nemotron-3-Nano's heads in 2
+// and 4) as the caches build them, with whatever NVRTC this machine has.
 func TestHeadSplitModulesCompile(t *testing.T) {
 	n, arch := moduleCompiler(t)
 	for _, tc := range []struct {
+		layer string
 		state numeric.Format
 		split int
-	}{{numeric.F32, 4}, {numeric.BF16, 2}} {
-		t.Run(fmt.Sprintf("%v/%d", tc.state, tc.split), func(t *testing.T) {
+	}{{"gdn", numeric.F32, 4}, {"gdn", numeric.BF16, 2}, {"mamba2", numeric.F32, 2}, {"mamba2", numeric.BF16, 4}} {
+		t.Run(fmt.Sprintf("%s/%v/%d", tc.layer, tc.state, tc.split), func(t *testing.T) {
 			t.Parallel()
 			opt, err := replayDefaults(replay.Options{Mode: replay.Replay, State: tc.state, MaxDraft: 4})
 			if err != nil {
 				t.Fatal(err)
 			}
 			tn := tuning{headSplit: tc.split, smallBatch: defaultSmallBatch}
-			if split, why := planHeadSplit(opt, qwen4bShape.ValueDim, tn); split != tc.split {
+			file, rows := "replay_gdn.cu", qwen4bShape.ValueDim
+			source := func() (string, []string, int, error) {
+				return gdnSplitSource(h200Props(), qwen4bShape, opt, tc.split, tn)
+			}
+			if tc.layer == "mamba2" {
+				file, rows = "replay_mamba2.cu", nanoShape.HeadDim
+				source = func() (string, []string, int, error) {
+					return mamba2SplitSource(h200Props(), nanoShape, opt, tc.split, tn)
+				}
+			}
+			if split, why := planHeadSplit(opt, rows, tn); split != tc.split {
 				t.Fatalf("planned %d (%s), want %d", split, why, tc.split)
 			}
-			src, opts, threads, err := gdnSplitSource(h200Props(), qwen4bShape, opt, tc.split, tn)
+			src, opts, threads, err := source()
 			if err != nil {
 				t.Fatal(err)
 			}
 			if threads < 64 {
-				t.Fatalf("%d threads: gdn_step needs two warps", threads)
+				t.Fatalf("%d threads: the steps need two warps", threads)
 			}
-			if _, err := n.build("replay_gdn.cu", src, append([]string{arch}, opts...), false); err != nil {
+			if _, err := n.build(file, src, append([]string{arch}, opts...), false); err != nil {
 				t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
 			}
 		})

@@ -546,6 +546,22 @@ type headSplit struct {
 	step    *Function
 }
 
+// buildHeadSplit compiles the small-batch module of split heads
+// (planHeadSplit) from file's src with opts (the layer's *SplitSource)
+// and binds its step, kind + "_replay_step_small".
+func (c *replayCommon) buildHeadSplit(ctx context.Context, file, src string, opts []string, threads, split int) error {
+	mod, err := c.d.Compile(ctx, file, src, opts...)
+	if err != nil {
+		return err
+	}
+	step, err := mod.Function(c.kind + "_replay_step_small")
+	if err != nil {
+		return errors.Join(err, mod.Close())
+	}
+	c.small = headSplit{split: split, threads: threads, mod: mod, step: step}
+	return nil
+}
+
 // planHeadSplit returns how many heads the small step splits each of a
 // replay layer's heads into (rows × cols matrices), and why not where it
 // returns 1: tn.headSplit (REPLAYSSM_CUDA_HEAD_SPLIT; off by default,

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -145,7 +144,11 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 		return fail(err)
 	}
 	if split, _ := planHeadSplit(opt, dv, tn); split > 1 {
-		if err := c.buildHeadSplit(ctx, d, split, tn); err != nil {
+		src, opts, threads, err := gdnSplitSource(d, shape, opt, split, tn)
+		if err == nil {
+			err = c.buildHeadSplit(ctx, "replay_gdn.cu", src, opts, threads, split)
+		}
+		if err != nil {
 			return fail(err)
 		}
 	}
@@ -203,25 +206,6 @@ func gdnSplitSource(d *Device, shape ssm.GDNShape, opt replay.Options, split int
 	}
 	threads = moduleThreads(opt, sub.ValueDim, sub.KeyDim, tn)
 	return src, replayModuleOptions(opt, sub.ValueDim, sub.KeyDim, 0, defines, tn), threads, nil
-}
-
-// buildHeadSplit compiles the small-batch module of split heads
-// (planHeadSplit) and binds its step.
-func (c *GDNCache) buildHeadSplit(ctx context.Context, d *Device, split int, tn tuning) error {
-	src, opts, threads, err := gdnSplitSource(d, c.shape, c.opt, split, tn)
-	if err != nil {
-		return err
-	}
-	mod, err := d.Compile(ctx, "replay_gdn.cu", src, opts...)
-	if err != nil {
-		return err
-	}
-	step, err := mod.Function("gdn_replay_step_small")
-	if err != nil {
-		return errors.Join(err, mod.Close())
-	}
-	c.small = headSplit{split: split, threads: threads, mod: mod, step: step}
-	return nil
 }
 
 func (c *GDNCache) checkInput(batch, T int, in GDNInput, o Buffer) error {

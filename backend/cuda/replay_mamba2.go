@@ -174,6 +174,15 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if err := c.bindFoldPipe(tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
+	if split, _ := planHeadSplit(opt, P, tn); split > 1 {
+		src, opts, threads, err := mamba2SplitSource(d, shape, opt, split, tn)
+		if err == nil {
+			err = c.buildHeadSplit(ctx, "replay_mamba2.cu", src, opts, threads, split)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
 	if tn.groupAll {
 		c.group.minItems = 0
 	}
@@ -241,6 +250,21 @@ func (c *Mamba2Cache) checkInput(batch, T int, in Mamba2Input, y Buffer) error {
 		}
 	}
 	return nil
+}
+
+// mamba2SplitSource is the small-batch module of a Mamba-2 cache whose
+// heads split into split heads of P/split rows (HSPLIT): the source, its
+// NVRTC options and its block size.
+func mamba2SplitSource(d *Device, shape ssm.Mamba2Shape, opt replay.Options, split int, tn tuning) (src string, opts []string, threads int, err error) {
+	sub := shape
+	sub.Heads, sub.HeadDim = shape.Heads*split, shape.HeadDim/split
+	_, _, _, defines := mamba2Module(d, sub, opt, tn)
+	defines = append(defines, fmt.Sprintf("-DHSPLIT=%d", split))
+	if src, err = replaySource("replay_mamba2.cu"); err != nil {
+		return "", nil, 0, err
+	}
+	threads = moduleThreads(opt, sub.HeadDim, sub.StateSize, tn)
+	return src, replayModuleOptions(opt, sub.HeadDim, sub.StateSize, 0, defines, tn), threads, nil
 }
 
 // Step queues one standard decode step for the batch's slots on s: inputs

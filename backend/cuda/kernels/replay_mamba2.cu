@@ -21,9 +21,23 @@ typedef StateIO<STATE_FMT> SIO;
 typedef SIO::T ST;
 typedef Map<SIO::VEC, COLS, ROWS> SM;
 
+// HSPLIT > 1 builds the small-batch module of a cache whose heads' P rows
+// are split into HSPLIT heads of P/HSPLIT rows each (replay.go
+// planHeadSplit; NHEADS and ROWS are given split): every row of a head's
+// state, ring x rows and output depends on that row and the head's group
+// vectors and scalars alone, and the split heads' rows are contiguous
+// where the whole head's were, so only the per-head scalars (dt, dt_bias,
+// A, D, the ring's delta and decay) are indexed by the real head, HEAD(h)
+// of NHEADS_REAL. As replay_gdn.cu's HSPLIT.
+#ifndef HSPLIT
+#define HSPLIT 1
+#endif
+#define NHEADS_REAL (NHEADS / HSPLIT)
+#define HEAD(h) ((h) / HSPLIT)
+
 // rs_at indexes the ring's per-head scalars (delta, exp(delta*A)), laid out
 // [slot][head][RMAXP] so one head's entries are contiguous (one bulk copy).
-__device__ __forceinline__ u64 rs_at(int s, int h, int e) { return ((u64)s * NHEADS + h) * RMAXP + e; }
+__device__ __forceinline__ u64 rs_at(int s, int h, int e) { return ((u64)s * NHEADS_REAL + HEAD(h)) * RMAXP + e; }
 
 // decay_weights writes W[j] = delta[j] * prod_{j<m<t} decay[m] for j < t
 // (float64 products from the last entry down, rounded to float32 like the
@@ -193,13 +207,13 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     row_regs(xtv, xt, P);
     row_regs(btv, Bt, N);
     row_regs(ctv, C + ((u64)b * NGROUPS + g) * N, N);
-    const float dhv = TOKEN_ROWS && MODE != 1 ? D[h] : 0.0f; // not the flush items: their registers
+    const float dhv = TOKEN_ROWS && MODE != 1 ? D[HEAD(h)] : 0.0f; // not the flush items: their registers
     float dtv = 0.0f;
     double dtbv = 0.0, av = 0.0;
     if (tid == 0) {
-        dtv = dt[(u64)b * NHEADS + h];
-        dtbv = dtb[h];
-        av = A[h];
+        dtv = dt[(u64)b * NHEADS_REAL + HEAD(h)];
+        dtbv = dtb[HEAD(h)];
+        av = A[HEAD(h)];
     }
     const u64 mat = (u64)s * NHEADS + h;
     if (EARLY) {
@@ -342,7 +356,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
             [&](int j, float v) { sBC[j] = v; });
         dots_read<1>(state, rcodes, rscales, rglobal, mat, sC, 0, 1, sDot, sLut);
         __syncthreads();
-        const float e = sE, dh = TOKEN_ROWS && MODE != 1 ? dhv : D[h];
+        const float e = sE, dh = TOKEN_ROWS && MODE != 1 ? dhv : D[HEAD(h)];
         for (int p = tid; p < P; p += NT) {
             float yv = e * sDot[p] + dh * sX[p * CSTRIDE + n];
             for (int j = 0; j < t; j++) {
@@ -371,7 +385,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         }
         return last;
     }
-    const float dh = D[h];
+    const float dh = D[HEAD(h)];
     for (int p = tid; p < P; p += NT) {
         y[((u64)b * NHEADS + h) * P + p] = sDot[p] + dh * xt[p];
     }
@@ -553,6 +567,7 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
 // The decode step's kernels share one parameter list: the flush kernel runs
 // first, then the non-flush kernel (this one, or mamba2_pipe_step), whose
 // last block moves the cursors; below a few slots one kernel does all three.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_nonflush(MAMBA2_STEP_PARAMS)
 {
 #if READ_FMT != FMT_F32 || NF_VARIANT != 4 || STATE_FMT == FMT_E4M3
@@ -562,6 +577,7 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_nonflush(MAMBA2_S
 #endif
     step_done(hist, pending, done, slots, batch, L);
 }
+#endif
 
 // One flush item, not inlined: inlined into flush_items' loop, the compiler
 // kept values across items and the kernel took 200-250 registers instead of
@@ -578,6 +594,7 @@ __device__ __noinline__ void mamba2_flush_item(MAMBA2_STEP_PARAMS, int h, int b)
     mamba2_step<1>(MAMBA2_STEP_ARGS, h, b);
 }
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_flush(MAMBA2_STEP_PARAMS)
 {
     flush_items(slots, hist, batch, NHEADS, L, [&](int h, int b) {
@@ -588,6 +605,7 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_flush
     step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
 #endif
 }
+#endif
 
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_step_small(MAMBA2_STEP_PARAMS)
 {
@@ -805,23 +823,28 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         const float *__restrict__ D, float dtMin, int R
 #define MAMBA2_VERIFY_ARGS state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x, B, C, dt, y, A, dtb, D, dtMin, R
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify(MAMBA2_VERIFY_PARAMS)
 {
     mamba2_verify_impl<0>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
+#endif
 
 // mamba2_replay_verify_fold is mamba2_replay_verify for the slots that fold
 // their history early; the others return at once (mamba2_pipe_verify's).
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify_fold(MAMBA2_VERIFY_PARAMS)
 {
     mamba2_verify_impl<1>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
+#endif
 
 // mamba2_replay_fold_early folds the committed history of the slots that
 // fold early, nothing else: mamba2_group_verify then takes every slot, those
 // from their new checkpoint (read back from L2 or memory: cheaper than the
 // one-block-per-head verify after the fold; Super bf16 verify 723 -> 595 us
 // at B=256, T=4 on the H200, NOTES.md session 7).
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_fold_early(MAMBA2_VERIFY_PARAMS)
 {
     if (GV_SKIP & 4) {
@@ -829,6 +852,7 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_fold_early(MAMBA2
     }
     mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
+#endif
 
 // mamba2_replay_fold_items is mamba2_replay_fold_early on a grid of the
 // blocks the GPU holds at once (the default since session 8;
@@ -839,10 +863,12 @@ __device__ __noinline__ void mamba2_fold_early_item(MAMBA2_VERIFY_PARAMS, int h,
     mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS, h, b);
 }
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_fold_items(MAMBA2_VERIFY_PARAMS, int batch)
 {
     fold_items(slots, hist, counts, T, R, batch, NHEADS, [&](int h, int b) { mamba2_fold_early_item(MAMBA2_VERIFY_ARGS, h, b); });
 }
+#endif
 
 // mamba2_baseline is the in-place recurrence every step (DESIGN.md 1.1):
 // S = exp(Delta A) S + Delta x (x) B; y = S . C + D x. With verify it runs cnt
@@ -1016,6 +1042,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
 
 // The baseline kernels also set the slots' pending drafts (0 after a step,
 // the count after a verify; commit reads them): one launch per operation.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void BASE_BOUNDS mamba2_baseline_step(MAMBA2_BASELINE_PARAMS, int* __restrict__ pending)
 {
     mamba2_baseline<false>(MAMBA2_BASELINE_ARGS);
@@ -1023,7 +1050,9 @@ extern "C" __global__ void BASE_BOUNDS mamba2_baseline_step(MAMBA2_BASELINE_PARA
         pending[slots[blockIdx.y]] = 0;
     }
 }
+#endif
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_verify(MAMBA2_BASELINE_PARAMS, int* __restrict__ pending)
 {
     mamba2_baseline<true>(MAMBA2_BASELINE_ARGS);
@@ -1031,6 +1060,7 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_verify(MAMBA2_B
         pending[slots[blockIdx.y]] = counts ? counts[blockIdx.y] : T;
     }
 }
+#endif
 
 // ---- v5: the pipelined (persistent, bulk-copy) non-flush step and verify ----
 //
@@ -1303,15 +1333,18 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
 // mamba2_pipe_step: the non-flush slots of a decode step (mamba2_replay_flush
 // takes the others, before it); L is the window. Its last block moves the
 // cursors.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) mamba2_pipe_step(MAMBA2_STEP_PARAMS)
 {
     mamba2_pipe<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1, x, B, C,
                        dt, y, A, dtb, D, dtMin, L, batch);
     step_done(hist, pending, done, slots, batch, L);
 }
+#endif
 
 // mamba2_pipe_verify: the verify of slots with no early fold
 // (mamba2_replay_verify_fold takes the others); R is the ring size.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB)
 mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __restrict__ ringX,
                    float* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
@@ -1323,6 +1356,7 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __
     mamba2_pipe<true>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x, B, C,
                       dt, y, A, dtb, D, dtMin, R, batch);
 }
+#endif
 #endif
 
 // ---- v6: the group-major non-flush step ----
@@ -1377,6 +1411,7 @@ __device__ __forceinline__ void group_x(const float* x, int b, int g, float (&xc
 // b), i = g + NGROUPS*b, in turn (i = blockIdx.x + k*gridDim.x). While an
 // item's y is formed, the next item's cursors, first passes and C are
 // already in flight, so a block's stream does not stop between items.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA2_STEP_PARAMS)
 {
     __shared__ __align__(16) float sC[N];
@@ -1564,6 +1599,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     }
     step_done(hist, pending, done, slots, batch, L);
 }
+#endif
 
 // ---- v6: the group verify ----
 //
@@ -1782,6 +1818,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     }
 }
 
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GMINB)
 mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __restrict__ ringX,
                     float* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
@@ -1802,6 +1839,7 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* _
         __syncthreads(); // the item's tables are read before the next one's
     }
 }
+#endif
 #endif
 #endif
 
@@ -1927,6 +1965,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
 
 // mamba2_flush_pipe: the flush of a decode step (in place of
 // mamba2_replay_flush, before the non-flush kernel); L is the window.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(MAMBA2_STEP_PARAMS)
 {
     mamba2_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1,
@@ -1935,12 +1974,15 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(M
     step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
 #endif
 }
+#endif
 
 // mamba2_fold_pipe: a verify's early folds (in place of
 // mamba2_replay_fold_items, before the group verify); R is the ring size.
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_fold_pipe(MAMBA2_VERIFY_PARAMS, int batch)
 {
     mamba2_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T,
                                  x, B, C, dt, y, A, dtb, D, dtMin, R, batch);
 }
+#endif
 #endif
