@@ -10,6 +10,7 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
+#   tools/gpu_check.sh pending    # session 13's knobs not yet run: tests, then A/B
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -119,6 +120,23 @@ all)
 	bench 1 b1.jsonl
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
+pending)
+	# What session 13 wrote after its device time (NOTES.md, session 13,
+	# Next 0-1): the tests under each knob, then the A/B tables.
+	t0=$(date +%s)
+	"$test_bin" -test.run 'TestReplayOverlapMatchesSerial|TestReplayCacheGraph|TestMemoryRoundTrip' \
+		-test.v -test.parallel "$(nproc)" -test.timeout 200s >"$out/t_overlap.log" 2>&1
+	echo "overlap tests: exit $?, $(grep -c -- '--- PASS' "$out/t_overlap.log") passed, $(( $(date +%s) - t0 ))s"
+	grep -E -- '--- FAIL|^panic' "$out/t_overlap.log" | head
+	REPLAYSSM_CUDA_HEAD_SPLIT=4 "$test_bin" -test.run 'TestReplayStepSmallMatchesSplit|TestReplayCacheMatchesReference/.*/replay/(fp32|bf16)$' \
+		-test.v -test.parallel "$(nproc)" -test.timeout 200s >"$out/t_split.log" 2>&1
+	echo "head split tests: exit $?, $(grep -c -- '--- PASS' "$out/t_split.log") passed, $(( $(date +%s) - t0 ))s"
+	grep -E -- '--- FAIL|^panic' "$out/t_split.log" | head
+	experiment verify_overlap256 all verify REPLAYSSM_CUDA_VERIFY_OVERLAP=1
+	BATCH=1 experiment head_split all replay REPLAYSSM_CUDA_HEAD_SPLIT=2 REPLAYSSM_CUDA_HEAD_SPLIT=4
+	BATCH=64 experiment overlap64 nemotron-3-nano-4b,nemotron-3-super replay REPLAYSSM_CUDA_OVERLAP=1 \
+		"REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_OVERLAP_BLOCKS=33"
+	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \
 		REPLAYSSM_CUDA_GROUP_THREADS=128 REPLAYSSM_CUDA_GROUP_THREADS=256
