@@ -509,17 +509,24 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	if c.overlap.on {
 		return c.launchOverlapped(s, a, batch, grid)
 	}
-	if c.folds.on {
-		if err := c.launchFolds(s, c.folds.flush, a, batch, 0); err != nil {
-			return err
-		}
-	} else {
-		flushGrid := [3]uint32{uint32(min(batch*c.heads, c.flushBlocks)), 1, 1}
-		if err := c.d.Launch(c.flush, flushGrid, block, 0, s, a); err != nil {
-			return err
-		}
+	if err := c.launchFlush(s, a, batch, 0); err != nil {
+		return err
 	}
 	return c.launchNonflush(s, a, batch, grid)
+}
+
+// launchFlush queues a replay decode step's flush kernel on at most bound
+// blocks where bound is positive: the pipelined fold where the layer folds
+// with it, else the items kernel on its resident grid.
+func (c *replayCommon) launchFlush(s *Stream, a *Args, batch, bound int) error {
+	if c.folds.on {
+		return c.launchFolds(s, c.folds.flush, a, batch, bound)
+	}
+	blocks := min(batch*c.heads, c.flushBlocks)
+	if bound > 0 {
+		blocks = min(blocks, bound)
+	}
+	return c.d.Launch(c.flush, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
 }
 
 // launchNonflush queues a replay decode step's non-flush kernel (group,
@@ -661,30 +668,31 @@ func planOverlap(kind string, opt replay.Options, tn tuning) (overlap, []string)
 // kernel.
 func (c *replayCommon) launchOverlapped(s *Stream, a *Args, batch int, grid [3]uint32) error {
 	o := &c.overlap
-	if err := o.fork.Record(s); err != nil {
+	if err := o.branch(s); err != nil {
 		return err
 	}
-	if err := o.side.Wait(o.fork); err != nil {
-		return err
-	}
-	if c.folds.on {
-		if err := c.launchFolds(o.side, c.folds.flush, a, batch, o.blocks); err != nil {
-			return err
-		}
-	} else {
-		blocks := c.flushBlocks
-		if o.blocks > 0 {
-			blocks = min(blocks, o.blocks)
-		}
-		flushGrid := [3]uint32{uint32(min(batch*c.heads, blocks)), 1, 1}
-		if err := c.d.Launch(c.flush, flushGrid, [3]uint32{uint32(c.threads), 1, 1}, 0, o.side, a); err != nil {
-			return err
-		}
-	}
-	if err := o.join.Record(o.side); err != nil {
+	if err := c.launchFlush(o.side, a, batch, o.blocks); err != nil {
 		return err
 	}
 	if err := c.launchNonflush(s, a, batch, grid); err != nil {
+		return err
+	}
+	return o.merge(s)
+}
+
+// branch makes the side stream's next work wait for the work queued on s
+// so far.
+func (o *overlap) branch(s *Stream) error {
+	if err := o.fork.Record(s); err != nil {
+		return err
+	}
+	return o.side.Wait(o.fork)
+}
+
+// merge makes s's next work wait for the work queued on the side stream
+// so far.
+func (o *overlap) merge(s *Stream) error {
+	if err := o.join.Record(o.side); err != nil {
 		return err
 	}
 	return s.Wait(o.join)
@@ -729,10 +737,7 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 		fs, o, bound := s, &c.overlap, 0
 		if o.verify {
 			bound = o.blocks
-			if err := o.fork.Record(s); err != nil {
-				return err
-			}
-			if err := o.side.Wait(o.fork); err != nil {
+			if err := o.branch(s); err != nil {
 				return err
 			}
 			fs = o.side
@@ -773,14 +778,11 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 			if err := verify(o.side, &c.sideArgs); err != nil {
 				return err
 			}
-			if err := o.join.Record(o.side); err != nil {
-				return err
-			}
 			a.I32(1)
 			if err := verify(s, a); err != nil {
 				return err
 			}
-			if err := s.Wait(o.join); err != nil {
+			if err := o.merge(s); err != nil {
 				return err
 			}
 		} else if err := verify(s, a); err != nil {
