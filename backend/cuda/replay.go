@@ -569,6 +569,18 @@ func (c *replayCommon) buildHeadSplit(ctx context.Context, file, src string, opt
 	return nil
 }
 
+// splitModuleSource is a layer's small-batch module of split heads (file,
+// rows × cols matrices after the split, the layer's defines for the split
+// shape): the source, its NVRTC options (HSPLIT) and its block size.
+func splitModuleSource(file string, opt replay.Options, rows, cols, split int, defines []string, tn tuning) (string, []string, int, error) {
+	src, err := replaySource(file)
+	if err != nil {
+		return "", nil, 0, err
+	}
+	defines = append(defines, fmt.Sprintf("-DHSPLIT=%d", split))
+	return src, replayModuleOptions(opt, rows, cols, 0, defines, tn), moduleThreads(opt, rows, cols, tn), nil
+}
+
 // planHeadSplit returns how many heads the small step splits each of a
 // replay layer's heads into (rows × cols matrices), and why not where it
 // returns 1: tn.headSplit (REPLAYSSM_CUDA_HEAD_SPLIT; off by default,

@@ -200,12 +200,7 @@ func gdnSplitSource(d *Device, shape ssm.GDNShape, opt replay.Options, split int
 	sub := shape
 	sub.ValueHeads, sub.ValueDim = shape.ValueHeads*split, shape.ValueDim/split
 	_, _, _, defines := gdnModule(d, sub, opt, tn)
-	defines = append(defines, fmt.Sprintf("-DHSPLIT=%d", split))
-	if src, err = replaySource("replay_gdn.cu"); err != nil {
-		return "", nil, 0, err
-	}
-	threads = moduleThreads(opt, sub.ValueDim, sub.KeyDim, tn)
-	return src, replayModuleOptions(opt, sub.ValueDim, sub.KeyDim, 0, defines, tn), threads, nil
+	return splitModuleSource("replay_gdn.cu", opt, sub.ValueDim, sub.KeyDim, split, defines, tn)
 }
 
 func (c *GDNCache) checkInput(batch, T int, in GDNInput, o Buffer) error {

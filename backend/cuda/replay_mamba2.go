@@ -259,12 +259,7 @@ func mamba2SplitSource(d *Device, shape ssm.Mamba2Shape, opt replay.Options, spl
 	sub := shape
 	sub.Heads, sub.HeadDim = shape.Heads*split, shape.HeadDim/split
 	_, _, _, defines := mamba2Module(d, sub, opt, tn)
-	defines = append(defines, fmt.Sprintf("-DHSPLIT=%d", split))
-	if src, err = replaySource("replay_mamba2.cu"); err != nil {
-		return "", nil, 0, err
-	}
-	threads = moduleThreads(opt, sub.HeadDim, sub.StateSize, tn)
-	return src, replayModuleOptions(opt, sub.HeadDim, sub.StateSize, 0, defines, tn), threads, nil
+	return splitModuleSource("replay_mamba2.cu", opt, sub.HeadDim, sub.StateSize, split, defines, tn)
 }
 
 // Step queues one standard decode step for the batch's slots on s: inputs

@@ -574,17 +574,7 @@ func graphRounds(t *testing.T, d *Device, l gpuLayer, split bool) {
 	s := stream(t, d)
 	sd := newStaging(t, d, l, nslots*T, nslots)
 	sg := newStaging(t, d, l, nslots*T, nslots)
-	var slots []replay.Slot
-	for range nslots {
-		a, err := direct.admit(s)
-		must(t, err)
-		b, err := graphed.admit(s)
-		must(t, err)
-		if a != b {
-			t.Fatalf("slots differ: %d, %d", a, b)
-		}
-		slots = append(slots, a)
-	}
+	slots := admitBoth(t, s, direct, graphed, nslots)
 	must(t, s.Synchronize())
 	must(t, s.CopyToDevice(sg.slots, i32Bytes(slotInts(slots))))
 	capture := func(enqueue func() error) *GraphExec {
@@ -852,16 +842,12 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 // pairSlots is the capacity of the caches sameOutputs compares.
 const pairSlots = 7
 
-// sameOutputs drives two caches of one layer (capacity pairSlots) through
-// the same 40 random rounds of steps, verifies (random draft counts) and
-// commits (random acceptance) and requires bit-identical outputs.
-func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, nameA, nameB string) {
-	const nslots, T = pairSlots, 3
-	s := stream(t, d)
-	sa := newStaging(t, d, l, nslots*T, nslots)
-	sb := newStaging(t, d, l, nslots*T, nslots)
+// admitBoth admits n slots into each of two caches, which must hand out
+// the same slots in the same order.
+func admitBoth(t *testing.T, s *Stream, ca, cb *gpuCache, n int) []replay.Slot {
+	t.Helper()
 	var slots []replay.Slot
-	for range nslots {
+	for range n {
 		a, err := ca.admit(s)
 		must(t, err)
 		b, err := cb.admit(s)
@@ -871,6 +857,18 @@ func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, 
 		}
 		slots = append(slots, a)
 	}
+	return slots
+}
+
+// sameOutputs drives two caches of one layer (capacity pairSlots) through
+// the same 40 random rounds of steps, verifies (random draft counts) and
+// commits (random acceptance) and requires bit-identical outputs.
+func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, nameA, nameB string) {
+	const nslots, T = pairSlots, 3
+	s := stream(t, d)
+	sa := newStaging(t, d, l, nslots*T, nslots)
+	sb := newStaging(t, d, l, nslots*T, nslots)
+	slots := admitBoth(t, s, ca, cb, nslots)
 	rng := rand.New(rand.NewPCG(uint64(li), 9))
 	for round := 0; round < 40; round++ {
 		// A random subset of the slots, in random order, so that
