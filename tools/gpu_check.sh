@@ -136,6 +136,9 @@ pending)
 	BATCH=1 experiment head_split all replay REPLAYSSM_CUDA_HEAD_SPLIT=2 REPLAYSSM_CUDA_HEAD_SPLIT=4
 	BATCH=64 experiment overlap64 nemotron-3-nano-4b,nemotron-3-super replay REPLAYSSM_CUDA_OVERLAP=1 \
 		"REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_OVERLAP_BLOCKS=33"
+	# The GDN bf16 baseline (82% of copy) beside the Mamba-2 one (91%).
+	profile gdn_bf16_base gdn_baseline_step --shapes qwen3.5-4b --state-dtype bf16 --modes baseline --batch 256
+	profile nano_bf16_base mamba2_baseline_step --shapes nemotron-3-nano-4b --state-dtype bf16 --modes baseline --batch 256
 	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \
