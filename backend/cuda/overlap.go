@@ -1,0 +1,103 @@
+package cuda
+
+// The decode step's flush and the verify's early folds on a second stream,
+// beside the kernels that take the other slots (OVERLAP, VPART in
+// replay_common.cu).
+
+import "github.com/replayssm/replayssm/replay"
+
+// overlap is the plan of a module built with OVERLAP (replay_common.cu):
+// a decode step's flush kernel (the pipelined fold where the layer folds
+// with it, else the items kernel) runs on side, a stream of the
+// greatest priority (its blocks start first), forked from the step's
+// stream by fork and joined back by join, beside the non-flush kernel.
+//
+// With verify, a verify is split the same way (VPART): the early folds and
+// then the group verify of the slots that fold go on side, the group
+// verify of the other slots on the verify's stream beside them.
+type overlap struct {
+	on         bool
+	verify     bool
+	blocks     int // a bound on the flush kernel's grid (0: its resident grid)
+	side       *Stream
+	fork, join *Event
+}
+
+// planOverlap returns the plan and defines of a replay module of layer
+// kind ("mamba2" or "gdn"): the flush beside the non-flush kernel for GDN,
+// or as tn forces it (REPLAYSSM_CUDA_OVERLAP, _OVERLAP_BLOCKS).
+//
+// Measured on the H200 (session 13, staggered windows, against the flush
+// before the non-flush kernel in the same run): GDN B=64 Qwen3.5-4B 79.2 ->
+// 71.2 us (fp32), 64.1 -> 48.1 (bf16), 122B 116 -> 110, 87.6 -> 84.2 (the
+// flush on one block per SM); B=256 209 -> 206, 151 -> 147, 374 -> 363,
+// 267 -> 255 (on the flush's resident grid, 264 blocks; one per SM was
+// slower). Mamba-2 slower in every case (Nano B=256 fp32 315 -> 329, B=64
+// 94.5 -> 110) when the overlap replaced its default flush, the pipelined
+// fold (v7), by the slower items kernel; its non-flush step slowed too. The
+// overlap now keeps the pipelined fold (not yet measured).
+//
+// The verify's split (tn.overlapVer, REPLAYSSM_CUDA_VERIFY_OVERLAP=1) is
+// off by default: written in session 13 after the device time, not yet
+// measured.
+func planOverlap(kind string, opt replay.Options, tn tuning) (overlap, []string) {
+	if opt.Mode != replay.Replay {
+		return overlap{}, nil
+	}
+	o := overlap{on: kind == "gdn", verify: tn.overlapVer, blocks: tn.overlapGrid}
+	if tn.overlap != "" {
+		o.on = tn.overlap == "1"
+	}
+	var defines []string
+	if o.on {
+		defines = append(defines, "-DOVERLAP=1")
+	}
+	if o.verify {
+		defines = append(defines, "-DVPART=1")
+	}
+	if !o.on && !o.verify {
+		return overlap{}, nil
+	}
+	return o, defines
+}
+
+// launchOverlapped queues a decode step above the small batch with the
+// flush beside the non-flush kernel: the side stream waits for the work
+// queued so far, takes the flush, and the step's stream waits for it after
+// its own kernel. Both kernels count their blocks on c.done, and the last
+// to finish moves the cursors (step_done). Captured in a graph, the fork
+// and join are the graph's edges. The flush is the pipelined fold where
+// the layer folds with it (Mamba-2's default; measured beside the group
+// step only as a first experiment, NOTES.md session 13), else the items
+// kernel.
+func (c *replayCommon) launchOverlapped(s *Stream, a *Args, batch int, grid [3]uint32) error {
+	o := &c.overlap
+	if err := o.branch(s); err != nil {
+		return err
+	}
+	if err := c.launchFlush(o.side, a, batch, o.blocks); err != nil {
+		return err
+	}
+	if err := c.launchNonflush(s, a, batch, grid); err != nil {
+		return err
+	}
+	return o.merge(s)
+}
+
+// branch makes the side stream's next work wait for the work queued on s
+// so far.
+func (o *overlap) branch(s *Stream) error {
+	if err := o.fork.Record(s); err != nil {
+		return err
+	}
+	return o.side.Wait(o.fork)
+}
+
+// merge makes s's next work wait for the work queued on the side stream
+// so far.
+func (o *overlap) merge(s *Stream) error {
+	if err := o.join.Record(o.side); err != nil {
+		return err
+	}
+	return s.Wait(o.join)
+}
