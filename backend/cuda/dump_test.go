@@ -88,17 +88,16 @@ func TestDumpReplayModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	// REPLAYSSM_CUDA_HEAD_SPLIT: the small-batch module of split heads.
-	if split, _ := planHeadSplit(opt, sh.gdn.ValueDim, tn); sh.layer == "gdn" && split > 1 {
-		if src, args, _, err = gdnSplitSource(h200Props(), sh.gdn, opt, split, tn); err != nil {
-			t.Fatal(err)
-		}
-		defines = args
+	rows, source := sh.gdn.ValueDim, func(n int) (splitModule, error) { return gdnSplitSource(h200Props(), sh.gdn, opt, n, tn) }
+	if sh.layer == "mamba2" {
+		rows, source = sh.m2.HeadDim, func(n int) (splitModule, error) { return mamba2SplitSource(h200Props(), sh.m2, opt, n, tn) }
 	}
-	if split, _ := planHeadSplit(opt, sh.m2.HeadDim, tn); sh.layer == "mamba2" && split > 1 {
-		if src, args, _, err = mamba2SplitSource(h200Props(), sh.m2, opt, split, tn); err != nil {
+	if split, _ := planHeadSplit(opt, rows, tn); split > 1 {
+		m, err := source(split)
+		if err != nil {
 			t.Fatal(err)
 		}
-		defines = args
+		src, args, defines = m.src, m.opts, m.opts
 	}
 	t.Logf("%s %v+%v: defines %v", name, opt.State, opt.ReadCopy, defines)
 	ptx, err := n.build(file, src, append([]string{"--gpu-architecture=compute_90"}, args...), false)

@@ -23,11 +23,28 @@ type headSplit struct {
 	step    *Function
 }
 
-// buildHeadSplit compiles the small-batch module of split heads
-// (planHeadSplit) from file's src with opts (the layer's *SplitSource)
-// and binds its step, kind + "_replay_step_small".
-func (c *replayCommon) buildHeadSplit(ctx context.Context, file, src string, opts []string, threads, split int) error {
-	mod, err := c.d.Compile(ctx, file, src, opts...)
+// splitModule is a layer's small-batch module of split heads, ready to
+// compile: its file and source, NVRTC options (HSPLIT) and block size.
+type splitModule struct {
+	file, src string
+	opts      []string
+	threads   int
+}
+
+// buildHeadSplit splits the small step's heads of a layer of rows-row
+// matrices where planHeadSplit says so: it compiles the module source
+// forms for the split (the layer's *SplitSource) and binds its step, kind
+// + "_replay_step_small". Nothing where the heads stay whole.
+func (c *replayCommon) buildHeadSplit(ctx context.Context, rows int, tn tuning, source func(split int) (splitModule, error)) error {
+	split, _ := planHeadSplit(c.opt, rows, tn)
+	if split < 2 {
+		return nil
+	}
+	m, err := source(split)
+	if err != nil {
+		return err
+	}
+	mod, err := c.d.Compile(ctx, m.file, m.src, m.opts...)
 	if err != nil {
 		return err
 	}
@@ -35,20 +52,20 @@ func (c *replayCommon) buildHeadSplit(ctx context.Context, file, src string, opt
 	if err != nil {
 		return errors.Join(err, mod.Close())
 	}
-	c.small = headSplit{split: split, threads: threads, mod: mod, step: step}
+	c.small = headSplit{split: split, threads: m.threads, mod: mod, step: step}
 	return nil
 }
 
 // splitModuleSource is a layer's small-batch module of split heads (file,
 // rows × cols matrices after the split, the layer's defines for the split
-// shape): the source, its NVRTC options (HSPLIT) and its block size.
-func splitModuleSource(file string, opt replay.Options, rows, cols, split int, defines []string, tn tuning) (string, []string, int, error) {
+// shape).
+func splitModuleSource(file string, opt replay.Options, rows, cols, split int, defines []string, tn tuning) (splitModule, error) {
 	src, err := replaySource(file)
 	if err != nil {
-		return "", nil, 0, err
+		return splitModule{}, err
 	}
 	defines = append(defines, fmt.Sprintf("-DHSPLIT=%d", split))
-	return src, replayModuleOptions(opt, rows, cols, 0, defines, tn), moduleThreads(opt, rows, cols, tn), nil
+	return splitModule{file, src, replayModuleOptions(opt, rows, cols, 0, defines, tn), moduleThreads(opt, rows, cols, tn)}, nil
 }
 
 // planHeadSplit returns how many heads the small step splits each of a

@@ -205,27 +205,23 @@ func TestHeadSplitModulesCompile(t *testing.T) {
 				t.Fatal(err)
 			}
 			tn := tuning{headSplit: tc.split, smallBatch: defaultSmallBatch}
-			file, rows := "replay_gdn.cu", qwen4bShape.ValueDim
-			source := func() (string, []string, int, error) {
-				return gdnSplitSource(h200Props(), qwen4bShape, opt, tc.split, tn)
-			}
+			rows := qwen4bShape.ValueDim
+			source := func() (splitModule, error) { return gdnSplitSource(h200Props(), qwen4bShape, opt, tc.split, tn) }
 			if tc.layer == "mamba2" {
-				file, rows = "replay_mamba2.cu", nanoShape.HeadDim
-				source = func() (string, []string, int, error) {
-					return mamba2SplitSource(h200Props(), nanoShape, opt, tc.split, tn)
-				}
+				rows = nanoShape.HeadDim
+				source = func() (splitModule, error) { return mamba2SplitSource(h200Props(), nanoShape, opt, tc.split, tn) }
 			}
 			if split, why := planHeadSplit(opt, rows, tn); split != tc.split {
 				t.Fatalf("planned %d (%s), want %d", split, why, tc.split)
 			}
-			src, opts, threads, err := source()
+			m, err := source()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if threads < 64 {
-				t.Fatalf("%d threads: the steps need two warps", threads)
+			if m.threads < 64 {
+				t.Fatalf("%d threads: the steps need two warps", m.threads)
 			}
-			if _, err := n.build(file, src, append([]string{arch}, opts...), false); err != nil {
+			if _, err := n.build(m.file, m.src, append([]string{arch}, m.opts...), false); err != nil {
 				t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
 			}
 		})

@@ -143,14 +143,8 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if err := c.bindFoldPipe(tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
-	if split, _ := planHeadSplit(opt, dv, tn); split > 1 {
-		src, opts, threads, err := gdnSplitSource(d, shape, opt, split, tn)
-		if err == nil {
-			err = c.buildHeadSplit(ctx, "replay_gdn.cu", src, opts, threads, split)
-		}
-		if err != nil {
-			return fail(err)
-		}
+	if err := c.buildHeadSplit(ctx, dv, tn, func(n int) (splitModule, error) { return gdnSplitSource(d, shape, opt, n, tn) }); err != nil {
+		return fail(err)
 	}
 	if tn.groupAll {
 		c.group.minItems = 0
@@ -194,9 +188,8 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 func (c *GDNCache) Shape() ssm.GDNShape { return c.shape }
 
 // gdnSplitSource is the small-batch module of a GDN cache whose value heads
-// split into split heads of dv/split rows (HSPLIT): the source, its NVRTC
-// options and its block size.
-func gdnSplitSource(d *Device, shape ssm.GDNShape, opt replay.Options, split int, tn tuning) (src string, opts []string, threads int, err error) {
+// split into split heads of dv/split rows (HSPLIT).
+func gdnSplitSource(d *Device, shape ssm.GDNShape, opt replay.Options, split int, tn tuning) (splitModule, error) {
 	sub := shape
 	sub.ValueHeads, sub.ValueDim = shape.ValueHeads*split, shape.ValueDim/split
 	_, _, _, defines := gdnModule(d, sub, opt, tn)

@@ -174,14 +174,8 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if err := c.bindFoldPipe(tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
-	if split, _ := planHeadSplit(opt, P, tn); split > 1 {
-		src, opts, threads, err := mamba2SplitSource(d, shape, opt, split, tn)
-		if err == nil {
-			err = c.buildHeadSplit(ctx, "replay_mamba2.cu", src, opts, threads, split)
-		}
-		if err != nil {
-			return fail(err)
-		}
+	if err := c.buildHeadSplit(ctx, P, tn, func(n int) (splitModule, error) { return mamba2SplitSource(d, shape, opt, n, tn) }); err != nil {
+		return fail(err)
 	}
 	if tn.groupAll {
 		c.group.minItems = 0
@@ -253,9 +247,8 @@ func (c *Mamba2Cache) checkInput(batch, T int, in Mamba2Input, y Buffer) error {
 }
 
 // mamba2SplitSource is the small-batch module of a Mamba-2 cache whose
-// heads split into split heads of P/split rows (HSPLIT): the source, its
-// NVRTC options and its block size.
-func mamba2SplitSource(d *Device, shape ssm.Mamba2Shape, opt replay.Options, split int, tn tuning) (src string, opts []string, threads int, err error) {
+// heads split into split heads of P/split rows (HSPLIT).
+func mamba2SplitSource(d *Device, shape ssm.Mamba2Shape, opt replay.Options, split int, tn tuning) (splitModule, error) {
 	sub := shape
 	sub.Heads, sub.HeadDim = shape.Heads*split, shape.HeadDim/split
 	_, _, _, defines := mamba2Module(d, sub, opt, tn)

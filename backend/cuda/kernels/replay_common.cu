@@ -2052,6 +2052,17 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
 #ifndef VPART
 #define VPART 0
 #endif
+// flush_done ends a decode step's flush kernel: with OVERLAP it counts
+// the kernel's blocks beside the non-flush kernel's (step_done, side 1),
+// otherwise nothing (the non-flush kernel, after it on the stream, moves
+// the cursors). Every thread of every block calls it, once, at the end.
+__device__ __forceinline__ void flush_done(int* hist, int* pending, int* done, const int* slots, int batch, int L)
+{
+#if OVERLAP
+    step_done(hist, pending, done, slots, batch, L, 1);
+#endif
+}
+
 #if VPART
 #define VPART_PARAM , int part
 // vpart_skip says whether the group verify of part skips batch row b: the

@@ -644,9 +644,7 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_flush(GD
         gdn_flush_item(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o,
                        negA, dtb, qscale, L, pending, done, batch, j, b);
     });
-#if OVERLAP
-    step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
-#endif
+    flush_done(hist, pending, done, slots, batch, L);
 }
 #endif
 
@@ -1861,9 +1859,7 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_flush_pipe(GDN_
 {
     gdn_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, hist, slots, nullptr, 1, q,
                              k, v, a, bb, o, negA, dtb, qscale, L, batch);
-#if OVERLAP
-    step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
-#endif
+    flush_done(hist, pending, done, slots, batch, L);
 }
 #endif
 

@@ -601,9 +601,7 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_flush
         mamba2_flush_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, x, B, C, dt, y, A, dtb, D,
                           dtMin, L, pending, done, batch, h, b);
     });
-#if OVERLAP
-    step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
-#endif
+    flush_done(hist, pending, done, slots, batch, L);
 }
 #endif
 
@@ -1970,9 +1968,7 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(M
 {
     mamba2_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1,
                                 x, B, C, dt, y, A, dtb, D, dtMin, L, batch);
-#if OVERLAP
-    step_done(hist, pending, done, slots, batch, L, 1); // beside the non-flush kernel
-#endif
+    flush_done(hist, pending, done, slots, batch, L);
 }
 #endif
 
