@@ -88,11 +88,13 @@ func TestDumpReplayModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	// REPLAYSSM_CUDA_HEAD_SPLIT: the small-batch module of split heads.
-	rows, source := sh.gdn.ValueDim, func(n int) (splitModule, error) { return gdnSplitSource(h200Props(), sh.gdn, opt, n, tn) }
+	heads, rows, source := sh.gdn.ValueHeads, sh.gdn.ValueDim, func(n int) (splitModule, error) { return gdnSplitSource(h200Props(), sh.gdn, opt, n, tn) }
 	if sh.layer == "mamba2" {
-		rows, source = sh.m2.HeadDim, func(n int) (splitModule, error) { return mamba2SplitSource(h200Props(), sh.m2, opt, n, tn) }
+		heads, rows, source = sh.m2.Heads, sh.m2.HeadDim, func(n int) (splitModule, error) { return mamba2SplitSource(h200Props(), sh.m2, opt, n, tn) }
 	}
-	if split, _ := planHeadSplit(opt, rows, tn); split > 1 {
+	// The dump shows the main module unless REPLAYSSM_CUDA_HEAD_SPLIT asks
+	// for the split one.
+	if split, _ := planHeadSplit(opt, heads, rows, h200Props().smCount, tn); split > 1 && tn.headSplit > 1 {
 		m, err := source(split)
 		if err != nil {
 			t.Fatal(err)

@@ -36,7 +36,7 @@ type splitModule struct {
 // forms for the split (the layer's *SplitSource) and binds its step, kind
 // + "_replay_step_small". Nothing where the heads stay whole.
 func (c *replayCommon) buildHeadSplit(ctx context.Context, rows int, tn tuning, source func(split int) (splitModule, error)) error {
-	split, _ := planHeadSplit(c.opt, rows, tn)
+	split, _ := planHeadSplit(c.opt, c.heads, rows, c.d.Multiprocessors(), tn)
 	if split < 2 {
 		return nil
 	}
@@ -56,6 +56,15 @@ func (c *replayCommon) buildHeadSplit(ctx context.Context, rows int, tn tuning, 
 	return nil
 }
 
+// takes reports whether the split module takes a small step of batch
+// slots of heads heads on sms SMs: while its blocks number at most three
+// per SM. Beyond that the whole heads' step was as fast or faster (H200,
+// session 14: Nemotron-3-Nano-4B, 96 heads split in 2, batch 2: 5.0 us
+// against 5.7 on 384 blocks; batch 4: 9.0 against 7.0 on 768).
+func (h *headSplit) takes(batch, heads, sms int) bool {
+	return h.step != nil && batch*heads*h.split <= 3*sms
+}
+
 // splitModuleSource is a layer's small-batch module of split heads (file,
 // rows × cols matrices after the split, the layer's defines for the split
 // shape).
@@ -68,26 +77,41 @@ func splitModuleSource(file string, opt replay.Options, rows, cols, split int, d
 	return splitModule{file, src, replayModuleOptions(opt, rows, cols, 0, defines, tn), moduleThreads(opt, rows, cols, tn)}, nil
 }
 
-// planHeadSplit returns how many heads the small step splits each of a
-// replay layer's heads into (rows × cols matrices), and why not where it
-// returns 1: tn.headSplit (REPLAYSSM_CUDA_HEAD_SPLIT; off by default,
-// written in session 13 after the device time and not yet measured) where
-// it divides rows into parts of at least 8 rows, in replay mode, without
-// a read copy and for element states (a read copy's nvfp4 global scale,
+// planHeadSplit returns how many parts the small step splits each of a
+// replay layer's heads heads (rows × cols matrices) into on a GPU of sms
+// SMs, and why not where it returns 1. By default the most parts (2, 4 or
+// 8) of 32 rows or more whose blocks at batch 1 number at most 1.5 per SM:
+// the step at batch 1 is latency-bound, and a block of fewer rows finishes
+// sooner, while a second block on an SM takes its turn behind the first
+// (H200, session 14, batch 1, us per step, fp32: Qwen3.5-4B's 32 heads in
+// 4 parts 5.7 -> 4.6, in 2 4.8; Qwen3.5-122B's 64 in 2 5.7 -> 4.9, in 4
+// 5.0; Nano's 96 in 2 4.8 -> 4.4; Super's 128 in 2 4.3 -> 4.2, in 4 4.5).
+// tn.headSplit (REPLAYSSM_CUDA_HEAD_SPLIT) sets the parts instead, 1 for
+// none, where they are parts of 8 rows or more. Never in baseline mode,
+// with a read copy or for fp8 states (a read copy's nvfp4 global scale,
 // like an fp8 state's scale, covers a whole matrix).
-func planHeadSplit(opt replay.Options, rows int, tn tuning) (int, string) {
+func planHeadSplit(opt replay.Options, heads, rows, sms int, tn tuning) (int, string) {
 	n := tn.headSplit
 	switch {
-	case n < 2:
-		return 1, "REPLAYSSM_CUDA_HEAD_SPLIT not set"
+	case n == 1:
+		return 1, "REPLAYSSM_CUDA_HEAD_SPLIT=1"
 	case opt.Mode != replay.Replay:
 		return 1, "baseline mode"
 	case opt.ReadCopy != numeric.F32:
 		return 1, "a read copy (its scales cover a whole matrix)"
 	case opt.State == numeric.E4M3:
 		return 1, "an fp8 state (its scale covers a whole matrix)"
-	case rows%n != 0 || rows/n < 8:
+	case n >= 2 && (rows%n != 0 || rows/n < 8):
 		return 1, fmt.Sprintf("%d rows do not split into %d parts of 8 rows or more", rows, n)
+	case n >= 2:
+		return n, ""
+	}
+	n = 1
+	for p := 2; p <= 8 && rows%p == 0 && rows/p >= 32 && 2*heads*p <= 3*sms; p *= 2 {
+		n = p
+	}
+	if n == 1 {
+		return 1, fmt.Sprintf("%d heads of %d rows fill the %d SMs", heads, rows, sms)
 	}
 	return n, ""
 }

@@ -141,11 +141,13 @@ func TestEnvTuning(t *testing.T) {
 			tuning{overlapVer: true, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"head split", map[string]string{"REPLAYSSM_CUDA_HEAD_SPLIT": "4"},
 			tuning{headSplit: 4, foldItems: true, smallBatch: defaultSmallBatch}},
+		{"whole heads", map[string]string{"REPLAYSSM_CUDA_HEAD_SPLIT": "1"},
+			tuning{headSplit: 1, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
-			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "1",
+			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -589,27 +591,53 @@ func TestOverlapPlan(t *testing.T) {
 // into parts of at least 8 rows.
 func TestHeadSplitPlan(t *testing.T) {
 	rep := replay.Options{Mode: replay.Replay, State: numeric.F32, ReadCopy: numeric.F32}
+	const sms = 132 // H200
 	for _, tc := range []struct {
-		name  string
-		opt   replay.Options
-		rows  int
-		tn    tuning
-		split int
-		why   string
+		name        string
+		opt         replay.Options
+		heads, rows int
+		tn          tuning
+		split       int
+		why         string
 	}{
-		{"asked", rep, 128, tuning{headSplit: 4}, 4, ""},
-		{"not asked", rep, 128, tuning{}, 1, "not set"},
-		{"baseline", replay.Options{Mode: replay.Baseline, ReadCopy: numeric.F32}, 128, tuning{headSplit: 4}, 1, "baseline"},
-		{"read copy", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4}, 128, tuning{headSplit: 4}, 1, "read copy"},
-		{"fp8 state", replay.Options{Mode: replay.Replay, State: numeric.E4M3, ReadCopy: numeric.F32}, 128, tuning{headSplit: 4}, 1, "fp8"},
-		{"parts too small", rep, 16, tuning{headSplit: 4}, 1, "8 rows"},
-		{"does not divide", rep, 96, tuning{headSplit: 5}, 1, "do not split"},
+		// The default: the most parts of 32 rows or more, at most 1.5
+		// blocks per SM at batch 1.
+		{"Qwen3.5-4B", rep, 32, 128, tuning{}, 4, ""},
+		{"Qwen3.5-122B", rep, 64, 128, tuning{}, 2, ""},
+		{"Nemotron-3-Nano-4B", rep, 96, 80, tuning{}, 2, ""},
+		{"Nemotron-3-Super", rep, 128, 64, tuning{}, 1, "fill the 132 SMs"},
+		{"parts of 32 rows", rep, 8, 64, tuning{}, 2, ""},
+		{"odd rows", rep, 8, 33, tuning{}, 1, "fill"},
+		{"asked", rep, 128, 128, tuning{headSplit: 4}, 4, ""},
+		{"asked none", rep, 32, 128, tuning{headSplit: 1}, 1, "HEAD_SPLIT=1"},
+		{"baseline", replay.Options{Mode: replay.Baseline, ReadCopy: numeric.F32}, 32, 128, tuning{}, 1, "baseline"},
+		{"read copy", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4}, 32, 128, tuning{}, 1, "read copy"},
+		{"fp8 state", replay.Options{Mode: replay.Replay, State: numeric.E4M3, ReadCopy: numeric.F32}, 32, 128, tuning{headSplit: 4}, 1, "fp8"},
+		{"parts too small", rep, 32, 16, tuning{headSplit: 4}, 1, "8 rows"},
+		{"does not divide", rep, 32, 96, tuning{headSplit: 5}, 1, "do not split"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			split, why := planHeadSplit(tc.opt, tc.rows, tc.tn)
+			split, why := planHeadSplit(tc.opt, tc.heads, tc.rows, sms, tc.tn)
 			if split != tc.split || (tc.why != "" && !strings.Contains(why, tc.why)) {
 				t.Fatalf("planHeadSplit = %d (%q), want %d (%q)", split, why, tc.split, tc.why)
 			}
 		})
+	}
+}
+
+// TestHeadSplitTakes checks which small steps the split module takes: at
+// most three blocks per SM.
+func TestHeadSplitTakes(t *testing.T) {
+	h := headSplit{split: 2, step: &Function{}}
+	for _, tc := range []struct {
+		batch, heads int
+		want         bool
+	}{{1, 96, true}, {2, 96, true}, {3, 96, false}, {4, 32, true}, {7, 32, false}} {
+		if got := h.takes(tc.batch, tc.heads, 132); got != tc.want {
+			t.Errorf("batch %d of %d heads in 2 parts: takes %v, want %v", tc.batch, tc.heads, got, tc.want)
+		}
+	}
+	if (&headSplit{}).takes(1, 1, 132) {
+		t.Error("no split module, yet it takes a step")
 	}
 }

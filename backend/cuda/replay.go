@@ -53,7 +53,7 @@ type tuning struct {
 	overlap     string   // REPLAYSSM_CUDA_OVERLAP: "1" or "0" forces a step's flush beside its non-flush kernel on or off ("": planOverlap's rule)
 	overlapGrid int      // REPLAYSSM_CUDA_OVERLAP_BLOCKS: a bound on the overlapped flush's grid (0: its resident grid)
 	overlapVer  bool     // REPLAYSSM_CUDA_VERIFY_OVERLAP=1: a verify's early folds beside the group verify of the slots that do not fold
-	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's value heads split in this many (GDN; 0 or 1: not split)
+	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -84,7 +84,7 @@ func envTuning(getenv func(string) string) tuning {
 		tn.overlapGrid = n
 	}
 	tn.overlapVer = getenv("REPLAYSSM_CUDA_VERIFY_OVERLAP") == "1"
-	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_HEAD_SPLIT")); err == nil && n >= 2 && n <= 64 {
+	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_HEAD_SPLIT")); err == nil && n >= 1 && n <= 64 {
 		tn.headSplit = n
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
@@ -320,6 +320,7 @@ type replayCommon struct {
 	cursorVerify, commitF        *Function
 	nonflush, flush, verify      *Function
 	stepSmall                    *Function // flush and non-flush slots in one kernel
+	verifySmall                  *Function // a small batch's verify and cursor move in one kernel (Mamba-2)
 	flushBlocks                  int       // the flush kernel's grid: the blocks the GPU holds at once
 	baselineStep, baselineVerify *Function
 	pipe                         pipeline
@@ -501,7 +502,7 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	a.I32(int32(batch))
 	block := [3]uint32{uint32(c.threads), 1, 1}
 	if batch <= c.smallBatch {
-		if h := &c.small; h.step != nil {
+		if h := &c.small; h.takes(batch, c.heads, c.d.Multiprocessors()) {
 			return c.d.Launch(h.step, [3]uint32{uint32(c.heads * h.split), uint32(batch), 1}, [3]uint32{uint32(h.threads), 1, 1}, 0, s, a)
 		}
 		return c.d.Launch(c.stepSmall, grid, block, 0, s, a)
@@ -583,6 +584,14 @@ func (c *replayCommon) groupVerify(batch int) bool {
 // then the cursor move.
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
+	if batch <= c.smallBatch && c.verifySmall != nil {
+		// One kernel, as for the step (Mamba-2: its small batches took the
+		// early folds, the pipelined verify and the cursor kernel).
+		a.Ptr(c.pending)
+		a.Ptr(c.done)
+		a.I32(int32(batch))
+		return c.d.Launch(c.verifySmall, grid, block, 0, s, a)
+	}
 	if g := &c.group; c.groupVerify(batch) {
 		// The early folds go on fs: the verify's stream, or with
 		// overlap.verify the side stream, forked from it, on at most
@@ -704,7 +713,7 @@ func (c *replayCommon) StepKernel(batch int) string {
 		return "staged"
 	case c.opt.Mode == replay.Baseline:
 		return "v4"
-	case batch <= c.smallBatch && c.small.step != nil:
+	case batch <= c.smallBatch && c.small.takes(batch, c.heads, c.d.Multiprocessors()):
 		return "small (heads split)"
 	case batch <= c.smallBatch:
 		return "small"
@@ -716,11 +725,15 @@ func (c *replayCommon) StepKernel(batch int) string {
 	return "v4"
 }
 
-// VerifyKernel names the kernel that takes a verify of batch slots: "v6"
-// (the group verify, every slot, after the early folds), "v5" (pipelined,
+// VerifyKernel names the kernel that takes a verify of batch slots:
+// "small" (Mamba-2, up to the small batch: one kernel verifies every slot
+// and moves the cursors), "v6" (the group verify, every slot, after the early
+// folds), "v5" (pipelined,
 // the slots with no early fold) or "v4".
 func (c *replayCommon) VerifyKernel(batch int) string {
 	switch {
+	case batch <= c.smallBatch && c.verifySmall != nil:
+		return "small"
 	case c.groupVerify(batch):
 		return "v6"
 	case c.pipe.on && c.pipe.verify != nil:

@@ -164,6 +164,14 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if err := c.bindKernels("mamba2_pipe_step", "mamba2_pipe_verify", "mamba2_replay_verify_fold", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
+	// The one-kernel verify of small batches: at batches 1-4 it took
+	// 1.1-1.6x less time than the early folds, the pipelined verify and
+	// the cursor kernel (H200, session 14). GDN has none: its v4 verify
+	// and cursor kernel were 0.2-1 us faster than the same verify ending
+	// in verify_done.
+	if c.verifySmall, err = c.mod.Function("mamba2_replay_verify_small"); err != nil {
+		return fail(err)
+	}
 	step, verify := "mamba2_group_step", ""
 	if c.group.verifyOn {
 		verify = "mamba2_group_verify"

@@ -1081,6 +1081,9 @@ func TestReplayPipelinePlanOnDevice(t *testing.T) {
 		mamba2TestLayer(31, ssm.Mamba2Shape{Heads: 8, HeadDim: 80, StateSize: 128, Groups: 1}),
 		gdnTestLayer(32, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 128, ValueDim: 128}),
 	}
+	// The small step's split module plays no part in the plan.
+	tn := envTuning(os.Getenv)
+	tn.headSplit = 1
 	for _, l := range layers {
 		for _, opt := range []replay.Options{
 			{Mode: replay.Replay},
@@ -1090,18 +1093,21 @@ func TestReplayPipelinePlanOnDevice(t *testing.T) {
 			{Mode: replay.Replay, ReadCopy: numeric.E4M3},
 			{Mode: replay.Replay, MaxDraft: 4},
 		} {
-			c, err := l.build(d, opt, 256)
-			if err != nil {
-				t.Fatal(err)
-			}
-			step, verify := c.pipelined()
-			p := c.plan()
-			t.Logf("%s %v+%v T%d: step %v verify %v: %d stages, %d warps, %d B smem, %d blocks/SM (%s)", l.name, opt.State, opt.ReadCopy,
-				opt.MaxDraft, step, verify, p.stages, p.warps, p.smem, p.blocksPerSM, p.reasonDisabled)
-			if want, _ := wantPipelined(l, opt, tuning{}); step != want {
-				t.Errorf("%s %v+%v: pipelined step %v, want %v", l.name, opt.State, opt.ReadCopy, step, want)
-			}
-			must(t, c.close())
+			t.Run(fmt.Sprintf("%s/%v+%v/T%d", l.name, opt.State, opt.ReadCopy, opt.MaxDraft), func(t *testing.T) {
+				t.Parallel() // each cache compiles its module
+				c, err := l.buildWith(d, opt, 256, tn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { must(t, c.close()) }()
+				step, verify := c.pipelined()
+				p := c.plan()
+				t.Logf("step %v verify %v: %d stages, %d warps, %d B smem, %d blocks/SM (%s)",
+					step, verify, p.stages, p.warps, p.smem, p.blocksPerSM, p.reasonDisabled)
+				if want, _ := wantPipelined(l, opt, tn); step != want {
+					t.Errorf("pipelined step %v, want %v", step, want)
+				}
+			})
 		}
 	}
 }

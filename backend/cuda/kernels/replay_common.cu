@@ -2328,6 +2328,42 @@ __device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, 
     move_cursors(hist, pending, done, slots, batch, L);
 }
 
+// verify_done ends the one-kernel small-batch verify (*_replay_verify_small):
+// cursor_verify's cursor move, made by the verify kernel's last block
+// instead of a kernel of its own (at batch 1 each kernel of a verify round
+// costs a launch's latency: the round was verify, cursor and commit kernels
+// against the baseline's verify and commit). Every block counts itself at
+// its end, after its threads' reads of the cursors; the last one resets the
+// count and moves the cursors. hist is the verify's read-only cursor array:
+// no block writes it before every block has counted itself.
+__device__ __forceinline__ void verify_done(const int* hist, int* pending, int* done, const int* slots,
+                                            const int* counts, int T, int batch, int R)
+{
+    __shared__ int last;
+    __syncthreads(); // the block's reads of hist are behind it
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(done, 1) == (int)(gridDim.x * gridDim.y) - 1;
+    }
+    __syncthreads();
+    if (!last) {
+        return;
+    }
+    __threadfence();
+    int* h = const_cast<int*>(hist);
+    for (int b = threadIdx.x; b < batch; b += blockDim.x) {
+        const int s = slots[b];
+        const int cnt = counts ? counts[b] : T;
+        if (FOLDS_EARLY(h[s], cnt, R)) {
+            h[s] = 0;
+        }
+        pending[s] = cnt;
+    }
+    if (threadIdx.x == 0) {
+        *done = 0;
+    }
+}
+
 // cursor_verify: after a Verify of counts[b] (or T) drafts, a replay slot
 // that folded its history early starts a new window (hist = 0, the drafts at
 // entries 0..cnt-1); pending = cnt in both modes.

@@ -826,6 +826,15 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify(MAMBA2_VER
 {
     mamba2_verify_impl<0>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
+
+// mamba2_replay_verify_small is the verify of a small batch in one kernel:
+// mamba2_replay_verify, then its last block moves the cursors (verify_done).
+extern "C" __global__ void __launch_bounds__(NT)
+    mamba2_replay_verify_small(MAMBA2_VERIFY_PARAMS, int* __restrict__ pending, int* __restrict__ done, int batch)
+{
+    mamba2_verify_impl<0>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
+    verify_done(hist, pending, done, slots, counts, T, batch, R);
+}
 #endif
 
 // mamba2_replay_verify_fold is mamba2_replay_verify for the slots that fold
