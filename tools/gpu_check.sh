@@ -10,7 +10,7 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
-#   tools/gpu_check.sh pending    # session 13's knobs not yet run: tests, then A/B
+#   tools/gpu_check.sh pending    # session 14's open questions: ncu of the batch-1 verify and flush step
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -47,8 +47,10 @@ cli=gpu/replayssm
 
 tests() {
 	# NVRTC compiles dominate (hundreds of modules): the subtests run in
-	# parallel, one per core.
-	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 500s >"$out/tests.log" 2>&1
+	# parallel, one per core. The whole package took ~450 s on the H200 in
+	# session 14 (the small step's split modules compile too): run it alone
+	# in a device call of its own.
+	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 560s >"$out/tests.log" 2>&1
 	local rc=$?
 	echo "tests: exit $rc, $(grep -c -- '--- PASS' "$out/tests.log") passed, $(grep -c -- '--- SKIP' "$out/tests.log") skipped"
 	grep -E -- '--- FAIL|^panic|^FAIL' "$out/tests.log" | head -20
@@ -121,24 +123,20 @@ all)
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
 pending)
-	# What session 13 wrote after its device time (NOTES.md, session 13,
-	# Next 0-1): the tests under each knob, then the A/B tables.
-	t0=$(date +%s)
-	"$test_bin" -test.run 'TestReplayOverlapMatchesSerial|TestReplayCacheGraph|TestMemoryRoundTrip' \
-		-test.v -test.parallel "$(nproc)" -test.timeout 200s >"$out/t_overlap.log" 2>&1
-	echo "overlap tests: exit $?, $(grep -c -- '--- PASS' "$out/t_overlap.log") passed, $(( $(date +%s) - t0 ))s"
-	grep -E -- '--- FAIL|^panic' "$out/t_overlap.log" | head
-	REPLAYSSM_CUDA_HEAD_SPLIT=4 "$test_bin" -test.run 'TestReplayStepSmallMatchesSplit|TestReplayCacheMatchesReference/.*/replay/(fp32|bf16)$' \
-		-test.v -test.parallel "$(nproc)" -test.timeout 200s >"$out/t_split.log" 2>&1
-	echo "head split tests: exit $?, $(grep -c -- '--- PASS' "$out/t_split.log") passed, $(( $(date +%s) - t0 ))s"
-	grep -E -- '--- FAIL|^panic' "$out/t_split.log" | head
-	experiment verify_overlap256 all verify REPLAYSSM_CUDA_VERIFY_OVERLAP=1
-	BATCH=1 experiment head_split all replay REPLAYSSM_CUDA_HEAD_SPLIT=2 REPLAYSSM_CUDA_HEAD_SPLIT=4
-	BATCH=64 experiment overlap64 nemotron-3-nano-4b,nemotron-3-super replay REPLAYSSM_CUDA_OVERLAP=1 \
-		"REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_OVERLAP_BLOCKS=33"
-	# The GDN bf16 baseline (82% of copy) beside the Mamba-2 one (91%).
-	profile gdn_bf16_base gdn_baseline_step --shapes qwen3.5-4b --state-dtype bf16 --modes baseline --batch 256
-	profile nano_bf16_base mamba2_baseline_step --shapes nemotron-3-nano-4b --state-dtype bf16 --modes baseline --batch 256
+	# Session 14's open questions (NOTES.md, session 14, Next 1-2): where a
+	# batch-1 verify spends its time (0.65-0.80x of the per-draft baseline),
+	# against the baseline verify, and GDN's batch-1 flush step (13.7 us on
+	# split heads against 4.2 non-flush). Four profiles, eight files.
+	NCU_EXTRA="--warp-sampling-interval 0" profile nano_verify_b1 mamba2_replay_verify_small \
+		--shapes nemotron-3-nano-4b --state-dtype fp32 --modes verify --batch 1
+	NCU_EXTRA="--warp-sampling-interval 0" profile nano_base_verify_b1 mamba2_baseline_verify \
+		--shapes nemotron-3-nano-4b --state-dtype fp32 --modes verify-baseline --batch 1
+	NCU_EXTRA="--warp-sampling-interval 0" profile gdn_verify_b1 gdn_replay_verify \
+		--shapes qwen3.5-4b --state-dtype fp32 --modes verify --batch 1
+	# The small step's launches alternate 15 non-flush to 1 flush in the
+	# bench's window graph; --launch-skip 5 takes one of the aligned graphs'.
+	NCU_EXTRA="--warp-sampling-interval 0" profile gdn_small_b1 gdn_replay_step_small \
+		--shapes qwen3.5-4b --state-dtype fp32 --modes replay --batch 1
 	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \
