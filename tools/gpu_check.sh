@@ -10,7 +10,7 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
-#   tools/gpu_check.sh pending    # session 14's open questions: ncu of the batch-1 verify and flush step
+#   tools/gpu_check.sh pending    # session 14's split verify (tests, batches 1-4), ncu of the batch-1 verify
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -32,7 +32,8 @@
 #                                   # verify's early folds beside the group
 #                                   # verify of the other slots; at batch 1
 #                                   # _HEAD_SPLIT=2|4 the small step's
-#                                   # heads split)
+#                                   # heads split, _SPLIT_VERIFY=1 the
+#                                   # small verify's)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
 #
@@ -123,20 +124,25 @@ all)
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
 pending)
-	# Session 14's open questions (NOTES.md, session 14, Next 1-2): where a
-	# batch-1 verify spends its time (0.65-0.80x of the per-draft baseline),
-	# against the baseline verify, and GDN's batch-1 flush step (13.7 us on
-	# split heads against 4.2 non-flush). Four profiles, eight files.
+	# Session 14's open items (NOTES.md, session 14, Next 0-1). First the
+	# split verify (REPLAYSSM_CUDA_SPLIT_VERIFY=1, written after the device
+	# time): its tests (bit for bit against the verify on whole heads, the
+	# float64 references), then at batches 1, 2 and 4 against the
+	# defaults; then where a batch-1 verify spends its time (0.65-0.80x of
+	# the per-draft baseline). Eight files in all (the device tool's limit).
+	t0=$(date +%s)
+	REPLAYSSM_CUDA_SPLIT_VERIFY=1 "$test_bin" -test.run \
+		'TestReplayStepSmallMatchesSplit|TestReplayCacheSpeculative/.*/replay|TestReplayCacheMatchesReference/.*/replay/(fp32|bf16)$' \
+		-test.v -test.parallel "$(nproc)" -test.timeout 300s >"$out/t_split_verify.log" 2>&1
+	echo "split verify tests: exit $?, $(grep -c -- '--- PASS' "$out/t_split_verify.log") passed, $(( $(date +%s) - t0 ))s"
+	grep -E -- '--- FAIL|^panic' "$out/t_split_verify.log" | head
+	for b in 1 2 4; do
+		BATCH=$b experiment split_verify_b$b all verify REPLAYSSM_CUDA_SPLIT_VERIFY=1
+	done
 	NCU_EXTRA="--warp-sampling-interval 0" profile nano_verify_b1 mamba2_replay_verify_small \
 		--shapes nemotron-3-nano-4b --state-dtype fp32 --modes verify --batch 1
-	NCU_EXTRA="--warp-sampling-interval 0" profile nano_base_verify_b1 mamba2_baseline_verify \
-		--shapes nemotron-3-nano-4b --state-dtype fp32 --modes verify-baseline --batch 1
 	NCU_EXTRA="--warp-sampling-interval 0" profile gdn_verify_b1 gdn_replay_verify \
 		--shapes qwen3.5-4b --state-dtype fp32 --modes verify --batch 1
-	# The small step's launches alternate 15 non-flush to 1 flush in the
-	# bench's window graph; --launch-skip 5 takes one of the aligned graphs'.
-	NCU_EXTRA="--warp-sampling-interval 0" profile gdn_small_b1 gdn_replay_step_small \
-		--shapes qwen3.5-4b --state-dtype fp32 --modes replay --batch 1
 	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \

@@ -21,6 +21,11 @@ type headSplit struct {
 	threads int
 	mod     *Module
 	step    *Function
+	// verify is the small batch's verify on split heads, where
+	// REPLAYSSM_CUDA_SPLIT_VERIFY asks for it: Mamba-2's one-kernel verify
+	// (kind + "_replay_verify_small"), GDN's v4 verify (kind +
+	// "_replay_verify", then the cursor kernel).
+	verify *Function
 }
 
 // splitModule is a layer's small-batch module of split heads, ready to
@@ -53,7 +58,37 @@ func (c *replayCommon) buildHeadSplit(ctx context.Context, rows int, tn tuning, 
 		return errors.Join(err, mod.Close())
 	}
 	c.small = headSplit{split: split, threads: m.threads, mod: mod, step: step}
+	if tn.splitVerify {
+		name := c.kind + "_replay_verify"
+		if c.verifySmall != nil {
+			name += "_small"
+		}
+		if c.small.verify, err = mod.Function(name); err != nil {
+			c.small = headSplit{}
+			return errors.Join(err, mod.Close())
+		}
+	}
 	return nil
+}
+
+// launchSplitVerify queues the verify of a small batch on split heads whose
+// arguments a holds (the verify's; Mamba-2's one kernel then takes the
+// pending drafts, the block count and the batch, GDN's verify is followed
+// by the cursor kernel).
+func (c *replayCommon) launchSplitVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int) error {
+	h := &c.small
+	grid := [3]uint32{uint32(c.heads * h.split), uint32(batch), 1}
+	block := [3]uint32{uint32(h.threads), 1, 1}
+	if c.verifySmall != nil {
+		a.Ptr(c.pending)
+		a.Ptr(c.done)
+		a.I32(int32(batch))
+		return c.d.Launch(h.verify, grid, block, 0, s, a)
+	}
+	if err := c.d.Launch(h.verify, grid, block, 0, s, a); err != nil {
+		return err
+	}
+	return c.launchCursorVerify(s, slots, counts, batch, T)
 }
 
 // takes reports whether the split module takes a small step of batch
@@ -74,6 +109,9 @@ func splitModuleSource(file string, opt replay.Options, rows, cols, split int, d
 		return splitModule{}, err
 	}
 	defines = append(defines, fmt.Sprintf("-DHSPLIT=%d", split))
+	if tn.splitVerify {
+		defines = append(defines, "-DSPLIT_VERIFY=1")
+	}
 	return splitModule{file, src, replayModuleOptions(opt, rows, cols, 0, defines, tn), moduleThreads(opt, rows, cols, tn)}, nil
 }
 

@@ -195,17 +195,21 @@ func moduleCompiler(t *testing.T) (*nvrtcAPI, string) {
 func TestHeadSplitModulesCompile(t *testing.T) {
 	n, arch := moduleCompiler(t)
 	for _, tc := range []struct {
-		layer string
-		state numeric.Format
-		split int
-	}{{"gdn", numeric.F32, 4}, {"gdn", numeric.BF16, 2}, {"mamba2", numeric.F32, 2}, {"mamba2", numeric.BF16, 4}} {
-		t.Run(fmt.Sprintf("%s/%v/%d", tc.layer, tc.state, tc.split), func(t *testing.T) {
+		layer  string
+		state  numeric.Format
+		split  int
+		verify bool // REPLAYSSM_CUDA_SPLIT_VERIFY: the small verify in the module too
+	}{
+		{"gdn", numeric.F32, 4, false}, {"gdn", numeric.BF16, 2, false}, {"mamba2", numeric.F32, 2, false}, {"mamba2", numeric.BF16, 4, false},
+		{"gdn", numeric.F32, 4, true}, {"gdn", numeric.BF16, 4, true}, {"mamba2", numeric.F32, 2, true}, {"mamba2", numeric.BF16, 2, true},
+	} {
+		t.Run(fmt.Sprintf("%s/%v/%d/verify=%v", tc.layer, tc.state, tc.split, tc.verify), func(t *testing.T) {
 			t.Parallel()
 			opt, err := replayDefaults(replay.Options{Mode: replay.Replay, State: tc.state, MaxDraft: 4})
 			if err != nil {
 				t.Fatal(err)
 			}
-			tn := tuning{headSplit: tc.split, smallBatch: defaultSmallBatch}
+			tn := tuning{headSplit: tc.split, smallBatch: defaultSmallBatch, splitVerify: tc.verify}
 			heads, rows := qwen4bShape.ValueHeads, qwen4bShape.ValueDim
 			source := func() (splitModule, error) { return gdnSplitSource(h200Props(), qwen4bShape, opt, tc.split, tn) }
 			if tc.layer == "mamba2" {
@@ -222,8 +226,18 @@ func TestHeadSplitModulesCompile(t *testing.T) {
 			if m.threads < 64 {
 				t.Fatalf("%d threads: the steps need two warps", m.threads)
 			}
-			if _, err := n.build(m.file, m.src, append([]string{arch}, m.opts...), false); err != nil {
+			ptx, err := n.build(m.file, m.src, append([]string{arch}, m.opts...), false)
+			if err != nil {
 				t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
+			}
+			// The verify the split module must hold (its name as
+			// buildHeadSplit looks it up), and only then.
+			verify := map[string]string{"gdn": "gdn_replay_verify", "mamba2": "mamba2_replay_verify_small"}[tc.layer]
+			if got := bytes.Contains(ptx, []byte(".entry "+verify+"(")); got != tc.verify {
+				t.Errorf("%s in the split module: %v, want %v", verify, got, tc.verify)
+			}
+			if !bytes.Contains(ptx, []byte(".entry "+tc.layer+"_replay_step_small(")) {
+				t.Errorf("no %s_replay_step_small in the split module", tc.layer)
 			}
 		})
 	}

@@ -141,13 +141,15 @@ func TestEnvTuning(t *testing.T) {
 			tuning{overlapVer: true, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"head split", map[string]string{"REPLAYSSM_CUDA_HEAD_SPLIT": "4"},
 			tuning{headSplit: 4, foldItems: true, smallBatch: defaultSmallBatch}},
+		{"split verify", map[string]string{"REPLAYSSM_CUDA_SPLIT_VERIFY": "1"},
+			tuning{splitVerify: true, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"whole heads", map[string]string{"REPLAYSSM_CUDA_HEAD_SPLIT": "1"},
 			tuning{headSplit: 1, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
-			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0",
+			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0", "REPLAYSSM_CUDA_SPLIT_VERIFY": "on",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {

@@ -53,6 +53,7 @@ type tuning struct {
 	overlap     string   // REPLAYSSM_CUDA_OVERLAP: "1" or "0" forces a step's flush beside its non-flush kernel on or off ("": planOverlap's rule)
 	overlapGrid int      // REPLAYSSM_CUDA_OVERLAP_BLOCKS: a bound on the overlapped flush's grid (0: its resident grid)
 	overlapVer  bool     // REPLAYSSM_CUDA_VERIFY_OVERLAP=1: a verify's early folds beside the group verify of the slots that do not fold
+	splitVerify bool     // REPLAYSSM_CUDA_SPLIT_VERIFY: small batches verify on the split heads too
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
 }
 
@@ -84,6 +85,7 @@ func envTuning(getenv func(string) string) tuning {
 		tn.overlapGrid = n
 	}
 	tn.overlapVer = getenv("REPLAYSSM_CUDA_VERIFY_OVERLAP") == "1"
+	tn.splitVerify = getenv("REPLAYSSM_CUDA_SPLIT_VERIFY") == "1"
 	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_HEAD_SPLIT")); err == nil && n >= 1 && n <= 64 {
 		tn.headSplit = n
 	}
@@ -584,6 +586,9 @@ func (c *replayCommon) groupVerify(batch int) bool {
 // then the cursor move.
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
+	if h := &c.small; batch <= c.smallBatch && h.verify != nil && h.takes(batch, c.heads, c.d.Multiprocessors()) {
+		return c.launchSplitVerify(s, a, slots, counts, batch, T)
+	}
 	if batch <= c.smallBatch && c.verifySmall != nil {
 		// One kernel, as for the step (Mamba-2: its small batches took the
 		// early folds, the pipelined verify and the cursor kernel).
@@ -732,6 +737,8 @@ func (c *replayCommon) StepKernel(batch int) string {
 // the slots with no early fold) or "v4".
 func (c *replayCommon) VerifyKernel(batch int) string {
 	switch {
+	case batch <= c.smallBatch && c.small.verify != nil && c.small.takes(batch, c.heads, c.d.Multiprocessors()):
+		return "small (heads split)"
 	case batch <= c.smallBatch && c.verifySmall != nil:
 		return "small"
 	case c.groupVerify(batch):

@@ -2328,6 +2328,15 @@ __device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, 
     move_cursors(hist, pending, done, slots, batch, L);
 }
 
+// SPLIT_VERIFY=1 (REPLAYSSM_CUDA_SPLIT_VERIFY; session 14, written after
+// the device time and not yet run) compiles a small batch's verify into
+// the module of split heads too (HSPLIT in replay_mamba2.cu and
+// replay_gdn.cu): each of its rows needs the head's ring vectors and
+// scalars and that row of the state alone, as the small step's do.
+#ifndef SPLIT_VERIFY
+#define SPLIT_VERIFY 0
+#endif
+
 // verify_done ends the one-kernel small-batch verify (*_replay_verify_small):
 // cursor_verify's cursor move, made by the verify kernel's last block
 // instead of a kernel of its own (at batch 1 each kernel of a verify round

@@ -725,7 +725,8 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     if (tid < cnt) {
         const int d = tid;
         float eg, beta;
-        gdn_scalars(a[((u64)b * T + d) * NVH + j], bb[((u64)b * T + d) * NVH + j], negA[j], dtb[j], &eg, &beta);
+        gdn_scalars(a[((u64)b * T + d) * NVH_REAL + HEAD(j)], bb[((u64)b * T + d) * NVH_REAL + HEAD(j)], negA[HEAD(j)],
+                    dtb[HEAD(j)], &eg, &beta);
         sh.decay[n + d] = eg;
         sh.beta[n + d] = beta;
         ringA[rs_at(s, j, n + d)] = eg;
@@ -807,7 +808,9 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     }
 }
 
-#if HSPLIT == 1 // the split module takes only the small step
+// With SPLIT_VERIFY the split module has gdn_replay_verify too (the
+// drafts' a, b, A and dt_bias by the real head, as in the small step).
+#if HSPLIT == 1 || SPLIT_VERIFY
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify(GDN_VERIFY_PARAMS)
 {
     gdn_verify_impl<false>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);

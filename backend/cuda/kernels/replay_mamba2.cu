@@ -718,8 +718,8 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     // Append the drafts.
     if (tid < cnt) {
         const int k = tid;
-        const float delta = fmaxf((float)softplus_d((double)dt[((u64)b * T + k) * NHEADS + h] + dtb[h]), dtMin);
-        const float a = (float)exp((double)delta * A[h]);
+        const float delta = fmaxf((float)softplus_d((double)dt[((u64)b * T + k) * NHEADS_REAL + HEAD(h)] + dtb[HEAD(h)]), dtMin);
+        const float a = (float)exp((double)delta * A[HEAD(h)]);
         sDelta[n + k] = delta;
         sDecay[n + k] = a;
         ringDt[rs_at(s, h, n + k)] = delta;
@@ -793,7 +793,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         [&](int pr, float v) { sBC[(pr / ne) * RMAX + pr % ne] = v; });
     dots_read<TMAX>(state, rcodes, rscales, rglobal, mat, sCk, N, cnt, sDot, sLut);
     __syncthreads();
-    const float dh = D[h];
+    const float dh = D[HEAD(h)];
     for (int idx = tid; idx < cnt * P; idx += NT) {
         const int k = idx / P, p = idx % P;
 #if LOAD_FIRST
@@ -821,14 +821,18 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         const float *__restrict__ D, float dtMin, int R
 #define MAMBA2_VERIFY_ARGS state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x, B, C, dt, y, A, dtb, D, dtMin, R
 
-#if HSPLIT == 1 // the split module takes only the small step
+#if HSPLIT == 1 // the split module takes only the small step (and verify)
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify(MAMBA2_VERIFY_PARAMS)
 {
     mamba2_verify_impl<0>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
+#endif
 
 // mamba2_replay_verify_small is the verify of a small batch in one kernel:
 // mamba2_replay_verify, then its last block moves the cursors (verify_done).
+// With SPLIT_VERIFY the split module has it too (the drafts' dt, dt_bias,
+// A and D by the real head, as in the small step).
+#if HSPLIT == 1 || SPLIT_VERIFY
 extern "C" __global__ void __launch_bounds__(NT)
     mamba2_replay_verify_small(MAMBA2_VERIFY_PARAMS, int* __restrict__ pending, int* __restrict__ done, int batch)
 {
