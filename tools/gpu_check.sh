@@ -10,7 +10,7 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
-#   tools/gpu_check.sh pending    # session 14's split verify (tests, batches 1-4), ncu of the batch-1 verify
+#   tools/gpu_check.sh pending    # session 14's split verify and VERIFY_EARLY (tests, batches 1-4), ncu of the batch-1 verify
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -124,20 +124,26 @@ all)
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
 pending)
-	# Session 14's open items (NOTES.md, session 14, Next 0-1). First the
-	# split verify (REPLAYSSM_CUDA_SPLIT_VERIFY=1, written after the device
-	# time): its tests (bit for bit against the verify on whole heads, the
-	# float64 references), then at batches 1, 2 and 4 against the
-	# defaults; then where a batch-1 verify spends its time (0.65-0.80x of
-	# the per-draft baseline). Eight files in all (the device tool's limit).
+	# Session 14's open items (NOTES.md, session 14, Next 0-1), written
+	# after its device time: the split verify (REPLAYSSM_CUDA_SPLIT_VERIFY=1)
+	# and the small verify's early start (-DVERIFY_EARLY=1). Their tests
+	# (bit for bit against the verify on whole heads / without the early
+	# start, and the float64 references), then batches 1, 2 and 4 against
+	# the defaults; then where a batch-1 verify spends its time (0.65-0.80x
+	# of the per-draft baseline). Eight files in all (the device tool's
+	# limit).
 	t0=$(date +%s)
-	REPLAYSSM_CUDA_SPLIT_VERIFY=1 "$test_bin" -test.run \
-		'TestReplayStepSmallMatchesSplit|TestReplayCacheSpeculative/.*/replay|TestReplayCacheMatchesReference/.*/replay/(fp32|bf16)$' \
-		-test.v -test.parallel "$(nproc)" -test.timeout 300s >"$out/t_split_verify.log" 2>&1
-	echo "split verify tests: exit $?, $(grep -c -- '--- PASS' "$out/t_split_verify.log") passed, $(( $(date +%s) - t0 ))s"
-	grep -E -- '--- FAIL|^panic' "$out/t_split_verify.log" | head
+	vt='TestReplayStepSmallMatchesSplit|TestReplayCacheSpeculative/.*/replay|TestReplayCacheMatchesReference/.*/replay/(fp32|bf16)$'
+	REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1 "$test_bin" -test.run "$vt" \
+		-test.v -test.parallel "$(nproc)" -test.timeout 300s >"$out/t_verify.log" 2>&1
+	echo "split verify + early tests: exit $?, $(grep -c -- '--- PASS' "$out/t_verify.log") passed, $(( $(date +%s) - t0 ))s"
+	REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1 "$test_bin" -test.run 'TestReplayStepSmallMatchesSplit/mamba2' \
+		-test.v -test.parallel "$(nproc)" -test.timeout 200s >>"$out/t_verify.log" 2>&1
+	echo "early alone: exit $?, $(grep -c -- '--- PASS' "$out/t_verify.log") passed in all, $(( $(date +%s) - t0 ))s"
+	grep -E -- '--- FAIL|^panic' "$out/t_verify.log" | head
 	for b in 1 2 4; do
-		BATCH=$b experiment split_verify_b$b all verify REPLAYSSM_CUDA_SPLIT_VERIFY=1
+		BATCH=$b experiment verify_b$b all verify REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1 \
+			"REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1"
 	done
 	NCU_EXTRA="--warp-sampling-interval 0" profile nano_verify_b1 mamba2_replay_verify_small \
 		--shapes nemotron-3-nano-4b --state-dtype fp32 --modes verify --batch 1

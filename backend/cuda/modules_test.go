@@ -102,6 +102,8 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/overlap forced", replay.Options{Mode: replay.Replay}, tuning{overlap: "1"}},
 		{"replay/bf16+nvfp4/overlap off", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{overlap: "0"}},
 		{"replay/bf16/verify overlap", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{overlapVer: true}},
+		{"replay/fp32/verify early", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DVERIFY_EARLY=1"}}},
+		{"replay/e4m3/verify early", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{defines: []string{"-DVERIFY_EARLY=1"}}},
 		{"replay/bf16+nvfp4/loads in loops", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{}},

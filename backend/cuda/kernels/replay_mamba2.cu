@@ -647,7 +647,19 @@ __device__ __forceinline__ void mamba2_stage_ring(float* sX, float* sB, const fl
 // accepts a prefix. PART 1 takes only the slots that fold early (the kernel
 // before mamba2_pipe_verify), PART 2 only their early folds (the kernel
 // before mamba2_group_verify, which takes every slot).
-template <int PART>
+// VERIFY_EARLY=1 (REPLAYSSM_CUDA_DEFINES; session 14, written after the
+// device time and not yet run) gives the one-kernel small verify the small
+// step's early start (SMALL_PF, TOKEN_ROWS): the drafts' x, B, C and dt,
+// the ring's scalars of every entry and the state in L1 are asked for
+// before the slot's cursor, so its chain is slots -> {hist, inputs, ring
+// scalars, state} -> ring rows -> y, where the verify waited for slots,
+// hist, the ring and dt, x, B and C, then the state, one after the other
+// (six round trips; batch 1 it took 12-16 us against the step's 4-5).
+#ifndef VERIFY_EARLY
+#define VERIFY_EARLY 0
+#endif
+
+template <int PART, bool VEARLY = false>
 __device__ __forceinline__ void
 mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                      float* __restrict__ ringX, float* __restrict__ ringB, float* __restrict__ ringDt,
@@ -672,6 +684,35 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     const int g = h / HPG;
     const int tid = threadIdx.x;
     const int s = slots[b];
+    // VE: every draft row up to T (the input holds batch*T rows) and every
+    // ring entry's scalars, whatever the cursor and count say; they are
+    // stored below where the verify's own loads would have put them.
+    constexpr bool VE = VEARLY && PART == 0 && LOAD_FIRST && RMAX <= NT;
+    constexpr int XD = VE ? (TMAX * P + NT - 1) / NT : 1, BD = VE ? (TMAX * N + NT - 1) / NT : 1;
+    float xd[XD];
+    float2 bcd[BD];
+    float dtd = 0.0f, dj = 0.0f, aj = 0.0f;
+    if constexpr (VE) {
+#pragma unroll
+        for (int it = 0; it < XD; it++) {
+            const int idx = tid + it * NT;
+            xd[it] = idx < T * P ? x[(((u64)b * T + idx / P) * NHEADS + h) * P + idx % P] : 0.0f;
+        }
+#pragma unroll
+        for (int it = 0; it < BD; it++) {
+            const int idx = tid + it * NT;
+            const u64 e = (((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N;
+            bcd[it] = idx < T * N ? make_float2(B[e], C[e]) : make_float2(0.0f, 0.0f);
+        }
+        if (tid < T) {
+            dtd = dt[((u64)b * T + tid) * NHEADS_REAL + HEAD(h)];
+        }
+        if (tid < RMAX) {
+            dj = ringDt[rs_at(s, h, tid)];
+            aj = ringA[rs_at(s, h, tid)];
+        }
+        prefetch_read(state, rcodes, rscales, (u64)s * NHEADS + h);
+    }
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     const u64 mat = (u64)s * NHEADS + h;
@@ -679,9 +720,16 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         return; // mamba2_pipe_verify or mamba2_group_verify takes it
     }
 
-    for (int j = tid; j < n; j += NT) {
-        sDelta[j] = ringDt[rs_at(s, h, j)];
-        sDecay[j] = ringA[rs_at(s, h, j)];
+    if constexpr (VE) {
+        if (tid < n) {
+            sDelta[tid] = dj;
+            sDecay[tid] = aj;
+        }
+    } else {
+        for (int j = tid; j < n; j += NT) {
+            sDelta[j] = ringDt[rs_at(s, h, j)];
+            sDecay[j] = ringA[rs_at(s, h, j)];
+        }
     }
     if (FOLDS_EARLY(n, cnt, R)) {
         // Early flush of the committed history; drafts are never folded.
@@ -718,7 +766,8 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     // Append the drafts.
     if (tid < cnt) {
         const int k = tid;
-        const float delta = fmaxf((float)softplus_d((double)dt[((u64)b * T + k) * NHEADS_REAL + HEAD(h)] + dtb[HEAD(h)]), dtMin);
+        const float dtk = VE ? dtd : dt[((u64)b * T + k) * NHEADS_REAL + HEAD(h)];
+        const float delta = fmaxf((float)softplus_d((double)dtk + dtb[HEAD(h)]), dtMin);
         const float a = (float)exp((double)delta * A[HEAD(h)]);
         sDelta[n + k] = delta;
         sDecay[n + k] = a;
@@ -729,28 +778,53 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     // ring).
     mamba2_stage_ring(sCoef, sB, ringX, ringB, s, h, n);
 #if LOAD_FIRST
-    // The drafts' x, B and C, every load in flight at once.
-    load_then_store<(TMAX * P + NT - 1) / NT, NT>(
-        cnt * P, [&](int idx) { return x[(((u64)b * T + idx / P) * NHEADS + h) * P + idx % P]; },
-        [&](int idx, float xv) {
-            const int k = idx / P, p = idx % P;
-            ringX[(ring_at(s, n + k) * NHEADS + h) * P + p] = xv;
-            sCoef[p * CSTRIDE + n + k] = xv;
-        });
-    load_then_store<(TMAX * N + NT - 1) / NT, NT>(
-        cnt * N,
-        [&](int idx) {
-            const u64 e = (((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N;
-            return make_float2(B[e], C[e]);
-        },
-        [&](int idx, float2 bc) {
-            const int k = idx / N, i = idx % N;
-            if (h % HPG == 0) {
-                ringB[(ring_at(s, n + k) * NGROUPS + g) * N + i] = bc.x;
+    if constexpr (VE) {
+        // The drafts' x, B and C, asked for at the start.
+#pragma unroll
+        for (int it = 0; it < XD; it++) {
+            const int idx = tid + it * NT;
+            if (idx < cnt * P) {
+                const int k = idx / P, p = idx % P;
+                ringX[(ring_at(s, n + k) * NHEADS + h) * P + p] = xd[it];
+                sCoef[p * CSTRIDE + n + k] = xd[it];
             }
-            sB[(n + k) * N + i] = bc.x;
-            sCk[idx] = bc.y;
-        });
+        }
+#pragma unroll
+        for (int it = 0; it < BD; it++) {
+            const int idx = tid + it * NT;
+            if (idx < cnt * N) {
+                const int k = idx / N, i = idx % N;
+                if (h % HPG == 0) {
+                    ringB[(ring_at(s, n + k) * NGROUPS + g) * N + i] = bcd[it].x;
+                }
+                sB[(n + k) * N + i] = bcd[it].x;
+                sCk[idx] = bcd[it].y;
+            }
+        }
+    } else {
+        // The drafts' x, B and C, every load in flight at once.
+        load_then_store<(TMAX * P + NT - 1) / NT, NT>(
+            cnt * P, [&](int idx) { return x[(((u64)b * T + idx / P) * NHEADS + h) * P + idx % P]; },
+            [&](int idx, float xv) {
+                const int k = idx / P, p = idx % P;
+                ringX[(ring_at(s, n + k) * NHEADS + h) * P + p] = xv;
+                sCoef[p * CSTRIDE + n + k] = xv;
+            });
+        load_then_store<(TMAX * N + NT - 1) / NT, NT>(
+            cnt * N,
+            [&](int idx) {
+                const u64 e = (((u64)b * T + idx / N) * NGROUPS + g) * N + idx % N;
+                return make_float2(B[e], C[e]);
+            },
+            [&](int idx, float2 bc) {
+                const int k = idx / N, i = idx % N;
+                if (h % HPG == 0) {
+                    ringB[(ring_at(s, n + k) * NGROUPS + g) * N + i] = bc.x;
+                }
+                sB[(n + k) * N + i] = bc.x;
+                sCk[idx] = bc.y;
+            });
+    }
 #else
     for (int idx = tid; idx < cnt * P; idx += NT) {
         const int k = idx / P, p = idx % P;
@@ -836,7 +910,7 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify(MAMBA2_VER
 extern "C" __global__ void __launch_bounds__(NT)
     mamba2_replay_verify_small(MAMBA2_VERIFY_PARAMS, int* __restrict__ pending, int* __restrict__ done, int batch)
 {
-    mamba2_verify_impl<0>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
+    mamba2_verify_impl<0, VERIFY_EARLY>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
     verify_done(hist, pending, done, slots, counts, T, batch, R);
 }
 #endif
