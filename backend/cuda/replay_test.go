@@ -727,6 +727,38 @@ func TestReplayOverlapMatchesSerial(t *testing.T) {
 	comparePairs(t, d, pairVariant{"overlap", on, 0, ""}, pairVariant{"serial", off, 0, ""})
 }
 
+// TestReplayVerifyEarlyMatchesLate checks the small batches' verify with
+// its inputs asked for before the slot's cursor (-DVERIFY_EARLY=1, an
+// experiment define: Mamba-2's one-kernel verify, GDN's v4 verify) against
+// the same kernels without, bit for bit: the early loads land where the
+// verify's own loads put them. Both caches take every batch on the small
+// path; fp32 and bf16 states (the early fold's registers differ).
+func TestReplayVerifyEarlyMatchesLate(t *testing.T) {
+	d := gpu(t)
+	early, late := envTuning(os.Getenv), envTuning(os.Getenv)
+	early.defines = append(append([]string(nil), early.defines...), "-DVERIFY_EARLY=1")
+	for li, l := range append(smallLayers(), largeLayers()...) {
+		for _, o := range []replay.Options{
+			{Mode: replay.Replay, Window: 5, MaxDraft: 3},
+			{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.BF16},
+		} {
+			t.Run(fmt.Sprintf("%s/%v", l.name, o.State), func(t *testing.T) {
+				t.Parallel()
+				build := func(tn tuning) *gpuCache {
+					c, err := l.buildWith(d, o, pairSlots, tn)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { must(t, c.close()) })
+					c.setSmallBatch(pairSlots)
+					return c
+				}
+				sameOutputs(t, d, li, l, build(early), build(late), "early", "late")
+			})
+		}
+	}
+}
+
 // TestReplayFoldPipeMatchesItems checks the pipelined folds (v7: the
 // step's flushes and the verify's early folds, each item's checkpoint and
 // ring rows staged by a producer warp) against the work_items kernels

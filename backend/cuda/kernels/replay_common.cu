@@ -2337,6 +2337,21 @@ __device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, 
 #define SPLIT_VERIFY 0
 #endif
 
+// VERIFY_EARLY=1 (REPLAYSSM_CUDA_DEFINES; session 14, written after the
+// device time and not yet run) gives the small batches' verify (Mamba-2's
+// one-kernel verify, GDN's v4 verify) the small step's early start
+// (SMALL_PF, TOKEN_ROWS): the drafts' inputs, every ring entry's scalars
+// and the state in L1 are asked for right after slots[b], before hist[s],
+// so the chain is slots -> {hist, inputs, ring scalars, state} -> ring
+// rows -> outputs, where the verify waited for slots, hist, the ring
+// scalars, the drafts' inputs (two or three round trips), then the state,
+// one after the other (batch 1: 12-20 us a verify against 4-5 a step).
+// Its inputs are stored where the verify's own loads put them: the
+// outputs are bit for bit the same.
+#ifndef VERIFY_EARLY
+#define VERIFY_EARLY 0
+#endif
+
 // verify_done ends the one-kernel small-batch verify (*_replay_verify_small):
 // cursor_verify's cursor move, made by the verify kernel's last block
 // instead of a kernel of its own (at batch 1 each kernel of a verify round

@@ -680,13 +680,54 @@ __device__ __forceinline__ void gdn_stage_keys(float* vec, const float* __restri
         [&](int idx, float kv) { vec[idx] = kv; });
 }
 
-template <bool FOLD_ONLY>
+// VERIFY_EARLY (replay_common.cu) in gdn_replay_verify: the drafts' k, q
+// (a lane's share of each, as the small step's l2norm_load), v, a and b,
+// every ring entry's exp(g) and beta and the state in L1 asked for before
+// the slot's cursor.
+
+template <bool FOLD_ONLY, bool VEARLY = false>
 __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
 {
     __shared__ __align__(16) GDNShared sh;
     const int kh = j / VPK;
     const int tid = threadIdx.x, warp = tid >> 5;
     const int s = slots[b];
+    // VE: every draft row up to T (the inputs hold batch*T rows) and every
+    // ring entry's scalars, whatever the cursor and count say; stored below
+    // where the verify's own loads would have put them, bit for bit.
+    // Vector w of a warp's share is k_w (w < T) or q_(w-T).
+    constexpr bool VE = VEARLY && !FOLD_ONLY && LOAD_FIRST && RMAX <= NT;
+    constexpr int VPW = VE ? (2 * TMAX + NWARPS - 1) / NWARPS : 1;
+    constexpr int VD = VE ? (TMAX * DV + NT - 1) / NT : 1;
+    float kq[VPW][L2V], vd[VD];
+    float ad = 0.0f, bd = 0.0f, egj = 0.0f, betaj = 0.0f;
+    double nAd = 0.0, dbd = 0.0;
+    if constexpr (VE) {
+#pragma unroll
+        for (int c = 0; c < VPW; c++) {
+            const int w = warp + c * NWARPS;
+            const float* src = w < T ? k + (((u64)b * T + w) * NKH + kh) * DK : q + (((u64)b * T + w - T) * NKH + kh) * DK;
+            if (w < 2 * T) {
+                l2norm_load(src, kq[c]);
+            }
+        }
+#pragma unroll
+        for (int it = 0; it < VD; it++) {
+            const int idx = tid + it * NT;
+            vd[it] = idx < T * DV ? v[(((u64)b * T + idx / DV) * NVH + j) * DV + idx % DV] : 0.0f;
+        }
+        if (tid < T) {
+            ad = a[((u64)b * T + tid) * NVH_REAL + HEAD(j)];
+            bd = bb[((u64)b * T + tid) * NVH_REAL + HEAD(j)];
+            nAd = negA[HEAD(j)];
+            dbd = dtb[HEAD(j)];
+        }
+        if (tid < RMAX) {
+            egj = ringA[rs_at(s, j, tid)];
+            betaj = ringBeta[rs_at(s, j, tid)];
+        }
+        prefetch_read(state, rcodes, rscales, (u64)s * NVH + j);
+    }
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     const u64 mat = (u64)s * NVH + j;
@@ -694,9 +735,16 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
         return; // gdn_group_verify takes it
     }
 
-    for (int i = tid; i < n; i += NT) {
-        sh.decay[i] = ringA[rs_at(s, j, i)];
-        sh.beta[i] = ringBeta[rs_at(s, j, i)];
+    if constexpr (VE) {
+        if (tid < n) {
+            sh.decay[tid] = egj;
+            sh.beta[tid] = betaj;
+        }
+    } else {
+        for (int i = tid; i < n; i += NT) {
+            sh.decay[i] = ringA[rs_at(s, j, i)];
+            sh.beta[i] = ringBeta[rs_at(s, j, i)];
+        }
     }
     if (FOLDS_EARLY(n, cnt, R)) {
         gdn_stage_keys(sh.vec, ringK, s, kh, n); // the ring's keys
@@ -714,28 +762,64 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     // early fold, so they fit), then the drafts' k and q normalised:
     // vec[d] = k_d, vec[cnt+d] = q_d.
     gdn_stage_keys(sh.vec + 2 * cnt * DK, ringK, s, kh, n);
-    for (int w = warp; w < 2 * cnt; w += NWARPS) {
-        const int d = w % cnt;
-        if (w < cnt) {
-            l2norm_warp(sh.vec + d * DK, k + (((u64)b * T + d) * NKH + kh) * DK, 1.0f);
-        } else {
-            l2norm_warp(sh.vec + w * DK, q + (((u64)b * T + d) * NKH + kh) * DK, qscale);
+    if constexpr (VE) {
+        // l2norm_warp's arithmetic on the lane's share asked for early:
+        // k_d to vec row d, q_d to row cnt + d.
+        const int lane = tid & 31;
+#pragma unroll
+        for (int c = 0; c < VPW; c++) {
+            const int w = warp + c * NWARPS;
+            const bool isk = w < T;
+            const int d = isk ? w : w - T;
+            if (w < 2 * T && d < cnt) {
+                const float r = l2norm_scale(kq[c], isk ? 1.0f : qscale);
+                float* dst = sh.vec + (isk ? d : cnt + d) * DK;
+#pragma unroll
+                for (int m = 0; m < L2V; m++) {
+                    if (lane + 32 * m < DK) {
+                        dst[lane + 32 * m] = kq[c][m] * r;
+                    }
+                }
+            }
+        }
+    } else {
+        for (int w = warp; w < 2 * cnt; w += NWARPS) {
+            const int d = w % cnt;
+            if (w < cnt) {
+                l2norm_warp(sh.vec + d * DK, k + (((u64)b * T + d) * NKH + kh) * DK, 1.0f);
+            } else {
+                l2norm_warp(sh.vec + w * DK, q + (((u64)b * T + d) * NKH + kh) * DK, qscale);
+            }
         }
     }
     if (tid < cnt) {
         const int d = tid;
         float eg, beta;
-        gdn_scalars(a[((u64)b * T + d) * NVH_REAL + HEAD(j)], bb[((u64)b * T + d) * NVH_REAL + HEAD(j)], negA[HEAD(j)],
-                    dtb[HEAD(j)], &eg, &beta);
+        if constexpr (VE) {
+            gdn_scalars(ad, bd, nAd, dbd, &eg, &beta);
+        } else {
+            gdn_scalars(a[((u64)b * T + d) * NVH_REAL + HEAD(j)], bb[((u64)b * T + d) * NVH_REAL + HEAD(j)],
+                        negA[HEAD(j)], dtb[HEAD(j)], &eg, &beta);
+        }
         sh.decay[n + d] = eg;
         sh.beta[n + d] = beta;
         ringA[rs_at(s, j, n + d)] = eg;
         ringBeta[rs_at(s, j, n + d)] = beta;
     }
 #if LOAD_FIRST
-    load_then_store<(TMAX * DV + NT - 1) / NT, NT>(
-        cnt * DV, [&](int idx) { return v[(((u64)b * T + idx / DV) * NVH + j) * DV + idx % DV]; },
-        [&](int idx, float vv) { ringV[(ring_at(s, n + idx / DV) * NVH + j) * DV + idx % DV] = vv; });
+    if constexpr (VE) {
+#pragma unroll
+        for (int it = 0; it < VD; it++) {
+            const int idx = tid + it * NT;
+            if (idx < cnt * DV) {
+                ringV[(ring_at(s, n + idx / DV) * NVH + j) * DV + idx % DV] = vd[it];
+            }
+        }
+    } else {
+        load_then_store<(TMAX * DV + NT - 1) / NT, NT>(
+            cnt * DV, [&](int idx) { return v[(((u64)b * T + idx / DV) * NVH + j) * DV + idx % DV]; },
+            [&](int idx, float vv) { ringV[(ring_at(s, n + idx / DV) * NVH + j) * DV + idx % DV] = vv; });
+    }
 #else
     for (int idx = tid; idx < cnt * DV; idx += NT) {
         const int d = idx / DV, m = idx % DV;
@@ -813,7 +897,7 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
 #if HSPLIT == 1 || SPLIT_VERIFY
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify(GDN_VERIFY_PARAMS)
 {
-    gdn_verify_impl<false>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
+    gdn_verify_impl<false, VERIFY_EARLY>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
 #endif
 

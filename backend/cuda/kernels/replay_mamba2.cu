@@ -647,18 +647,9 @@ __device__ __forceinline__ void mamba2_stage_ring(float* sX, float* sB, const fl
 // accepts a prefix. PART 1 takes only the slots that fold early (the kernel
 // before mamba2_pipe_verify), PART 2 only their early folds (the kernel
 // before mamba2_group_verify, which takes every slot).
-// VERIFY_EARLY=1 (REPLAYSSM_CUDA_DEFINES; session 14, written after the
-// device time and not yet run) gives the one-kernel small verify the small
-// step's early start (SMALL_PF, TOKEN_ROWS): the drafts' x, B, C and dt,
-// the ring's scalars of every entry and the state in L1 are asked for
-// before the slot's cursor, so its chain is slots -> {hist, inputs, ring
-// scalars, state} -> ring rows -> y, where the verify waited for slots,
-// hist, the ring and dt, x, B and C, then the state, one after the other
-// (six round trips; batch 1 it took 12-16 us against the step's 4-5).
-#ifndef VERIFY_EARLY
-#define VERIFY_EARLY 0
-#endif
-
+// VERIFY_EARLY (replay_common.cu) in the one-kernel small verify: the
+// drafts' x, B, C and dt, the ring's scalars of every entry and the state
+// in L1 asked for before the slot's cursor.
 template <int PART, bool VEARLY = false>
 __device__ __forceinline__ void
 mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
