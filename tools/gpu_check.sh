@@ -10,7 +10,8 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
-#   tools/gpu_check.sh pending    # session 14's split verify and VERIFY_EARLY (tests, batches 1-4), ncu of the batch-1 verify
+#   tools/gpu_check.sh pending    # session 14's split verify and VERIFY_EARLY (tests, batches 1-4)
+#   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -129,9 +130,7 @@ pending)
 	# and the small verify's early start (-DVERIFY_EARLY=1). Their tests
 	# (bit for bit against the verify on whole heads / without the early
 	# start, and the float64 references), then batches 1, 2 and 4 against
-	# the defaults; then where a batch-1 verify spends its time (0.65-0.80x
-	# of the per-draft baseline). Eight files in all (the device tool's
-	# limit).
+	# the defaults. profile_b1 then profiles the batch-1 verify.
 	t0=$(date +%s)
 	vt='TestReplayStepSmallMatchesSplit|TestReplayCacheSpeculative/.*/replay|TestReplayCacheMatchesReference/.*/replay/(fp32|bf16)$'
 	REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1 "$test_bin" -test.run "$vt" \
@@ -143,9 +142,13 @@ pending)
 	echo "early against late: exit $?, $(grep -c -- '--- PASS' "$out/t_verify.log") passed in all, $(( $(date +%s) - t0 ))s"
 	grep -E -- '--- FAIL|^panic' "$out/t_verify.log" | head
 	for b in 1 2 4; do
-		BATCH=$b experiment verify_b$b all verify REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1 \
+		BATCH=$b experiment verify_b$b all verify-baseline,verify REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1 \
 			"REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1"
 	done
+	;;
+profile_b1)
+	# Where a batch-1 verify spends its time (NOTES.md, session 14, Next 1):
+	# ncu of the small verifies, a device call of its own after pending.
 	NCU_EXTRA="--warp-sampling-interval 0" profile nano_verify_b1 mamba2_replay_verify_small \
 		--shapes nemotron-3-nano-4b --state-dtype fp32 --modes verify --batch 1
 	NCU_EXTRA="--warp-sampling-interval 0" profile gdn_verify_b1 gdn_replay_verify \
