@@ -145,6 +145,10 @@ pending)
 		BATCH=$b experiment verify_b$b all verify-baseline,verify REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1 \
 			"REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1"
 	done
+	# The GDN bf16 baseline (82%) at 6 and 8 blocks an SM (48 registers
+	# give 5; ptxas 11.8: 40 registers 12 bytes of spills, 32 96 bytes).
+	experiment base_regs qwen3.5-4b,qwen3.5-122b baseline REPLAYSSM_CUDA_DEFINES=-DBASE_REGS=40 \
+		REPLAYSSM_CUDA_DEFINES=-DBASE_REGS=32
 	;;
 profile_b1)
 	# Where a batch-1 verify spends its time (NOTES.md, session 14, Next 1):

@@ -649,10 +649,17 @@ struct StateIO {
 // into shared memory with their prologue (base_row), so a pass does not
 // wait a round trip for its row's value.
 #define BASE_ROW BASE_BULK
+// BASE_REGS (REPLAYSSM_CUDA_DEFINES; session 14, not yet run) sets the
+// registers a thread that bound asks for: 48 gives 5 blocks of 256
+// threads an SM (62.5% occupancy, what ncu found the GDN bf16 baseline
+// limited by); 40 gives 6, 32 gives 8.
+#ifndef BASE_REGS
+#define BASE_REGS 48
+#endif
 #if BASE_BULK
 #define BASE_BOUNDS __launch_bounds__(NT, BASE_MINB)
 #elif BASE_EARLY_ON && STATE_FMT != FMT_E4M3
-#define BASE_BOUNDS __launch_bounds__(NT, 65536 / (NT * 48))
+#define BASE_BOUNDS __launch_bounds__(NT, 65536 / (NT * BASE_REGS))
 #else
 #define BASE_BOUNDS __launch_bounds__(NT)
 #endif
