@@ -17,10 +17,11 @@ import (
 // its one-kernel step, on split times the blocks, takes the batches up to
 // smallBatch in place of the main module's.
 type headSplit struct {
-	split   int
-	threads int
-	mod     *Module
-	step    *Function
+	split    int
+	threads  int
+	maxBatch int // the largest batch it takes (splitBatches)
+	mod      *Module
+	step     *Function
 	// verify is the small batch's verify on split heads, where
 	// REPLAYSSM_CUDA_SPLIT_VERIFY asks for it: Mamba-2's one-kernel verify
 	// (kind + "_replay_verify_small"), GDN's v4 verify (kind +
@@ -57,7 +58,8 @@ func (c *replayCommon) buildHeadSplit(ctx context.Context, rows int, tn tuning, 
 	if err != nil {
 		return errors.Join(err, mod.Close())
 	}
-	c.small = headSplit{split: split, threads: m.threads, mod: mod, step: step}
+	c.small = headSplit{split: split, threads: m.threads, maxBatch: splitBatches(c.heads, split, c.d.Multiprocessors()),
+		mod: mod, step: step}
 	if tn.splitVerify {
 		name := c.kind + "_replay_verify"
 		if c.verifySmall != nil {
@@ -91,14 +93,15 @@ func (c *replayCommon) launchSplitVerify(s *Stream, a *Args, slots, counts Buffe
 	return c.launchCursorVerify(s, slots, counts, batch, T)
 }
 
-// takes reports whether the split module takes a small step of batch
-// slots of heads heads on sms SMs: while its blocks number at most three
-// per SM. Beyond that the whole heads' step was as fast or faster (H200,
+// splitBatches is the largest batch the split module of heads heads in
+// split parts takes on sms SMs: while its blocks number at most three per
+// SM. Beyond that the whole heads' step was as fast or faster (H200,
 // session 14: Nemotron-3-Nano-4B, 96 heads split in 2, batch 2: 5.0 us
 // against 5.7 on 384 blocks; batch 4: 9.0 against 7.0 on 768).
-func (h *headSplit) takes(batch, heads, sms int) bool {
-	return h.step != nil && batch*heads*h.split <= 3*sms
-}
+func splitBatches(heads, split, sms int) int { return 3 * sms / (heads * split) }
+
+// takes reports whether the split module takes a small step of batch slots.
+func (h *headSplit) takes(batch int) bool { return h.step != nil && batch <= h.maxBatch }
 
 // splitModuleSource is a layer's small-batch module of split heads (file,
 // rows × cols matrices after the split, the layer's defines for the split

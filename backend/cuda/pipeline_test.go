@@ -630,16 +630,16 @@ func TestHeadSplitPlan(t *testing.T) {
 // TestHeadSplitTakes checks which small steps the split module takes: at
 // most three blocks per SM.
 func TestHeadSplitTakes(t *testing.T) {
-	h := headSplit{split: 2, step: &Function{}}
 	for _, tc := range []struct {
 		batch, heads int
 		want         bool
 	}{{1, 96, true}, {2, 96, true}, {3, 96, false}, {4, 32, true}, {7, 32, false}} {
-		if got := h.takes(tc.batch, tc.heads, 132); got != tc.want {
+		h := headSplit{split: 2, step: &Function{}, maxBatch: splitBatches(tc.heads, 2, 132)}
+		if got := h.takes(tc.batch); got != tc.want {
 			t.Errorf("batch %d of %d heads in 2 parts: takes %v, want %v", tc.batch, tc.heads, got, tc.want)
 		}
 	}
-	if (&headSplit{}).takes(1, 1, 132) {
+	if (&headSplit{maxBatch: splitBatches(1, 1, 132)}).takes(1) {
 		t.Error("no split module, yet it takes a step")
 	}
 }

@@ -504,7 +504,7 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 	a.I32(int32(batch))
 	block := [3]uint32{uint32(c.threads), 1, 1}
 	if batch <= c.smallBatch {
-		if h := &c.small; h.takes(batch, c.heads, c.d.Multiprocessors()) {
+		if h := &c.small; h.takes(batch) {
 			return c.d.Launch(h.step, [3]uint32{uint32(c.heads * h.split), uint32(batch), 1}, [3]uint32{uint32(h.threads), 1, 1}, 0, s, a)
 		}
 		return c.d.Launch(c.stepSmall, grid, block, 0, s, a)
@@ -586,7 +586,7 @@ func (c *replayCommon) groupVerify(batch int) bool {
 // then the cursor move.
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
-	if h := &c.small; batch <= c.smallBatch && h.verify != nil && h.takes(batch, c.heads, c.d.Multiprocessors()) {
+	if h := &c.small; batch <= c.smallBatch && h.verify != nil && h.takes(batch) {
 		return c.launchSplitVerify(s, a, slots, counts, batch, T)
 	}
 	if batch <= c.smallBatch && c.verifySmall != nil {
@@ -718,7 +718,7 @@ func (c *replayCommon) StepKernel(batch int) string {
 		return "staged"
 	case c.opt.Mode == replay.Baseline:
 		return "v4"
-	case batch <= c.smallBatch && c.small.takes(batch, c.heads, c.d.Multiprocessors()):
+	case batch <= c.smallBatch && c.small.takes(batch):
 		return "small (heads split)"
 	case batch <= c.smallBatch:
 		return "small"
@@ -737,7 +737,7 @@ func (c *replayCommon) StepKernel(batch int) string {
 // the slots with no early fold) or "v4".
 func (c *replayCommon) VerifyKernel(batch int) string {
 	switch {
-	case batch <= c.smallBatch && c.small.verify != nil && c.small.takes(batch, c.heads, c.d.Multiprocessors()):
+	case batch <= c.smallBatch && c.small.verify != nil && c.small.takes(batch):
 		return "small (heads split)"
 	case batch <= c.smallBatch && c.verifySmall != nil:
 		return "small"

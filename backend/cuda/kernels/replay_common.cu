@@ -91,6 +91,29 @@ __device__ __forceinline__ void gather_rows(float (&v)[IT], const float* __restr
     }
 }
 
+// ring_scalars puts the first n ring entries' two per-head scalars of a
+// slot (Mamba-2 delta and decay, GDN exp(g) and beta; entry i of each at
+// at(i) in ra, rb) in shared memory a, b: with early, from ea and eb,
+// entry tid's asked for before the cursor (the small step's and the small
+// verify's early start), else loaded here.
+template <typename At>
+__device__ __forceinline__ void ring_scalars(float* a, float* b, const float* __restrict__ ra,
+                                             const float* __restrict__ rb, int tid, int n, bool early, float ea,
+                                             float eb, At at)
+{
+    if (early) {
+        if (tid < n) {
+            a[tid] = ea;
+            b[tid] = eb;
+        }
+    } else {
+        for (int i = tid; i < n; i += NT) {
+            a[i] = ra[at(i)];
+            b[i] = rb[at(i)];
+        }
+    }
+}
+
 // row_regs loads this thread's elements threadIdx.x + it*NT (it < IT) of a
 // len-float row, zeros past its end: a token's input row asked for at once.
 template <int IT>

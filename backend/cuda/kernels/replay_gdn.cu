@@ -37,27 +37,6 @@ typedef Map<SIO::VEC, COLS, ROWS> SM;
 // [slot][value head][RMAXP] so one head's entries are contiguous.
 __device__ __forceinline__ u64 rs_at(int s, int j, int e) { return ((u64)s * NVH_REAL + HEAD(j)) * RMAXP + e; }
 
-// ring_scalars puts the first n ring entries' exp(g) and beta of value
-// head j of slot s in shared memory: with early, from egj and betaj, entry
-// threadIdx.x's asked for before the cursor (the small step's and the
-// verify's early start), else loaded here.
-__device__ __forceinline__ void ring_scalars(float* decay, float* beta, const float* __restrict__ ringA,
-                                             const float* __restrict__ ringBeta, int tid, int s, int j, int n, bool early,
-                                             float egj, float betaj)
-{
-    if (early) {
-        if (tid < n) {
-            decay[tid] = egj;
-            beta[tid] = betaj;
-        }
-    } else {
-        for (int i = tid; i < n; i += NT) {
-            decay[i] = ringA[rs_at(s, j, i)];
-            beta[i] = ringBeta[rs_at(s, j, i)];
-        }
-    }
-}
-
 // l2norm_warp writes src * (float32(1/sqrt(sum src^2 + eps)) * scale) to dst
 // (element i at bvpad(i) with PAD), the sum in float64 as the CPU cache
 // does. One warp calls it.
@@ -502,7 +481,7 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
             ringBeta[rs_at(s, j, n)] = beta;
         }
     }
-    ring_scalars(sh.decay, sh.beta, ringA, ringBeta, tid, s, j, n, EARLY, egj, betaj);
+    ring_scalars(sh.decay, sh.beta, ringA, ringBeta, tid, n, EARLY, egj, betaj, [&](int i) { return rs_at(s, j, i); });
     if (!FLUSH) {
 #if TOKEN_ROWS
 #pragma unroll
@@ -746,7 +725,7 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
         return; // gdn_group_verify takes it
     }
 
-    ring_scalars(sh.decay, sh.beta, ringA, ringBeta, tid, s, j, n, VE, egj, betaj);
+    ring_scalars(sh.decay, sh.beta, ringA, ringBeta, tid, n, VE, egj, betaj, [&](int i) { return rs_at(s, j, i); });
     if (FOLDS_EARLY(n, cnt, R)) {
         gdn_stage_keys(sh.vec, ringK, s, kh, n); // the ring's keys
         __syncthreads();

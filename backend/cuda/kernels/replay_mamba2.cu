@@ -39,27 +39,6 @@ typedef Map<SIO::VEC, COLS, ROWS> SM;
 // [slot][head][RMAXP] so one head's entries are contiguous (one bulk copy).
 __device__ __forceinline__ u64 rs_at(int s, int h, int e) { return ((u64)s * NHEADS_REAL + HEAD(h)) * RMAXP + e; }
 
-// ring_scalars puts the first n ring entries' delta and decay of head h of
-// slot s in shared memory: with early, from dj and aj, entry threadIdx.x's
-// asked for before the cursor (the small step's and small verify's early
-// start), else loaded here.
-__device__ __forceinline__ void ring_scalars(float* sDelta, float* sDecay, const float* __restrict__ ringDt,
-                                             const float* __restrict__ ringA, int tid, int s, int h, int n, bool early,
-                                             float dj, float aj)
-{
-    if (early) {
-        if (tid < n) {
-            sDelta[tid] = dj;
-            sDecay[tid] = aj;
-        }
-    } else {
-        for (int j = tid; j < n; j += NT) {
-            sDelta[j] = ringDt[rs_at(s, h, j)];
-            sDecay[j] = ringA[rs_at(s, h, j)];
-        }
-    }
-}
-
 // decay_weights writes W[j] = delta[j] * prod_{j<m<t} decay[m] for j < t
 // (float64 products from the last entry down, rounded to float32 like the
 // CPU cache) and returns prod_{m<t} decay[m]. The loop runs over the whole
@@ -293,7 +272,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
             ringA[rs_at(s, h, n)] = a;
         }
     }
-    ring_scalars(sDelta, sDecay, ringDt, ringA, tid, s, h, n, EARLY, dj, aj);
+    ring_scalars(sDelta, sDecay, ringDt, ringA, tid, n, EARLY, dj, aj, [&](int i) { return rs_at(s, h, i); });
 #pragma unroll
     for (int it = 0; it < XTI; it++) {
         const int p = tid + it * NT;
@@ -722,7 +701,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         return; // mamba2_pipe_verify or mamba2_group_verify takes it
     }
 
-    ring_scalars(sDelta, sDecay, ringDt, ringA, tid, s, h, n, VE, dj, aj);
+    ring_scalars(sDelta, sDecay, ringDt, ringA, tid, n, VE, dj, aj, [&](int i) { return rs_at(s, h, i); });
     if (FOLDS_EARLY(n, cnt, R)) {
         // Early flush of the committed history; drafts are never folded.
         // The ring's B and x rows with every load in flight at once (a loop
