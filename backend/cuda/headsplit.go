@@ -14,7 +14,8 @@ import (
 
 // headSplit is the small-batch module of a cache whose heads' rows are
 // split into split heads of rows/split rows each (HSPLIT, replay_gdn.cu):
-// its one-kernel step, on split times the blocks, takes the batches up to
+// its one-kernel step (and with REPLAYSSM_CUDA_SPLIT_VERIFY its verify),
+// on split times the blocks, takes the batches up to both maxBatch and
 // smallBatch in place of the main module's.
 type headSplit struct {
 	split    int
@@ -71,26 +72,6 @@ func (c *replayCommon) buildHeadSplit(ctx context.Context, rows int, tn tuning, 
 		}
 	}
 	return nil
-}
-
-// launchSplitVerify queues the verify of a small batch on split heads whose
-// arguments a holds (the verify's; Mamba-2's one kernel then takes the
-// pending drafts, the block count and the batch, GDN's verify is followed
-// by the cursor kernel).
-func (c *replayCommon) launchSplitVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int) error {
-	h := &c.small
-	grid := [3]uint32{uint32(c.heads * h.split), uint32(batch), 1}
-	block := [3]uint32{uint32(h.threads), 1, 1}
-	if c.verifySmall != nil {
-		a.Ptr(c.pending)
-		a.Ptr(c.done)
-		a.I32(int32(batch))
-		return c.d.Launch(h.verify, grid, block, 0, s, a)
-	}
-	if err := c.d.Launch(h.verify, grid, block, 0, s, a); err != nil {
-		return err
-	}
-	return c.launchCursorVerify(s, slots, counts, batch, T)
 }
 
 // splitBatches is the largest batch the split module of heads heads in

@@ -587,15 +587,13 @@ func (c *replayCommon) groupVerify(batch int) bool {
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
 	if h := &c.small; batch <= c.smallBatch && h.verify != nil && h.takes(batch) {
-		return c.launchSplitVerify(s, a, slots, counts, batch, T)
+		split := [3]uint32{uint32(c.heads * h.split), uint32(batch), 1}
+		return c.launchSmallVerify(s, a, h.verify, split, [3]uint32{uint32(h.threads), 1, 1}, slots, counts, batch, T)
 	}
 	if batch <= c.smallBatch && c.verifySmall != nil {
 		// One kernel, as for the step (Mamba-2: its small batches took the
 		// early folds, the pipelined verify and the cursor kernel).
-		a.Ptr(c.pending)
-		a.Ptr(c.done)
-		a.I32(int32(batch))
-		return c.d.Launch(c.verifySmall, grid, block, 0, s, a)
+		return c.launchSmallVerify(s, a, c.verifySmall, grid, block, slots, counts, batch, T)
 	}
 	if g := &c.group; c.groupVerify(batch) {
 		// The early folds go on fs: the verify's stream, or with
@@ -1256,6 +1254,24 @@ func need(name string, b Buffer, n int) error {
 		return fmt.Errorf("%s: %d bytes, want %d", name, b.bytes, n)
 	}
 	return nil
+}
+
+// launchSmallVerify queues the verify of a small batch whose arguments a
+// holds by fn (on grid × block): the layer's one-kernel verify, which then
+// takes the pending drafts, the block count and the batch and moves the
+// cursors itself (Mamba-2), else the v4 verify and the cursor kernel
+// (GDN's split verify).
+func (c *replayCommon) launchSmallVerify(s *Stream, a *Args, fn *Function, grid, block [3]uint32, slots, counts Buffer, batch, T int) error {
+	if c.verifySmall != nil {
+		a.Ptr(c.pending)
+		a.Ptr(c.done)
+		a.I32(int32(batch))
+		return c.d.Launch(fn, grid, block, 0, s, a)
+	}
+	if err := c.d.Launch(fn, grid, block, 0, s, a); err != nil {
+		return err
+	}
+	return c.launchCursorVerify(s, slots, counts, batch, T)
 }
 
 // launchCursorVerify queues the cursor move after a verify.
