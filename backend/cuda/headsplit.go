@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
@@ -14,7 +15,7 @@ import (
 
 // headSplit is the small-batch module of a cache whose heads' rows are
 // split into split heads of rows/split rows each (HSPLIT, replay_gdn.cu):
-// its one-kernel step (and with REPLAYSSM_CUDA_SPLIT_VERIFY its verify),
+// its one-kernel step and its verify (unless REPLAYSSM_CUDA_SPLIT_VERIFY=0),
 // on split times the blocks, takes the batches up to both maxBatch and
 // smallBatch in place of the main module's.
 type headSplit struct {
@@ -23,11 +24,54 @@ type headSplit struct {
 	maxBatch int // the largest batch it takes (splitBatches)
 	mod      *Module
 	step     *Function
-	// verify is the small batch's verify on split heads, where
-	// REPLAYSSM_CUDA_SPLIT_VERIFY asks for it: Mamba-2's one-kernel verify
-	// (kind + "_replay_verify_small"), GDN's v4 verify (kind +
-	// "_replay_verify", then the cursor kernel).
+	// verify is the small batch's verify on split heads (unless
+	// REPLAYSSM_CUDA_SPLIT_VERIFY=0): Mamba-2's one-kernel verify (kind +
+	// "_replay_verify_small"), GDN's v4 verify (kind + "_replay_verify",
+	// then the cursor kernel); early its early start.
 	verify *Function
+	early  earlyVerify
+}
+
+// earlyVerify is a small batch's verify with its inputs asked for before
+// the slot's cursor (VEARLY in replay_common.cu: the kernel named as the
+// late one + "_early") and the most blocks of it the GPU holds at once. It
+// holds more registers than the late one, and where its grid does not fit
+// at once the second wave costs more than the early start saves (H200,
+// session 15: Qwen3.5-122B at batch 4, 256 blocks of whole heads, 28.2 ->
+// 35.3 us a verify), so pick takes it only where the grid fits.
+type earlyVerify struct {
+	fn     *Function
+	blocks int
+}
+
+// bindEarlyVerify looks up the early verify name in m, whose blocks have
+// threads threads: none with REPLAYSSM_CUDA_VERIFY_EARLY=0, for a grid of
+// any size with =1.
+func bindEarlyVerify(d *Device, m *Module, name string, threads int, tn tuning) (earlyVerify, error) {
+	if tn.verifyEarly == "0" {
+		return earlyVerify{}, nil
+	}
+	fn, err := m.Function(name)
+	if err != nil {
+		return earlyVerify{}, err
+	}
+	if tn.verifyEarly == "1" {
+		return earlyVerify{fn, math.MaxInt}, nil
+	}
+	r, err := fn.Resources()
+	if err != nil {
+		return earlyVerify{}, err
+	}
+	return earlyVerify{fn, d.Multiprocessors() * blocksPerSM(d, r, threads, 0)}, nil
+}
+
+// pick returns the early verify where a grid of blocks blocks fits the GPU
+// at once, else late.
+func (e earlyVerify) pick(late *Function, blocks int) *Function {
+	if e.fn != nil && blocks <= e.blocks {
+		return e.fn
+	}
+	return late
 }
 
 // splitModule is a layer's small-batch module of split heads, ready to
@@ -61,12 +105,15 @@ func (c *replayCommon) buildHeadSplit(ctx context.Context, rows int, tn tuning, 
 	}
 	c.small = headSplit{split: split, threads: m.threads, maxBatch: splitBatches(c.heads, split, c.d.Multiprocessors()),
 		mod: mod, step: step}
-	if tn.splitVerify {
+	if !tn.wholeVerify {
 		name := c.kind + "_replay_verify"
 		if c.verifySmall != nil {
 			name += "_small"
 		}
-		if c.small.verify, err = mod.Function(name); err != nil {
+		if c.small.verify, err = mod.Function(name); err == nil {
+			c.small.early, err = bindEarlyVerify(c.d, mod, name+"_early", m.threads, tn)
+		}
+		if err != nil {
 			c.small = headSplit{}
 			return errors.Join(err, mod.Close())
 		}
@@ -93,7 +140,7 @@ func splitModuleSource(file string, opt replay.Options, rows, cols, split int, d
 		return splitModule{}, err
 	}
 	defines = append(defines, fmt.Sprintf("-DHSPLIT=%d", split))
-	if tn.splitVerify {
+	if !tn.wholeVerify {
 		defines = append(defines, "-DSPLIT_VERIFY=1")
 	}
 	return splitModule{file, src, replayModuleOptions(opt, rows, cols, 0, defines, tn), moduleThreads(opt, rows, cols, tn)}, nil

@@ -200,7 +200,7 @@ func TestHeadSplitModulesCompile(t *testing.T) {
 		layer  string
 		state  numeric.Format
 		split  int
-		verify bool // REPLAYSSM_CUDA_SPLIT_VERIFY: the small verify in the module too
+		verify bool // the small verify in the module too (REPLAYSSM_CUDA_SPLIT_VERIFY=0: not)
 	}{
 		{"gdn", numeric.F32, 4, false}, {"gdn", numeric.BF16, 2, false}, {"mamba2", numeric.F32, 2, false}, {"mamba2", numeric.BF16, 4, false},
 		{"gdn", numeric.F32, 4, true}, {"gdn", numeric.BF16, 4, true}, {"mamba2", numeric.F32, 2, true}, {"mamba2", numeric.BF16, 2, true},
@@ -211,7 +211,7 @@ func TestHeadSplitModulesCompile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tn := tuning{headSplit: tc.split, smallBatch: defaultSmallBatch, splitVerify: tc.verify}
+			tn := tuning{headSplit: tc.split, smallBatch: defaultSmallBatch, wholeVerify: !tc.verify}
 			heads, rows := qwen4bShape.ValueHeads, qwen4bShape.ValueDim
 			source := func() (splitModule, error) { return gdnSplitSource(h200Props(), qwen4bShape, opt, tc.split, tn) }
 			if tc.layer == "mamba2" {
@@ -235,8 +235,10 @@ func TestHeadSplitModulesCompile(t *testing.T) {
 			// The verify the split module must hold (its name as
 			// buildHeadSplit looks it up), and only then.
 			verify := map[string]string{"gdn": "gdn_replay_verify", "mamba2": "mamba2_replay_verify_small"}[tc.layer]
-			if got := bytes.Contains(ptx, []byte(".entry "+verify+"(")); got != tc.verify {
-				t.Errorf("%s in the split module: %v, want %v", verify, got, tc.verify)
+			for _, name := range []string{verify, verify + "_early"} {
+				if got := bytes.Contains(ptx, []byte(".entry "+name+"(")); got != tc.verify {
+					t.Errorf("%s in the split module: %v, want %v", name, got, tc.verify)
+				}
 			}
 			if !bytes.Contains(ptx, []byte(".entry "+tc.layer+"_replay_step_small(")) {
 				t.Errorf("no %s_replay_step_small in the split module", tc.layer)

@@ -141,15 +141,21 @@ func TestEnvTuning(t *testing.T) {
 			tuning{overlapVer: true, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"head split", map[string]string{"REPLAYSSM_CUDA_HEAD_SPLIT": "4"},
 			tuning{headSplit: 4, foldItems: true, smallBatch: defaultSmallBatch}},
-		{"split verify", map[string]string{"REPLAYSSM_CUDA_SPLIT_VERIFY": "1"},
-			tuning{splitVerify: true, foldItems: true, smallBatch: defaultSmallBatch}},
+		{"split verify (the default)", map[string]string{"REPLAYSSM_CUDA_SPLIT_VERIFY": "1"},
+			tuning{foldItems: true, smallBatch: defaultSmallBatch}},
+		{"whole verify", map[string]string{"REPLAYSSM_CUDA_SPLIT_VERIFY": "0"},
+			tuning{wholeVerify: true, foldItems: true, smallBatch: defaultSmallBatch}},
+		{"verify early always", map[string]string{"REPLAYSSM_CUDA_VERIFY_EARLY": "1"},
+			tuning{verifyEarly: "1", foldItems: true, smallBatch: defaultSmallBatch}},
+		{"verify early never", map[string]string{"REPLAYSSM_CUDA_VERIFY_EARLY": "0"},
+			tuning{verifyEarly: "0", foldItems: true, smallBatch: defaultSmallBatch}},
 		{"whole heads", map[string]string{"REPLAYSSM_CUDA_HEAD_SPLIT": "1"},
 			tuning{headSplit: 1, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
-			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0", "REPLAYSSM_CUDA_SPLIT_VERIFY": "on",
+			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0", "REPLAYSSM_CUDA_SPLIT_VERIFY": "off", "REPLAYSSM_CUDA_VERIFY_EARLY": "auto",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -641,5 +647,25 @@ func TestHeadSplitTakes(t *testing.T) {
 	}
 	if (&headSplit{maxBatch: splitBatches(1, 1, 132)}).takes(1) {
 		t.Error("no split module, yet it takes a step")
+	}
+}
+
+// TestDefinesName checks the lookup that keeps a layer's default define
+// (GDN's BASE_REGS) from a second -D of the same name in
+// REPLAYSSM_CUDA_DEFINES.
+func TestDefinesName(t *testing.T) {
+	for _, tc := range []struct {
+		defines []string
+		want    bool
+	}{
+		{nil, false},
+		{[]string{"-DBASE_REGS=32"}, true},
+		{[]string{"-DVERIFY=1", "-DBASE_REGS"}, true},
+		{[]string{"-DBASE_REGS_X=1", "-DBASE=1", "-lineinfo"}, false},
+		{[]string{"BASE_REGS=32"}, false},
+	} {
+		if got := definesName(tc.defines, "BASE_REGS"); got != tc.want {
+			t.Errorf("definesName(%q, BASE_REGS) = %v, want %v", tc.defines, got, tc.want)
+		}
 	}
 }

@@ -53,7 +53,8 @@ type tuning struct {
 	overlap     string   // REPLAYSSM_CUDA_OVERLAP: "1" or "0" forces a step's flush beside its non-flush kernel on or off ("": planOverlap's rule)
 	overlapGrid int      // REPLAYSSM_CUDA_OVERLAP_BLOCKS: a bound on the overlapped flush's grid (0: its resident grid)
 	overlapVer  bool     // REPLAYSSM_CUDA_VERIFY_OVERLAP=1: a verify's early folds beside the group verify of the slots that do not fold
-	splitVerify bool     // REPLAYSSM_CUDA_SPLIT_VERIFY: small batches verify on the split heads too
+	wholeVerify bool     // REPLAYSSM_CUDA_SPLIT_VERIFY=0: small batches verify on whole heads (by default on the split ones where the step splits)
+	verifyEarly string   // REPLAYSSM_CUDA_VERIFY_EARLY: "1" or "0" forces the small batches' early verify on or off ("": where its grid fits, earlyVerify.pick)
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
 }
 
@@ -85,7 +86,10 @@ func envTuning(getenv func(string) string) tuning {
 		tn.overlapGrid = n
 	}
 	tn.overlapVer = getenv("REPLAYSSM_CUDA_VERIFY_OVERLAP") == "1"
-	tn.splitVerify = getenv("REPLAYSSM_CUDA_SPLIT_VERIFY") == "1"
+	tn.wholeVerify = getenv("REPLAYSSM_CUDA_SPLIT_VERIFY") == "0"
+	if v := getenv("REPLAYSSM_CUDA_VERIFY_EARLY"); v == "0" || v == "1" {
+		tn.verifyEarly = v
+	}
 	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_HEAD_SPLIT")); err == nil && n >= 1 && n <= 64 {
 		tn.headSplit = n
 	}
@@ -321,9 +325,10 @@ type replayCommon struct {
 	mod                          *Module
 	cursorVerify, commitF        *Function
 	nonflush, flush, verify      *Function
-	stepSmall                    *Function // flush and non-flush slots in one kernel
-	verifySmall                  *Function // a small batch's verify and cursor move in one kernel (Mamba-2)
-	flushBlocks                  int       // the flush kernel's grid: the blocks the GPU holds at once
+	stepSmall                    *Function   // flush and non-flush slots in one kernel
+	verifySmall                  *Function   // a small batch's verify and cursor move in one kernel (Mamba-2)
+	early                        earlyVerify // a small batch's verify (Mamba-2's one kernel, GDN's v4) with the early start
+	flushBlocks                  int         // the flush kernel's grid: the blocks the GPU holds at once
 	baselineStep, baselineVerify *Function
 	pipe                         pipeline
 	group                        groupStep
@@ -588,12 +593,14 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 	block := [3]uint32{uint32(c.threads), 1, 1}
 	if h := &c.small; batch <= c.smallBatch && h.verify != nil && h.takes(batch) {
 		split := [3]uint32{uint32(c.heads * h.split), uint32(batch), 1}
-		return c.launchSmallVerify(s, a, h.verify, split, [3]uint32{uint32(h.threads), 1, 1}, slots, counts, batch, T)
+		fn := h.early.pick(h.verify, c.heads*h.split*batch)
+		return c.launchSmallVerify(s, a, fn, split, [3]uint32{uint32(h.threads), 1, 1}, slots, counts, batch, T)
 	}
 	if batch <= c.smallBatch && c.verifySmall != nil {
 		// One kernel, as for the step (Mamba-2: its small batches took the
 		// early folds, the pipelined verify and the cursor kernel).
-		return c.launchSmallVerify(s, a, c.verifySmall, grid, block, slots, counts, batch, T)
+		fn := c.early.pick(c.verifySmall, c.heads*batch)
+		return c.launchSmallVerify(s, a, fn, grid, block, slots, counts, batch, T)
 	}
 	if g := &c.group; c.groupVerify(batch) {
 		// The early folds go on fs: the verify's stream, or with
@@ -656,7 +663,11 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 		return c.launchCursorVerify(s, slots, counts, batch, T)
 	}
 	if !c.pipe.on || c.pipe.verify == nil {
-		if err := c.d.Launch(c.verify, grid, block, 0, s, a); err != nil {
+		fn := c.verify
+		if batch <= c.smallBatch {
+			fn = c.early.pick(c.verify, c.heads*batch)
+		}
+		if err := c.d.Launch(fn, grid, block, 0, s, a); err != nil {
 			return err
 		}
 		return c.launchCursorVerify(s, slots, counts, batch, T)
@@ -731,18 +742,27 @@ func (c *replayCommon) StepKernel(batch int) string {
 // VerifyKernel names the kernel that takes a verify of batch slots:
 // "small" (Mamba-2, up to the small batch: one kernel verifies every slot
 // and moves the cursors), "v6" (the group verify, every slot, after the early
-// folds), "v5" (pipelined,
-// the slots with no early fold) or "v4".
+// folds), "v5" (pipelined, the slots with no early fold) or "v4"; "early"
+// where the small batch's verify starts early (earlyVerify).
 func (c *replayCommon) VerifyKernel(batch int) string {
+	early := func(e earlyVerify, late *Function, blocks int, name string) string {
+		if late != nil && e.pick(late, blocks) != late {
+			return name + ", early"
+		}
+		return name
+	}
+	small := batch <= c.smallBatch
 	switch {
-	case batch <= c.smallBatch && c.small.verify != nil && c.small.takes(batch):
-		return "small (heads split)"
-	case batch <= c.smallBatch && c.verifySmall != nil:
-		return "small"
+	case small && c.small.verify != nil && c.small.takes(batch):
+		return early(c.small.early, c.small.verify, c.heads*c.small.split*batch, "small (heads split)")
+	case small && c.verifySmall != nil:
+		return early(c.early, c.verifySmall, c.heads*batch, "small")
 	case c.groupVerify(batch):
 		return "v6"
 	case c.pipe.on && c.pipe.verify != nil:
 		return "v5"
+	case small:
+		return early(c.early, c.verify, c.heads*batch, "v4")
 	}
 	return "v4"
 }

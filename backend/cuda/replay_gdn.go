@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
@@ -56,7 +57,26 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	f, fd := gdnFoldPlan(d, shape, opt, tn)
 	defines = append(defines, fd...)
 	p, g, defines := useGroup(p, gdnGroupPlan(shape, opt, tn), defines)
+	// The bf16 baseline step at 40 registers a thread, 6 blocks an SM (48,
+	// the default, gives 5; ncu: 62.5% occupancy, long-scoreboard stalls on
+	// the bf16 unpack). H200, session 15, batch 256, us a step: Qwen3.5-4B
+	// 154 -> 150 (82% -> 84% of copy), 122B 298 -> 288 (84% -> 87%); 32
+	// registers spill, 186 and 363. Mamba-2 keeps 48: at 40 Nano's went
+	// 259 -> 304.
+	if !definesName(tn.defines, "BASE_REGS") {
+		defines = append(defines, "-DBASE_REGS=40")
+	}
 	return p, g, f, defines
+}
+
+// definesName reports whether defines (NVRTC options) define name.
+func definesName(defines []string, name string) bool {
+	for _, d := range defines {
+		if d == "-D"+name || strings.HasPrefix(d, "-D"+name+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // gdnFoldPlan plans the pipelined folds (gdn_flush_pipe, gdn_fold_pipe): a
@@ -131,6 +151,9 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 		return fail(err)
 	}
 	if err := c.bindKernels("gdn_pipe_step", "", "", tn.pipeBlocks); err != nil {
+		return fail(err)
+	}
+	if c.early, err = bindEarlyVerify(d, c.mod, "gdn_replay_verify_early", c.threads, tn); err != nil {
 		return fail(err)
 	}
 	step, verify := "gdn_group_step", ""

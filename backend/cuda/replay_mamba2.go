@@ -172,6 +172,9 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if c.verifySmall, err = c.mod.Function("mamba2_replay_verify_small"); err != nil {
 		return fail(err)
 	}
+	if c.early, err = bindEarlyVerify(d, c.mod, "mamba2_replay_verify_small_early", c.threads, tn); err != nil {
+		return fail(err)
+	}
 	step, verify := "mamba2_group_step", ""
 	if c.group.verifyOn {
 		verify = "mamba2_group_verify"

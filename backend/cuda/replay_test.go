@@ -728,15 +728,16 @@ func TestReplayOverlapMatchesSerial(t *testing.T) {
 }
 
 // TestReplayVerifyEarlyMatchesLate checks the small batches' verify with
-// its inputs asked for before the slot's cursor (-DVERIFY_EARLY=1, an
-// experiment define: Mamba-2's one-kernel verify, GDN's v4 verify) against
-// the same kernels without, bit for bit: the early loads land where the
-// verify's own loads put them. Both caches take every batch on the small
-// path; fp32 and bf16 states (the early fold's registers differ).
+// its inputs asked for before the slot's cursor (REPLAYSSM_CUDA_VERIFY_EARLY=1:
+// Mamba-2's one-kernel verify, GDN's v4 verify, whole or split heads, at
+// every small batch) against the same kernels without (=0), bit for bit:
+// the early loads land where the verify's own loads put them. Both caches
+// take every batch on the small path; fp32 and bf16 states (the early
+// fold's registers differ).
 func TestReplayVerifyEarlyMatchesLate(t *testing.T) {
 	d := gpu(t)
 	early, late := envTuning(os.Getenv), envTuning(os.Getenv)
-	early.defines = append(append([]string(nil), early.defines...), "-DVERIFY_EARLY=1")
+	early.verifyEarly, late.verifyEarly = "1", "0"
 	for li, l := range append(smallLayers(), largeLayers()...) {
 		for _, o := range []replay.Options{
 			{Mode: replay.Replay, Window: 5, MaxDraft: 3},

@@ -672,10 +672,11 @@ struct StateIO {
 // into shared memory with their prologue (base_row), so a pass does not
 // wait a round trip for its row's value.
 #define BASE_ROW BASE_BULK
-// BASE_REGS (REPLAYSSM_CUDA_DEFINES; session 14, not yet run) sets the
-// registers a thread that bound asks for: 48 gives 5 blocks of 256
-// threads an SM (62.5% occupancy, what ncu found the GDN bf16 baseline
-// limited by); 40 gives 6, 32 gives 8.
+// BASE_REGS sets the registers a thread that bound asks for: 48 gives 5
+// blocks of 256 threads an SM (62.5% occupancy, what ncu found the GDN
+// bf16 baseline limited by); 40 gives 6, 32 gives 8. GDN modules get 40
+// (gdnModule; H200, session 15: 82% -> 84% and 84% -> 87% of copy),
+// Mamba-2's keep 48 (Nano at 40: 91% -> 77%).
 #ifndef BASE_REGS
 #define BASE_REGS 48
 #endif
@@ -2367,20 +2368,20 @@ __device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, 
 #define SPLIT_VERIFY 0
 #endif
 
-// VERIFY_EARLY=1 (REPLAYSSM_CUDA_DEFINES; session 14, written after the
-// device time and not yet run) gives the small batches' verify (Mamba-2's
-// one-kernel verify, GDN's v4 verify) the small step's early start
-// (SMALL_PF, TOKEN_ROWS): the drafts' inputs, every ring entry's scalars
-// and the state in L1 are asked for right after slots[b], before hist[s],
-// so the chain is slots -> {hist, inputs, ring scalars, state} -> ring
-// rows -> outputs, where the verify waited for slots, hist, the ring
+// The early verifies (*_verify_small_early, gdn_replay_verify_early; the
+// template's VEARLY) give the small batches' verify the small step's early
+// start (SMALL_PF, TOKEN_ROWS): the drafts' inputs, every ring entry's
+// scalars and the state in L1 are asked for right after slots[b], before
+// hist[s], so the chain is slots -> {hist, inputs, ring scalars, state} ->
+// ring rows -> outputs, where the verify waited for slots, hist, the ring
 // scalars, the drafts' inputs (two or three round trips), then the state,
-// one after the other (batch 1: 12-20 us a verify against 4-5 a step).
-// Its inputs are stored where the verify's own loads put them: the
-// outputs are bit for bit the same.
-#ifndef VERIFY_EARLY
-#define VERIFY_EARLY 0
-#endif
+// one after the other. Their inputs are stored where the verify's own loads
+// put them: the outputs are bit for bit the same. They hold more registers
+// (ptxas 11.8: Nano 98 -> 128, GDN 128 -> 160-172), so the launch takes
+// them only where their grid fits the GPU at once (earlyVerify.pick).
+// H200, session 15, batch 1, us a verify: Nano fp32 13.6 -> 13.5, Super
+// 12.3 -> 12.0, Qwen3.5-4B 13.6 -> 13.0, bf16 14.8 -> 14.2; Qwen3.5-122B at
+// batch 4 (256 blocks of whole heads, one an SM) 28.2 -> 35.3.
 
 // verify_done ends the one-kernel small-batch verify (*_replay_verify_small):
 // cursor_verify's cursor move, made by the verify kernel's last block

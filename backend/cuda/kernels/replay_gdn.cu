@@ -670,7 +670,7 @@ __device__ __forceinline__ void gdn_stage_keys(float* vec, const float* __restri
         [&](int idx, float kv) { vec[idx] = kv; });
 }
 
-// VERIFY_EARLY (replay_common.cu) in gdn_replay_verify: the drafts' k, q
+// VEARLY (gdn_replay_verify_early, replay_common.cu): the drafts' k, q
 // (a lane's share of each, as the small step's l2norm_load), v, a and b,
 // every ring entry's exp(g) and beta and the state in L1 asked for before
 // the slot's cursor.
@@ -877,7 +877,14 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
 #if HSPLIT == 1 || SPLIT_VERIFY
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify(GDN_VERIFY_PARAMS)
 {
-    gdn_verify_impl<false, VERIFY_EARLY>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
+    gdn_verify_impl<false>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
+}
+
+// gdn_replay_verify_early is gdn_replay_verify with its inputs asked for
+// before the slot's cursor, for small batches (replay_common.cu).
+extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify_early(GDN_VERIFY_PARAMS)
+{
+    gdn_verify_impl<false, true>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
 #endif
 

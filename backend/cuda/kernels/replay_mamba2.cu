@@ -637,7 +637,7 @@ __device__ __forceinline__ void mamba2_stage_ring(float* sX, float* sB, const fl
 // accepts a prefix. PART 1 takes only the slots that fold early (the kernel
 // before mamba2_pipe_verify), PART 2 only their early folds (the kernel
 // before mamba2_group_verify, which takes every slot).
-// VERIFY_EARLY (replay_common.cu) in the one-kernel small verify: the
+// VEARLY (mamba2_replay_verify_small_early, replay_common.cu): the
 // drafts' x, B, C and dt, the ring's scalars of every entry and the state
 // in L1 asked for before the slot's cursor.
 template <int PART, bool VEARLY = false>
@@ -881,7 +881,16 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify(MAMBA2_VER
 extern "C" __global__ void __launch_bounds__(NT)
     mamba2_replay_verify_small(MAMBA2_VERIFY_PARAMS, int* __restrict__ pending, int* __restrict__ done, int batch)
 {
-    mamba2_verify_impl<0, VERIFY_EARLY>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
+    mamba2_verify_impl<0>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
+    verify_done(hist, pending, done, slots, counts, T, batch, R);
+}
+
+// mamba2_replay_verify_small_early is mamba2_replay_verify_small with its
+// inputs asked for before the slot's cursor (replay_common.cu).
+extern "C" __global__ void __launch_bounds__(NT)
+    mamba2_replay_verify_small_early(MAMBA2_VERIFY_PARAMS, int* __restrict__ pending, int* __restrict__ done, int batch)
+{
+    mamba2_verify_impl<0, true>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
     verify_done(hist, pending, done, slots, counts, T, batch, R);
 }
 #endif
