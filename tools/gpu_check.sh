@@ -10,7 +10,6 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
-#   tools/gpu_check.sh pending    # session 14's split verify and VERIFY_EARLY (tests, batches 1-4)
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
@@ -33,8 +32,8 @@
 #                                   # verify's early folds beside the group
 #                                   # verify of the other slots; at batch 1
 #                                   # _HEAD_SPLIT=2|4 the small step's
-#                                   # heads split, _SPLIT_VERIFY=1 the
-#                                   # small verify's)
+#                                   # heads split, _SPLIT_VERIFY=0 and
+#                                   # _VERIFY_EARLY=0|1 the small verify's)
 #                                   # against the defaults, text tables
 #   source tools/gpu_check.sh functions  # define tests, bench, experiment and profile only
 #
@@ -124,35 +123,10 @@ all)
 	bench 1 b1.jsonl
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
-pending)
-	# Session 14's open items (NOTES.md, session 14, Next 0-1), written
-	# after its device time: the split verify (REPLAYSSM_CUDA_SPLIT_VERIFY=1)
-	# and the small verify's early start (-DVERIFY_EARLY=1). Their tests
-	# (bit for bit against the verify on whole heads / without the early
-	# start, and the float64 references), then batches 1, 2 and 4 against
-	# the defaults. profile_b1 then profiles the batch-1 verify.
-	t0=$(date +%s)
-	vt='TestReplayStepSmallMatchesSplit|TestReplayCacheSpeculative/.*/replay|TestReplayCacheMatchesReference/.*/replay/(fp32|bf16)$'
-	REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1 "$test_bin" -test.run "$vt" \
-		-test.v -test.parallel "$(nproc)" -test.timeout 300s >"$out/t_verify.log" 2>&1
-	echo "split verify + early tests: exit $?, $(grep -c -- '--- PASS' "$out/t_verify.log") passed, $(( $(date +%s) - t0 ))s"
-	# Without the environment's define: the test sets it on one side.
-	"$test_bin" -test.run 'TestReplayVerifyEarlyMatchesLate' \
-		-test.v -test.parallel "$(nproc)" -test.timeout 200s >>"$out/t_verify.log" 2>&1
-	echo "early against late: exit $?, $(grep -c -- '--- PASS' "$out/t_verify.log") passed in all, $(( $(date +%s) - t0 ))s"
-	grep -E -- '--- FAIL|^panic' "$out/t_verify.log" | head
-	for b in 1 2 4; do
-		BATCH=$b experiment verify_b$b all verify-baseline,verify REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1 \
-			"REPLAYSSM_CUDA_SPLIT_VERIFY=1 REPLAYSSM_CUDA_DEFINES=-DVERIFY_EARLY=1"
-	done
-	# The GDN bf16 baseline (82%) at 6 and 8 blocks an SM (48 registers
-	# give 5; ptxas 11.8: 40 registers 12 bytes of spills, 32 96 bytes).
-	experiment base_regs qwen3.5-4b,qwen3.5-122b baseline REPLAYSSM_CUDA_DEFINES=-DBASE_REGS=40 \
-		REPLAYSSM_CUDA_DEFINES=-DBASE_REGS=32
-	;;
 profile_b1)
-	# Where a batch-1 verify spends its time (NOTES.md, session 14, Next 1):
-	# ncu of the small verifies, a device call of its own after pending.
+	# Where a batch-1 verify spends its time (NOTES.md, session 15, Next 1):
+	# ncu of the small verifies (the regexes match the early kernels the
+	# batch takes), a device call of its own.
 	NCU_EXTRA="--warp-sampling-interval 0" profile nano_verify_b1 mamba2_replay_verify_small \
 		--shapes nemotron-3-nano-4b --state-dtype fp32 --modes verify --batch 1
 	NCU_EXTRA="--warp-sampling-interval 0" profile gdn_verify_b1 gdn_replay_verify \

@@ -102,8 +102,7 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/overlap forced", replay.Options{Mode: replay.Replay}, tuning{overlap: "1"}},
 		{"replay/bf16+nvfp4/overlap off", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{overlap: "0"}},
 		{"replay/bf16/verify overlap", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{overlapVer: true}},
-		{"replay/fp32/verify early", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DVERIFY_EARLY=1"}}},
-		{"replay/e4m3/verify early", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{defines: []string{"-DVERIFY_EARLY=1"}}},
+		{"baseline/bf16/32 registers", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{defines: []string{"-DBASE_REGS=32"}}},
 		{"replay/bf16+nvfp4/loads in loops", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{}},
@@ -159,8 +158,15 @@ func TestReplayModulesCompile(t *testing.T) {
 				if foldsOn && !strings.Contains(strings.Join(defines, " "), "-DFNSTAGE=") {
 					t.Fatalf("the pipelined folds are not planned (defines %v): this test would not compile them", defines)
 				}
-				if _, err := n.build(file, src, args, false); err != nil {
+				ptx, err := n.build(file, src, args, false)
+				if err != nil {
 					t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
+				}
+				// The small batches' early verify, which bindEarlyVerify
+				// looks up in every module.
+				early := map[string]string{"mamba2": "mamba2_replay_verify_small_early", "gdn": "gdn_replay_verify_early"}[layerKind]
+				if !bytes.Contains(ptx, []byte(".entry "+early+"(")) {
+					t.Errorf("no %s in the module", early)
 				}
 			})
 		}

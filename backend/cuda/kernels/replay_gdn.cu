@@ -675,6 +675,20 @@ __device__ __forceinline__ void gdn_stage_keys(float* vec, const float* __restri
 // every ring entry's exp(g) and beta and the state in L1 asked for before
 // the slot's cursor.
 
+// ULOC_FIXED (on by default; session 15, written after the device time and
+// not yet run on the GPU): in the early verify the outputs' loop takes the
+// ring's committed u from registers. Indexed by a loop variable, uloc was
+// an 80-byte local array (ptxas 11.8, Qwen3.5-4B, every verify kernel):
+// each ringU load waited at its store to local memory, the top
+// long-scoreboard stall of the batch-1 verify under ncu (session 15,
+// gdn_replay_verify_early, Qwen3.5-4B fp32 on split heads: 335 of 8516
+// samples on one STL, 25 STL and 7 LDL in the kernel). Now no stack frame,
+// 156 registers (fp32) / 166 (bf16). The late kernels keep the loop: at
+// their 128-register bound the fixed form spilled 20-24 bytes.
+#ifndef ULOC_FIXED
+#define ULOC_FIXED 1
+#endif
+
 template <bool FOLD_ONLY, bool VEARLY = false>
 __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
 {
@@ -737,6 +751,16 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
         // New checkpoint and read copy visible to the CTA, read back below.
         __syncthreads();
         n = 0;
+    }
+    if constexpr (FOLD_ONLY) {
+        // Unreachable (a slot that does not fold returned above), but the
+        // compiler does not see it: without this return the fold kernels
+        // (gdn_replay_fold_items, _fold_early) carried the verify's code
+        // below and its registers (ptxas 11.8, Qwen3.5-4B, fold_items:
+        // fp32 a 128-byte stack frame and 48 / 68 bytes of spill stores /
+        // loads -> none; bf16 96 and 8 / 8 -> 8 and 8 / 8; fold_early 80
+        // bytes of stack -> none).
+        return;
     }
     // The committed ring keys to vec rows 2cnt.. (n + 2cnt <= R after any
     // early fold, so they fit), then the drafts' k and q normalised:
@@ -858,10 +882,29 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
             const float* gq = sh.gram + (TMAX + d) * VROWS;
             float ut = v[(((u64)b * T + d) * NVH + j) * DV + m] - gam * sh.proj[d * DV + m];
             float ov = gam * sh.proj[(cnt + d) * DV + m];
-            for (int i = 0; i < tp; i++) {
-                const float ui = i < n ? uloc[i] : sh.ud[(i - n) * DV + m];
-                ut = fmaf(-(ws[i] * gk[i]), ui, ut);
-                ov = fmaf(ws[i] * gq[i], ui, ov);
+            if constexpr (VE && ULOC_FIXED) {
+                // The committed entries (i < n <= tp) over the whole ring,
+                // unrolled, so every uloc index is fixed and uloc stays in
+                // registers; then the drafts' u' from shared memory: the
+                // same FMAs in the same order as the loop below.
+#pragma unroll
+                for (int i = 0; i < RMAX; i++) {
+                    if (i < n) {
+                        ut = fmaf(-(ws[i] * gk[i]), uloc[i], ut);
+                        ov = fmaf(ws[i] * gq[i], uloc[i], ov);
+                    }
+                }
+                for (int i = n; i < tp; i++) {
+                    const float ui = sh.ud[(i - n) * DV + m];
+                    ut = fmaf(-(ws[i] * gk[i]), ui, ut);
+                    ov = fmaf(ws[i] * gq[i], ui, ov);
+                }
+            } else {
+                for (int i = 0; i < tp; i++) {
+                    const float ui = i < n ? uloc[i] : sh.ud[(i - n) * DV + m];
+                    ut = fmaf(-(ws[i] * gk[i]), ui, ut);
+                    ov = fmaf(ws[i] * gq[i], ui, ov);
+                }
             }
             ut = ut * sh.beta[tp];
             ov = fmaf(ws[tp] * gq[tp], ut, ov);
