@@ -10,6 +10,7 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
+#   tools/gpu_check.sh pending    # session 15's unrun kernel edits (tests, batches 1, 4, 256)
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
@@ -89,8 +90,9 @@ experiment() {
 # -lineinfo (REPLAYSSM_CUDA_DEFINES), the report goes to $out/prof_NAME.ncu-rep
 # and its SASS-level source page (stall samples per instruction) to
 # $out/prof_NAME.txt. ncu needs --clock-control none on this lease. The
-# device tool brings back at most 8 files a call: profile keeps two per
-# kernel (the details with the bench's log, the SASS source CSV).
+# device tool brings back at most 8 files a call: profile keeps three per
+# kernel (the details with the bench's log, the SASS source CSV, the CUDA
+# lines with their SASS).
 profile() {
 	local name=$1 kernel=$2
 	shift 2
@@ -106,6 +108,9 @@ profile() {
 	echo "profile $name: exit $?"
 	"$ncu" -i "$out/prof_$name.ncu-rep" --page details >"$out/prof_$name.txt" 2>&1
 	"$ncu" -i "$out/prof_$name.ncu-rep" --page source --csv --print-source sass >"$out/prof_${name}_sass.csv" 2>&1
+	# The CUDA lines beside their SASS (-lineinfo): which source a stall
+	# site is (session 15's profile had the SASS alone).
+	"$ncu" -i "$out/prof_$name.ncu-rep" --page source --csv --print-source cuda,sass >"$out/prof_${name}_src.csv" 2>&1
 	grep -E "Duration|Warp Cycles Per Issued|Eligible Warps|Achieved Occupancy|Registers Per" "$out/prof_$name.txt" | head
 	# At most 8 files come back from a device call: the report itself only
 	# with KEEP_REP=1, the bench's log appended to the text.
@@ -123,6 +128,26 @@ all)
 	bench 1 b1.jsonl
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
+pending)
+	# Session 15's kernel edits written after its device time (NOTES.md,
+	# session 15, Next 0), after a call of `tests` (ULOC_FIXED and the fold
+	# kernels' returns are defaults): SCALARS_EARLY's tests (the early
+	# verify against the late one, bit for bit, with the define on both
+	# caches: only the early kernels read it), then batches 1 and 4 with
+	# ULOC_FIXED off and SCALARS_EARLY on, and batch 256's verify (the fold
+	# kernels' change: against docs/PERF.md's verify column).
+	t0=$(date +%s)
+	REPLAYSSM_CUDA_DEFINES=-DSCALARS_EARLY=1 "$test_bin" \
+		-test.run 'TestReplayVerifyEarlyMatchesLate|TestReplayStepSmallMatchesSplit|TestReplayCacheSpeculative/.*/replay' \
+		-test.v -test.parallel "$(nproc)" -test.timeout 250s >"$out/t_scalars.log" 2>&1
+	echo "SCALARS_EARLY tests: exit $?, $(grep -c -- '--- PASS' "$out/t_scalars.log") passed, $(( $(date +%s) - t0 ))s"
+	grep -E -- '--- FAIL|^panic' "$out/t_scalars.log" | head
+	for b in 1 4; do
+		BATCH=$b experiment verify_b$b all verify-baseline,verify REPLAYSSM_CUDA_DEFINES=-DULOC_FIXED=0 \
+			REPLAYSSM_CUDA_DEFINES=-DSCALARS_EARLY=1
+	done
+	experiment verify_b256 all verify-baseline,verify
+	;;
 profile_b1)
 	# Where a batch-1 verify spends its time (NOTES.md, session 15, Next 1):
 	# ncu of the small verifies (the regexes match the early kernels the

@@ -2383,6 +2383,22 @@ __device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, 
 // 12.3 -> 12.0, Qwen3.5-4B 13.6 -> 13.0, bf16 14.8 -> 14.2; Qwen3.5-122B at
 // batch 4 (256 blocks of whole heads, one an SM) 28.2 -> 35.3.
 
+// SCALARS_EARLY=1 (REPLAYSSM_CUDA_DEFINES; session 15, written after the
+// device time, not yet run on the GPU, off): the early verifies compute the
+// drafts' per-step scalars (Mamba-2 delta and decay, GDN exp(g) and beta:
+// float64 softplus, exp, sigmoid) from the inputs asked for early, right
+// after hist[s] is asked for, where they waited behind the ring's scalars
+// and any early fold (ncu, batch 1: a third of the stall samples at
+// barriers, warps waiting for a few threads' serial float64 work). The
+// same functions of the same inputs: bit for bit the same outputs. ptxas
+// 11.8: the split modules' kernels keep their registers (Qwen3.5-4B in 4:
+// 95), but the whole heads' went from 156 registers to 128 with 48 / 80
+// bytes of spills (Qwen3.5-4B fp32; Nano fp32 12 / 8 -> 24 / 20): off
+// until measured.
+#ifndef SCALARS_EARLY
+#define SCALARS_EARLY 0
+#endif
+
 // verify_done ends the one-kernel small-batch verify (*_replay_verify_small):
 // cursor_verify's cursor move, made by the verify kernel's last block
 // instead of a kernel of its own (at batch 1 each kernel of a verify round

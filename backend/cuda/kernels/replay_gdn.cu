@@ -738,6 +738,15 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     if (FOLD_ONLY && !FOLDS_EARLY(n, cnt, R)) {
         return; // gdn_group_verify takes it
     }
+    // SCALARS_EARLY: draft tid's exp(g) and beta (float64 softplus, exp
+    // and sigmoid) while hist[s] and counts[b] are in flight, not after the
+    // ring's scalars, the early fold and the keys' staging.
+    float egd = 0.0f, betad = 0.0f;
+    if constexpr (VE && SCALARS_EARLY) {
+        if (tid < T) {
+            gdn_scalars(ad, bd, nAd, dbd, &egd, &betad);
+        }
+    }
 
     ring_scalars(sh.decay, sh.beta, ringA, ringBeta, tid, n, VE, egj, betaj, [&](int i) { return rs_at(s, j, i); });
     if (FOLDS_EARLY(n, cnt, R)) {
@@ -799,7 +808,10 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     if (tid < cnt) {
         const int d = tid;
         float eg, beta;
-        if constexpr (VE) {
+        if constexpr (VE && SCALARS_EARLY) {
+            eg = egd;
+            beta = betad;
+        } else if constexpr (VE) {
             gdn_scalars(ad, bd, nAd, dbd, &eg, &beta);
         } else {
             gdn_scalars(a[((u64)b * T + d) * NVH_REAL + HEAD(j)], bb[((u64)b * T + d) * NVH_REAL + HEAD(j)],

@@ -673,6 +673,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     float xd[XD];
     float2 bcd[BD];
     float dtd = 0.0f, dj = 0.0f, aj = 0.0f;
+    double dtbd = 0.0, Ad = 0.0;
     if constexpr (VE) {
 #pragma unroll
         for (int it = 0; it < XD; it++) {
@@ -687,6 +688,10 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         }
         if (tid < T) {
             dtd = dt[((u64)b * T + tid) * NHEADS_REAL + HEAD(h)];
+            if (SCALARS_EARLY) {
+                dtbd = dtb[HEAD(h)];
+                Ad = A[HEAD(h)];
+            }
         }
         if (tid < RMAX) {
             dj = ringDt[rs_at(s, h, tid)];
@@ -699,6 +704,15 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     const u64 mat = (u64)s * NHEADS + h;
     if (PART != 0 && !FOLDS_EARLY(n, cnt, R)) {
         return; // mamba2_pipe_verify or mamba2_group_verify takes it
+    }
+    // SCALARS_EARLY (replay_common.cu): draft tid's delta and decay while
+    // hist[s] and counts[b] are in flight.
+    float deltad = 0.0f, ad = 0.0f;
+    if constexpr (VE && SCALARS_EARLY) {
+        if (tid < T) {
+            deltad = fmaxf((float)softplus_d((double)dtd + dtbd), dtMin);
+            ad = (float)exp((double)deltad * Ad);
+        }
     }
 
     ring_scalars(sDelta, sDecay, ringDt, ringA, tid, n, VE, dj, aj, [&](int i) { return rs_at(s, h, i); });
@@ -740,9 +754,12 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     // Append the drafts.
     if (tid < cnt) {
         const int k = tid;
-        const float dtk = VE ? dtd : dt[((u64)b * T + k) * NHEADS_REAL + HEAD(h)];
-        const float delta = fmaxf((float)softplus_d((double)dtk + dtb[HEAD(h)]), dtMin);
-        const float a = (float)exp((double)delta * A[HEAD(h)]);
+        float delta = deltad, a = ad;
+        if constexpr (!(VE && SCALARS_EARLY)) {
+            const float dtk = VE ? dtd : dt[((u64)b * T + k) * NHEADS_REAL + HEAD(h)];
+            delta = fmaxf((float)softplus_d((double)dtk + dtb[HEAD(h)]), dtMin);
+            a = (float)exp((double)delta * A[HEAD(h)]);
+        }
         sDelta[n + k] = delta;
         sDecay[n + k] = a;
         ringDt[rs_at(s, h, n + k)] = delta;
