@@ -669,3 +669,26 @@ func TestDefinesName(t *testing.T) {
 		}
 	}
 }
+
+// TestEarlyVerifyPick checks the choice between a small batch's early and
+// late verify: the early one only where it is bound and its grid fits the
+// blocks the GPU holds at once.
+func TestEarlyVerifyPick(t *testing.T) {
+	late, early := &Function{name: "late"}, &Function{name: "early"}
+	for _, tc := range []struct {
+		name   string
+		e      earlyVerify
+		blocks int
+		want   *Function
+	}{
+		{"fits", earlyVerify{early, 132}, 96, early},
+		{"fills the GPU exactly", earlyVerify{early, 132}, 132, early},
+		{"a second wave", earlyVerify{early, 132}, 256, late},
+		{"two blocks an SM", earlyVerify{early, 264}, 256, early},
+		{"not bound (REPLAYSSM_CUDA_VERIFY_EARLY=0)", earlyVerify{}, 1, late},
+	} {
+		if got := tc.e.pick(late, tc.blocks); got != tc.want {
+			t.Errorf("%s: pick(%d blocks) = %s, want %s", tc.name, tc.blocks, got.Name(), tc.want.Name())
+		}
+	}
+}
