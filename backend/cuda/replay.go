@@ -591,16 +591,8 @@ func (c *replayCommon) groupVerify(batch int) bool {
 // then the cursor move.
 func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buffer, batch, T int, grid [3]uint32) error {
 	block := [3]uint32{uint32(c.threads), 1, 1}
-	if h := &c.small; batch <= c.smallBatch && h.verify != nil && h.takes(batch) {
-		split := [3]uint32{uint32(c.heads * h.split), uint32(batch), 1}
-		fn := h.early.pick(h.verify, c.heads*h.split*batch)
-		return c.launchSmallVerify(s, a, fn, split, [3]uint32{uint32(h.threads), 1, 1}, slots, counts, batch, T)
-	}
-	if batch <= c.smallBatch && c.verifySmall != nil {
-		// One kernel, as for the step (Mamba-2: its small batches took the
-		// early folds, the pipelined verify and the cursor kernel).
-		fn := c.early.pick(c.verifySmall, c.heads*batch)
-		return c.launchSmallVerify(s, a, fn, grid, block, slots, counts, batch, T)
+	if v := c.smallVerify(batch); v.fn != nil {
+		return c.launchSmallVerify(s, a, v.fn, v.grid, v.block, slots, counts, batch, T)
 	}
 	if g := &c.group; c.groupVerify(batch) {
 		// The early folds go on fs: the verify's stream, or with
@@ -663,11 +655,7 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 		return c.launchCursorVerify(s, slots, counts, batch, T)
 	}
 	if !c.pipe.on || c.pipe.verify == nil {
-		fn := c.verify
-		if batch <= c.smallBatch {
-			fn = c.early.pick(c.verify, c.heads*batch)
-		}
-		if err := c.d.Launch(fn, grid, block, 0, s, a); err != nil {
+		if err := c.d.Launch(c.v4Verify(batch), grid, block, 0, s, a); err != nil {
 			return err
 		}
 		return c.launchCursorVerify(s, slots, counts, batch, T)
@@ -739,32 +727,70 @@ func (c *replayCommon) StepKernel(batch int) string {
 	return "v4"
 }
 
+// smallLaunch is a small batch's verify in one kernel (and, for GDN, the
+// cursor kernel): fn nil where the batch takes the other kernels.
+type smallLaunch struct {
+	fn          *Function
+	grid, block [3]uint32
+	name        string // VerifyKernel's
+}
+
+// smallVerify plans a verify of batch slots up to the small batch: on split
+// heads where the split module takes the batch, else Mamba-2's one-kernel
+// verify on whole heads; each its early start where the grid fits
+// (earlyVerify.pick).
+func (c *replayCommon) smallVerify(batch int) smallLaunch {
+	if batch > c.smallBatch {
+		return smallLaunch{}
+	}
+	if h := &c.small; h.verify != nil && h.takes(batch) {
+		blocks := c.heads * h.split
+		fn := h.early.pick(h.verify, blocks*batch)
+		return smallLaunch{fn, [3]uint32{uint32(blocks), uint32(batch), 1}, [3]uint32{uint32(h.threads), 1, 1},
+			earlyName("small (heads split)", fn, h.verify)}
+	}
+	if c.verifySmall != nil {
+		// One kernel, as for the step (Mamba-2: its small batches took the
+		// early folds, the pipelined verify and the cursor kernel).
+		fn := c.early.pick(c.verifySmall, c.heads*batch)
+		return smallLaunch{fn, c.grid(batch), [3]uint32{uint32(c.threads), 1, 1}, earlyName("small", fn, c.verifySmall)}
+	}
+	return smallLaunch{}
+}
+
+// v4Verify is the v4 verify kernel for batch slots: its early start up to
+// the small batch where the grid fits (GDN's small batches on whole heads).
+func (c *replayCommon) v4Verify(batch int) *Function {
+	if batch <= c.smallBatch {
+		return c.early.pick(c.verify, c.heads*batch)
+	}
+	return c.verify
+}
+
+// earlyName is name, marked where fn is the early verify in place of late.
+func earlyName(name string, fn, late *Function) string {
+	if fn != late {
+		return name + ", early"
+	}
+	return name
+}
+
 // VerifyKernel names the kernel that takes a verify of batch slots:
 // "small" (Mamba-2, up to the small batch: one kernel verifies every slot
 // and moves the cursors), "v6" (the group verify, every slot, after the early
 // folds), "v5" (pipelined, the slots with no early fold) or "v4"; "early"
 // where the small batch's verify starts early (earlyVerify).
 func (c *replayCommon) VerifyKernel(batch int) string {
-	early := func(e earlyVerify, late *Function, blocks int, name string) string {
-		if late != nil && e.pick(late, blocks) != late {
-			return name + ", early"
-		}
-		return name
+	if v := c.smallVerify(batch); v.fn != nil {
+		return v.name
 	}
-	small := batch <= c.smallBatch
 	switch {
-	case small && c.small.verify != nil && c.small.takes(batch):
-		return early(c.small.early, c.small.verify, c.heads*c.small.split*batch, "small (heads split)")
-	case small && c.verifySmall != nil:
-		return early(c.early, c.verifySmall, c.heads*batch, "small")
 	case c.groupVerify(batch):
 		return "v6"
 	case c.pipe.on && c.pipe.verify != nil:
 		return "v5"
-	case small:
-		return early(c.early, c.verify, c.heads*batch, "v4")
 	}
-	return "v4"
+	return earlyName("v4", c.v4Verify(batch), c.verify)
 }
 
 // Pipelined reports whether the non-flush step and the verify run the
