@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
 )
@@ -66,7 +67,23 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	if !definesName(tn.defines, "BASE_REGS") {
 		defines = append(defines, "-DBASE_REGS=40")
 	}
+	if tcFold(opt) && !definesName(tn.defines, "TC_FOLD") {
+		defines = append(defines, "-DTC_FOLD=1")
+	}
 	return p, g, f, defines
+}
+
+// tcFold reports whether a GDN module folds on the tensor cores by default
+// (TC_FOLD in replay_gdn.cu; REPLAYSSM_CUDA_DEFINES=-DTC_FOLD=0|1 decides
+// instead): for 2-byte checkpoints without a read copy. H200, session 16,
+// batch 256, against the FMA fold in the same run, us: Qwen3.5-4B bf16
+// aligned flush 663 -> 615, verify 498 -> 479; 122B 1316 -> 1208, 794 ->
+// 756. Not for fp32 (flush 641 -> 659, 1262 -> 1305: three products a
+// term where bf16's checkpoint takes two, and the fold waits on its loads,
+// not its arithmetic) nor with an nvfp4 read copy (953 -> 1209: its write
+// from the tensor-core layout).
+func tcFold(opt replay.Options) bool {
+	return elemBytes(opt.State) == 2 && opt.ReadCopy == numeric.F32
 }
 
 // definesName reports whether defines (NVRTC options) define name.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/replayssm/replayssm/numeric"
@@ -348,15 +349,37 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 	d := gpu(t)
 	const L = 5
 	layers := append(smallLayers(), largeLayers()...)
+	// The GDN fold on tensor cores (TC_FOLD) where gdnModule leaves it off
+	// by default (fp32 states, read copies): the large GDN layer's replay
+	// cases again with -DTC_FOLD=1 ("/tc"; its blocks are 16 rows a warp).
+	type variant struct {
+		li, ci int
+		l      gpuLayer
+		tc     gpuCase
+		tn     tuning
+		name   string
+	}
+	var runs []variant
 	for li, l := range layers {
 		for ci, tc := range gpuCases(L) {
 			if li >= 2 && (tc.name == "replay-L1/fp32" || tc.name == "baseline/fp32") {
 				continue // the small shapes cover these; keep compile time down
 			}
-			t.Run(l.name+"/"+tc.name, func(t *testing.T) {
+			runs = append(runs, variant{li, ci, l, tc, envTuning(os.Getenv), l.name + "/" + tc.name})
+			if li == 3 && tc.opt.Mode == replay.Replay && !tcFold(tc.opt) {
+				tn := envTuning(os.Getenv)
+				tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=1")
+				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + "/tc"})
+			}
+		}
+	}
+	for _, r := range runs {
+		li, ci, l, tc := r.li, r.ci, r.l, r.tc
+		{
+			t.Run(r.name, func(t *testing.T) {
 				t.Parallel()
 				const capacity = 6
-				c, err := l.buildWith(d, tc.opt, capacity, envTuning(os.Getenv))
+				c, err := l.buildWith(d, tc.opt, capacity, r.tn)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -421,20 +444,30 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 func TestReplayCacheSpeculative(t *testing.T) {
 	d := gpu(t)
 	type spec struct {
-		name   string
-		opt    replay.Options
-		layers []gpuLayer
+		name    string
+		opt     replay.Options
+		layers  []gpuLayer
+		defines []string // NVRTC options past REPLAYSSM_CUDA_DEFINES'
 	}
+	// The GDN fold on tensor cores where gdnModule leaves it off by
+	// default: the verify's early folds and the flushes of fp32 and nvfp4
+	// caches (largeLayers()[1]: blocks of 16 rows a warp).
+	tcGDN := largeLayers()[1:]
+	tc := []string{"-DTC_FOLD=1"}
 	specs := []spec{
-		{"replay-L16", replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 5}, smallLayers()},
-		{"replay-L4", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, append(smallLayers(), largeLayers()...)},
-		{"replay-L1", replay.Options{Mode: replay.Replay, Window: 1, MaxDraft: 3}, smallLayers()},
-		{"baseline", replay.Options{Mode: replay.Baseline, MaxDraft: 5}, append(smallLayers(), largeLayers()...)},
-		{"baseline-bf16", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.BF16}, smallLayers()},
-		{"replay-nvfp4", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, append(smallLayers(), largeLayers()...)},
-		{"replay-e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.E4M3}, append(smallLayers(), largeLayers()...)},
-		{"replay-fp16+e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.F16, ReadCopy: numeric.E4M3}, smallLayers()},
-		{"baseline-e4m3", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.E4M3}, append(smallLayers(), largeLayers()...)},
+		{"replay-L16", replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 5}, smallLayers(), nil},
+		{"replay-L4", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, append(smallLayers(), largeLayers()...), nil},
+		{"replay-L1", replay.Options{Mode: replay.Replay, Window: 1, MaxDraft: 3}, smallLayers(), nil},
+		{"baseline", replay.Options{Mode: replay.Baseline, MaxDraft: 5}, append(smallLayers(), largeLayers()...), nil},
+		{"baseline-bf16", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.BF16}, smallLayers(), nil},
+		{"replay-nvfp4", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, append(smallLayers(), largeLayers()...), nil},
+		{"replay-e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.E4M3}, append(smallLayers(), largeLayers()...), nil},
+		{"replay-fp16+e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.F16, ReadCopy: numeric.E4M3}, smallLayers(), nil},
+		{"baseline-e4m3", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.E4M3}, append(smallLayers(), largeLayers()...), nil},
+		// A 2-byte checkpoint folds on the tensor cores by default (tcFold).
+		{"replay-bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.BF16}, largeLayers(), nil},
+		{"replay-L4-tc", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, tcGDN, tc},
+		{"replay-nvfp4-tc", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, tcGDN, tc},
 	}
 	for si, sp := range specs {
 		for li, l := range sp.layers {
@@ -451,7 +484,9 @@ func TestReplayCacheSpeculative(t *testing.T) {
 					bound = boundFor(l, 8e-3)
 				}
 				const nslots = 4
-				c, err := l.build(d, sp.opt, nslots)
+				tn := envTuning(os.Getenv)
+				tn.defines = append(slices.Clip(tn.defines), sp.defines...)
+				c, err := l.buildWith(d, sp.opt, nslots, tn)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -698,11 +733,25 @@ func TestReplayPipelineMatchesV4(t *testing.T) {
 // TestReplayStepSmallMatchesSplit checks the one-kernel step of small
 // batches (flush and non-flush slots together, cursors moved by the
 // kernel's last block) against the split kernels bit for bit: both keep the
-// same order of operations.
+// same order of operations. Twice: with whole heads on both sides (the
+// same module, the GDN fold on tensor cores forced, -DTC_FOLD=1, where it
+// applies), and with the small step's heads split as planned
+// (planHeadSplit) against whole heads, both on the FMA fold (-DTC_FOLD=0):
+// the split module's blocks of 32 rows fold by FMA, whose sums' order the
+// tensor-core fold does not keep.
 func TestReplayStepSmallMatchesSplit(t *testing.T) {
 	d := gpu(t)
-	tn := envTuning(os.Getenv)
-	comparePairs(t, d, pairVariant{"small", tn, pairSlots, ""}, pairVariant{"split", tn, 0, ""})
+	t.Run("whole", func(t *testing.T) {
+		tn := envTuning(os.Getenv)
+		tn.headSplit = 1
+		tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=1")
+		comparePairs(t, d, pairVariant{"small", tn, pairSlots, ""}, pairVariant{"split", tn, 0, ""})
+	})
+	t.Run("heads", func(t *testing.T) {
+		tn := envTuning(os.Getenv)
+		tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=0")
+		comparePairs(t, d, pairVariant{"small", tn, pairSlots, ""}, pairVariant{"split", tn, 0, ""})
+	})
 }
 
 // TestReplayOverlapMatchesSerial checks a decode step whose flush runs on

@@ -1274,6 +1274,54 @@ __device__ __forceinline__ void dot_pairs(int npairs, int n, int ti, int nthread
     }
 }
 
+// ---- tensor cores (sm_80+): TF32 products at float32 accuracy ----
+//
+// tf32_split writes x = hi + lo + e as two TF32 operands (hi rounded to
+// nearest, lo the remainder rounded again): |e| <= 2^-22 |x|, so the three
+// products hi*hi + hi*lo + lo*hi ("3xTF32", lo*lo dropped) carry a float32
+// product's accuracy to within a few ulp where one TF32 product errs by
+// 2^-11. A value exact in TF32 (bf16, fp16: at most 11 significant bits)
+// has lo = 0 and needs hi*hi + lo*hi of the other operand only.
+__device__ __forceinline__ void tf32_split(float x, u32& hi, u32& lo)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(x - __uint_as_float(hi)));
+#else
+    hi = __float_as_uint(x);
+    lo = 0;
+#endif
+}
+
+// mma_tf32 is d += A B for one m16n8k8 tile (row-major A, column-major B,
+// float32 accumulators) over one warp: with g = lane/4 and t = lane%4, a0..a3
+// are A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]; b0, b1 are B[t][g],
+// B[t+4][g]; d0..d3 are D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1].
+__device__ __forceinline__ void mma_tf32(float& d0, float& d1, float& d2, float& d3, u32 a0, u32 a1, u32 a2, u32 a3,
+                                         u32 b0, u32 b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// mma_3xtf32 is d += A B from split operands (tf32_split), the small
+// products first so that they are not lost against the large one. AEXACT:
+// A is exact in TF32 (its lo parts are zero and not read).
+template <bool AEXACT>
+__device__ __forceinline__ void mma_3xtf32(float& d0, float& d1, float& d2, float& d3, const u32 (&ahi)[4],
+                                           const u32 (&alo)[4], u32 bhi0, u32 bhi1, u32 blo0, u32 blo1)
+{
+    if constexpr (!AEXACT) {
+        mma_tf32(d0, d1, d2, d3, alo[0], alo[1], alo[2], alo[3], bhi0, bhi1);
+    }
+    mma_tf32(d0, d1, d2, d3, ahi[0], ahi[1], ahi[2], ahi[3], blo0, blo1);
+    mma_tf32(d0, d1, d2, d3, ahi[0], ahi[1], ahi[2], ahi[3], bhi0, bhi1);
+}
+
 // ---- Hopper pipelines: mbarriers and bulk copies (sm_90+) ----
 //
 // The streaming kernels (the *_pipe kernels) are persistent: a producer warp
@@ -2383,18 +2431,20 @@ __device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, 
 // 12.3 -> 12.0, Qwen3.5-4B 13.6 -> 13.0, bf16 14.8 -> 14.2; Qwen3.5-122B at
 // batch 4 (256 blocks of whole heads, one an SM) 28.2 -> 35.3.
 
-// SCALARS_EARLY=1 (REPLAYSSM_CUDA_DEFINES; session 15, written after the
-// device time, not yet run on the GPU, off): the early verifies compute the
-// drafts' per-step scalars (Mamba-2 delta and decay, GDN exp(g) and beta:
-// float64 softplus, exp, sigmoid) from the inputs asked for early, right
-// after hist[s] is asked for, where they waited behind the ring's scalars
-// and any early fold (ncu, batch 1: a third of the stall samples at
-// barriers, warps waiting for a few threads' serial float64 work). The
-// same functions of the same inputs: bit for bit the same outputs. ptxas
+// SCALARS_EARLY=1 (session 15; mamba2Module sets it since session 16):
+// the early verifies compute the drafts' per-step scalars (Mamba-2 delta
+// and decay, GDN exp(g) and beta: float64 softplus, exp, sigmoid) from the
+// inputs asked for early, right after hist[s] is asked for, where they
+// waited behind the ring's scalars and any early fold (ncu, batch 1: a
+// third of the stall samples at barriers, warps waiting for a few threads'
+// serial float64 work). The same functions of the same inputs: bit for bit
+// the same outputs (TestReplayVerifyEarlyMatchesLate under it). ptxas
 // 11.8: the split modules' kernels keep their registers (Qwen3.5-4B in 4:
 // 95), but the whole heads' went from 156 registers to 128 with 48 / 80
-// bytes of spills (Qwen3.5-4B fp32; Nano fp32 12 / 8 -> 24 / 20): off
-// until measured.
+// bytes of spills (Qwen3.5-4B fp32; Nano fp32 12 / 8 -> 24 / 20). H200,
+// session 16, batch 1, against the default in the same run, us a verify:
+// Mamba-2 0.2-0.4 faster in all four rows (Nano fp32 13.4 -> 13.0, Super
+// 11.9 -> 11.5), GDN within 0.2 either way; batch 4 unchanged.
 #ifndef SCALARS_EARLY
 #define SCALARS_EARLY 0
 #endif

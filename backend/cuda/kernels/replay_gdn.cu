@@ -141,6 +141,207 @@ __device__ __forceinline__ int2 tri_pair(int pr, int tri, int t)
 #ifndef FOLD_SKIP
 #define FOLD_SKIP 0
 #endif
+// TC_FOLD=1 (where it applies: a block of 16 rows a warp, dk a multiple of
+// 16, sm_80+; gdnModule sets it for 2-byte checkpoints without a read
+// copy, where it measured faster) runs gdn_fold's two matrix products on the tensor
+// cores (mma.sync m16n8k8, TF32 in, float32 accumulators; 3xTF32, see
+// tf32_split, so that a float32 checkpoint keeps float32 accuracy): the
+// projections P = S0 [k_1..k_t, q] (rows x vectors, summed over dk) and the
+// rank-t update S0 <- g_t S0 + U K (U = the rows' coef_i u'_i, summed over
+// the t entries). The checkpoint stays in registers through both, in the
+// layout TCMap names: each warp owns 16 rows, and its lane (g = lane/4,
+// t = lane%4) holds rows g and g+8 at columns 16c + 4t .. +3, one 16-byte
+// run per row and c (whole 32-byte sectors per warp). Either product reads
+// those registers as its fragments, with the sum's order (dk in the
+// projections, the columns' order in the update) permuted so that no value
+// moves between lanes (NOTES.md, session 16). The split modules (fewer
+// rows a block) and other shapes keep the FMA fold; results differ from it
+// in the last bits (sums in another order).
+#ifndef TC_FOLD
+#define TC_FOLD 0
+#endif
+#if TC_FOLD && ROWS == 16 * NWARPS && COLS % 16 == 0 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define TC_FOLD_ON 1
+#else
+#define TC_FOLD_ON 0
+#endif
+// TC_AEXACT: the checkpoint's values are exact in TF32 (bf16, fp16; an fp8
+// one is scaled by a float32), so the projections skip its lo products.
+#define TC_AEXACT (STATE_FMT == FMT_BF16 || STATE_FMT == FMT_F16)
+
+// TCMap is the tensor-core fold's register layout (a Map for store_state,
+// write_read_copy and nvfp4_write: four lanes share a row, a 16-element
+// nvfp4 block is one c of the four).
+struct TCMap {
+    static constexpr int VEC = 4;
+    static constexpr int LANES = 4;
+    static constexpr int CPL = COLS / 16;
+    static constexpr int PASSES = 2;
+    __device__ static __forceinline__ int row(int pass)
+    {
+        return 16 * (int)(threadIdx.x >> 5) + (int)(threadIdx.x & 31) / 4 + 8 * pass;
+    }
+    __device__ static __forceinline__ int lane() { return (int)(threadIdx.x & 3); }
+    __device__ static __forceinline__ int col(int c) { return 16 * c + 4 * lane(); }
+};
+#if TC_FOLD_ON
+typedef TCMap FM;
+#else
+typedef SM FM;
+#endif
+
+// gdn_project_tc writes proj[a][r] = S0[r] . vec_a for a < nv from the
+// checkpoint in TCMap's registers: tiles of 8 vectors on the tensor cores
+// (k-step (c, h) takes the lane's columns 16c + 4t + 2h and +1 as its
+// logical k = t and t+4, for A and B alike); a last vector alone (the
+// flush's q, vector t+1 of t+1) by FMA and the four lanes' sums, where a
+// tile would be seven-eighths padding.
+__device__ __forceinline__ void gdn_project_tc(const float (&reg)[TCMap::PASSES][TCMap::CPL][4], const float* vec,
+                                               int nv, float* proj)
+{
+    constexpr int NTILES = (VROWS + 7) / 8;
+    const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
+    const int r0 = TCMap::row(0);
+    const int ntc = (nv + 6) >> 3;
+    float acc[NTILES][4];
+#pragma unroll
+    for (int nt = 0; nt < NTILES; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            acc[nt][e] = 0.0f;
+        }
+    }
+#pragma unroll
+    for (int c = 0; c < TCMap::CPL; c++) {
+        float4 b[NTILES];
+#pragma unroll
+        for (int nt = 0; nt < NTILES; nt++) {
+            // Rows past nv (a tile's padding) read the last vector again:
+            // their columns of P are not stored.
+            if (nt < ntc) {
+                b[nt] = *reinterpret_cast<const float4*>(vec + min(8 * nt + g, nv - 1) * DK + 16 * c + 4 * lt);
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            u32 ahi[4], alo[4];
+            const float a[4] = {reg[0][c][2 * h], reg[1][c][2 * h], reg[0][c][2 * h + 1], reg[1][c][2 * h + 1]};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if constexpr (TC_AEXACT) {
+                    ahi[e] = __float_as_uint(a[e]);
+                    alo[e] = 0;
+                } else {
+                    tf32_split(a[e], ahi[e], alo[e]);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < NTILES; nt++) {
+                if (nt < ntc) {
+                    u32 bhi0, blo0, bhi1, blo1;
+                    tf32_split(h ? b[nt].z : b[nt].x, bhi0, blo0);
+                    tf32_split(h ? b[nt].w : b[nt].y, bhi1, blo1);
+                    mma_3xtf32<TC_AEXACT>(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3], ahi, alo, bhi0, bhi1, blo0,
+                                          blo1);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NTILES; nt++) {
+        const int a = 8 * nt + 2 * lt;
+        if (nt < ntc && a < nv) {
+            proj[a * DV + r0] = acc[nt][0];
+            proj[a * DV + r0 + 8] = acc[nt][2];
+        }
+        if (nt < ntc && a + 1 < nv) {
+            proj[(a + 1) * DV + r0] = acc[nt][1];
+            proj[(a + 1) * DV + r0 + 8] = acc[nt][3];
+        }
+    }
+    for (int a = 8 * ntc; a < nv; a++) {
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int c = 0; c < TCMap::CPL; c++) {
+            const float4 v4 = *reinterpret_cast<const float4*>(vec + a * DK + 16 * c + 4 * lt);
+            s0 = fma4(reg[0][c], v4, s0);
+            s1 = fma4(reg[1][c], v4, s1);
+        }
+        s0 = lanes_sum<4>(s0);
+        s1 = lanes_sum<4>(s1);
+        if (lt == 0) {
+            proj[a * DV + r0] = s0;
+            proj[a * DV + r0 + 8] = s1;
+        }
+    }
+}
+
+// gdn_update_tc is the rank-t update S0 <- gt S0 + sum_i (coef_i u'_i) (x)
+// k_i on the tensor cores, S0 in TCMap's registers as the accumulators:
+// tile (c, p) of 8 columns maps its logical column 2t'+e to 16c + 4t' + p
+// + 2e, so that a lane's accumulators D[g][2t], D[g][2t+1] (and row g+8)
+// are its own registers reg[.][c][p] and reg[.][c][p+2]; B = k_i at those
+// columns (p = 0, 1: one float2), A[r][i] = coef_i u'_i[r] (proj row i).
+// K is the t entries in steps of 8, zeros past t (A and B both: the rows
+// of vec past t may hold anything).
+__device__ __forceinline__ void gdn_update_tc(float (&reg)[TCMap::PASSES][TCMap::CPL][4], const float* vec, int t,
+                                              const float* proj, const float* coef, float gt)
+{
+    constexpr int KS = (RMAX + 7) / 8;
+    const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
+    const int r0 = TCMap::row(0);
+#pragma unroll
+    for (int pass = 0; pass < TCMap::PASSES; pass++) {
+#pragma unroll
+        for (int c = 0; c < TCMap::CPL; c++) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                reg[pass][c][k] = gt * reg[pass][c][k];
+            }
+        }
+    }
+    const int bcol = 4 * (g >> 1) + 2 * (g & 1);
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        if (8 * ks < t) {
+            const int i0 = 8 * ks + lt, i1 = i0 + 4;
+            const bool in0 = i0 < t, in1 = i1 < t;
+            const float a[4] = {
+                in0 ? coef[i0] * proj[i0 * DV + r0] : 0.0f,
+                in0 ? coef[i0] * proj[i0 * DV + r0 + 8] : 0.0f,
+                in1 ? coef[i1] * proj[i1 * DV + r0] : 0.0f,
+                in1 ? coef[i1] * proj[i1 * DV + r0 + 8] : 0.0f,
+            };
+            u32 ahi[4], alo[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                tf32_split(a[e], ahi[e], alo[e]);
+            }
+            const float* k0 = vec + (in0 ? i0 : 0) * DK + bcol;
+            const float* k1 = vec + (in1 ? i1 : 0) * DK + bcol;
+#pragma unroll
+            for (int c = 0; c < TCMap::CPL; c++) {
+                float2 x0 = *reinterpret_cast<const float2*>(k0 + 16 * c);
+                float2 x1 = *reinterpret_cast<const float2*>(k1 + 16 * c);
+                if (!in0) {
+                    x0 = make_float2(0.0f, 0.0f);
+                }
+                if (!in1) {
+                    x1 = make_float2(0.0f, 0.0f);
+                }
+#pragma unroll
+                for (int p = 0; p < 2; p++) {
+                    u32 bhi0, blo0, bhi1, blo1;
+                    tf32_split(p ? x0.y : x0.x, bhi0, blo0);
+                    tf32_split(p ? x1.y : x1.x, bhi1, blo1);
+                    mma_3xtf32<false>(reg[0][c][p], reg[0][c][p + 2], reg[1][c][p], reg[1][c][p + 2], ahi, alo, bhi0,
+                                      bhi1, blo0, blo1);
+                }
+            }
+        }
+    }
+}
+
 template <typename SH>
 __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, float sc0, ST* state, u8* rcodes,
                                          u8* rscales, float* rglobal, u64 mat, int t, int q_slot,
@@ -150,24 +351,29 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
     constexpr int VEC = SM::VEC;
     const int tid = threadIdx.x;
     const int nv = q_slot >= 0 ? t + 1 : t;
-    float reg[SM::PASSES][SM::CPL][VEC];
+    float reg[FM::PASSES][FM::CPL][FM::VEC];
     // The checkpoint in registers; S0^T vec_a for every vector, each vector
     // chunk read from shared memory once for all the thread's rows.
 #pragma unroll
-    for (int pass = 0; pass < SM::PASSES; pass++) {
-        const int r = SM::row(pass);
+    for (int pass = 0; pass < FM::PASSES; pass++) {
+        const int r = FM::row(pass);
 #pragma unroll
-        for (int c = 0; c < SM::CPL; c++) {
+        for (int c = 0; c < FM::CPL; c++) {
             if (r < ROWS) {
-                SIO::load(S, (u64)r * DK + SM::col(c), reg[pass][c], sc0);
+                load_chunk<STATE_FMT, FM::VEC>(S, (u64)r * DK + FM::col(c), reg[pass][c], sc0);
             } else {
 #pragma unroll
-                for (int k = 0; k < VEC; k++) {
+                for (int k = 0; k < FM::VEC; k++) {
                     reg[pass][c][k] = 0.0f;
                 }
             }
         }
     }
+#if TC_FOLD_ON
+    if (!(FOLD_SKIP & 1)) {
+        gdn_project_tc(reg, vec, nv, sh.proj);
+    }
+#else
     // Two vectors at a time: one vector's chain (loads, FMAs, the lanes'
     // shuffles) left the SM idle between steps.
 #pragma unroll 2
@@ -201,6 +407,7 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
             }
         }
     }
+#endif
     // Decays as products of the per-step exp(g), one entry i per thread of
     // the last warps (the others start the dots meanwhile):
     // wt[i][l] = prod_{m=l+1..i} a_m, eg[i] = prod_{m<=i} a_m,
@@ -293,6 +500,9 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
     cta_sync();
     // S_m <- g_t S_m + sum_i (coef_i u'_i[m]) k_i, from the registers; each
     // k_i chunk feeds every pass.
+#if TC_FOLD_ON
+    gdn_update_tc(reg, vec, (FOLD_SKIP & 4) ? 0 : t, sh.proj, sh.coef, sh.gt);
+#else
     const float gt = sh.gt;
 #pragma unroll
     for (int pass = 0; pass < SM::PASSES; pass++) {
@@ -327,8 +537,9 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
             }
         }
     }
-    store_state<SM>(reg, state, mat, sh.scratch);
-    write_read_copy<SM>(reg, rcodes, rscales, rglobal, mat, sh.scratch);
+#endif
+    store_state<FM>(reg, state, mat, sh.scratch);
+    write_read_copy<FM>(reg, rcodes, rscales, rglobal, mat, sh.scratch);
 }
 
 // decay_suffix writes ws[i] = prod_{i<m<=last} decay[m] for i <= last
@@ -675,18 +886,20 @@ __device__ __forceinline__ void gdn_stage_keys(float* vec, const float* __restri
 // every ring entry's exp(g) and beta and the state in L1 asked for before
 // the slot's cursor.
 
-// ULOC_FIXED (on by default; session 15, written after the device time and
-// not yet run on the GPU): in the early verify the outputs' loop takes the
-// ring's committed u from registers. Indexed by a loop variable, uloc was
-// an 80-byte local array (ptxas 11.8, Qwen3.5-4B, every verify kernel):
-// each ringU load waited at its store to local memory, the top
-// long-scoreboard stall of the batch-1 verify under ncu (session 15,
-// gdn_replay_verify_early, Qwen3.5-4B fp32 on split heads: 335 of 8516
-// samples on one STL, 25 STL and 7 LDL in the kernel). Now no stack frame,
-// 156 registers (fp32) / 166 (bf16). The late kernels keep the loop: at
-// their 128-register bound the fixed form spilled 20-24 bytes.
+// ULOC_FIXED=1 (REPLAYSSM_CUDA_DEFINES; session 15, off since session 16):
+// in the early verify the outputs' loop takes the ring's committed u from
+// registers. Indexed by a loop variable, uloc was an 80-byte local array
+// (ptxas 11.8, Qwen3.5-4B, every verify kernel): each ringU load waited at
+// its store to local memory, the top long-scoreboard stall of the batch-1
+// verify under ncu (session 15, gdn_replay_verify_early, Qwen3.5-4B fp32
+// on split heads: 335 of 8516 samples on one STL, 25 STL and 7 LDL in the
+// kernel). Fixed: no stack frame, 156 registers (fp32) / 166 (bf16), but
+// slower on the H200 (session 16, against ULOC_FIXED=0 in the same run, us
+// a verify): batch 1 Qwen3.5-4B fp32 13.9 vs 13.0, bf16 14.9 vs 14.1,
+// 122B 15.0 vs 14.2, 16.4 vs 15.6; batch 4 0.7-2.8 us slower in all four.
+// The late kernels keep the loop either way.
 #ifndef ULOC_FIXED
-#define ULOC_FIXED 1
+#define ULOC_FIXED 0
 #endif
 
 template <bool FOLD_ONLY, bool VEARLY = false>
