@@ -10,7 +10,7 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
-#   tools/gpu_check.sh pending    # session 15's unrun kernel edits (tests, batches 1, 4, 256)
+#   tools/gpu_check.sh next       # session 16's questions: the GDN flush by phase, FMA and tensor-core folds; ncu of each
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
@@ -128,25 +128,27 @@ all)
 	bench 1 b1.jsonl
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
-pending)
-	# Session 15's kernel edits written after its device time (NOTES.md,
-	# session 15, Next 0), after a call of `tests` (ULOC_FIXED and the fold
-	# kernels' returns are defaults): SCALARS_EARLY's tests (the early
-	# verify against the late one, bit for bit, with the define on both
-	# caches: only the early kernels read it), then batches 1 and 4 with
-	# ULOC_FIXED off and SCALARS_EARLY on, and batch 256's verify (the fold
-	# kernels' change: against docs/PERF.md's verify column).
-	t0=$(date +%s)
-	REPLAYSSM_CUDA_DEFINES=-DSCALARS_EARLY=1 "$test_bin" \
-		-test.run 'TestReplayVerifyEarlyMatchesLate|TestReplayStepSmallMatchesSplit|TestReplayCacheSpeculative/.*/replay' \
-		-test.v -test.parallel "$(nproc)" -test.timeout 250s >"$out/t_scalars.log" 2>&1
-	echo "SCALARS_EARLY tests: exit $?, $(grep -c -- '--- PASS' "$out/t_scalars.log") passed, $(( $(date +%s) - t0 ))s"
-	grep -E -- '--- FAIL|^panic' "$out/t_scalars.log" | head
-	for b in 1 4; do
-		BATCH=$b experiment verify_b$b all verify-baseline,verify REPLAYSSM_CUDA_DEFINES=-DULOC_FIXED=0 \
-			REPLAYSSM_CUDA_DEFINES=-DSCALARS_EARLY=1
+next)
+	# Session 16's questions for the next device time (NOTES.md, session
+	# 16, Next 1): where the GDN flush's time goes, FMA fold against the
+	# tensor-core fold, by phase (FOLD_SKIP: 1 the projections, 4 the rank
+	# update, 5 both, 15 every phase; the outputs are then wrong), in the
+	# aligned flush column at batch 256; then ncu of the flush kernel, fp32
+	# on each fold.
+	f="$out/exp_fold_phases.txt"
+	for tc in 0 1; do
+		for skip in 0 1 4 5 15; do
+			echo "== TC_FOLD=$tc FOLD_SKIP=$skip" >>"$f"
+			REPLAYSSM_CUDA_DEFINES="-DTC_FOLD=$tc -DFOLD_SKIP=$skip" "$cli" bench kernels --device cuda --batch 256 \
+				--shapes qwen3.5-4b --state-dtype fp32,bf16 --modes replay --min-time 30ms 2>&1 | grep -v '^device' >>"$f"
+		done
 	done
-	experiment verify_b256 all verify-baseline,verify
+	echo "experiment fold_phases: $f"
+	grep -E '^==|replay ' "$f"
+	REPLAYSSM_CUDA_DEFINES=-DTC_FOLD=0 profile gdn_flush_fma gdn_replay_flush \
+		--shapes qwen3.5-4b --state-dtype fp32 --modes replay --batch 256
+	REPLAYSSM_CUDA_DEFINES=-DTC_FOLD=1 profile gdn_flush_tc gdn_replay_flush \
+		--shapes qwen3.5-4b --state-dtype fp32 --modes replay --batch 256
 	;;
 profile_b1)
 	# Where a batch-1 verify spends its time (NOTES.md, session 15, Next 1):
