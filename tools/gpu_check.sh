@@ -10,7 +10,8 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
-#   tools/gpu_check.sh next       # session 16's questions: the GDN flush by phase, FMA and tensor-core folds; ncu of each
+#   tools/gpu_check.sh next       # session 16's questions: the GDN flush by phase, FMA and tensor-core folds,
+#                                 # FLUSH_EARLY; ncu of each fold
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
@@ -133,8 +134,9 @@ next)
 	# 16, Next 1): where the GDN flush's time goes, FMA fold against the
 	# tensor-core fold, by phase (FOLD_SKIP: 1 the projections, 4 the rank
 	# update, 5 both, 15 every phase; the outputs are then wrong), in the
-	# aligned flush column at batch 256; then ncu of the flush kernel, fp32
-	# on each fold.
+	# aligned flush column at batch 256; FLUSH_EARLY; then ncu of the flush
+	# kernel, fp32 on each fold. Run `tests` first (FLUSH_EARLY's bit-for-bit
+	# test, TestReplayFlushEarlyMatchesLate, has not run on the GPU).
 	f="$out/exp_fold_phases.txt"
 	for tc in 0 1; do
 		for skip in 0 1 4 5 15; do
@@ -145,6 +147,11 @@ next)
 	done
 	echo "experiment fold_phases: $f"
 	grep -E '^==|replay ' "$f"
+	# The flush's checkpoint asked for before its cursor (FLUSH_EARLY: 1
+	# into registers, 2 into L1), the GDN shapes' replay windows and
+	# verifies (the aligned flush column is the flush kernel's).
+	experiment flush_early qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_DEFINES=-DFLUSH_EARLY=1 \
+		REPLAYSSM_CUDA_DEFINES=-DFLUSH_EARLY=2
 	REPLAYSSM_CUDA_DEFINES=-DTC_FOLD=0 profile gdn_flush_fma gdn_replay_flush \
 		--shapes qwen3.5-4b --state-dtype fp32 --modes replay --batch 256
 	REPLAYSSM_CUDA_DEFINES=-DTC_FOLD=1 profile gdn_flush_tc gdn_replay_flush \

@@ -107,6 +107,8 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32+nvfp4/verify uloc fixed", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4}, tuning{defines: []string{"-DULOC_FIXED=1", "-DSCALARS_EARLY=0"}}},
 		{"replay/fp32/tensor-core fold", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DTC_FOLD=1"}}},
 		{"replay/bf16/fma fold", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DTC_FOLD=0"}}},
+		{"replay/fp32/flush early", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DFLUSH_EARLY=1"}}},
+		{"replay/bf16+nvfp4/flush early in L1", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{defines: []string{"-DFLUSH_EARLY=2"}}},
 		{"replay/e4m3/tensor-core fold pipe", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{folds: "pipe", defines: []string{"-DTC_FOLD=1"}}},
 		{"replay/bf16+nvfp4/loads in loops", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DLOAD_FIRST=0"}}},

@@ -352,6 +352,7 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 	// The GDN fold on tensor cores (TC_FOLD) where gdnModule leaves it off
 	// by default (fp32 states, read copies): the large GDN layer's replay
 	// cases again with -DTC_FOLD=1 ("/tc"; its blocks are 16 rows a warp).
+	tcLayer := largeLayers()[1].name
 	type variant struct {
 		li, ci int
 		l      gpuLayer
@@ -366,7 +367,7 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 				continue // the small shapes cover these; keep compile time down
 			}
 			runs = append(runs, variant{li, ci, l, tc, envTuning(os.Getenv), l.name + "/" + tc.name})
-			if li == 3 && tc.opt.Mode == replay.Replay && !tcFold(tc.opt) {
+			if l.name == tcLayer && tc.opt.Mode == replay.Replay && !tcFold(tc.opt) {
 				tn := envTuning(os.Getenv)
 				tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=1")
 				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + "/tc"})
@@ -375,62 +376,60 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 	}
 	for _, r := range runs {
 		li, ci, l, tc := r.li, r.ci, r.l, r.tc
-		{
-			t.Run(r.name, func(t *testing.T) {
-				t.Parallel()
-				const capacity = 6
-				c, err := l.buildWith(d, tc.opt, capacity, r.tn)
-				if err != nil {
-					t.Fatal(err)
+		t.Run(r.name, func(t *testing.T) {
+			t.Parallel()
+			const capacity = 6
+			c, err := l.buildWith(d, tc.opt, capacity, r.tn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { must(t, c.close()) }()
+			s := stream(t, d)
+			st := newStaging(t, d, l, capacity, capacity)
+			rng := rand.New(rand.NewPCG(uint64(100*li+ci), 9))
+			refs := map[replay.Slot][]float64{}
+			var order []replay.Slot
+			worst := 0.0
+			bound := boundFor(l, tc.bound)
+			for step := 0; step < 6*L+3; step++ {
+				if len(refs) < capacity && (len(refs) < 2 || rng.IntN(3) == 0) {
+					slot, err := c.admit(s)
+					if err != nil {
+						t.Fatal(err)
+					}
+					refs[slot] = l.refState()
+					order = append(order, slot)
 				}
-				defer func() { must(t, c.close()) }()
-				s := stream(t, d)
-				st := newStaging(t, d, l, capacity, capacity)
-				rng := rand.New(rand.NewPCG(uint64(100*li+ci), 9))
-				refs := map[replay.Slot][]float64{}
-				var order []replay.Slot
-				worst := 0.0
-				bound := boundFor(l, tc.bound)
-				for step := 0; step < 6*L+3; step++ {
-					if len(refs) < capacity && (len(refs) < 2 || rng.IntN(3) == 0) {
-						slot, err := c.admit(s)
-						if err != nil {
-							t.Fatal(err)
-						}
-						refs[slot] = l.refState()
-						order = append(order, slot)
-					}
-					if len(order) > 2 && rng.IntN(6) == 0 {
-						i := rng.IntN(len(order))
-						must(t, c.evict(order[i]))
-						delete(refs, order[i])
-						order = append(order[:i], order[i+1:]...)
-					}
-					var slots []replay.Slot
-					for _, slot := range order {
-						if rng.IntN(4) != 0 {
-							slots = append(slots, slot)
-						}
-					}
-					rng.Shuffle(len(slots), func(i, j int) { slots[i], slots[j] = slots[j], slots[i] })
-					if len(slots) == 0 {
-						continue
-					}
-					in := l.draw(rng, len(slots))
-					st.upload(t, d, s, slots, in)
-					must(t, c.step(s, len(slots), st.slots, st.in, st.y))
-					y := st.download(t, s, len(slots)*l.width)
-					for i, slot := range slots {
-						e := relErr(y[i*l.width:(i+1)*l.width], l.ref(refs[slot], in, i))
-						worst = max(worst, e)
-						if e > bound {
-							t.Fatalf("step %d slot %d: relative error %.3g > %.3g", step, slot, e, bound)
-						}
+				if len(order) > 2 && rng.IntN(6) == 0 {
+					i := rng.IntN(len(order))
+					must(t, c.evict(order[i]))
+					delete(refs, order[i])
+					order = append(order[:i], order[i+1:]...)
+				}
+				var slots []replay.Slot
+				for _, slot := range order {
+					if rng.IntN(4) != 0 {
+						slots = append(slots, slot)
 					}
 				}
-				t.Logf("worst relative error %.3g (bound %.3g)", worst, bound)
-			})
-		}
+				rng.Shuffle(len(slots), func(i, j int) { slots[i], slots[j] = slots[j], slots[i] })
+				if len(slots) == 0 {
+					continue
+				}
+				in := l.draw(rng, len(slots))
+				st.upload(t, d, s, slots, in)
+				must(t, c.step(s, len(slots), st.slots, st.in, st.y))
+				y := st.download(t, s, len(slots)*l.width)
+				for i, slot := range slots {
+					e := relErr(y[i*l.width:(i+1)*l.width], l.ref(refs[slot], in, i))
+					worst = max(worst, e)
+					if e > bound {
+						t.Fatalf("step %d slot %d: relative error %.3g > %.3g", step, slot, e, bound)
+					}
+				}
+			}
+			t.Logf("worst relative error %.3g (bound %.3g)", worst, bound)
+		})
 	}
 }
 
@@ -752,6 +751,22 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 		tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=0")
 		comparePairs(t, d, pairVariant{"small", tn, pairSlots, ""}, pairVariant{"split", tn, 0, ""})
 	})
+}
+
+// TestReplayFlushEarlyMatchesLate checks the GDN flush kernel asking for
+// its checkpoint before the cursor (FLUSH_EARLY=1: into registers, 2: into
+// L1) against the default (0), bit for bit: the fold reads the same words.
+// The split kernels take every batch, so every flush is the flush kernel's.
+func TestReplayFlushEarlyMatchesLate(t *testing.T) {
+	d := gpu(t)
+	for _, mode := range []string{"1", "2"} {
+		t.Run("FLUSH_EARLY="+mode, func(t *testing.T) {
+			early, late := envTuning(os.Getenv), envTuning(os.Getenv)
+			early.defines = append(slices.Clip(early.defines), "-DFLUSH_EARLY="+mode)
+			late.defines = append(slices.Clip(late.defines), "-DFLUSH_EARLY=0")
+			comparePairs(t, d, pairVariant{"early", early, 0, ""}, pairVariant{"late", late, 0, ""})
+		})
+	}
 }
 
 // TestReplayOverlapMatchesSerial checks a decode step whose flush runs on

@@ -1213,6 +1213,16 @@ __device__ __forceinline__ void dots_read(const typename StateIO<STATE_FMT>::T* 
 #define SMALL_PF 1
 #endif
 
+// prefetch_l1 asks for bytes bytes at p in this SM's L1, one request per
+// 128-byte line spread over the CTA's first NT threads.
+__device__ __forceinline__ void prefetch_l1(const void* p, int bytes)
+{
+    const char* c = reinterpret_cast<const char*>(p);
+    for (int o = (int)threadIdx.x * 128; o < bytes; o += NT * 128) {
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(c + o));
+    }
+}
+
 // prefetch_read asks for what dots_read will read of matrix m (read copy or
 // checkpoint) in this SM's L1, one request per 128-byte line spread over
 // the CTA. At small batch a step is a chain of dependent round trips
@@ -1221,20 +1231,12 @@ __device__ __forceinline__ void prefetch_read(const typename StateIO<STATE_FMT>:
                                               const u8* rscales, u64 m)
 {
 #if READ_FMT == FMT_F32
-    const char* p = reinterpret_cast<const char*>(state + m * (ROWS * COLS));
-    constexpr int bytes = ROWS * COLS * (int)sizeof(typename StateIO<STATE_FMT>::T);
+    prefetch_l1(state + m * (ROWS * COLS), ROWS * COLS * (int)sizeof(typename StateIO<STATE_FMT>::T));
 #else
-    const char* p = reinterpret_cast<const char*>(rcodes + m * RC_BYTES);
-    constexpr int bytes = RC_BYTES;
+    prefetch_l1(rcodes + m * RC_BYTES, RC_BYTES);
 #endif
-    for (int o = (int)threadIdx.x * 128; o < bytes; o += NT * 128) {
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(p + o));
-    }
 #if READ_FMT == FMT_NVFP4
-    const char* ps = reinterpret_cast<const char*>(rscales + m * (ROWS * COLS / 16));
-    for (int o = (int)threadIdx.x * 128; o < ROWS * COLS / 16; o += NT * 128) {
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(ps + o));
-    }
+    prefetch_l1(rscales + m * (ROWS * COLS / 16), ROWS * COLS / 16);
 #endif
 }
 
