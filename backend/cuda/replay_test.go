@@ -755,13 +755,16 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 
 // TestReplayFlushEarlyMatchesLate checks the GDN flush kernel asking for
 // its checkpoint before the cursor (FLUSH_EARLY=1: into registers, 2: into
-// L1) against the default (0), bit for bit: the fold reads the same words.
-// The split kernels take every batch, so every flush is the flush kernel's.
+// L1, and the verify's early folds too) against the default (0), bit for
+// bit: the fold reads the same words. The split kernels take every batch,
+// so every flush is the flush kernel's, and the group verify every verify,
+// so its early folds are gdn_replay_fold_items'.
 func TestReplayFlushEarlyMatchesLate(t *testing.T) {
 	d := gpu(t)
 	for _, mode := range []string{"1", "2"} {
 		t.Run("FLUSH_EARLY="+mode, func(t *testing.T) {
 			early, late := envTuning(os.Getenv), envTuning(os.Getenv)
+			early.groupAll, late.groupAll = true, true
 			early.defines = append(slices.Clip(early.defines), "-DFLUSH_EARLY="+mode)
 			late.defines = append(slices.Clip(late.defines), "-DFLUSH_EARLY=0")
 			comparePairs(t, d, pairVariant{"early", early, 0, ""}, pairVariant{"late", late, 0, ""})

@@ -352,8 +352,9 @@ __device__ __forceinline__ void gdn_update_tc(float (&reg)[TCMap::PASSES][TCMap:
 // it loaded them (ptxas 11.8, Qwen3.5-4B: 184 / 368 bytes of spills fp32,
 // 240 / 456 bf16, against 16 / 32 and 120 / 252); 2: into L1
 // (prefetch.global.L1 of its lines over the block, no registers), which
-// gdn_fold's loads then find. The words are what gdn_fold's own loads
-// read: bit for bit the same outputs.
+// gdn_fold's loads then find; =2 also asks so for each item of a verify's
+// early folds (gdn_replay_fold_items). The words are what gdn_fold's own
+// loads read: bit for bit the same outputs.
 #ifndef FLUSH_EARLY
 #define FLUSH_EARLY 0
 #endif
@@ -1252,7 +1253,14 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
     if (GV_SKIP & 4) {
         return;
     }
-    fold_items(slots, hist, counts, T, R, batch, NVH, [&](int j, int b) { gdn_fold_early_item(GDN_VERIFY_ARGS, j, b); });
+    fold_items(slots, hist, counts, T, R, batch, NVH, [&](int j, int b) {
+#if FLUSH_EARLY == 2
+        // Every listed item folds: its checkpoint in L1 before the item's
+        // cursor and ring (FLUSH_EARLY).
+        prefetch_l1(state + ((u64)slots[b] * NVH + j) * (DV * DK), DV * DK * (int)sizeof(ST));
+#endif
+        gdn_fold_early_item(GDN_VERIFY_ARGS, j, b);
+    });
 }
 #endif
 
