@@ -132,14 +132,15 @@ functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for 
 next)
 	# Session 16's questions for the next device time (NOTES.md, session
 	# 16, Next 1): where the GDN flush's time goes, FMA fold against the
-	# tensor-core fold, by phase (FOLD_SKIP: 1 the projections, 4 the rank
-	# update, 5 both, 15 every phase; the outputs are then wrong), in the
+	# tensor-core fold, by phase (FOLD_SKIP: 1 the projections, 2 the u'
+	# recurrence, 4 the rank update, 5 both products, 8 the gram dots and
+	# decay chains, 15 every phase; the outputs are then wrong), in the
 	# aligned flush column at batch 256; FLUSH_EARLY; then ncu of the flush
 	# kernel, fp32 on each fold. Run `tests` first (FLUSH_EARLY's bit-for-bit
 	# test, TestReplayFlushEarlyMatchesLate, has not run on the GPU).
 	f="$out/exp_fold_phases.txt"
 	for tc in 0 1; do
-		for skip in 0 1 4 5 15; do
+		for skip in 0 1 2 4 5 8 15; do
 			echo "== TC_FOLD=$tc FOLD_SKIP=$skip" >>"$f"
 			REPLAYSSM_CUDA_DEFINES="-DTC_FOLD=$tc -DFOLD_SKIP=$skip" "$cli" bench kernels --device cuda --batch 256 \
 				--shapes qwen3.5-4b --state-dtype fp32,bf16 --modes replay --min-time 30ms 2>&1 | grep -v '^device' >>"$f"
