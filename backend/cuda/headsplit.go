@@ -143,7 +143,8 @@ func splitModuleSource(file string, opt replay.Options, rows, cols, split int, d
 	if !tn.wholeVerify {
 		defines = append(defines, "-DSPLIT_VERIFY=1")
 	}
-	return splitModule{file, src, replayModuleOptions(opt, rows, cols, 0, defines, tn), moduleThreads(opt, rows, cols, tn)}, nil
+	threads := moduleThreads(opt, rows, cols, tn)
+	return splitModule{file, src, replayModuleOptions(opt, rows, cols, threads, 0, defines, tn), threads}, nil
 }
 
 // planHeadSplit returns how many parts the small step splits each of a

@@ -56,6 +56,7 @@ type tuning struct {
 	wholeVerify bool     // REPLAYSSM_CUDA_SPLIT_VERIFY=0: small batches verify on whole heads (by default on the split ones where the step splits)
 	verifyEarly string   // REPLAYSSM_CUDA_VERIFY_EARLY: "1" or "0" forces the small batches' early verify on or off ("": where its grid fits, earlyVerify.pick)
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
+	flushSplit  int      // REPLAYSSM_CUDA_FLUSH_SPLIT: the GDN flush kernel on heads split in this many parts (0, 1: whole)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -92,6 +93,9 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_HEAD_SPLIT")); err == nil && n >= 1 && n <= 64 {
 		tn.headSplit = n
+	}
+	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_FLUSH_SPLIT")); err == nil && n >= 1 && n <= 64 {
+		tn.flushSplit = n
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
@@ -333,11 +337,12 @@ type replayCommon struct {
 	pipe                         pipeline
 	group                        groupStep
 	folds                        foldPipe
-	smallBatch                   int       // batches up to this run stepSmall
-	base                         baseStage // the baseline step's stage
-	overlap                      overlap   // the flush beside the non-flush kernel, the early folds beside the verify
-	small                        headSplit // the small step of split heads, where built
-	sideArgs                     Args      // the side stream's verify launch (overlap.verify)
+	smallBatch                   int        // batches up to this run stepSmall
+	base                         baseStage  // the baseline step's stage
+	overlap                      overlap    // the flush beside the non-flush kernel, the early folds beside the verify
+	small                        headSplit  // the small step of split heads, where built
+	flushSplit                   flushSplit // the flush kernel on split heads (REPLAYSSM_CUDA_FLUSH_SPLIT), where built
+	sideArgs                     Args       // the side stream's verify launch (overlap.verify)
 
 	// state holds the checkpoint (replay) or the state buffers (baseline):
 	// [slot][buffer][head] matrices in the state format, then for fp8 one
@@ -529,6 +534,9 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 func (c *replayCommon) launchFlush(s *Stream, a *Args, batch, bound int) error {
 	if c.folds.on {
 		return c.launchFolds(s, c.folds.flush, a, batch, bound)
+	}
+	if f := &c.flushSplit; f.fn != nil {
+		return f.launch(c.d, s, a, batch*c.heads, bound)
 	}
 	blocks := min(batch*c.heads, c.flushBlocks)
 	if bound > 0 {
@@ -1120,10 +1128,10 @@ func replaySource(file string) (string, error) {
 // -DPIPE_RING=0, NOTES.md) so they override without rebuilding the program.
 // stateMats is the number of state matrices (an fp8 checkpoint's scales
 // follow all of their codes).
-func replayModuleOptions(opt replay.Options, rows, cols, stateMats int, defines []string, tn tuning) []string {
+func replayModuleOptions(opt replay.Options, rows, cols, threads, stateMats int, defines []string, tn tuning) []string {
 	opts := append([]string{
 		"--std=c++17",
-		fmt.Sprintf("-DROWS=%d", rows), fmt.Sprintf("-DCOLS=%d", cols), fmt.Sprintf("-DNT=%d", moduleThreads(opt, rows, cols, tn)),
+		fmt.Sprintf("-DROWS=%d", rows), fmt.Sprintf("-DCOLS=%d", cols), fmt.Sprintf("-DNT=%d", threads),
 		fmt.Sprintf("-DSTATE_FMT=%d", fmtDefine(opt.State)), fmt.Sprintf("-DREAD_FMT=%d", fmtDefine(opt.ReadCopy)),
 		fmt.Sprintf("-DRMAX=%d", replayRing(opt)), fmt.Sprintf("-DTMAX=%d", max(1, opt.MaxDraft)),
 	}, defines...)
@@ -1145,7 +1153,7 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 	if err != nil {
 		return err
 	}
-	opts := replayModuleOptions(opt, rows, cols, c.stateMatrices(), defines, tn)
+	opts := replayModuleOptions(opt, rows, cols, c.threads, c.stateMatrices(), defines, tn)
 	if c.mod, err = d.Compile(ctx, file, src, opts...); err != nil {
 		return err
 	}
@@ -1242,6 +1250,10 @@ func (c *replayCommon) close() error {
 	}
 	errs = append(errs, c.overlap.side.Close())
 	c.overlap = overlap{}
+	if c.flushSplit.mod != nil {
+		errs = append(errs, c.flushSplit.mod.Close())
+	}
+	c.flushSplit = flushSplit{}
 	if c.small.mod != nil {
 		errs = append(errs, c.small.mod.Close())
 	}

@@ -907,7 +907,13 @@ __device__ __noinline__ void gdn_flush_item(GDN_STEP_PARAMS, int j, int b)
     gdn_step<1>(GDN_STEP_ARGS, j, b);
 }
 
-#if HSPLIT == 1 // the split module takes only the small step
+// FLUSH_SPLIT: a module of split heads built for the flush kernel alone
+// (REPLAYSSM_CUDA_FLUSH_SPLIT, flushsplit.go): items of dv/HSPLIT rows,
+// the per-head scalars by HEAD(j) as in the small step.
+#ifndef FLUSH_SPLIT
+#define FLUSH_SPLIT 0
+#endif
+#if HSPLIT == 1 || FLUSH_SPLIT
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_flush(GDN_STEP_PARAMS)
 {
     flush_items(slots, hist, batch, NVH, L, [&](int j, int b) {
