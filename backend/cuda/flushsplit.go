@@ -64,23 +64,15 @@ func (c *replayCommon) buildFlushSplit(ctx context.Context, rows int, tn tuning,
 	if err != nil {
 		return err
 	}
-	mod, err := c.d.Compile(ctx, m.file, m.src, m.opts...)
+	mod, fn, err := m.build(ctx, c.d, c.kind+"_replay_flush")
 	if err != nil {
 		return err
 	}
-	fn, err := mod.Function(c.kind + "_replay_flush")
-	var r Resources
-	if err == nil {
-		r, err = fn.Resources()
-	}
+	blocks, err := residentBlocks(c.d, fn, threads, tn.pipeBlocks)
 	if err != nil {
 		return errors.Join(err, mod.Close())
 	}
-	c.flushSplit = flushSplit{split: split, threads: threads, mod: mod, fn: fn,
-		blocks: c.d.Multiprocessors() * blocksPerSM(c.d, r, threads, 0)}
-	if tn.pipeBlocks > 0 { // tests: each block flushes many items in turn
-		c.flushSplit.blocks = min(c.flushSplit.blocks, tn.pipeBlocks)
-	}
+	c.flushSplit = flushSplit{split: split, threads: threads, blocks: blocks, mod: mod, fn: fn}
 	return nil
 }
 

@@ -58,11 +58,11 @@ func bindEarlyVerify(d *Device, m *Module, name string, threads int, tn tuning) 
 	if tn.verifyEarly == "1" {
 		return earlyVerify{fn, math.MaxInt}, nil
 	}
-	r, err := fn.Resources()
+	blocks, err := residentBlocks(d, fn, threads, 0)
 	if err != nil {
 		return earlyVerify{}, err
 	}
-	return earlyVerify{fn, d.Multiprocessors() * blocksPerSM(d, r, threads, 0)}, nil
+	return earlyVerify{fn, blocks}, nil
 }
 
 // pick returns the early verify where a grid of blocks blocks fits the GPU
@@ -95,13 +95,9 @@ func (c *replayCommon) buildHeadSplit(ctx context.Context, rows int, tn tuning, 
 	if err != nil {
 		return err
 	}
-	mod, err := c.d.Compile(ctx, m.file, m.src, m.opts...)
+	mod, step, err := m.build(ctx, c.d, c.kind+"_replay_step_small")
 	if err != nil {
 		return err
-	}
-	step, err := mod.Function(c.kind + "_replay_step_small")
-	if err != nil {
-		return errors.Join(err, mod.Close())
 	}
 	c.small = headSplit{split: split, threads: m.threads, maxBatch: splitBatches(c.heads, split, c.d.Multiprocessors()),
 		mod: mod, step: step}
@@ -130,6 +126,20 @@ func splitBatches(heads, split, sms int) int { return 3 * sms / (heads * split) 
 
 // takes reports whether the split module takes a small step of batch slots.
 func (h *headSplit) takes(batch int) bool { return h.step != nil && batch <= h.maxBatch }
+
+// build compiles the module and looks up its kernel name (the module
+// closed again if that fails).
+func (m splitModule) build(ctx context.Context, d *Device, name string) (*Module, *Function, error) {
+	mod, err := d.Compile(ctx, m.file, m.src, m.opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	fn, err := mod.Function(name)
+	if err != nil {
+		return nil, nil, errors.Join(err, mod.Close())
+	}
+	return mod, fn, nil
+}
 
 // splitModuleSource is a layer's small-batch module of split heads (file,
 // rows × cols matrices after the split, the layer's defines for the split

@@ -136,6 +136,22 @@ func blocksPerSM(d *Device, r Resources, threads, dyn int) int {
 	return max(1, min(byRegs, bySmem, maxThreads/threads, 32))
 }
 
+// residentBlocks is how many blocks of f, threads threads each and no
+// dynamic shared memory, d holds at once (blocksPerSM on every SM), at
+// most bound where bound is positive (tests: each block takes many items
+// in turn).
+func residentBlocks(d *Device, f *Function, threads, bound int) (int, error) {
+	r, err := f.Resources()
+	if err != nil {
+		return 0, err
+	}
+	blocks := d.Multiprocessors() * blocksPerSM(d, r, threads, 0)
+	if bound > 0 {
+		blocks = min(blocks, bound)
+	}
+	return blocks, nil
+}
+
 // groupStep is the launch plan of a group step kernel (v6): persistent
 // blocks that take the (group, batch row) items of a decode step's
 // non-flush slots in turn, in place of the v4 or v5 kernels. A group is the
@@ -300,13 +316,8 @@ func (c *replayCommon) bindGroup(name, verify string, foldItems bool, boundBlock
 	if c.group.verifyFold, err = c.mod.Function(c.kind + "_replay_fold_items"); err != nil {
 		return err
 	}
-	r, err := c.group.verifyFold.Resources()
-	if err != nil {
+	if c.group.foldBlocks, err = residentBlocks(c.d, c.group.verifyFold, c.threads, boundBlocks); err != nil {
 		return err
-	}
-	c.group.foldBlocks = c.d.Multiprocessors() * blocksPerSM(c.d, r, c.threads, 0)
-	if boundBlocks > 0 {
-		c.group.foldBlocks = min(c.group.foldBlocks, boundBlocks)
 	}
 	return nil
 }
@@ -700,13 +711,9 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, 
 			return err
 		}
 	}
-	r, err := c.flush.Resources()
-	if err != nil {
+	var err error
+	if c.flushBlocks, err = residentBlocks(c.d, c.flush, c.threads, boundBlocks); err != nil {
 		return err
-	}
-	c.flushBlocks = c.d.Multiprocessors() * blocksPerSM(c.d, r, c.threads, 0)
-	if boundBlocks > 0 { // tests: each block flushes many items in turn
-		c.flushBlocks = min(c.flushBlocks, boundBlocks)
 	}
 	return c.pipe.bind(c.mod, pipeStep, pipeVerify, pipeVerifyFold)
 }
