@@ -10,8 +10,7 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
-#   tools/gpu_check.sh next       # session 16's questions: the GDN flush by phase, FMA and tensor-core folds
-#   tools/gpu_check.sh next2      # FLUSH_EARLY and FLUSH_SPLIT against the defaults; ncu of the fp32 flush
+#   tools/gpu_check.sh fold_phases  # the GDN flush by phase (FOLD_SKIP), FMA and tensor-core folds
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
@@ -129,16 +128,13 @@ all)
 	bench 1 b1.jsonl
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
-next)
-	# Session 16's questions for the next device time (NOTES.md, session
-	# 16, Next 1): where the GDN flush's time goes, FMA fold against the
-	# tensor-core fold, by phase (FOLD_SKIP: 1 the projections, 2 the u'
-	# recurrence, 4 the rank update, 5 both products, 8 the gram dots and
-	# decay chains, 15 every phase; the outputs are then wrong), in the
-	# aligned flush column at batch 256. Then `next2`: FLUSH_EARLY,
-	# FLUSH_SPLIT and ncu of the fp32 flush. Run `tests` first (FLUSH_EARLY's
-	# bit-for-bit test, TestReplayFlushEarlyMatchesLate, and FLUSH_SPLIT's,
-	# TestReplayFlushSplitMatchesWhole, have not run on the GPU).
+fold_phases)
+	# The GDN flush by phase (session 17's table in NOTES.md): FOLD_SKIP 1
+	# the projections, 2 the u' recurrence, 4 the rank update, 5 both
+	# products, 8 the gram dots and decay chains, 15 every phase (the
+	# outputs are then wrong), on the FMA fold and the tensor-core fold, in
+	# the aligned flush column at batch 256 (28 module compiles: a call of
+	# its own).
 	f="$out/exp_fold_phases.txt"
 	for tc in 0 1; do
 		for skip in 0 1 2 4 5 8 15; do
@@ -149,22 +145,6 @@ next)
 	done
 	echo "experiment fold_phases: $f"
 	grep -E '^==|replay ' "$f"
-	;;
-next2)
-	# Session 16's flush experiments written after its device time (a
-	# call of their own: next's fourteen runs compile 28 modules). The
-	# flush's checkpoint asked for before its cursor (FLUSH_EARLY: 1 into
-	# registers, 2 into L1), the GDN shapes' replay windows and verifies
-	# (the aligned flush column is the flush kernel's).
-	experiment flush_early qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_DEFINES=-DFLUSH_EARLY=1 \
-		REPLAYSSM_CUDA_DEFINES=-DFLUSH_EARLY=2
-	# The flush kernel on split heads (REPLAYSSM_CUDA_FLUSH_SPLIT: blocks
-	# of 64 and 32 rows, twice and four times the blocks an SM).
-	experiment flush_split qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FLUSH_SPLIT=2 \
-		REPLAYSSM_CUDA_FLUSH_SPLIT=4
-	# One profile (three files; at most eight come back): the fp32 flush's
-	# default, the FMA fold.
-	profile gdn_flush gdn_replay_flush --shapes qwen3.5-4b --state-dtype fp32 --modes replay --batch 256
 	;;
 profile_b1)
 	# Where a batch-1 verify spends its time (NOTES.md, session 15, Next 1):

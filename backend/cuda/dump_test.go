@@ -26,8 +26,7 @@ import (
 //	REPLAYSSM_DUMP_READ   none (default), bf16, fp8-e4m3, nvfp4
 //	REPLAYSSM_DUMP_MODE   replay (default) or baseline
 //
-// (with REPLAYSSM_CUDA_HEAD_SPLIT, the small-batch module of split heads;
-// with REPLAYSSM_CUDA_FLUSH_SPLIT, a GDN shape's split flush module)
+// (with REPLAYSSM_CUDA_HEAD_SPLIT, the small-batch module of split heads)
 // and the REPLAYSSM_CUDA_* knobs. ptxas 11.8 does not know the Hopper
 // forms the pipelined kernels use (mbarrier expect_tx, bulk copies, the
 // mbarrier init fence): hopperCompat stands in older instructions of the
@@ -97,15 +96,6 @@ func TestDumpReplayModule(t *testing.T) {
 	// for the split one.
 	if split, _ := planHeadSplit(opt, heads, rows, h200Props().smCount, tn); split > 1 && tn.headSplit > 1 {
 		m, err := source(split)
-		if err != nil {
-			t.Fatal(err)
-		}
-		src, args, defines = m.src, m.opts, m.opts
-	}
-	// REPLAYSSM_CUDA_FLUSH_SPLIT (GDN): the split flush module.
-	if split, threads, _ := planFlushSplit(opt, rows, tn); split > 1 && sh.layer == "gdn" {
-		o, _ := planOverlap("gdn", opt, tn)
-		m, err := gdnFlushSplitSource(h200Props(), sh.gdn, opt, split, threads, o.on, tn)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -146,14 +146,10 @@ func (c *replayCommon) launchFolds(s *Stream, fn *Function, a *Args, batch, boun
 
 // FoldKernel names the kernels that fold a checkpoint (a step's flushes, a
 // verify's early folds): "v7" (pipelined) or "items" (one item at a time
-// per block; "items, flushes on heads split in n" with
-// REPLAYSSM_CUDA_FLUSH_SPLIT), and why not v7.
+// per block), and why not v7.
 func (c *replayCommon) FoldKernel() (kernel, why string) {
 	if c.folds.on {
 		return "v7", ""
-	}
-	if c.flushSplit.fn != nil {
-		return fmt.Sprintf("items, flushes on heads split in %d", c.flushSplit.split), c.folds.why
 	}
 	return "items", c.folds.why
 }

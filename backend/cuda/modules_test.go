@@ -107,8 +107,6 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32+nvfp4/verify uloc fixed", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4}, tuning{defines: []string{"-DULOC_FIXED=1", "-DSCALARS_EARLY=0"}}},
 		{"replay/fp32/tensor-core fold", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DTC_FOLD=1"}}},
 		{"replay/bf16/fma fold", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DTC_FOLD=0"}}},
-		{"replay/fp32/flush early", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DFLUSH_EARLY=1"}}},
-		{"replay/bf16+nvfp4/flush early in L1", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{defines: []string{"-DFLUSH_EARLY=2"}}},
 		{"replay/e4m3/tensor-core fold pipe", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{folds: "pipe", defines: []string{"-DTC_FOLD=1"}}},
 		{"replay/bf16+nvfp4/loads in loops", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DLOAD_FIRST=0"}}},
@@ -396,42 +394,4 @@ func ptxasResources(report string) map[string]kernelResources {
 		}
 	}
 	return res
-}
-
-// TestFlushSplitModulesCompile compiles the GDN split flush modules
-// (REPLAYSSM_CUDA_FLUSH_SPLIT) as NewGDNCache would for Qwen3.5-4B on an
-// H200: halves and quarters, fp32 and bf16 (the tensor-core fold's layout
-// at a warp per 16 rows), with OVERLAP as the main module has it, and
-// checks that the module holds the flush kernel.
-func TestFlushSplitModulesCompile(t *testing.T) {
-	n, arch := moduleCompiler(t)
-	for _, tc := range []struct {
-		state numeric.Format
-		split int
-	}{{numeric.F32, 2}, {numeric.BF16, 2}, {numeric.F32, 4}} {
-		t.Run(fmt.Sprintf("%v/%d", tc.state, tc.split), func(t *testing.T) {
-			t.Parallel()
-			opt, err := replayDefaults(replay.Options{Mode: replay.Replay, State: tc.state, MaxDraft: 4})
-			if err != nil {
-				t.Fatal(err)
-			}
-			tn := tuning{flushSplit: tc.split, smallBatch: defaultSmallBatch}
-			split, threads, why := planFlushSplit(opt, qwen4bShape.ValueDim, tn)
-			if split != tc.split {
-				t.Fatalf("planned %d (%s), want %d", split, why, tc.split)
-			}
-			o, _ := planOverlap("gdn", opt, tn)
-			m, err := gdnFlushSplitSource(h200Props(), qwen4bShape, opt, split, threads, o.on, tn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ptx, err := n.build(m.file, m.src, append([]string{arch}, m.opts...), false)
-			if err != nil {
-				t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
-			}
-			if !bytes.Contains(ptx, []byte(".entry gdn_replay_flush(")) {
-				t.Error("no gdn_replay_flush in the split flush module")
-			}
-		})
-	}
 }

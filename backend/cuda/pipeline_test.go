@@ -151,14 +151,11 @@ func TestEnvTuning(t *testing.T) {
 			tuning{verifyEarly: "0", foldItems: true, smallBatch: defaultSmallBatch}},
 		{"whole heads", map[string]string{"REPLAYSSM_CUDA_HEAD_SPLIT": "1"},
 			tuning{headSplit: 1, foldItems: true, smallBatch: defaultSmallBatch}},
-		{"flush split", map[string]string{"REPLAYSSM_CUDA_FLUSH_SPLIT": "2"},
-			tuning{flushSplit: 2, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
 			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0", "REPLAYSSM_CUDA_SPLIT_VERIFY": "off", "REPLAYSSM_CUDA_VERIFY_EARLY": "auto",
-			"REPLAYSSM_CUDA_FLUSH_SPLIT": "halves",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -631,39 +628,6 @@ func TestHeadSplitPlan(t *testing.T) {
 			split, why := planHeadSplit(tc.opt, tc.heads, tc.rows, sms, tc.tn)
 			if split != tc.split || (tc.why != "" && !strings.Contains(why, tc.why)) {
 				t.Fatalf("planHeadSplit = %d (%q), want %d (%q)", split, why, tc.split, tc.why)
-			}
-		})
-	}
-}
-
-// TestFlushSplitPlan checks planFlushSplit: off unless asked, and only for
-// parts of whole 16-row warps of a replay cache whose scales (read copy,
-// fp8 state) do not cover a whole matrix; two threads a row.
-func TestFlushSplitPlan(t *testing.T) {
-	rep := replay.Options{Mode: replay.Replay, State: numeric.F32, ReadCopy: numeric.F32}
-	for _, tc := range []struct {
-		name           string
-		opt            replay.Options
-		rows           int
-		tn             tuning
-		split, threads int
-		why            string
-	}{
-		{"not asked", rep, 128, tuning{}, 1, 0, "not set"},
-		{"asked none", rep, 128, tuning{flushSplit: 1}, 1, 0, "not set"},
-		{"halves", rep, 128, tuning{flushSplit: 2}, 2, 128, ""},
-		{"quarters", rep, 128, tuning{flushSplit: 4}, 4, 64, ""},
-		{"bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.F32}, 128, tuning{flushSplit: 2}, 2, 128, ""},
-		{"eighths of 8 rows", rep, 64, tuning{flushSplit: 8}, 1, 0, "16-row warps"},
-		{"does not divide", rep, 96, tuning{flushSplit: 5}, 1, 0, "16-row warps"},
-		{"baseline", replay.Options{Mode: replay.Baseline, ReadCopy: numeric.F32}, 128, tuning{flushSplit: 2}, 1, 0, "baseline"},
-		{"read copy", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4}, 128, tuning{flushSplit: 2}, 1, 0, "read copy"},
-		{"fp8 state", replay.Options{Mode: replay.Replay, State: numeric.E4M3, ReadCopy: numeric.F32}, 128, tuning{flushSplit: 2}, 1, 0, "fp8"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			split, threads, why := planFlushSplit(tc.opt, tc.rows, tc.tn)
-			if split != tc.split || threads != tc.threads || (tc.why != "" && !strings.Contains(why, tc.why)) {
-				t.Fatalf("planFlushSplit = %d, %d (%q), want %d, %d (%q)", split, threads, why, tc.split, tc.threads, tc.why)
 			}
 		})
 	}

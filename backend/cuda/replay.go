@@ -56,7 +56,6 @@ type tuning struct {
 	wholeVerify bool     // REPLAYSSM_CUDA_SPLIT_VERIFY=0: small batches verify on whole heads (by default on the split ones where the step splits)
 	verifyEarly string   // REPLAYSSM_CUDA_VERIFY_EARLY: "1" or "0" forces the small batches' early verify on or off ("": where its grid fits, earlyVerify.pick)
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
-	flushSplit  int      // REPLAYSSM_CUDA_FLUSH_SPLIT: the GDN flush kernel on heads split in this many parts (0, 1: whole)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -93,9 +92,6 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_HEAD_SPLIT")); err == nil && n >= 1 && n <= 64 {
 		tn.headSplit = n
-	}
-	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_FLUSH_SPLIT")); err == nil && n >= 1 && n <= 64 {
-		tn.flushSplit = n
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
@@ -348,12 +344,11 @@ type replayCommon struct {
 	pipe                         pipeline
 	group                        groupStep
 	folds                        foldPipe
-	smallBatch                   int        // batches up to this run stepSmall
-	base                         baseStage  // the baseline step's stage
-	overlap                      overlap    // the flush beside the non-flush kernel, the early folds beside the verify
-	small                        headSplit  // the small step of split heads, where built
-	flushSplit                   flushSplit // the flush kernel on split heads (REPLAYSSM_CUDA_FLUSH_SPLIT), where built
-	sideArgs                     Args       // the side stream's verify launch (overlap.verify)
+	smallBatch                   int       // batches up to this run stepSmall
+	base                         baseStage // the baseline step's stage
+	overlap                      overlap   // the flush beside the non-flush kernel, the early folds beside the verify
+	small                        headSplit // the small step of split heads, where built
+	sideArgs                     Args      // the side stream's verify launch (overlap.verify)
 
 	// state holds the checkpoint (replay) or the state buffers (baseline):
 	// [slot][buffer][head] matrices in the state format, then for fp8 one
@@ -545,9 +540,6 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 func (c *replayCommon) launchFlush(s *Stream, a *Args, batch, bound int) error {
 	if c.folds.on {
 		return c.launchFolds(s, c.folds.flush, a, batch, bound)
-	}
-	if f := &c.flushSplit; f.fn != nil {
-		return f.launch(c.d, s, a, batch*c.heads, bound)
 	}
 	blocks := min(batch*c.heads, c.flushBlocks)
 	if bound > 0 {
@@ -1257,10 +1249,6 @@ func (c *replayCommon) close() error {
 	}
 	errs = append(errs, c.overlap.side.Close())
 	c.overlap = overlap{}
-	if c.flushSplit.mod != nil {
-		errs = append(errs, c.flushSplit.mod.Close())
-	}
-	c.flushSplit = flushSplit{}
 	if c.small.mod != nil {
 		errs = append(errs, c.small.mod.Close())
 	}

@@ -186,11 +186,6 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if err := c.buildHeadSplit(ctx, dv, tn, func(n int) (splitModule, error) { return gdnSplitSource(d, shape, opt, n, tn) }); err != nil {
 		return fail(err)
 	}
-	if err := c.buildFlushSplit(ctx, dv, tn, func(n, threads int) (splitModule, error) {
-		return gdnFlushSplitSource(d, shape, opt, n, threads, c.overlap.on, tn)
-	}); err != nil {
-		return fail(err)
-	}
 	if tn.groupAll {
 		c.group.minItems = 0
 	}
@@ -235,24 +230,10 @@ func (c *GDNCache) Shape() ssm.GDNShape { return c.shape }
 // gdnSplitSource is the small-batch module of a GDN cache whose value heads
 // split into split heads of dv/split rows (HSPLIT).
 func gdnSplitSource(d *Device, shape ssm.GDNShape, opt replay.Options, split int, tn tuning) (splitModule, error) {
-	sub := gdnSplitShape(shape, split)
+	sub := shape
+	sub.ValueHeads, sub.ValueDim = shape.ValueHeads*split, shape.ValueDim/split
 	_, _, _, defines := gdnModule(d, sub, opt, tn)
 	return splitModuleSource("replay_gdn.cu", opt, sub.ValueDim, sub.KeyDim, split, defines, tn)
-}
-
-// gdnFlushSplitSource is the split flush module of a GDN cache (flushSplit):
-// value heads of dv/split rows, threads a block.
-func gdnFlushSplitSource(d *Device, shape ssm.GDNShape, opt replay.Options, split, threads int, overlapOn bool, tn tuning) (splitModule, error) {
-	sub := gdnSplitShape(shape, split)
-	_, _, _, defines := gdnModule(d, sub, opt, tn)
-	return flushSplitSource("replay_gdn.cu", opt, sub.ValueDim, sub.KeyDim, split, threads, defines, overlapOn, tn)
-}
-
-// gdnSplitShape is shape with each value head's dv rows split into split
-// heads (HSPLIT): split times the value heads of dv/split rows.
-func gdnSplitShape(shape ssm.GDNShape, split int) ssm.GDNShape {
-	shape.ValueHeads, shape.ValueDim = shape.ValueHeads*split, shape.ValueDim/split
-	return shape
 }
 
 func (c *GDNCache) checkInput(batch, T int, in GDNInput, o Buffer) error {

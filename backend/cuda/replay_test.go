@@ -753,66 +753,6 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 	})
 }
 
-// TestReplayFlushEarlyMatchesLate checks the GDN flush kernel asking for
-// its checkpoint before the cursor (FLUSH_EARLY=1: into registers, 2: into
-// L1, and the verify's early folds too) against the default (0), bit for
-// bit: the fold reads the same words. The split kernels take every batch,
-// so every flush is the flush kernel's, and the group verify every verify,
-// so its early folds are gdn_replay_fold_items'.
-func TestReplayFlushEarlyMatchesLate(t *testing.T) {
-	d := gpu(t)
-	for _, mode := range []string{"1", "2"} {
-		t.Run("FLUSH_EARLY="+mode, func(t *testing.T) {
-			early, late := envTuning(os.Getenv), envTuning(os.Getenv)
-			early.groupAll, late.groupAll = true, true
-			early.defines = append(slices.Clip(early.defines), "-DFLUSH_EARLY="+mode)
-			late.defines = append(slices.Clip(late.defines), "-DFLUSH_EARLY=0")
-			comparePairs(t, d, pairVariant{"early", early, 0, ""}, pairVariant{"late", late, 0, ""})
-		})
-	}
-}
-
-// TestReplayFlushSplitMatchesWhole checks the GDN flush kernel on heads
-// split in 2 and 4 parts (REPLAYSSM_CUDA_FLUSH_SPLIT: blocks of 64 and 32
-// rows, two threads a row) against whole heads, bit for bit, both on the
-// FMA fold (-DTC_FOLD=0): a row's sums are the same in either block, as
-// for the small step's split heads. The large GDN layer (128 rows), fp32
-// and bf16 states (the formats the split takes), the split kernels at
-// every batch; OVERLAP's default puts the split flush beside the
-// non-flush kernel, so the two count their blocks across modules.
-func TestReplayFlushSplitMatchesWhole(t *testing.T) {
-	d := gpu(t)
-	l := largeLayers()[1]
-	for _, split := range []int{2, 4} {
-		for _, o := range []replay.Options{
-			{Mode: replay.Replay, Window: 5, MaxDraft: 3},
-			{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.BF16},
-		} {
-			t.Run(fmt.Sprintf("%s/split=%d/%v", l.name, split, o.State), func(t *testing.T) {
-				t.Parallel()
-				build := func(split int) *gpuCache {
-					tn := envTuning(os.Getenv)
-					tn.flushSplit = split
-					tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=0")
-					c, err := l.buildWith(d, o, pairSlots, tn)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { must(t, c.close()) })
-					c.setSmallBatch(0)
-					return c
-				}
-				parts, whole := build(split), build(0)
-				want := fmt.Sprintf("items, flushes on heads split in %d", split)
-				if got, why := parts.foldKernel(); got != want {
-					t.Fatalf("split cache folds with %q (%s), want %q", got, why, want)
-				}
-				sameOutputs(t, d, 3, l, parts, whole, "split", "whole")
-			})
-		}
-	}
-}
-
 // TestReplayOverlapMatchesSerial checks a decode step whose flush runs on
 // a second stream beside the non-flush kernel (OVERLAP: both layers forced
 // on, the group steps taking their items from a counter), and a verify

@@ -342,56 +342,11 @@ __device__ __forceinline__ void gdn_update_tc(float (&reg)[TCMap::PASSES][TCMap:
     }
 }
 
-// FLUSH_EARLY (REPLAYSSM_CUDA_DEFINES; session 16, written after the
-// device time, not yet run on the GPU, off): the flush kernel asks for an
-// item's checkpoint as soon as its slot is known, before the cursor, the
-// ring gather and the prologue's barrier, so that the state's round trip
-// overlaps the prologue's chain instead of following it (BASE_EARLY's
-// idea for the flush; session 11's ncu: DRAM 37%, two blocks an SM).
-// 1: into registers as raw words (FoldRaw), which gdn_fold decodes where
-// it loaded them (ptxas 11.8, Qwen3.5-4B: 184 / 368 bytes of spills fp32,
-// 240 / 456 bf16, against 16 / 32 and 120 / 252); 2: into L1
-// (prefetch.global.L1 of its lines over the block, no registers), which
-// gdn_fold's loads then find; =2 also asks so for each item of a verify's
-// early folds (gdn_replay_fold_items). The words are what gdn_fold's own
-// loads read: bit for bit the same outputs.
-#ifndef FLUSH_EARLY
-#define FLUSH_EARLY 0
-#endif
-
-// FoldRaw is a thread's share of a checkpoint as loaded (FM's layout, the
-// state format's words undecoded).
-struct FoldRaw {
-    u32 w[FM::PASSES][FM::CPL][Chunk<STATE_FMT, FM::VEC>::WORDS];
-};
-
-// gdn_fold_ask loads a thread's share of checkpoint S into raw (rows past
-// ROWS are not read).
-__device__ __forceinline__ void gdn_fold_ask(FoldRaw& raw, const ST* S)
-{
-    constexpr int WORDS = Chunk<STATE_FMT, FM::VEC>::WORDS;
-#pragma unroll
-    for (int pass = 0; pass < FM::PASSES; pass++) {
-        const int r = FM::row(pass);
-#pragma unroll
-        for (int c = 0; c < FM::CPL; c++) {
-            if (r < ROWS) {
-                load_words<WORDS>(reinterpret_cast<const unsigned char*>(S) +
-                                      ((u64)r * DK + FM::col(c)) * Fmt<STATE_FMT>::BITS / 8,
-                                  raw.w[pass][c]);
-            }
-        }
-    }
-}
-
-// With RAW, the checkpoint's words are those gdn_fold_ask put in *raw (S
-// is not read).
-template <typename SH, bool RAW = false>
+template <typename SH>
 __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, float sc0, ST* state, u8* rcodes,
                                          u8* rscales, float* rglobal, u64 mat, int t, int q_slot,
                                          const float* __restrict__ vring, u64 vstride, int nring,
-                                         const float* __restrict__ vcur, float* __restrict__ out,
-                                         const FoldRaw* raw = nullptr)
+                                         const float* __restrict__ vcur, float* __restrict__ out)
 {
     constexpr int VEC = SM::VEC;
     const int tid = threadIdx.x;
@@ -405,11 +360,7 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
 #pragma unroll
         for (int c = 0; c < FM::CPL; c++) {
             if (r < ROWS) {
-                if constexpr (RAW) {
-                    decode_chunk<STATE_FMT, FM::VEC>(raw->w[pass][c], reg[pass][c], sc0);
-                } else {
-                    load_chunk<STATE_FMT, FM::VEC>(S, (u64)r * DK + FM::col(c), reg[pass][c], sc0);
-                }
+                load_chunk<STATE_FMT, FM::VEC>(S, (u64)r * DK + FM::col(c), reg[pass][c], sc0);
             } else {
 #pragma unroll
                 for (int k = 0; k < FM::VEC; k++) {
@@ -670,18 +621,6 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     if (EARLY) {
         prefetch_read(state, rcodes, rscales, mat);
     }
-#if FLUSH_EARLY == 1
-    // The flush kernel's items all fold (flush_items): ask for the
-    // checkpoint now.
-    FoldRaw fraw;
-    if constexpr (MODE == 1) {
-        gdn_fold_ask(fraw, state + mat * (DV * DK));
-    }
-#elif FLUSH_EARLY == 2
-    if constexpr (MODE == 1) {
-        prefetch_l1(state + mat * (DV * DK), DV * DK * (int)sizeof(ST));
-    }
-#endif
     const int n = hist[s];
     const int t = n + 1;
     const int ngather = EARLY ? RMAX : n;
@@ -810,14 +749,6 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     __syncthreads();
     const bool last = MODE == 2 && step_count(done);
     if (FLUSH) {
-#if FLUSH_EARLY == 1
-        if constexpr (MODE == 1) {
-            gdn_fold<GDNShared, true>(sh, sh.vec, nullptr, state_scale(state, mat), state, rcodes, rscales, rglobal,
-                                      mat, t, qslot, ringV + ((u64)s * RMAX * NVH + j) * DV, (u64)NVH * DV, n, vt, ot,
-                                      &fraw);
-            return last;
-        }
-#endif
         gdn_fold(sh, sh.vec, state + mat * (DV * DK), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, t,
                  qslot, ringV + ((u64)s * RMAX * NVH + j) * DV, (u64)NVH * DV, n, vt, ot);
         return last;
@@ -907,13 +838,7 @@ __device__ __noinline__ void gdn_flush_item(GDN_STEP_PARAMS, int j, int b)
     gdn_step<1>(GDN_STEP_ARGS, j, b);
 }
 
-// FLUSH_SPLIT: a module of split heads built for the flush kernel alone
-// (REPLAYSSM_CUDA_FLUSH_SPLIT, flushsplit.go): items of dv/HSPLIT rows,
-// the per-head scalars by HEAD(j) as in the small step.
-#ifndef FLUSH_SPLIT
-#define FLUSH_SPLIT 0
-#endif
-#if HSPLIT == 1 || FLUSH_SPLIT
+#if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_flush(GDN_STEP_PARAMS)
 {
     flush_items(slots, hist, batch, NVH, L, [&](int j, int b) {
@@ -1259,14 +1184,7 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
     if (GV_SKIP & 4) {
         return;
     }
-    fold_items(slots, hist, counts, T, R, batch, NVH, [&](int j, int b) {
-#if FLUSH_EARLY == 2
-        // Every listed item folds: its checkpoint in L1 before the item's
-        // cursor and ring (FLUSH_EARLY).
-        prefetch_l1(state + ((u64)slots[b] * NVH + j) * (DV * DK), DV * DK * (int)sizeof(ST));
-#endif
-        gdn_fold_early_item(GDN_VERIFY_ARGS, j, b);
-    });
+    fold_items(slots, hist, counts, T, R, batch, NVH, [&](int j, int b) { gdn_fold_early_item(GDN_VERIFY_ARGS, j, b); });
 }
 #endif
 
@@ -2130,8 +2048,16 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     }
 }
 
+// GVMINB is gdn_group_verify's register bound in blocks an SM. At 128
+// threads (Qwen3.5-122B) five blocks were faster than GMINB's four (H200,
+// B=256, T=4, session 17: fp32 797 -> 780 us, bf16 756 -> 722; six: 789,
+// 748), where the group step lost with them (298 -> 305 fp32); at 64
+// threads (Qwen3.5-4B) ten blocks instead of eight were 1% slower.
+#ifndef GVMINB
+#define GVMINB (GNT == 128 ? 5 : GMINB)
+#endif
 #if HSPLIT == 1 // the split module takes only the small step
-extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_verify(GDN_VERIFY_PARAMS, int batch VPART_PARAM)
+extern "C" __global__ void __launch_bounds__(GNT, GVMINB) gdn_group_verify(GDN_VERIFY_PARAMS, int batch VPART_PARAM)
 {
     for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
 #if VPART
