@@ -99,10 +99,13 @@ profile() {
 	local ncu
 	ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 	# NCU_EXTRA: more ncu options (e.g. --warp-sampling-interval 0 for a
-	# short kernel's stall samples).
+	# short kernel's stall samples); LAUNCH_SKIP: the matching launches
+	# skipped (5; the replay bench's 16th gdn_replay_flush, LAUNCH_SKIP=15,
+	# is its first aligned flush: 15 empty ones in the non-flush graph
+	# before it).
 	# shellcheck disable=SC2086
 	REPLAYSSM_CUDA_DEFINES="-lineinfo ${REPLAYSSM_CUDA_DEFINES:-}" "$ncu" --clock-control none ${NCU_EXTRA:-} \
-		--kernel-name "regex:$kernel" --launch-skip 5 --launch-count 1 --import-source yes \
+		--kernel-name "regex:$kernel" --launch-skip "${LAUNCH_SKIP:-5}" --launch-count 1 --import-source yes \
 		--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy \
 		-f -o "$out/prof_$name" "$cli" bench kernels --device cuda --min-time 5ms "$@" >"$out/prof_$name.log" 2>&1
 	echo "profile $name: exit $?"

@@ -107,6 +107,7 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32+nvfp4/verify uloc fixed", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4}, tuning{defines: []string{"-DULOC_FIXED=1", "-DSCALARS_EARLY=0"}}},
 		{"replay/fp32/tensor-core fold", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DTC_FOLD=1"}}},
 		{"replay/bf16/fma fold", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DTC_FOLD=0"}}},
+		{"replay/bf16/tf32 splits by cvt", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DTF32_RNA=1"}}},
 		{"replay/e4m3/tensor-core fold pipe", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{folds: "pipe", defines: []string{"-DTC_FOLD=1"}}},
 		{"replay/bf16+nvfp4/loads in loops", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DLOAD_FIRST=0"}}},

@@ -1244,7 +1244,8 @@ __device__ __forceinline__ void prefetch_read(const typename StateIO<STATE_FMT>:
 //
 // dot_pairs computes write(pr, a(pr) . b(pr)) for every pair pr in
 // [0, npairs) of n-float vectors (n a multiple of 4, 16-byte aligned; a(pr)
-// may return nullptr to skip a pair), 8 lanes per pair: lane l of the eight
+// may return nullptr to skip a pair; b(pr) is asked right after a(pr), on
+// the same thread), 8 lanes per pair: lane l of the eight
 // sums float4 chunks l, l+8, ... in order, then the eight reduce by xor
 // shuffles (a fixed order: deterministic). nthreads threads (a multiple of
 // 32) call it with thread index ti; the loop is warp-uniform, so the
@@ -1292,6 +1293,30 @@ __device__ __forceinline__ void tf32_split(float x, u32& hi, u32& lo)
 #else
     hi = __float_as_uint(x);
     lo = 0;
+#endif
+}
+
+// tf32_split_fast is tf32_split in three instructions: hi rounded on the
+// bits (half an ulp of TF32 added to the magnitude, the 13 low bits
+// cleared) and lo = x - hi, exact in float32, passed whole: the tensor
+// cores read a TF32 operand's upper 19 bits, so lo is truncated there
+// (|e| <= 2^-21 |x|) instead of rounded by a second cvt. cvt.rna.tf32.f32
+// is several instructions on sm_90: the two conversions were a quarter of
+// the bf16 flush's instructions (ncu, session 17). gdn_update_tc takes it
+// (H200, B=256, against -DTF32_RNA=1 in the same run: Qwen3.5-4B bf16
+// aligned flush 587 -> 576 us, 122B 1161 -> 1139); in gdn_project_tc it
+// made ptxas 11.8 spill 456 bytes where it spilled 120. -DTF32_RNA=1 makes
+// it tf32_split.
+#ifndef TF32_RNA
+#define TF32_RNA 0
+#endif
+__device__ __forceinline__ void tf32_split_fast(float x, u32& hi, u32& lo)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !TF32_RNA
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
+#else
+    tf32_split(x, hi, lo);
 #endif
 }
 

@@ -315,7 +315,7 @@ __device__ __forceinline__ void gdn_update_tc(float (&reg)[TCMap::PASSES][TCMap:
             u32 ahi[4], alo[4];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                tf32_split(a[e], ahi[e], alo[e]);
+                tf32_split_fast(a[e], ahi[e], alo[e]);
             }
             const float* k0 = vec + (in0 ? i0 : 0) * DK + bcol;
             const float* k1 = vec + (in1 ? i1 : 0) * DK + bcol;
@@ -332,8 +332,8 @@ __device__ __forceinline__ void gdn_update_tc(float (&reg)[TCMap::PASSES][TCMap:
 #pragma unroll
                 for (int p = 0; p < 2; p++) {
                     u32 bhi0, blo0, bhi1, blo1;
-                    tf32_split(p ? x0.y : x0.x, bhi0, blo0);
-                    tf32_split(p ? x1.y : x1.x, bhi1, blo1);
+                    tf32_split_fast(p ? x0.y : x0.x, bhi0, blo0);
+                    tf32_split_fast(p ? x1.y : x1.x, bhi1, blo1);
                     mma_3xtf32<false>(reg[0][c][p], reg[0][c][p + 2], reg[1][c][p], reg[1][c][p + 2], ahi, alo, bhi0,
                                       bhi1, blo0, blo1);
                 }
@@ -442,17 +442,23 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
         }
         sh.gt = (float)gp;
     }
-    // gram[i][l] = k_l . vec_i for l < min(i, t), eight lanes per pair: the
-    // t(t-1)/2 key pairs (i, l), then t pairs of q (i = t) if there is a q.
+    // k_l . vec_i for l < min(i, t), eight lanes per pair: the t(t-1)/2 key
+    // pairs (i, l), then t pairs of q (i = t) if there is a q, stored by pair
+    // (gram[i(i-1)/2 + l], q's at gram[tri + l]). Each pair's (i, l) is
+    // formed once: the first functor keeps vec_i for the second, which
+    // dot_pairs asks right after it. (Formed in all three, tri_pair's
+    // square root and fix-ups were 6-8% of the flush's instructions:
+    // ncu, session 17.)
     const int tri = t * (t - 1) / 2;
+    const float* vi = nullptr;
     dot_pairs(
         (FOLD_SKIP & 8) ? 0 : tri + (nv - t) * t, DK, tid, NT,
-        [&](int pr) -> const float* { return vec + tri_pair(pr, tri, t).y * DK; },
-        [&](int pr) -> const float* { return vec + tri_pair(pr, tri, t).x * DK; },
-        [&](int pr, float v) {
+        [&](int pr) -> const float* {
             const int2 il = tri_pair(pr, tri, t);
-            sh.gram[il.x * VROWS + il.y] = v;
-        });
+            vi = vec + il.x * DK;
+            return vec + il.y * DK;
+        },
+        [&](int) -> const float* { return vi; }, [&](int pr, float v) { sh.gram[pr] = v; });
     cta_sync();
     // u'_i in order, one value index m per thread; proj row i becomes u'_i.
     // The u'_l stay in registers (the loops unrolled over the window, every
@@ -478,7 +484,7 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
                 float ui = u[i] - sh.eg[i] * sh.proj[i * DV + m];
 #pragma unroll
                 for (int l = 0; l < i; l++) {
-                    const float w = sh.wt[i * RMAX + l] * sh.gram[i * VROWS + l];
+                    const float w = sh.wt[i * RMAX + l] * sh.gram[i * (i - 1) / 2 + l];
                     ui = fmaf(-w, u[l], ui);
                 }
                 u[i] = ui * sh.beta[i];
@@ -490,7 +496,7 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
 #pragma unroll
             for (int i = 0; i < RMAX; i++) {
                 if (i < t) {
-                    const float w = sh.coef[i] * sh.gram[t * VROWS + i];
+                    const float w = sh.coef[i] * sh.gram[tri + i];
                     o = fmaf(w, u[i], o);
                 }
             }
