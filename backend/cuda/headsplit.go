@@ -95,9 +95,13 @@ func (c *replayCommon) buildHeadSplit(ctx context.Context, rows int, tn tuning, 
 	if err != nil {
 		return err
 	}
-	mod, step, err := m.build(ctx, c.d, c.kind+"_replay_step_small")
+	mod, err := c.d.Compile(ctx, m.file, m.src, m.opts...)
 	if err != nil {
 		return err
+	}
+	step, err := mod.Function(c.kind + "_replay_step_small")
+	if err != nil {
+		return errors.Join(err, mod.Close())
 	}
 	c.small = headSplit{split: split, threads: m.threads, maxBatch: splitBatches(c.heads, split, c.d.Multiprocessors()),
 		mod: mod, step: step}
@@ -127,20 +131,6 @@ func splitBatches(heads, split, sms int) int { return 3 * sms / (heads * split) 
 // takes reports whether the split module takes a small step of batch slots.
 func (h *headSplit) takes(batch int) bool { return h.step != nil && batch <= h.maxBatch }
 
-// build compiles the module and looks up its kernel name (the module
-// closed again if that fails).
-func (m splitModule) build(ctx context.Context, d *Device, name string) (*Module, *Function, error) {
-	mod, err := d.Compile(ctx, m.file, m.src, m.opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	fn, err := mod.Function(name)
-	if err != nil {
-		return nil, nil, errors.Join(err, mod.Close())
-	}
-	return mod, fn, nil
-}
-
 // splitModuleSource is a layer's small-batch module of split heads (file,
 // rows × cols matrices after the split, the layer's defines for the split
 // shape).
@@ -153,8 +143,7 @@ func splitModuleSource(file string, opt replay.Options, rows, cols, split int, d
 	if !tn.wholeVerify {
 		defines = append(defines, "-DSPLIT_VERIFY=1")
 	}
-	threads := moduleThreads(opt, rows, cols, tn)
-	return splitModule{file, src, replayModuleOptions(opt, rows, cols, threads, 0, defines, tn), threads}, nil
+	return splitModule{file, src, replayModuleOptions(opt, rows, cols, 0, defines, tn), moduleThreads(opt, rows, cols, tn)}, nil
 }
 
 // planHeadSplit returns how many parts the small step splits each of a

@@ -65,7 +65,7 @@ func replayModuleSource(d *Device, layer string, m2 ssm.Mamba2Shape, g ssm.GDNSh
 	if src, err = replaySource(file); err != nil {
 		return
 	}
-	args = replayModuleOptions(opt, rows, cols, moduleThreads(opt, rows, cols, tn), capacity*stateBuffers(opt)*heads, defines, tn)
+	args = replayModuleOptions(opt, rows, cols, capacity*stateBuffers(opt)*heads, defines, tn)
 	return
 }
 

@@ -1127,10 +1127,10 @@ func replaySource(file string) (string, error) {
 // -DPIPE_RING=0, NOTES.md) so they override without rebuilding the program.
 // stateMats is the number of state matrices (an fp8 checkpoint's scales
 // follow all of their codes).
-func replayModuleOptions(opt replay.Options, rows, cols, threads, stateMats int, defines []string, tn tuning) []string {
+func replayModuleOptions(opt replay.Options, rows, cols, stateMats int, defines []string, tn tuning) []string {
 	opts := append([]string{
 		"--std=c++17",
-		fmt.Sprintf("-DROWS=%d", rows), fmt.Sprintf("-DCOLS=%d", cols), fmt.Sprintf("-DNT=%d", threads),
+		fmt.Sprintf("-DROWS=%d", rows), fmt.Sprintf("-DCOLS=%d", cols), fmt.Sprintf("-DNT=%d", moduleThreads(opt, rows, cols, tn)),
 		fmt.Sprintf("-DSTATE_FMT=%d", fmtDefine(opt.State)), fmt.Sprintf("-DREAD_FMT=%d", fmtDefine(opt.ReadCopy)),
 		fmt.Sprintf("-DRMAX=%d", replayRing(opt)), fmt.Sprintf("-DTMAX=%d", max(1, opt.MaxDraft)),
 	}, defines...)
@@ -1152,7 +1152,7 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 	if err != nil {
 		return err
 	}
-	opts := replayModuleOptions(opt, rows, cols, c.threads, c.stateMatrices(), defines, tn)
+	opts := replayModuleOptions(opt, rows, cols, c.stateMatrices(), defines, tn)
 	if c.mod, err = d.Compile(ctx, file, src, opts...); err != nil {
 		return err
 	}
