@@ -67,6 +67,9 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	if !definesName(tn.defines, "BASE_REGS") {
 		defines = append(defines, "-DBASE_REGS=40")
 	}
+	if baseRows(opt, tn) > 0 {
+		defines = append(defines, fmt.Sprintf("-DBASE_ROWS=%d", tn.baseRows), fmt.Sprintf("-DBASE_ROWS_WARPS=%d", max(1, tn.baseWarps)))
+	}
 	if tcFold(opt) && !definesName(tn.defines, "TC_FOLD") {
 		defines = append(defines, "-DTC_FOLD=1")
 	}
@@ -84,6 +87,17 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 // from the tensor-core layout).
 func tcFold(opt replay.Options) bool {
 	return elemBytes(opt.State) == 2 && opt.ReadCopy == numeric.F32
+}
+
+// baseRows is the rows a block of the GDN baseline step by rows
+// (gdn_baseline_rows, REPLAYSSM_CUDA_BASE_ROWS), 0 where it is not built:
+// baseline mode with an unscaled state (an fp8 state needs its new
+// matrix's amax before it stores).
+func baseRows(opt replay.Options, tn tuning) int {
+	if opt.Mode != replay.Baseline || opt.State == numeric.E4M3 {
+		return 0
+	}
+	return tn.baseRows
 }
 
 // definesName reports whether defines (NVRTC options) define name.
@@ -169,6 +183,13 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	}
 	if err := c.bindKernels("gdn_pipe_step", "", "", tn.pipeBlocks); err != nil {
 		return fail(err)
+	}
+	if n := baseRows(opt, tn); n > 0 {
+		if c.baseRows, err = c.mod.Function("gdn_baseline_rows"); err != nil {
+			return fail(err)
+		}
+		w := max(1, tn.baseWarps)
+		c.baseRowsBlocks, c.baseRowsThreads = (dv+w*n-1)/(w*n), 32*w
 	}
 	if c.early, err = bindEarlyVerify(d, c.mod, "gdn_replay_verify_early", c.threads, tn); err != nil {
 		return fail(err)

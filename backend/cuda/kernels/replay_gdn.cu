@@ -1440,6 +1440,206 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_baseline_verify(GDN_BASELIN
 }
 #endif
 
+// ---- the baseline step by rows (BASE_ROWS) ----
+//
+// BASE_ROWS > 0 adds gdn_baseline_rows: gdn_baseline<false>'s step for
+// BASE_ROWS rows of one value head and batch row a one-warp block, laid out
+// as the public decode kernels lay theirs out (one warp a program, a grid
+// of tens of thousands, no barrier). The warp asks for all of its rows'
+// chunks first, then for the token's k, q, v and scalars, so its state is
+// in flight through the prologue (the l2 norms, the decay in float64) that
+// gdn_baseline's block waits for at a barrier, and each warp holds
+// BASE_ROWS x DK x 2 bytes in flight at once where gdn_baseline's threads
+// stream pass after pass. k and q stay in registers in the row layout
+// (RowMap: LANES lanes a row, CPL chunks each), each lane normalising its
+// own copy (float64 sums over its row's lanes: the CPU's sum in another
+// order, the same float32 scale unless the float64 sums differ across a
+// rounding boundary). Sums of a row reduce over its lanes as gdn_baseline's
+// do (lanes_sum), with the same per-lane order, so for dk = 8 x LANES x VEC
+// x CPL the outputs and state are gdn_baseline's bit for bit.
+#ifndef BASE_ROWS
+#define BASE_ROWS 0
+#endif
+#if BASE_ROWS > 0 && HSPLIT == 1 && STATE_FMT != FMT_E4M3
+struct RowMap {
+    static constexpr int VEC = SIO::VEC;
+    static constexpr int CHUNKS = COLS / VEC;
+    static constexpr int LANES = CHUNKS < 8 ? CHUNKS : 8;
+    static constexpr int CPL = CHUNKS / LANES;
+    static constexpr int RPW = 32 / LANES;
+    static constexpr int PASSES = (BASE_ROWS + RPW - 1) / RPW;
+};
+
+// row_sumsq_d is sum x^2 over a row's LANES lanes' CPL x VEC floats, in
+// float64.
+__device__ __forceinline__ double row_sumsq_d(const float (&x)[RowMap::CPL][RowMap::VEC])
+{
+    double ss = 0.0;
+#pragma unroll
+    for (int c = 0; c < RowMap::CPL; c++) {
+#pragma unroll
+        for (int e = 0; e < RowMap::VEC; e++) {
+            ss += (double)x[c][e] * (double)x[c][e];
+        }
+    }
+#pragma unroll
+    for (int o = RowMap::LANES / 2; o > 0; o >>= 1) {
+        ss += __shfl_xor_sync(FULL_MASK, ss, o);
+    }
+    return ss;
+}
+
+// row_vec loads a lane's chunks of a token vector of DK floats (columns
+// (c LANES + lane) VEC ..) into x.
+__device__ __forceinline__ void row_vec(float (&x)[RowMap::CPL][RowMap::VEC], const float* __restrict__ src, int cl)
+{
+#pragma unroll
+    for (int c = 0; c < RowMap::CPL; c++) {
+#pragma unroll
+        for (int q = 0; q < RowMap::VEC / 4; q++) {
+            const float4 w = *reinterpret_cast<const float4*>(src + (c * RowMap::LANES + cl) * RowMap::VEC + 4 * q);
+            x[c][4 * q] = w.x;
+            x[c][4 * q + 1] = w.y;
+            x[c][4 * q + 2] = w.z;
+            x[c][4 * q + 3] = w.w;
+        }
+    }
+}
+
+// BASE_ROWS_MINB bounds the registers (one-warp blocks an SM): 24 leaves
+// 80, what 4 chunks of state a lane (8 rows of a 2-byte state, 4 of fp32)
+// take without spills (ptxas 11.8: 72-80); 8 chunks take 105-111 (16).
+// BASE_ROWS_WARPS = W > 1: W warps a block (W x BASE_ROWS rows of the
+// head) share one prologue, in shared memory after a barrier: l2norm_warp
+// (gdn_baseline's) on warps 0 and W-1, the decay on lane 0 of warp 0;
+// every warp's rows are in flight before it. W = 1 (the default): each
+// warp forms its own in registers, no barrier.
+#ifndef BASE_ROWS_WARPS
+#define BASE_ROWS_WARPS 1
+#endif
+// BASE_ROWS_MINB bounds the registers (blocks an SM, as one-warp blocks):
+// 24 leaves 80, what 4 chunks of state a lane (8 rows of a 2-byte state, 4
+// of fp32) take without spills (ptxas 11.8: 72-80); 8 chunks take 105-111
+// (16).
+#ifndef BASE_ROWS_MINB
+#define BASE_ROWS_MINB (RowMap::PASSES * RowMap::CPL <= 4 ? 24 : 16)
+#endif
+extern "C" __global__ void __launch_bounds__(32 * BASE_ROWS_WARPS, (BASE_ROWS_MINB + BASE_ROWS_WARPS - 1) / BASE_ROWS_WARPS)
+    gdn_baseline_rows(GDN_BASELINE_PARAMS, int* __restrict__ pending)
+{
+    typedef RowMap RM;
+    constexpr int W = BASE_ROWS_WARPS;
+    constexpr int HB = (ROWS + W * BASE_ROWS - 1) / (W * BASE_ROWS); // a head's blocks
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rl = lane / RM::LANES, cl = lane % RM::LANES;
+    const int j = blockIdx.x / HB, r0 = (blockIdx.x % HB) * W * BASE_ROWS + warp * BASE_ROWS;
+    const int b = blockIdx.y, kh = j / VPK;
+    const int s = slots[b];
+    ST* src = state + (((u64)s * nb + cur[s]) * NVH + j) * (DV * DK);
+    // The state first: every row's chunks of this warp in flight at once.
+    uint4 raw[RM::PASSES][RM::CPL];
+#pragma unroll
+    for (int p = 0; p < RM::PASSES; p++) {
+        const int r = r0 + p * RM::RPW + rl;
+#pragma unroll
+        for (int c = 0; c < RM::CPL; c++) {
+            raw[p][c] = make_uint4(0, 0, 0, 0);
+            if (p * RM::RPW + rl < BASE_ROWS && r < ROWS) {
+                raw[p][c] = *reinterpret_cast<const uint4*>(src + (u64)r * COLS + (c * RM::LANES + cl) * RM::VEC);
+            }
+        }
+    }
+    const float* vd = v + ((u64)b * NVH + j) * DV;
+    float vr[RM::PASSES];
+#pragma unroll
+    for (int p = 0; p < RM::PASSES; p++) {
+        const int r = r0 + p * RM::RPW + rl;
+        vr[p] = p * RM::RPW + rl < BASE_ROWS && r < ROWS ? vd[r] : 0.0f;
+    }
+    const float* kd = k + ((u64)b * NKH + kh) * DK;
+    const float* qd = q + ((u64)b * NKH + kh) * DK;
+    float kn[RM::CPL][RM::VEC], qn[RM::CPL][RM::VEC];
+    float eg, beta;
+    if constexpr (W > 1) {
+        __shared__ __align__(16) float sK[DK];
+        __shared__ __align__(16) float sQ[DK];
+        __shared__ float sEB[2];
+        if (warp == 0) {
+            l2norm_warp(sK, kd, 1.0f);
+            if (lane == 0) {
+                const double sp = softplus_d((double)a[(u64)b * NVH + j] + dtb[j]);
+                sEB[0] = (float)exp(negA[j] * sp);
+                sEB[1] = (float)sigmoid_d((double)bb[(u64)b * NVH + j]);
+            }
+        }
+        if (warp == W - 1) {
+            l2norm_warp(sQ, qd, qscale);
+        }
+        __syncthreads();
+        row_vec(kn, sK, cl);
+        row_vec(qn, sQ, cl);
+        eg = sEB[0];
+        beta = sEB[1];
+    } else {
+        row_vec(kn, kd, cl);
+        row_vec(qn, qd, cl);
+        const double sp = softplus_d((double)a[(u64)b * NVH + j] + dtb[j]);
+        eg = (float)exp(negA[j] * sp);
+        beta = (float)sigmoid_d((double)bb[(u64)b * NVH + j]);
+        const float rk = (float)(1.0 / sqrt(row_sumsq_d(kn) + L2EPS));
+        const float rq = (float)(1.0 / sqrt(row_sumsq_d(qn) + L2EPS)) * qscale;
+#pragma unroll
+        for (int c = 0; c < RM::CPL; c++) {
+#pragma unroll
+            for (int e = 0; e < RM::VEC; e++) {
+                kn[c][e] *= rk;
+                qn[c][e] *= rq;
+            }
+        }
+    }
+    float* od = o + ((u64)b * NVH + j) * DV;
+#pragma unroll
+    for (int p = 0; p < RM::PASSES; p++) {
+        const int r = r0 + p * RM::RPW + rl;
+        const bool live = p * RM::RPW + rl < BASE_ROWS && r < ROWS;
+        float e[RM::CPL][RM::VEC];
+#pragma unroll
+        for (int c = 0; c < RM::CPL; c++) {
+            SIO::unpack(raw[p][c], e[c], 1.0f);
+        }
+        float sk = 0.0f;
+#pragma unroll
+        for (int c = 0; c < RM::CPL; c++) {
+#pragma unroll
+            for (int q = 0; q < RM::VEC; q++) {
+                sk = fmaf(e[c][q], kn[c][q], sk);
+            }
+        }
+        sk = lanes_sum<RM::LANES>(sk);
+        const float u = live ? beta * (vr[p] - eg * sk) : 0.0f;
+        float ov = 0.0f;
+#pragma unroll
+        for (int c = 0; c < RM::CPL; c++) {
+#pragma unroll
+            for (int q = 0; q < RM::VEC; q++) {
+                const float xv = eg * e[c][q] + u * kn[c][q];
+                e[c][q] = xv;
+                ov = fmaf(xv, qn[c][q], ov);
+            }
+            if (live) {
+                SIO::store(src, (u64)r * DK + (c * RM::LANES + cl) * RM::VEC, e[c], 1.0f, 1.0f);
+            }
+        }
+        ov = lanes_sum<RM::LANES>(ov);
+        if (live && cl == 0) {
+            od[r] = ov;
+        }
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        pending[s] = 0;
+    }
+}
+#endif
+
 // ---- v5: the pipelined (persistent, bulk-copy) non-flush step ----
 //
 // gdn_pipe computes what gdn_step<0> computes, bit for bit, for the
