@@ -58,6 +58,7 @@ type tuning struct {
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
 	baseRows    int      // REPLAYSSM_CUDA_BASE_ROWS: the GDN baseline step by rows, this many a warp (gdn_baseline_rows; 0: off)
 	baseWarps   int      // REPLAYSSM_CUDA_BASE_ROWS_WARPS: its warps a block (0: 1)
+	baseLoop    bool     // REPLAYSSM_CUDA_BASE_ROWS_LOOP=1: one warp a block on a resident grid, items in turn
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -101,6 +102,7 @@ func envTuning(getenv func(string) string) tuning {
 	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_BASE_ROWS_WARPS")); err == nil && n >= 1 && n <= 16 {
 		tn.baseWarps = n
 	}
+	tn.baseLoop = getenv("REPLAYSSM_CUDA_BASE_ROWS_LOOP") == "1"
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
 	}
@@ -352,6 +354,7 @@ type replayCommon struct {
 	baseRows                     *Function // the baseline step by rows (GDN, BASE_ROWS), where built
 	baseRowsBlocks               int       // its blocks a head
 	baseRowsThreads              int       // its block size
+	baseRowsGrid                 int       // its resident grid (BASE_ROWS_LOOP; 0: a block per item)
 	pipe                         pipeline
 	group                        groupStep
 	folds                        foldPipe
@@ -592,8 +595,12 @@ func (c *replayCommon) grid(batch int) [3]uint32 {
 // row, the step with its stage's shared memory where planned.
 func (c *replayCommon) launchBaselineKernel(s *Stream, batch int, verify bool, a *Args) error {
 	if !verify && c.baseRows != nil {
-		blocks := c.heads * c.baseRowsBlocks
-		return c.d.Launch(c.baseRows, [3]uint32{uint32(blocks), uint32(batch), 1}, [3]uint32{uint32(c.baseRowsThreads), 1, 1}, 0, s, a)
+		a.I32(int32(batch))
+		grid := [3]uint32{uint32(c.heads * c.baseRowsBlocks), uint32(batch), 1}
+		if c.baseRowsGrid > 0 { // BASE_ROWS_LOOP: a resident grid takes every item
+			grid = [3]uint32{uint32(min(c.baseRowsGrid, c.heads*c.baseRowsBlocks*batch)), 1, 1}
+		}
+		return c.d.Launch(c.baseRows, grid, [3]uint32{uint32(c.baseRowsThreads), 1, 1}, 0, s, a)
 	}
 	fn, smem := c.baselineStep, 0
 	if verify {

@@ -68,7 +68,10 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 		defines = append(defines, "-DBASE_REGS=40")
 	}
 	if baseRows(opt, tn) > 0 {
-		defines = append(defines, fmt.Sprintf("-DBASE_ROWS=%d", tn.baseRows), fmt.Sprintf("-DBASE_ROWS_WARPS=%d", max(1, tn.baseWarps)))
+		defines = append(defines, fmt.Sprintf("-DBASE_ROWS=%d", tn.baseRows), fmt.Sprintf("-DBASE_ROWS_WARPS=%d", baseWarps(tn)))
+		if baseWarps(tn) == 1 && tn.baseLoop {
+			defines = append(defines, "-DBASE_ROWS_LOOP=1")
+		}
 	}
 	if tcFold(opt) && !definesName(tn.defines, "TC_FOLD") {
 		defines = append(defines, "-DTC_FOLD=1")
@@ -99,6 +102,9 @@ func baseRows(opt replay.Options, tn tuning) int {
 	}
 	return tn.baseRows
 }
+
+// baseWarps is the warps a block of gdn_baseline_rows.
+func baseWarps(tn tuning) int { return max(1, tn.baseWarps) }
 
 // definesName reports whether defines (NVRTC options) define name.
 func definesName(defines []string, name string) bool {
@@ -188,8 +194,13 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 		if c.baseRows, err = c.mod.Function("gdn_baseline_rows"); err != nil {
 			return fail(err)
 		}
-		w := max(1, tn.baseWarps)
+		w := baseWarps(tn)
 		c.baseRowsBlocks, c.baseRowsThreads = (dv+w*n-1)/(w*n), 32*w
+		if w == 1 && tn.baseLoop {
+			if c.baseRowsGrid, err = residentBlocks(d, c.baseRows, 32, tn.pipeBlocks); err != nil {
+				return fail(err)
+			}
+		}
 	}
 	if c.early, err = bindEarlyVerify(d, c.mod, "gdn_replay_verify_early", c.threads, tn); err != nil {
 		return fail(err)

@@ -800,7 +800,7 @@ func TestReplayProjScatterMatchesLanesSum(t *testing.T) {
 // more than one warp a block the prologue is gdn_baseline's own). Warps
 // of 3 rows (the small layer's last block short) and 16, one a block;
 // two warps of 3, four of 8 (the small layer's second to fourth warps
-// past its rows).
+// past its rows); and on a resident grid (BASE_ROWS_LOOP) of three warps.
 func TestBaselineRowsMatchesStep(t *testing.T) {
 	d := gpu(t)
 	for li, l := range append(smallLayers(), largeLayers()...) {
@@ -808,13 +808,16 @@ func TestBaselineRowsMatchesStep(t *testing.T) {
 			continue
 		}
 		for _, st := range []numeric.Format{numeric.F32, numeric.BF16, numeric.F16} {
-			for _, nw := range [][2]int{{3, 1}, {16, 1}, {3, 2}, {8, 4}} {
-				n, w := nw[0], nw[1]
-				t.Run(fmt.Sprintf("%s/%v/%dx%d", l.name, st, n, w), func(t *testing.T) {
+			for _, nw := range [][3]int{{3, 1, 0}, {16, 1, 0}, {3, 2, 0}, {8, 4, 0}, {3, 1, 1}, {8, 1, 1}} {
+				n, w, loop := nw[0], nw[1], nw[2] == 1
+				t.Run(fmt.Sprintf("%s/%v/%dx%d/loop=%v", l.name, st, n, w, loop), func(t *testing.T) {
 					t.Parallel()
 					o := replay.Options{Mode: replay.Baseline, MaxDraft: 3, State: st}
 					rows, step := envTuning(os.Getenv), envTuning(os.Getenv)
-					rows.baseRows, rows.baseWarps, step.baseRows = n, w, 0
+					rows.baseRows, rows.baseWarps, rows.baseLoop, step.baseRows = n, w, loop, 0
+					if loop {
+						rows.pipeBlocks = 3 // each warp takes many items in turn
+					}
 					build := func(tn tuning) *gpuCache {
 						c, err := l.buildWith(d, o, pairSlots, tn)
 						if err != nil {

@@ -1521,22 +1521,24 @@ __device__ __forceinline__ void row_vec(float (&x)[RowMap::CPL][RowMap::VEC], co
 // 24 leaves 80, what 4 chunks of state a lane (8 rows of a 2-byte state, 4
 // of fp32) take without spills (ptxas 11.8: 72-80); 8 chunks take 105-111
 // (16).
-#ifndef BASE_ROWS_MINB
-#define BASE_ROWS_MINB (RowMap::PASSES * RowMap::CPL <= 4 ? 24 : 16)
+// BASE_ROWS_LOOP=1 (one warp a block): a resident grid whose warps take
+// the items (batch row, head, BASE_ROWS rows) in turn, each asking for the
+// next item's rows before it works on its own (and for the slot of the
+// one after), so a warp always has a state's rows in flight; the grid is
+// the blocks the GPU holds at once (batch: the step's batch rows).
+#ifndef BASE_ROWS_LOOP
+#define BASE_ROWS_LOOP 0
 #endif
-extern "C" __global__ void __launch_bounds__(32 * BASE_ROWS_WARPS, (BASE_ROWS_MINB + BASE_ROWS_WARPS - 1) / BASE_ROWS_WARPS)
-    gdn_baseline_rows(GDN_BASELINE_PARAMS, int* __restrict__ pending)
+// With BASE_ROWS_LOOP a lane holds two items' chunks.
+#ifndef BASE_ROWS_MINB
+#define BASE_ROWS_MINB (RowMap::PASSES * RowMap::CPL * (BASE_ROWS_LOOP ? 2 : 1) <= 4 ? 24 : 16)
+#endif
+// rows_fetch asks for a warp's BASE_ROWS rows from r0 of matrix src (zeros
+// past them), every chunk at once.
+__device__ __forceinline__ void rows_fetch(uint4 (&raw)[RowMap::PASSES][RowMap::CPL], const ST* src, int r0)
 {
     typedef RowMap RM;
-    constexpr int W = BASE_ROWS_WARPS;
-    constexpr int HB = (ROWS + W * BASE_ROWS - 1) / (W * BASE_ROWS); // a head's blocks
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rl = lane / RM::LANES, cl = lane % RM::LANES;
-    const int j = blockIdx.x / HB, r0 = (blockIdx.x % HB) * W * BASE_ROWS + warp * BASE_ROWS;
-    const int b = blockIdx.y, kh = j / VPK;
-    const int s = slots[b];
-    ST* src = state + (((u64)s * nb + cur[s]) * NVH + j) * (DV * DK);
-    // The state first: every row's chunks of this warp in flight at once.
-    uint4 raw[RM::PASSES][RM::CPL];
+    const int lane = threadIdx.x & 31, rl = lane / RM::LANES, cl = lane % RM::LANES;
 #pragma unroll
     for (int p = 0; p < RM::PASSES; p++) {
         const int r = r0 + p * RM::RPW + rl;
@@ -1548,6 +1550,23 @@ extern "C" __global__ void __launch_bounds__(32 * BASE_ROWS_WARPS, (BASE_ROWS_MI
             }
         }
     }
+}
+
+// rows_item is a warp's step of rows r0 .. r0 + BASE_ROWS of value head j,
+// batch row b (matrix src, slot s), from their chunks in raw: the token's
+// inputs, the prologue (with more than one warp a block, shared through
+// shared memory), the rows' update and outputs.
+__device__ __forceinline__ void rows_item(const uint4 (&raw)[RowMap::PASSES][RowMap::CPL], ST* src, int s, int b,
+                                          int j, int r0, const int* __restrict__ slots, const float* __restrict__ q,
+                                          const float* __restrict__ k, const float* __restrict__ v,
+                                          const float* __restrict__ a, const float* __restrict__ bb,
+                                          float* __restrict__ o, const double* __restrict__ negA,
+                                          const double* __restrict__ dtb, float qscale, int* __restrict__ pending)
+{
+    typedef RowMap RM;
+    constexpr int W = BASE_ROWS_WARPS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rl = lane / RM::LANES, cl = lane % RM::LANES;
+    const int kh = j / VPK;
     const float* vd = v + ((u64)b * NVH + j) * DV;
     float vr[RM::PASSES];
 #pragma unroll
@@ -1634,9 +1653,77 @@ extern "C" __global__ void __launch_bounds__(32 * BASE_ROWS_WARPS, (BASE_ROWS_MI
             od[r] = ov;
         }
     }
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (j == 0 && r0 == 0 && threadIdx.x == 0) {
         pending[s] = 0;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(32 * BASE_ROWS_WARPS, (BASE_ROWS_MINB + BASE_ROWS_WARPS - 1) / BASE_ROWS_WARPS)
+    gdn_baseline_rows(GDN_BASELINE_PARAMS, int* __restrict__ pending, int batch)
+{
+    typedef RowMap RM;
+    constexpr int W = BASE_ROWS_WARPS;
+    constexpr int HB = (ROWS + W * BASE_ROWS - 1) / (W * BASE_ROWS); // a head's blocks
+    const int warp = threadIdx.x >> 5;
+    uint4 raw[RM::PASSES][RM::CPL];
+    if constexpr (BASE_ROWS_LOOP && W == 1) {
+        // Item it: batch row it / (NVH HB), head (it / HB) % NVH, rows
+        // (it % HB) BASE_ROWS.
+        const int total = batch * NVH * HB, step = gridDim.x;
+        auto mat = [&](int it, int s, int c) {
+            return state + (((u64)s * nb + c) * NVH + (it / HB) % NVH) * (DV * DK);
+        };
+        int it = blockIdx.x;
+        if (it >= total) {
+            return;
+        }
+        int s = slots[it / (NVH * HB)];
+        ST* src = mat(it, s, cur[s]);
+        rows_fetch(raw, src, (it % HB) * BASE_ROWS);
+        int it1 = it + step, s1 = 0, c1 = 0;
+        if (it1 < total) {
+            s1 = slots[it1 / (NVH * HB)];
+            c1 = cur[s1];
+        }
+        for (;;) {
+            uint4 rawn[RM::PASSES][RM::CPL];
+            ST* src1 = nullptr;
+            if (it1 < total) {
+                src1 = mat(it1, s1, c1);
+                rows_fetch(rawn, src1, (it1 % HB) * BASE_ROWS);
+            }
+            const int it2 = it1 + step;
+            int s2 = 0, c2 = 0;
+            if (it2 < total) {
+                s2 = slots[it2 / (NVH * HB)];
+            }
+            rows_item(raw, src, s, it / (NVH * HB), (it / HB) % NVH, (it % HB) * BASE_ROWS, slots, q, k, v, a, bb, o,
+                      negA, dtb, qscale, pending);
+            if (it1 >= total) {
+                break;
+            }
+            if (it2 < total) {
+                c2 = cur[s2];
+            }
+#pragma unroll
+            for (int p = 0; p < RM::PASSES; p++) {
+#pragma unroll
+                for (int c = 0; c < RM::CPL; c++) {
+                    raw[p][c] = rawn[p][c];
+                }
+            }
+            it = it1, s = s1, src = src1;
+            it1 = it2, s1 = s2, c1 = c2;
+        }
+        return;
+    }
+    const int j = blockIdx.x / HB, r0 = (blockIdx.x % HB) * W * BASE_ROWS + warp * BASE_ROWS;
+    const int b = blockIdx.y;
+    const int s = slots[b];
+    ST* src = state + (((u64)s * nb + cur[s]) * NVH + j) * (DV * DK);
+    // The state first: every row's chunks of this warp in flight at once.
+    rows_fetch(raw, src, r0);
+    rows_item(raw, src, s, b, j, r0, slots, q, k, v, a, bb, o, negA, dtb, qscale, pending);
 }
 #endif
 
