@@ -131,8 +131,6 @@ func TestEnvTuning(t *testing.T) {
 			tuning{folds: "items", foldItems: true, smallBatch: defaultSmallBatch}},
 		{"baseline threads", map[string]string{"REPLAYSSM_CUDA_BASE_THREADS": "128"},
 			tuning{baseThreads: 128, foldItems: true, smallBatch: defaultSmallBatch}},
-		{"baseline rows", map[string]string{"REPLAYSSM_CUDA_BASE_ROWS": "8", "REPLAYSSM_CUDA_BASE_ROWS_WARPS": "4", "REPLAYSSM_CUDA_BASE_ROWS_LOOP": "1"},
-			tuning{baseRows: 8, baseWarps: 4, baseLoop: true, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"baseline stage off", map[string]string{"REPLAYSSM_CUDA_BASE_STAGE": "0"},
 			tuning{baseStage: "0", foldItems: true, smallBatch: defaultSmallBatch}},
 		{"overlap", map[string]string{"REPLAYSSM_CUDA_OVERLAP": "1", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "132"},
@@ -158,7 +156,6 @@ func TestEnvTuning(t *testing.T) {
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
 			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0", "REPLAYSSM_CUDA_SPLIT_VERIFY": "off", "REPLAYSSM_CUDA_VERIFY_EARLY": "auto",
-			"REPLAYSSM_CUDA_BASE_ROWS": "0", "REPLAYSSM_CUDA_BASE_ROWS_WARPS": "0", "REPLAYSSM_CUDA_BASE_ROWS_LOOP": "yes",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {

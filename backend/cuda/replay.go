@@ -56,9 +56,6 @@ type tuning struct {
 	wholeVerify bool     // REPLAYSSM_CUDA_SPLIT_VERIFY=0: small batches verify on whole heads (by default on the split ones where the step splits)
 	verifyEarly string   // REPLAYSSM_CUDA_VERIFY_EARLY: "1" or "0" forces the small batches' early verify on or off ("": where its grid fits, earlyVerify.pick)
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
-	baseRows    int      // REPLAYSSM_CUDA_BASE_ROWS: the GDN baseline step by rows, this many a warp (gdn_baseline_rows; 0: off)
-	baseWarps   int      // REPLAYSSM_CUDA_BASE_ROWS_WARPS: its warps a block (0: 1)
-	baseLoop    bool     // REPLAYSSM_CUDA_BASE_ROWS_LOOP=1: one warp a block on a resident grid, items in turn
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -96,13 +93,6 @@ func envTuning(getenv func(string) string) tuning {
 	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_HEAD_SPLIT")); err == nil && n >= 1 && n <= 64 {
 		tn.headSplit = n
 	}
-	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_BASE_ROWS")); err == nil && n >= 1 && n <= 64 {
-		tn.baseRows = n
-	}
-	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_BASE_ROWS_WARPS")); err == nil && n >= 1 && n <= 16 {
-		tn.baseWarps = n
-	}
-	tn.baseLoop = getenv("REPLAYSSM_CUDA_BASE_ROWS_LOOP") == "1"
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
 	}
@@ -351,10 +341,6 @@ type replayCommon struct {
 	early                        earlyVerify // a small batch's verify (Mamba-2's one kernel, GDN's v4) with the early start
 	flushBlocks                  int         // the flush kernel's grid: the blocks the GPU holds at once
 	baselineStep, baselineVerify *Function
-	baseRows                     *Function // the baseline step by rows (GDN, BASE_ROWS), where built
-	baseRowsBlocks               int       // its blocks a head
-	baseRowsThreads              int       // its block size
-	baseRowsGrid                 int       // its resident grid (BASE_ROWS_LOOP; 0: a block per item)
 	pipe                         pipeline
 	group                        groupStep
 	folds                        foldPipe
@@ -594,14 +580,6 @@ func (c *replayCommon) grid(batch int) [3]uint32 {
 // per-draft verify) whose arguments a holds, one block per head and batch
 // row, the step with its stage's shared memory where planned.
 func (c *replayCommon) launchBaselineKernel(s *Stream, batch int, verify bool, a *Args) error {
-	if !verify && c.baseRows != nil {
-		a.I32(int32(batch))
-		grid := [3]uint32{uint32(c.heads * c.baseRowsBlocks), uint32(batch), 1}
-		if c.baseRowsGrid > 0 { // BASE_ROWS_LOOP: a resident grid takes every item
-			grid = [3]uint32{uint32(min(c.baseRowsGrid, c.heads*c.baseRowsBlocks*batch)), 1, 1}
-		}
-		return c.d.Launch(c.baseRows, grid, [3]uint32{uint32(c.baseRowsThreads), 1, 1}, 0, s, a)
-	}
 	fn, smem := c.baselineStep, 0
 	if verify {
 		fn = c.baselineVerify
@@ -740,8 +718,6 @@ func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, 
 // row) or "staged" (the same, its matrix staged whole: planBaseStage).
 func (c *replayCommon) StepKernel(batch int) string {
 	switch {
-	case c.opt.Mode == replay.Baseline && c.baseRows != nil:
-		return "rows"
 	case c.opt.Mode == replay.Baseline && c.base.on:
 		return "staged"
 	case c.opt.Mode == replay.Baseline:

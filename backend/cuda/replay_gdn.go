@@ -67,12 +67,6 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	if !definesName(tn.defines, "BASE_REGS") {
 		defines = append(defines, "-DBASE_REGS=40")
 	}
-	if baseRows(opt, tn) > 0 {
-		defines = append(defines, fmt.Sprintf("-DBASE_ROWS=%d", tn.baseRows), fmt.Sprintf("-DBASE_ROWS_WARPS=%d", baseWarps(tn)))
-		if baseWarps(tn) == 1 && tn.baseLoop {
-			defines = append(defines, "-DBASE_ROWS_LOOP=1")
-		}
-	}
 	if tcFold(opt) && !definesName(tn.defines, "TC_FOLD") {
 		defines = append(defines, "-DTC_FOLD=1")
 	}
@@ -91,20 +85,6 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 func tcFold(opt replay.Options) bool {
 	return elemBytes(opt.State) == 2 && opt.ReadCopy == numeric.F32
 }
-
-// baseRows is the rows a block of the GDN baseline step by rows
-// (gdn_baseline_rows, REPLAYSSM_CUDA_BASE_ROWS), 0 where it is not built:
-// baseline mode with an unscaled state (an fp8 state needs its new
-// matrix's amax before it stores).
-func baseRows(opt replay.Options, tn tuning) int {
-	if opt.Mode != replay.Baseline || opt.State == numeric.E4M3 {
-		return 0
-	}
-	return tn.baseRows
-}
-
-// baseWarps is the warps a block of gdn_baseline_rows.
-func baseWarps(tn tuning) int { return max(1, tn.baseWarps) }
 
 // definesName reports whether defines (NVRTC options) define name.
 func definesName(defines []string, name string) bool {
@@ -189,18 +169,6 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	}
 	if err := c.bindKernels("gdn_pipe_step", "", "", tn.pipeBlocks); err != nil {
 		return fail(err)
-	}
-	if n := baseRows(opt, tn); n > 0 {
-		if c.baseRows, err = c.mod.Function("gdn_baseline_rows"); err != nil {
-			return fail(err)
-		}
-		w := baseWarps(tn)
-		c.baseRowsBlocks, c.baseRowsThreads = (dv+w*n-1)/(w*n), 32*w
-		if w == 1 && tn.baseLoop {
-			if c.baseRowsGrid, err = residentBlocks(d, c.baseRows, 32, tn.pipeBlocks); err != nil {
-				return fail(err)
-			}
-		}
 	}
 	if c.early, err = bindEarlyVerify(d, c.mod, "gdn_replay_verify_early", c.threads, tn); err != nil {
 		return fail(err)

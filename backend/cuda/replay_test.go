@@ -367,17 +367,6 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 				continue // the small shapes cover these; keep compile time down
 			}
 			runs = append(runs, variant{li, ci, l, tc, envTuning(os.Getenv), l.name + "/" + tc.name})
-			// The GDN baseline step by rows (gdn_baseline_rows): a block of
-			// 3 rows of the small layer (8 rows a head: the last block
-			// short), 8 of the large one.
-			if l.name[:3] == "gdn" && baseRows(tc.opt, tuning{baseRows: 1}) > 0 {
-				tn := envTuning(os.Getenv)
-				tn.baseRows = 8
-				if li == 1 {
-					tn.baseRows = 3
-				}
-				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + "/rows"})
-			}
 			if l.name == tcLayer && tc.opt.Mode == replay.Replay && !tcFold(tc.opt) {
 				tn := envTuning(os.Getenv)
 				tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=1")
@@ -458,7 +447,6 @@ func TestReplayCacheSpeculative(t *testing.T) {
 		opt     replay.Options
 		layers  []gpuLayer
 		defines []string // NVRTC options past REPLAYSSM_CUDA_DEFINES'
-		rows    int      // tuning.baseRows (GDN's baseline step by rows; 0: the environment's)
 	}
 	// The GDN fold on tensor cores where gdnModule leaves it off by
 	// default: the verify's early folds and the flushes of fp32 and nvfp4
@@ -466,22 +454,19 @@ func TestReplayCacheSpeculative(t *testing.T) {
 	tcGDN := largeLayers()[1:]
 	tc := []string{"-DTC_FOLD=1"}
 	specs := []spec{
-		{"replay-L16", replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 5}, smallLayers(), nil, 0},
-		{"replay-L4", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, append(smallLayers(), largeLayers()...), nil, 0},
-		{"replay-L1", replay.Options{Mode: replay.Replay, Window: 1, MaxDraft: 3}, smallLayers(), nil, 0},
-		{"baseline", replay.Options{Mode: replay.Baseline, MaxDraft: 5}, append(smallLayers(), largeLayers()...), nil, 0},
-		{"baseline-bf16", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.BF16}, smallLayers(), nil, 0},
-		// Steps by rows between the per-draft verifies (the step sets the
-		// slots' pending drafts back to 0, as gdn_baseline_step does).
-		{"baseline-rows", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.BF16}, largeLayers()[1:], nil, 8},
-		{"replay-nvfp4", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, append(smallLayers(), largeLayers()...), nil, 0},
-		{"replay-e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.E4M3}, append(smallLayers(), largeLayers()...), nil, 0},
-		{"replay-fp16+e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.F16, ReadCopy: numeric.E4M3}, smallLayers(), nil, 0},
-		{"baseline-e4m3", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.E4M3}, append(smallLayers(), largeLayers()...), nil, 0},
+		{"replay-L16", replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 5}, smallLayers(), nil},
+		{"replay-L4", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, append(smallLayers(), largeLayers()...), nil},
+		{"replay-L1", replay.Options{Mode: replay.Replay, Window: 1, MaxDraft: 3}, smallLayers(), nil},
+		{"baseline", replay.Options{Mode: replay.Baseline, MaxDraft: 5}, append(smallLayers(), largeLayers()...), nil},
+		{"baseline-bf16", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.BF16}, smallLayers(), nil},
+		{"replay-nvfp4", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, append(smallLayers(), largeLayers()...), nil},
+		{"replay-e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.E4M3}, append(smallLayers(), largeLayers()...), nil},
+		{"replay-fp16+e4m3", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.F16, ReadCopy: numeric.E4M3}, smallLayers(), nil},
+		{"baseline-e4m3", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.E4M3}, append(smallLayers(), largeLayers()...), nil},
 		// A 2-byte checkpoint folds on the tensor cores by default (tcFold).
-		{"replay-bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.BF16}, largeLayers(), nil, 0},
-		{"replay-L4-tc", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, tcGDN, tc, 0},
-		{"replay-nvfp4-tc", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, tcGDN, tc, 0},
+		{"replay-bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.BF16}, largeLayers(), nil},
+		{"replay-L4-tc", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, tcGDN, tc},
+		{"replay-nvfp4-tc", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, tcGDN, tc},
 	}
 	for si, sp := range specs {
 		for li, l := range sp.layers {
@@ -500,9 +485,6 @@ func TestReplayCacheSpeculative(t *testing.T) {
 				const nslots = 4
 				tn := envTuning(os.Getenv)
 				tn.defines = append(slices.Clip(tn.defines), sp.defines...)
-				if sp.rows > 0 {
-					tn.baseRows = sp.rows
-				}
 				c, err := l.buildWith(d, sp.opt, nslots, tn)
 				if err != nil {
 					t.Fatal(err)
@@ -788,52 +770,6 @@ func TestReplayProjScatterMatchesLanesSum(t *testing.T) {
 			sum.defines = append(slices.Clip(sum.defines), "-DPROJ_SCATTER=0")
 			comparePairs(t, d, pairVariant{"scatter", scatter, 0, ""}, pairVariant{"lanes_sum", sum, 0, ""})
 		})
-	}
-}
-
-// TestBaselineRowsMatchesStep checks the GDN baseline step by rows
-// (gdn_baseline_rows, REPLAYSSM_CUDA_BASE_ROWS) against gdn_baseline_step
-// bit for bit, verifies (the per-draft kernel on both sides) mixed in: the
-// same lanes hold a row's elements in the same order and reduce it the
-// same way; only the l2 norms' float64 sums are added in another order,
-// which moves their float32 scale only across a rounding boundary (with
-// more than one warp a block the prologue is gdn_baseline's own). Warps
-// of 3 rows (the small layer's last block short) and 16, one a block;
-// two warps of 3, four of 8 (the small layer's second to fourth warps
-// past its rows); and on a resident grid (BASE_ROWS_LOOP) of three warps.
-func TestBaselineRowsMatchesStep(t *testing.T) {
-	d := gpu(t)
-	for li, l := range append(smallLayers(), largeLayers()...) {
-		if l.name[:3] != "gdn" {
-			continue
-		}
-		for _, st := range []numeric.Format{numeric.F32, numeric.BF16, numeric.F16} {
-			for _, nw := range [][3]int{{3, 1, 0}, {16, 1, 0}, {3, 2, 0}, {8, 4, 0}, {3, 1, 1}, {8, 1, 1}} {
-				n, w, loop := nw[0], nw[1], nw[2] == 1
-				t.Run(fmt.Sprintf("%s/%v/%dx%d/loop=%v", l.name, st, n, w, loop), func(t *testing.T) {
-					t.Parallel()
-					o := replay.Options{Mode: replay.Baseline, MaxDraft: 3, State: st}
-					rows, step := envTuning(os.Getenv), envTuning(os.Getenv)
-					rows.baseRows, rows.baseWarps, rows.baseLoop, step.baseRows = n, w, loop, 0
-					if loop {
-						rows.pipeBlocks = 3 // each warp takes many items in turn
-					}
-					build := func(tn tuning) *gpuCache {
-						c, err := l.buildWith(d, o, pairSlots, tn)
-						if err != nil {
-							t.Fatal(err)
-						}
-						t.Cleanup(func() { must(t, c.close()) })
-						return c
-					}
-					cr, cs := build(rows), build(step)
-					if kr, ks := cr.stepKernel(pairSlots), cs.stepKernel(pairSlots); kr != "rows" || ks == "rows" {
-						t.Fatalf("step kernels %q and %q, want rows and another", kr, ks)
-					}
-					sameOutputs(t, d, li, l, cr, cs, "rows", "step")
-				})
-			}
-		}
 	}
 }
 
