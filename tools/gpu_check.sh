@@ -10,7 +10,6 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
-#   tools/gpu_check.sh next       # session 17's knobs: PROJ_SCATTER (its test), TF32_FAST_PROJ
 #   tools/gpu_check.sh fold_phases  # the GDN flush by phase (FOLD_SKIP), FMA and tensor-core folds
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
@@ -132,18 +131,6 @@ all)
 	bench 1 b1.jsonl
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
-next)
-	# Session 17's knobs written after its device time (NOTES.md, session
-	# 17, Next 1): PROJ_SCATTER's bit-for-bit test, then PROJ_SCATTER=1 (the
-	# FMA fold's projection sums, fp32 default) and TF32_FAST_PROJ=1 (the
-	# bf16 tensor-core fold's projection splits) against the defaults.
-	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 300s \
-		-test.run 'TestReplayProjScatterMatchesLanesSum' >"$out/tests_next.log" 2>&1
-	echo "tests: exit $?, $(grep -c -- '--- PASS' "$out/tests_next.log") passed"
-	grep -E -- '--- FAIL|^panic|^FAIL' "$out/tests_next.log" | head -20
-	experiment proj qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_DEFINES=-DPROJ_SCATTER=1 \
-		REPLAYSSM_CUDA_DEFINES=-DTF32_FAST_PROJ=1
-	;;
 fold_phases)
 	# The GDN flush by phase (session 17's table in NOTES.md): FOLD_SKIP 1
 	# the projections, 2 the u' recurrence, 4 the rank update, 5 both

@@ -753,26 +753,6 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 	})
 }
 
-// TestReplayProjScatterMatchesLanesSum checks the FMA fold's projections
-// with their passes' sums reduced at once (PROJ_SCATTER=1,
-// row_sums_scatter) against lanes_sum per pass (the default), bit for bit:
-// the same pairs of lanes are added in the same order. Every fold path
-// takes gdn_fold: the kernels as planned, and with the group kernels
-// taking every batch (the flush kernel's folds, the group verify's early
-// folds by fold_items).
-func TestReplayProjScatterMatchesLanesSum(t *testing.T) {
-	d := gpu(t)
-	for _, all := range []bool{false, true} {
-		t.Run(fmt.Sprintf("groupAll=%v", all), func(t *testing.T) {
-			scatter, sum := envTuning(os.Getenv), envTuning(os.Getenv)
-			scatter.groupAll, sum.groupAll = all, all
-			scatter.defines = append(slices.Clip(scatter.defines), "-DPROJ_SCATTER=1")
-			sum.defines = append(slices.Clip(sum.defines), "-DPROJ_SCATTER=0")
-			comparePairs(t, d, pairVariant{"scatter", scatter, 0, ""}, pairVariant{"lanes_sum", sum, 0, ""})
-		})
-	}
-}
-
 // TestReplayOverlapMatchesSerial checks a decode step whose flush runs on
 // a second stream beside the non-flush kernel (OVERLAP: both layers forced
 // on, the group steps taking their items from a counter), and a verify

@@ -141,22 +141,6 @@ __device__ __forceinline__ int2 tri_pair(int pr, int tri, int t)
 #ifndef FOLD_SKIP
 #define FOLD_SKIP 0
 #endif
-// PROJ_SCATTER=1 (session 17, written after the device time, not yet run
-// on the GPU; off): the FMA fold's projections sum a vector's partial
-// sums of all the thread's passes over the row's lanes at once
-// (row_sums_scatter), where lanes_sum per pass took log2(LANES) shuffles
-// each: fp32 (8 lanes, 4 passes) 4 shuffles a vector instead of 12. ncu
-// (session 17, Qwen3.5-4B fp32 flush): those shuffles were 8% of the
-// flush's instructions and 9% of its stall samples. Bit for bit the same
-// sums. TF32_FAST_PROJ=1 (same status): gdn_project_tc splits its vectors
-// with tf32_split_fast (ptxas 11.8 spilled 456 bytes where it spills 120;
-// NVRTC 13 may not).
-#ifndef PROJ_SCATTER
-#define PROJ_SCATTER 0
-#endif
-#ifndef TF32_FAST_PROJ
-#define TF32_FAST_PROJ 0
-#endif
 // TC_FOLD=1 (where it applies: a block of 16 rows a warp, dk a multiple of
 // 16, sm_80+; gdnModule sets it for 2-byte checkpoints without a read
 // copy, where it measured faster) runs gdn_fold's two matrix products on the tensor
@@ -255,13 +239,8 @@ __device__ __forceinline__ void gdn_project_tc(const float (&reg)[TCMap::PASSES]
             for (int nt = 0; nt < NTILES; nt++) {
                 if (nt < ntc) {
                     u32 bhi0, blo0, bhi1, blo1;
-                    if constexpr (TF32_FAST_PROJ) {
-                        tf32_split_fast(h ? b[nt].z : b[nt].x, bhi0, blo0);
-                        tf32_split_fast(h ? b[nt].w : b[nt].y, bhi1, blo1);
-                    } else {
-                        tf32_split(h ? b[nt].z : b[nt].x, bhi0, blo0);
-                        tf32_split(h ? b[nt].w : b[nt].y, bhi1, blo1);
-                    }
+                    tf32_split(h ? b[nt].z : b[nt].x, bhi0, blo0);
+                    tf32_split(h ? b[nt].w : b[nt].y, bhi1, blo1);
                     mma_3xtf32<TC_AEXACT>(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3], ahi, alo, bhi0, bhi1, blo0,
                                           blo1);
                 }
@@ -419,14 +398,6 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
                 }
             }
         }
-#if PROJ_SCATTER
-        // The passes' sums over the row's lanes at once, halving the
-        // passes each level (row_sums_scatter: the same pairs in the same
-        // order as lanes_sum, bit for bit); pass p's row is row(0) + p RPP.
-        const int r0 = SM::row(0);
-        const int live = r0 < ROWS ? min(SM::PASSES, (ROWS - r0 + SM::RPP - 1) / SM::RPP) : 0;
-        row_sums_scatter<SM::LANES, SM::PASSES>(acc, live, SM::lane(), true, sh.proj + a * DV + r0, SM::RPP);
-#else
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
             const int r = SM::row(pass);
@@ -435,7 +406,6 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
                 sh.proj[a * DV + r] = sum;
             }
         }
-#endif
     }
 #endif
     // Decays as products of the per-step exp(g), one entry i per thread of
