@@ -11,6 +11,7 @@
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
 #   tools/gpu_check.sh fold_phases  # the GDN flush by phase (FOLD_SKIP), FMA and tensor-core folds
+#   tools/gpu_check.sh base_skip  # the GDN baselines without their arithmetic (BASE_SKIP)
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
@@ -131,6 +132,13 @@ all)
 	bench 1 b1.jsonl
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
+base_skip)
+	# The GDN baseline step with its passes copying their chunks back
+	# (BASE_SKIP=1, NOTES.md session 18 Next 1: the outputs are wrong)
+	# against the defaults: near copy bandwidth, the bf16 step's arithmetic
+	# is what holds it at 84-87%; near the default, its block's structure.
+	experiment base_skip qwen3.5-4b,qwen3.5-122b baseline REPLAYSSM_CUDA_DEFINES=-DBASE_SKIP=1
+	;;
 fold_phases)
 	# The GDN flush by phase (session 17's table in NOTES.md): FOLD_SKIP 1
 	# the projections, 2 the u' recurrence, 4 the rank update, 5 both

@@ -103,6 +103,8 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/bf16+nvfp4/overlap off", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{overlap: "0"}},
 		{"replay/bf16/verify overlap", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{overlapVer: true}},
 		{"baseline/bf16/32 registers", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{defines: []string{"-DBASE_REGS=32"}}},
+		{"baseline/bf16/no arithmetic", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{defines: []string{"-DBASE_SKIP=1"}}},
+		{"baseline/fp32/no arithmetic", replay.Options{Mode: replay.Baseline}, tuning{defines: []string{"-DBASE_SKIP=1"}}},
 		{"replay/bf16/verify scalars early", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DSCALARS_EARLY=1"}}},
 		{"replay/fp32+nvfp4/verify uloc fixed", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4}, tuning{defines: []string{"-DULOC_FIXED=1", "-DSCALARS_EARLY=0"}}},
 		{"replay/fp32/tensor-core fold", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DTC_FOLD=1"}}},

@@ -1194,6 +1194,18 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 }
 #endif
 
+// BASE_SKIP=1 is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DBASE_SKIP=1;
+// the baseline step's state and outputs are then wrong): the streaming
+// step copies each pass's chunks back unchanged, so the step's time
+// without its arithmetic (the unpack, the dots, the lanes' sums, the
+// update and its rounding) can be set against the default's. Session 18's
+// question: whether the bf16 GDN baseline (84% / 87% of copy) is held by
+// its arithmetic or by its block's structure (the prologue, the barrier,
+// the pass chain), which the knob keeps.
+#ifndef BASE_SKIP
+#define BASE_SKIP 0
+#endif
+
 // gdn_baseline is the in-place recurrence every step (DESIGN.md 1.2):
 // u = beta (v - exp(g) S^T k); S = exp(g) S + k (x) u; o = S^T q, row by row
 // (u[m] depends on row m only). With verify, draft k's state goes to buffer
@@ -1254,6 +1266,33 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         }
     }
     __syncthreads();
+#if BASE_SKIP
+    // The measuring knob (the state and outputs are then wrong): the
+    // passes store their raw chunks back as loaded, in the same order,
+    // with the same prologue, barrier and pass chain, and no arithmetic.
+    if (!VERIFY && !SIO::SCALED && !BASE_BULK) {
+#pragma unroll 1
+        for (int pass = 0; pass < SM::PASSES; pass++) {
+            const int r = SM::row(pass);
+            uint4 raw[SM::CPL];
+            if (BASE_EARLY_ON && pass == 0) {
+#pragma unroll
+                for (int c = 0; c < SM::CPL; c++) {
+                    raw[c] = raw0[c];
+                }
+            } else {
+                raw_pass<SM>(src, pass, raw);
+            }
+#pragma unroll
+            for (int c = 0; c < SM::CPL; c++) {
+                if (r < ROWS) {
+                    *reinterpret_cast<uint4*>(src + (u64)r * COLS + SM::col(c)) = raw[c];
+                }
+            }
+        }
+        return;
+    }
+#endif
     if (!VERIFY && !SIO::SCALED) {
         // One step in place, streaming the state pass by pass (an fp8 state
         // needs the new matrix's amax first: it takes the other path).
