@@ -12,6 +12,7 @@
 #   tools/gpu_check.sh all        # the three, in this order
 #   tools/gpu_check.sh fold_phases  # the GDN flush by phase (FOLD_SKIP), FMA and tensor-core folds
 #   tools/gpu_check.sh base_skip  # the GDN baselines without their arithmetic (BASE_SKIP)
+#   tools/gpu_check.sh fold_cached  # the GDN fold from the ring's cached u (FOLD_CACHED): tests, then against the defaults
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
@@ -132,6 +133,18 @@ all)
 	bench 1 b1.jsonl
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
+fold_cached)
+	# The GDN fold from the ring's cached u (FOLD_CACHED=1, NOTES.md session
+	# 18 Next 1): its tests (the reference and speculative tests' cached
+	# variants, the poisoned-ring test), then the GDN shapes' replay and
+	# verify against the defaults.
+	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 400s \
+		-test.run 'TestReplayCacheMatchesReference/gdn.*cached|TestReplayCacheSpeculative/gdn.*cached|TestReplayFoldCachedReadsRing|TestReplayModulesCompile/gdn.*cached' \
+		>"$out/tests_cached.log" 2>&1
+	echo "tests: exit $?, $(grep -c -- '--- PASS' "$out/tests_cached.log") passed"
+	grep -E -- '--- FAIL|^panic|^FAIL' "$out/tests_cached.log" | head -20
+	experiment cached qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_DEFINES=-DFOLD_CACHED=1
+	;;
 base_skip)
 	# The GDN baseline step with its passes copying their chunks back
 	# (BASE_SKIP=1, NOTES.md session 18 Next 1: the outputs are wrong)

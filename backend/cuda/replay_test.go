@@ -61,6 +61,8 @@ type gpuCache struct {
 	plan func() pipeline
 	// setSmallBatch sets the largest batch whose step runs as one kernel.
 	setSmallBatch func(int)
+	// ringU is the GDN ring's cached u rows (nil for Mamba-2).
+	ringU func() Buffer
 	// foldKernel names the kernels that fold checkpoints ("v7" or
 	// "items") and why not v7.
 	foldKernel func() (string, string)
@@ -198,6 +200,7 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				foldKernel:    c.FoldKernel,
+				ringU:         func() Buffer { return c.ringU },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},
@@ -367,6 +370,14 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 				continue // the small shapes cover these; keep compile time down
 			}
 			runs = append(runs, variant{li, ci, l, tc, envTuning(os.Getenv), l.name + "/" + tc.name})
+			// The GDN fold from the ring's cached u (FOLD_CACHED, where
+			// there is no read copy; with one the define leaves the exact
+			// fold): "/cached".
+			if l.name[:3] == "gdn" && tc.opt.Mode == replay.Replay && tc.opt.ReadCopy == numeric.F32 {
+				tn := envTuning(os.Getenv)
+				tn.defines = append(slices.Clip(tn.defines), "-DFOLD_CACHED=1")
+				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + "/cached"})
+			}
 			if l.name == tcLayer && tc.opt.Mode == replay.Replay && !tcFold(tc.opt) {
 				tn := envTuning(os.Getenv)
 				tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=1")
@@ -453,6 +464,8 @@ func TestReplayCacheSpeculative(t *testing.T) {
 	// caches (largeLayers()[1]: blocks of 16 rows a warp).
 	tcGDN := largeLayers()[1:]
 	tc := []string{"-DTC_FOLD=1"}
+	gdnLayers := []gpuLayer{smallLayers()[1], largeLayers()[1]}
+	cached := []string{"-DFOLD_CACHED=1"}
 	specs := []spec{
 		{"replay-L16", replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 5}, smallLayers(), nil},
 		{"replay-L4", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, append(smallLayers(), largeLayers()...), nil},
@@ -467,6 +480,12 @@ func TestReplayCacheSpeculative(t *testing.T) {
 		{"replay-bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.BF16}, largeLayers(), nil},
 		{"replay-L4-tc", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, tcGDN, tc},
 		{"replay-nvfp4-tc", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, tcGDN, tc},
+		// The GDN fold from the ring's cached u (FOLD_CACHED): the
+		// verify's early folds and the flushes, fp32, bf16 (tensor-core
+		// update) and fp8 checkpoints.
+		{"replay-L4-cached", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, gdnLayers, cached},
+		{"replay-bf16-cached", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.BF16}, gdnLayers, cached},
+		{"replay-e4m3-cached", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.E4M3}, gdnLayers, cached},
 	}
 	for si, sp := range specs {
 		for li, l := range sp.layers {
@@ -751,6 +770,76 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 		tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=0")
 		comparePairs(t, d, pairVariant{"small", tn, pairSlots, ""}, pairVariant{"split", tn, 0, ""})
 	})
+}
+
+// TestReplayFoldCachedReadsRing checks that the GDN fold from the ring's
+// cached u (FOLD_CACHED=1) takes the ring's u rows and the exact fold
+// does not: after L-1 steps of one slot its ring's u rows are poisoned
+// (NaN), the next step flushes, and the step after reads the new
+// checkpoint alone (its ring holds only its own entry). The exact fold
+// must still match the float64 reference there; the cached fold, having
+// folded the poison, must not (a NaN output). Without a read copy (where
+// FOLD_CACHED applies) and with an nvfp4 one (where the fold stays exact
+// under the define).
+func TestReplayFoldCachedReadsRing(t *testing.T) {
+	d := gpu(t)
+	const L = 5
+	l := largeLayers()[1]
+	for _, tc := range []struct {
+		name    string
+		read    numeric.Format
+		defines []string
+		poisons bool
+	}{
+		{"exact", numeric.F32, []string{"-DFOLD_CACHED=0"}, false},
+		{"cached", numeric.F32, []string{"-DFOLD_CACHED=1"}, true},
+		{"cached/nvfp4", numeric.NVFP4, []string{"-DFOLD_CACHED=1"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tn := envTuning(os.Getenv)
+			tn.defines = append(slices.Clip(tn.defines), tc.defines...)
+			opt := replay.Options{Mode: replay.Replay, Window: L, MaxDraft: 4, ReadCopy: tc.read}
+			c, err := l.buildWith(d, opt, 2, tn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { must(t, c.close()) }()
+			s := stream(t, d)
+			st := newStaging(t, d, l, 1, 1)
+			slot, err := c.admit(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref := l.refState()
+			rng := rand.New(rand.NewPCG(21, 9))
+			bound := boundFor(l, 1e-5)
+			if tc.read == numeric.NVFP4 {
+				bound = boundFor(l, 0.35)
+			}
+			for step := 0; step < L+1; step++ {
+				if step == L-1 { // the next step flushes
+					must(t, s.Memset32(c.ringU(), 0x7fc00000))
+				}
+				in := l.draw(rng, 1)
+				st.upload(t, d, s, []replay.Slot{slot}, in)
+				must(t, c.step(s, 1, st.slots, st.in, st.y))
+				y := st.download(t, s, l.width)
+				want := l.ref(ref, in, 0)
+				if step < L {
+					continue // the flush step's own output folds the poison too, in the cached fold
+				}
+				e := relErr(y, want)
+				nan := slices.ContainsFunc(y, func(v float32) bool { return math.IsNaN(float64(v)) })
+				switch {
+				case tc.poisons && !nan:
+					t.Fatalf("after the flush: no NaN output (relative error %.3g): the fold did not read the ring's u", e)
+				case !tc.poisons && (nan || e > bound):
+					t.Fatalf("after the flush: relative error %.3g > %.3g (NaN %v): the exact fold read the ring's u", e, bound, nan)
+				}
+			}
+		})
+	}
 }
 
 // TestReplayOverlapMatchesSerial checks a decode step whose flush runs on

@@ -342,7 +342,73 @@ __device__ __forceinline__ void gdn_update_tc(float (&reg)[TCMap::PASSES][TCMap:
     }
 }
 
-template <typename SH>
+// FOLD_CACHED=1 (session 18, written after the device time, not yet run
+// on the GPU; off) folds the ring's cached u'_i (ringU) where the module
+// has no read copy, recomputing only the flush's own token: the fold is
+// then the non-flush step's arithmetic (S0^T k_t, S0^T q, one recurrence
+// row) plus the rank-t update, where the exact fold projects S0 on every
+// ring key and reruns the whole recurrence. Without a read copy the cached
+// u'_i were formed from this same checkpoint (every non-flush step and
+// verify reads the checkpoint itself), so they equal the recomputed ones
+// up to the order of float32 sums; DESIGN.md 2.2's exact fold exists
+// because a read copy's error would otherwise enter the checkpoint, and
+// with a read copy (FOLD_CACHED_ON off) the fold stays exact. The
+// pipelined folds (gdn_fold_pipe) stay exact too (their stages hold v).
+// FOLD_SKIP's table (session 17) bounds what it can buy: the 4B flush
+// without its projections, recurrence and key dots.
+#ifndef FOLD_CACHED
+#define FOLD_CACHED 0
+#endif
+#define FOLD_CACHED_ON (FOLD_CACHED && READ_FMT == FMT_F32)
+
+// fold_project writes proj[a][r] = S0[r] . vec_a for a0 <= a < nv from the
+// checkpoint in MAP's registers by FMA, two vectors at a time (one
+// vector's chain of loads, FMAs and the lanes' shuffles left the SM idle
+// between steps), each vector chunk read from shared memory once for all
+// the thread's rows.
+template <typename MAP>
+__device__ __forceinline__ void fold_project(const float (&reg)[MAP::PASSES][MAP::CPL][MAP::VEC], const float* vec,
+                                             int a0, int nv, float* proj)
+{
+    constexpr int VEC = MAP::VEC;
+#pragma unroll 2
+    for (int a = a0; a < nv; a++) {
+        float acc[MAP::PASSES];
+#pragma unroll
+        for (int pass = 0; pass < MAP::PASSES; pass++) {
+            acc[pass] = 0.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < MAP::CPL; c++) {
+            const float4* vp = reinterpret_cast<const float4*>(vec + a * DK + MAP::col(c));
+#pragma unroll
+            for (int q = 0; q < VEC / 4; q++) {
+                const float4 v4 = vp[q];
+#pragma unroll
+                for (int pass = 0; pass < MAP::PASSES; pass++) {
+                    acc[pass] = fmaf(reg[pass][c][4 * q], v4.x, acc[pass]);
+                    acc[pass] = fmaf(reg[pass][c][4 * q + 1], v4.y, acc[pass]);
+                    acc[pass] = fmaf(reg[pass][c][4 * q + 2], v4.z, acc[pass]);
+                    acc[pass] = fmaf(reg[pass][c][4 * q + 3], v4.w, acc[pass]);
+                }
+            }
+        }
+#pragma unroll
+        for (int pass = 0; pass < MAP::PASSES; pass++) {
+            const int r = MAP::row(pass);
+            const float sum = lanes_sum<MAP::LANES>(acc[pass]);
+            if (r < ROWS && MAP::lane() == 0) {
+                proj[a * DV + r] = sum;
+            }
+        }
+    }
+}
+
+// With CACHED (FOLD_CACHED_ON's callers), vring holds the ring's cached
+// u'_i (ringU's rows), not v_i, for i < nring: only entry nring, where
+// nring < t (the flush's token, v_t in vcur), is formed by the
+// recurrence, from the cached ones.
+template <bool CACHED = false, typename SH>
 __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, float sc0, ST* state, u8* rcodes,
                                          u8* rscales, float* rglobal, u64 mat, int t, int q_slot,
                                          const float* __restrict__ vring, u64 vstride, int nring,
@@ -369,44 +435,17 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
             }
         }
     }
+    // CACHED: only the vectors from nring on (the flush's key, q).
 #if TC_FOLD_ON
-    if (!(FOLD_SKIP & 1)) {
-        gdn_project_tc(reg, vec, nv, sh.proj);
+    if (!CACHED) {
+        if (!(FOLD_SKIP & 1)) {
+            gdn_project_tc(reg, vec, nv, sh.proj);
+        }
+    } else {
+        fold_project<FM>(reg, vec, nring, (FOLD_SKIP & 1) ? 0 : nv, sh.proj);
     }
 #else
-    // Two vectors at a time: one vector's chain (loads, FMAs, the lanes'
-    // shuffles) left the SM idle between steps.
-#pragma unroll 2
-    for (int a = 0; a < ((FOLD_SKIP & 1) ? 0 : nv); a++) {
-        float acc[SM::PASSES];
-#pragma unroll
-        for (int pass = 0; pass < SM::PASSES; pass++) {
-            acc[pass] = 0.0f;
-        }
-#pragma unroll
-        for (int c = 0; c < SM::CPL; c++) {
-            const float4* vp = reinterpret_cast<const float4*>(vec + a * DK + SM::col(c));
-#pragma unroll
-            for (int q = 0; q < VEC / 4; q++) {
-                const float4 v4 = vp[q];
-#pragma unroll
-                for (int pass = 0; pass < SM::PASSES; pass++) {
-                    acc[pass] = fmaf(reg[pass][c][4 * q], v4.x, acc[pass]);
-                    acc[pass] = fmaf(reg[pass][c][4 * q + 1], v4.y, acc[pass]);
-                    acc[pass] = fmaf(reg[pass][c][4 * q + 2], v4.z, acc[pass]);
-                    acc[pass] = fmaf(reg[pass][c][4 * q + 3], v4.w, acc[pass]);
-                }
-            }
-        }
-#pragma unroll
-        for (int pass = 0; pass < SM::PASSES; pass++) {
-            const int r = SM::row(pass);
-            const float sum = lanes_sum<SM::LANES>(acc[pass]);
-            if (r < ROWS && SM::lane() == 0) {
-                sh.proj[a * DV + r] = sum;
-            }
-        }
-    }
+    fold_project<FM>(reg, vec, CACHED ? nring : 0, (FOLD_SKIP & 1) ? 0 : nv, sh.proj);
 #endif
     // Decays as products of the per-step exp(g), one entry i per thread of
     // the last warps (the others start the dots meanwhile):
@@ -449,16 +488,20 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
     // dot_pairs asks right after it. (Formed in all three, tri_pair's
     // square root and fix-ups were 6-8% of the flush's instructions:
     // ncu, session 17.)
+    // CACHED: only the recomputed entry's pairs (t-1, l) where nring = t-1,
+    // then q's, stored where the exact fold stores them.
     const int tri = t * (t - 1) / 2;
+    const int kp = !CACHED ? tri : nring < t ? t - 1 : 0;
     const float* vi = nullptr;
     dot_pairs(
-        (FOLD_SKIP & 8) ? 0 : tri + (nv - t) * t, DK, tid, NT,
+        (FOLD_SKIP & 8) ? 0 : kp + (nv - t) * t, DK, tid, NT,
         [&](int pr) -> const float* {
-            const int2 il = tri_pair(pr, tri, t);
+            const int2 il = !CACHED ? tri_pair(pr, tri, t) : pr < kp ? make_int2(t - 1, pr) : make_int2(t, pr - kp);
             vi = vec + il.x * DK;
             return vec + il.y * DK;
         },
-        [&](int) -> const float* { return vi; }, [&](int pr, float v) { sh.gram[pr] = v; });
+        [&](int) -> const float* { return vi; },
+        [&](int pr, float v) { sh.gram[!CACHED ? pr : pr < kp ? (t - 1) * (t - 2) / 2 + pr : tri + pr - kp] = v; });
     cta_sync();
     // u'_i in order, one value index m per thread; proj row i becomes u'_i.
     // The u'_l stay in registers (the loops unrolled over the window, every
@@ -481,13 +524,15 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
 #pragma unroll
         for (int i = 0; i < RMAX; i++) {
             if (i < t) {
-                float ui = u[i] - sh.eg[i] * sh.proj[i * DV + m];
+                if (!CACHED || i >= nring) {
+                    float ui = u[i] - sh.eg[i] * sh.proj[i * DV + m];
 #pragma unroll
-                for (int l = 0; l < i; l++) {
-                    const float w = sh.wt[i * RMAX + l] * sh.gram[i * (i - 1) / 2 + l];
-                    ui = fmaf(-w, u[l], ui);
+                    for (int l = 0; l < i; l++) {
+                        const float w = sh.wt[i * RMAX + l] * sh.gram[i * (i - 1) / 2 + l];
+                        ui = fmaf(-w, u[l], ui);
+                    }
+                    u[i] = ui * sh.beta[i];
                 }
-                u[i] = ui * sh.beta[i];
                 sh.proj[i * DV + m] = u[i];
             }
         }
@@ -755,8 +800,9 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     __syncthreads();
     const bool last = MODE == 2 && step_count(done);
     if (FLUSH) {
-        gdn_fold(sh, sh.vec, state + mat * (DV * DK), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, t,
-                 qslot, ringV + ((u64)s * RMAX * NVH + j) * DV, (u64)NVH * DV, n, vt, ot);
+        gdn_fold<FOLD_CACHED_ON>(sh, sh.vec, state + mat * (DV * DK), state_scale(state, mat), state, rcodes, rscales,
+                                 rglobal, mat, t, qslot, (FOLD_CACHED_ON ? ringU : ringV) + ((u64)s * RMAX * NVH + j) * DV,
+                                 (u64)NVH * DV, n, vt, ot);
         return last;
     }
     if (j % VPK == 0) {
@@ -971,8 +1017,9 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     if (FOLDS_EARLY(n, cnt, R)) {
         gdn_stage_keys(sh.vec, ringK, s, kh, n); // the ring's keys
         __syncthreads();
-        gdn_fold(sh, sh.vec, state + mat * (DV * DK), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, n,
-                 -1, ringV + ((u64)s * RMAX * NVH + j) * DV, (u64)NVH * DV, n, nullptr, nullptr);
+        gdn_fold<FOLD_CACHED_ON>(sh, sh.vec, state + mat * (DV * DK), state_scale(state, mat), state, rcodes, rscales,
+                                 rglobal, mat, n, -1, (FOLD_CACHED_ON ? ringU : ringV) + ((u64)s * RMAX * NVH + j) * DV,
+                                 (u64)NVH * DV, n, nullptr, nullptr);
         if (FOLD_ONLY) {
             return; // gdn_group_verify reads the new checkpoint like any other slot's
         }
