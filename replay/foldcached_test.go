@@ -26,7 +26,6 @@ type foldStudy struct {
 	s0, rc      []float32 // checkpoint, read copy
 	k, v, u     [][]float32
 	decay, beta []float32
-	n           int
 }
 
 func newFoldStudy(dk, dv, L int) *foldStudy {

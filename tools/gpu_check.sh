@@ -152,7 +152,7 @@ fold_cached)
 	;;
 base_skip)
 	# The GDN baseline step with its passes copying their chunks back
-	# (BASE_SKIP=1, NOTES.md session 18 Next 1: the outputs are wrong)
+	# (BASE_SKIP=1, NOTES.md session 18 Next 2: the outputs are wrong)
 	# against the defaults: near copy bandwidth, the bf16 step's arithmetic
 	# is what holds it at 84-87%; near the default, its block's structure.
 	experiment base_skip qwen3.5-4b,qwen3.5-122b baseline REPLAYSSM_CUDA_DEFINES=-DBASE_SKIP=1
