@@ -3,9 +3,11 @@ package replay
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/ssm"
 )
 
 // foldStudy is one value head of the Gated DeltaNet replay cache written
@@ -16,7 +18,8 @@ import (
 // folds it into S₀, either exactly (every u'_i recomputed from the raw v
 // on S₀) or from the cached u_i (only the step's own u recomputed). It
 // exists to measure what folding the cached u costs against the float64
-// recurrence, the question FOLD_CACHED (backend/cuda, session 18) asks.
+// recurrence: the numbers behind Options.FoldsCachedU (the cache folds
+// the cached u where there is no read copy, and only there).
 type foldStudy struct {
 	dk, dv, L int
 	cached    bool            // fold the ring's cached u
@@ -260,4 +263,107 @@ func relErr64(y []float32, want []float64) float64 {
 		den = max(den, math.Abs(w))
 	}
 	return num / max(den, 1e-6)
+}
+
+// TestGDNFoldReadsCachedU checks which u a flush folds: the ring's cached
+// rows of one slot are poisoned (NaN) before a step's flush and before a
+// verify's early fold, and the outputs after the fold are checked. The
+// fold from cached u (no read copy, the default) must fold the poison; the
+// exact fold (Options.ExactFold, and always with a read copy) recomputes u
+// from the raw inputs and must still match the float64 reference.
+func TestGDNFoldReadsCachedU(t *testing.T) {
+	const L = 5
+	for _, tc := range []struct {
+		name    string
+		opt     Options
+		poisons bool
+		bound   float64
+	}{
+		{"cached", Options{Mode: Replay, Window: L, MaxDraft: 4, Threads: 2}, true, 1e-5},
+		{"exact", Options{Mode: Replay, Window: L, MaxDraft: 4, ExactFold: true, Threads: 2}, false, 1e-5},
+		{"nvfp4 read copy", Options{Mode: Replay, Window: L, MaxDraft: 4, ReadCopy: numeric.NVFP4, Threads: 2}, false, 2 * 0.35},
+	} {
+		for _, at := range []string{"flush", "early fold"} {
+			t.Run(tc.name+"/"+at, func(t *testing.T) {
+				if got := tc.opt.FoldsCachedU(); got != tc.poisons {
+					t.Fatalf("FoldsCachedU() = %v, want %v", got, tc.poisons)
+				}
+				l := newGDNLayer(12, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8})
+				cc, err := l.build(tc.opt, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cc.Close()
+				c := cc.(gdnCache).GDNCache
+				s, err := c.Admit()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ref := l.refState()
+				w := l.width()
+				y := make([]float32, 4*w)
+				step := func() []float32 {
+					in := l.draw(1)
+					poison(y[:w])
+					if err := cc.step([]Slot{s}, in, y[:w]); err != nil {
+						t.Fatal(err)
+					}
+					if e := relErr(y[:w], l.ref(ref, in, 0)); e > tc.bound && !tc.poisons {
+						t.Fatalf("relative error %.3g > %.3g", e, tc.bound)
+					}
+					return y[:w]
+				}
+				poisonRing := func() {
+					for i := range c.ringU {
+						c.ringU[i] = float32(math.NaN())
+					}
+				}
+				var got []float32
+				var want [][]float64
+				if at == "flush" {
+					// L-1 steps, then the step that flushes, then one whose
+					// ring holds only its own entry: it reads the checkpoint.
+					for range L - 1 {
+						step()
+					}
+					poisonRing()
+					step()
+					in := l.draw(1)
+					poison(y[:w])
+					if err := cc.step([]Slot{s}, in, y[:w]); err != nil {
+						t.Fatal(err)
+					}
+					got, want = y[:w], [][]float64{l.ref(ref, in, 0)}
+				} else {
+					// Three steps, then a verify of 4 drafts: 3 + 2·4 exceeds
+					// the ring of L+4, so the verify folds the three first.
+					for range 3 {
+						step()
+					}
+					poisonRing()
+					const T = 4
+					in := l.draw(T)
+					poison(y)
+					if err := cc.verify([]Slot{s}, T, nil, in, y); err != nil {
+						t.Fatal(err)
+					}
+					draft := append([]float64(nil), ref...)
+					for d := range T {
+						want = append(want, l.ref(draft, in, d))
+					}
+					got = y
+				}
+				nan := slices.ContainsFunc(got, func(v float32) bool { return math.IsNaN(float64(v)) })
+				for d, wd := range want {
+					e := relErr(got[d*w:(d+1)*w], wd)
+					switch {
+					case tc.poisons && !nan:
+						t.Fatalf("output %d after the fold: no NaN (relative error %.3g): the fold did not read the ring's u", d, e)
+					case !tc.poisons && e > tc.bound:
+						t.Fatalf("output %d after the fold: relative error %.3g > %.3g: the exact fold read the ring's u", d, e, tc.bound)
+					}
+				}
+			})
+		}
+	}
 }

@@ -31,9 +31,11 @@ type GDNInput struct {
 //
 // The delta rule is not additive in v but it is in the corrected update u
 // (DESIGN.md 2.2), so the ring stores the raw k, v, g, β of each step and
-// caches u for the output path. A flush never folds cached u, which carries
-// the read copy's error: it recomputes every u from the raw inputs on the
-// high-precision checkpoint (the exact fold).
+// caches u for the output path. With a read copy (or Options.ExactFold) a
+// flush never folds cached u, which would carry the read copy's error: it
+// recomputes every u from the raw inputs on the high-precision checkpoint
+// (the exact fold). Without one, every cached u was formed from the
+// checkpoint itself, and the flush folds them (Options.FoldsCachedU).
 type GDNCache struct {
 	core
 	shape ssm.GDNShape
@@ -203,7 +205,7 @@ func (c *GDNCache) stepTask(worker, i int) {
 	n := int(c.slots.hist[s])
 	c.appendRing(sc, s, kh, 0, b, n)
 	if n+1 >= c.opt.Window {
-		c.fold(sc, s, kh, n+1, b)
+		c.fold(sc, s, kh, n+1, n, b)
 		return
 	}
 	c.outputs(sc, s, kh, n, 1, b)
@@ -341,27 +343,38 @@ func (c *GDNCache) prefetchHead(b, j int) {
 	prefetch(c.opOut[(b*T*Hv+j)*dv:][:dv])
 }
 
-// fold is the exact flush of slot s's ring entries 0..t-1 into the
-// checkpoint for key head kh's value heads. It recomputes every corrected
-// update from the raw k, v, g, β on the high-precision checkpoint S₀, never
-// from the cached u:
+// fold is the flush of slot s's ring entries 0..t-1 into the checkpoint
+// for key head kh's value heads, of which entries 0..cached-1 hold their
+// corrected update u in the ring (the step's own token, entry t-1 of a
+// step's flush, does not). The exact fold (DESIGN.md 2.2; with a read copy
+// or Options.ExactFold) recomputes every corrected update from the raw
+// k, v, g, β on the high-precision checkpoint S₀, never from the cached u:
 //
 //	u'_i = β_i·(v_i − [γ_i·S₀ᵀk_i + Σ_{l<i} (γ_i/γ_l)(k_l·k_i)·u'_l])
 //	S₀  ← γ_t·S₀ + Σ_i (γ_t/γ_i)·k_i ⊗ u'_i
 //
 // which is the plain recurrence S = e^g·S; u = β(v − Sᵀk); S += k⊗u run over
 // the window, written in closed form so the state is read once and written
-// once. With r ≥ 0 it also writes the output of the last entry (q in scratch
-// draft 0) for op row r: o = S₀ᵀq after the fold.
-func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
+// once. Without a read copy (Options.FoldsCachedU) u'_i for i < cached is
+// the ring's u_i, formed by the steps since the checkpoint from this same
+// S₀ by the same formula, and only the rest are recomputed. With r ≥ 0 it
+// also writes the output of the last entry (q in scratch draft 0) for op
+// row r: o = S₀ᵀq after the fold.
+func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, cached, r int) {
 	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
 	vpk := Hv / Hk
+	// nc: the entries whose u the fold takes from the ring.
+	nc := 0
+	if c.opt.FoldsCachedU() {
+		nc = min(cached, t)
+	}
 	// The key head's k_0..k_{t-1} are contiguous (head-major ring).
 	keys := c.ringK[(int(s)*Hk+kh)*c.opt.ring()*dk:][:t*dk]
-	// gram[i·t+l] = k_l·k_i, shared by the value heads: one multi-vector
-	// pass over the keys.
-	if t > 0 {
-		dotRowsMulti(keys, dk, keys, t, sc.gram[:t*t])
+	fresh := keys[nc*dk:]
+	// gram[i·t+l] = k_l·k_i for the recomputed rows i ≥ nc, shared by the
+	// value heads: one multi-vector pass over the keys.
+	if t > nc {
+		dotRowsMulti(keys, dk, fresh, t-nc, sc.gram[nc*t:t*t])
 	}
 	// The u' recurrence reads each value head's v_0..v_{t-1}, decays and
 	// β after the state pass: ask for them a head ahead.
@@ -376,29 +389,36 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, r int) {
 			S = sc.s
 			c.state.load(mat, S)
 		}
-		// S₀ᵀk_i for every key in one pass over the state.
-		if t > 0 {
-			dotRowsMulti(S, dk, keys, t, sc.proj[:t*dv])
+		// S₀ᵀk_i for every recomputed key in one pass over the state.
+		if t > nc {
+			dotRowsMulti(S, dk, fresh, t-nc, sc.proj[nc*dv:t*dv])
 		}
 		// Decays as products of the per-step exp(g) (no exp per pair, and
 		// no division, so nothing overflows when a decay underflows).
 		aj := func(i int) float64 { return float64(c.ringA[c.at(s, j, i)]) }
 		// u'_i = β_i·(v_i − γ_i·S₀ᵀk_i + Σ_{l<i} cm[i·t+l]·u'_l) with
-		// cm[i·t+l] = −(γ_i/γ_l)(k_l·k_i), all rows in one call.
+		// cm[i·t+l] = −(γ_i/γ_l)(k_l·k_i), all recomputed rows in one call.
 		gprod := 1.0
 		gs, cm := sc.coef[:t], sc.cmat[:t*t]
 		for i := 0; i < t; i++ {
 			gprod *= aj(i)
 			gs[i] = float32(gprod)
+			if i < nc {
+				continue
+			}
 			w := 1.0 // γ_i/γ_l = Π_{m=l+1..i} exp(g_m)
 			for l := i - 1; l >= 0; l-- {
 				w *= aj(l + 1)
 				cm[i*t+l] = -float32(w) * sc.gram[i*t+l]
 			}
 		}
-		if t > 0 {
-			base := c.at(s, j, 0)
+		base := c.at(s, j, 0)
+		copy(sc.u[:nc*dv], c.ringU[base*dv:][:nc*dv])
+		switch {
+		case nc == 0 && t > 0:
 			gdnFoldU(c.ringV[base*dv:][:t*dv], sc.proj[:t*dv], cm, gs, c.ringBeta[base:][:t], t, dv, sc.u[:t*dv])
+		case t > nc:
+			gdnFoldUFrom(nc, c.ringV[base*dv:][:t*dv], sc.proj[:t*dv], cm, gs, c.ringBeta[base:][:t], t, dv, sc.u[:t*dv])
 		}
 		gt := float32(gprod)
 		// S_m ← γ_t·S_m + Σ_i (γ_t/γ_i)·u'_i[m]·k_i, row by row, with
@@ -556,7 +576,7 @@ func (c *GDNCache) verifyTask(worker, i int) {
 	s := c.opSlots[b]
 	n := int(c.slots.hist[s])
 	if c.slots.fold[s] {
-		c.fold(sc, s, kh, n, -1)
+		c.fold(sc, s, kh, n, n, -1)
 		n = 0
 	}
 	for k := 0; k < cnt; k++ {

@@ -280,6 +280,7 @@ func TestSpeculativeMatchesSequential(t *testing.T) {
 		}{
 			{"replay-L16", Options{Mode: Replay, Window: 16, MaxDraft: 5, Threads: 2}},
 			{"replay-L4", Options{Mode: Replay, Window: 4, MaxDraft: 5, Threads: 2}},
+			{"replay-L4-exact-fold", Options{Mode: Replay, Window: 4, MaxDraft: 5, ExactFold: true, Threads: 2}},
 			{"replay-L1", Options{Mode: Replay, Window: 1, MaxDraft: 3, Threads: 2}},
 			{"baseline", Options{Mode: Baseline, MaxDraft: 5, Threads: 2}},
 			{"replay-nvfp4", Options{Mode: Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4, Threads: 2}},

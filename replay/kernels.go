@@ -210,7 +210,13 @@ func gdnFoldU(V, P, coef, g, beta []float32, t, n int, U []float32) {
 }
 
 func gdnFoldUGo(V, P, coef, g, beta []float32, t, n int, U []float32) {
-	for i := 0; i < t; i++ {
+	gdnFoldUFrom(0, V, P, coef, g, beta, t, n, U)
+}
+
+// gdnFoldUFrom is gdnFoldU for rows i0..t-1 only, rows 0..i0-1 of U given
+// (the fold from cached u recomputes the flush's own token).
+func gdnFoldUFrom(i0 int, V, P, coef, g, beta []float32, t, n int, U []float32) {
+	for i := i0; i < t; i++ {
 		v, p, u, c := V[i*n:(i+1)*n], P[i*n:(i+1)*n], U[i*n:(i+1)*n], coef[i*t:i*t+i]
 		for m := range u {
 			a := v[m] - g[i]*p[m]

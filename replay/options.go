@@ -89,6 +89,17 @@ type Options struct {
 	// written by each flush. The zero value, fp32, means no read copy: the
 	// outputs read the checkpoint.
 	ReadCopy numeric.Format
+	// ExactFold makes every Gated DeltaNet flush recompute the corrected
+	// updates u from the ring's raw k, v, g, β on the checkpoint (the exact
+	// fold of DESIGN.md 2.2) even without a read copy. By default a flush
+	// without a read copy folds the u that the steps since the checkpoint
+	// cached, recomputing only the flush's own token: each was formed from
+	// this same checkpoint, so it is the exact fold's value up to the order
+	// of float32 sums, at a fraction of the fold's arithmetic. With a read
+	// copy the cached u carry its quantisation error, and the fold is always
+	// exact. Mamba-2 folds its raw inputs either way (its state is additive
+	// in them).
+	ExactFold bool
 	// Stochastic rounds state writes in low formats stochastically, with a
 	// generator seeded from Seed, the slot and the flush count, so a run is
 	// reproducible.
@@ -133,6 +144,13 @@ func (o Options) validate() error {
 		return fmt.Errorf("a read copy needs replay mode")
 	}
 	return nil
+}
+
+// FoldsCachedU reports whether a Gated DeltaNet cache with these options
+// folds the ring's cached u at a flush (no read copy, no ExactFold) rather
+// than recomputing every u from the raw inputs.
+func (o Options) FoldsCachedU() bool {
+	return o.Mode == Replay && o.ReadCopy == numeric.F32 && !o.ExactFold
 }
 
 // ring is the number of ring entries per slot: L committed steps plus room

@@ -12,7 +12,7 @@
 #   tools/gpu_check.sh all        # the three, in this order
 #   tools/gpu_check.sh fold_phases  # the GDN flush by phase (FOLD_SKIP), FMA and tensor-core folds
 #   tools/gpu_check.sh base_skip  # the GDN baselines without their arithmetic (BASE_SKIP)
-#   tools/gpu_check.sh fold_cached  # the GDN fold from the ring's cached u (FOLD_CACHED): tests, then against the defaults
+#   tools/gpu_check.sh fold_exact  # the GDN exact fold where the default folds cached u (FOLD_CACHED=0): tests, then against the defaults
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
@@ -133,22 +133,23 @@ all)
 	bench 1 b1.jsonl
 	;;
 functions) ;; # `source tools/gpu_check.sh functions`: the functions alone, for a script of runs
-fold_cached)
-	# The GDN fold from the ring's cached u (FOLD_CACHED=1, NOTES.md session
-	# 18 Next 1): its tests (the reference and speculative tests' cached
-	# variants, the poisoned-ring test), then the GDN shapes' replay and
-	# verify against the defaults.
+fold_exact)
+	# The GDN exact fold where the default folds the ring's cached u
+	# (replay.Options.ExactFold; FOLD_CACHED=0): its tests (the reference
+	# and speculative tests' exact-fold variants, the poisoned-ring test),
+	# then the GDN shapes' replay and verify under -DFOLD_CACHED=0 against
+	# the defaults.
 	# (-test.run splits its pattern at each / into one regexp a level of
 	# the subtests' names, so alternatives of different depths take a run
 	# each.)
-	for run in 'TestReplayCacheMatchesReference/gdn/replay/./cached' 'TestReplayCacheSpeculative/gdn/cached' \
-		'TestReplayFoldCachedReadsRing' 'TestReplayModulesCompile/gdn/replay/./cached'; do
-		"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 300s -test.run "$run" >>"$out/tests_cached.log" 2>&1
+	for run in 'TestReplayCacheMatchesReference/gdn/replay/./exact-fold' 'TestReplayCacheSpeculative/gdn/exact-fold' \
+		'TestReplayFoldCachedReadsRing' 'TestReplayModulesCompile/gdn/replay/./exact'; do
+		"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 300s -test.run "$run" >>"$out/tests_exact.log" 2>&1
 		echo "tests $run: exit $?"
 	done
-	echo "tests: $(grep -c -- '--- PASS' "$out/tests_cached.log") passed (subtests and their parents)"
-	grep -E -- '--- FAIL|^panic|^FAIL' "$out/tests_cached.log" | head -20
-	experiment cached qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_DEFINES=-DFOLD_CACHED=1
+	echo "tests: $(grep -c -- '--- PASS' "$out/tests_exact.log") passed (subtests and their parents)"
+	grep -E -- '--- FAIL|^panic|^FAIL' "$out/tests_exact.log" | head -20
+	experiment exact qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_DEFINES=-DFOLD_CACHED=0
 	;;
 base_skip)
 	# The GDN baseline step with its passes copying their chunks back

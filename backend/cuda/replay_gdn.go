@@ -26,8 +26,9 @@ type GDNInput struct {
 // shared). The state of value head j is stored transposed, dv rows of dk, as
 // on the CPU. The ring keeps the normalised k [Hk·dk], v [Hv·dv], the decay
 // exp(g) and β [Hv] of each step and caches the corrected update u [Hv·dv] for the
-// output path; a flush is the exact fold from the raw k, v, g, β on the
-// checkpoint, never from cached u (DESIGN.md 2.2).
+// output path. A flush folds the cached u where there is no read copy
+// (replay.Options.FoldsCachedU), and is otherwise the exact fold from the
+// raw k, v, g, β on the checkpoint (DESIGN.md 2.2), as on the CPU.
 type GDNCache struct {
 	replayCommon
 	shape ssm.GDNShape
@@ -69,6 +70,16 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	}
 	if tcFold(opt) && !definesName(tn.defines, "TC_FOLD") {
 		defines = append(defines, "-DTC_FOLD=1")
+	}
+	// The fold from the ring's cached u where there is no read copy
+	// (FOLD_CACHED in replay_gdn.cu), unless the options ask for the exact
+	// fold.
+	if !definesName(tn.defines, "FOLD_CACHED") {
+		fc := "-DFOLD_CACHED=0"
+		if opt.FoldsCachedU() {
+			fc = "-DFOLD_CACHED=1"
+		}
+		defines = append(defines, fc)
 	}
 	return p, g, f, defines
 }

@@ -370,13 +370,13 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 				continue // the small shapes cover these; keep compile time down
 			}
 			runs = append(runs, variant{li, ci, l, tc, envTuning(os.Getenv), l.name + "/" + tc.name})
-			// The GDN fold from the ring's cached u (FOLD_CACHED, where
-			// there is no read copy; with one the define leaves the exact
-			// fold): "/cached".
-			if l.name[:3] == "gdn" && tc.opt.Mode == replay.Replay && tc.opt.ReadCopy == numeric.F32 {
-				tn := envTuning(os.Getenv)
-				tn.defines = append(slices.Clip(tn.defines), "-DFOLD_CACHED=1")
-				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + "/cached"})
+			// The GDN flush folds the ring's cached u where there is no
+			// read copy (replay.Options.FoldsCachedU); the exact fold
+			// there too with ExactFold: "/exact-fold".
+			if l.name[:3] == "gdn" && tc.opt.FoldsCachedU() {
+				tc := tc
+				tc.opt.ExactFold = true
+				runs = append(runs, variant{li, ci, l, tc, envTuning(os.Getenv), l.name + "/" + tc.name + "/exact-fold"})
 			}
 			if l.name == tcLayer && tc.opt.Mode == replay.Replay && !tcFold(tc.opt) {
 				tn := envTuning(os.Getenv)
@@ -465,7 +465,6 @@ func TestReplayCacheSpeculative(t *testing.T) {
 	tcGDN := largeLayers()[1:]
 	tc := []string{"-DTC_FOLD=1"}
 	gdnLayers := []gpuLayer{smallLayers()[1], largeLayers()[1]}
-	cached := []string{"-DFOLD_CACHED=1"}
 	specs := []spec{
 		{"replay-L16", replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 5}, smallLayers(), nil},
 		{"replay-L4", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, append(smallLayers(), largeLayers()...), nil},
@@ -480,12 +479,12 @@ func TestReplayCacheSpeculative(t *testing.T) {
 		{"replay-bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.BF16}, largeLayers(), nil},
 		{"replay-L4-tc", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, tcGDN, tc},
 		{"replay-nvfp4-tc", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, tcGDN, tc},
-		// The GDN fold from the ring's cached u (FOLD_CACHED): the
-		// verify's early folds and the flushes, fp32, bf16 (tensor-core
-		// update) and fp8 checkpoints.
-		{"replay-L4-cached", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, gdnLayers, cached},
-		{"replay-bf16-cached", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.BF16}, gdnLayers, cached},
-		{"replay-e4m3-cached", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.E4M3}, gdnLayers, cached},
+		// The GDN exact fold where the default folds the ring's cached u
+		// (replay.Options.ExactFold): the verify's early folds and the
+		// flushes, fp32, bf16 (tensor-core update) and fp8 checkpoints.
+		{"replay-L4-exact-fold", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5, ExactFold: true}, gdnLayers, nil},
+		{"replay-bf16-exact-fold", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.BF16, ExactFold: true}, gdnLayers, nil},
+		{"replay-e4m3-exact-fold", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.E4M3, ExactFold: true}, gdnLayers, nil},
 	}
 	for si, sp := range specs {
 		for li, l := range sp.layers {
@@ -772,15 +771,14 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 	})
 }
 
-// TestReplayFoldCachedReadsRing checks that the GDN fold from the ring's
-// cached u (FOLD_CACHED=1) takes the ring's u rows and the exact fold
-// does not: after L-1 steps of one slot its ring's u rows are poisoned
-// (NaN), the next step flushes, and the step after reads the new
-// checkpoint alone (its ring holds only its own entry). The exact fold
-// must still match the float64 reference there; the cached fold, having
-// folded the poison, must not (a NaN output). Without a read copy (where
-// FOLD_CACHED applies) and with an nvfp4 one (where the fold stays exact
-// under the define).
+// TestReplayFoldCachedReadsRing checks that the GDN flush folds the
+// ring's cached u where there is no read copy (replay.Options.FoldsCachedU,
+// FOLD_CACHED) and that the exact fold does not: after L-1 steps of one
+// slot its ring's u rows are poisoned (NaN), the next step flushes, and
+// the step after reads the new checkpoint alone (its ring holds only its
+// own entry). The exact fold (ExactFold, or an nvfp4 read copy, where the
+// fold is always exact) must still match the float64 reference there;
+// the cached fold, having folded the poison, must not (a NaN output).
 func TestReplayFoldCachedReadsRing(t *testing.T) {
 	d := gpu(t)
 	const L = 5
@@ -788,18 +786,17 @@ func TestReplayFoldCachedReadsRing(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		read    numeric.Format
-		defines []string
+		exact   bool
 		poisons bool
 	}{
-		{"exact", numeric.F32, []string{"-DFOLD_CACHED=0"}, false},
-		{"cached", numeric.F32, []string{"-DFOLD_CACHED=1"}, true},
-		{"cached/nvfp4", numeric.NVFP4, []string{"-DFOLD_CACHED=1"}, false},
+		{"exact", numeric.F32, true, false},
+		{"cached", numeric.F32, false, true},
+		{"cached/nvfp4", numeric.NVFP4, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tn := envTuning(os.Getenv)
-			tn.defines = append(slices.Clip(tn.defines), tc.defines...)
-			opt := replay.Options{Mode: replay.Replay, Window: L, MaxDraft: 4, ReadCopy: tc.read}
+			opt := replay.Options{Mode: replay.Replay, Window: L, MaxDraft: 4, ReadCopy: tc.read, ExactFold: tc.exact}
 			c, err := l.buildWith(d, opt, 2, tn)
 			if err != nil {
 				t.Fatal(err)

@@ -30,6 +30,7 @@ type stateFlags struct {
 	window   *int
 	dtype    *string
 	readCopy *string
+	exact    *bool
 }
 
 func addStateFlags(fs *flag.FlagSet) stateFlags {
@@ -38,6 +39,7 @@ func addStateFlags(fs *flag.FlagSet) stateFlags {
 		window:   fs.Int("window", replay.DefaultWindow, "replay window L (ring entries before a flush)"),
 		dtype:    fs.String("state-dtype", "fp32", "SSM state (checkpoint) format: fp32, fp16, bf16 or fp8"),
 		readCopy: fs.String("read-copy", "none", "replay read copy of the checkpoint: none, bf16, fp8 or nvfp4"),
+		exact:    fs.Bool("exact-fold", false, "Gated DeltaNet flushes recompute every corrected update from the raw inputs even without a read copy (default: fold the cached ones, which that checkpoint formed)"),
 	}
 }
 
@@ -59,7 +61,7 @@ func (f stateFlags) options() (replay.Options, error) {
 	if *f.window < 1 || *f.window > 256 {
 		return replay.Options{}, fmt.Errorf("%w: --window %d out of range [1, 256]", errUsage, *f.window)
 	}
-	return replay.Options{Mode: mode, Window: *f.window, State: st, ReadCopy: rc}, nil
+	return replay.Options{Mode: mode, Window: *f.window, State: st, ReadCopy: rc, ExactFold: *f.exact}, nil
 }
 
 // precision names the state formats of opt, e.g. "fp32" or "fp32+nvfp4-read".
