@@ -86,15 +86,20 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 
 // tcFold reports whether a GDN module folds on the tensor cores by default
 // (TC_FOLD in replay_gdn.cu; REPLAYSSM_CUDA_DEFINES=-DTC_FOLD=0|1 decides
-// instead): for 2-byte checkpoints without a read copy. H200, session 16,
-// batch 256, against the FMA fold in the same run, us: Qwen3.5-4B bf16
-// aligned flush 663 -> 615, verify 498 -> 479; 122B 1316 -> 1208, 794 ->
-// 756. Not for fp32 (flush 641 -> 659, 1262 -> 1305: three products a
-// term where bf16's checkpoint takes two, and the fold waits on its loads,
-// not its arithmetic) nor with an nvfp4 read copy (953 -> 1209: its write
-// from the tensor-core layout).
+// instead): for 2-byte checkpoints without a read copy, and fp32 ones
+// that fold from cached u. H200,
+// session 16, batch 256, against the FMA fold in the same run, us:
+// Qwen3.5-4B bf16 aligned flush 663 -> 615, verify 498 -> 479; 122B 1316 ->
+// 1208, 794 -> 756. fp32 lost then (flush 641 -> 659, 1262 -> 1305: three
+// products a term where bf16's checkpoint takes two, and the exact fold
+// waited on its loads, not its arithmetic); with the fold from cached u
+// (session 19), whose arithmetic is mostly the rank update, fp32 gains on
+// the verify's early folds: verify 431 -> 409, 765 -> 723, flush 458 ->
+// 464, 902 -> 916, windows 194 -> 193, 341 -> 339. Not with an nvfp4 read
+// copy (953 -> 1209: its write from the tensor-core layout), nor for an
+// fp8 checkpoint (not measured).
 func tcFold(opt replay.Options) bool {
-	return elemBytes(opt.State) == 2 && opt.ReadCopy == numeric.F32
+	return opt.ReadCopy == numeric.F32 && (elemBytes(opt.State) == 2 || opt.State == numeric.F32 && opt.FoldsCachedU())
 }
 
 // definesName reports whether defines (NVRTC options) define name.

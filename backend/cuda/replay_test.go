@@ -353,8 +353,9 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 	const L = 5
 	layers := append(smallLayers(), largeLayers()...)
 	// The GDN fold on tensor cores (TC_FOLD) where gdnModule leaves it off
-	// by default (fp32 states, read copies): the large GDN layer's replay
-	// cases again with -DTC_FOLD=1 ("/tc"; its blocks are 16 rows a warp).
+	// by default (read copies, fp8 checkpoints), and the FMA fold where it
+	// is on: the large GDN layer's replay cases again with the other
+	// ("/tc", "/fma"; its blocks are 16 rows a warp).
 	tcLayer := largeLayers()[1].name
 	type variant struct {
 		li, ci int
@@ -378,10 +379,15 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 				tc.opt.ExactFold = true
 				runs = append(runs, variant{li, ci, l, tc, envTuning(os.Getenv), l.name + "/" + tc.name + "/exact-fold"})
 			}
-			if l.name == tcLayer && tc.opt.Mode == replay.Replay && !tcFold(tc.opt) {
-				tn := envTuning(os.Getenv)
-				tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=1")
-				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + "/tc"})
+			if l.name == tcLayer && tc.opt.Mode == replay.Replay {
+				// The other fold: "/tc" where the default is the FMA fold,
+				// "/fma" where it is the tensor cores'.
+				tn, name, on := envTuning(os.Getenv), "/tc", "1"
+				if tcFold(tc.opt) {
+					name, on = "/fma", "0"
+				}
+				tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD="+on)
+				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + name})
 			}
 		}
 	}
@@ -460,10 +466,11 @@ func TestReplayCacheSpeculative(t *testing.T) {
 		defines []string // NVRTC options past REPLAYSSM_CUDA_DEFINES'
 	}
 	// The GDN fold on tensor cores where gdnModule leaves it off by
-	// default: the verify's early folds and the flushes of fp32 and nvfp4
-	// caches (largeLayers()[1]: blocks of 16 rows a warp).
+	// default (nvfp4 read copies) and the FMA fold where it is on (fp32
+	// checkpoints without a read copy): the verify's early folds and the
+	// flushes (largeLayers()[1]: blocks of 16 rows a warp).
 	tcGDN := largeLayers()[1:]
-	tc := []string{"-DTC_FOLD=1"}
+	tc, fma := []string{"-DTC_FOLD=1"}, []string{"-DTC_FOLD=0"}
 	gdnLayers := []gpuLayer{smallLayers()[1], largeLayers()[1]}
 	specs := []spec{
 		{"replay-L16", replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 5}, smallLayers(), nil},
@@ -477,7 +484,7 @@ func TestReplayCacheSpeculative(t *testing.T) {
 		{"baseline-e4m3", replay.Options{Mode: replay.Baseline, MaxDraft: 4, State: numeric.E4M3}, append(smallLayers(), largeLayers()...), nil},
 		// A 2-byte checkpoint folds on the tensor cores by default (tcFold).
 		{"replay-bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.BF16}, largeLayers(), nil},
-		{"replay-L4-tc", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, tcGDN, tc},
+		{"replay-L4-fma", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5}, tcGDN, fma},
 		{"replay-nvfp4-tc", replay.Options{Mode: replay.Replay, Window: 8, MaxDraft: 4, ReadCopy: numeric.NVFP4}, tcGDN, tc},
 		// The GDN exact fold where the default folds the ring's cached u
 		// (replay.Options.ExactFold): the verify's early folds and the
