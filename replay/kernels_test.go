@@ -574,6 +574,12 @@ func TestRankUpdateDotRows(t *testing.T) {
 		name string
 		f    func(S []float32, rows, n int, decay float32, coefT []float32, cs, t int, V []float32, vstride int, C, out []float32)
 	}{{"dispatch", rankUpdateDotRows}, {"go", rankUpdateDotRowsGo}}
+	if avx2 := rankUpdateDotRowsAVX2Test; avx2 != nil {
+		impls = append(impls, struct {
+			name string
+			f    func(S []float32, rows, n int, decay float32, coefT []float32, cs, t int, V []float32, vstride int, C, out []float32)
+		}{"avx2", avx2})
+	}
 	for _, im := range impls {
 		for _, rows := range []int{1, 2, 3, 5, 8, 64, 80} {
 			for _, n := range []int{8, 16, 48, 64, 80, 128, 144} {
