@@ -119,6 +119,8 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/bf16", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{}},
 		{"replay/fp16", replay.Options{Mode: replay.Replay, State: numeric.F16}, tuning{}},
 		{"replay/fp32/folds pipe", replay.Options{Mode: replay.Replay}, tuning{folds: "pipe"}},
+		{"replay/bf16/folds pipe", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{folds: "pipe"}},
+		{"replay/fp32/exact fold pipe", replay.Options{Mode: replay.Replay, ExactFold: true}, tuning{folds: "pipe"}},
 		{"replay/bf16+nvfp4/folds pipe", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{folds: "pipe"}},
 		{"replay/e4m3/folds pipe", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{folds: "pipe"}},
 	}

@@ -125,6 +125,11 @@ func gdnFoldPlan(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (
 	static := 4*(vrows*dv+vrows*vrows+R*R+4*R+1+threads/32) + 256
 	// ptxas (sm_90): 143-166 registers at 256 threads; bound to 96 for two
 	// blocks per SM the fold spills (fp8 checkpoint: 276 bytes a thread).
+	// Off by default: with the fold from cached u too (session 19, its
+	// stages hold the ring's u rows) the work_items kernels are faster
+	// (H200, B=256, items -> pipe: Qwen3.5-4B aligned flush 468 -> 533 us
+	// fp32, 412 -> 511 bf16, windows 192 -> 201, 130 -> 139; 122B 920 ->
+	// 1046, 810 -> 1012).
 	return planFoldPipe(d, opt, stage, static, 64, dv, dk, threads, 168, false, tn)
 }
 

@@ -795,20 +795,32 @@ func TestReplayFoldCachedReadsRing(t *testing.T) {
 		read    numeric.Format
 		exact   bool
 		poisons bool
+		folds   string // REPLAYSSM_CUDA_FOLDS: "pipe" for the pipelined folds (v7)
 	}{
-		{"exact", numeric.F32, true, false},
-		{"cached", numeric.F32, false, true},
-		{"cached/nvfp4", numeric.NVFP4, false, false},
+		{"exact", numeric.F32, true, false, ""},
+		{"cached", numeric.F32, false, true, ""},
+		{"cached/nvfp4", numeric.NVFP4, false, false, ""},
+		{"exact/pipe", numeric.F32, true, false, "pipe"},
+		{"cached/pipe", numeric.F32, false, true, "pipe"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tn := envTuning(os.Getenv)
+			if tc.folds != "" {
+				if major, _ := d.ComputeCapability(); major < 9 {
+					t.Skip("the pipelined folds need sm_90 (bulk copies)")
+				}
+				tn.folds = tc.folds
+			}
 			opt := replay.Options{Mode: replay.Replay, Window: L, MaxDraft: 4, ReadCopy: tc.read, ExactFold: tc.exact}
 			c, err := l.buildWith(d, opt, 2, tn)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer func() { must(t, c.close()) }()
+			if got, why := c.foldKernel(); tc.folds == "pipe" && got != "v7" {
+				t.Fatalf("fold kernels %s (%s), want the pipelined folds", got, why)
+			}
 			s := stream(t, d)
 			st := newStaging(t, d, l, 1, 1)
 			slot, err := c.admit(s)

@@ -355,12 +355,12 @@ __device__ __forceinline__ void gdn_update_tc(float (&reg)[TCMap::PASSES][TCMap:
 // 4.6e-7 against the exact fold's 3.2e-7); DESIGN.md 2.2's exact fold
 // exists because a read copy's error would otherwise enter the
 // checkpoint, and with a read copy (FOLD_CACHED_ON off) the fold stays
-// exact. The pipelined folds (gdn_fold_pipe) stay exact too (their stages
-// hold v). H200, B=256, session 19, against the exact fold in the same
-// run, us: Qwen3.5-4B aligned flush fp32 622 -> 463, bf16 579 -> 414,
-// window 204 -> 193, 146 -> 130; 122B flush 1221 -> 908, 1140 -> 810,
-// window 358 -> 338, 250 -> 223; verify bf16 471 -> 443, 704 -> 649 (fp32
-// within 1%).
+// exact. The pipelined folds (gdn_fold_pipe) stage the ring's u rows in
+// place of its v where FOLD_CACHED_ON. H200, B=256, session 19, against
+// the exact fold in the same run, us: Qwen3.5-4B aligned flush fp32 622 ->
+// 463, bf16 579 -> 414, window 204 -> 193, 146 -> 130; 122B flush 1221 ->
+// 908, 1140 -> 810, window 358 -> 338, 250 -> 223; verify bf16 471 -> 443,
+// 704 -> 649 (fp32 within 1%).
 #ifndef FOLD_CACHED
 #define FOLD_CACHED 1
 #endif
@@ -686,7 +686,11 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     }
     // Vector rows: the flush keeps k_0..k_n, q; the non-flush k_n, q, then
     // the ring keys k_0..k_{n-1} from row 2 (and the ring's u_i in proj rows
-    // 2.., next to S0^T k and S0^T q in rows 0 and 1).
+    // 2.., next to S0^T k and S0^T q in rows 0 and 1). The flush's fold reads
+    // the cached u from the ring itself (FOLD_CACHED_ON): gathered here with
+    // the keys, into proj rows 0..n-1, as the verify's early fold does, the
+    // flush was the same or slower (H200, B=256, session 19: aligned flush
+    // 466 -> 466 us fp32, 414 -> 423 bf16, windows 192 -> 193, 130 -> 132).
     const int kslot = FLUSH ? n : 0, qslot = FLUSH ? t : 1, kbase = FLUSH ? 0 : 2;
     const float* vt = v + ((u64)b * NVH + j) * DV;
     float* ot = o + ((u64)b * NVH + j) * DV;
@@ -1020,11 +1024,34 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
 
     ring_scalars(sh.decay, sh.beta, ringA, ringBeta, tid, n, VE, egj, betaj, [&](int i) { return rs_at(s, j, i); });
     if (FOLDS_EARLY(n, cnt, R)) {
-        gdn_stage_keys(sh.vec, ringK, s, kh, n); // the ring's keys
+        if (FOLD_CACHED_ON) {
+            // The ring's keys and cached u rows (into proj rows 0..n-1,
+            // where the fold's recurrence reads them, not from the ring
+            // after its projections: a round trip between two barriers),
+            // every load in flight at once. H200, B=256, session 19: verify
+            // 409 -> 384 us (Qwen3.5-4B fp32), 442 -> 424 (bf16), 724 -> 674
+            // (122B fp32), 650 -> 613 (bf16).
+            load_then_store<(RMAX * (DK + DV) + NT - 1) / NT, NT>(
+                n * (DK + DV),
+                [&](int idx) {
+                    const int iu = idx - n * DK;
+                    return iu < 0 ? ringK[(ring_at(s, idx / DK) * NKH + kh) * DK + idx % DK]
+                                  : ringU[(ring_at(s, iu / DV) * NVH + j) * DV + iu % DV];
+                },
+                [&](int idx, float x) {
+                    if (idx < n * DK) {
+                        sh.vec[idx] = x;
+                    } else {
+                        sh.proj[idx - n * DK] = x;
+                    }
+                });
+        } else {
+            gdn_stage_keys(sh.vec, ringK, s, kh, n); // the ring's keys
+        }
         __syncthreads();
         gdn_fold<FOLD_CACHED_ON>(sh, sh.vec, state + mat * (DV * DK), state_scale(state, mat), state, rcodes, rscales,
-                                 rglobal, mat, n, -1, (FOLD_CACHED_ON ? ringU : ringV) + ((u64)s * RMAX * NVH + j) * DV,
-                                 (u64)NVH * DV, n, nullptr, nullptr);
+                                 rglobal, mat, n, -1, FOLD_CACHED_ON ? sh.proj : ringV + ((u64)s * RMAX * NVH + j) * DV,
+                                 FOLD_CACHED_ON ? (u64)DV : (u64)NVH * DV, n, nullptr, nullptr);
         if (FOLD_ONLY) {
             return; // gdn_group_verify reads the new checkpoint like any other slot's
         }
@@ -2180,9 +2207,10 @@ extern "C" __global__ void __launch_bounds__(GNT, GVMINB) gdn_group_verify(GDN_V
 // the state format, the vector rows gdn_fold projects on (the ring's
 // normalised keys; for a flush the current token's k, normalised from the
 // raw rows staged after them, and q), the v rows of the t entries folded
-// (the ring's, then the current token's) and the ring's exp(g) and beta
-// rows. gdn_replay_flush took 2.4 times a baseline step (Qwen3.5-4B fp32,
-// B=256): each item's chain of round trips, two blocks per SM.
+// (the ring's, then the current token's; FOLD_CACHED_ON: the ring's cached
+// u rows in place of its v) and the ring's exp(g) and beta rows.
+// gdn_replay_flush took 2.4 times a baseline step (Qwen3.5-4B fp32, B=256):
+// each item's chain of round trips, two blocks per SM.
 #ifdef FNSTAGE
 #define GF_K (((SMAT_STATE_BYTES) + 15) / 16 * 16) // vector rows: keys 0..t-1, q at t
 #define GF_RAW (GF_K + (RMAX + 1) * DK * 4)        // the current token's raw k, q (flush)
@@ -2218,7 +2246,8 @@ template <bool FLUSH>
 __device__ __forceinline__ void
 gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const float* __restrict__ ringK,
                    const float* __restrict__ ringV, const float* __restrict__ ringA, const float* __restrict__ ringBeta,
-                   const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
+                   const float* __restrict__ ringU, const int* __restrict__ hist, const int* __restrict__ slots,
+                   const int* __restrict__ counts, int T,
                    const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                    const float* __restrict__ a, const float* __restrict__ bb, float* __restrict__ o,
                    const double* __restrict__ negA, const double* __restrict__ dtb, float qscale, int L, int batch)
@@ -2260,7 +2289,9 @@ gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const flo
                     c -= 2;
                 }
                 if (c < m.t) {
-                    const float* src = c < m.n ? ringV + (ring_at(m.s, c) * NVH + m.h) * DV
+                    // FOLD_CACHED_ON: the ring's cached u rows, then (flush)
+                    // the current token's v.
+                    const float* src = c < m.n ? (FOLD_CACHED_ON ? ringU : ringV) + (ring_at(m.s, c) * NVH + m.h) * DV
                                                : v + ((u64)m.b * NVH + m.h) * DV;
                     return Piece{sg + GF_V + c * DV * 4, src, DV * 4};
                 }
@@ -2293,9 +2324,11 @@ gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const flo
             sh.beta[i] = sbeta[i];
         }
         cta_sync();
-        gdn_fold(sh, vec, reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal,
-                 (u64)m.s * NVH + m.h, m.t, FLUSH ? m.t : -1, reinterpret_cast<const float*>(sg + GF_V), DV, m.t,
-                 nullptr, FLUSH ? o + ((u64)m.b * NVH + m.h) * DV : nullptr);
+        const float* sv = reinterpret_cast<const float*>(sg + GF_V);
+        gdn_fold<FOLD_CACHED_ON>(sh, vec, reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal,
+                                 (u64)m.s * NVH + m.h, m.t, FLUSH ? m.t : -1, sv, DV, FOLD_CACHED_ON ? m.n : m.t,
+                                 FOLD_CACHED_ON ? sv + m.n * DV : nullptr,
+                                 FLUSH ? o + ((u64)m.b * NVH + m.h) * DV : nullptr);
     });
 }
 
@@ -2304,8 +2337,8 @@ gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const flo
 #if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_flush_pipe(GDN_STEP_PARAMS)
 {
-    gdn_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, hist, slots, nullptr, 1, q,
-                             k, v, a, bb, o, negA, dtb, qscale, L, batch);
+    gdn_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots,
+                             nullptr, 1, q, k, v, a, bb, o, negA, dtb, qscale, L, batch);
     flush_done(hist, pending, done, slots, batch, L);
 }
 #endif
@@ -2318,8 +2351,8 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_fold_pipe(GDN_V
     if (GV_SKIP & 4) {
         return;
     }
-    gdn_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, hist, slots, counts, T,
-                              q, k, v, a, bb, o, negA, dtb, qscale, R, batch);
+    gdn_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots,
+                              counts, T, q, k, v, a, bb, o, negA, dtb, qscale, R, batch);
 }
 #endif
 #endif
