@@ -1297,6 +1297,40 @@ __device__ __forceinline__ u32 bf16_part(float x, int p)
     return p == 0 ? hi : p == 1 ? mid : lo;
 }
 
+// gdn_base_tc_b forms the B operands of gdn_base_tc's MMAs once a block:
+// lane l's 16 words at sB[16 l ..] (word 4 kb + 2 h + e: MMA (kb, h)'s b_e),
+// column g = l / 4 of B holding, at the physical columns the lane's A
+// words cover (c = 8 (4 kb + t) + 4 h + 2 e, two of them), g = 0..2 k split
+// in three bf16 terms, 3..5 q's, 6, 7 zero; and k.q in *kq. Call it after
+// the prologue's barrier (k and q normalised in sK, sQ), then barrier.
+__device__ __forceinline__ void gdn_base_tc_b(u32* sB, float* kq, const float* sK, const float* sQ)
+{
+    for (int i = threadIdx.x; i < 32 * 16; i += NT) {
+        const int l = i >> 4, w = i & 15, kb = w >> 2, h = (w >> 1) & 1;
+        const int g = l >> 2, t = l & 3;
+        u32 word = 0;
+        if (g < 6) {
+            const float* vg = g < 3 ? sK : sQ;
+            const int part = g < 3 ? g : g - 3;
+            const int col = 8 * (4 * kb + t) + 4 * h + 2 * (w & 1);
+            word = bf16_part(vg[bvpad(col)], part) | (bf16_part(vg[bvpad(col + 1)], part) << 16);
+        }
+        sB[i] = word;
+    }
+    if (threadIdx.x < 32) {
+        float p = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DK / 32; e++) {
+            const int col = threadIdx.x + 32 * e;
+            p = fmaf(sK[bvpad(col)], sQ[bvpad(col)], p);
+        }
+        p = lanes_sum<32>(p);
+        if (threadIdx.x == 0) {
+            *kq = p;
+        }
+    }
+}
+
 // gdn_base_tc is the bf16 GDN baseline step's passes with its two dots,
 // S.k and S.q, on the tensor cores (BASE_TC; session 18's BASE_SKIP found
 // the bf16 step held by its arithmetic, ~6 instructions an element: the
@@ -1307,52 +1341,36 @@ __device__ __forceinline__ u32 bf16_part(float x, int p)
 // r0, columns c = 8 (4 kb + t) .. c + 7), as loaded before the prologue's
 // barrier. The sum over columns does not care which physical column plays
 // which k index, so chunk kb's words 2h and 2h + 1 are the A operand's k
-// pairs 2t and 2t + 8 of MMA (kb, h), and column n of B holds, at the same
-// physical columns, n = 0..2 k split in three bf16 terms, 3..5 q's, 6, 7
-// zero: the products are exact and the float32 accumulators take S.k and
-// S.q to float32's precision (not bit for bit the FMA order). o = eg S.q
-// + u (k.q), the same as the new row's dot with q. The update unpacks,
-// forms eg e + u k and rounds as gdn_baseline does.
+// pairs 2t and 2t + 8 of MMA (kb, h), and B (gdn_base_tc_b, sB) holds k's
+// and q's bf16 terms at the same physical columns: the products are exact
+// and the float32 accumulators take S.k and S.q to float32's precision
+// (not bit for bit the FMA order). o = eg S.q + u (k.q), the same as the
+// new row's dot with q. The update unpacks, forms eg e + u k and rounds as
+// gdn_baseline does.
 __device__ __forceinline__ void gdn_base_tc(ST* src, const uint4 (&raw)[8], float v0, float v1, const float* sK,
-                                            const float* sQ, float eg, float beta, float* od)
+                                            const u32* sB, float kq, float eg, float beta, float* od)
 {
     typedef StateIO<STATE_FMT> SIO;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int r0 = warp * 16 + g, r1 = r0 + 8;
-    const float* vg = g < 3 ? sK : sQ; // B column g's vector (g >= 6: zero)
-    const int part = g < 3 ? g : g - 3;
+    u32 bw[16];
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const uint4 b4 = reinterpret_cast<const uint4*>(sB + lane * 16)[q];
+        bw[4 * q] = b4.x;
+        bw[4 * q + 1] = b4.y;
+        bw[4 * q + 2] = b4.z;
+        bw[4 * q + 3] = b4.w;
+    }
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float kq = 0.0f; // this lane's share of k.q
 #pragma unroll
     for (int kb = 0; kb < 4; kb++) {
-        const int c = 8 * (4 * kb + t);
-        const float4* kp = reinterpret_cast<const float4*>(sK + bvpad(c));
-        const float4* qp = reinterpret_cast<const float4*>(sQ + bvpad(c));
-        const float4* gp = reinterpret_cast<const float4*>(vg + bvpad(c));
-        float x[8];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const float4 k4 = kp[h], q4 = qp[h], g4 = gp[h];
-            kq = fmaf(k4.x, q4.x, kq);
-            kq = fmaf(k4.y, q4.y, kq);
-            kq = fmaf(k4.z, q4.z, kq);
-            kq = fmaf(k4.w, q4.w, kq);
-            x[4 * h] = g4.x;
-            x[4 * h + 1] = g4.y;
-            x[4 * h + 2] = g4.z;
-            x[4 * h + 3] = g4.w;
-        }
-        u32 bw[4];
-#pragma unroll
-        for (int w = 0; w < 4; w++) {
-            bw[w] = g >= 6 ? 0u : bf16_part(x[2 * w], part) | (bf16_part(x[2 * w + 1], part) << 16);
-        }
         const u32 w0[4] = {raw[2 * kb].x, raw[2 * kb].y, raw[2 * kb].z, raw[2 * kb].w};
         const u32 w1[4] = {raw[2 * kb + 1].x, raw[2 * kb + 1].y, raw[2 * kb + 1].z, raw[2 * kb + 1].w};
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            mma_bf16(acc, w0[2 * h], w1[2 * h], w0[2 * h + 1], w1[2 * h + 1], bw[2 * h], bw[2 * h + 1]);
+            mma_bf16(acc, w0[2 * h], w1[2 * h], w0[2 * h + 1], w1[2 * h + 1], bw[4 * kb + 2 * h], bw[4 * kb + 2 * h + 1]);
         }
     }
     // Columns 0..2 (S.k) sit in lanes t = 0 (0, 1) and 1 (2); 3..5 (S.q)
@@ -1367,7 +1385,6 @@ __device__ __forceinline__ void gdn_base_tc(ST* src, const uint4 (&raw)[8], floa
         sk1 += __shfl_xor_sync(FULL_MASK, sk1, o);
         sq0 += __shfl_xor_sync(FULL_MASK, sq0, o);
         sq1 += __shfl_xor_sync(FULL_MASK, sq1, o);
-        kq += __shfl_xor_sync(FULL_MASK, kq, o);
     }
     const float u0 = beta * (v0 - eg * sk0), u1 = beta * (v1 - eg * sk1);
     if (t == 0) {
@@ -1476,7 +1493,11 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     __syncthreads();
 #if BASE_TC_ON
     if (!VERIFY) {
-        gdn_base_tc(src, rtc, v0, v1, sK, sQ, sDecay[0], sBeta[0], o + ((u64)b * NVH + j) * DV);
+        __shared__ __align__(16) u32 sB[32 * 16];
+        __shared__ float sKQ;
+        gdn_base_tc_b(sB, &sKQ, sK, sQ);
+        __syncthreads();
+        gdn_base_tc(src, rtc, v0, v1, sK, sB, sKQ, sDecay[0], sBeta[0], o + ((u64)b * NVH + j) * DV);
         return;
     }
 #endif
