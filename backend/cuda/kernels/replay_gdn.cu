@@ -412,7 +412,11 @@ __device__ __forceinline__ void fold_project(const float (&reg)[MAP::PASSES][MAP
 // With CACHED (FOLD_CACHED_ON's callers), vring holds the ring's cached
 // u'_i (ringU's rows), not v_i, for i < nring: only entry nring, where
 // nring < t (the flush's token, v_t in vcur), is formed by the
-// recurrence, from the cached ones.
+// recurrence, from the cached ones. vring may be sh.proj itself (the
+// verify's early fold stages the u rows there): the recurrence reads rows
+// i < nring of it and writes each element back unchanged, and writes rows
+// >= nring, which it never reads through vring, so its __restrict__ holds
+// for every access that could be reordered.
 template <bool CACHED = false, typename SH>
 __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, float sc0, ST* state, u8* rcodes,
                                          u8* rscales, float* rglobal, u64 mat, int t, int q_slot,
@@ -934,12 +938,28 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_
     state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, counts, T, q, k, v, a, bb, \
         o, negA, dtb, qscale, R
 // gdn_stage_keys copies the first n ring keys of key head kh of slot s to
-// vec (entry i at vec[i*DK]), every load in flight at once.
-__device__ __forceinline__ void gdn_stage_keys(float* vec, const float* __restrict__ ringK, int s, int kh, int n)
+// vec (entry i at vec[i*DK]), every load in flight at once; with U, also
+// the first n cached u rows of value head j to urows (entry i at
+// urows[i*DV]), in the same batch of loads.
+template <bool U = false>
+__device__ __forceinline__ void gdn_stage_keys(float* vec, const float* __restrict__ ringK, int s, int kh, int n,
+                                               float* urows = nullptr, const float* __restrict__ ringU = nullptr,
+                                               int j = 0)
 {
-    load_then_store<(RMAX * DK + NT - 1) / NT, NT>(
-        n * DK, [&](int idx) { return ringK[(ring_at(s, idx / DK) * NKH + kh) * DK + idx % DK]; },
-        [&](int idx, float kv) { vec[idx] = kv; });
+    load_then_store<(RMAX * (DK + (U ? DV : 0)) + NT - 1) / NT, NT>(
+        n * (DK + (U ? DV : 0)),
+        [&](int idx) {
+            const int iu = idx - n * DK;
+            return !U || iu < 0 ? ringK[(ring_at(s, idx / DK) * NKH + kh) * DK + idx % DK]
+                                : ringU[(ring_at(s, iu / DV) * NVH + j) * DV + iu % DV];
+        },
+        [&](int idx, float x) {
+            if (!U || idx < n * DK) {
+                vec[idx] = x;
+            } else {
+                urows[idx - n * DK] = x;
+            }
+        });
 }
 
 // VEARLY (gdn_replay_verify_early, replay_common.cu): the drafts' k, q
@@ -1024,30 +1044,13 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
 
     ring_scalars(sh.decay, sh.beta, ringA, ringBeta, tid, n, VE, egj, betaj, [&](int i) { return rs_at(s, j, i); });
     if (FOLDS_EARLY(n, cnt, R)) {
-        if (FOLD_CACHED_ON) {
-            // The ring's keys and cached u rows (into proj rows 0..n-1,
-            // where the fold's recurrence reads them, not from the ring
-            // after its projections: a round trip between two barriers),
-            // every load in flight at once. H200, B=256, session 19: verify
-            // 409 -> 384 us (Qwen3.5-4B fp32), 442 -> 424 (bf16), 724 -> 674
-            // (122B fp32), 650 -> 613 (bf16).
-            load_then_store<(RMAX * (DK + DV) + NT - 1) / NT, NT>(
-                n * (DK + DV),
-                [&](int idx) {
-                    const int iu = idx - n * DK;
-                    return iu < 0 ? ringK[(ring_at(s, idx / DK) * NKH + kh) * DK + idx % DK]
-                                  : ringU[(ring_at(s, iu / DV) * NVH + j) * DV + iu % DV];
-                },
-                [&](int idx, float x) {
-                    if (idx < n * DK) {
-                        sh.vec[idx] = x;
-                    } else {
-                        sh.proj[idx - n * DK] = x;
-                    }
-                });
-        } else {
-            gdn_stage_keys(sh.vec, ringK, s, kh, n); // the ring's keys
-        }
+        // The ring's keys and, folding the cached u (FOLD_CACHED_ON), its u
+        // rows into proj rows 0..n-1, where the fold's recurrence reads them
+        // (not from the ring after its projections: a round trip between
+        // two barriers). H200, B=256, session 19: verify 409 -> 384 us
+        // (Qwen3.5-4B fp32), 442 -> 424 (bf16), 724 -> 674 (122B fp32), 650
+        // -> 613 (bf16).
+        gdn_stage_keys<FOLD_CACHED_ON>(sh.vec, ringK, s, kh, n, sh.proj, ringU, j);
         __syncthreads();
         gdn_fold<FOLD_CACHED_ON>(sh, sh.vec, state + mat * (DV * DK), state_scale(state, mat), state, rcodes, rscales,
                                  rglobal, mat, n, -1, FOLD_CACHED_ON ? sh.proj : ringV + ((u64)s * RMAX * NVH + j) * DV,
