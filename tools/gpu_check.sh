@@ -12,7 +12,6 @@
 #   tools/gpu_check.sh all        # the three, in this order
 #   tools/gpu_check.sh fold_phases  # the GDN flush by phase (FOLD_SKIP), FMA and tensor-core folds
 #   tools/gpu_check.sh base_skip  # the GDN baselines without their arithmetic (BASE_SKIP)
-#   tools/gpu_check.sh base_tc  # the GDN bf16 baseline's dots on the tensor cores (BASE_TC): tests, then against the defaults
 #   tools/gpu_check.sh fold_exact  # the GDN exact fold where the default folds cached u (FOLD_CACHED=0): tests, then against the defaults
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
@@ -151,20 +150,6 @@ fold_exact)
 	echo "tests: $(grep -c -- '--- PASS' "$out/tests_exact.log") passed (subtests and their parents)"
 	grep -E -- '--- FAIL|^panic|^FAIL' "$out/tests_exact.log" | head -20
 	experiment exact qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_DEFINES=-DFOLD_CACHED=0
-	;;
-base_tc)
-	# The GDN bf16 baseline step with its two dots on the tensor cores
-	# (BASE_TC=1, NOTES.md session 19, written after the device time): the
-	# baseline reference and speculative tests under it, then against the
-	# defaults (target: 90% of copy; BASE_SKIP's 92-93% is the ceiling).
-	for run in 'TestReplayCacheMatchesReference/gdn/baseline' 'TestReplayCacheSpeculative/gdn/baseline'; do
-		REPLAYSSM_CUDA_DEFINES=-DBASE_TC=1 "$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 300s -test.run "$run" >>"$out/tests_base_tc.log" 2>&1
-		echo "tests $run: exit $?"
-	done
-	echo "tests: $(grep -c -- '--- PASS' "$out/tests_base_tc.log") passed (subtests and their parents)"
-	grep -E -- '--- FAIL|^panic|^FAIL' "$out/tests_base_tc.log" | head -20
-	experiment base_tc qwen3.5-4b,qwen3.5-122b baseline REPLAYSSM_CUDA_DEFINES=-DBASE_TC=1 \
-		"REPLAYSSM_CUDA_DEFINES=-DBASE_TC=1 -DBASE_TC_MINB=2"
 	;;
 base_skip)
 	# The GDN baseline step with its passes copying their chunks back

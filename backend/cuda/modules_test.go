@@ -109,7 +109,6 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/e4m3/exact fold", replay.Options{Mode: replay.Replay, State: numeric.E4M3, ExactFold: true}, tuning{}},
 		{"baseline/bf16/no arithmetic", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{defines: []string{"-DBASE_SKIP=1"}}},
 		{"baseline/fp32/no arithmetic", replay.Options{Mode: replay.Baseline}, tuning{defines: []string{"-DBASE_SKIP=1"}}},
-		{"baseline/bf16/tensor-core dots", replay.Options{Mode: replay.Baseline, State: numeric.BF16}, tuning{defines: []string{"-DBASE_TC=1"}}},
 		{"replay/bf16/verify scalars early", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DSCALARS_EARLY=1"}}},
 		{"replay/fp32+nvfp4/verify uloc fixed", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4}, tuning{defines: []string{"-DULOC_FIXED=1", "-DSCALARS_EARLY=0"}}},
 		{"replay/fp32/tensor-core fold", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DTC_FOLD=1"}}},
@@ -132,15 +131,13 @@ func TestReplayModulesCompile(t *testing.T) {
 	oneGroup := ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}
 	// Options only a GDN module reads: Mamba-2's would be a default module
 	// compiled again.
-	gdnOnly := func(o replay.Options, tn tuning) bool {
-		return o.ExactFold || slices.Contains(tn.defines, "-DBASE_TC=1")
-	}
+	gdnOnly := func(o replay.Options) bool { return o.ExactFold }
 	for _, layer := range []string{"mamba2", "gdn", "mamba2-1group"} {
 		for _, o := range opts {
 			if layer == "mamba2-1group" && o.name != "replay/fp32" && o.name != "replay/bf16+nvfp4" {
 				continue
 			}
-			if layer != "gdn" && gdnOnly(o.opt, o.tn) {
+			if layer != "gdn" && gdnOnly(o.opt) {
 				continue
 			}
 			t.Run(layer+"/"+o.name, func(t *testing.T) {

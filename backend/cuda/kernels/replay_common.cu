@@ -680,24 +680,8 @@ struct StateIO {
 #ifndef BASE_REGS
 #define BASE_REGS 48
 #endif
-// BASE_TC=1 (session 19, written after the device time; off): the GDN
-// bf16 baseline step forms its two dots on the tensor cores (gdn_base_tc,
-// replay_gdn.cu). BASE_TC_MINB: its blocks an SM.
-#ifndef BASE_TC
-#define BASE_TC 0
-#endif
-#ifndef BASE_TC_MINB
-#define BASE_TC_MINB 3
-#endif
-#if defined(NKH) && BASE_TC && STATE_FMT == FMT_BF16 && ROWS == 16 * NWARPS && COLS == 128 && BASE_EARLY_ON
-#define BASE_TC_ON 1
-#else
-#define BASE_TC_ON 0
-#endif
 #if BASE_BULK
 #define BASE_BOUNDS __launch_bounds__(NT, BASE_MINB)
-#elif BASE_TC_ON
-#define BASE_BOUNDS __launch_bounds__(NT, BASE_TC_MINB)
 #elif BASE_EARLY_ON && STATE_FMT != FMT_E4M3
 #define BASE_BOUNDS __launch_bounds__(NT, 65536 / (NT * BASE_REGS))
 #else
@@ -1347,22 +1331,6 @@ __device__ __forceinline__ void mma_tf32(float& d0, float& d1, float& d2, float&
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
-}
-
-// mma_bf16 is d += A B for one m16n8k16 tile of bf16 operands (row-major A,
-// column-major B, float32 accumulators) over one warp: with g = lane/4 and
-// t = lane%4, a0..a3 hold A[g][2t..2t+1], A[g+8][2t..2t+1], A[g][2t+8..2t+9],
-// A[g+8][2t+8..2t+9] (the lower k in the low half); b0, b1 hold
-// B[2t..2t+1][g], B[2t+8..2t+9][g]; d0..d3 are D[g][2t], D[g][2t+1],
-// D[g+8][2t], D[g+8][2t+1].
-__device__ __forceinline__ void mma_bf16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #endif
 }

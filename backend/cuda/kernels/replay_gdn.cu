@@ -1288,133 +1288,6 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #define BASE_SKIP 0
 #endif
 
-#if BASE_TC_ON
-// bf16_part is part p of x split in three bf16 terms (x = hi + mid + lo to
-// float32's precision; p 0 hi, 1 mid, 2 lo), as bf16 bits.
-__device__ __forceinline__ u32 bf16_part(float x, int p)
-{
-    const u32 hi = f32_to_bf16(x);
-    const float r = x - __uint_as_float(hi << 16);
-    const u32 mid = f32_to_bf16(r);
-    const u32 lo = f32_to_bf16(r - __uint_as_float(mid << 16));
-    return p == 0 ? hi : p == 1 ? mid : lo;
-}
-
-// gdn_base_tc_b forms the B operands of gdn_base_tc's MMAs once a block:
-// lane l's 16 words at sB[16 l ..] (word 4 kb + 2 h + e: MMA (kb, h)'s b_e),
-// column g = l / 4 of B holding, at the physical columns the lane's A
-// words cover (c = 8 (4 kb + t) + 4 h + 2 e, two of them), g = 0..2 k split
-// in three bf16 terms, 3..5 q's, 6, 7 zero; and k.q in *kq. Call it after
-// the prologue's barrier (k and q normalised in sK, sQ), then barrier.
-__device__ __forceinline__ void gdn_base_tc_b(u32* sB, float* kq, const float* sK, const float* sQ)
-{
-    for (int i = threadIdx.x; i < 32 * 16; i += NT) {
-        const int l = i >> 4, w = i & 15, kb = w >> 2, h = (w >> 1) & 1;
-        const int g = l >> 2, t = l & 3;
-        u32 word = 0;
-        if (g < 6) {
-            const float* vg = g < 3 ? sK : sQ;
-            const int part = g < 3 ? g : g - 3;
-            const int col = 8 * (4 * kb + t) + 4 * h + 2 * (w & 1);
-            word = bf16_part(vg[bvpad(col)], part) | (bf16_part(vg[bvpad(col + 1)], part) << 16);
-        }
-        sB[i] = word;
-    }
-    if (threadIdx.x < 32) {
-        float p = 0.0f;
-#pragma unroll
-        for (int e = 0; e < DK / 32; e++) {
-            const int col = threadIdx.x + 32 * e;
-            p = fmaf(sK[bvpad(col)], sQ[bvpad(col)], p);
-        }
-        p = lanes_sum<32>(p);
-        if (threadIdx.x == 0) {
-            *kq = p;
-        }
-    }
-}
-
-// gdn_base_tc is the bf16 GDN baseline step's passes with its two dots,
-// S.k and S.q, on the tensor cores (BASE_TC; session 18's BASE_SKIP found
-// the bf16 step held by its arithmetic, ~6 instructions an element: the
-// unpack, two dot FMAs, the update's two FLOPs, the pack, the shared k and
-// q loads). Warp w takes rows 16w..16w+15 as one m16n8k16 A operand per 16
-// columns, straight from the stored bf16 (no unpack); lane (g, t) holds
-// rows r0 = 16w + g and r1 = r0 + 8, its chunks raw[2 kb + h] (row h ? r1 :
-// r0, columns c = 8 (4 kb + t) .. c + 7), as loaded before the prologue's
-// barrier. The sum over columns does not care which physical column plays
-// which k index, so chunk kb's words 2h and 2h + 1 are the A operand's k
-// pairs 2t and 2t + 8 of MMA (kb, h), and B (gdn_base_tc_b, sB) holds k's
-// and q's bf16 terms at the same physical columns: the products are exact
-// and the float32 accumulators take S.k and S.q to float32's precision
-// (not bit for bit the FMA order). o = eg S.q + u (k.q), the same as the
-// new row's dot with q. The update unpacks, forms eg e + u k and rounds as
-// gdn_baseline does.
-__device__ __forceinline__ void gdn_base_tc(ST* src, const uint4 (&raw)[8], float v0, float v1, const float* sK,
-                                            const u32* sB, float kq, float eg, float beta, float* od)
-{
-    typedef StateIO<STATE_FMT> SIO;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int r0 = warp * 16 + g, r1 = r0 + 8;
-    u32 bw[16];
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const uint4 b4 = reinterpret_cast<const uint4*>(sB + lane * 16)[q];
-        bw[4 * q] = b4.x;
-        bw[4 * q + 1] = b4.y;
-        bw[4 * q + 2] = b4.z;
-        bw[4 * q + 3] = b4.w;
-    }
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int kb = 0; kb < 4; kb++) {
-        const u32 w0[4] = {raw[2 * kb].x, raw[2 * kb].y, raw[2 * kb].z, raw[2 * kb].w};
-        const u32 w1[4] = {raw[2 * kb + 1].x, raw[2 * kb + 1].y, raw[2 * kb + 1].z, raw[2 * kb + 1].w};
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            mma_bf16(acc, w0[2 * h], w1[2 * h], w0[2 * h + 1], w1[2 * h + 1], bw[4 * kb + 2 * h], bw[4 * kb + 2 * h + 1]);
-        }
-    }
-    // Columns 0..2 (S.k) sit in lanes t = 0 (0, 1) and 1 (2); 3..5 (S.q)
-    // in t = 1 (3) and 2 (4, 5): each lane adds its share, the quad sums.
-    float sk0 = t == 0 ? acc[0] + acc[1] : t == 1 ? acc[0] : 0.0f;
-    float sk1 = t == 0 ? acc[2] + acc[3] : t == 1 ? acc[2] : 0.0f;
-    float sq0 = t == 1 ? acc[1] : t == 2 ? acc[0] + acc[1] : 0.0f;
-    float sq1 = t == 1 ? acc[3] : t == 2 ? acc[2] + acc[3] : 0.0f;
-#pragma unroll
-    for (int o = 1; o < 4; o <<= 1) {
-        sk0 += __shfl_xor_sync(FULL_MASK, sk0, o);
-        sk1 += __shfl_xor_sync(FULL_MASK, sk1, o);
-        sq0 += __shfl_xor_sync(FULL_MASK, sq0, o);
-        sq1 += __shfl_xor_sync(FULL_MASK, sq1, o);
-    }
-    const float u0 = beta * (v0 - eg * sk0), u1 = beta * (v1 - eg * sk1);
-    if (t == 0) {
-        od[r0] = eg * sq0 + u0 * kq;
-        od[r1] = eg * sq1 + u1 * kq;
-    }
-#pragma unroll
-    for (int kb = 0; kb < 4; kb++) {
-        const int c = 8 * (4 * kb + t);
-        const float4* kp = reinterpret_cast<const float4*>(sK + bvpad(c));
-        const float4 ka = kp[0], kc = kp[1];
-        const float k8[8] = {ka.x, ka.y, ka.z, ka.w, kc.x, kc.y, kc.z, kc.w};
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float e[8];
-            SIO::unpack(raw[2 * kb + h], e, 1.0f);
-            const float u = h ? u1 : u0;
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                e[i] = eg * e[i] + u * k8[i];
-            }
-            SIO::store(src, (u64)(h ? r1 : r0) * DK + c, e, 1.0f, 1.0f);
-        }
-    }
-}
-#endif
-
 // gdn_baseline is the in-place recurrence every step (DESIGN.md 1.2):
 // u = beta (v - exp(g) S^T k); S = exp(g) S + k (x) u; o = S^T q, row by row
 // (u[m] depends on row m only). With verify, draft k's state goes to buffer
@@ -1468,42 +1341,13 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     // and v at pass 0's row, which u needs after the row's first reduction.
     uint4 raw0[SM::CPL];
     float v0 = 0.0f;
-#if BASE_TC_ON
-    // BASE_TC: the thread's whole share (rows r0, r1; gdn_base_tc) and v at
-    // both rows, asked for before the barrier.
-    uint4 rtc[8];
-    float v1 = 0.0f;
-    if (!VERIFY) {
-        const int r0 = warp * 16 + ((tid & 31) >> 2), c0t = 8 * (tid & 3);
-#pragma unroll
-        for (int kb = 0; kb < 4; kb++) {
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                rtc[2 * kb + h] = *reinterpret_cast<const uint4*>(src + (u64)(r0 + 8 * h) * COLS + c0t + 32 * kb);
-            }
-        }
-        v0 = v[((u64)b * NVH + j) * DV + r0];
-        v1 = v[((u64)b * NVH + j) * DV + r0 + 8];
-    }
-#else
     if (BASE_EARLY_ON && !VERIFY && !SIO::SCALED) {
         raw_pass<SM>(src, 0, raw0);
         if (SM::row(0) < ROWS) {
             v0 = v[((u64)b * NVH + j) * DV + SM::row(0)];
         }
     }
-#endif
     __syncthreads();
-#if BASE_TC_ON
-    if (!VERIFY) {
-        __shared__ __align__(16) u32 sB[32 * 16];
-        __shared__ float sKQ;
-        gdn_base_tc_b(sB, &sKQ, sK, sQ);
-        __syncthreads();
-        gdn_base_tc(src, rtc, v0, v1, sK, sB, sKQ, sDecay[0], sBeta[0], o + ((u64)b * NVH + j) * DV);
-        return;
-    }
-#endif
 #if BASE_SKIP
     // The measuring knob (the state and outputs are then wrong): the
     // passes store their raw chunks back as loaded, in the same order,
