@@ -14,6 +14,8 @@
 #   tools/gpu_check.sh base_skip  # the GDN baselines without their arithmetic (BASE_SKIP)
 #   tools/gpu_check.sh fold_exact  # the GDN exact fold where the default folds cached u (FOLD_CACHED=0): tests, then against the defaults
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
+#   tools/gpu_check.sh nvfp4_gpf  # the nvfp4 group step's passes in flight (GPF), every shape
+#   tools/gpu_check.sh profile_nonflush # ncu of the GDN non-flush step (nvfp4, fp32), the nvfp4 step's knobs
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -184,6 +186,23 @@ profile_b1)
 		--shapes nemotron-3-nano-4b --state-dtype fp32 --modes verify --batch 1
 	NCU_EXTRA="--warp-sampling-interval 0" profile gdn_verify_b1 gdn_replay_verify \
 		--shapes qwen3.5-4b --state-dtype fp32 --modes verify --batch 1
+	;;
+profile_nonflush)
+	# Where the GDN non-flush step spends its time (session 20): ncu of
+	# gdn_group_step with an nvfp4 read copy (bf16 checkpoint) and with a
+	# plain fp32 checkpoint, Qwen3.5-4B, batch 256; then the nvfp4 step's
+	# passes in flight (GPF) and its stream alone (GROUP_NODOTS).
+	profile nvfp4_step gdn_group_step --shapes qwen3.5-4b --state-dtype bf16 --modes replay-nvfp4 --batch 256
+	profile fp32_step gdn_group_step --shapes qwen3.5-4b --state-dtype fp32 --modes replay --batch 256
+	experiment nvfp4_gpf qwen3.5-4b replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGPF=6 REPLAYSSM_CUDA_DEFINES=-DGPF=24 \
+		REPLAYSSM_CUDA_DEFINES=-DGROUP_NODOTS=1 REPLAYSSM_CUDA_GROUP_THREADS=128
+	;;
+nvfp4_gpf)
+	# The nvfp4 read copy's group step by passes in flight (GPF; the
+	# default 12 has 16% of its stall samples on instruction fetch, ncu
+	# session 20): every shape against the defaults.
+	experiment nvfp4_gpf all replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGPF=3 REPLAYSSM_CUDA_DEFINES=-DGPF=4 \
+		REPLAYSSM_CUDA_DEFINES=-DGPF=6 REPLAYSSM_CUDA_DEFINES=-DGPF=8
 	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \

@@ -15,7 +15,7 @@ import (
 
 // TestDumpReplayModule is a tool for kernel work without a GPU, run by
 // hand: it plans one replay module as the constructors would on an H200
-// and writes its PTX (NVRTC), an sm_90 assembly of it (ptxas -v: registers,
+// and writes its source and PTX (NVRTC), an sm_90 assembly of it (ptxas -v: registers,
 // spills, shared memory per kernel) and the SASS (cuobjdump) to
 // $REPLAYSSM_DUMP_DIR. It skips unless that is set, and without NVRTC or
 // ptxas (tools/get_ptxas.sh). The module is chosen by
@@ -112,6 +112,9 @@ func TestDumpReplayModule(t *testing.T) {
 		}
 	}
 	write("module.ptx", ptx)
+	// The source NVRTC compiled: ncu's source lines (gpu_check.sh profile)
+	// number this text, not the embedded files.
+	write("module.cu", []byte(src))
 	report := assemble(t, ptxas, dir, []byte(hopperCompat(string(ptx))))
 	for k, r := range ptxasResources(report) {
 		t.Logf("%-28s %3d registers, %3d bytes of spill stores, %3d of spill loads", k, r.regs, r.spillStores, r.spillLoads)

@@ -1799,8 +1799,14 @@ typedef GRaw<GM> GR;
 #ifndef GMINB
 #define GMINB (512 / GNT)
 #endif
+// GPF: passes in flight. With an nvfp4 read copy a GDN item is short (a
+// pass is 8 bytes of codes a thread) and its unrolled passes' code is
+// what stalls (ncu, session 20: 16% of the stall samples on instruction
+// fetch at 12 passes); four, against 12 in the same run (H200, B=256, us):
+// Qwen3.5-4B 122 -> 109, 122B 201 -> 171 (Mamba-2's group step keeps 12:
+// Nano 143 -> 152 at four).
 #ifndef GPF
-#define GPF GPF_DEFAULT(GM::CPL)
+#define GPF (READ_FMT == FMT_NVFP4 ? 4 : GPF_DEFAULT(GM::CPL))
 #endif
 
 __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
