@@ -198,9 +198,9 @@ profile_nonflush)
 		REPLAYSSM_CUDA_DEFINES=-DGROUP_NODOTS=1 REPLAYSSM_CUDA_GROUP_THREADS=128
 	;;
 nvfp4_gpf)
-	# The nvfp4 read copy's group step by passes in flight (GPF; the
-	# default 12 has 16% of its stall samples on instruction fetch, ncu
-	# session 20): every shape against the defaults.
+	# The nvfp4 read copy's group step by passes in flight (GPF; 12 had
+	# 16% of GDN's stall samples on instruction fetch, ncu session 20, and
+	# GDN now takes 4, Mamba-2 12): every shape against the defaults.
 	experiment nvfp4_gpf all replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGPF=3 REPLAYSSM_CUDA_DEFINES=-DGPF=4 \
 		REPLAYSSM_CUDA_DEFINES=-DGPF=6 REPLAYSSM_CUDA_DEFINES=-DGPF=8
 	;;

@@ -15,8 +15,8 @@ import (
 
 // TestDumpReplayModule is a tool for kernel work without a GPU, run by
 // hand: it plans one replay module as the constructors would on an H200
-// and writes its source and PTX (NVRTC), an sm_90 assembly of it (ptxas -v: registers,
-// spills, shared memory per kernel) and the SASS (cuobjdump) to
+// and writes its source, its PTX (NVRTC), an sm_90 assembly of it (ptxas
+// -v: registers, spills, shared memory per kernel) and the SASS (cuobjdump) to
 // $REPLAYSSM_DUMP_DIR. It skips unless that is set, and without NVRTC or
 // ptxas (tools/get_ptxas.sh). The module is chosen by
 //

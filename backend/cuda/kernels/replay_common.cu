@@ -526,7 +526,6 @@ __device__ __forceinline__ void store_words(unsigned char* p, const u32* w)
 
 // decode_chunk / encode_chunk convert VEC elements between floats and packed
 // words; encode_chunk leaves in v what a read gives back.
-
 template <int F, int VEC>
 __device__ __forceinline__ void decode_chunk(const u32* w, float* v, float sc)
 {
