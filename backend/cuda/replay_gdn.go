@@ -87,10 +87,9 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 // tcFold reports whether a GDN module folds on the tensor cores by default
 // (TC_FOLD in replay_gdn.cu; REPLAYSSM_CUDA_DEFINES=-DTC_FOLD=0|1 decides
 // instead): for 2-byte checkpoints without a read copy, and fp32 ones
-// that fold from cached u. H200,
-// session 16, batch 256, against the FMA fold in the same run, us:
-// Qwen3.5-4B bf16 aligned flush 663 -> 615, verify 498 -> 479; 122B 1316 ->
-// 1208, 794 -> 756. fp32 lost then (flush 641 -> 659, 1262 -> 1305: three
+// that fold from cached u. H200, session 16, batch 256, against the FMA
+// fold in the same run, us: Qwen3.5-4B bf16 aligned flush 663 -> 615,
+// verify 498 -> 479; 122B 1316 -> 1208, 794 -> 756. fp32 lost then (flush 641 -> 659, 1262 -> 1305: three
 // products a term where bf16's checkpoint takes two, and the exact fold
 // waited on its loads, not its arithmetic); with the fold from cached u
 // (session 19), whose arithmetic is mostly the rank update, fp32 gains on

@@ -1804,7 +1804,8 @@ typedef GRaw<GM> GR;
 // what stalls (ncu, session 20: 16% of the stall samples on instruction
 // fetch at 12 passes); four, against 12 in the same run (H200, B=256, us):
 // Qwen3.5-4B 122 -> 109, 122B 201 -> 171 (Mamba-2's group step keeps 12:
-// Nano 143 -> 152 at four).
+// Nano 143 -> 152 at four). The group verify below shares GPF; with a read
+// copy its time was not measured apart (its tests pass).
 #ifndef GPF
 #define GPF (READ_FMT == FMT_NVFP4 ? 4 : GPF_DEFAULT(GM::CPL))
 #endif
