@@ -16,6 +16,7 @@
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh nvfp4_gpf  # the nvfp4 group step's passes in flight (GPF), every shape
 #   tools/gpu_check.sh profile_nonflush # ncu of the GDN non-flush step (nvfp4, fp32), the nvfp4 step's knobs
+#   tools/gpu_check.sh group_tc   # the GDN nvfp4 group step on the tensor cores: tests, against GROUP_TC=0, GTPF
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -203,6 +204,18 @@ nvfp4_gpf)
 	# GDN now takes 4, Mamba-2 12): every shape against the defaults.
 	experiment nvfp4_gpf all replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGPF=3 REPLAYSSM_CUDA_DEFINES=-DGPF=4 \
 		REPLAYSSM_CUDA_DEFINES=-DGPF=6 REPLAYSSM_CUDA_DEFINES=-DGPF=8
+	;;
+group_tc)
+	# The GDN nvfp4 group step's dots on the tensor cores (GROUP_TC,
+	# session 21): the GDN replay tests, then every GDN replay mode against
+	# the FMA stream (GROUP_TC=0), and ncu of the nvfp4 step.
+	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 420s -test.run \
+		'TestReplayPipelineMatchesV4/gdn|TestReplayOverlapMatchesSerial/gdn|TestReplayReadCopyErrorDoesNotCompound/gdn/nvfp4|TestReplayCacheSpeculative/gdn|TestReplayCacheMatchesReference/gdn|TestReplayStepSmallMatchesSplit//gdn/nvfp4' \
+		>"$out/tests_group_tc.log" 2>&1
+	echo "group_tc tests: exit $?, $(grep -c -- '--- PASS' "$out/tests_group_tc.log") passed"
+	grep -E -- '--- FAIL|^FAIL|panic|inexact step' "$out/tests_group_tc.log" | sort | uniq -c | head -40
+	experiment group_tc gdn replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=0
+	profile nvfp4_tc gdn_group_step --shapes qwen3.5-4b --state-dtype bf16 --modes replay-nvfp4 --batch 256
 	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \

@@ -177,6 +177,9 @@ type groupStep struct {
 	// kernels spread the heads over more blocks (batch 1, Nano: 8 items, the
 	// group verify 31.5 us against v5's 16).
 	minItems int
+	// tc: the step's stream runs on the tensor cores (GDN with an nvfp4
+	// read copy, groupTC), whose sums are not the v4 kernels' bit for bit.
+	tc bool
 }
 
 // groupThreads is the group kernels' largest block size: eight warps

@@ -1362,6 +1362,75 @@ __device__ __forceinline__ void mma_3xtf32(float& d0, float& d1, float& d2, floa
     mma_tf32(d0, d1, d2, d3, ahi[0], ahi[1], ahi[2], ahi[3], bhi0, bhi1);
 }
 
+// mma_f16 is d += A B for one m16n8k16 tile of f16 operands (row-major A,
+// column-major B, float32 accumulators) over one warp: with g = lane/4 and
+// t = lane%4, a0..a3 hold A[g][2t..2t+1], A[g+8][2t..2t+1],
+// A[g][2t+8..2t+9], A[g+8][2t+8..2t+9] and b0, b1 hold B[2t..2t+1][g],
+// B[2t+8..2t+9][g] (the lower index in the lower half); d0..d3 as
+// mma_tf32's.
+__device__ __forceinline__ void mma_f16(float& d0, float& d1, float& d2, float& d3, u32 a0, u32 a1, u32 a2, u32 a3,
+                                        u32 b0, u32 b1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// f16x2_of packs lo and hi, rounded to f16, into one word (lo in the
+// lower half).
+__device__ __forceinline__ u32 f16x2_of(float lo, float hi)
+{
+    u32 d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+// f16x2_mul is the f16 product of each half of a and b (round to nearest).
+__device__ __forceinline__ u32 f16x2_mul(u32 a, u32 b)
+{
+    u32 d;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// f16x2_of_e4m3x2 decodes the two e4m3 codes of bits 0-15 of c (the lower
+// byte into the lower half); every e4m3 value is an f16.
+__device__ __forceinline__ u32 f16x2_of_e4m3x2(u32 c)
+{
+    u32 h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)c));
+    return h2;
+}
+#endif
+
+// e4m3_of_e2m1 rewrites the eight e2m1 codes of w (code k in bits 4k..4k+3,
+// sign in its bit 3) as e4m3 codes of 2^-6 times their values: codes 0, 2,
+// 4, 6 in the bytes of lo, 1, 3, 5, 7 in those of hi. An e2m1 code's
+// exponent and mantissa bits (e, m) placed as the e4m3 exponent's low bits
+// and its mantissa's top bit are 2^(e-7)(1 + m/2) for e > 0 and 2^-6 m/2
+// for e = 0: the e2m1 value 2^(e-1)(1 + m/2), or m/2, times 2^-6.
+// In PTX, so that the words stay whole: from C the compiler split each
+// into 16-bit halves (the conversions read 16 bits), 14 instructions a
+// word where these take 7.
+__device__ __forceinline__ void e4m3_of_e2m1(u32 w, u32& lo, u32& hi)
+{
+    asm("{\n\t.reg .b32 a, b;\n\t"
+        "shl.b32 a, %2, 2;\n\t"
+        "shl.b32 b, %2, 4;\n\t"
+        "and.b32 b, b, 0x80808080;\n\t"
+        "lop3.b32 %0, a, 0x1c1c1c1c, b, 0xea;\n\t" // (a & mask) | b
+        "shr.b32 a, %2, 2;\n\t"
+        "and.b32 b, %2, 0x80808080;\n\t"
+        "lop3.b32 %1, a, 0x1c1c1c1c, b, 0xea;\n\t"
+        "}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+}
+
 // ---- Hopper pipelines: mbarriers and bulk copies (sm_90+) ----
 //
 // The streaming kernels (the *_pipe kernels) are persistent: a producer warp

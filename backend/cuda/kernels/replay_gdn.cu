@@ -1810,6 +1810,155 @@ typedef GRaw<GM> GR;
 #define GPF (READ_FMT == FMT_NVFP4 ? 4 : GPF_DEFAULT(GM::CPL))
 #endif
 
+// GROUP_TC=1 (gdnModule sets it for nvfp4 read copies on sm_89+): the
+// nvfp4 stream's dots on the tensor cores. A warp takes 16 rows at a time
+// (a strip) as mma_f16's A operand: lane (g, t) loads rows g and g+8 of
+// the strip, its quarter of the columns (COLS/8 bytes of codes each, 16
+// for COLS 128, and their block scales), rewrites the e2m1 codes as e4m3
+// (e4m3_of_e2m1), widens them by the hardware conversion and multiplies
+// each by its block scale in f16: e2m1 times e4m3 is exact there (at most
+// six significant bits; 2^-6 times it lies in [2^-16, 42], and f16 holds
+// every multiple of 2^-24 below 2^-14), so A is the read copy's value
+// before its global scale, times 2^-6. B's eight columns are k and q,
+// each split in two f16 terms (hi, then the remainder lo, of 4096 times
+// the vector: 22 bits), and four zero columns; D's columns 0+1 and 2+3
+// are S k and S q in float32 to its accumulation. A row's sum is not
+// group_dots' order of operations, so this step is not bit for bit the
+// v4 kernels' (the tests compare it within a bound). Each lane's pairs of
+// columns are the ones its decode gives (codes 0 and 2 of a word, 4 and
+// 6, 1 and 3, 5 and 7); B takes the same pairs, so the sums are the rows'
+// dots in another order.
+#ifndef GROUP_TC
+#define GROUP_TC 0
+#endif
+#if GROUP_TC && READ_FMT == FMT_NVFP4 && !GROUP_NODOTS && (COLS == 64 || COLS == 128) && DV % 16 == 0 &&         \
+    defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define GTC_ON 1
+#define GT_NW (COLS / 32)       // words of codes a lane holds of a row
+#define GT_STRIPS (GROWS / 16)  // strips of 16 rows
+#define GT_NWARP (GNT / 32)
+#define GT_SPW ((GT_STRIPS + GT_NWARP - 1) / GT_NWARP) // strips a warp takes: warp w takes w, w + GT_NWARP, ...
+// GTPF: strips in flight a warp (36 bytes a lane each). H200, B=256,
+// us, 4 -> 2 (8: 92 and 151): Qwen3.5-4B 85.8 -> 80.0, 122B 138 -> 124.
+#ifndef GTPF
+#define GTPF 2
+#endif
+
+// GTRaw is one lane's share of one strip: rows g and g+8, their codes and
+// block scale codes, each as loaded (combining the scales' loads into one
+// word made every strip wait for its loads where it issued them: ncu,
+// session 21, 19% of the stall samples on that line).
+struct GTRaw {
+    u32 w[2][GT_NW];
+    u32 sc[2];
+};
+
+// gt_load issues the loads of this warp's strip i (zeros past the rows).
+__device__ __forceinline__ void gt_load(const u8* codes, const u8* scl, int i, GTRaw& raw)
+{
+    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int j = 0; j < GT_NW; j++) {
+            raw.w[h][j] = 0;
+        }
+        raw.sc[h] = 0;
+        if (st < GT_STRIPS) {
+            const int r = 16 * st + (lane >> 2) + 8 * h;
+            const u8* p = codes + (u64)r * (COLS / 2) + (lane & 3) * (COLS / 8);
+            const u8* q = scl + (u64)r * (COLS / 16) + (lane & 3) * (COLS / 64);
+            if constexpr (GT_NW == 4) {
+                const uint4 v = *reinterpret_cast<const uint4*>(p);
+                raw.w[h][0] = v.x;
+                raw.w[h][1] = v.y;
+                raw.w[h][2] = v.z;
+                raw.w[h][3] = v.w;
+                raw.sc[h] = *reinterpret_cast<const u16*>(q);
+            } else {
+                const uint2 v = *reinterpret_cast<const uint2*>(p);
+                raw.w[h][0] = v.x;
+                raw.w[h][1] = v.y;
+                raw.sc[h] = *q;
+            }
+        }
+    }
+}
+
+// gt_vectors forms this lane's B operands, bv[2m] and bv[2m+1] of tile m:
+// vector g/2 (k at vec, q at vec + DK) for g = lane/4 < 4, its f16 hi
+// terms for even g and lo terms for odd g, at the columns of the lane's
+// quarter its decode pairs; zeros for g >= 4.
+__device__ __forceinline__ void gt_vectors(const float* vec, u32 (&bv)[4 * GT_NW])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+    const float* v = vec + (g >> 1 & 1) * DK + (lane & 3) * (COLS / 4);
+#pragma unroll
+    for (int j = 0; j < GT_NW; j++) {
+        float x[8];
+        const float4 x0 = *reinterpret_cast<const float4*>(v + 8 * j);
+        const float4 x1 = *reinterpret_cast<const float4*>(v + 8 * j + 4);
+        x[0] = x0.x, x[1] = x0.y, x[2] = x0.z, x[3] = x0.w, x[4] = x1.x, x[5] = x1.y, x[6] = x1.z, x[7] = x1.w;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            // tile 2j + k/2: b0 pairs columns 4(k/2) and +2, b1 +1 and +3
+            const int c = 4 * (k >> 1) + (k & 1);
+            const float lo = 4096.0f * x[c], hi = 4096.0f * x[c + 2];
+            u32 h = f16x2_of(lo, hi);
+            if (g & 1) {
+                h = f16x2_of(lo - f16_to_f32(h & 0xffffu), hi - f16_to_f32(h >> 16));
+            }
+            bv[4 * j + k] = g < 4 ? h : 0u;
+        }
+    }
+}
+
+// gt_dots writes S k and S q of this warp's strip i to out[r] and
+// out[GROWS + r] (row r's matrix scale gs[r / DV]).
+__device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const u32 (&bv)[4 * GT_NW], const float* gs, float* out)
+{
+    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
+    if (st >= GT_STRIPS) {
+        return;
+    }
+    u32 s2[2][2]; // row h's block scales in f16, each in both halves
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const u32 hs = f16x2_of_e4m3x2(raw.sc[h]);
+        s2[h][0] = __byte_perm(hs, 0u, 0x1010);
+        s2[h][1] = __byte_perm(hs, 0u, 0x3232);
+    }
+    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < GT_NW; j++) {
+        u32 a[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            u32 lo, hi;
+            e4m3_of_e2m1(raw.w[h][j], lo, hi);
+            const u32 sc = s2[h][GT_NW == 4 ? j >> 1 : 0];
+            a[h][0] = f16x2_mul(f16x2_of_e4m3x2(lo), sc);       // codes 0, 2
+            a[h][1] = f16x2_mul(f16x2_of_e4m3x2(lo >> 16), sc); // 4, 6
+            a[h][2] = f16x2_mul(f16x2_of_e4m3x2(hi), sc);       // 1, 3
+            a[h][3] = f16x2_mul(f16x2_of_e4m3x2(hi >> 16), sc); // 5, 7
+        }
+        mma_f16(d0, d1, d2, d3, a[0][0], a[1][0], a[0][2], a[1][2], bv[4 * j], bv[4 * j + 1]);
+        mma_f16(d0, d1, d2, d3, a[0][1], a[1][1], a[0][3], a[1][3], bv[4 * j + 2], bv[4 * j + 3]);
+    }
+    const int t = lane & 3;
+    if (t < 2) {
+        const int r = 16 * st + (lane >> 2);
+        // A is 2^-6 times the values, B 2^12 times the vectors: D is 2^6
+        // times the dots before the matrix's global scale.
+        const float post = __fmul_rn(gs[(16 * st) / DV], 0.015625f);
+        out[t * GROWS + r] = (d0 + d1) * post;
+        out[t * GROWS + r + 8] = (d2 + d3) * post;
+    }
+}
+#else
+#define GTC_ON 0
+#endif
+
 __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
 {
     __shared__ __align__(16) float sVec[(RMAX + 2) * DK]; // k, q, then the ring's keys k_0..k_{n-1}
@@ -1825,14 +1974,46 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
     // dynamic shared memory); entries past it are read from global memory.
     extern __shared__ __align__(16) float sUr[];
 
-    const int tid = threadIdx.x, warp = tid >> 5;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int j0 = kh * VPK;
+    // The token's inputs, which do not depend on the slot, asked for
+    // before its cursor: k (warp 0) and q (warp 1), the value heads' v
+    // rows, a and b (ncu, session 21: their round trips after the cursor's
+    // were 8% of the step's stall samples).
+    constexpr int OUTS = (GROWS + GNT - 1) / GNT;
+    float xv[L2V];
+    if (warp < 2) {
+        l2norm_load((warp == 0 ? k : q) + ((u64)b * NKH + kh) * DK, xv);
+    }
+    const float* vt = v + ((u64)b * NVH + j0) * DV;
+    float vv[OUTS];
+#pragma unroll
+    for (int u = 0; u < OUTS; u++) {
+        const int o1 = tid + u * GNT;
+        vv[u] = o1 < GROWS ? vt[o1] : 0.0f;
+    }
+    float ta = 0.0f, tb = 0.0f;
+    if (tid < VPK) {
+        ta = a[(u64)b * NVH + j0 + tid];
+        tb = bb[(u64)b * NVH + j0 + tid];
+    }
     const int s = slots[b];
     const u64 m0 = (u64)s * NVH + j0;
     const void* mat;
     const u8* scl;
+#if GTC_ON
+    GTRaw raw[GTPF];
+    group_mat(state, rcodes, rscales, m0, mat, scl);
+#pragma unroll
+    for (int p = 0; p < GTPF; p++) {
+        if (p < GT_SPW) {
+            gt_load(static_cast<const u8*>(mat), scl, p, raw[p]);
+        }
+    }
+#else
     GR raw[GPF];
     group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
+#endif
     const int n = hist[s];
     if (n + 1 >= L) {
         return; // gdn_replay_flush took the slot
@@ -1847,32 +2028,38 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
     cp_async_commit();
     cp_rows<GROWS>(sUr, ur + ring_at(s, 0) * (NVH * DV), NVH * DV, us, tid, GNT);
     cp_async_commit();
-    // The current token: q and k normalised (one warp each, as gdn_step),
-    // the value heads' exp(g) and beta (v goes to the ring with u_t, below).
-    if (warp == 0) {
-        l2norm_warp(sVec, k + ((u64)b * NKH + kh) * DK, 1.0f);
-    }
-    if (warp == 1) {
-        l2norm_warp(sVec + DK, q + ((u64)b * NKH + kh) * DK, qscale);
+    // The current token: q and k normalised (one warp each, as gdn_step:
+    // l2norm_warp's sums), k also into the ring; the value heads' exp(g)
+    // and beta (v goes to the ring with u_t, below).
+    if (warp < 2) {
+        const float r = l2norm_scale(xv, warp == 0 ? 1.0f : qscale);
+        float* kr = ringK + (ring_at(s, n) * NKH + kh) * DK;
+#pragma unroll
+        for (int m = 0; m < L2V; m++) {
+            const int e = lane + 32 * m;
+            if (e < DK) {
+                sVec[warp * DK + e] = xv[m] * r;
+                if (warp == 0) {
+                    kr[e] = xv[m] * r;
+                }
+            }
+        }
     }
     if (tid < VPK) {
         const int j = j0 + tid;
         float eg, beta;
-        gdn_scalars(a[(u64)b * NVH + j], bb[(u64)b * NVH + j], negA[j], dtb[j], &eg, &beta);
+        gdn_scalars(ta, tb, negA[j], dtb[j], &eg, &beta);
         sDecay[tid * GR1 + n] = eg;
         sBeta[tid * GR1 + n] = beta;
         ringA[rs_at(s, j, n)] = eg;
         ringBeta[rs_at(s, j, n)] = beta;
         sGs[tid] = group_scale<VPK>(state, rglobal, m0, tid);
     }
-#if READ_FMT == FMT_NVFP4
+#if READ_FMT == FMT_NVFP4 && !GTC_ON
     init_e2m1_lut(sLut);
 #endif
     cp_async_wait_group<1>();
     __syncthreads();
-    for (int e = tid; e < DK; e += GNT) {
-        ringK[(ring_at(s, n) * NKH + kh) * DK + e] = sVec[e];
-    }
     // k_i . k and k_i . q over the window (gdn_step's pairs), eight lanes
     // per pair; the decay products, one thread per value head from the
     // last warp down.
@@ -1889,6 +2076,23 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
         sGam[jj] = decay_suffix(sDecay + jj * GR1, n, sWs + jj * GR1);
     }
     // The stream: S0^T k and S0^T q for the VPK*DV rows.
+#if GTC_ON
+    u32 bv[4 * GT_NW];
+    gt_vectors(sVec, bv);
+#pragma unroll 1
+    for (int base = 0; base < GT_SPW; base += GTPF) {
+#pragma unroll
+        for (int p = 0; p < GTPF; p++) {
+            const int i = base + p;
+            if (i < GT_SPW) {
+                gt_dots(raw[p], i, bv, sGs, sProj);
+                if (i + GTPF < GT_SPW) {
+                    gt_load(static_cast<const u8*>(mat), scl, i + GTPF, raw[p]);
+                }
+            }
+        }
+    }
+#else
     float vr[2][GM::CPL][GVEC];
     group_vec<GM>(sVec, vr[0]);
     group_vec<GM>(sVec + DK, vr[1]);
@@ -1905,19 +2109,30 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
             }
         }
     }
+#endif
     cp_async_wait_all();
     __syncthreads();
-    // u_t and o (gdn_step's order), the u rows from shared memory where
-    // staged. The token's v rows, asked for at once, also go to the ring
-    // here (a loop of load-then-store before the stream waited a round trip
-    // per row it took).
-    constexpr int OUTS = (GROWS + GNT - 1) / GNT;
-    const float* vt = v + ((u64)b * NVH + j0) * DV;
-    float vv[OUTS];
+    // u_t and o (gdn_step's order) for the thread's OUTS rows at once (each
+    // row's chain as before; the rows' chains interleaved), the u rows from
+    // shared memory where staged; the token's v rows also go to the ring.
+    float ut[OUTS], ov[OUTS];
 #pragma unroll
     for (int u = 0; u < OUTS; u++) {
-        const int o1 = tid + u * GNT;
-        vv[u] = o1 < GROWS ? vt[o1] : 0.0f;
+        const int o1 = min(tid + u * GNT, GROWS - 1), jj = o1 / DV;
+        const float gam = sGam[jj];
+        ut[u] = vv[u] - gam * sProj[o1];
+        ov[u] = gam * sProj[GROWS + o1];
+    }
+    for (int i = 0; i < n; i++) {
+        const float gk = sGram[i], gq = sGram[GR1 + i];
+#pragma unroll
+        for (int u = 0; u < OUTS; u++) {
+            const int o1 = min(tid + u * GNT, GROWS - 1);
+            const float ws = sWs[(o1 / DV) * GR1 + i];
+            const float ui = i < us ? sUr[i * GROWS + o1] : ur[ring_at(s, i) * (NVH * DV) + o1];
+            ut[u] = fmaf(-(ws * gk), ui, ut[u]);
+            ov[u] = fmaf(ws * gq, ui, ov[u]);
+        }
     }
 #pragma unroll
     for (int u = 0; u < OUTS; u++) {
@@ -1925,21 +2140,11 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
         if (o1 >= GROWS) {
             continue;
         }
-        ringV[(ring_at(s, n) * NVH + j0) * DV + o1] = vv[u];
         const int jj = o1 / DV;
-        const float gam = sGam[jj], beta = sBeta[jj * GR1 + n];
-        const float* ws = sWs + jj * GR1;
-        float ut = vv[u] - gam * sProj[o1];
-        float ov = gam * sProj[GROWS + o1];
-        for (int i = 0; i < n; i++) {
-            const float ui = i < us ? sUr[i * GROWS + o1] : ur[ring_at(s, i) * (NVH * DV) + o1];
-            ut = fmaf(-(ws[i] * sGram[i]), ui, ut);
-            ov = fmaf(ws[i] * sGram[GR1 + i], ui, ov);
-        }
-        ut = ut * beta;
-        ov = fmaf(ws[n] * sGram[GR1 + n], ut, ov);
-        ringU[(ring_at(s, n) * NVH + j0) * DV + o1] = ut;
-        o[((u64)b * NVH + j0) * DV + o1] = ov;
+        ringV[(ring_at(s, n) * NVH + j0) * DV + o1] = vv[u];
+        const float tu = ut[u] * sBeta[jj * GR1 + n];
+        ringU[(ring_at(s, n) * NVH + j0) * DV + o1] = tu;
+        o[((u64)b * NVH + j0) * DV + o1] = fmaf(sWs[jj * GR1 + n] * sGram[GR1 + n], tu, ov[u]);
     }
 }
 
