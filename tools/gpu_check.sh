@@ -65,7 +65,7 @@ tests() {
 }
 
 bench() { # batch, file
-	"$cli" bench kernels --device cuda --batch "$1" --state-dtype fp32,bf16 \
+	"$cli" bench kernels --device cuda --batch "$1" --shapes "${SHAPES:-all}" --state-dtype fp32,bf16 \
 		--modes baseline,replay,replay-nvfp4,replay-fp8,verify-baseline,verify --min-time 30ms --json >"$out/$2" 2>"$out/$2.err"
 	local rc=$?
 	echo "bench batch $1: exit $rc, $(grep -c '^{' "$out/$2") rows in $2"
@@ -82,7 +82,7 @@ experiment() {
 	local f="$out/exp_$name.txt"
 	for env in "" "$@"; do
 		echo "== ${env:-defaults}" >>"$f"
-		env $env "$cli" bench kernels --device cuda --batch "${BATCH:-256}" --shapes "$shapes" --state-dtype fp32,bf16 \
+		env $env "$cli" bench kernels --device cuda --batch "${BATCH:-256}" --shapes "$shapes" --state-dtype "${DTYPES:-fp32,bf16}" \
 			--modes "$modes" --min-time 30ms >>"$f" 2>&1
 	done
 	echo "experiment $name: $f"
@@ -216,6 +216,25 @@ group_tc)
 	grep -E -- '--- FAIL|^FAIL|panic|inexact step' "$out/tests_group_tc.log" | sort | uniq -c | head -40
 	experiment group_tc gdn replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=0
 	profile nvfp4_tc gdn_group_step --shapes qwen3.5-4b --state-dtype bf16 --modes replay-nvfp4 --batch 256
+	;;
+group_occ)
+	# The GDN group step's items in flight: strips in flight (GTPF), more
+	# blocks an SM (GMINB) with fewer ring u entries staged in shared
+	# memory (REPLAYSSM_CUDA_GROUP_STAGED), bf16 checkpoints.
+	DTYPES=bf16 experiment group_occ gdn replay,replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGTPF=4 \
+		REPLAYSSM_CUDA_DEFINES=-DGTPF=8 "REPLAYSSM_CUDA_DEFINES=-DGMINB=10 REPLAYSSM_CUDA_GROUP_STAGED=8" \
+		"REPLAYSSM_CUDA_DEFINES=-DGMINB=12 REPLAYSSM_CUDA_GROUP_STAGED=5" \
+		"REPLAYSSM_CUDA_DEFINES=-DGMINB=5 REPLAYSSM_CUDA_GROUP_STAGED=7"
+	;;
+group_final)
+	# Session 21's close: the replay tests the group_tc target leaves out,
+	# then the GDN rows of the batch-256 table.
+	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 300s -test.run \
+		'TestReplayStepSmallMatchesSplit|TestReplayFoldCachedReadsRing|TestReplayVerifyEarlyMatchesLate|TestReplayKernelResources|TestReplayPipelinePlanOnDevice|TestReplayCacheGraph|TestReplayFoldPipeMatchesItems/gdn' \
+		>"$out/tests_final.log" 2>&1
+	echo "final tests: exit $?, $(grep -c -- '--- PASS' "$out/tests_final.log") passed"
+	grep -E -- '--- FAIL|^FAIL|panic' "$out/tests_final.log" | head -20
+	SHAPES=gdn bench 256 b256_gdn.jsonl
 	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \

@@ -124,6 +124,7 @@ func TestEnvTuning(t *testing.T) {
 		}, tuning{v4: true, foldItems: true, pipeGroups: 2, pipeBlocks: 3, defines: []string{"-DA=1", "-DB=0"}, smallBatch: 0}},
 		{"v5", map[string]string{"REPLAYSSM_CUDA_KERNELS": "v5"}, tuning{v5: true, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"group threads", map[string]string{"REPLAYSSM_CUDA_GROUP_THREADS": "128"}, tuning{groupNT: 128, foldItems: true, smallBatch: defaultSmallBatch}},
+		{"group staged", map[string]string{"REPLAYSSM_CUDA_GROUP_STAGED": "6"}, tuning{groupX: 6, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"fold early", map[string]string{"REPLAYSSM_CUDA_FOLD_ITEMS": "0"}, tuning{smallBatch: defaultSmallBatch}},
 		{"pipelined folds", map[string]string{"REPLAYSSM_CUDA_FOLDS": "pipe", "REPLAYSSM_CUDA_FOLD_STAGES": "3"},
 			tuning{folds: "pipe", foldStages: 3, foldItems: true, smallBatch: defaultSmallBatch}},
@@ -153,7 +154,7 @@ func TestEnvTuning(t *testing.T) {
 			tuning{headSplit: 1, foldItems: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
-			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
+			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_GROUP_STAGED": "0", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
 			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0", "REPLAYSSM_CUDA_SPLIT_VERIFY": "off", "REPLAYSSM_CUDA_VERIFY_EARLY": "auto",
 		}, tuning{foldItems: true, smallBatch: defaultSmallBatch}},

@@ -44,7 +44,7 @@ type tuning struct {
 	pipeBlocks  int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines     []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
 	smallBatch  int      // REPLAYSSM_CUDA_SMALL_BATCH: batches up to this take one kernel
-	groupX      int      // tests: at most this many ring x entries staged by the group step (0: no bound)
+	groupX      int      // REPLAYSSM_CUDA_GROUP_STAGED, and tests: at most this many ring entries (x, u) staged by the group step (0: no bound)
 	groupAll    bool     // tests: the group verify at every batch (not only from 2 items per SM)
 	folds       string   // REPLAYSSM_CUDA_FOLDS: "pipe" or "items" for every layer ("": the pipelined folds for Mamba-2, work_items for GDN)
 	foldStages  int      // REPLAYSSM_CUDA_FOLD_STAGES: the pipelined folds' stages per block (0: planned)
@@ -101,6 +101,9 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if b, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_PIPE_BLOCKS")); err == nil && b >= 1 {
 		tn.pipeBlocks = b
+	}
+	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_GROUP_STAGED")); err == nil && v >= 1 {
+		tn.groupX = v
 	}
 	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_GROUP_THREADS")); err == nil && v >= 64 && v <= 512 && v&(v-1) == 0 {
 		tn.groupNT = v
