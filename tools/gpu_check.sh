@@ -236,6 +236,17 @@ group_final)
 	grep -E -- '--- FAIL|^FAIL|panic' "$out/tests_final.log" | head -20
 	SHAPES=gdn bench 256 b256_gdn.jsonl
 	;;
+group_tc2)
+	# The tensor-core nvfp4 stream in both layers' group steps (session
+	# 21): the nvfp4 cases of the replay tests, then both layers' nvfp4 and
+	# replay non-flush steps against GROUP_TC=0 (bf16 checkpoints).
+	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 200s -test.run \
+		'TestReplayPipelineMatchesV4/.*/nvfp4|TestReplayOverlapMatchesSerial/.*/nvfp4|TestReplayCacheMatchesReference/.*/replay/nvfp4|TestReplayCacheSpeculative/.*/nvfp4|TestReplayStepSmallMatchesSplit//.*/nvfp4|TestReplayCacheGraph' \
+		>"$out/tests_tc2.log" 2>&1
+	echo "group_tc2 tests: exit $?, $(grep -c -- '--- PASS' "$out/tests_tc2.log") passed"
+	grep -E -- '--- FAIL|^FAIL|panic|inexact step' "$out/tests_tc2.log" | sort | uniq -c | head -30
+	DTYPES=bf16 experiment group_tc2 all replay,replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=0
+	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \
 		REPLAYSSM_CUDA_GROUP_THREADS=128 REPLAYSSM_CUDA_GROUP_THREADS=256

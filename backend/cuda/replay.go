@@ -180,8 +180,8 @@ type groupStep struct {
 	// kernels spread the heads over more blocks (batch 1, Nano: 8 items, the
 	// group verify 31.5 us against v5's 16).
 	minItems int
-	// tc: the step's stream runs on the tensor cores (GDN with an nvfp4
-	// read copy, groupTC), whose sums are not the v4 kernels' bit for bit.
+	// tc: the step's stream runs on the tensor cores (an nvfp4 read copy,
+	// groupTC), whose sums are not the v4 kernels' bit for bit.
 	tc bool
 }
 

@@ -60,13 +60,7 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	f, fd := gdnFoldPlan(d, shape, opt, tn)
 	defines = append(defines, fd...)
 	p, g, defines := useGroup(p, gdnGroupPlan(shape, opt, tn), defines)
-	if g.on {
-		major, minor := d.ComputeCapability()
-		var def string
-		if g.tc, def = groupTC(10*major+minor, shape, opt, tn); def != "" {
-			defines = append(defines, def)
-		}
-	}
+	g, defines = useGroupTC(d, g, dv, dk, opt, tn, defines)
 	// The bf16 baseline step at 40 registers a thread, 6 blocks an SM (48,
 	// the default, gives 5; ncu: 62.5% occupancy, long-scoreboard stalls on
 	// the bf16 unpack). H200, session 15, batch 256, us a step: Qwen3.5-4B
@@ -109,17 +103,17 @@ func tcFold(opt replay.Options) bool {
 	return opt.ReadCopy == numeric.F32 && (elemBytes(opt.State) == 2 || opt.State == numeric.F32 && opt.FoldsCachedU())
 }
 
-// groupTC reports whether gdn_group_step's nvfp4 stream runs on the
-// tensor cores (GROUP_TC in replay_gdn.cu: sm_89+, key dimension 64 or
-// 128, value dimension a multiple of 16) and the define that asks for it
-// (none where REPLAYSSM_CUDA_DEFINES sets GROUP_TC). Its sums are not the
-// v4 kernels' order of operations. H200, batch 256, against the FMA
-// stream in the same run: see NOTES.md, session 21.
-func groupTC(cc int, shape ssm.GDNShape, opt replay.Options, tn tuning) (bool, string) {
-	ok := opt.ReadCopy == numeric.NVFP4 && cc >= 89 && (shape.KeyDim == 64 || shape.KeyDim == 128) &&
-		shape.ValueDim%16 == 0 && !slices.ContainsFunc(tn.defines, func(d string) bool {
-		return strings.HasPrefix(d, "-DGROUP_NODOTS") && d != "-DGROUP_NODOTS=0"
-	})
+// groupTC reports whether a group step's nvfp4 stream runs on the tensor
+// cores (GROUP_TC in replay_common.cu: sm_89+, matrices of cols 64 or 128
+// columns and a multiple of 16 rows) and the define that asks for it (none
+// where REPLAYSSM_CUDA_DEFINES sets GROUP_TC). Its sums are not the v4
+// kernels' order of operations. H200, batch 256, against the FMA stream in
+// the same run: see NOTES.md, session 21.
+func groupTC(cc, rows, cols int, opt replay.Options, tn tuning) (bool, string) {
+	ok := opt.ReadCopy == numeric.NVFP4 && cc >= 89 && (cols == 64 || cols == 128) && rows%16 == 0 &&
+		!slices.ContainsFunc(tn.defines, func(d string) bool {
+			return strings.HasPrefix(d, "-DGROUP_NODOTS") && d != "-DGROUP_NODOTS=0"
+		})
 	if definesName(tn.defines, "GROUP_TC") {
 		return ok && slices.Contains(tn.defines, "-DGROUP_TC=1"), ""
 	}
@@ -127,6 +121,20 @@ func groupTC(cc int, shape ssm.GDNShape, opt replay.Options, tn tuning) (bool, s
 		return false, ""
 	}
 	return true, "-DGROUP_TC=1"
+}
+
+// useGroupTC sets g.tc and adds GROUP_TC's define where a planned group
+// step takes the tensor cores (groupTC).
+func useGroupTC(d *Device, g groupStep, rows, cols int, opt replay.Options, tn tuning, defines []string) (groupStep, []string) {
+	if !g.on {
+		return g, defines
+	}
+	major, minor := d.ComputeCapability()
+	var def string
+	if g.tc, def = groupTC(10*major+minor, rows, cols, opt, tn); def != "" {
+		defines = append(defines, def)
+	}
+	return g, defines
 }
 
 // definesName reports whether defines (NVRTC options) define name.

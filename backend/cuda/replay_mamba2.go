@@ -81,6 +81,7 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 		p.stepOn = false
 	}
 	p, g, defines := useGroup(p, mamba2GroupPlan(shape, opt, tn), defines)
+	g, defines = useGroupTC(d, g, P, N, opt, tn, defines)
 	// The early verify's drafts' scalars with its early loads
 	// (SCALARS_EARLY, replay_common.cu): H200, session 16, batch 1, 0.2-0.4
 	// us faster a verify in every Mamba-2 row; GDN's within noise.

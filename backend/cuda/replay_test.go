@@ -67,7 +67,7 @@ type gpuCache struct {
 	// "items") and why not v7.
 	foldKernel func() (string, string)
 	// inexact reports whether the non-flush step sums in another order
-	// than the v4 kernels (the GDN nvfp4 stream on the tensor cores), so
+	// than the v4 kernels (an nvfp4 group stream on the tensor cores), so
 	// that its outputs, and what later reads its cached u, match v4's
 	// within sameBound and not bit for bit.
 	inexact func() bool
@@ -134,7 +134,7 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				foldKernel:    c.FoldKernel,
-				inexact:       func() bool { return false },
+				inexact:       func() bool { return c.group.tc },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},
@@ -1033,7 +1033,7 @@ func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.O
 }
 
 // sameBound bounds the difference sameOutputs allows between a cache whose
-// non-flush step sums in another order than v4's (the GDN nvfp4 stream on
+// non-flush step sums in another order than v4's (an nvfp4 group stream on
 // the tensor cores: float32 accumulation of exact products, against
 // group_dots' fused multiply-adds) and the v4 cache, relative to the
 // largest output of the row: both sums are float32's, so they differ by a

@@ -2159,6 +2159,191 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 #endif
 }
 
+// ---- group streams on the tensor cores (GROUP_TC: nvfp4 read copies) ----
+//
+// With GROUP_TC=1 (the host sets it for nvfp4 read copies on sm_89+) a
+// group step's dots run on the tensor cores. A warp takes 16 rows at a time
+// (a strip) as mma_f16's A operand: lane (g, t) loads rows g and g+8 of the
+// strip, its quarter of the columns (COLS/8 bytes of codes each, 16 for
+// COLS 128, and their block scales), rewrites the e2m1 codes as e4m3
+// (e4m3_of_e2m1), widens them by the hardware conversion and multiplies
+// each by its block scale in f16: e2m1 times e4m3 is exact there (at most
+// six significant bits; 2^-6 times it lies in [2^-16, 42], and f16 holds
+// every multiple of 2^-24 below 2^-14), so A is the read copy's value
+// before its global scale, times 2^-6. B's eight columns are the step's NV
+// <= 4 vectors, each split in two f16 terms (hi, then the remainder lo, of
+// 4096 times the vector: 22 bits), and zeros; D's columns 2a and 2a+1 sum
+// to row . vector a in float32 to its accumulation. Each lane's pairs of
+// columns are the ones its decode gives (codes 0 and 2 of a word, 4 and 6,
+// 1 and 3, 5 and 7); B takes the same pairs, so the sums are the rows' dots
+// in another order. GT_OK says whether it applies here.
+#ifndef GROUP_TC
+#define GROUP_TC 0
+#endif
+#if defined(GNT) && GROUP_TC && READ_FMT == FMT_NVFP4 && (COLS == 64 || COLS == 128) && defined(__CUDA_ARCH__) &&        \
+    __CUDA_ARCH__ >= 890
+#define GT_OK 1
+#define GT_NW (COLS / 32) // words of codes a lane holds of a row
+#define GT_NWARP (GNT / 32)
+// GT_SPW_OF: the strips a warp takes of NROWS rows (warp w: w, w + GT_NWARP, ...).
+#define GT_SPW_OF(NROWS) ((NROWS / 16 + GT_NWARP - 1) / GT_NWARP)
+
+// GTRaw is one lane's share of one strip: rows g and g+8, their codes and
+// block scale codes, each as loaded (combining the scales' loads into one
+// word made every strip wait for its loads where it issued them: ncu,
+// session 21, 19% of the GDN step's stall samples on that line).
+struct GTRaw {
+    u32 w[2][GT_NW];
+    u32 sc[2];
+};
+
+// gt_load issues the loads of this warp's strip i of an NROWS-row stream
+// (codes, block scales at scl; zeros past the rows).
+template <int NROWS>
+__device__ __forceinline__ void gt_load(const u8* codes, const u8* scl, int i, GTRaw& raw)
+{
+    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int j = 0; j < GT_NW; j++) {
+            raw.w[h][j] = 0;
+        }
+        raw.sc[h] = 0;
+        if (st < NROWS / 16) {
+            const int r = 16 * st + (lane >> 2) + 8 * h;
+            const u8* p = codes + (u64)r * (COLS / 2) + (lane & 3) * (COLS / 8);
+            const u8* q = scl + (u64)r * (COLS / 16) + (lane & 3) * (COLS / 64);
+            if constexpr (GT_NW == 4) {
+                const uint4 v = *reinterpret_cast<const uint4*>(p);
+                raw.w[h][0] = v.x;
+                raw.w[h][1] = v.y;
+                raw.w[h][2] = v.z;
+                raw.w[h][3] = v.w;
+                raw.sc[h] = *reinterpret_cast<const u16*>(q);
+            } else {
+                const uint2 v = *reinterpret_cast<const uint2*>(p);
+                raw.w[h][0] = v.x;
+                raw.w[h][1] = v.y;
+                raw.sc[h] = *q;
+            }
+        }
+    }
+}
+
+// gt_vectors forms this lane's B operands, bv[2m] and bv[2m+1] of tile m:
+// for g = lane/4 < 2NV, vector g/2 (at vec + (g/2)*vstride: shared or
+// global memory), its f16 hi terms for even g and lo terms for odd g, at
+// the columns of the lane's quarter its decode pairs; zeros for g >= 2NV.
+template <int NV>
+__device__ __forceinline__ void gt_vectors(const float* vec, int vstride, u32 (&bv)[4 * GT_NW])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+    const float* v = vec + min(g >> 1, NV - 1) * vstride + (lane & 3) * (COLS / 4);
+#pragma unroll
+    for (int j = 0; j < GT_NW; j++) {
+        float x[8];
+        const float4 x0 = *reinterpret_cast<const float4*>(v + 8 * j);
+        const float4 x1 = *reinterpret_cast<const float4*>(v + 8 * j + 4);
+        x[0] = x0.x, x[1] = x0.y, x[2] = x0.z, x[3] = x0.w, x[4] = x1.x, x[5] = x1.y, x[6] = x1.z, x[7] = x1.w;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            // tile 2j + k/2: b0 pairs columns 4(k/2) and +2, b1 +1 and +3
+            const int c = 4 * (k >> 1) + (k & 1);
+            const float lo = 4096.0f * x[c], hi = 4096.0f * x[c + 2];
+            u32 h = f16x2_of(lo, hi);
+            if (g & 1) {
+                h = f16x2_of(lo - f16_to_f32(h & 0xffffu), hi - f16_to_f32(h >> 16));
+            }
+            bv[4 * j + k] = g < 2 * NV ? h : 0u;
+        }
+    }
+}
+
+// gt_dots writes row r . vector a of this warp's strip i to out[a*NROWS + r]
+// for a < NV (row r's matrix scale gs[r / RPM]; RPM a multiple of 16).
+template <int NROWS, int RPM, int NV>
+__device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const u32 (&bv)[4 * GT_NW], const float* gs, float* out)
+{
+    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
+    if (st >= NROWS / 16) {
+        return;
+    }
+    u32 s2[2][2]; // row h's block scales in f16, each in both halves
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const u32 hs = f16x2_of_e4m3x2(raw.sc[h]);
+        s2[h][0] = __byte_perm(hs, 0u, 0x1010);
+        s2[h][1] = __byte_perm(hs, 0u, 0x3232);
+    }
+    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < GT_NW; j++) {
+        u32 a[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            u32 lo, hi;
+            e4m3_of_e2m1(raw.w[h][j], lo, hi);
+            const u32 sc = s2[h][GT_NW == 4 ? j >> 1 : 0];
+            a[h][0] = f16x2_mul(f16x2_of_e4m3x2(lo), sc);       // codes 0, 2
+            a[h][1] = f16x2_mul(f16x2_of_e4m3x2(lo >> 16), sc); // 4, 6
+            a[h][2] = f16x2_mul(f16x2_of_e4m3x2(hi), sc);       // 1, 3
+            a[h][3] = f16x2_mul(f16x2_of_e4m3x2(hi >> 16), sc); // 5, 7
+        }
+        mma_f16(d0, d1, d2, d3, a[0][0], a[1][0], a[0][2], a[1][2], bv[4 * j], bv[4 * j + 1]);
+        mma_f16(d0, d1, d2, d3, a[0][1], a[1][1], a[0][3], a[1][3], bv[4 * j + 2], bv[4 * j + 3]);
+    }
+    const int t = lane & 3;
+    if (t < NV) {
+        const int r = 16 * st + (lane >> 2);
+        // A is 2^-6 times the values, B 2^12 times the vectors: D is 2^6
+        // times the dots before the matrix's global scale.
+        const float post = __fmul_rn(gs[(16 * st) / RPM], 0.015625f);
+        out[t * NROWS + r] = (d0 + d1) * post;
+        out[t * NROWS + r + 8] = (d2 + d3) * post;
+    }
+}
+
+// gt_start points mat and scl at the stream of matrices m0.. (group_mat)
+// and issues its first PF strips into raw.
+template <int NROWS, int PF>
+__device__ __forceinline__ void gt_start(const typename StateIO<STATE_FMT>::T* state, const u8* rcodes,
+                                         const u8* rscales, u64 m0, const void*& mat, const u8*& scl, GTRaw (&raw)[PF])
+{
+    group_mat(state, rcodes, rscales, m0, mat, scl);
+#pragma unroll
+    for (int p = 0; p < PF; p++) {
+        if (p < GT_SPW_OF(NROWS)) {
+            gt_load<NROWS>(static_cast<const u8*>(mat), scl, p, raw[p]);
+        }
+    }
+}
+
+// gt_stream runs the dots of every strip of the warp, raw holding the first
+// PF (gt_start), each strip's loads issued PF strips before its dots.
+template <int NROWS, int RPM, int NV, int PF>
+__device__ __forceinline__ void gt_stream(const void* mat, const u8* scl, GTRaw (&raw)[PF], const u32 (&bv)[4 * GT_NW],
+                                          const float* gs, float* out)
+{
+    constexpr int SPW = GT_SPW_OF(NROWS);
+#pragma unroll 1
+    for (int base = 0; base < SPW; base += PF) {
+#pragma unroll
+        for (int p = 0; p < PF; p++) {
+            const int i = base + p;
+            if (i < SPW) {
+                gt_dots<NROWS, RPM, NV>(raw[p], i, bv, gs, out);
+                if (i + PF < SPW) {
+                    gt_load<NROWS>(static_cast<const u8*>(mat), scl, i + PF, raw[p]);
+                }
+            }
+        }
+    }
+}
+#else
+#define GT_OK 0
+#endif
+
 // ---- cursors: the per-slot decisions live on the device ----
 //
 // A step kernel reads hist[slot] and decides flush or not per slot; the

@@ -1811,150 +1811,19 @@ typedef GRaw<GM> GR;
 #endif
 
 // GROUP_TC=1 (gdnModule sets it for nvfp4 read copies on sm_89+): the
-// nvfp4 stream's dots on the tensor cores. A warp takes 16 rows at a time
-// (a strip) as mma_f16's A operand: lane (g, t) loads rows g and g+8 of
-// the strip, its quarter of the columns (COLS/8 bytes of codes each, 16
-// for COLS 128, and their block scales), rewrites the e2m1 codes as e4m3
-// (e4m3_of_e2m1), widens them by the hardware conversion and multiplies
-// each by its block scale in f16: e2m1 times e4m3 is exact there (at most
-// six significant bits; 2^-6 times it lies in [2^-16, 42], and f16 holds
-// every multiple of 2^-24 below 2^-14), so A is the read copy's value
-// before its global scale, times 2^-6. B's eight columns are k and q,
-// each split in two f16 terms (hi, then the remainder lo, of 4096 times
-// the vector: 22 bits), and four zero columns; D's columns 0+1 and 2+3
-// are S k and S q in float32 to its accumulation. A row's sum is not
-// group_dots' order of operations, so this step is not bit for bit the
-// v4 kernels' (the tests compare it within a bound). Each lane's pairs of
-// columns are the ones its decode gives (codes 0 and 2 of a word, 4 and
-// 6, 1 and 3, 5 and 7); B takes the same pairs, so the sums are the rows'
-// dots in another order.
-#ifndef GROUP_TC
-#define GROUP_TC 0
-#endif
-#if GROUP_TC && READ_FMT == FMT_NVFP4 && !GROUP_NODOTS && (COLS == 64 || COLS == 128) && DV % 16 == 0 &&         \
-    defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// nvfp4 stream's dots on the tensor cores (gt_dots, replay_common.cu), k
+// and q as B's columns 0-3. A row's sum is not group_dots' order of
+// operations, so this step is not bit for bit the v4 kernels' (the tests
+// compare it within a bound).
+#if GT_OK && !GROUP_NODOTS && DV % 16 == 0
 #define GTC_ON 1
-#define GT_NW (COLS / 32)       // words of codes a lane holds of a row
-#define GT_STRIPS (GROWS / 16)  // strips of 16 rows
-#define GT_NWARP (GNT / 32)
-#define GT_SPW ((GT_STRIPS + GT_NWARP - 1) / GT_NWARP) // strips a warp takes: warp w takes w, w + GT_NWARP, ...
 // GTPF: strips in flight a warp (36 bytes a lane each). H200, B=256,
 // us, 4 -> 2 (8: 92 and 151): Qwen3.5-4B 85.8 -> 80.0, 122B 138 -> 124.
+// With the scales' loads kept apart (GTRaw) and the token's inputs early,
+// 2 against 4 and 8 in one run: 4B 64.1, 64.0, 73.0; 122B 98.6, 105, 110.
 #ifndef GTPF
 #define GTPF 2
 #endif
-
-// GTRaw is one lane's share of one strip: rows g and g+8, their codes and
-// block scale codes, each as loaded (combining the scales' loads into one
-// word made every strip wait for its loads where it issued them: ncu,
-// session 21, 19% of the stall samples on that line).
-struct GTRaw {
-    u32 w[2][GT_NW];
-    u32 sc[2];
-};
-
-// gt_load issues the loads of this warp's strip i (zeros past the rows).
-__device__ __forceinline__ void gt_load(const u8* codes, const u8* scl, int i, GTRaw& raw)
-{
-    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-#pragma unroll
-        for (int j = 0; j < GT_NW; j++) {
-            raw.w[h][j] = 0;
-        }
-        raw.sc[h] = 0;
-        if (st < GT_STRIPS) {
-            const int r = 16 * st + (lane >> 2) + 8 * h;
-            const u8* p = codes + (u64)r * (COLS / 2) + (lane & 3) * (COLS / 8);
-            const u8* q = scl + (u64)r * (COLS / 16) + (lane & 3) * (COLS / 64);
-            if constexpr (GT_NW == 4) {
-                const uint4 v = *reinterpret_cast<const uint4*>(p);
-                raw.w[h][0] = v.x;
-                raw.w[h][1] = v.y;
-                raw.w[h][2] = v.z;
-                raw.w[h][3] = v.w;
-                raw.sc[h] = *reinterpret_cast<const u16*>(q);
-            } else {
-                const uint2 v = *reinterpret_cast<const uint2*>(p);
-                raw.w[h][0] = v.x;
-                raw.w[h][1] = v.y;
-                raw.sc[h] = *q;
-            }
-        }
-    }
-}
-
-// gt_vectors forms this lane's B operands, bv[2m] and bv[2m+1] of tile m:
-// vector g/2 (k at vec, q at vec + DK) for g = lane/4 < 4, its f16 hi
-// terms for even g and lo terms for odd g, at the columns of the lane's
-// quarter its decode pairs; zeros for g >= 4.
-__device__ __forceinline__ void gt_vectors(const float* vec, u32 (&bv)[4 * GT_NW])
-{
-    const int lane = threadIdx.x & 31, g = lane >> 2;
-    const float* v = vec + (g >> 1 & 1) * DK + (lane & 3) * (COLS / 4);
-#pragma unroll
-    for (int j = 0; j < GT_NW; j++) {
-        float x[8];
-        const float4 x0 = *reinterpret_cast<const float4*>(v + 8 * j);
-        const float4 x1 = *reinterpret_cast<const float4*>(v + 8 * j + 4);
-        x[0] = x0.x, x[1] = x0.y, x[2] = x0.z, x[3] = x0.w, x[4] = x1.x, x[5] = x1.y, x[6] = x1.z, x[7] = x1.w;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            // tile 2j + k/2: b0 pairs columns 4(k/2) and +2, b1 +1 and +3
-            const int c = 4 * (k >> 1) + (k & 1);
-            const float lo = 4096.0f * x[c], hi = 4096.0f * x[c + 2];
-            u32 h = f16x2_of(lo, hi);
-            if (g & 1) {
-                h = f16x2_of(lo - f16_to_f32(h & 0xffffu), hi - f16_to_f32(h >> 16));
-            }
-            bv[4 * j + k] = g < 4 ? h : 0u;
-        }
-    }
-}
-
-// gt_dots writes S k and S q of this warp's strip i to out[r] and
-// out[GROWS + r] (row r's matrix scale gs[r / DV]).
-__device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const u32 (&bv)[4 * GT_NW], const float* gs, float* out)
-{
-    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
-    if (st >= GT_STRIPS) {
-        return;
-    }
-    u32 s2[2][2]; // row h's block scales in f16, each in both halves
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const u32 hs = f16x2_of_e4m3x2(raw.sc[h]);
-        s2[h][0] = __byte_perm(hs, 0u, 0x1010);
-        s2[h][1] = __byte_perm(hs, 0u, 0x3232);
-    }
-    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
-#pragma unroll
-    for (int j = 0; j < GT_NW; j++) {
-        u32 a[2][4];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            u32 lo, hi;
-            e4m3_of_e2m1(raw.w[h][j], lo, hi);
-            const u32 sc = s2[h][GT_NW == 4 ? j >> 1 : 0];
-            a[h][0] = f16x2_mul(f16x2_of_e4m3x2(lo), sc);       // codes 0, 2
-            a[h][1] = f16x2_mul(f16x2_of_e4m3x2(lo >> 16), sc); // 4, 6
-            a[h][2] = f16x2_mul(f16x2_of_e4m3x2(hi), sc);       // 1, 3
-            a[h][3] = f16x2_mul(f16x2_of_e4m3x2(hi >> 16), sc); // 5, 7
-        }
-        mma_f16(d0, d1, d2, d3, a[0][0], a[1][0], a[0][2], a[1][2], bv[4 * j], bv[4 * j + 1]);
-        mma_f16(d0, d1, d2, d3, a[0][1], a[1][1], a[0][3], a[1][3], bv[4 * j + 2], bv[4 * j + 3]);
-    }
-    const int t = lane & 3;
-    if (t < 2) {
-        const int r = 16 * st + (lane >> 2);
-        // A is 2^-6 times the values, B 2^12 times the vectors: D is 2^6
-        // times the dots before the matrix's global scale.
-        const float post = __fmul_rn(gs[(16 * st) / DV], 0.015625f);
-        out[t * GROWS + r] = (d0 + d1) * post;
-        out[t * GROWS + r + 8] = (d2 + d3) * post;
-    }
-}
 #else
 #define GTC_ON 0
 #endif
@@ -2003,13 +1872,7 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
     const u8* scl;
 #if GTC_ON
     GTRaw raw[GTPF];
-    group_mat(state, rcodes, rscales, m0, mat, scl);
-#pragma unroll
-    for (int p = 0; p < GTPF; p++) {
-        if (p < GT_SPW) {
-            gt_load(static_cast<const u8*>(mat), scl, p, raw[p]);
-        }
-    }
+    gt_start<GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
 #else
     GR raw[GPF];
     group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
@@ -2078,20 +1941,8 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
     // The stream: S0^T k and S0^T q for the VPK*DV rows.
 #if GTC_ON
     u32 bv[4 * GT_NW];
-    gt_vectors(sVec, bv);
-#pragma unroll 1
-    for (int base = 0; base < GT_SPW; base += GTPF) {
-#pragma unroll
-        for (int p = 0; p < GTPF; p++) {
-            const int i = base + p;
-            if (i < GT_SPW) {
-                gt_dots(raw[p], i, bv, sGs, sProj);
-                if (i + GTPF < GT_SPW) {
-                    gt_load(static_cast<const u8*>(mat), scl, i + GTPF, raw[p]);
-                }
-            }
-        }
-    }
+    gt_vectors<2>(sVec, DK, bv);
+    gt_stream<GROWS, DV, 2>(mat, scl, raw, bv, sGs, sProj);
 #else
     float vr[2][GM::CPL][GVEC];
     group_vec<GM>(sVec, vr[0]);

@@ -1477,6 +1477,18 @@ typedef GRaw<GM> GR;
 #ifndef GPF
 #define GPF GPF_DEFAULT(GM::CPL)
 #endif
+// GROUP_TC=1 (mamba2Module sets it for nvfp4 read copies on sm_89+): the
+// nvfp4 stream's dots on the tensor cores (gt_stream, replay_common.cu), C
+// as B's columns 0-1. Not group_dots' order of operations: this step is
+// not bit for bit the v4 kernels' (the tests compare it within a bound).
+#if GT_OK && !GROUP_NODOTS && P % 16 == 0
+#define MTC_ON 1
+#ifndef GTPF
+#define GTPF 2
+#endif
+#else
+#define MTC_ON 0
+#endif
 
 // group_x loads the current token's x rows of group g, batch row b (xc[k]:
 // output tid + k*GNT).
@@ -1518,21 +1530,35 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     const int tid = threadIdx.x, items = batch * NGROUPS;
     constexpr int OUTS = (GROWS + GNT - 1) / GNT;
     const int xcap = (int)(dynamic_smem_bytes() / (GROWS * 4));
-#if READ_FMT == FMT_NVFP4
+#if READ_FMT == FMT_NVFP4 && !MTC_ON
     init_e2m1_lut(sLut);
 #endif
 
     // The first item: inputs, cursors, scale and first passes.
     int i = blockIdx.x, g = i % NGROUPS, b = i / NGROUPS, s = 0, n = L;
-    float xc[OUTS], cr[1][GM::CPL][GVEC], gs = 1.0f;
+    float xc[OUTS], gs = 1.0f;
+#if MTC_ON
+    u32 bv[4 * GT_NW]; // C's B operands (gt_vectors)
+    GTRaw raw[GTPF];
+#else
+    float cr[1][GM::CPL][GVEC];
     GR raw[GPF];
+#endif
     if (i < items) {
         group_x(x, b, g, xc);
+#if MTC_ON
+        gt_vectors<1>(C + ((u64)b * NGROUPS + g) * N, N, bv);
+#else
         group_vec<GM>(C + ((u64)b * NGROUPS + g) * N, cr[0]);
+#endif
         s = slots[b];
         const void* mat;
         const u8* scl;
+#if MTC_ON
+        gt_start<GROWS>(state, rcodes, rscales, (u64)s * NHEADS + g * HPG, mat, scl, raw);
+#else
         group_start<GM, GROWS>(state, rcodes, rscales, (u64)s * NHEADS + g * HPG, mat, scl, raw);
+#endif
         n = hist[s];
         gs = group_scale<HPG>(state, rglobal, (u64)s * NHEADS + g * HPG, tid);
     }
@@ -1604,6 +1630,9 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             const void* mat;
             const u8* scl;
             group_mat(state, rcodes, rscales, m0, mat, scl);
+#if MTC_ON
+            gt_stream<GROWS, P, 1>(mat, scl, raw, bv, sGs, sDot);
+#else
             for (int base = 0; base < GM::PASSES; base += GPF) {
 #pragma unroll
                 for (int k = 0; k < GPF; k++) {
@@ -1616,6 +1645,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                     }
                 }
             }
+#endif
         }
         // The next item's cursor, first passes, C and scale, in flight while
         // this item's y is formed.
@@ -1626,8 +1656,13 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             const u64 m0N = (u64)sN * NHEADS + gN * HPG;
             const void* mat;
             const u8* scl;
+#if MTC_ON
+            gt_start<GROWS>(state, rcodes, rscales, m0N, mat, scl, raw);
+            gt_vectors<1>(C + ((u64)bN * NGROUPS + gN) * N, N, bv);
+#else
             group_start<GM, GROWS>(state, rcodes, rscales, m0N, mat, scl, raw);
             group_vec<GM>(C + ((u64)bN * NGROUPS + gN) * N, cr[0]);
+#endif
             gsN = group_scale<HPG>(state, rglobal, m0N, tid);
         }
         if (nonflush) {
