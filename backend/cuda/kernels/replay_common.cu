@@ -1792,7 +1792,8 @@ __device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gs
 // CMap over the block) gives each thread fixed columns, so it holds its
 // columns of the vectors in registers, and it loads GPF passes ahead of its
 // dots. The dots keep dots_nvfp4's / dots_state's order of operations: the
-// group steps are bit-identical to the v4 kernels.
+// group steps are bit-identical to the v4 kernels (the nvfp4 streams on the
+// tensor cores, GROUP_TC below, are not).
 
 #if READ_FMT == FMT_NVFP4
 #define GVEC 16

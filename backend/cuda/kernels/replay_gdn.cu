@@ -1780,7 +1780,8 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe
 // ---- v6: the group non-flush step ----
 //
 // gdn_group_step computes what gdn_step<0> computes for the slots that do
-// not flush, bit for bit, with one block per (key head, batch row) instead
+// not flush, bit for bit (but for an nvfp4 read copy on the tensor cores,
+// GROUP_TC below), with one block per (key head, batch row) instead
 // of one per (value head, batch row): the key head's VPK value heads share
 // q, k (normalised once), the ring's keys and their dots k_i . k, k_i . q,
 // and their VPK*DV state rows are one stream that every thread reads GPF

@@ -1447,7 +1447,8 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __
 // ---- v6: the group-major non-flush step ----
 //
 // mamba2_group_step computes what mamba2_step<0> computes for the slots
-// that do not flush, bit for bit, with one block per (group, batch row)
+// that do not flush, bit for bit (but for an nvfp4 read copy on the tensor
+// cores, GROUP_TC below), with one block per (group, batch row)
 // instead of one per (head, batch row): the HPG heads of a group share C,
 // the ring's B rows and the B_j . C dots, so the block reads and forms them
 // once, and the heads' HPG*P state rows (contiguous in the checkpoint and the
