@@ -241,7 +241,7 @@ group_tc2)
 	# 21): the nvfp4 cases of the replay tests, then both layers' nvfp4 and
 	# replay non-flush steps against GROUP_TC=0 (bf16 checkpoints).
 	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 200s -test.run \
-		'TestReplayPipelineMatchesV4/.*/nvfp4|TestReplayOverlapMatchesSerial/.*/nvfp4|TestReplayCacheMatchesReference/.*/replay/nvfp4|TestReplayCacheSpeculative/.*/nvfp4|TestReplayStepSmallMatchesSplit//.*/nvfp4|TestReplayCacheGraph' \
+		'TestReplayPipelineMatchesV4/.*/nvfp4|TestReplayOverlapMatchesSerial/.*/nvfp4|TestReplayCacheMatchesReference/.*/replay/nvfp4|TestReplayCacheSpeculative/.*/nvfp4|TestReplayStepSmallMatchesSplit//.*/nvfp4|TestReplayCacheGraph|TestReplayGroupTCScales' \
 		>"$out/tests_tc2.log" 2>&1
 	echo "group_tc2 tests: exit $?, $(grep -c -- '--- PASS' "$out/tests_tc2.log") passed"
 	grep -E -- '--- FAIL|^FAIL|panic|inexact step' "$out/tests_tc2.log" | sort | uniq -c | head -30

@@ -693,3 +693,39 @@ func TestEarlyVerifyPick(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupTC checks when the group steps' nvfp4 stream takes the tensor
+// cores (groupTC) and the define it adds.
+func TestGroupTC(t *testing.T) {
+	nvfp4 := replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4}
+	tests := []struct {
+		name           string
+		cc, rows, cols int
+		opt            replay.Options
+		defines        []string
+		want           bool
+		wantDefine     string
+	}{
+		{"qwen3.5 on an H200", 90, 256, 128, nvfp4, nil, true, "-DGROUP_TC=1"},
+		{"nano on an L40S (sm_89)", 89, 960, 128, nvfp4, nil, true, "-DGROUP_TC=1"},
+		{"64 columns", 90, 64, 64, nvfp4, nil, true, "-DGROUP_TC=1"},
+		{"sm_86: no e4m3 conversion", 86, 256, 128, nvfp4, nil, false, ""},
+		{"96 columns", 90, 256, 96, nvfp4, nil, false, ""},
+		{"rows not a multiple of 16", 90, 24, 128, nvfp4, nil, false, ""},
+		{"no read copy", 90, 256, 128, replay.Options{Mode: replay.Replay}, nil, false, ""},
+		{"fp8 read copy", 90, 256, 128, replay.Options{Mode: replay.Replay, ReadCopy: numeric.E4M3}, nil, false, ""},
+		{"turned off", 90, 256, 128, nvfp4, []string{"-DGROUP_TC=0"}, false, ""},
+		{"asked for", 90, 256, 128, nvfp4, []string{"-DGROUP_TC=1"}, true, ""},
+		{"asked for where it cannot run", 86, 256, 128, nvfp4, []string{"-DGROUP_TC=1"}, false, ""},
+		{"the stream measured alone", 90, 256, 128, nvfp4, []string{"-DGROUP_NODOTS=1"}, false, ""},
+		{"GROUP_NODOTS=0", 90, 256, 128, nvfp4, []string{"-DGROUP_NODOTS=0"}, true, "-DGROUP_TC=1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, def := groupTC(tc.cc, tc.rows, tc.cols, tc.opt, tuning{defines: tc.defines})
+			if got != tc.want || def != tc.wantDefine {
+				t.Errorf("groupTC = %v, %q; want %v, %q", got, def, tc.want, tc.wantDefine)
+			}
+		})
+	}
+}

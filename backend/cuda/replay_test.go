@@ -1153,6 +1153,50 @@ func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, 
 	}
 }
 
+// TestReplayGroupTCScales runs the nvfp4 group step on the tensor cores
+// (GROUP_TC) with a Mamba-2 C far from unit size, which its B operands
+// scale by a power of two per vector: |C| up to ~100 (f16 terms of a fixed
+// scale would overflow) and ~1e-6 (their remainders would fall into f16's
+// subnormals), against v4 (sameOutputs' bound).
+func TestReplayGroupTCScales(t *testing.T) {
+	d := gpu(t)
+	if major, minor := d.ComputeCapability(); 10*major+minor < 89 {
+		t.Skip("the tensor-core nvfp4 stream needs sm_89 (e4m3 conversions); this GPU runs the FMA stream")
+	}
+	opt := replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, ReadCopy: numeric.NVFP4}
+	for _, f := range []float32{300, 1e-5} {
+		t.Run(fmt.Sprint(f), func(t *testing.T) {
+			t.Parallel()
+			l := largeLayers()[0]
+			draw := l.draw
+			l.draw = func(rng *rand.Rand, rows int) [][]float32 {
+				in := draw(rng, rows)
+				for i := range in[2] {
+					in[2][i] *= f // C
+				}
+				return in
+			}
+			build := func(tn tuning) *gpuCache {
+				c, err := l.buildWith(d, opt, pairSlots, tn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { must(t, c.close()) })
+				c.setSmallBatch(0)
+				return c
+			}
+			tn := envTuning(os.Getenv)
+			tn.groupAll = true
+			v6 := build(tn)
+			if !v6.inexact() {
+				t.Fatal("the group step's stream is not on the tensor cores")
+			}
+			tn.v4 = true
+			sameOutputs(t, d, 0, l, v6, build(tn), "v6", "v4")
+		})
+	}
+}
+
 // TestReplayCacheOptions checks the option and shape validation, which needs
 // no GPU.
 func TestReplayCacheOptions(t *testing.T) {

@@ -2173,8 +2173,9 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 // every multiple of 2^-24 below 2^-14), so A is the read copy's value
 // before its global scale, times 2^-6. B's eight columns are the step's NV
 // <= 4 vectors, each split in two f16 terms (hi, then the remainder lo, of
-// 4096 times the vector: 22 bits), and zeros; D's columns 2a and 2a+1 sum
-// to row . vector a in float32 to its accumulation. Each lane's pairs of
+// a power of two times the vector: 22 bits; gt_vectors), and zeros; D's
+// columns 2a and 2a+1 sum to row . vector a in float32 to its
+// accumulation. Each lane's pairs of
 // columns are the ones its decode gives (codes 0 and 2 of a word, 4 and 6,
 // 1 and 3, 5 and 7); B takes the same pairs, so the sums are the rows' dots
 // in another order. GT_OK says whether it applies here.
@@ -2232,39 +2233,72 @@ __device__ __forceinline__ void gt_load(const u8* codes, const u8* scl, int i, G
     }
 }
 
-// gt_vectors forms this lane's B operands, bv[2m] and bv[2m+1] of tile m:
-// for g = lane/4 < 2NV, vector g/2 (at vec + (g/2)*vstride: shared or
-// global memory), its f16 hi terms for even g and lo terms for odd g, at
-// the columns of the lane's quarter its decode pairs; zeros for g >= 2NV.
+// GTVec is a lane's B operands (b[2m], b[2m+1] of tile m) and, for lane
+// (g, t) with t < NV, the factor that takes D's columns 2t, 2t+1 back to
+// vector t's dots before the matrix's global scale.
+struct GTVec {
+    u32 b[4 * GT_NW];
+    float post;
+};
+
+// gt_vectors forms this lane's B operands: for g = lane/4 < 2NV, vector
+// g/2 (at vec + (g/2)*vstride: shared or global memory) times a power of
+// two, 2^(13-e) for the vector's largest magnitude in [2^e, 2^(e+1)) (so
+// no term overflows f16 and the remainders stay clear of its
+// subnormals), split in f16 hi terms for even g and the remainders' lo
+// terms for odd g, at the columns of the lane's quarter its decode pairs;
+// zeros for g >= 2NV. e is held in [-114, 127], where both powers of two
+// are normal floats: a vector below 2^-114 is scaled by 2^127 alone (its
+// remainders then in f16's subnormals), one with an Inf or NaN gives
+// non-finite dots, as the FMA stream's would be.
 template <int NV>
-__device__ __forceinline__ void gt_vectors(const float* vec, int vstride, u32 (&bv)[4 * GT_NW])
+__device__ __forceinline__ void gt_vectors(const float* vec, int vstride, GTVec& bv)
 {
     const int lane = threadIdx.x & 31, g = lane >> 2;
     const float* v = vec + min(g >> 1, NV - 1) * vstride + (lane & 3) * (COLS / 4);
+    float x[GT_NW][8];
+    u32 big = 0; // the largest |x| as bits (orders as the magnitudes do; NaN above Inf)
 #pragma unroll
     for (int j = 0; j < GT_NW; j++) {
-        float x[8];
         const float4 x0 = *reinterpret_cast<const float4*>(v + 8 * j);
         const float4 x1 = *reinterpret_cast<const float4*>(v + 8 * j + 4);
-        x[0] = x0.x, x[1] = x0.y, x[2] = x0.z, x[3] = x0.w, x[4] = x1.x, x[5] = x1.y, x[6] = x1.z, x[7] = x1.w;
+        x[j][0] = x0.x, x[j][1] = x0.y, x[j][2] = x0.z, x[j][3] = x0.w;
+        x[j][4] = x1.x, x[j][5] = x1.y, x[j][6] = x1.z, x[j][7] = x1.w;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            big = max(big, __float_as_uint(x[j][k]) & 0x7fffffffu);
+        }
+    }
+    // over the vector's four quarters (lanes 4g..4g+3)
+    big = max(big, __shfl_xor_sync(FULL_MASK, big, 1));
+    big = max(big, __shfl_xor_sync(FULL_MASK, big, 2));
+    const int e = min(max((int)(big >> 23) - 127, -114), 127);
+    const float up = __uint_as_float((u32)(127 + 13 - e) << 23);
+    // D is 2^-6 (A's) times 2^(13-e) (B's) the dots: back by 2^(e-7), a
+    // normal float for every e held
+    const float post = __uint_as_float((u32)(127 - 7 + e) << 23);
+#pragma unroll
+    for (int j = 0; j < GT_NW; j++) {
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             // tile 2j + k/2: b0 pairs columns 4(k/2) and +2, b1 +1 and +3
             const int c = 4 * (k >> 1) + (k & 1);
-            const float lo = 4096.0f * x[c], hi = 4096.0f * x[c + 2];
+            const float lo = up * x[j][c], hi = up * x[j][c + 2];
             u32 h = f16x2_of(lo, hi);
             if (g & 1) {
                 h = f16x2_of(lo - f16_to_f32(h & 0xffffu), hi - f16_to_f32(h >> 16));
             }
-            bv[4 * j + k] = g < 2 * NV ? h : 0u;
+            bv.b[4 * j + k] = g < 2 * NV ? h : 0u;
         }
     }
+    // lane (g, t) takes vector t's factor from lane (2t, 0)
+    bv.post = __shfl_sync(FULL_MASK, post, 8 * min(lane & 3, NV - 1));
 }
 
 // gt_dots writes row r . vector a of this warp's strip i to out[a*NROWS + r]
 // for a < NV (row r's matrix scale gs[r / RPM]; RPM a multiple of 16).
 template <int NROWS, int RPM, int NV>
-__device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const u32 (&bv)[4 * GT_NW], const float* gs, float* out)
+__device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv, const float* gs, float* out)
 {
     const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
     if (st >= NROWS / 16) {
@@ -2291,15 +2325,13 @@ __device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const u32 (&bv)
             a[h][2] = f16x2_mul(f16x2_of_e4m3x2(hi), sc);       // 1, 3
             a[h][3] = f16x2_mul(f16x2_of_e4m3x2(hi >> 16), sc); // 5, 7
         }
-        mma_f16(d0, d1, d2, d3, a[0][0], a[1][0], a[0][2], a[1][2], bv[4 * j], bv[4 * j + 1]);
-        mma_f16(d0, d1, d2, d3, a[0][1], a[1][1], a[0][3], a[1][3], bv[4 * j + 2], bv[4 * j + 3]);
+        mma_f16(d0, d1, d2, d3, a[0][0], a[1][0], a[0][2], a[1][2], bv.b[4 * j], bv.b[4 * j + 1]);
+        mma_f16(d0, d1, d2, d3, a[0][1], a[1][1], a[0][3], a[1][3], bv.b[4 * j + 2], bv.b[4 * j + 3]);
     }
     const int t = lane & 3;
     if (t < NV) {
         const int r = 16 * st + (lane >> 2);
-        // A is 2^-6 times the values, B 2^12 times the vectors: D is 2^6
-        // times the dots before the matrix's global scale.
-        const float post = __fmul_rn(gs[(16 * st) / RPM], 0.015625f);
+        const float post = __fmul_rn(gs[(16 * st) / RPM], bv.post);
         out[t * NROWS + r] = (d0 + d1) * post;
         out[t * NROWS + r + 8] = (d2 + d3) * post;
     }
@@ -2323,7 +2355,7 @@ __device__ __forceinline__ void gt_start(const typename StateIO<STATE_FMT>::T* s
 // gt_stream runs the dots of every strip of the warp, raw holding the first
 // PF (gt_start), each strip's loads issued PF strips before its dots.
 template <int NROWS, int RPM, int NV, int PF>
-__device__ __forceinline__ void gt_stream(const void* mat, const u8* scl, GTRaw (&raw)[PF], const u32 (&bv)[4 * GT_NW],
+__device__ __forceinline__ void gt_stream(const void* mat, const u8* scl, GTRaw (&raw)[PF], const GTVec& bv,
                                           const float* gs, float* out)
 {
     constexpr int SPW = GT_SPW_OF(NROWS);

@@ -1941,7 +1941,7 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
     }
     // The stream: S0^T k and S0^T q for the VPK*DV rows.
 #if GTC_ON
-    u32 bv[4 * GT_NW];
+    GTVec bv;
     gt_vectors<2>(sVec, DK, bv);
     gt_stream<GROWS, DV, 2>(mat, scl, raw, bv, sGs, sProj);
 #else

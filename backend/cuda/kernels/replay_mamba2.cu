@@ -1539,7 +1539,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     int i = blockIdx.x, g = i % NGROUPS, b = i / NGROUPS, s = 0, n = L;
     float xc[OUTS], gs = 1.0f;
 #if MTC_ON
-    u32 bv[4 * GT_NW]; // C's B operands (gt_vectors)
+    GTVec bv; // C's B operands (gt_vectors)
     GTRaw raw[GTPF];
 #else
     float cr[1][GM::CPL][GVEC];

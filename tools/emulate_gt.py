@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""emulate_gt.py: the tensor-core nvfp4 stream of the group steps
+(gt_vectors and gt_dots in backend/cuda/kernels/replay_common.cu), lane by
+lane, in plain Python: random codes and block scales for one strip of 16
+rows of 128 columns, NV vectors at scales from 1e-36 to 1e30, the A and B
+fragments as each lane forms them, mma.sync m16n8k16's D (PTX ISA's
+fragment layout) in float64, and each row's dot back through the lanes'
+post factors, against the float64 dots of the decoded rows. A kernel
+change to the pairing of columns, the e2m1-to-e4m3 rewrite or the vectors'
+power-of-two scaling should keep the printed errors near 1e-7; a wrong
+factor shows as O(1). No GPU and no numpy needed:
+
+    python3 tools/emulate_gt.py
+"""
+import math
+import random
+import struct
+
+COLS, NW = 128, 128 // 32
+E2M1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6]
+
+
+def e2m1(c):
+    v = E2M1[c & 7]
+    return -v if c & 8 else v
+
+
+def e4m3(c):
+    s = -1 if c & 0x80 else 1
+    e, m = (c >> 3) & 15, c & 7
+    if e == 15 and m == 7:
+        return float("nan")
+    return s * (m / 8 * 2**-6 if e == 0 else (1 + m / 8) * 2 ** (e - 7))
+
+
+def f16(x):
+    return struct.unpack("<e", struct.pack("<e", x))[0]
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def bits(x):
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def from_bits(b):
+    return struct.unpack("<f", struct.pack("<I", b & 0xFFFFFFFF))[0]
+
+
+def code_at(codes, r, c):
+    b = codes[r][c // 2]
+    return b >> 4 if c & 1 else b & 15
+
+
+def strip_error(rng, scale, nv):
+    codes = [[rng.randrange(256) for _ in range(COLS // 2)] for _ in range(16)]
+    scl = [[rng.randrange(0x7E) for _ in range(COLS // 16)] for _ in range(16)]
+    gs = 0.37
+    vecs = [[f32(rng.gauss(0, 1) * scale) for _ in range(COLS)] for _ in range(nv)]
+    val = [[e2m1(code_at(codes, r, c)) * e4m3(scl[r][c // 16]) * gs for c in range(COLS)] for r in range(16)]
+    want = [[math.fsum(val[r][c] * vecs[a][c] for c in range(COLS)) for a in range(nv)] for r in range(16)]
+    # gt_vectors: lane (g, t) holds vector g/2's hi (even g) or lo (odd g)
+    # terms at its quarter's column pairs, times 2^(13-e).
+    breg, post = {}, {}
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        vi = min(g >> 1, nv - 1)
+        big = max(bits(x) & 0x7FFFFFFF for x in vecs[vi])
+        e = min(max((big >> 23) - 127, -114), 127)
+        up = from_bits((127 + 13 - e) << 23)
+        post[lane] = from_bits((127 - 7 + e) << 23)
+        v = vecs[vi][t * (COLS // 4) : (t + 1) * (COLS // 4)]
+        regs = []
+        for j in range(NW):
+            x = v[8 * j : 8 * j + 8]
+            for k in range(4):
+                c = 4 * (k >> 1) + (k & 1)
+                lo, hi = f32(up * x[c]), f32(up * x[c + 2])
+                h = (f16(lo), f16(hi))
+                if g & 1:
+                    h = (f16(f32(lo - h[0])), f16(f32(hi - h[1])))
+                regs.append(h if g < 2 * nv else (0.0, 0.0))
+        breg[lane] = regs
+    # gt_dots: lane (g, t)'s A pairs of rows g and g+8, word j: codes (0, 2),
+    # (4, 6), (1, 3), (5, 7), each 2^-6 times the value times its block scale.
+    areg = {}
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        rows = []
+        for h in range(2):
+            r = g + 8 * h
+            words = []
+            for j in range(NW):
+                c0 = t * (COLS // 4) + 8 * j
+                cs = [code_at(codes, r, c0 + i) for i in range(8)]
+                sc = f16(e4m3(scl[r][c0 // 16]))
+
+                def pair(a, b):
+                    return (f16(f16(e2m1(cs[a]) * 2**-6) * sc), f16(f16(e2m1(cs[b]) * 2**-6) * sc))
+
+                words.append([pair(0, 2), pair(4, 6), pair(1, 3), pair(5, 7)])
+            rows.append(words)
+        areg[lane] = rows
+    # mma m16n8k16: a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..],
+    # a3 = A[g+8][2t+8..]; b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g].
+    d = [[0.0] * 8 for _ in range(16)]
+    for j in range(NW):
+        for x in range(2):
+            am = [[0.0] * 16 for _ in range(16)]
+            bm = [[0.0] * 8 for _ in range(16)]
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                am[g][2 * t : 2 * t + 2] = areg[lane][0][j][x]
+                am[g + 8][2 * t : 2 * t + 2] = areg[lane][1][j][x]
+                am[g][2 * t + 8 : 2 * t + 10] = areg[lane][0][j][x + 2]
+                am[g + 8][2 * t + 8 : 2 * t + 10] = areg[lane][1][j][x + 2]
+                bm[2 * t][g], bm[2 * t + 1][g] = breg[lane][4 * j + 2 * x]
+                bm[2 * t + 8][g], bm[2 * t + 9][g] = breg[lane][4 * j + 2 * x + 1]
+            for r in range(16):
+                for n in range(8):
+                    d[r][n] += math.fsum(am[r][k] * bm[k][n] for k in range(16))
+    got = [[0.0] * nv for _ in range(16)]
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        if t < nv:
+            p = f32(gs * post[8 * min(t, nv - 1)])
+            got[g][t] = (d[g][2 * t] + d[g][2 * t + 1]) * p
+            got[g + 8][t] = (d[g + 8][2 * t] + d[g + 8][2 * t + 1]) * p
+    top = max(abs(w) for row in want for w in row)
+    return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
+
+
+def main():
+    rng = random.Random(1)
+    for nv in (1, 2):
+        for scale in (1e-36, 1e-6, 0.01, 1, 300, 1e5, 1e30):
+            print(f"vectors {nv}, scale {scale:g}: largest error {strip_error(rng, scale, nv):.3g} of the largest dot")
+
+
+if __name__ == "__main__":
+    main()
