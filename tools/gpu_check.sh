@@ -16,7 +16,10 @@
 #   tools/gpu_check.sh profile_b1 # ncu of the batch-1 verify kernels
 #   tools/gpu_check.sh nvfp4_gpf  # the nvfp4 group step's passes in flight (GPF), every shape
 #   tools/gpu_check.sh profile_nonflush # ncu of the GDN non-flush step (nvfp4, fp32), the nvfp4 step's knobs
-#   tools/gpu_check.sh group_tc   # the GDN nvfp4 group step on the tensor cores: tests, against GROUP_TC=0, GTPF
+#   tools/gpu_check.sh group_tc   # the GDN nvfp4 group step on the tensor cores: tests, against GROUP_TC=0, ncu
+#   tools/gpu_check.sh group_occ  # the GDN group step's strips in flight (GTPF) and blocks an SM (GMINB, _GROUP_STAGED)
+#   tools/gpu_check.sh group_final  # session 21's other replay tests and the GDN batch-256 rows
+#   tools/gpu_check.sh group_tc2  # both layers' nvfp4 group steps on the tensor cores: tests, against GROUP_TC=0
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -87,6 +90,16 @@ experiment() {
 	done
 	echo "experiment $name: $f"
 	grep -v '^device' "$f"
+}
+
+# some_tests runs the tests matching a -test.run pattern (name, timeout in
+# seconds, pattern) into $out/tests_NAME.log and prints their tally, the
+# failures and sameOutputs' inexact-step lines.
+some_tests() {
+	local f="$out/tests_$1.log"
+	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout "$2s" -test.run "$3" >"$f" 2>&1
+	echo "$1 tests: exit $?, $(grep -c -- '--- PASS' "$f") passed"
+	grep -E -- '--- FAIL|^FAIL|panic|inexact step' "$f" | sort | uniq -c | head -40
 }
 
 # profile runs ncu on one launch of the kernels matching a regex (name,
@@ -209,11 +222,8 @@ group_tc)
 	# The GDN nvfp4 group step's dots on the tensor cores (GROUP_TC,
 	# session 21): the GDN replay tests, then every GDN replay mode against
 	# the FMA stream (GROUP_TC=0), and ncu of the nvfp4 step.
-	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 420s -test.run \
-		'TestReplayPipelineMatchesV4/gdn|TestReplayOverlapMatchesSerial/gdn|TestReplayReadCopyErrorDoesNotCompound/gdn/nvfp4|TestReplayCacheSpeculative/gdn|TestReplayCacheMatchesReference/gdn|TestReplayStepSmallMatchesSplit//gdn/nvfp4' \
-		>"$out/tests_group_tc.log" 2>&1
-	echo "group_tc tests: exit $?, $(grep -c -- '--- PASS' "$out/tests_group_tc.log") passed"
-	grep -E -- '--- FAIL|^FAIL|panic|inexact step' "$out/tests_group_tc.log" | sort | uniq -c | head -40
+	some_tests group_tc 420 \
+		'TestReplayPipelineMatchesV4/gdn|TestReplayOverlapMatchesSerial/gdn|TestReplayReadCopyErrorDoesNotCompound/gdn/nvfp4|TestReplayCacheSpeculative/gdn|TestReplayCacheMatchesReference/gdn|TestReplayStepSmallMatchesSplit//gdn/nvfp4'
 	experiment group_tc gdn replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=0
 	profile nvfp4_tc gdn_group_step --shapes qwen3.5-4b --state-dtype bf16 --modes replay-nvfp4 --batch 256
 	;;
@@ -229,22 +239,16 @@ group_occ)
 group_final)
 	# Session 21's close: the replay tests the group_tc target leaves out,
 	# then the GDN rows of the batch-256 table.
-	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 300s -test.run \
-		'TestReplayStepSmallMatchesSplit|TestReplayFoldCachedReadsRing|TestReplayVerifyEarlyMatchesLate|TestReplayKernelResources|TestReplayPipelinePlanOnDevice|TestReplayCacheGraph|TestReplayFoldPipeMatchesItems/gdn' \
-		>"$out/tests_final.log" 2>&1
-	echo "final tests: exit $?, $(grep -c -- '--- PASS' "$out/tests_final.log") passed"
-	grep -E -- '--- FAIL|^FAIL|panic' "$out/tests_final.log" | head -20
+	some_tests final 300 \
+		'TestReplayStepSmallMatchesSplit|TestReplayFoldCachedReadsRing|TestReplayVerifyEarlyMatchesLate|TestReplayKernelResources|TestReplayPipelinePlanOnDevice|TestReplayCacheGraph|TestReplayFoldPipeMatchesItems/gdn'
 	SHAPES=gdn bench 256 b256_gdn.jsonl
 	;;
 group_tc2)
 	# The tensor-core nvfp4 stream in both layers' group steps (session
 	# 21): the nvfp4 cases of the replay tests, then both layers' nvfp4 and
 	# replay non-flush steps against GROUP_TC=0 (bf16 checkpoints).
-	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout 200s -test.run \
-		'TestReplayPipelineMatchesV4/.*/nvfp4|TestReplayOverlapMatchesSerial/.*/nvfp4|TestReplayCacheMatchesReference/.*/replay/nvfp4|TestReplayCacheSpeculative/.*/nvfp4|TestReplayStepSmallMatchesSplit//.*/nvfp4|TestReplayCacheGraph|TestReplayGroupTCScales' \
-		>"$out/tests_tc2.log" 2>&1
-	echo "group_tc2 tests: exit $?, $(grep -c -- '--- PASS' "$out/tests_tc2.log") passed"
-	grep -E -- '--- FAIL|^FAIL|panic|inexact step' "$out/tests_tc2.log" | sort | uniq -c | head -30
+	some_tests group_tc2 200 \
+		'TestReplayPipelineMatchesV4/.*/nvfp4|TestReplayOverlapMatchesSerial/.*/nvfp4|TestReplayCacheMatchesReference/.*/replay/nvfp4|TestReplayCacheSpeculative/.*/nvfp4|TestReplayStepSmallMatchesSplit//.*/nvfp4|TestReplayCacheGraph|TestReplayGroupTCScales'
 	DTYPES=bf16 experiment group_tc2 all replay,replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=0
 	;;
 experiments)
