@@ -20,6 +20,7 @@
 #   tools/gpu_check.sh group_occ  # the GDN group step's strips in flight (GTPF) and blocks an SM (GMINB, _GROUP_STAGED)
 #   tools/gpu_check.sh group_final  # session 21's other replay tests and the GDN batch-256 rows
 #   tools/gpu_check.sh group_tc2  # both layers' nvfp4 group steps on the tensor cores: tests, against GROUP_TC=0
+#   tools/gpu_check.sh gdn_pf     # the GDN group step asking for the next item during this one (GDN_PF=1): tests, against the defaults
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -250,6 +251,15 @@ group_tc2)
 	some_tests group_tc2 200 \
 		'TestReplayPipelineMatchesV4/.*/nvfp4|TestReplayOverlapMatchesSerial/.*/nvfp4|TestReplayCacheMatchesReference/.*/replay/nvfp4|TestReplayCacheSpeculative/.*/nvfp4|TestReplayStepSmallMatchesSplit//.*/nvfp4|TestReplayCacheGraph|TestReplayGroupTCScales'
 	DTYPES=bf16 experiment group_tc2 all replay,replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=0
+	;;
+gdn_pf)
+	# GDN_PF=1 (written in session 21, not yet run): the GDN group step's
+	# items in one loop, each asking for the next one's cursor, first raw
+	# loads and k, q during its output loop. Its tests, then against the
+	# defaults.
+	REPLAYSSM_CUDA_DEFINES=-DGDN_PF=1 some_tests gdn_pf 400 \
+		'TestReplayPipelineMatchesV4/gdn|TestReplayOverlapMatchesSerial/gdn|TestReplayCacheSpeculative/gdn|TestReplayCacheMatchesReference/gdn/replay|TestReplayFoldCachedReadsRing'
+	experiment gdn_pf gdn replay,replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGDN_PF=1
 	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \

@@ -1829,7 +1829,57 @@ typedef GRaw<GM> GR;
 #define GTC_ON 0
 #endif
 
-__device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
+// The stream's raw loads a thread holds (GSPF strips or passes in flight)
+// and gs_start, which points mat and scl at matrix m0's stream and issues
+// its first ones.
+#if GTC_ON
+typedef GTRaw GSRaw;
+#define GSPF GTPF
+#else
+typedef GR GSRaw;
+#define GSPF GPF
+#endif
+__device__ __forceinline__ void gs_start(const ST* state, const u8* rcodes, const u8* rscales, u64 m0, const void*& mat,
+                                         const u8*& scl, GSRaw (&raw)[GSPF])
+{
+#if GTC_ON
+    gt_start<GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
+#else
+    group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
+#endif
+}
+
+// GOUTS: the output rows a thread of the group step takes.
+#define GOUTS ((GROWS + GNT - 1) / GNT)
+
+// gdn_group_inputs asks for item (kh, b)'s v rows (vv), a and b (ta, tb),
+// which do not depend on the slot.
+__device__ __forceinline__ void gdn_group_inputs(const float* v, const float* a, const float* bb, int kh, int b,
+                                                 float (&vv)[GOUTS], float& ta, float& tb)
+{
+    const int j0 = kh * VPK;
+    const float* vt = v + ((u64)b * NVH + j0) * DV;
+#pragma unroll
+    for (int u = 0; u < GOUTS; u++) {
+        const int o1 = threadIdx.x + u * GNT;
+        vv[u] = o1 < GROWS ? vt[o1] : 0.0f;
+    }
+    ta = 0.0f, tb = 0.0f;
+    if (threadIdx.x < VPK) {
+        ta = a[(u64)b * NVH + j0 + threadIdx.x];
+        tb = bb[(u64)b * NVH + j0 + threadIdx.x];
+    }
+}
+
+// gdn_group_body is item (kh, b)'s work once its slot s, cursor n, first
+// raw loads (gs_start), k or q (xv: warp 0 k, warp 1 q, l2norm_load) and
+// inputs (gdn_group_inputs) are asked for. prefetch() runs once the stream
+// has consumed raw and xv (or at once for a slot the flush takes):
+// GDN_PF's kernel issues the next item's loads there.
+template <typename PRE>
+__device__ __forceinline__ void gdn_group_body(GDN_STEP_PARAMS, int kh, int b, int s, int n, GSRaw (&raw)[GSPF],
+                                               float (&xv)[L2V], const float (&vv)[GOUTS], float ta, float tb,
+                                               PRE prefetch)
 {
     __shared__ __align__(16) float sVec[(RMAX + 2) * DK]; // k, q, then the ring's keys k_0..k_{n-1}
     __shared__ float sGram[2 * GR1];                       // k_i . k, then k_i . q
@@ -1846,42 +1896,15 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int j0 = kh * VPK;
-    // The token's inputs, which do not depend on the slot, asked for
-    // before its cursor: k (warp 0) and q (warp 1), the value heads' v
-    // rows, a and b (ncu, session 21: their round trips after the cursor's
-    // were 8% of the step's stall samples).
-    constexpr int OUTS = (GROWS + GNT - 1) / GNT;
-    float xv[L2V];
-    if (warp < 2) {
-        l2norm_load((warp == 0 ? k : q) + ((u64)b * NKH + kh) * DK, xv);
+    constexpr int OUTS = GOUTS;
+    if (n + 1 >= L) {
+        prefetch();
+        return; // gdn_replay_flush took the slot
     }
-    const float* vt = v + ((u64)b * NVH + j0) * DV;
-    float vv[OUTS];
-#pragma unroll
-    for (int u = 0; u < OUTS; u++) {
-        const int o1 = tid + u * GNT;
-        vv[u] = o1 < GROWS ? vt[o1] : 0.0f;
-    }
-    float ta = 0.0f, tb = 0.0f;
-    if (tid < VPK) {
-        ta = a[(u64)b * NVH + j0 + tid];
-        tb = bb[(u64)b * NVH + j0 + tid];
-    }
-    const int s = slots[b];
     const u64 m0 = (u64)s * NVH + j0;
     const void* mat;
     const u8* scl;
-#if GTC_ON
-    GTRaw raw[GTPF];
-    gt_start<GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
-#else
-    GR raw[GPF];
-    group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
-#endif
-    const int n = hist[s];
-    if (n + 1 >= L) {
-        return; // gdn_replay_flush took the slot
-    }
+    group_mat(state, rcodes, rscales, m0, mat, scl);
     const int us = min(n, (int)(dynamic_smem_bytes() / (GROWS * 4)));
     const float* ur = ringU + (u64)j0 * DV;
     // The ring's keys and the value heads' exp(g), beta (one cp.async
@@ -1962,6 +1985,7 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
         }
     }
 #endif
+    prefetch();
     cp_async_wait_all();
     __syncthreads();
     // u_t and o (gdn_step's order) for the thread's OUTS rows at once (each
@@ -2000,10 +2024,105 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
     }
 }
 
+// gdn_group_ask asks for what item (kh, b) of slot s needs first: k (warp
+// 0) or q (warp 1) into xv, the first raw loads of its stream, and returns
+// its cursor.
+__device__ __forceinline__ int gdn_group_ask(const ST* state, const u8* rcodes, const u8* rscales, const int* hist,
+                                             const float* q, const float* k, int kh, int b, int s, GSRaw (&raw)[GSPF],
+                                             float (&xv)[L2V])
+{
+    if ((threadIdx.x >> 5) < 2) {
+        l2norm_load(((threadIdx.x >> 5) == 0 ? k : q) + ((u64)b * NKH + kh) * DK, xv);
+    }
+    const void* mat;
+    const u8* scl;
+    gs_start(state, rcodes, rscales, (u64)s * NVH + kh * VPK, mat, scl, raw);
+    return hist[s];
+}
+
+// gdn_group_item is one item, asked for at its start (the token's inputs
+// before its cursor: ncu, session 21, their round trips after it were 8%
+// of the step's stall samples).
+__device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
+{
+    GSRaw raw[GSPF];
+    float xv[L2V], vv[GOUTS], ta, tb;
+    if ((threadIdx.x >> 5) < 2) {
+        l2norm_load(((threadIdx.x >> 5) == 0 ? k : q) + ((u64)b * NKH + kh) * DK, xv);
+    }
+    gdn_group_inputs(v, a, bb, kh, b, vv, ta, tb);
+    const int s = slots[b];
+    const void* mat;
+    const u8* scl;
+    gs_start(state, rcodes, rscales, (u64)s * NVH + kh * VPK, mat, scl, raw);
+    const int n = hist[s];
+    gdn_group_body(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o,
+                   negA, dtb, qscale, L, pending, done, batch, kh, b, s, n, raw, xv, vv, ta, tb, [] {});
+}
+
+// GDN_PF=1 (off; written in session 21 after its device time, not yet run
+// on a GPU): the block's items in one loop, as mamba2_group_step's, each
+// asking for the next item's cursor, first raw loads and k or q
+// (gdn_group_ask) once its stream has consumed its own, so that they fly
+// during its output loop; the next slot is read at the item's start.
+#ifndef GDN_PF
+#define GDN_PF 0
+#endif
+
 #if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP_PARAMS)
 {
+#if GDN_PF
+    const int items = batch * NKH;
+    int i = blockIdx.x, s = 0, n = L;
+    GSRaw raw[GSPF];
+    float xv[L2V];
+    if (i < items) {
+        s = slots[i / NKH];
+        n = gdn_group_ask(state, rcodes, rscales, hist, q, k, i % NKH, i / NKH, s, raw, xv);
+    }
 #if OVERLAP
+    // The item queue, one ahead (mamba2_group_step's).
+    __shared__ int sQ[2];
+    int nextQ, it = 0;
+    {
+        const int asked = queue_ask(done + 3);
+        queue_put(sQ, 1, asked);
+        __syncthreads();
+        nextQ = sQ[1];
+    }
+#endif
+    while (i < items) {
+#if OVERLAP
+        const int next = nextQ;
+        const int asked = queue_ask(done + 3);
+#else
+        const int next = i + gridDim.x;
+#endif
+        const int sN = next < items ? slots[next / NKH] : 0;
+        int nN = L;
+        float vv[GOUTS], ta, tb;
+        gdn_group_inputs(v, a, bb, i % NKH, i / NKH, vv, ta, tb);
+        gdn_group_body(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb,
+                       o, negA, dtb, qscale, L, pending, done, batch, i % NKH, i / NKH, s, n, raw, xv, vv, ta, tb, [&] {
+                           if (next < items) {
+                               nN = gdn_group_ask(state, rcodes, rscales, hist, q, k, next % NKH, next / NKH, sN, raw,
+                                                  xv);
+                           }
+                       });
+#if OVERLAP
+        queue_put(sQ, it, asked);
+#endif
+        __syncthreads(); // the item's tables are read before the next one's
+#if OVERLAP
+        nextQ = sQ[it & 1];
+        it++;
+#endif
+        i = next;
+        s = sN;
+        n = nN;
+    }
+#elif OVERLAP
     __shared__ int sQ[2];
     for (int i = blockIdx.x, it = 0; i < batch * NKH; it++) {
         const int asked = queue_ask(done + 3);
