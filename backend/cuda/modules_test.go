@@ -124,20 +124,27 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/exact fold pipe", replay.Options{Mode: replay.Replay, ExactFold: true}, tuning{folds: "pipe"}},
 		{"replay/bf16+nvfp4/folds pipe", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4}, tuning{folds: "pipe"}},
 		{"replay/e4m3/folds pipe", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{folds: "pipe"}},
+		{"replay/bf16+nvfp4/fma stream", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DGROUP_TC=0"}}},
+		{"replay/bf16+nvfp4/items in one loop", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DGDN_PF=1"}}},
+		{"replay/fp32/items in one loop", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DGDN_PF=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
 	// largest tables, three ring entries staged), in two formats, no drafts.
 	oneGroup := ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}
-	// Options only a GDN module reads: Mamba-2's would be a default module
-	// compiled again.
-	gdnOnly := func(o replay.Options) bool { return o.ExactFold }
+	// Options and knobs only a GDN module reads: Mamba-2's would be a
+	// default module compiled again.
+	gdnOnly := func(o replay.Options, tn tuning) bool {
+		return o.ExactFold || slices.Contains(tn.defines, "-DGDN_PF=1")
+	}
 	for _, layer := range []string{"mamba2", "gdn", "mamba2-1group"} {
 		for _, o := range opts {
 			if layer == "mamba2-1group" && o.name != "replay/fp32" && o.name != "replay/bf16+nvfp4" {
 				continue
 			}
-			if layer != "gdn" && gdnOnly(o.opt) {
+			if layer != "gdn" && gdnOnly(o.opt, o.tn) {
 				continue
 			}
 			t.Run(layer+"/"+o.name, func(t *testing.T) {
