@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""emulate_gt.py: the tensor-core nvfp4 stream of the group steps
-(gt_vectors and gt_dots in backend/cuda/kernels/replay_common.cu), lane by
-lane, in plain Python: random codes and block scales for one strip of 16
-rows of 128 columns, NV vectors at scales from 1e-36 to 1e30, the A and B
-fragments as each lane forms them, mma.sync m16n8k16's D (PTX ISA's
-fragment layout) in float64, and each row's dot back through the lanes'
-post factors, against the float64 dots of the decoded rows. A kernel
+"""emulate_gt.py: the tensor-core streams of the group steps (gt_vectors
+and gt_dots in backend/cuda/kernels/replay_common.cu, GT_NVFP4 and
+GT_BF16), lane by lane, in plain Python: random codes and block scales (or
+bf16 values) for one strip of 16 rows of 128 columns, NV vectors at scales
+from 1e-36 to 1e30, the A and B fragments as each lane forms them,
+mma.sync m16n8k16's D (PTX ISA's fragment layout) in float64, and each
+row's dot back through the lanes' post factors or shuffles, against the
+float64 dots of the rows. A kernel
 change to the pairing of columns, the e2m1-to-e4m3 rewrite or the vectors'
 power-of-two scaling should keep the printed errors near 1e-7; a wrong
 factor shows as O(1). No GPU and no numpy needed:
@@ -132,11 +133,80 @@ def strip_error(rng, scale, nv):
     return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
 
 
+def bf16(x):
+    """x rounded to bf16 (to nearest, ties to even), as a float."""
+    b = bits(f32(x))
+    if (b & 0x7F800000) == 0x7F800000:
+        return from_bits(b & 0xFFFF0000)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    return from_bits(b)
+
+
+def mma(am, bm, d):
+    for r in range(16):
+        for n in range(8):
+            d[r][n] += math.fsum(am[r][k] * bm[k][n] for k in range(16))
+
+
+def bf16_strip_error(rng, scale, nv):
+    """GT_BF16: two passes of half the lane's quarter each, B's columns
+    4a..4a+2 vector a's three bf16 terms, D's pairs of lanes summed."""
+    rows = [[bf16(rng.gauss(0, 1)) for _ in range(COLS)] for _ in range(16)]
+    vecs = [[f32(rng.gauss(0, 1) * scale) for _ in range(COLS)] for _ in range(nv)]
+    want = [[math.fsum(rows[r][c] * vecs[a][c] for c in range(COLS)) for a in range(nv)] for r in range(16)]
+    hw = COLS // 16
+    breg = {}
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        term, on = g & 3, (g >> 2) < nv and (g & 3) < 3
+        v = vecs[min(g >> 2, nv - 1)][t * (COLS // 4) : (t + 1) * (COLS // 4)]
+        regs = []
+        for m in range(COLS // 16):
+            x = list(v[4 * m : 4 * m + 4])
+            for c in range(4):
+                for k in range(2):
+                    if k < term:
+                        x[c] = f32(x[c] - bf16(x[c]))
+            regs.append((bf16(x[0]), bf16(x[1])) if on else (0.0, 0.0))
+            regs.append((bf16(x[2]), bf16(x[3])) if on else (0.0, 0.0))
+        breg[lane] = regs
+    d = [[0.0] * 8 for _ in range(16)]
+    for half in range(2):
+        for j in range(hw // 2):
+            m = half * (hw // 2) + j
+            am = [[0.0] * 16 for _ in range(16)]
+            bm = [[0.0] * 8 for _ in range(16)]
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                c0 = t * (COLS // 4) + half * (COLS // 8) + 4 * j  # words 2j, 2j+1 of the pass
+                for h in range(2):
+                    r = g + 8 * h
+                    am[r][2 * t : 2 * t + 2] = rows[r][c0 : c0 + 2]
+                    am[r][2 * t + 8 : 2 * t + 10] = rows[r][c0 + 2 : c0 + 4]
+                bm[2 * t][g], bm[2 * t + 1][g] = breg[lane][2 * m]
+                bm[2 * t + 8][g], bm[2 * t + 9][g] = breg[lane][2 * m + 1]
+            mma(am, bm, d)
+    got = [[0.0] * nv for _ in range(16)]
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        if t % 2 == 0 and t // 2 < nv:
+            for h in range(2):
+                r = g + 8 * h
+                # x = d0 + d1 of this lane and of lane t+1 (the shuffle)
+                x = (d[r][2 * t] + d[r][2 * t + 1]) + (d[r][2 * t + 2] + d[r][2 * t + 3])
+                got[r][t // 2] = x
+    top = max(abs(w) for row in want for w in row)
+    return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
+
+
 def main():
     rng = random.Random(1)
     for nv in (1, 2):
         for scale in (1e-36, 1e-6, 0.01, 1, 300, 1e5, 1e30):
-            print(f"vectors {nv}, scale {scale:g}: largest error {strip_error(rng, scale, nv):.3g} of the largest dot")
+            print(f"nvfp4, vectors {nv}, scale {scale:g}: largest error {strip_error(rng, scale, nv):.3g} of the largest dot")
+    for nv in (1, 2):
+        for scale in (1e-30, 1, 1e30):
+            print(f"bf16, vectors {nv}, scale {scale:g}: largest error {bf16_strip_error(rng, scale, nv):.3g} of the largest dot")
 
 
 if __name__ == "__main__":

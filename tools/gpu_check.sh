@@ -21,6 +21,7 @@
 #   tools/gpu_check.sh group_final  # session 21's other replay tests and the GDN batch-256 rows
 #   tools/gpu_check.sh group_tc2  # both layers' nvfp4 group steps on the tensor cores: tests, against GROUP_TC=0
 #   tools/gpu_check.sh gdn_pf     # the GDN group step asking for the next item during this one (GDN_PF=1): tests, against the defaults
+#   tools/gpu_check.sh group_tc_bf16  # bf16 group streams on the tensor cores (GROUP_TC=1, asked): tests, against the defaults
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -260,6 +261,15 @@ gdn_pf)
 	REPLAYSSM_CUDA_DEFINES=-DGDN_PF=1 some_tests gdn_pf 400 \
 		'TestReplayPipelineMatchesV4/gdn|TestReplayOverlapMatchesSerial/gdn|TestReplayCacheSpeculative/gdn|TestReplayCacheMatchesReference/gdn/replay|TestReplayFoldCachedReadsRing'
 	experiment gdn_pf gdn replay,replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGDN_PF=1
+	;;
+group_tc_bf16)
+	# GROUP_TC=1 for bf16 matrices read as stored (written in session 21,
+	# not yet run): the bf16 replay tests under it, then the bf16 replay
+	# step against the defaults, and with four passes in flight.
+	REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=1 some_tests group_tc_bf16 400 \
+		'TestReplayPipelineMatchesV4/.*/bf16|TestReplayCacheMatchesReference/.*/replay/bf16|TestReplayCacheSpeculative/.*/replay-bf16|TestReplayOverlapMatchesSerial'
+	DTYPES=bf16 experiment group_tc_bf16 all replay REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=1 \
+		"REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=1 -DGTPF=4"
 	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \

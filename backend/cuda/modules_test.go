@@ -129,6 +129,9 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/bf16+nvfp4/items in one loop", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DGDN_PF=1"}}},
 		{"replay/fp32/items in one loop", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DGDN_PF=1"}}},
+		{"replay/bf16/tensor-core stream", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DGROUP_TC=1"}}},
+		{"replay/fp32+bf16/tensor-core stream", replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16},
+			tuning{defines: []string{"-DGROUP_TC=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's

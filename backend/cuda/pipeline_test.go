@@ -698,6 +698,7 @@ func TestEarlyVerifyPick(t *testing.T) {
 // cores (groupTC) and the define it adds.
 func TestGroupTC(t *testing.T) {
 	nvfp4 := replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4}
+	bf16 := replay.Options{Mode: replay.Replay, State: numeric.BF16}
 	tests := []struct {
 		name           string
 		cc, rows, cols int
@@ -719,6 +720,11 @@ func TestGroupTC(t *testing.T) {
 		{"asked for where it cannot run", 86, 256, 128, nvfp4, []string{"-DGROUP_TC=1"}, false, ""},
 		{"the stream measured alone", 90, 256, 128, nvfp4, []string{"-DGROUP_NODOTS=1"}, false, ""},
 		{"GROUP_NODOTS=0", 90, 256, 128, nvfp4, []string{"-DGROUP_NODOTS=0"}, true, "-DGROUP_TC=1"},
+		{"bf16 checkpoint: only where asked", 90, 256, 128, bf16, nil, false, ""},
+		{"bf16 checkpoint, asked for", 90, 256, 128, bf16, []string{"-DGROUP_TC=1"}, true, ""},
+		{"bf16 read copy, asked for", 80, 256, 128, replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16}, []string{"-DGROUP_TC=1"}, true, ""},
+		{"bf16 on sm_75, asked for", 75, 256, 128, bf16, []string{"-DGROUP_TC=1"}, false, ""},
+		{"fp16 checkpoint, asked for", 90, 256, 128, replay.Options{Mode: replay.Replay, State: numeric.F16}, []string{"-DGROUP_TC=1"}, false, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2182,13 +2182,28 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 #ifndef GROUP_TC
 #define GROUP_TC 0
 #endif
-#if defined(GNT) && GROUP_TC && READ_FMT == FMT_NVFP4 && (COLS == 64 || COLS == 128) && defined(__CUDA_ARCH__) &&        \
-    __CUDA_ARCH__ >= 890
-#define GT_OK 1
-#define GT_NW (COLS / 32) // words of codes a lane holds of a row
+#if defined(GNT) && GROUP_TC && (COLS == 64 || COLS == 128) && defined(__CUDA_ARCH__)
+#if READ_FMT == FMT_NVFP4 && __CUDA_ARCH__ >= 890
+#define GT_NVFP4 1
+#elif MAT_FMT == FMT_BF16 && __CUDA_ARCH__ >= 800
+#define GT_BF16 1
+#endif
+#endif
+#ifndef GT_NVFP4
+#define GT_NVFP4 0
+#endif
+#ifndef GT_BF16
+#define GT_BF16 0
+#endif
+#if GT_NVFP4 || GT_BF16
 #define GT_NWARP (GNT / 32)
 // GT_SPW_OF: the strips a warp takes of NROWS rows (warp w: w, w + GT_NWARP, ...).
 #define GT_SPW_OF(NROWS) ((NROWS / 16 + GT_NWARP - 1) / GT_NWARP)
+#endif
+
+#if GT_NVFP4
+#define GT_OK 1
+#define GT_NW (COLS / 32) // words of codes a lane holds of a row
 
 // GTRaw is one lane's share of one strip: rows g and g+8, their codes and
 // block scale codes, each as loaded (combining the scales' loads into one
@@ -2373,7 +2388,184 @@ __device__ __forceinline__ void gt_stream(const void* mat, const u8* scl, GTRaw 
         }
     }
 }
-#else
+#elif GT_BF16
+// GROUP_TC=1 for a bf16 matrix read as stored (a bf16 checkpoint, or a
+// bf16 read copy; written in session 21 after its device time, not yet
+// run on a GPU; the host sets it only where REPLAYSSM_CUDA_DEFINES asks).
+// The stored bf16 pairs are mma_bf16's A operand as loaded: no decode. A
+// warp takes a strip of 16 rows in two passes of half its columns each
+// (lane (g, t): rows g and g+8, columns t*COLS/4 + h*COLS/8 + [0, COLS/8)
+// in pass h, COLS/16 words a row); B's columns are each vector split in
+// three bf16 terms (24 bits; bf16 has float32's range, so no scaling) and
+// a zero: vector a's terms in columns 4a..4a+2. D's columns 4a..4a+3 are
+// lanes t = 2a and 2a+1's, summed by one shuffle.
+#define GT_OK 1
+#define GT_HW (COLS / 16) // words a lane holds of a row in one pass
+
+struct GTRaw {
+    u32 w[2][GT_HW];
+};
+
+// GTVec is a lane's B operands, b[2m] and b[2m+1] of tile m (m < COLS/16,
+// the lane's quarter's pairs of columns 4m, 4m+1 and 4m+2, 4m+3).
+struct GTVec {
+    u32 b[COLS / 8];
+};
+
+// gt_passes: a warp's passes (two a strip) of an NROWS-row stream.
+#define GT_PASSES_OF(NROWS) (2 * GT_SPW_OF(NROWS))
+
+// gt_load issues the loads of this warp's pass i (strip i/2, half i%2) of
+// an NROWS-row bf16 stream at mat (zeros past the rows).
+template <int NROWS>
+__device__ __forceinline__ void gt_load(const u8* mat, const u8*, int i, GTRaw& raw)
+{
+    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * (i >> 1);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int j = 0; j < GT_HW; j++) {
+            raw.w[h][j] = 0;
+        }
+        if (st < NROWS / 16) {
+            const int r = 16 * st + (lane >> 2) + 8 * h;
+            const uint4* p = reinterpret_cast<const uint4*>(mat + 2 * ((u64)r * COLS + (lane & 3) * (COLS / 4) +
+                                                                         (i & 1) * (COLS / 8)));
+#pragma unroll
+            for (int j = 0; j < GT_HW / 4; j++) {
+                const uint4 v = p[j];
+                raw.w[h][4 * j] = v.x;
+                raw.w[h][4 * j + 1] = v.y;
+                raw.w[h][4 * j + 2] = v.z;
+                raw.w[h][4 * j + 3] = v.w;
+            }
+        }
+    }
+}
+
+// bf16x2_of packs lo and hi, rounded to bf16, into one word (lo in the
+// lower half).
+__device__ __forceinline__ u32 bf16x2_of(float lo, float hi)
+{
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+// gt_vectors forms this lane's B operands: for g = lane/4 with g/4 < NV and
+// g%4 < 3, term g%4 of vector g/4 (at vec + (g/4)*vstride: shared or
+// global memory), x = hi + mid + lo in bf16 terms each the rounding of
+// what the earlier ones leave; zeros elsewhere.
+template <int NV>
+__device__ __forceinline__ void gt_vectors(const float* vec, int vstride, GTVec& bv)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, term = g & 3;
+    const bool on = (g >> 2) < NV && term < 3;
+    const float* v = vec + min(g >> 2, NV - 1) * vstride + (lane & 3) * (COLS / 4);
+#pragma unroll
+    for (int m = 0; m < COLS / 16; m++) {
+        const float4 x4 = *reinterpret_cast<const float4*>(v + 4 * m);
+        float x[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            // the term-th bf16 term of x[c]: x minus the earlier terms
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                if (k < term) {
+                    x[c] -= __uint_as_float(bf16x2_of(x[c], 0.0f) << 16);
+                }
+            }
+        }
+        bv.b[2 * m] = on ? bf16x2_of(x[0], x[1]) : 0u;
+        bv.b[2 * m + 1] = on ? bf16x2_of(x[2], x[3]) : 0u;
+    }
+}
+
+// mma_bf16 is mma_f16 with bf16 operands.
+__device__ __forceinline__ void mma_bf16(float& d0, float& d1, float& d2, float& d3, u32 a0, u32 a1, u32 a2, u32 a3,
+                                         u32 b0, u32 b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// gt_dots adds this warp's pass i to d (zeroed for a strip's first pass)
+// and, after its second, writes row r . vector a to out[a*NROWS + r] for a
+// < NV (row r's matrix scale gs[r / RPM]).
+template <int NROWS, int RPM, int NV>
+__device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv, const float* gs, float* out,
+                                        float (&d)[4])
+{
+    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * (i >> 1), half = i & 1;
+    if (st >= NROWS / 16) {
+        return;
+    }
+    if (half == 0) {
+        d[0] = d[1] = d[2] = d[3] = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < GT_HW / 2; j++) {
+        const int m = half * (GT_HW / 2) + j;
+        mma_bf16(d[0], d[1], d[2], d[3], raw.w[0][2 * j], raw.w[1][2 * j], raw.w[0][2 * j + 1], raw.w[1][2 * j + 1],
+                 bv.b[2 * m], bv.b[2 * m + 1]);
+    }
+    if (half == 1) {
+        float x = d[0] + d[1], y = d[2] + d[3];
+        x += __shfl_xor_sync(FULL_MASK, x, 1);
+        y += __shfl_xor_sync(FULL_MASK, y, 1);
+        const int t = lane & 3;
+        if ((t & 1) == 0 && (t >> 1) < NV) {
+            const int r = 16 * st + (lane >> 2);
+            const float sc = gs[(16 * st) / RPM];
+            out[(t >> 1) * NROWS + r] = x * sc;
+            out[(t >> 1) * NROWS + r + 8] = y * sc;
+        }
+    }
+}
+
+// gt_start points mat at the stream of matrices m0.. (group_mat) and
+// issues its first PF passes into raw.
+template <int NROWS, int PF>
+__device__ __forceinline__ void gt_start(const typename StateIO<STATE_FMT>::T* state, const u8* rcodes,
+                                         const u8* rscales, u64 m0, const void*& mat, const u8*& scl, GTRaw (&raw)[PF])
+{
+    group_mat(state, rcodes, rscales, m0, mat, scl);
+#pragma unroll
+    for (int p = 0; p < PF; p++) {
+        if (p < GT_PASSES_OF(NROWS)) {
+            gt_load<NROWS>(static_cast<const u8*>(mat), scl, p, raw[p]);
+        }
+    }
+}
+
+// gt_stream runs the dots of every pass of the warp, raw holding the first
+// PF (gt_start, PF even), each pass's loads issued PF passes before its
+// dots.
+template <int NROWS, int RPM, int NV, int PF>
+__device__ __forceinline__ void gt_stream(const void* mat, const u8* scl, GTRaw (&raw)[PF], const GTVec& bv,
+                                          const float* gs, float* out)
+{
+    static_assert(PF % 2 == 0, "a strip's two passes in one unrolled step");
+    constexpr int PASSES = GT_PASSES_OF(NROWS);
+    float d[4];
+#pragma unroll 1
+    for (int base = 0; base < PASSES; base += PF) {
+#pragma unroll
+        for (int p = 0; p < PF; p++) {
+            const int i = base + p;
+            if (i < PASSES) {
+                gt_dots<NROWS, RPM, NV>(raw[p], i, bv, gs, out, d);
+                if (i + PF < PASSES) {
+                    gt_load<NROWS>(static_cast<const u8*>(mat), scl, i + PF, raw[p]);
+                }
+            }
+        }
+    }
+}
+#endif
+#ifndef GT_OK
 #define GT_OK 0
 #endif
 
