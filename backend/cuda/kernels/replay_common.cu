@@ -2204,6 +2204,8 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 #if GT_NVFP4
 #define GT_OK 1
 #define GT_NW (COLS / 32) // words of codes a lane holds of a row
+// GT_PASSES_OF: a warp's passes of an NROWS-row stream, a strip each.
+#define GT_PASSES_OF(NROWS) GT_SPW_OF(NROWS)
 
 // GTRaw is one lane's share of one strip: rows g and g+8, their codes and
 // block scale codes, each as loaded (combining the scales' loads into one
@@ -2349,21 +2351,6 @@ __device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv
         const float post = __fmul_rn(gs[(16 * st) / RPM], bv.post);
         out[t * NROWS + r] = (d0 + d1) * post;
         out[t * NROWS + r + 8] = (d2 + d3) * post;
-    }
-}
-
-// gt_start points mat and scl at the stream of matrices m0.. (group_mat)
-// and issues its first PF strips into raw.
-template <int NROWS, int PF>
-__device__ __forceinline__ void gt_start(const typename StateIO<STATE_FMT>::T* state, const u8* rcodes,
-                                         const u8* rscales, u64 m0, const void*& mat, const u8*& scl, GTRaw (&raw)[PF])
-{
-    group_mat(state, rcodes, rscales, m0, mat, scl);
-#pragma unroll
-    for (int p = 0; p < PF; p++) {
-        if (p < GT_SPW_OF(NROWS)) {
-            gt_load<NROWS>(static_cast<const u8*>(mat), scl, p, raw[p]);
-        }
     }
 }
 
@@ -2525,21 +2512,6 @@ __device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv
     }
 }
 
-// gt_start points mat at the stream of matrices m0.. (group_mat) and
-// issues its first PF passes into raw.
-template <int NROWS, int PF>
-__device__ __forceinline__ void gt_start(const typename StateIO<STATE_FMT>::T* state, const u8* rcodes,
-                                         const u8* rscales, u64 m0, const void*& mat, const u8*& scl, GTRaw (&raw)[PF])
-{
-    group_mat(state, rcodes, rscales, m0, mat, scl);
-#pragma unroll
-    for (int p = 0; p < PF; p++) {
-        if (p < GT_PASSES_OF(NROWS)) {
-            gt_load<NROWS>(static_cast<const u8*>(mat), scl, p, raw[p]);
-        }
-    }
-}
-
 // gt_stream runs the dots of every pass of the warp, raw holding the first
 // PF (gt_start, PF even), each pass's loads issued PF passes before its
 // dots.
@@ -2567,6 +2539,22 @@ __device__ __forceinline__ void gt_stream(const void* mat, const u8* scl, GTRaw 
 #endif
 #ifndef GT_OK
 #define GT_OK 0
+#endif
+#if GT_OK
+// gt_start points mat and scl at the stream of matrices m0.. (group_mat)
+// and issues its first PF passes into raw.
+template <int NROWS, int PF>
+__device__ __forceinline__ void gt_start(const typename StateIO<STATE_FMT>::T* state, const u8* rcodes,
+                                         const u8* rscales, u64 m0, const void*& mat, const u8*& scl, GTRaw (&raw)[PF])
+{
+    group_mat(state, rcodes, rscales, m0, mat, scl);
+#pragma unroll
+    for (int p = 0; p < PF; p++) {
+        if (p < GT_PASSES_OF(NROWS)) {
+            gt_load<NROWS>(static_cast<const u8*>(mat), scl, p, raw[p]);
+        }
+    }
+}
 #endif
 
 // ---- cursors: the per-slot decisions live on the device ----
@@ -2694,6 +2682,17 @@ __device__ __forceinline__ void queue_put(int* q, int k, int asked)
     if (threadIdx.x == 0) {
         q[k & 1] = asked;
     }
+}
+
+// queue_start returns a block's second item, asked for before its first
+// (the group steps' queue one ahead: the next item is known while one
+// runs); the answers then alternate from q[0].
+__device__ __forceinline__ int queue_start(int* q, int* ctr)
+{
+    const int asked = queue_ask(ctr);
+    queue_put(q, 1, asked);
+    __syncthreads();
+    return q[1];
 }
 #endif
 

@@ -2084,13 +2084,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 #if OVERLAP
     // The item queue, one ahead (mamba2_group_step's).
     __shared__ int sQ[2];
-    int nextQ, it = 0;
-    {
-        const int asked = queue_ask(done + 3);
-        queue_put(sQ, 1, asked);
-        __syncthreads();
-        nextQ = sQ[1];
-    }
+    int nextQ = queue_start(sQ, done + 3), it = 0;
 #endif
     while (i < items) {
 #if OVERLAP

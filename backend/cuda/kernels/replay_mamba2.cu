@@ -1567,13 +1567,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     // The item queue, one ahead: the next item is known at an item's start
     // (its cursor and first passes go out during this one's y).
     __shared__ int sQ[2];
-    int nextQ, it = 0;
-    {
-        const int asked = queue_ask(done + 3);
-        queue_put(sQ, 1, asked);
-        __syncthreads();
-        nextQ = sQ[1];
-    }
+    int nextQ = queue_start(sQ, done + 3), it = 0;
 #endif
     while (i < items) {
 #if OVERLAP
