@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/replayssm/replayssm/numeric"
@@ -101,47 +100,6 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 // fp8 checkpoint (not measured).
 func tcFold(opt replay.Options) bool {
 	return opt.ReadCopy == numeric.F32 && (elemBytes(opt.State) == 2 || opt.State == numeric.F32 && opt.FoldsCachedU())
-}
-
-// groupTC reports whether a group step's stream runs on the tensor cores
-// (GROUP_TC in replay_common.cu; matrices of rows a multiple of 16 and
-// cols 64 or 128) and the define that asks for it: by default for nvfp4
-// read copies on compute capability cc >= 89; for a bf16 matrix read as
-// stored (a bf16 checkpoint or read copy, cc >= 80) only where
-// REPLAYSSM_CUDA_DEFINES asks (-DGROUP_TC=1; written in session 21, not yet
-// measured), which also decides it for nvfp4. Its sums are not the v4
-// kernels' order of operations. H200, batch 256, the nvfp4 non-flush step
-// against the FMA stream in the same run (NOTES.md, session 21):
-// Qwen3.5-4B 93.9 -> 64.4 us, 122B 170 -> 98.5, Nano 142 -> 112, Super 147
-// -> 119.
-func groupTC(cc, rows, cols int, opt replay.Options, tn tuning) (bool, string) {
-	shape := (cols == 64 || cols == 128) && rows%16 == 0 &&
-		!slices.ContainsFunc(tn.defines, func(d string) bool {
-			return strings.HasPrefix(d, "-DGROUP_NODOTS") && d != "-DGROUP_NODOTS=0"
-		})
-	nvfp4 := shape && opt.ReadCopy == numeric.NVFP4 && cc >= 89
-	bf16 := shape && cc >= 80 && (opt.ReadCopy == numeric.BF16 || opt.ReadCopy == numeric.F32 && opt.State == numeric.BF16)
-	if definesName(tn.defines, "GROUP_TC") {
-		return (nvfp4 || bf16) && slices.Contains(tn.defines, "-DGROUP_TC=1"), ""
-	}
-	if !nvfp4 {
-		return false, ""
-	}
-	return true, "-DGROUP_TC=1"
-}
-
-// useGroupTC sets g.tc and adds GROUP_TC's define where a planned group
-// step takes the tensor cores (groupTC).
-func useGroupTC(d *Device, g groupStep, rows, cols int, opt replay.Options, tn tuning, defines []string) (groupStep, []string) {
-	if !g.on {
-		return g, defines
-	}
-	major, minor := d.ComputeCapability()
-	var def string
-	if g.tc, def = groupTC(10*major+minor, rows, cols, opt, tn); def != "" {
-		defines = append(defines, def)
-	}
-	return g, defines
 }
 
 // definesName reports whether defines (NVRTC options) define name.

@@ -1077,6 +1077,9 @@ func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, 
 	// cache sums its non-flush dots in another order (inexact), within
 	// sameBound of the largest magnitude of i's output row.
 	inexact, worst := ca.inexact() || cb.inexact(), 0.0
+	// The largest magnitude of b's row that holds output i, once a row:
+	// outputs are compared in order, and each download sets scaleRow to -1.
+	scaleRow, scale := -1, 0.0
 	same := func(a, b []float32, i int) bool {
 		if math.IsNaN(float64(a[i])) || math.IsNaN(float64(b[i])) {
 			return false
@@ -1084,10 +1087,11 @@ func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, 
 		if !inexact {
 			return math.Float32bits(a[i]) == math.Float32bits(b[i])
 		}
-		row := i / l.width * l.width
-		scale := 0.0
-		for _, x := range b[row : row+l.width] {
-			scale = max(scale, math.Abs(float64(x)))
+		if row := i / l.width; row != scaleRow {
+			scaleRow, scale = row, 0
+			for _, x := range b[row*l.width : (row+1)*l.width] {
+				scale = max(scale, math.Abs(float64(x)))
+			}
 		}
 		e := math.Abs(float64(a[i])-float64(b[i])) / max(scale, 1e-30)
 		worst = max(worst, e)
@@ -1129,6 +1133,7 @@ func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, 
 			must(t, cb.verify(s, batch, T, sb.slots, sb.counts, sb.in, sb.y))
 			a := sa.download(t, s, rows*l.width)
 			b := sb.download(t, s, rows*l.width)
+			scaleRow = -1
 			for i := range a {
 				if k := (i / l.width) % T; k >= counts[i/l.width/T] {
 					continue // rows past a slot's count are not written
@@ -1145,6 +1150,7 @@ func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, 
 		must(t, cb.step(s, batch, sb.slots, sb.in, sb.y))
 		a := sa.download(t, s, rows*l.width)
 		b := sb.download(t, s, rows*l.width)
+		scaleRow = -1
 		for i := range a {
 			if !same(a, b, i) {
 				t.Fatalf("round %d step: output %d %s %v %s %v", round, i, nameA, a[i], nameB, b[i])

@@ -1362,20 +1362,28 @@ __device__ __forceinline__ void mma_3xtf32(float& d0, float& d1, float& d2, floa
     mma_tf32(d0, d1, d2, d3, ahi[0], ahi[1], ahi[2], ahi[3], bhi0, bhi1);
 }
 
-// mma_f16 is d += A B for one m16n8k16 tile of f16 operands (row-major A,
-// column-major B, float32 accumulators) over one warp: with g = lane/4 and
-// t = lane%4, a0..a3 hold A[g][2t..2t+1], A[g+8][2t..2t+1],
-// A[g][2t+8..2t+9], A[g+8][2t+8..2t+9] and b0, b1 hold B[2t..2t+1][g],
-// B[2t+8..2t+9][g] (the lower index in the lower half); d0..d3 as
-// mma_tf32's.
-__device__ __forceinline__ void mma_f16(float& d0, float& d1, float& d2, float& d3, u32 a0, u32 a1, u32 a2, u32 a3,
-                                        u32 b0, u32 b1)
+// mma_16816 is d += A B for one m16n8k16 tile of f16 (BF16: bf16)
+// operands (row-major A, column-major B, float32 accumulators) over one
+// warp: with g = lane/4 and t = lane%4, a0..a3 hold A[g][2t..2t+1],
+// A[g+8][2t..2t+1], A[g][2t+8..2t+9], A[g+8][2t+8..2t+9] and b0, b1 hold
+// B[2t..2t+1][g], B[2t+8..2t+9][g] (the lower index in the lower half);
+// d0..d3 as mma_tf32's.
+template <bool BF16>
+__device__ __forceinline__ void mma_16816(float& d0, float& d1, float& d2, float& d3, u32 a0, u32 a1, u32 a2, u32 a3,
+                                          u32 b0, u32 b1)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    if constexpr (BF16) {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};"
+            : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+            "{%0, %1, %2, %3};"
+            : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
 #endif
 }
 
@@ -2164,7 +2172,7 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 //
 // With GROUP_TC=1 (the host sets it for nvfp4 read copies on sm_89+) a
 // group step's dots run on the tensor cores. A warp takes 16 rows at a time
-// (a strip) as mma_f16's A operand: lane (g, t) loads rows g and g+8 of the
+// (a strip) as mma_16816's A operand: lane (g, t) loads rows g and g+8 of the
 // strip, its quarter of the columns (COLS/8 bytes of codes each, 16 for
 // COLS 128, and their block scales), rewrites the e2m1 codes as e4m3
 // (e4m3_of_e2m1), widens them by the hardware conversion and multiplies
@@ -2342,8 +2350,8 @@ __device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv
             a[h][2] = f16x2_mul(f16x2_of_e4m3x2(hi), sc);       // 1, 3
             a[h][3] = f16x2_mul(f16x2_of_e4m3x2(hi >> 16), sc); // 5, 7
         }
-        mma_f16(d0, d1, d2, d3, a[0][0], a[1][0], a[0][2], a[1][2], bv.b[4 * j], bv.b[4 * j + 1]);
-        mma_f16(d0, d1, d2, d3, a[0][1], a[1][1], a[0][3], a[1][3], bv.b[4 * j + 2], bv.b[4 * j + 3]);
+        mma_16816<false>(d0, d1, d2, d3, a[0][0], a[1][0], a[0][2], a[1][2], bv.b[4 * j], bv.b[4 * j + 1]);
+        mma_16816<false>(d0, d1, d2, d3, a[0][1], a[1][1], a[0][3], a[1][3], bv.b[4 * j + 2], bv.b[4 * j + 3]);
     }
     const int t = lane & 3;
     if (t < NV) {
@@ -2379,7 +2387,7 @@ __device__ __forceinline__ void gt_stream(const void* mat, const u8* scl, GTRaw 
 // GROUP_TC=1 for a bf16 matrix read as stored (a bf16 checkpoint, or a
 // bf16 read copy; written in session 21 after its device time, not yet
 // run on a GPU; the host sets it only where REPLAYSSM_CUDA_DEFINES asks).
-// The stored bf16 pairs are mma_bf16's A operand as loaded: no decode. A
+// The stored bf16 pairs are mma_16816's A operand as loaded: no decode. A
 // warp takes a strip of 16 rows in two passes of half its columns each
 // (lane (g, t): rows g and g+8, columns t*COLS/4 + h*COLS/8 + [0, COLS/8)
 // in pass h, COLS/16 words a row); B's columns are each vector split in
@@ -2468,16 +2476,6 @@ __device__ __forceinline__ void gt_vectors(const float* vec, int vstride, GTVec&
     }
 }
 
-// mma_bf16 is mma_f16 with bf16 operands.
-__device__ __forceinline__ void mma_bf16(float& d0, float& d1, float& d2, float& d3, u32 a0, u32 a1, u32 a2, u32 a3,
-                                         u32 b0, u32 b1)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // gt_dots adds this warp's pass i to d (zeroed for a strip's first pass)
 // and, after its second, writes row r . vector a to out[a*NROWS + r] for a
 // < NV (row r's matrix scale gs[r / RPM]).
@@ -2495,7 +2493,7 @@ __device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv
 #pragma unroll
     for (int j = 0; j < GT_HW / 2; j++) {
         const int m = half * (GT_HW / 2) + j;
-        mma_bf16(d[0], d[1], d[2], d[3], raw.w[0][2 * j], raw.w[1][2 * j], raw.w[0][2 * j + 1], raw.w[1][2 * j + 1],
+        mma_16816<true>(d[0], d[1], d[2], d[3], raw.w[0][2 * j], raw.w[1][2 * j], raw.w[0][2 * j + 1], raw.w[1][2 * j + 1],
                  bv.b[2 * m], bv.b[2 * m + 1]);
     }
     if (half == 1) {

@@ -2047,15 +2047,9 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
 {
     GSRaw raw[GSPF];
     float xv[L2V], vv[GOUTS], ta, tb;
-    if ((threadIdx.x >> 5) < 2) {
-        l2norm_load(((threadIdx.x >> 5) == 0 ? k : q) + ((u64)b * NKH + kh) * DK, xv);
-    }
     gdn_group_inputs(v, a, bb, kh, b, vv, ta, tb);
     const int s = slots[b];
-    const void* mat;
-    const u8* scl;
-    gs_start(state, rcodes, rscales, (u64)s * NVH + kh * VPK, mat, scl, raw);
-    const int n = hist[s];
+    const int n = gdn_group_ask(state, rcodes, rscales, hist, q, k, kh, b, s, raw, xv);
     gdn_group_body(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o,
                    negA, dtb, qscale, L, pending, done, batch, kh, b, s, n, raw, xv, vv, ta, tb, [] {});
 }
