@@ -6,7 +6,9 @@ bf16 values) for one strip of 16 rows of 128 columns, NV vectors at scales
 from 1e-36 to 1e30, the A and B fragments as each lane forms them,
 mma.sync m16n8k16's D (PTX ISA's fragment layout) in float64, and each
 row's dot back through the lanes' post factors or shuffles, against the
-float64 dots of the rows. A kernel
+float64 dots of the rows; the group verify's streams (gtw_vectors,
+gtw_dots: up to eight vectors, their terms into the same accumulators)
+too. A kernel
 change to the pairing of columns, the e2m1-to-e4m3 rewrite or the vectors'
 power-of-two scaling should keep the printed errors near 1e-7; a wrong
 factor shows as O(1). No GPU and no numpy needed:
@@ -199,6 +201,94 @@ def bf16_strip_error(rng, scale, nv):
     return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
 
 
+def wide_strip_error(rng, scale, nv, fmt):
+    """gtw_vectors and gtw_dots (the group verify's stream): B's eight
+    columns are nv <= 8 vectors, each vector's terms (nvfp4: two f16 terms
+    of 2^(13-e) times it; bf16: three bf16 terms) one mma each into the
+    same accumulators, the operands written to shared memory by a warp a
+    vector (lane l: quarter l & 3, tile l >> 2) and read by lane (g, t) at
+    [(term * MS + m) * 32 + 4g + t]."""
+    ms, terms = COLS // 16, 2 if fmt == "nvfp4" else 3
+    if fmt == "nvfp4":
+        codes = [[rng.randrange(256) for _ in range(COLS // 2)] for _ in range(16)]
+        scl = [[rng.randrange(0x7E) for _ in range(COLS // 16)] for _ in range(16)]
+        gs = 0.37
+        val = [[e2m1(code_at(codes, r, c)) * e4m3(scl[r][c // 16]) * gs for c in range(COLS)] for r in range(16)]
+    else:
+        gs = 1.0
+        val = [[bf16(rng.gauss(0, 1)) for _ in range(COLS)] for _ in range(16)]
+    vecs = [[f32(rng.gauss(0, 1) * scale) for _ in range(COLS)] for _ in range(nv)]
+    want = [[math.fsum(val[r][c] * vecs[a][c] for c in range(COLS)) for a in range(nv)] for r in range(16)]
+    # gtw_vectors: sB[(term*MS + m)*32 + 4a + t] = (pair0, pair1) of term
+    sb, post = {}, [1.0] * 8
+    for a in range(8):
+        x4s = {}
+        for lane in range(32):
+            t, m = lane & 3, lane >> 2
+            c = t * (COLS // 4) + 4 * m
+            x4s[lane] = vecs[a][c : c + 4] if a < nv and m < ms else [0.0] * 4
+        for lane in range(32):
+            t, m = lane & 3, lane >> 2
+            x = x4s[lane]
+            if fmt == "nvfp4":
+                big = max(bits(v) & 0x7FFFFFFF for l2 in range(32) for v in x4s[l2])
+                e = min(max((big >> 23) - 127, -114), 127)
+                up = from_bits((127 + 13 - e) << 23)
+                post[a] = from_bits((127 - 7 + e) << 23)
+                y = [f32(up * v) for v in x]
+                h0, h1 = (f16(y[0]), f16(y[2])), (f16(y[1]), f16(y[3]))
+                l0 = (f16(f32(y[0] - h0[0])), f16(f32(y[2] - h0[1])))
+                l1 = (f16(f32(y[1] - h1[0])), f16(f32(y[3] - h1[1])))
+                b = [(h0, h1), (l0, l1)]
+            else:
+                y, b = list(x), []
+                for _ in range(terms):
+                    p0, p1 = (bf16(y[0]), bf16(y[1])), (bf16(y[2]), bf16(y[3]))
+                    b.append((p0, p1))
+                    y = [f32(y[0] - p0[0]), f32(y[1] - p0[1]), f32(y[2] - p1[0]), f32(y[3] - p1[1])]
+            if m < ms:
+                for term in range(terms):
+                    sb[(term * ms + m) * 32 + 4 * a + t] = b[term]
+    # gtw_dots: tile m = the lane's quarter's columns 4m..4m+3 (nvfp4: the
+    # half word's codes 0 and 2, 1 and 3; bf16: the stored pairs)
+    d = [[0.0] * 8 for _ in range(16)]
+    for m in range(ms):
+        for term in range(terms):
+            am = [[0.0] * 16 for _ in range(16)]
+            bm = [[0.0] * 8 for _ in range(16)]
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                c0 = t * (COLS // 4) + 4 * m
+                for h in range(2):
+                    r = g + 8 * h
+                    if fmt == "nvfp4":
+                        sc = f16(e4m3(scl[r][c0 // 16]))
+
+                        def av(c):
+                            return f16(f16(e2m1(code_at(codes, r, c)) * 2**-6) * sc)
+
+                        am[r][2 * t : 2 * t + 2] = (av(c0), av(c0 + 2))
+                        am[r][2 * t + 8 : 2 * t + 10] = (av(c0 + 1), av(c0 + 3))
+                    else:
+                        am[r][2 * t : 2 * t + 2] = val[r][c0 : c0 + 2]
+                        am[r][2 * t + 8 : 2 * t + 10] = val[r][c0 + 2 : c0 + 4]
+                b0, b1 = sb[(term * ms + m) * 32 + lane]
+                bm[2 * t][g], bm[2 * t + 1][g] = b0
+                bm[2 * t + 8][g], bm[2 * t + 9][g] = b1
+            mma(am, bm, d)
+    # gtw_write: lane (g, t) writes vectors 2t, 2t+1 of rows g, g+8
+    got = [[0.0] * nv for _ in range(16)]
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        for a in (2 * t, 2 * t + 1):
+            if a < nv:
+                p = f32(gs * post[a])
+                got[g][a] = d[g][a] * p
+                got[g + 8][a] = d[g + 8][a] * p
+    top = max(abs(w) for row in want for w in row)
+    return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
+
+
 def main():
     rng = random.Random(1)
     for nv in (1, 2):
@@ -207,6 +297,11 @@ def main():
     for nv in (1, 2):
         for scale in (1e-30, 1, 1e30):
             print(f"bf16, vectors {nv}, scale {scale:g}: largest error {bf16_strip_error(rng, scale, nv):.3g} of the largest dot")
+    for fmt in ("nvfp4", "bf16"):
+        for nv in (3, 8):
+            for scale in (1e-30, 1, 1e30):
+                err = wide_strip_error(rng, scale, nv, fmt)
+                print(f"verify {fmt}, vectors {nv}, scale {scale:g}: largest error {err:.3g} of the largest dot")
 
 
 if __name__ == "__main__":

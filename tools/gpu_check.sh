@@ -22,6 +22,8 @@
 #   tools/gpu_check.sh group_tc2  # both layers' nvfp4 group steps on the tensor cores: tests, against GROUP_TC=0
 #   tools/gpu_check.sh gdn_pf     # the GDN group step asking for the next item during this one (GDN_PF=1): tests, against the defaults
 #   tools/gpu_check.sh group_tc_bf16  # bf16 group streams on the tensor cores (GROUP_TC=1, asked): tests, against the defaults
+#   tools/gpu_check.sh verify_tc  # the GDN group verify on the tensor cores: tests, against VERIFY_TC=0; the 122B step at GMINB=5
+#   tools/gpu_check.sh verify_tc2  # both layers' verify on the tensor cores: tests, against VERIFY_TC=0, the batch-256 table
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -270,6 +272,26 @@ group_tc_bf16)
 		'TestReplayPipelineMatchesV4/.*/bf16|TestReplayCacheMatchesReference/.*/replay/bf16|TestReplayCacheSpeculative/.*/replay-bf16|TestReplayOverlapMatchesSerial'
 	DTYPES=bf16 experiment group_tc_bf16 all replay REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=1 \
 		"REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=1 -DGTPF=4"
+	;;
+verify_tc)
+	# The GDN group verify's stream on the tensor cores (VERIFY_TC,
+	# session 22; nvfp4 read copies and bf16 matrices): the GDN verify
+	# tests, then the bf16 verify against VERIFY_TC=0, and the 122B group
+	# step at five blocks an SM (GMINB=5; its registers grew 92 -> 106 with
+	# session 21's vector scaling, leaving four).
+	some_tests verify_tc 300 \
+		'TestReplayPipelineMatchesV4/gdn/(bf16|fp32\+nvfp4|fp32\+bf16)|TestReplayCacheSpeculative/gdn|TestReplayVerifyEarlyMatchesLate/gdn|TestReplayCacheMatchesReference/gdn/replay/(bf16|nvfp4)'
+	DTYPES=bf16 experiment verify_tc gdn verify REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0
+	experiment gminb qwen3.5-122b replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DGMINB=5
+	;;
+verify_tc2)
+	# Session 22's second call: Mamba-2's group verify on the tensor cores
+	# too, GMINB=5 for the 122B step with a read copy; their tests, both
+	# layers' bf16 verify against VERIFY_TC=0, then the batch-256 table.
+	some_tests verify_tc2 240 \
+		'TestReplayPipelineMatchesV4/mamba2/(bf16|fp32\+nvfp4|fp32\+bf16)|TestReplayCacheSpeculative/mamba2|TestReplayVerifyEarlyMatchesLate/mamba2|TestReplayCacheMatchesReference/mamba2/replay/(bf16|nvfp4)|TestReplayPipelineMatchesV4/gdn/(fp32\+nvfp4|e4m3|fp16\+e4m3)/v6/threads=128'
+	DTYPES=bf16 experiment verify_tc2 all verify REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0
+	bench 256 b256.jsonl
 	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \

@@ -132,6 +132,11 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/bf16/tensor-core stream", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DGROUP_TC=1"}}},
 		{"replay/fp32+bf16/tensor-core stream", replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16},
 			tuning{defines: []string{"-DGROUP_TC=1"}}},
+		// The GDN group verify's FMA stream where VERIFY_TC is on by
+		// default (GV_PAIR's paired passes at 128 threads).
+		{"replay/bf16/fma verify", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{groupNT: 128, defines: []string{"-DVERIFY_TC=0"}}},
+		{"replay/bf16+nvfp4/fma verify", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DVERIFY_TC=0"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -140,7 +145,7 @@ func TestReplayModulesCompile(t *testing.T) {
 	// Options and knobs only a GDN module reads: Mamba-2's would be a
 	// default module compiled again.
 	gdnOnly := func(o replay.Options, tn tuning) bool {
-		return o.ExactFold || slices.Contains(tn.defines, "-DGDN_PF=1")
+		return o.ExactFold || slices.Contains(tn.defines, "-DGDN_PF=1") || slices.Contains(tn.defines, "-DVERIFY_TC=0")
 	}
 	for _, layer := range []string{"mamba2", "gdn", "mamba2-1group"} {
 		for _, o := range opts {

@@ -182,8 +182,9 @@ type groupStep struct {
 	// group verify 31.5 us against v5's 16).
 	minItems int
 	// tc: the step's stream runs on the tensor cores (an nvfp4 read copy,
-	// groupTC), whose sums are not the v4 kernels' bit for bit.
-	tc bool
+	// groupTC), whose sums are not the v4 kernels' bit for bit; verifyTC:
+	// the group verify's (verifyTC).
+	tc, verifyTC bool
 }
 
 // groupThreads is the group kernels' largest block size: eight warps
@@ -292,6 +293,43 @@ func useGroupTC(d *Device, g groupStep, rows, cols int, opt replay.Options, tn t
 	major, minor := d.ComputeCapability()
 	var def string
 	if g.tc, def = groupTC(10*major+minor, rows, cols, opt, tn); def != "" {
+		defines = append(defines, def)
+	}
+	return g, defines
+}
+
+// verifyTC reports whether a group verify's stream runs on the tensor
+// cores (VERIFY_TC in replay_common.cu, gtw_*) and the define that asks
+// for it: for an nvfp4 read copy (cc >= 89) or a bf16 matrix read as
+// stored (a bf16 checkpoint or read copy, cc >= 80), with matrices of rows
+// a multiple of 16 and cols 64 or 128, where the verify's vectors (GDN: 2T,
+// Mamba-2: T) fit B's eight columns. REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0|1
+// decides instead. Its sums are not the v4 kernels' order of operations.
+func verifyTC(cc, rows, cols, vectors int, opt replay.Options, tn tuning) (bool, string) {
+	shape := (cols == 64 || cols == 128) && rows%16 == 0 && vectors <= 8 &&
+		!slices.ContainsFunc(tn.defines, func(d string) bool {
+			return strings.HasPrefix(d, "-DGROUP_NODOTS") && d != "-DGROUP_NODOTS=0"
+		})
+	nvfp4 := shape && opt.ReadCopy == numeric.NVFP4 && cc >= 89
+	bf16 := shape && cc >= 80 && (opt.ReadCopy == numeric.BF16 || opt.ReadCopy == numeric.F32 && opt.State == numeric.BF16)
+	if definesName(tn.defines, "VERIFY_TC") {
+		return (nvfp4 || bf16) && slices.Contains(tn.defines, "-DVERIFY_TC=1"), ""
+	}
+	if !nvfp4 && !bf16 {
+		return false, ""
+	}
+	return true, "-DVERIFY_TC=1"
+}
+
+// useVerifyTC sets g.verifyTC and adds VERIFY_TC's define where a planned
+// group verify takes the tensor cores (verifyTC) for vectors vectors.
+func useVerifyTC(d *Device, g groupStep, rows, cols, vectors int, opt replay.Options, tn tuning, defines []string) (groupStep, []string) {
+	if !g.verifyOn {
+		return g, defines
+	}
+	major, minor := d.ComputeCapability()
+	var def string
+	if g.verifyTC, def = verifyTC(10*major+minor, rows, cols, vectors, opt, tn); def != "" {
 		defines = append(defines, def)
 	}
 	return g, defines

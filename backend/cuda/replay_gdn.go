@@ -60,6 +60,7 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	defines = append(defines, fd...)
 	p, g, defines := useGroup(p, gdnGroupPlan(shape, opt, tn), defines)
 	g, defines = useGroupTC(d, g, dv, dk, opt, tn, defines)
+	g, defines = useVerifyTC(d, g, dv, dk, 2*opt.MaxDraft, opt, tn, defines)
 	// The bf16 baseline step at 40 registers a thread, 6 blocks an SM (48,
 	// the default, gives 5; ncu: 62.5% occupancy, long-scoreboard stalls on
 	// the bf16 unpack). H200, session 15, batch 256, us a step: Qwen3.5-4B
@@ -149,10 +150,11 @@ func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
 	}
 	// The group verify's tables (gdn_group_verify_item): the drafts' k, q
 	// and the ring's keys (later the drafts' vectors padded, 4 floats
-	// after every 32), their gram dots, the value heads' ring scalars and
-	// decay products per draft, and the projections on 2T vectors.
+	// after every 32, or the tensor cores' operands: gtw_vectors), their
+	// gram dots, the value heads' ring scalars and decay products per
+	// draft, and the projections on 2T vectors.
 	T := opt.MaxDraft
-	vecs := 2*T*dk + max(R*dk, 2*T*(dk+dk/32*4))
+	vecs := 2*T*dk + max(R*dk, 2*T*(dk+dk/32*4), 3*dk/16*64+8)
 	verifyTables := 4 * (vecs + 2*T*(R+1) + 2*vpk*(R+1) + vpk*T*(R+1) + vpk*T + vpk + 2*T*vpk*dv + 16)
 	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
 	return g

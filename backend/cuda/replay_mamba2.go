@@ -82,6 +82,7 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 	}
 	p, g, defines := useGroup(p, mamba2GroupPlan(shape, opt, tn), defines)
 	g, defines = useGroupTC(d, g, P, N, opt, tn, defines)
+	g, defines = useVerifyTC(d, g, P, N, opt.MaxDraft, opt, tn, defines)
 	// The early verify's drafts' scalars with its early loads
 	// (SCALARS_EARLY, replay_common.cu): H200, session 16, batch 1, 0.2-0.4
 	// us faster a verify in every Mamba-2 row; GDN's within noise.
@@ -129,10 +130,11 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	if tn.v5 {
 		g.on, g.why = false, "REPLAYSSM_CUDA_KERNELS=v5"
 	}
-	// The group verify's tables: C and S0 . C of every draft, and decay
+	// The group verify's tables: C and S0 . C of every draft, the ring's
+	// B rows (then the tensor cores' operands, gtw_vectors) and decay
 	// weights per head and draft (mamba2_group_verify_item).
 	T := opt.MaxDraft
-	verifyTables := 4 * (T*N + R*N + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
+	verifyTables := 4 * (T*N + max(R*N, 3*N/16*64+8) + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
 	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
 	g.verifySmem = g.smem // the ring's x rows, as the step stages them
 	return g

@@ -66,10 +66,10 @@ type gpuCache struct {
 	// foldKernel names the kernels that fold checkpoints ("v7" or
 	// "items") and why not v7.
 	foldKernel func() (string, string)
-	// inexact reports whether the non-flush step sums in another order
-	// than the v4 kernels (an nvfp4 group stream on the tensor cores), so
-	// that its outputs, and what later reads its cached u, match v4's
-	// within sameBound and not bit for bit.
+	// inexact reports whether the non-flush step or the verify sums in
+	// another order than the v4 kernels (a group stream on the tensor
+	// cores), so that its outputs, and what later reads its cached u,
+	// match v4's within sameBound and not bit for bit.
 	inexact func() bool
 }
 
@@ -134,7 +134,7 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				foldKernel:    c.FoldKernel,
-				inexact:       func() bool { return c.group.tc },
+				inexact:       func() bool { return c.group.tc || c.group.verifyTC },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},
@@ -207,7 +207,7 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				foldKernel:    c.FoldKernel,
 				ringU:         func() Buffer { return c.ringU },
-				inexact:       func() bool { return c.group.tc },
+				inexact:       func() bool { return c.group.tc || c.group.verifyTC },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},

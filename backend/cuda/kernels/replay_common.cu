@@ -2190,7 +2190,12 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 #ifndef GROUP_TC
 #define GROUP_TC 0
 #endif
-#if defined(GNT) && GROUP_TC && (COLS == 64 || COLS == 128) && defined(__CUDA_ARCH__)
+// VERIFY_TC=1: the group verify's stream on the tensor cores (gtw_*
+// below; the host decides it apart from GROUP_TC).
+#ifndef VERIFY_TC
+#define VERIFY_TC 0
+#endif
+#if defined(GNT) && (GROUP_TC || VERIFY_TC) && (COLS == 64 || COLS == 128) && defined(__CUDA_ARCH__)
 #if READ_FMT == FMT_NVFP4 && __CUDA_ARCH__ >= 890
 #define GT_NVFP4 1
 #elif MAT_FMT == FMT_BF16 && __CUDA_ARCH__ >= 800
@@ -2207,13 +2212,165 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 #define GT_NWARP (GNT / 32)
 // GT_SPW_OF: the strips a warp takes of NROWS rows (warp w: w, w + GT_NWARP, ...).
 #define GT_SPW_OF(NROWS) ((NROWS / 16 + GT_NWARP - 1) / GT_NWARP)
+// GT_PASSES_OF: a warp's passes of an NROWS-row stream: a strip each for
+// nvfp4, two (half its columns each) for bf16.
+#define GT_PASSES_OF(NROWS) ((GT_BF16 ? 2 : 1) * GT_SPW_OF(NROWS))
+
+// bf16x2_of packs lo and hi, rounded to bf16, into one word (lo in the
+// lower half).
+__device__ __forceinline__ u32 bf16x2_of(float lo, float hi)
+{
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+// GTRaw and gt_load are the format's (below): a lane's share of a pass
+// and the loads that fill it.
+struct GTRaw;
+template <int NROWS>
+__device__ __forceinline__ void gt_load(const u8* mat, const u8* scl, int i, GTRaw& raw);
+
+// gt_run runs dots(raw, i) for every pass i of the warp's share of an
+// NROWS-row stream, raw holding the first PF (gt_start), each pass's loads
+// issued PF passes before its dots.
+template <int NROWS, int PF, class Dots>
+__device__ __forceinline__ void gt_run(const void* mat, const u8* scl, GTRaw (&raw)[PF], Dots dots)
+{
+    constexpr int PASSES = GT_PASSES_OF(NROWS);
+#pragma unroll 1
+    for (int base = 0; base < PASSES; base += PF) {
+#pragma unroll
+        for (int p = 0; p < PF; p++) {
+            const int i = base + p;
+            if (i < PASSES) {
+                dots(raw[p], i);
+                if (i + PF < PASSES) {
+                    gt_load<NROWS>(static_cast<const u8*>(mat), scl, i + PF, raw[p]);
+                }
+            }
+        }
+    }
+}
+
+// ---- the group verify's stream on the tensor cores (VERIFY_TC) ----
+//
+// A verify's stream takes up to eight vectors (GDN: the drafts' k, then
+// their q; Mamba-2: the drafts' C). B's eight columns are the vectors
+// themselves, and each vector's terms (nvfp4: two f16 terms of a power of
+// two times it, as gt_vectors; bf16: three bf16 terms) go into the same
+// accumulators, one mma a term: D's column a is row . vector a. The B
+// operands are formed once an item, in shared memory in the order the
+// lanes read them (gtw_vectors: GTW_FLOATS floats), and each strip reads
+// its lane's 8 bytes a tile and term (LDS.64, no bank conflicts). The FMA
+// verify stream read every vector chunk from shared memory for every row
+// chunk, which bounded the bf16 verify (ncu, session 7).
+#define GTW_TERMS (GT_NVFP4 ? 2 : 3)
+#define GTW_MS (COLS / 16)                     // k16 tiles of a row
+#define GTW_POST (GTW_TERMS * GTW_MS * 64)     // the vectors' factors, after the operands
+#define GTW_FLOATS (GTW_POST + 8)
+
+// gtw_vectors writes the B operands of vectors a < nv at vec + a*vstride
+// (shared or global memory; zeros for a >= nv) and their factors to sw
+// (GTW_FLOATS floats of shared memory), a warp a vector: lane l forms the
+// operands lane (g, t) = (a, l & 3) reads for tile l >> 2, in its columns
+// (gt_vectors' pairs; the bf16 stream's are the stored pairs). The block
+// synchronises before reading them.
+__device__ __forceinline__ void gtw_vectors(const float* vec, int vstride, int nv, float* sw)
+{
+    const int lane = threadIdx.x & 31, t = lane & 3, m = lane >> 2;
+    // the four columns of tile m in quarter t: nvfp4 pairs 0 and 2, 1 and
+    // 3 of the half word m; bf16 0 and 1, 2 and 3 of the stored pairs
+    const int c = t * (COLS / 4) + 4 * m;
+    uint2* B = reinterpret_cast<uint2*>(sw);
+    for (int a = threadIdx.x >> 5; a < 8; a += GT_NWARP) {
+        float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (a < nv && m < GTW_MS) {
+            x = *reinterpret_cast<const float4*>(vec + a * vstride + c);
+        }
+        float post = 1.0f;
+        uint2 b[GTW_TERMS];
+        if constexpr (GT_NVFP4) {
+            u32 big = max(max(__float_as_uint(x.x) & 0x7fffffffu, __float_as_uint(x.y) & 0x7fffffffu),
+                          max(__float_as_uint(x.z) & 0x7fffffffu, __float_as_uint(x.w) & 0x7fffffffu));
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                big = max(big, __shfl_xor_sync(FULL_MASK, big, o));
+            }
+            // gt_vectors' power of two: 2^(13-e) for the largest magnitude
+            // in [2^e, 2^(e+1)), back by 2^(e-7) (A is 2^-6 the values)
+            const int e = min(max((int)(big >> 23) - 127, -114), 127);
+            const float up = __uint_as_float((u32)(127 + 13 - e) << 23);
+            post = __uint_as_float((u32)(127 - 7 + e) << 23);
+            const float y[4] = {up * x.x, up * x.y, up * x.z, up * x.w};
+            const u32 h0 = f16x2_of(y[0], y[2]), h1 = f16x2_of(y[1], y[3]);
+            b[0] = make_uint2(h0, h1);
+            b[GTW_TERMS - 1] = make_uint2(f16x2_of(y[0] - f16_to_f32(h0 & 0xffffu), y[2] - f16_to_f32(h0 >> 16)),
+                                          f16x2_of(y[1] - f16_to_f32(h1 & 0xffffu), y[3] - f16_to_f32(h1 >> 16)));
+        } else {
+            float y[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+            for (int term = 0; term < GTW_TERMS; term++) {
+                // the term-th bf16 term: what the earlier ones leave, rounded
+                const u32 p0 = bf16x2_of(y[0], y[1]), p1 = bf16x2_of(y[2], y[3]);
+                b[term] = make_uint2(p0, p1);
+                y[0] -= __uint_as_float(p0 << 16);
+                y[1] -= __uint_as_float(p0 & 0xffff0000u);
+                y[2] -= __uint_as_float(p1 << 16);
+                y[3] -= __uint_as_float(p1 & 0xffff0000u);
+            }
+        }
+        if (m < GTW_MS) {
+#pragma unroll
+            for (int term = 0; term < GTW_TERMS; term++) {
+                B[(term * GTW_MS + m) * 32 + 4 * a + t] = b[term];
+            }
+        }
+        if (lane == 0) {
+            sw[GTW_POST + a] = post;
+        }
+    }
+}
+
+// gtw_dots (the format's, below) and gtw_stream: the verify's dots of
+// every pass of the warp, nv vectors (gtw_vectors' operands at sw).
+template <int NROWS, int RPM>
+__device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* sw, int nv, const float* gs, float* out,
+                                         float (&d)[4]);
+template <int NROWS, int RPM, int PF>
+__device__ __forceinline__ void gtw_stream(const void* mat, const u8* scl, GTRaw (&raw)[PF], const float* sw, int nv,
+                                           const float* gs, float* out)
+{
+    static_assert(!GT_BF16 || PF % 2 == 0, "a bf16 strip's two passes in one unrolled step");
+    float d[4];
+    gt_run<NROWS>(mat, scl, raw, [&](const GTRaw& r, int i) { gtw_dots<NROWS, RPM>(r, i, sw, nv, gs, out, d); });
+}
+
+// gtw_write writes strip st's dots from D (lane (g, t): rows g and g+8,
+// vectors 2t and 2t+1) to out[a*NROWS + r] for a < nv, times row r's
+// matrix scale gs[r / RPM] and vector a's factor.
+template <int NROWS, int RPM>
+__device__ __forceinline__ void gtw_write(const float (&d)[4], int st, const float* sw, int nv, const float* gs,
+                                          float* out)
+{
+    const int lane = threadIdx.x & 31, a = 2 * (lane & 3), r = 16 * st + (lane >> 2);
+    const float sc = gs[(16 * st) / RPM];
+    if (a < nv) {
+        const float p = __fmul_rn(sc, sw[GTW_POST + a]);
+        out[a * NROWS + r] = d[0] * p;
+        out[a * NROWS + r + 8] = d[2] * p;
+    }
+    if (a + 1 < nv) {
+        const float p = __fmul_rn(sc, sw[GTW_POST + a + 1]);
+        out[(a + 1) * NROWS + r] = d[1] * p;
+        out[(a + 1) * NROWS + r + 8] = d[3] * p;
+    }
+}
 #endif
 
 #if GT_NVFP4
 #define GT_OK 1
 #define GT_NW (COLS / 32) // words of codes a lane holds of a row
-// GT_PASSES_OF: a warp's passes of an NROWS-row stream, a strip each.
-#define GT_PASSES_OF(NROWS) GT_SPW_OF(NROWS)
 
 // GTRaw is one lane's share of one strip: rows g and g+8, their codes and
 // block scale codes, each as loaded (combining the scales' loads into one
@@ -2362,27 +2519,57 @@ __device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv
     }
 }
 
-// gt_stream runs the dots of every strip of the warp, raw holding the first
-// PF (gt_start), each strip's loads issued PF strips before its dots.
+// gt_stream runs the dots of every strip of the warp (gt_run).
 template <int NROWS, int RPM, int NV, int PF>
 __device__ __forceinline__ void gt_stream(const void* mat, const u8* scl, GTRaw (&raw)[PF], const GTVec& bv,
                                           const float* gs, float* out)
 {
-    constexpr int SPW = GT_SPW_OF(NROWS);
-#pragma unroll 1
-    for (int base = 0; base < SPW; base += PF) {
+    gt_run<NROWS>(mat, scl, raw, [&](const GTRaw& r, int i) { gt_dots<NROWS, RPM, NV>(r, i, bv, gs, out); });
+}
+
+// gtw_dots is gt_dots for up to eight vectors (gtw_vectors' B operands at
+// sw, nv of them), each vector's two terms one mma each into the same
+// accumulators.
+template <int NROWS, int RPM>
+__device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* sw, int nv, const float* gs, float* out,
+                                         float (&d)[4])
+{
+    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
+    if (st >= NROWS / 16) {
+        return;
+    }
+    u32 s2[2][2];
 #pragma unroll
-        for (int p = 0; p < PF; p++) {
-            const int i = base + p;
-            if (i < SPW) {
-                gt_dots<NROWS, RPM, NV>(raw[p], i, bv, gs, out);
-                if (i + PF < SPW) {
-                    gt_load<NROWS>(static_cast<const u8*>(mat), scl, i + PF, raw[p]);
-                }
-            }
+    for (int h = 0; h < 2; h++) {
+        const u32 hs = f16x2_of_e4m3x2(raw.sc[h]);
+        s2[h][0] = __byte_perm(hs, 0u, 0x1010);
+        s2[h][1] = __byte_perm(hs, 0u, 0x3232);
+    }
+    const uint2* B = reinterpret_cast<const uint2*>(sw) + lane;
+    d[0] = d[1] = d[2] = d[3] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < GT_NW; j++) {
+        u32 a[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            u32 lo, hi;
+            e4m3_of_e2m1(raw.w[h][j], lo, hi);
+            const u32 sc = s2[h][GT_NW == 4 ? j >> 1 : 0];
+            a[h][0] = f16x2_mul(f16x2_of_e4m3x2(lo), sc);
+            a[h][1] = f16x2_mul(f16x2_of_e4m3x2(lo >> 16), sc);
+            a[h][2] = f16x2_mul(f16x2_of_e4m3x2(hi), sc);
+            a[h][3] = f16x2_mul(f16x2_of_e4m3x2(hi >> 16), sc);
+        }
+#pragma unroll
+        for (int term = 0; term < GTW_TERMS; term++) {
+            const uint2 b0 = B[(term * GTW_MS + 2 * j) * 32], b1 = B[(term * GTW_MS + 2 * j + 1) * 32];
+            mma_16816<false>(d[0], d[1], d[2], d[3], a[0][0], a[1][0], a[0][2], a[1][2], b0.x, b0.y);
+            mma_16816<false>(d[0], d[1], d[2], d[3], a[0][1], a[1][1], a[0][3], a[1][3], b1.x, b1.y);
         }
     }
+    gtw_write<NROWS, RPM>(d, st, sw, nv, gs, out);
 }
+
 #elif GT_BF16
 // GROUP_TC=1 for a bf16 matrix read as stored (a bf16 checkpoint, or a
 // bf16 read copy; written in session 21 after its device time, not yet
@@ -2407,8 +2594,6 @@ struct GTVec {
     u32 b[COLS / 8];
 };
 
-// gt_passes: a warp's passes (two a strip) of an NROWS-row stream.
-#define GT_PASSES_OF(NROWS) (2 * GT_SPW_OF(NROWS))
 
 // gt_load issues the loads of this warp's pass i (strip i/2, half i%2) of
 // an NROWS-row bf16 stream at mat (zeros past the rows).
@@ -2436,15 +2621,6 @@ __device__ __forceinline__ void gt_load(const u8* mat, const u8*, int i, GTRaw& 
             }
         }
     }
-}
-
-// bf16x2_of packs lo and hi, rounded to bf16, into one word (lo in the
-// lower half).
-__device__ __forceinline__ u32 bf16x2_of(float lo, float hi)
-{
-    u32 d;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-    return d;
 }
 
 // gt_vectors forms this lane's B operands: for g = lane/4 with g/4 < NV and
@@ -2510,28 +2686,44 @@ __device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv
     }
 }
 
-// gt_stream runs the dots of every pass of the warp, raw holding the first
-// PF (gt_start, PF even), each pass's loads issued PF passes before its
-// dots.
+// gt_stream runs the dots of every pass of the warp (gt_run; PF even: a
+// strip's two passes in one unrolled step).
 template <int NROWS, int RPM, int NV, int PF>
 __device__ __forceinline__ void gt_stream(const void* mat, const u8* scl, GTRaw (&raw)[PF], const GTVec& bv,
                                           const float* gs, float* out)
 {
     static_assert(PF % 2 == 0, "a strip's two passes in one unrolled step");
-    constexpr int PASSES = GT_PASSES_OF(NROWS);
     float d[4];
-#pragma unroll 1
-    for (int base = 0; base < PASSES; base += PF) {
+    gt_run<NROWS>(mat, scl, raw, [&](const GTRaw& r, int i) { gt_dots<NROWS, RPM, NV>(r, i, bv, gs, out, d); });
+}
+
+// gtw_dots is gt_dots for up to eight vectors (gtw_vectors' B operands at
+// sw, nv of them), each vector's three terms one mma each into the same
+// accumulators.
+template <int NROWS, int RPM>
+__device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* sw, int nv, const float* gs, float* out,
+                                         float (&d)[4])
+{
+    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * (i >> 1), half = i & 1;
+    if (st >= NROWS / 16) {
+        return;
+    }
+    if (half == 0) {
+        d[0] = d[1] = d[2] = d[3] = 0.0f;
+    }
+    const uint2* B = reinterpret_cast<const uint2*>(sw) + lane;
 #pragma unroll
-        for (int p = 0; p < PF; p++) {
-            const int i = base + p;
-            if (i < PASSES) {
-                gt_dots<NROWS, RPM, NV>(raw[p], i, bv, gs, out, d);
-                if (i + PF < PASSES) {
-                    gt_load<NROWS>(static_cast<const u8*>(mat), scl, i + PF, raw[p]);
-                }
-            }
+    for (int j = 0; j < GT_HW / 2; j++) {
+        const int m = half * (GT_HW / 2) + j;
+#pragma unroll
+        for (int term = 0; term < GTW_TERMS; term++) {
+            const uint2 b = B[(term * GTW_MS + m) * 32];
+            mma_16816<true>(d[0], d[1], d[2], d[3], raw.w[0][2 * j], raw.w[1][2 * j], raw.w[0][2 * j + 1],
+                            raw.w[1][2 * j + 1], b.x, b.y);
         }
+    }
+    if (half == 1) {
+        gtw_write<NROWS, RPM>(d, st, sw, nv, gs, out);
     }
 }
 #endif

@@ -1797,8 +1797,15 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe
 #define GR1 (RMAX + 1)
 typedef CMap<GVEC, DK, GROWS, GNT / 32> GM;
 typedef GRaw<GM> GR;
+// GMINB: the group step's register bound in blocks an SM, 512/GNT, but
+// five at 128 threads (Qwen3.5-122B) with an nvfp4 or fp8 read copy:
+// H200, B=256, non-flush us against four in the same run (session 22;
+// the nvfp4 step's registers had grown 92 -> 106 with the vectors'
+// scaling, leaving four blocks): nvfp4 112 -> 104 (fp32 checkpoint), 111
+// -> 102 (bf16); fp8 138 -> 133, 138 -> 132; without a read copy five
+// lost (fp32 287 -> 302, bf16 170 -> 173).
 #ifndef GMINB
-#define GMINB (512 / GNT)
+#define GMINB (GNT == 128 && (READ_FMT == FMT_NVFP4 || READ_FMT == FMT_E4M3) ? 5 : 512 / GNT)
 #endif
 // GPF: passes in flight. With an nvfp4 read copy a GDN item is short (a
 // pass is 8 bytes of codes a thread) and its unrolled passes' code is
@@ -1816,7 +1823,7 @@ typedef GRaw<GM> GR;
 // and q as B's columns 0-3. A row's sum is not group_dots' order of
 // operations, so this step is not bit for bit the v4 kernels' (the tests
 // compare it within a bound).
-#if GT_OK && !GROUP_NODOTS && DV % 16 == 0
+#if GT_OK && GROUP_TC && !GROUP_NODOTS && DV % 16 == 0
 #define GTC_ON 1
 // GTPF: strips in flight a warp (36 bytes a lane each). H200, B=256,
 // us, 4 -> 2 (8: 92 and 151): Qwen3.5-4B 85.8 -> 80.0, 122B 138 -> 124.
@@ -2154,15 +2161,32 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 // the H200 (B=256, T=4, bf16) it took the 122B verify (128 threads) from
 // 917 to 838 us and the 4B one (64 threads, items of 256 rows) from 516
 // to 541: on from 128 threads. -DGV_PAIR=0 or 1 decides it.
+// GVTC_ON: the stream on the tensor cores (VERIFY_TC; gtw_stream in
+// replay_common.cu), the drafts' 2cnt <= 8 vectors as B's columns. Its
+// sums are not gdn_replay_verify's order of operations.
+#if GT_OK && VERIFY_TC && !GROUP_NODOTS && DV % 16 == 0 && GV2 <= 8
+#define GVTC_ON 1
+#define GVPF 2 // strips (nvfp4) or half strips (bf16) in flight
+#else
+#define GVTC_ON 0
+#endif
 #ifndef GV_PAIR
-#define GV_PAIR (READ_FMT == FMT_F32 && FMT_SIZE(STATE_FMT) == 2 && !GROUP_NODOTS && GNT >= 128)
+#define GV_PAIR (READ_FMT == FMT_F32 && FMT_SIZE(STATE_FMT) == 2 && !GROUP_NODOTS && GNT >= 128 && !GVTC_ON)
+#endif
+// GVK_FLOATS: the ring keys' rows, then the stream's vectors (padded, or
+// the tensor cores' operands).
+#define GVK_MAX(a, b) ((a) > (b) ? (a) : (b))
+#if GVTC_ON
+#define GVK_FLOATS GVK_MAX(RMAX * DK, GTW_FLOATS)
+#else
+#define GVK_FLOATS GVK_MAX(RMAX * DK, GV2 * GVP)
 #endif
 __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, int b)
 {
     // k_d, q_d of the drafts, then the ring's keys; once the gram dots are
     // formed, the ring keys' rows hold the drafts' vectors again, padded
     // for the stream (group_dots_smem).
-    __shared__ __align__(16) float sVec[GV2 * DK + (RMAX * DK > GV2 * GVP ? RMAX * DK : GV2 * GVP)];
+    __shared__ __align__(16) float sVec[GV2 * DK + GVK_FLOATS];
     float* const sRingK = sVec + GV2 * DK;
     __shared__ float sGram[GV2 * GR1];                       // [d][i] = k_i . k_d, [TMAX+d][i] = k_i . q_d
     __shared__ float sDecay[VPK * GR1];
@@ -2179,8 +2203,13 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     const u64 m0 = (u64)s * NVH + j0;
     const void* mat;
     const u8* scl;
+#if GVTC_ON
+    GTRaw raw[GVPF];
+    gt_start<GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
+#else
     GR raw[GPF];
     group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
+#endif
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     if (FOLDS_EARLY(n, cnt, R)) {
@@ -2213,7 +2242,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     if (tid < VPK) {
         sGs[tid] = group_scale<VPK>(state, rglobal, m0, tid);
     }
-#if READ_FMT == FMT_NVFP4
+#if READ_FMT == FMT_NVFP4 && !GVTC_ON
     init_e2m1_lut(sLut);
 #endif
     cp_async_wait_all();
@@ -2249,6 +2278,14 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     // (2-byte states had 2-way conflicts, 1-byte reads 4-way, and the
     // shared-memory pipe bounded the bf16 verify).
     __syncthreads();
+#if GVTC_ON
+    // or the tensor cores' B operands there
+    gtw_vectors(sVec, DK, 2 * cnt, sRingK);
+    __syncthreads();
+    if (!(GV_SKIP & 1)) {
+        gtw_stream<GROWS, DV>(mat, scl, raw, sRingK, 2 * cnt, sGs, sProj);
+    }
+#else
     for (int idx = tid; idx < 2 * cnt * (DK / 4); idx += GNT) {
         const int a = idx / (DK / 4), e = 4 * (idx % (DK / 4));
         *reinterpret_cast<float4*>(sRingK + a * GVP + e + (e >> 5) * 4) =
@@ -2285,6 +2322,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
             }
         }
     }
+#endif
     __syncthreads();
     // u'_d and o_d in order (gdn_replay_verify's): the ring's u and the
     // earlier drafts' u' in registers (loops unrolled, indices fixed).

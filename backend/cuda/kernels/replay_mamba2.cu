@@ -1482,7 +1482,7 @@ typedef GRaw<GM> GR;
 // nvfp4 stream's dots on the tensor cores (gt_stream, replay_common.cu), C
 // as B's columns 0-1. Not group_dots' order of operations: this step is
 // not bit for bit the v4 kernels' (the tests compare it within a bound).
-#if GT_OK && !GROUP_NODOTS && P % 16 == 0
+#if GT_OK && GROUP_TC && !GROUP_NODOTS && P % 16 == 0
 #define MTC_ON 1
 #ifndef GTPF
 #define GTPF 2
@@ -1727,6 +1727,18 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 // The default since session 6 from two items per SM (groupStep.verifyMin;
 // below that the pipelined verify spreads the heads over more blocks).
 #if TMAX > 1
+// GVTC_ON: the stream on the tensor cores (VERIFY_TC; gtw_stream in
+// replay_common.cu), the drafts' C as B's columns. Its sums are not
+// mamba2_pipe_verify's order of operations.
+#if GT_OK && VERIFY_TC && !GROUP_NODOTS && P % 16 == 0 && TMAX <= 8
+#define GVTC_ON 1
+#define GVPF 2 // strips (nvfp4) or half strips (bf16) in flight
+// sB: the ring's B rows, then the tensor cores' operands (gtw_vectors)
+#define GVB_FLOATS (RMAX * N > GTW_FLOATS ? RMAX * N : GTW_FLOATS)
+#else
+#define GVTC_ON 0
+#define GVB_FLOATS (RMAX * N)
+#endif
 __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                                       float* __restrict__ ringX, float* __restrict__ ringB,
                                                       float* __restrict__ ringDt, float* __restrict__ ringA,
@@ -1739,7 +1751,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
                                                       float dtMin, int R, int g, int b)
 {
     __shared__ __align__(16) float sCk[TMAX * N];
-    __shared__ __align__(16) float sB[RMAX * N]; // the ring's B rows, then the drafts'
+    __shared__ __align__(16) float sB[GVB_FLOATS]; // the ring's B rows, then the drafts'
     __shared__ float sDot[TMAX * GROWS];          // S0 . C_k
     __shared__ float sW[HPG * TMAX * RMAX];       // per head: W[k][j] = Delta_j prod_{j<m<=n+k} a_m
     __shared__ float sBC[TMAX * RMAX];            // B_j . C_k
@@ -1755,8 +1767,13 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     const u64 m0 = (u64)s * NHEADS + h0;
     const void* mat;
     const u8* scl;
+#if GVTC_ON
+    GTRaw raw[GVPF];
+    gt_start<GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
+#else
     GR raw[GPF];
     group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
+#endif
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
     if (FOLDS_EARLY(n, cnt, R)) {
@@ -1810,7 +1827,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     if (tid < HPG) {
         sGs[tid] = group_scale<HPG>(state, rglobal, m0, tid);
     }
-#if READ_FMT == FMT_NVFP4
+#if READ_FMT == FMT_NVFP4 && !GVTC_ON
     init_e2m1_lut(sLut);
 #endif
     cp_async_wait_group<1>();
@@ -1840,6 +1857,15 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         [&](int pr) -> const float* { return sCk + (pr / ne) * N; },
         [&](int pr, float v) { sBC[(pr / ne) * RMAX + pr % ne] = v; });
     // The stream: S0 . C_k for the drafts (vectors past cnt are zero).
+#if GVTC_ON
+    // The operands where the ring's B rows were, once the dots read them.
+    __syncthreads();
+    gtw_vectors(sCk, N, cnt, sB);
+    __syncthreads();
+    if (!(GV_SKIP & 1)) {
+        gtw_stream<GROWS, P>(mat, scl, raw, sB, cnt, sGs, sDot);
+    }
+#else
     float vr[TMAX][GM::CPL][GVEC];
 #pragma unroll
     for (int k = 0; k < TMAX; k++) {
@@ -1868,6 +1894,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
             }
         }
     }
+#endif
     // The drafts' x rows, a thread's rows for every draft, asked for at once
     // (they go to the ring below, and into y): one round trip per item.
     constexpr int OUTS = (GROWS + GNT - 1) / GNT;
