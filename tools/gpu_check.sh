@@ -24,6 +24,7 @@
 #   tools/gpu_check.sh group_tc_bf16  # bf16 group streams on the tensor cores (GROUP_TC=1, asked): tests, against the defaults
 #   tools/gpu_check.sh verify_tc  # the GDN group verify on the tensor cores: tests, against VERIFY_TC=0; the 122B step at GMINB=5
 #   tools/gpu_check.sh verify_tc2  # both layers' verify on the tensor cores: tests, against VERIFY_TC=0, the batch-256 table
+#   tools/gpu_check.sh verify_f32  # the fp32 verify on the tensor cores (3xTF32): tests, against VERIFY_TC=0
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -292,6 +293,30 @@ verify_tc2)
 		'TestReplayPipelineMatchesV4/mamba2/(bf16|fp32\+nvfp4|fp32\+bf16)|TestReplayCacheSpeculative/mamba2|TestReplayVerifyEarlyMatchesLate/mamba2|TestReplayCacheMatchesReference/mamba2/replay/(bf16|nvfp4)|TestReplayPipelineMatchesV4/gdn/(fp32\+nvfp4|e4m3|fp16\+e4m3)/v6/threads=128'
 	DTYPES=bf16 experiment verify_tc2 all verify REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0
 	bench 256 b256.jsonl
+	;;
+verify_pf)
+	# The tensor-core verify's passes in flight (GVPF, 2 by default): the
+	# fp32 stream (3xTF32, asked for) and the bf16 one.
+	experiment verify_pf qwen3.5-4b,nemotron-3-nano-4b verify REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 \
+		"REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 -DGVPF=4" "REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 -DGVPF=8"
+	;;
+verify_f32b)
+	# The fp32 verify's tf32 split by a mask (GTF_TRUNC=1) where
+	# cvt.rna.tf32 lost to the FMA stream (4B 383 -> 522 us): tests, then
+	# against the FMA stream and the cvt split.
+	REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 some_tests verify_f32b 200 \
+		'TestReplayPipelineMatchesV4/.*/^fp32$|TestReplayCacheSpeculative/.*/replay-L1$|TestReplayCacheMatchesReference/.*/replay/fp32'
+	some_tests scales 60 'TestReplayGroupTCScales'
+	DTYPES=fp32 experiment verify_f32b all verify REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 \
+		"REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 -DGTF_TRUNC=0"
+	;;
+verify_f32)
+	# The fp32 verify's stream on the tensor cores (VERIFY_TC by 3xTF32,
+	# session 22): the fp32 verify tests of both layers, then the fp32
+	# verify and its baseline against VERIFY_TC=0.
+	some_tests verify_f32 240 \
+		'TestReplayPipelineMatchesV4/.*/^fp32$|TestReplayCacheSpeculative/.*/replay-L|TestReplayVerifyEarlyMatchesLate|TestReplayCacheMatchesReference/.*/replay/fp32|TestReplayFoldCachedReadsRing'
+	DTYPES=fp32 experiment verify_f32 all verify-baseline,verify REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0
 	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \

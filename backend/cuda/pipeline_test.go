@@ -735,3 +735,43 @@ func TestGroupTC(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifyTC checks when the group verify's stream takes the tensor
+// cores (verifyTC) and the define it adds.
+func TestVerifyTC(t *testing.T) {
+	nvfp4 := replay.Options{Mode: replay.Replay, MaxDraft: 4, ReadCopy: numeric.NVFP4}
+	bf16 := replay.Options{Mode: replay.Replay, MaxDraft: 4, State: numeric.BF16}
+	f32 := replay.Options{Mode: replay.Replay, MaxDraft: 4}
+	tests := []struct {
+		name                    string
+		cc, rows, cols, vectors int
+		opt                     replay.Options
+		defines                 []string
+		want                    bool
+		wantDefine              string
+	}{
+		{"bf16 checkpoint, GDN T=4", 90, 256, 128, 8, bf16, nil, true, "-DVERIFY_TC=1"},
+		{"bf16 read copy on sm_80", 80, 256, 128, 4, replay.Options{Mode: replay.Replay, MaxDraft: 4, ReadCopy: numeric.BF16}, nil, true, "-DVERIFY_TC=1"},
+		{"nvfp4 read copy, Mamba-2 T=4", 90, 512, 128, 4, nvfp4, nil, true, "-DVERIFY_TC=1"},
+		{"64 columns", 90, 64, 64, 8, bf16, nil, true, "-DVERIFY_TC=1"},
+		{"GDN T=5: ten vectors", 90, 256, 128, 10, bf16, nil, false, ""},
+		{"96 columns", 90, 256, 96, 8, bf16, nil, false, ""},
+		{"rows not a multiple of 16", 90, 24, 128, 8, bf16, nil, false, ""},
+		{"nvfp4 on sm_86", 86, 256, 128, 8, nvfp4, nil, false, ""},
+		{"bf16 on sm_75", 75, 256, 128, 8, bf16, nil, false, ""},
+		{"fp32 checkpoint: only where asked (3xTF32 lost)", 90, 256, 128, 8, f32, nil, false, ""},
+		{"fp32 checkpoint, asked for", 90, 256, 128, 8, f32, []string{"-DVERIFY_TC=1"}, true, ""},
+		{"fp8 read copy", 90, 256, 128, 8, replay.Options{Mode: replay.Replay, MaxDraft: 4, ReadCopy: numeric.E4M3}, nil, false, ""},
+		{"fp16 checkpoint", 90, 256, 128, 8, replay.Options{Mode: replay.Replay, MaxDraft: 4, State: numeric.F16}, nil, false, ""},
+		{"turned off", 90, 256, 128, 8, bf16, []string{"-DVERIFY_TC=0"}, false, ""},
+		{"the stream measured alone", 90, 256, 128, 8, nvfp4, []string{"-DGROUP_NODOTS=1"}, false, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, def := verifyTC(tc.cc, tc.rows, tc.cols, tc.vectors, tc.opt, tuning{defines: tc.defines})
+			if got != tc.want || def != tc.wantDefine {
+				t.Errorf("verifyTC = %v, %q; want %v, %q", got, def, tc.want, tc.wantDefine)
+			}
+		})
+	}
+}

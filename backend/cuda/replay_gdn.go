@@ -154,7 +154,7 @@ func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
 	// gram dots, the value heads' ring scalars and decay products per
 	// draft, and the projections on 2T vectors.
 	T := opt.MaxDraft
-	vecs := 2*T*dk + max(R*dk, 2*T*(dk+dk/32*4), 3*dk/16*64+8)
+	vecs := 2*T*dk + max(R*dk, 2*T*(dk+dk/32*4), 16*dk+8)
 	verifyTables := 4 * (vecs + 2*T*(R+1) + 2*vpk*(R+1) + vpk*T*(R+1) + vpk*T + vpk + 2*T*vpk*dv + 16)
 	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
 	return g

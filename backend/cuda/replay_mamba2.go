@@ -134,7 +134,7 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	// B rows (then the tensor cores' operands, gtw_vectors) and decay
 	// weights per head and draft (mamba2_group_verify_item).
 	T := opt.MaxDraft
-	verifyTables := 4 * (T*N + max(R*N, 3*N/16*64+8) + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
+	verifyTables := 4 * (T*N + max(R*N, 16*N+8) + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
 	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
 	g.verifySmem = g.smem // the ring's x rows, as the step stages them
 	return g

@@ -1074,7 +1074,7 @@ func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, 
 	slots := admitBoth(t, s, ca, cb, nslots)
 	rng := rand.New(rand.NewPCG(uint64(li), 9))
 	// same compares output i of a and b: bit for bit, or, where either
-	// cache sums its non-flush dots in another order (inexact), within
+	// cache sums its stream's dots in another order (inexact), within
 	// sameBound of the largest magnitude of i's output row.
 	inexact, worst := ca.inexact() || cb.inexact(), 0.0
 	// The largest magnitude of b's row that holds output i, once a row:
@@ -1159,11 +1159,12 @@ func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, 
 	}
 }
 
-// TestReplayGroupTCScales runs the nvfp4 group step on the tensor cores
-// (GROUP_TC) with a Mamba-2 C far from unit size, which its B operands
-// scale by a power of two per vector: |C| up to ~100 (f16 terms of a fixed
-// scale would overflow) and ~1e-6 (their remainders would fall into f16's
-// subnormals), against v4 (sameOutputs' bound).
+// TestReplayGroupTCScales runs the nvfp4 group step and group verify on
+// the tensor cores (GROUP_TC, VERIFY_TC) with a Mamba-2 C far from unit
+// size, which their B operands scale by a power of two per vector: |C| up
+// to ~100 (f16 terms of a fixed scale would overflow) and ~1e-6 (their
+// remainders would fall into f16's subnormals), against v4 (sameOutputs'
+// bound; its rounds verify too).
 func TestReplayGroupTCScales(t *testing.T) {
 	d := gpu(t)
 	if major, minor := d.ComputeCapability(); 10*major+minor < 89 {

@@ -1823,7 +1823,7 @@ typedef GRaw<GM> GR;
 // and q as B's columns 0-3. A row's sum is not group_dots' order of
 // operations, so this step is not bit for bit the v4 kernels' (the tests
 // compare it within a bound).
-#if GT_OK && GROUP_TC && !GROUP_NODOTS && DV % 16 == 0
+#if GT_STEP && GROUP_TC && !GROUP_NODOTS && DV % 16 == 0
 #define GTC_ON 1
 // GTPF: strips in flight a warp (36 bytes a lane each). H200, B=256,
 // us, 4 -> 2 (8: 92 and 151): Qwen3.5-4B 85.8 -> 80.0, 122B 138 -> 124.
@@ -2166,7 +2166,9 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 // sums are not gdn_replay_verify's order of operations.
 #if GT_OK && VERIFY_TC && !GROUP_NODOTS && DV % 16 == 0 && GV2 <= 8
 #define GVTC_ON 1
-#define GVPF 2 // strips (nvfp4) or half strips (bf16) in flight
+#ifndef GVPF
+#define GVPF 2 // passes in flight: strips (nvfp4), half strips (bf16), quarters (fp32)
+#endif
 #else
 #define GVTC_ON 0
 #endif

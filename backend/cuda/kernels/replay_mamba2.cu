@@ -1482,7 +1482,7 @@ typedef GRaw<GM> GR;
 // nvfp4 stream's dots on the tensor cores (gt_stream, replay_common.cu), C
 // as B's columns 0-1. Not group_dots' order of operations: this step is
 // not bit for bit the v4 kernels' (the tests compare it within a bound).
-#if GT_OK && GROUP_TC && !GROUP_NODOTS && P % 16 == 0
+#if GT_STEP && GROUP_TC && !GROUP_NODOTS && P % 16 == 0
 #define MTC_ON 1
 #ifndef GTPF
 #define GTPF 2
@@ -1732,7 +1732,9 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 // mamba2_pipe_verify's order of operations.
 #if GT_OK && VERIFY_TC && !GROUP_NODOTS && P % 16 == 0 && TMAX <= 8
 #define GVTC_ON 1
-#define GVPF 2 // strips (nvfp4) or half strips (bf16) in flight
+#ifndef GVPF
+#define GVPF 2 // passes in flight: strips (nvfp4), half strips (bf16), quarters (fp32)
+#endif
 // sB: the ring's B rows, then the tensor cores' operands (gtw_vectors)
 #define GVB_FLOATS (RMAX * N > GTW_FLOATS ? RMAX * N : GTW_FLOATS)
 #else
