@@ -565,12 +565,12 @@ func modeOptions(mode string, dt numeric.Format, cfg KernelConfig) replay.Option
 	switch mode {
 	case "baseline", "verify-baseline":
 		opt.Mode = replay.Baseline
-	case "replay-nvfp4":
+	case "replay-nvfp4", "verify-nvfp4":
 		opt.ReadCopy = numeric.NVFP4
 	case "replay-fp8":
 		opt.ReadCopy = numeric.E4M3
 	}
-	if mode == "verify" || mode == "verify-baseline" {
+	if strings.HasPrefix(mode, "verify") {
 		opt.MaxDraft = cfg.Drafts
 	}
 	return opt

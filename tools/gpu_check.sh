@@ -74,7 +74,7 @@ tests() {
 
 bench() { # batch, file
 	"$cli" bench kernels --device cuda --batch "$1" --shapes "${SHAPES:-all}" --state-dtype fp32,bf16 \
-		--modes baseline,replay,replay-nvfp4,replay-fp8,verify-baseline,verify --min-time 30ms --json >"$out/$2" 2>"$out/$2.err"
+		--modes baseline,replay,replay-nvfp4,replay-fp8,verify-baseline,verify,verify-nvfp4 --min-time 30ms --json >"$out/$2" 2>"$out/$2.err"
 	local rc=$?
 	echo "bench batch $1: exit $rc, $(grep -c '^{' "$out/$2") rows in $2"
 	tail -3 "$out/$2.err"
@@ -302,13 +302,15 @@ verify_pf)
 	;;
 verify_f32b)
 	# The fp32 verify's tf32 split by a mask (GTF_TRUNC=1) where
-	# cvt.rna.tf32 lost to the FMA stream (4B 383 -> 522 us): tests, then
-	# against the FMA stream and the cvt split.
-	REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 some_tests verify_f32b 200 \
-		'TestReplayPipelineMatchesV4/.*/^fp32$|TestReplayCacheSpeculative/.*/replay-L1$|TestReplayCacheMatchesReference/.*/replay/fp32'
-	some_tests scales 60 'TestReplayGroupTCScales'
-	DTYPES=fp32 experiment verify_f32b all verify REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 \
+	# cvt.rna.tf32 lost to the FMA stream (4B 383 -> 522 us), against the
+	# FMA stream and the cvt split; the nvfp4 read copy's verify
+	# (verify-nvfp4) against its FMA stream; then the tests of both.
+	DTYPES=fp32 experiment verify_f32b qwen3.5-4b,nemotron-3-nano-4b verify REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 \
 		"REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 -DGTF_TRUNC=0"
+	DTYPES=bf16 experiment verify_nvfp4 all verify-baseline,verify-nvfp4 REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0
+	some_tests scales 60 'TestReplayGroupTCScales'
+	REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 some_tests verify_f32b 100 \
+		'TestReplayPipelineMatchesV4/.*/^fp32$|TestReplayCacheSpeculative/.*/replay-L1$|TestReplayCacheMatchesReference/.*/replay/fp32'
 	;;
 verify_f32)
 	# The fp32 verify's stream on the tensor cores (VERIFY_TC by 3xTF32,

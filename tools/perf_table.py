@@ -70,6 +70,8 @@ def wide(path):
             head.append("verify-baseline")
         elif m == "verify":
             head += ["verify T=%d" % max(r.get("t", 0) for r in rows), "verify vs baseline"]
+        elif m.startswith("verify-"):
+            head += [m, f"{m} vs baseline"]
         elif m == "replay":
             head += ["replay (non-flush / flush)", "replay vs baseline"]
         else:
@@ -85,7 +87,7 @@ def wide(path):
                 continue
             if m in ("baseline", "verify-baseline"):
                 cells.append(f"{us(r['us_per_step'])} ({r['pct_copy']:.0f}%)")
-            elif m == "verify":
+            elif m.startswith("verify"):
                 cells += [us(r["us_per_step"]), f"{r['speedup_vs_baseline']:.2f}x"]
             else:
                 cells.append(f"{us(r['us_per_step'])} ({us(r['us_nonflush'])} / {us(r['us_flush'])})")

@@ -2522,6 +2522,35 @@ __device__ __forceinline__ void gt_vectors(const float* vec, int vstride, GTVec&
     bv.post = __shfl_sync(FULL_MASK, post, 8 * min(lane & 3, NV - 1));
 }
 
+// gt_scales widens a strip's block scales (rows g and g+8, two each for
+// COLS 128) to f16, each in both halves of a word.
+__device__ __forceinline__ void gt_scales(const GTRaw& raw, u32 (&s2)[2][2])
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const u32 hs = f16x2_of_e4m3x2(raw.sc[h]);
+        s2[h][0] = __byte_perm(hs, 0u, 0x1010);
+        s2[h][1] = __byte_perm(hs, 0u, 0x3232);
+    }
+}
+
+// gt_decode forms word j's A operands of rows g and g+8: the codes
+// rewritten as e4m3 (2^-6 times their values), widened and times their
+// block scale in f16, pairs a[h] = codes (0, 2), (4, 6), (1, 3), (5, 7).
+__device__ __forceinline__ void gt_decode(const GTRaw& raw, int j, const u32 (&s2)[2][2], u32 (&a)[2][4])
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        u32 lo, hi;
+        e4m3_of_e2m1(raw.w[h][j], lo, hi);
+        const u32 sc = s2[h][GT_NW == 4 ? j >> 1 : 0];
+        a[h][0] = f16x2_mul(f16x2_of_e4m3x2(lo), sc);
+        a[h][1] = f16x2_mul(f16x2_of_e4m3x2(lo >> 16), sc);
+        a[h][2] = f16x2_mul(f16x2_of_e4m3x2(hi), sc);
+        a[h][3] = f16x2_mul(f16x2_of_e4m3x2(hi >> 16), sc);
+    }
+}
+
 // gt_dots writes row r . vector a of this warp's strip i to out[a*NROWS + r]
 // for a < NV (row r's matrix scale gs[r / RPM]; RPM a multiple of 16).
 template <int NROWS, int RPM, int NV>
@@ -2531,27 +2560,13 @@ __device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv
     if (st >= NROWS / 16) {
         return;
     }
-    u32 s2[2][2]; // row h's block scales in f16, each in both halves
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const u32 hs = f16x2_of_e4m3x2(raw.sc[h]);
-        s2[h][0] = __byte_perm(hs, 0u, 0x1010);
-        s2[h][1] = __byte_perm(hs, 0u, 0x3232);
-    }
+    u32 s2[2][2];
+    gt_scales(raw, s2);
     float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
 #pragma unroll
     for (int j = 0; j < GT_NW; j++) {
         u32 a[2][4];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            u32 lo, hi;
-            e4m3_of_e2m1(raw.w[h][j], lo, hi);
-            const u32 sc = s2[h][GT_NW == 4 ? j >> 1 : 0];
-            a[h][0] = f16x2_mul(f16x2_of_e4m3x2(lo), sc);       // codes 0, 2
-            a[h][1] = f16x2_mul(f16x2_of_e4m3x2(lo >> 16), sc); // 4, 6
-            a[h][2] = f16x2_mul(f16x2_of_e4m3x2(hi), sc);       // 1, 3
-            a[h][3] = f16x2_mul(f16x2_of_e4m3x2(hi >> 16), sc); // 5, 7
-        }
+        gt_decode(raw, j, s2, a);
         mma_16816<false>(d0, d1, d2, d3, a[0][0], a[1][0], a[0][2], a[1][2], bv.b[4 * j], bv.b[4 * j + 1]);
         mma_16816<false>(d0, d1, d2, d3, a[0][1], a[1][1], a[0][3], a[1][3], bv.b[4 * j + 2], bv.b[4 * j + 3]);
     }
@@ -2584,27 +2599,13 @@ __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* s
         return;
     }
     u32 s2[2][2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const u32 hs = f16x2_of_e4m3x2(raw.sc[h]);
-        s2[h][0] = __byte_perm(hs, 0u, 0x1010);
-        s2[h][1] = __byte_perm(hs, 0u, 0x3232);
-    }
+    gt_scales(raw, s2);
     const uint2* B = reinterpret_cast<const uint2*>(sw) + lane;
     d[0] = d[1] = d[2] = d[3] = 0.0f;
 #pragma unroll
     for (int j = 0; j < GT_NW; j++) {
         u32 a[2][4];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            u32 lo, hi;
-            e4m3_of_e2m1(raw.w[h][j], lo, hi);
-            const u32 sc = s2[h][GT_NW == 4 ? j >> 1 : 0];
-            a[h][0] = f16x2_mul(f16x2_of_e4m3x2(lo), sc);
-            a[h][1] = f16x2_mul(f16x2_of_e4m3x2(lo >> 16), sc);
-            a[h][2] = f16x2_mul(f16x2_of_e4m3x2(hi), sc);
-            a[h][3] = f16x2_mul(f16x2_of_e4m3x2(hi >> 16), sc);
-        }
+        gt_decode(raw, j, s2, a);
 #pragma unroll
         for (int term = 0; term < GTW_TERMS; term++) {
             const uint2 b0 = B[(term * GTW_MS + 2 * j) * 32], b1 = B[(term * GTW_MS + 2 * j + 1) * 32];
