@@ -25,6 +25,8 @@
 #   tools/gpu_check.sh verify_tc  # the GDN group verify on the tensor cores: tests, against VERIFY_TC=0; the 122B step at GMINB=5
 #   tools/gpu_check.sh verify_tc2  # both layers' verify on the tensor cores: tests, against VERIFY_TC=0, the batch-256 table
 #   tools/gpu_check.sh verify_f32  # the fp32 verify on the tensor cores (3xTF32): tests, against VERIFY_TC=0
+#   tools/gpu_check.sh verify_pf  # the tensor-core verify's passes in flight (GVPF)
+#   tools/gpu_check.sh verify_f32b  # next session's first call: the fp32 split by a mask, verify-nvfp4, TestReplayGroupTCScales
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -88,9 +90,22 @@ experiment() {
 	local name=$1 shapes=$2 modes=$3
 	shift 3
 	local f="$out/exp_$name.txt"
+	local env w args
 	for env in "" "$@"; do
 		echo "== ${env:-defaults}" >>"$f"
-		env $env "$cli" bench kernels --device cuda --batch "${BATCH:-256}" --shapes "$shapes" --state-dtype "${DTYPES:-fp32,bf16}" \
+		# A word that starts with - belongs to the assignment before it
+		# ("REPLAYSSM_CUDA_DEFINES=-DA=1 -DB=2": one variable). Before
+		# session 22, env took -DB=2 for a variable of its own, so the
+		# settings of two defines in one string ran with the first alone.
+		args=()
+		for w in $env; do
+			if [[ $w == -* && ${#args[@]} -gt 0 ]]; then
+				args[-1]+=" $w"
+			else
+				args+=("$w")
+			fi
+		done
+		env "${args[@]}" "$cli" bench kernels --device cuda --batch "${BATCH:-256}" --shapes "$shapes" --state-dtype "${DTYPES:-fp32,bf16}" \
 			--modes "$modes" --min-time 30ms >>"$f" 2>&1
 	done
 	echo "experiment $name: $f"
@@ -301,16 +316,18 @@ verify_pf)
 		"REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 -DGVPF=4" "REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 -DGVPF=8"
 	;;
 verify_f32b)
-	# The fp32 verify's tf32 split by a mask (GTF_TRUNC=1) where
-	# cvt.rna.tf32 lost to the FMA stream (4B 383 -> 522 us), against the
-	# FMA stream and the cvt split; the nvfp4 read copy's verify
-	# (verify-nvfp4) against its FMA stream; then the tests of both.
-	DTYPES=fp32 experiment verify_f32b qwen3.5-4b,nemotron-3-nano-4b verify REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 \
-		"REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 -DGTF_TRUNC=0"
+	# The fp32 verify's tf32 split by a mask (GTF_TRUNC=1, written in
+	# session 22 after its device time) where cvt.rna.tf32 lost to the FMA
+	# stream (4B 383 -> 522 us): its tests, then against the FMA stream and
+	# the cvt split; the nvfp4 read copy's verify (verify-nvfp4) against its
+	# FMA stream; TestReplayGroupTCScales (its verify on the tensor cores
+	# now too).
+	REPLAYSSM_CUDA_DEFINES="-DVERIFY_TC=1 -DGTF_TRUNC=1" some_tests verify_f32b 100 \
+		'TestReplayPipelineMatchesV4/.*/^fp32$|TestReplayCacheSpeculative/.*/replay-L1$|TestReplayCacheMatchesReference/.*/replay/fp32'
+	DTYPES=fp32 experiment verify_f32b qwen3.5-4b,nemotron-3-nano-4b verify "REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 -DGTF_TRUNC=1" \
+		REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1
 	DTYPES=bf16 experiment verify_nvfp4 all verify-baseline,verify-nvfp4 REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0
 	some_tests scales 60 'TestReplayGroupTCScales'
-	REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 some_tests verify_f32b 100 \
-		'TestReplayPipelineMatchesV4/.*/^fp32$|TestReplayCacheSpeculative/.*/replay-L1$|TestReplayCacheMatchesReference/.*/replay/fp32'
 	;;
 verify_f32)
 	# The fp32 verify's stream on the tensor cores (VERIFY_TC by 3xTF32,

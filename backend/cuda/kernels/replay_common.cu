@@ -2783,8 +2783,12 @@ __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* s
 // same columns, gtw_vectors).
 #define GT_OK 1
 #define GT_FP (COLS / 32) // passes a strip
+// GTF_TRUNC=1: hi by a mask, lo unrounded (written in session 22 after
+// its device time, not yet run): cvt.rna.tf32 is not a full-rate
+// instruction, and the split (two of them and a subtraction an element)
+// may be what bounds the measured form.
 #ifndef GTF_TRUNC
-#define GTF_TRUNC 1
+#define GTF_TRUNC 0
 #endif
 
 struct GTRaw {
@@ -2835,8 +2839,7 @@ __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* s
 #pragma unroll
             for (int c = 0; c < 2; c++) {
 #if GTF_TRUNC
-                // hi by a mask (cvt.rna.tf32 is not a full-rate
-                // instruction), lo as is: the mma reads its top 11 bits
+                // hi by a mask, lo as is: the mma reads its top 11 bits
                 hi[h][c] = __float_as_uint(x[h][2 * k + c]) & 0xffffe000u;
                 lo[h][c] = __float_as_uint(x[h][2 * k + c] - __uint_as_float(hi[h][c]));
 #else
