@@ -8,7 +8,7 @@ mma.sync m16n8k16's D (PTX ISA's fragment layout) in float64, and each
 row's dot back through the lanes' post factors or shuffles, against the
 float64 dots of the rows; the group verify's streams (gtw_vectors,
 gtw_dots: up to eight vectors, their terms into the same accumulators;
-nvfp4, bf16 and fp32 by 3xTF32) too. A kernel
+nvfp4, bf16, e4m3 and fp32 by 3xTF32) too, and the e4m3 step. A kernel
 change to the pairing of columns, the e2m1-to-e4m3 rewrite or the vectors'
 power-of-two scaling should keep the printed errors near 1e-7; a wrong
 factor shows as O(1). No GPU and no numpy needed:
@@ -208,8 +208,12 @@ def wide_strip_error(rng, scale, nv, fmt):
     same accumulators, the operands written to shared memory by a warp a
     vector (lane l: quarter l & 3, tile l >> 2) and read by lane (g, t) at
     [(term * MS + m) * 32 + 4g + t]."""
-    ms, terms = COLS // 16, 2 if fmt == "nvfp4" else 3
-    if fmt == "nvfp4":
+    ms, terms = COLS // 16, 3 if fmt == "bf16" else 2
+    if fmt == "e4m3":
+        codes8 = [[rng.choice([c for c in range(256) if c & 0x7F != 0x7F]) for _ in range(COLS)] for _ in range(16)]
+        gs = 0.37
+        val = [[e4m3(codes8[r][c]) * gs for c in range(COLS)] for r in range(16)]
+    elif fmt == "nvfp4":
         codes = [[rng.randrange(256) for _ in range(COLS // 2)] for _ in range(16)]
         scl = [[rng.randrange(0x7E) for _ in range(COLS // 16)] for _ in range(16)]
         gs = 0.37
@@ -230,15 +234,18 @@ def wide_strip_error(rng, scale, nv, fmt):
         for lane in range(32):
             t, m = lane & 3, lane >> 2
             x = x4s[lane]
-            if fmt == "nvfp4":
+            if fmt in ("nvfp4", "e4m3"):
+                ashift = 6 if fmt == "nvfp4" else 0
                 big = max(bits(v) & 0x7FFFFFFF for l2 in range(32) for v in x4s[l2])
-                e = min(max((big >> 23) - 127, -114), 127)
+                e = min(max((big >> 23) - 127, max(-114, -113 - ashift)), 127)
                 up = from_bits((127 + 13 - e) << 23)
-                post[a] = from_bits((127 - 7 + e) << 23)
+                post[a] = from_bits((127 - 13 + ashift + e) << 23)
                 y = [f32(up * v) for v in x]
-                h0, h1 = (f16(y[0]), f16(y[2])), (f16(y[1]), f16(y[3]))
-                l0 = (f16(f32(y[0] - h0[0])), f16(f32(y[2] - h0[1])))
-                l1 = (f16(f32(y[1] - h1[0])), f16(f32(y[3] - h1[1])))
+                # b0, b1: nvfp4 pairs (0, 2), (1, 3); e4m3 (0, 1), (2, 3)
+                p0, p1 = ((0, 2), (1, 3)) if fmt == "nvfp4" else ((0, 1), (2, 3))
+                h0, h1 = (f16(y[p0[0]]), f16(y[p0[1]])), (f16(y[p1[0]]), f16(y[p1[1]]))
+                l0 = (f16(f32(y[p0[0]] - h0[0])), f16(f32(y[p0[1]] - h0[1])))
+                l1 = (f16(f32(y[p1[0]] - h1[0])), f16(f32(y[p1[1]] - h1[1])))
                 b = [(h0, h1), (l0, l1)]
             else:
                 y, b = list(x), []
@@ -261,7 +268,11 @@ def wide_strip_error(rng, scale, nv, fmt):
                 c0 = t * (COLS // 4) + 4 * m
                 for h in range(2):
                     r = g + 8 * h
-                    if fmt == "nvfp4":
+                    if fmt == "e4m3":
+                        # word m's codes 0, 1 at k 2t, 2t+1; 2, 3 at 2t+8, 2t+9
+                        am[r][2 * t : 2 * t + 2] = [f16(e4m3(codes8[r][c0 + i])) for i in (0, 1)]
+                        am[r][2 * t + 8 : 2 * t + 10] = [f16(e4m3(codes8[r][c0 + i])) for i in (2, 3)]
+                    elif fmt == "nvfp4":
                         sc = f16(e4m3(scl[r][c0 // 16]))
 
                         def av(c):
@@ -285,6 +296,61 @@ def wide_strip_error(rng, scale, nv, fmt):
                 p = f32(gs * post[a])
                 got[g][a] = d[g][a] * p
                 got[g + 8][a] = d[g + 8][a] * p
+    top = max(abs(w) for row in want for w in row)
+    return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
+
+
+def e4m3_strip_error(rng, scale, nv):
+    """GT_E4M3's step (gt_vectors, gt_dots): lane (g, t) holds its
+    quarter's words of four codes of rows g and g+8, word j one mma (codes
+    0 and 1 at k 2t, 2t+1; 2 and 3 at 2t+8, 2t+9); B's columns 2a and 2a+1
+    vector a's hi and lo f16 terms of 2^(13-e) times it, register k of 8
+    columns pairing columns 2k and 2k+1; D back by 2^(e-13)."""
+    codes8 = [[rng.choice([c for c in range(256) if c & 0x7F != 0x7F]) for _ in range(COLS)] for _ in range(16)]
+    gs = 0.37
+    val = [[e4m3(codes8[r][c]) * gs for c in range(COLS)] for r in range(16)]
+    vecs = [[f32(rng.gauss(0, 1) * scale) for _ in range(COLS)] for _ in range(nv)]
+    want = [[math.fsum(val[r][c] * vecs[a][c] for c in range(COLS)) for a in range(nv)] for r in range(16)]
+    breg, post = {}, {}
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        vi = min(g >> 1, nv - 1)
+        big = max(bits(x) & 0x7FFFFFFF for x in vecs[vi])
+        e = min(max((big >> 23) - 127, -113), 127)
+        up = from_bits((127 + 13 - e) << 23)
+        post[lane] = from_bits((127 - 13 + e) << 23)
+        v = vecs[vi][t * (COLS // 4) : (t + 1) * (COLS // 4)]
+        regs = []
+        for j in range(COLS // 32):
+            for k in range(4):
+                c = 8 * j + 2 * k
+                lo, hi = f32(up * v[c]), f32(up * v[c + 1])
+                h = (f16(lo), f16(hi))
+                if g & 1:
+                    h = (f16(f32(lo - h[0])), f16(f32(hi - h[1])))
+                regs.append(h if g < 2 * nv else (0.0, 0.0))
+        breg[lane] = regs
+    d = [[0.0] * 8 for _ in range(16)]
+    for j in range(COLS // 16):
+        am = [[0.0] * 16 for _ in range(16)]
+        bm = [[0.0] * 8 for _ in range(16)]
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            c0 = t * (COLS // 4) + 4 * j
+            for h in range(2):
+                r = g + 8 * h
+                am[r][2 * t : 2 * t + 2] = [f16(e4m3(codes8[r][c0 + i])) for i in (0, 1)]
+                am[r][2 * t + 8 : 2 * t + 10] = [f16(e4m3(codes8[r][c0 + i])) for i in (2, 3)]
+            bm[2 * t][g], bm[2 * t + 1][g] = breg[lane][2 * j]
+            bm[2 * t + 8][g], bm[2 * t + 9][g] = breg[lane][2 * j + 1]
+        mma(am, bm, d)
+    got = [[0.0] * nv for _ in range(16)]
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        if t < nv:
+            p = f32(gs * post[8 * min(t, nv - 1)])
+            got[g][t] = (d[g][2 * t] + d[g][2 * t + 1]) * p
+            got[g + 8][t] = (d[g + 8][2 * t] + d[g + 8][2 * t + 1]) * p
     top = max(abs(w) for row in want for w in row)
     return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
 
@@ -354,7 +420,10 @@ def main():
     for nv in (1, 2):
         for scale in (1e-30, 1, 1e30):
             print(f"bf16, vectors {nv}, scale {scale:g}: largest error {bf16_strip_error(rng, scale, nv):.3g} of the largest dot")
-    for fmt in ("nvfp4", "bf16"):
+    for nv in (1, 2):
+        for scale in (1e-36, 1, 1e30):
+            print(f"e4m3, vectors {nv}, scale {scale:g}: largest error {e4m3_strip_error(rng, scale, nv):.3g} of the largest dot")
+    for fmt in ("nvfp4", "bf16", "e4m3"):
         for nv in (3, 8):
             for scale in (1e-30, 1, 1e30):
                 err = wide_strip_error(rng, scale, nv, fmt)

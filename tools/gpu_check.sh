@@ -27,6 +27,7 @@
 #   tools/gpu_check.sh verify_f32  # the fp32 verify on the tensor cores (3xTF32): tests, against VERIFY_TC=0
 #   tools/gpu_check.sh verify_pf  # the tensor-core verify's passes in flight (GVPF)
 #   tools/gpu_check.sh verify_f32b  # next session's first call: the fp32 split by a mask, verify-nvfp4, TestReplayGroupTCScales
+#   tools/gpu_check.sh e4m3_tc    # the e4m3 (fp8) tensor-core streams, asked for: tests, the fp8 step against its FMA stream
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -328,6 +329,15 @@ verify_f32b)
 		REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1
 	DTYPES=bf16 experiment verify_nvfp4 all verify-baseline,verify-nvfp4 REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0
 	some_tests scales 60 'TestReplayGroupTCScales'
+	;;
+e4m3_tc)
+	# The e4m3 tensor-core streams (GT_E4M3, session 22, written after its
+	# device time; asked for): the e4m3 replay tests of both layers under
+	# -DGROUP_TC=1 -DVERIFY_TC=1, then the fp8 read copy's step against
+	# its FMA stream.
+	REPLAYSSM_CUDA_DEFINES="-DGROUP_TC=1 -DVERIFY_TC=1" some_tests e4m3_tc 300 \
+		'TestReplayPipelineMatchesV4/.*/(e4m3|fp16\+e4m3)|TestReplayCacheSpeculative/.*/replay-(e4m3|fp16\+e4m3)|TestReplayCacheMatchesReference/.*/replay/.*e4m3'
+	DTYPES=fp32,bf16 experiment e4m3_tc all replay-fp8 REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=1
 	;;
 verify_f32)
 	# The fp32 verify's stream on the tensor cores (VERIFY_TC by 3xTF32,

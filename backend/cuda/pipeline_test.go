@@ -725,6 +725,9 @@ func TestGroupTC(t *testing.T) {
 		{"bf16 read copy, asked for", 80, 256, 128, replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16}, []string{"-DGROUP_TC=1"}, true, ""},
 		{"bf16 on sm_75, asked for", 75, 256, 128, bf16, []string{"-DGROUP_TC=1"}, false, ""},
 		{"fp16 checkpoint, asked for", 90, 256, 128, replay.Options{Mode: replay.Replay, State: numeric.F16}, []string{"-DGROUP_TC=1"}, false, ""},
+		{"fp8 read copy, asked for", 90, 256, 128, replay.Options{Mode: replay.Replay, ReadCopy: numeric.E4M3}, []string{"-DGROUP_TC=1"}, true, ""},
+		{"fp8 checkpoint, asked for", 89, 256, 128, replay.Options{Mode: replay.Replay, State: numeric.E4M3}, []string{"-DGROUP_TC=1"}, true, ""},
+		{"fp8 on sm_86, asked for", 86, 256, 128, replay.Options{Mode: replay.Replay, ReadCopy: numeric.E4M3}, []string{"-DGROUP_TC=1"}, false, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -761,7 +764,9 @@ func TestVerifyTC(t *testing.T) {
 		{"bf16 on sm_75", 75, 256, 128, 8, bf16, nil, false, ""},
 		{"fp32 checkpoint: only where asked (3xTF32 lost)", 90, 256, 128, 8, f32, nil, false, ""},
 		{"fp32 checkpoint, asked for", 90, 256, 128, 8, f32, []string{"-DVERIFY_TC=1"}, true, ""},
-		{"fp8 read copy", 90, 256, 128, 8, replay.Options{Mode: replay.Replay, MaxDraft: 4, ReadCopy: numeric.E4M3}, nil, false, ""},
+		{"fp8 read copy: only where asked", 90, 256, 128, 8, replay.Options{Mode: replay.Replay, MaxDraft: 4, ReadCopy: numeric.E4M3}, nil, false, ""},
+		{"fp8 read copy, asked for", 90, 256, 128, 8, replay.Options{Mode: replay.Replay, MaxDraft: 4, ReadCopy: numeric.E4M3}, []string{"-DVERIFY_TC=1"}, true, ""},
+		{"fp8 checkpoint on sm_86, asked for", 86, 256, 128, 8, replay.Options{Mode: replay.Replay, MaxDraft: 4, State: numeric.E4M3}, []string{"-DVERIFY_TC=1"}, false, ""},
 		{"fp16 checkpoint", 90, 256, 128, 8, replay.Options{Mode: replay.Replay, MaxDraft: 4, State: numeric.F16}, nil, false, ""},
 		{"turned off", 90, 256, 128, 8, bf16, []string{"-DVERIFY_TC=0"}, false, ""},
 		{"the stream measured alone", 90, 256, 128, 8, nvfp4, []string{"-DGROUP_NODOTS=1"}, false, ""},

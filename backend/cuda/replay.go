@@ -261,13 +261,13 @@ func useGroup(p pipeline, g groupStep, defines []string) (pipeline, groupStep, [
 // (GROUP_TC in replay_common.cu; matrices of rows a multiple of 16 and
 // cols 64 or 128) and the define that asks for it: by default for nvfp4
 // read copies on compute capability cc >= 89; for a bf16 matrix read as
-// stored (a bf16 checkpoint or read copy, cc >= 80) only where
-// REPLAYSSM_CUDA_DEFINES asks (-DGROUP_TC=1; written in session 21, not yet
-// measured), which also decides it for nvfp4. Its sums are not the v4
-// kernels' order of operations. H200, batch 256, the nvfp4 non-flush step
-// against the FMA stream in the same run (NOTES.md, session 21):
-// Qwen3.5-4B 93.9 -> 64.4 us, 122B 170 -> 98.5, Nano 142 -> 112, Super 147
-// -> 119.
+// stored (a bf16 checkpoint or read copy, cc >= 80; slower, session 22)
+// and an e4m3 one (e4m3TC; not yet run) only where REPLAYSSM_CUDA_DEFINES
+// asks (-DGROUP_TC=1), which also decides it for nvfp4. Its sums are not
+// the v4 kernels' order of operations. H200, batch 256, the nvfp4
+// non-flush step against the FMA stream in the same run (NOTES.md,
+// session 21): Qwen3.5-4B 93.9 -> 64.4 us, 122B 170 -> 98.5, Nano 142 ->
+// 112, Super 147 -> 119.
 func groupTC(cc, rows, cols int, opt replay.Options, tn tuning) (bool, string) {
 	shape := (cols == 64 || cols == 128) && rows%16 == 0 &&
 		!slices.ContainsFunc(tn.defines, func(d string) bool {
@@ -276,12 +276,21 @@ func groupTC(cc, rows, cols int, opt replay.Options, tn tuning) (bool, string) {
 	nvfp4 := shape && opt.ReadCopy == numeric.NVFP4 && cc >= 89
 	bf16 := shape && cc >= 80 && (opt.ReadCopy == numeric.BF16 || opt.ReadCopy == numeric.F32 && opt.State == numeric.BF16)
 	if definesName(tn.defines, "GROUP_TC") {
-		return (nvfp4 || bf16) && slices.Contains(tn.defines, "-DGROUP_TC=1"), ""
+		return (nvfp4 || bf16 || e4m3TC(shape, cc, opt)) && slices.Contains(tn.defines, "-DGROUP_TC=1"), ""
 	}
 	if !nvfp4 {
 		return false, ""
 	}
 	return true, "-DGROUP_TC=1"
+}
+
+// e4m3TC reports whether an e4m3 matrix (an fp8 read copy or checkpoint)
+// of a shape the tensor-core streams take can run them on compute
+// capability cc (its codes widen by cvt.rn.f16x2.e4m3x2: sm_89). Only
+// where REPLAYSSM_CUDA_DEFINES asks (GT_E4M3 in replay_common.cu: written
+// in session 22 after its device time, not yet run on a GPU).
+func e4m3TC(shape bool, cc int, opt replay.Options) bool {
+	return shape && cc >= 89 && (opt.ReadCopy == numeric.E4M3 || opt.ReadCopy == numeric.F32 && opt.State == numeric.E4M3)
 }
 
 // useGroupTC sets g.tc and adds GROUP_TC's define where a planned group
@@ -318,7 +327,7 @@ func verifyTC(cc, rows, cols, vectors int, opt replay.Options, tn tuning) (bool,
 	bf16 := shape && cc >= 80 && (opt.ReadCopy == numeric.BF16 || opt.ReadCopy == numeric.F32 && opt.State == numeric.BF16)
 	f32 := shape && cc >= 80 && opt.ReadCopy == numeric.F32 && opt.State == numeric.F32
 	if definesName(tn.defines, "VERIFY_TC") {
-		return (nvfp4 || bf16 || f32) && slices.Contains(tn.defines, "-DVERIFY_TC=1"), ""
+		return (nvfp4 || bf16 || f32 || e4m3TC(shape, cc, opt)) && slices.Contains(tn.defines, "-DVERIFY_TC=1"), ""
 	}
 	if !nvfp4 && !bf16 {
 		return false, ""

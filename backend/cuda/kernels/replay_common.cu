@@ -2200,12 +2200,17 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 #define GT_NVFP4 1
 #elif MAT_FMT == FMT_BF16 && __CUDA_ARCH__ >= 800
 #define GT_BF16 1
+#elif MAT_FMT == FMT_E4M3 && __CUDA_ARCH__ >= 890
+#define GT_E4M3 1
 #elif MAT_FMT == FMT_F32 && VERIFY_TC && __CUDA_ARCH__ >= 800
 #define GT_F32 1 // the verify's stream alone (gtw_dots)
 #endif
 #endif
 #ifndef GT_F32
 #define GT_F32 0
+#endif
+#ifndef GT_E4M3
+#define GT_E4M3 0
 #endif
 #ifndef GT_NVFP4
 #define GT_NVFP4 0
@@ -2215,8 +2220,8 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 #endif
 // GT_STEP: the format has the step's tensor-core stream (gt_vectors,
 // gt_dots, gt_stream); fp32 has the verify's alone.
-#define GT_STEP (GT_NVFP4 || GT_BF16)
-#if GT_NVFP4 || GT_BF16 || GT_F32
+#define GT_STEP (GT_NVFP4 || GT_BF16 || GT_E4M3)
+#if GT_NVFP4 || GT_BF16 || GT_E4M3 || GT_F32
 #define GT_NWARP (GNT / 32)
 // GT_SPW_OF: the strips a warp takes of NROWS rows (warp w: w, w + GT_NWARP, ...).
 #define GT_SPW_OF(NROWS) ((NROWS / 16 + GT_NWARP - 1) / GT_NWARP)
@@ -2252,6 +2257,33 @@ __device__ __forceinline__ void mma_1688_tf32(float (&d)[4], u32 a0, u32 a1, u32
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 #endif
+}
+
+// The f16 vector terms of the nvfp4 and e4m3 streams: A is 2^-GT_ASHIFT
+// times the matrix's values (nvfp4: its e2m1-to-e4m3 rewrite; e4m3 codes
+// widen as they are), and a lane's B register k of 8 columns pairs columns
+// GT_PC(k) and GT_PC(k) + GT_PS, the pairs its decode gives (nvfp4: codes 0
+// and 2, 1 and 3, 4 and 6, 5 and 7 of a word; e4m3: 0 and 1, 2 and 3 of
+// each word of four).
+#define GT_ASHIFT (GT_NVFP4 ? 6 : 0)
+#define GT_PC(k) (GT_NVFP4 ? 4 * ((k) >> 1) + ((k) & 1) : 2 * (k))
+#define GT_PS (GT_NVFP4 ? 2 : 1)
+// GT_EMIN: the least exponent gt_pow2 holds, where both its powers of two
+// are normal floats.
+#define GT_EMIN (-113 - GT_ASHIFT > -114 ? -113 - GT_ASHIFT : -114)
+
+// gt_pow2 gives, for a vector whose largest magnitude (bits big) lies in
+// [2^e, 2^(e+1)), up = 2^(13-e), which takes it to [2^13, 2^14) (no f16
+// term overflows and the remainders stay clear of f16's subnormals), and
+// post = 2^(e-13+GT_ASHIFT), which takes D back to the dots. e is held in
+// [GT_EMIN, 127]: a vector below 2^GT_EMIN is scaled by 2^(13-GT_EMIN)
+// alone (its remainders then in f16's subnormals), one with an Inf or NaN
+// gives non-finite dots, as the FMA stream's would.
+__device__ __forceinline__ void gt_pow2(u32 big, float& up, float& post)
+{
+    const int e = min(max((int)(big >> 23) - 127, GT_EMIN), 127);
+    up = __uint_as_float((u32)(127 + 13 - e) << 23);
+    post = __uint_as_float((u32)(127 - 13 + GT_ASHIFT + e) << 23);
 }
 
 // GTRaw and gt_load are the format's (below): a lane's share of a pass
@@ -2309,7 +2341,7 @@ __device__ __forceinline__ void gtw_vectors(const float* vec, int vstride, int n
 {
     const int lane = threadIdx.x & 31, t = lane & 3, m = lane >> 2;
     // the four columns of tile m in quarter t: nvfp4 pairs 0 and 2, 1 and
-    // 3 of the half word m; bf16 0 and 1, 2 and 3 of the stored pairs
+    // 3 of the half word m; e4m3 and bf16 0 and 1, 2 and 3
     const int c = t * (COLS / 4) + 4 * m;
     uint2* B = reinterpret_cast<uint2*>(sw);
     for (int a = threadIdx.x >> 5; a < 8; a += GT_NWARP) {
@@ -2319,23 +2351,23 @@ __device__ __forceinline__ void gtw_vectors(const float* vec, int vstride, int n
         }
         float post = 1.0f;
         uint2 b[GTW_TERMS];
-        if constexpr (GT_NVFP4) {
+        if constexpr (GT_NVFP4 || GT_E4M3) {
             u32 big = max(max(__float_as_uint(x.x) & 0x7fffffffu, __float_as_uint(x.y) & 0x7fffffffu),
                           max(__float_as_uint(x.z) & 0x7fffffffu, __float_as_uint(x.w) & 0x7fffffffu));
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) {
                 big = max(big, __shfl_xor_sync(FULL_MASK, big, o));
             }
-            // gt_vectors' power of two: 2^(13-e) for the largest magnitude
-            // in [2^e, 2^(e+1)), back by 2^(e-7) (A is 2^-6 the values)
-            const int e = min(max((int)(big >> 23) - 127, -114), 127);
-            const float up = __uint_as_float((u32)(127 + 13 - e) << 23);
-            post = __uint_as_float((u32)(127 - 7 + e) << 23);
+            float up;
+            gt_pow2(big, up, post);
             const float y[4] = {up * x.x, up * x.y, up * x.z, up * x.w};
-            const u32 h0 = f16x2_of(y[0], y[2]), h1 = f16x2_of(y[1], y[3]);
+            // b0 and b1 of the tile: registers 0 and 1 of gt_vectors' pairs
+            const int c0 = GT_PC(0), c1 = GT_PC(1);
+            const u32 h0 = f16x2_of(y[c0], y[c0 + GT_PS]), h1 = f16x2_of(y[c1], y[c1 + GT_PS]);
             b[0] = make_uint2(h0, h1);
-            b[GTW_TERMS - 1] = make_uint2(f16x2_of(y[0] - f16_to_f32(h0 & 0xffffu), y[2] - f16_to_f32(h0 >> 16)),
-                                          f16x2_of(y[1] - f16_to_f32(h1 & 0xffffu), y[3] - f16_to_f32(h1 >> 16)));
+            b[GTW_TERMS - 1] =
+                make_uint2(f16x2_of(y[c0] - f16_to_f32(h0 & 0xffffu), y[c0 + GT_PS] - f16_to_f32(h0 >> 16)),
+                           f16x2_of(y[c1] - f16_to_f32(h1 & 0xffffu), y[c1 + GT_PS] - f16_to_f32(h1 >> 16)));
         } else if constexpr (GT_F32) {
             // tiles 2m (columns c, c+1) and 2m+1 (c+2, c+3), each x in
             // two tf32 terms: hi, then the remainder's rounding
@@ -2413,6 +2445,78 @@ __device__ __forceinline__ void gtw_write(const float (&d)[4], int st, const flo
 }
 #endif
 
+#if GT_NVFP4 || GT_E4M3
+// GTVec is a lane's B operands (register k of 8 columns j: b[4j + k],
+// gt_vectors) and, for lane (g, t) with t < NV, the factor that takes D's
+// columns 2t, 2t+1 back to vector t's dots before the matrix's global
+// scale.
+struct GTVec {
+    u32 b[COLS / 8];
+    float post;
+};
+
+// gt_vectors forms this lane's B operands: for g = lane/4 < 2NV, vector
+// g/2 (at vec + (g/2)*vstride: shared or global memory) times gt_pow2's
+// power of two, split in f16 hi terms for even g and the remainders' lo
+// terms for odd g, at the columns of the lane's quarter its decode pairs
+// (GT_PC, GT_PS); zeros for g >= 2NV.
+template <int NV>
+__device__ __forceinline__ void gt_vectors(const float* vec, int vstride, GTVec& bv)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2;
+    const float* v = vec + min(g >> 1, NV - 1) * vstride + (lane & 3) * (COLS / 4);
+    float x[COLS / 32][8];
+    u32 big = 0; // the largest |x| as bits (orders as the magnitudes do; NaN above Inf)
+#pragma unroll
+    for (int j = 0; j < COLS / 32; j++) {
+        const float4 x0 = *reinterpret_cast<const float4*>(v + 8 * j);
+        const float4 x1 = *reinterpret_cast<const float4*>(v + 8 * j + 4);
+        x[j][0] = x0.x, x[j][1] = x0.y, x[j][2] = x0.z, x[j][3] = x0.w;
+        x[j][4] = x1.x, x[j][5] = x1.y, x[j][6] = x1.z, x[j][7] = x1.w;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            big = max(big, __float_as_uint(x[j][k]) & 0x7fffffffu);
+        }
+    }
+    // over the vector's four quarters (lanes 4g..4g+3)
+    big = max(big, __shfl_xor_sync(FULL_MASK, big, 1));
+    big = max(big, __shfl_xor_sync(FULL_MASK, big, 2));
+    float up, post;
+    gt_pow2(big, up, post);
+#pragma unroll
+    for (int j = 0; j < COLS / 32; j++) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int c = GT_PC(k);
+            const float lo = up * x[j][c], hi = up * x[j][c + GT_PS];
+            u32 h = f16x2_of(lo, hi);
+            if (g & 1) {
+                h = f16x2_of(lo - f16_to_f32(h & 0xffffu), hi - f16_to_f32(h >> 16));
+            }
+            bv.b[4 * j + k] = g < 2 * NV ? h : 0u;
+        }
+    }
+    // lane (g, t) takes vector t's factor from lane (2t, 0)
+    bv.post = __shfl_sync(FULL_MASK, post, 8 * min(lane & 3, NV - 1));
+}
+
+// gt_write writes strip st's dots from D (columns 2t and 2t+1: vector t's
+// two terms) to out[t*NROWS + r] for t < NV, times row r's matrix scale
+// gs[r / RPM] and the vector's factor.
+template <int NROWS, int RPM, int NV>
+__device__ __forceinline__ void gt_write(float d0, float d1, float d2, float d3, int st, const GTVec& bv, const float* gs,
+                                         float* out)
+{
+    const int lane = threadIdx.x & 31, t = lane & 3;
+    if (t < NV) {
+        const int r = 16 * st + (lane >> 2);
+        const float post = __fmul_rn(gs[(16 * st) / RPM], bv.post);
+        out[t * NROWS + r] = (d0 + d1) * post;
+        out[t * NROWS + r + 8] = (d2 + d3) * post;
+    }
+}
+#endif
+
 #if GT_NVFP4
 #define GT_OK 1
 #define GT_NW (COLS / 32) // words of codes a lane holds of a row
@@ -2460,68 +2564,6 @@ __device__ __forceinline__ void gt_load(const u8* codes, const u8* scl, int i, G
     }
 }
 
-// GTVec is a lane's B operands (b[2m], b[2m+1] of tile m) and, for lane
-// (g, t) with t < NV, the factor that takes D's columns 2t, 2t+1 back to
-// vector t's dots before the matrix's global scale.
-struct GTVec {
-    u32 b[4 * GT_NW];
-    float post;
-};
-
-// gt_vectors forms this lane's B operands: for g = lane/4 < 2NV, vector
-// g/2 (at vec + (g/2)*vstride: shared or global memory) times a power of
-// two, 2^(13-e) for the vector's largest magnitude in [2^e, 2^(e+1)) (so
-// no term overflows f16 and the remainders stay clear of its
-// subnormals), split in f16 hi terms for even g and the remainders' lo
-// terms for odd g, at the columns of the lane's quarter its decode pairs;
-// zeros for g >= 2NV. e is held in [-114, 127], where both powers of two
-// are normal floats: a vector below 2^-114 is scaled by 2^127 alone (its
-// remainders then in f16's subnormals), one with an Inf or NaN gives
-// non-finite dots, as the FMA stream's would be.
-template <int NV>
-__device__ __forceinline__ void gt_vectors(const float* vec, int vstride, GTVec& bv)
-{
-    const int lane = threadIdx.x & 31, g = lane >> 2;
-    const float* v = vec + min(g >> 1, NV - 1) * vstride + (lane & 3) * (COLS / 4);
-    float x[GT_NW][8];
-    u32 big = 0; // the largest |x| as bits (orders as the magnitudes do; NaN above Inf)
-#pragma unroll
-    for (int j = 0; j < GT_NW; j++) {
-        const float4 x0 = *reinterpret_cast<const float4*>(v + 8 * j);
-        const float4 x1 = *reinterpret_cast<const float4*>(v + 8 * j + 4);
-        x[j][0] = x0.x, x[j][1] = x0.y, x[j][2] = x0.z, x[j][3] = x0.w;
-        x[j][4] = x1.x, x[j][5] = x1.y, x[j][6] = x1.z, x[j][7] = x1.w;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            big = max(big, __float_as_uint(x[j][k]) & 0x7fffffffu);
-        }
-    }
-    // over the vector's four quarters (lanes 4g..4g+3)
-    big = max(big, __shfl_xor_sync(FULL_MASK, big, 1));
-    big = max(big, __shfl_xor_sync(FULL_MASK, big, 2));
-    const int e = min(max((int)(big >> 23) - 127, -114), 127);
-    const float up = __uint_as_float((u32)(127 + 13 - e) << 23);
-    // D is 2^-6 (A's) times 2^(13-e) (B's) the dots: back by 2^(e-7), a
-    // normal float for every e held
-    const float post = __uint_as_float((u32)(127 - 7 + e) << 23);
-#pragma unroll
-    for (int j = 0; j < GT_NW; j++) {
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            // tile 2j + k/2: b0 pairs columns 4(k/2) and +2, b1 +1 and +3
-            const int c = 4 * (k >> 1) + (k & 1);
-            const float lo = up * x[j][c], hi = up * x[j][c + 2];
-            u32 h = f16x2_of(lo, hi);
-            if (g & 1) {
-                h = f16x2_of(lo - f16_to_f32(h & 0xffffu), hi - f16_to_f32(h >> 16));
-            }
-            bv.b[4 * j + k] = g < 2 * NV ? h : 0u;
-        }
-    }
-    // lane (g, t) takes vector t's factor from lane (2t, 0)
-    bv.post = __shfl_sync(FULL_MASK, post, 8 * min(lane & 3, NV - 1));
-}
-
 // gt_scales widens a strip's block scales (rows g and g+8, two each for
 // COLS 128) to f16, each in both halves of a word.
 __device__ __forceinline__ void gt_scales(const GTRaw& raw, u32 (&s2)[2][2])
@@ -2556,7 +2598,7 @@ __device__ __forceinline__ void gt_decode(const GTRaw& raw, int j, const u32 (&s
 template <int NROWS, int RPM, int NV>
 __device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv, const float* gs, float* out)
 {
-    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
+    const int st = (threadIdx.x >> 5) + GT_NWARP * i;
     if (st >= NROWS / 16) {
         return;
     }
@@ -2570,13 +2612,7 @@ __device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv
         mma_16816<false>(d0, d1, d2, d3, a[0][0], a[1][0], a[0][2], a[1][2], bv.b[4 * j], bv.b[4 * j + 1]);
         mma_16816<false>(d0, d1, d2, d3, a[0][1], a[1][1], a[0][3], a[1][3], bv.b[4 * j + 2], bv.b[4 * j + 3]);
     }
-    const int t = lane & 3;
-    if (t < NV) {
-        const int r = 16 * st + (lane >> 2);
-        const float post = __fmul_rn(gs[(16 * st) / RPM], bv.post);
-        out[t * NROWS + r] = (d0 + d1) * post;
-        out[t * NROWS + r + 8] = (d2 + d3) * post;
-    }
+    gt_write<NROWS, RPM, NV>(d0, d1, d2, d3, st, bv, gs, out);
 }
 
 // gt_stream runs the dots of every strip of the warp (gt_run).
@@ -2771,6 +2807,109 @@ __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* s
     if (half == 1) {
         gtw_write<NROWS, RPM>(d, st, sw, nv, gs, out);
     }
+}
+#elif GT_E4M3
+// GROUP_TC=1 / VERIFY_TC=1 for an e4m3 matrix (an fp8 read copy or
+// checkpoint; written in session 22 after its device time, not yet run on
+// a GPU, and on only where REPLAYSSM_CUDA_DEFINES asks). The codes widen to
+// f16 exactly by the hardware conversion (e4m3's 3 mantissa bits and
+// exponents 2^-9..2^8 lie inside f16) and are mma_16816's A operand; the
+// matrix's scale comes after the mma with the rows' (gs). Lane (g, t)
+// loads rows g and g+8 of a strip, its quarter's COLS/4 bytes each (one
+// pass a strip); word j's codes 0 and 1 are the tile's k positions 2t,
+// 2t+1 and codes 2 and 3 positions 2t+8, 2t+9, B pairing the same columns
+// (GT_PC, GT_PS). B's vectors are f16 terms of gt_pow2's power of two, as
+// the nvfp4 stream's (GT_ASHIFT 0: A is the values themselves).
+#define GT_OK 1
+#define GT_EW (COLS / 16) // words of four codes a lane holds of a row
+
+struct GTRaw {
+    u32 w[2][GT_EW];
+};
+
+// gt_load issues the loads of this warp's strip i of an NROWS-row stream
+// of e4m3 codes (zeros past the rows).
+template <int NROWS>
+__device__ __forceinline__ void gt_load(const u8* codes, const u8*, int i, GTRaw& raw)
+{
+    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int j = 0; j < GT_EW; j++) {
+            raw.w[h][j] = 0;
+        }
+        if (st < NROWS / 16) {
+            const int r = 16 * st + (lane >> 2) + 8 * h;
+            const uint4* p = reinterpret_cast<const uint4*>(codes + (u64)r * COLS + (lane & 3) * (COLS / 4));
+#pragma unroll
+            for (int q = 0; q < GT_EW / 4; q++) {
+                const uint4 v = p[q];
+                raw.w[h][4 * q] = v.x;
+                raw.w[h][4 * q + 1] = v.y;
+                raw.w[h][4 * q + 2] = v.z;
+                raw.w[h][4 * q + 3] = v.w;
+            }
+        }
+    }
+}
+
+// gt_mma adds word j's tile (rows g and g+8, its four codes) times B
+// operands b0, b1 to d.
+__device__ __forceinline__ void gt_mma(const GTRaw& raw, int j, u32 b0, u32 b1, float& d0, float& d1, float& d2,
+                                       float& d3)
+{
+    mma_16816<false>(d0, d1, d2, d3, f16x2_of_e4m3x2(raw.w[0][j]), f16x2_of_e4m3x2(raw.w[1][j]),
+                     f16x2_of_e4m3x2(raw.w[0][j] >> 16), f16x2_of_e4m3x2(raw.w[1][j] >> 16), b0, b1);
+}
+
+// gt_dots writes row r . vector a of this warp's strip i to out[a*NROWS + r]
+// for a < NV (row r's matrix scale gs[r / RPM]; RPM a multiple of 16).
+template <int NROWS, int RPM, int NV>
+__device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv, const float* gs, float* out)
+{
+    const int st = (threadIdx.x >> 5) + GT_NWARP * i;
+    if (st >= NROWS / 16) {
+        return;
+    }
+    float d0 = 0.0f, d1 = 0.0f, d2 = 0.0f, d3 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < GT_EW; j++) {
+        gt_mma(raw, j, bv.b[2 * j], bv.b[2 * j + 1], d0, d1, d2, d3);
+    }
+    gt_write<NROWS, RPM, NV>(d0, d1, d2, d3, st, bv, gs, out);
+}
+
+// gt_stream runs the dots of every strip of the warp (gt_run).
+template <int NROWS, int RPM, int NV, int PF>
+__device__ __forceinline__ void gt_stream(const void* mat, const u8* scl, GTRaw (&raw)[PF], const GTVec& bv,
+                                          const float* gs, float* out)
+{
+    gt_run<NROWS>(mat, scl, raw, [&](const GTRaw& r, int i) { gt_dots<NROWS, RPM, NV>(r, i, bv, gs, out); });
+}
+
+// gtw_dots is gt_dots for up to eight vectors (gtw_vectors' B operands at
+// sw, nv of them), each vector's two terms one mma each into the same
+// accumulators.
+template <int NROWS, int RPM>
+__device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* sw, int nv, const float* gs, float* out,
+                                         float (&d)[4])
+{
+    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
+    if (st >= NROWS / 16) {
+        return;
+    }
+    const uint2* B = reinterpret_cast<const uint2*>(sw) + lane;
+    d[0] = d[1] = d[2] = d[3] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < GT_EW; j++) {
+#pragma unroll
+        for (int term = 0; term < GTW_TERMS; term++) {
+            const uint2 b = B[(term * GTW_MS + j) * 32];
+            gt_mma(raw, j, b.x, b.y, d[0], d[1], d[2], d[3]);
+        }
+    }
+    gtw_write<NROWS, RPM>(d, st, sw, nv, gs, out);
 }
 #elif GT_F32
 // VERIFY_TC=1 for an fp32 matrix (the checkpoint read as stored): the
