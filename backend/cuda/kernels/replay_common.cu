@@ -2654,8 +2654,10 @@ __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* s
 
 #elif GT_BF16
 // GROUP_TC=1 for a bf16 matrix read as stored (a bf16 checkpoint, or a
-// bf16 read copy; written in session 21 after its device time, not yet
-// run on a GPU; the host sets it only where REPLAYSSM_CUDA_DEFINES asks).
+// bf16 read copy; the host sets it only where REPLAYSSM_CUDA_DEFINES asks:
+// H200, B=256, session 22, correct and slower, Nano 166 -> 176 us
+// non-flush, Qwen3.5-4B 97.5 -> 108). The group verify's bf16 stream
+// (VERIFY_TC, gtw_dots below, on by default) takes the same A operands.
 // The stored bf16 pairs are mma_16816's A operand as loaded: no decode. A
 // warp takes a strip of 16 rows in two passes of half its columns each
 // (lane (g, t): rows g and g+8, columns t*COLS/4 + h*COLS/8 + [0, COLS/8)
