@@ -57,6 +57,60 @@ def code_at(codes, r, c):
     return b >> 4 if c & 1 else b & 15
 
 
+def e4m3_codes(rng):
+    """16 rows of COLS random e4m3 codes, no NaN."""
+    return [[rng.choice([c for c in range(256) if c & 0x7F != 0x7F]) for _ in range(COLS)] for _ in range(16)]
+
+
+def step_dots(d, gs, post, nv):
+    """gt_write: lane (g, t < nv) sums D's columns 2t, 2t+1 (vector t's two
+    terms) of rows g and g+8, times gs and the factor of lane (2t, 0)."""
+    got = [[0.0] * nv for _ in range(16)]
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        if t < nv:
+            p = f32(gs * post[8 * min(t, nv - 1)])
+            got[g][t] = (d[g][2 * t] + d[g][2 * t + 1]) * p
+            got[g + 8][t] = (d[g + 8][2 * t] + d[g + 8][2 * t + 1]) * p
+    return got
+
+
+def rel_error(got, want, nv):
+    """The largest difference of a strip's dots from the float64 ones, over
+    the largest dot."""
+    top = max(abs(w) for row in want for w in row)
+    return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
+
+
+def step_breg(vecs, nv, fmt):
+    """gt_vectors (shared by the nvfp4 and e4m3 steps): lane (g, t) holds
+    vector g/2's hi (even g) or lo (odd g) f16 terms of 2^(13-e) times it
+    at its quarter's column pairs, register k of 8 columns pairing columns
+    GT_PC(k) and GT_PC(k) + GT_PS (nvfp4: 0 and 2, 1 and 3, 4 and 6, 5 and
+    7; e4m3: 0 and 1, 2 and 3, ...); its factor back 2^(e-13+ashift)."""
+    ashift = 6 if fmt == "nvfp4" else 0
+    breg, post = {}, {}
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        vi = min(g >> 1, nv - 1)
+        big = max(bits(x) & 0x7FFFFFFF for x in vecs[vi])
+        e = min(max((big >> 23) - 127, max(-114, -113 - ashift)), 127)
+        up = from_bits((127 + 13 - e) << 23)
+        post[lane] = from_bits((127 - 13 + ashift + e) << 23)
+        v = vecs[vi][t * (COLS // 4) : (t + 1) * (COLS // 4)]
+        regs = []
+        for j in range(COLS // 32):
+            for k in range(4):
+                c, ps = (4 * (k >> 1) + (k & 1), 2) if fmt == "nvfp4" else (2 * k, 1)
+                lo, hi = f32(up * v[8 * j + c]), f32(up * v[8 * j + c + ps])
+                h = (f16(lo), f16(hi))
+                if g & 1:
+                    h = (f16(f32(lo - h[0])), f16(f32(hi - h[1])))
+                regs.append(h if g < 2 * nv else (0.0, 0.0))
+        breg[lane] = regs
+    return breg, post
+
+
 def strip_error(rng, scale, nv):
     codes = [[rng.randrange(256) for _ in range(COLS // 2)] for _ in range(16)]
     scl = [[rng.randrange(0x7E) for _ in range(COLS // 16)] for _ in range(16)]
@@ -64,28 +118,7 @@ def strip_error(rng, scale, nv):
     vecs = [[f32(rng.gauss(0, 1) * scale) for _ in range(COLS)] for _ in range(nv)]
     val = [[e2m1(code_at(codes, r, c)) * e4m3(scl[r][c // 16]) * gs for c in range(COLS)] for r in range(16)]
     want = [[math.fsum(val[r][c] * vecs[a][c] for c in range(COLS)) for a in range(nv)] for r in range(16)]
-    # gt_vectors: lane (g, t) holds vector g/2's hi (even g) or lo (odd g)
-    # terms at its quarter's column pairs, times 2^(13-e).
-    breg, post = {}, {}
-    for lane in range(32):
-        g, t = lane >> 2, lane & 3
-        vi = min(g >> 1, nv - 1)
-        big = max(bits(x) & 0x7FFFFFFF for x in vecs[vi])
-        e = min(max((big >> 23) - 127, -114), 127)
-        up = from_bits((127 + 13 - e) << 23)
-        post[lane] = from_bits((127 - 7 + e) << 23)
-        v = vecs[vi][t * (COLS // 4) : (t + 1) * (COLS // 4)]
-        regs = []
-        for j in range(NW):
-            x = v[8 * j : 8 * j + 8]
-            for k in range(4):
-                c = 4 * (k >> 1) + (k & 1)
-                lo, hi = f32(up * x[c]), f32(up * x[c + 2])
-                h = (f16(lo), f16(hi))
-                if g & 1:
-                    h = (f16(f32(lo - h[0])), f16(f32(hi - h[1])))
-                regs.append(h if g < 2 * nv else (0.0, 0.0))
-        breg[lane] = regs
+    breg, post = step_breg(vecs, nv, "nvfp4")
     # gt_dots: lane (g, t)'s A pairs of rows g and g+8, word j: codes (0, 2),
     # (4, 6), (1, 3), (5, 7), each 2^-6 times the value times its block scale.
     areg = {}
@@ -121,18 +154,8 @@ def strip_error(rng, scale, nv):
                 am[g + 8][2 * t + 8 : 2 * t + 10] = areg[lane][1][j][x + 2]
                 bm[2 * t][g], bm[2 * t + 1][g] = breg[lane][4 * j + 2 * x]
                 bm[2 * t + 8][g], bm[2 * t + 9][g] = breg[lane][4 * j + 2 * x + 1]
-            for r in range(16):
-                for n in range(8):
-                    d[r][n] += math.fsum(am[r][k] * bm[k][n] for k in range(16))
-    got = [[0.0] * nv for _ in range(16)]
-    for lane in range(32):
-        g, t = lane >> 2, lane & 3
-        if t < nv:
-            p = f32(gs * post[8 * min(t, nv - 1)])
-            got[g][t] = (d[g][2 * t] + d[g][2 * t + 1]) * p
-            got[g + 8][t] = (d[g + 8][2 * t] + d[g + 8][2 * t + 1]) * p
-    top = max(abs(w) for row in want for w in row)
-    return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
+            mma(am, bm, d)
+    return rel_error(step_dots(d, gs, post, nv), want, nv)
 
 
 def bf16(x):
@@ -197,8 +220,7 @@ def bf16_strip_error(rng, scale, nv):
                 # x = d0 + d1 of this lane and of lane t+1 (the shuffle)
                 x = (d[r][2 * t] + d[r][2 * t + 1]) + (d[r][2 * t + 2] + d[r][2 * t + 3])
                 got[r][t // 2] = x
-    top = max(abs(w) for row in want for w in row)
-    return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
+    return rel_error(got, want, nv)
 
 
 def wide_strip_error(rng, scale, nv, fmt):
@@ -210,7 +232,7 @@ def wide_strip_error(rng, scale, nv, fmt):
     [(term * MS + m) * 32 + 4g + t]."""
     ms, terms = COLS // 16, 3 if fmt == "bf16" else 2
     if fmt == "e4m3":
-        codes8 = [[rng.choice([c for c in range(256) if c & 0x7F != 0x7F]) for _ in range(COLS)] for _ in range(16)]
+        codes8 = e4m3_codes(rng)
         gs = 0.37
         val = [[e4m3(codes8[r][c]) * gs for c in range(COLS)] for r in range(16)]
     elif fmt == "nvfp4":
@@ -296,8 +318,7 @@ def wide_strip_error(rng, scale, nv, fmt):
                 p = f32(gs * post[a])
                 got[g][a] = d[g][a] * p
                 got[g + 8][a] = d[g + 8][a] * p
-    top = max(abs(w) for row in want for w in row)
-    return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
+    return rel_error(got, want, nv)
 
 
 def e4m3_strip_error(rng, scale, nv):
@@ -306,30 +327,12 @@ def e4m3_strip_error(rng, scale, nv):
     0 and 1 at k 2t, 2t+1; 2 and 3 at 2t+8, 2t+9); B's columns 2a and 2a+1
     vector a's hi and lo f16 terms of 2^(13-e) times it, register k of 8
     columns pairing columns 2k and 2k+1; D back by 2^(e-13)."""
-    codes8 = [[rng.choice([c for c in range(256) if c & 0x7F != 0x7F]) for _ in range(COLS)] for _ in range(16)]
+    codes8 = e4m3_codes(rng)
     gs = 0.37
     val = [[e4m3(codes8[r][c]) * gs for c in range(COLS)] for r in range(16)]
     vecs = [[f32(rng.gauss(0, 1) * scale) for _ in range(COLS)] for _ in range(nv)]
     want = [[math.fsum(val[r][c] * vecs[a][c] for c in range(COLS)) for a in range(nv)] for r in range(16)]
-    breg, post = {}, {}
-    for lane in range(32):
-        g, t = lane >> 2, lane & 3
-        vi = min(g >> 1, nv - 1)
-        big = max(bits(x) & 0x7FFFFFFF for x in vecs[vi])
-        e = min(max((big >> 23) - 127, -113), 127)
-        up = from_bits((127 + 13 - e) << 23)
-        post[lane] = from_bits((127 - 13 + e) << 23)
-        v = vecs[vi][t * (COLS // 4) : (t + 1) * (COLS // 4)]
-        regs = []
-        for j in range(COLS // 32):
-            for k in range(4):
-                c = 8 * j + 2 * k
-                lo, hi = f32(up * v[c]), f32(up * v[c + 1])
-                h = (f16(lo), f16(hi))
-                if g & 1:
-                    h = (f16(f32(lo - h[0])), f16(f32(hi - h[1])))
-                regs.append(h if g < 2 * nv else (0.0, 0.0))
-        breg[lane] = regs
+    breg, post = step_breg(vecs, nv, "e4m3")
     d = [[0.0] * 8 for _ in range(16)]
     for j in range(COLS // 16):
         am = [[0.0] * 16 for _ in range(16)]
@@ -344,15 +347,7 @@ def e4m3_strip_error(rng, scale, nv):
             bm[2 * t][g], bm[2 * t + 1][g] = breg[lane][2 * j]
             bm[2 * t + 8][g], bm[2 * t + 9][g] = breg[lane][2 * j + 1]
         mma(am, bm, d)
-    got = [[0.0] * nv for _ in range(16)]
-    for lane in range(32):
-        g, t = lane >> 2, lane & 3
-        if t < nv:
-            p = f32(gs * post[8 * min(t, nv - 1)])
-            got[g][t] = (d[g][2 * t] + d[g][2 * t + 1]) * p
-            got[g + 8][t] = (d[g + 8][2 * t] + d[g + 8][2 * t + 1]) * p
-    top = max(abs(w) for row in want for w in row)
-    return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
+    return rel_error(step_dots(d, gs, post, nv), want, nv)
 
 
 def tf32(x):
@@ -408,8 +403,7 @@ def fp32_wide_strip_error(rng, scale, nv):
                     for n in range(8):
                         d[r][n] += math.fsum(am[r][kk] * bm[kk][n] for kk in range(8))
     got = [[d[r][a] for a in range(nv)] for r in range(16)]
-    top = max(abs(w) for row in want for w in row)
-    return max(abs(got[r][a] - want[r][a]) for r in range(16) for a in range(nv)) / top
+    return rel_error(got, want, nv)
 
 
 def main():

@@ -257,40 +257,60 @@ func useGroup(p pipeline, g groupStep, defines []string) (pipeline, groupStep, [
 	return p, g, defines
 }
 
-// groupTC reports whether a group step's stream runs on the tensor cores
-// (GROUP_TC in replay_common.cu; matrices of rows a multiple of 16 and
-// cols 64 or 128) and the define that asks for it: by default for nvfp4
-// read copies on compute capability cc >= 89; for a bf16 matrix read as
-// stored (a bf16 checkpoint or read copy, cc >= 80; slower, session 22)
-// and an e4m3 one (e4m3TC; not yet run) only where REPLAYSSM_CUDA_DEFINES
-// asks (-DGROUP_TC=1), which also decides it for nvfp4. Its sums are not
-// the v4 kernels' order of operations. H200, batch 256, the nvfp4
-// non-flush step against the FMA stream in the same run (NOTES.md,
-// session 21): Qwen3.5-4B 93.9 -> 64.4 us, 122B 170 -> 98.5, Nano 142 ->
-// 112, Super 147 -> 119.
-func groupTC(cc, rows, cols int, opt replay.Options, tn tuning) (bool, string) {
-	shape := (cols == 64 || cols == 128) && rows%16 == 0 &&
-		!slices.ContainsFunc(tn.defines, func(d string) bool {
+// tcMatrix names the tensor-core stream (GT_* in replay_common.cu) the
+// matrices of a group kernel can take on compute capability cc, or ""
+// where none does: rows a multiple of 16 and cols 64 or 128 (not while
+// GROUP_NODOTS measures the stream alone), and "nvfp4" for an nvfp4 read
+// copy (cc >= 89: e4m3 conversions), "bf16" for a bf16 matrix read as
+// stored (a bf16 checkpoint or read copy, cc >= 80), "e4m3" for an fp8 one
+// (cc >= 89), "fp32" for an fp32 checkpoint without a read copy (cc >= 80,
+// the verify's 3xTF32 stream).
+func tcMatrix(cc, rows, cols int, opt replay.Options, tn tuning) string {
+	if cols != 64 && cols != 128 || rows%16 != 0 ||
+		slices.ContainsFunc(tn.defines, func(d string) bool {
 			return strings.HasPrefix(d, "-DGROUP_NODOTS") && d != "-DGROUP_NODOTS=0"
-		})
-	nvfp4 := shape && opt.ReadCopy == numeric.NVFP4 && cc >= 89
-	bf16 := shape && cc >= 80 && (opt.ReadCopy == numeric.BF16 || opt.ReadCopy == numeric.F32 && opt.State == numeric.BF16)
-	if definesName(tn.defines, "GROUP_TC") {
-		return (nvfp4 || bf16 || e4m3TC(shape, cc, opt)) && slices.Contains(tn.defines, "-DGROUP_TC=1"), ""
+		}) {
+		return ""
 	}
-	if !nvfp4 {
-		return false, ""
+	asStored := opt.ReadCopy == numeric.F32 // no read copy: the checkpoint is read
+	switch {
+	case opt.ReadCopy == numeric.NVFP4 && cc >= 89:
+		return "nvfp4"
+	case (opt.ReadCopy == numeric.BF16 || asStored && opt.State == numeric.BF16) && cc >= 80:
+		return "bf16"
+	case (opt.ReadCopy == numeric.E4M3 || asStored && opt.State == numeric.E4M3) && cc >= 89:
+		return "e4m3"
+	case asStored && opt.State == numeric.F32 && cc >= 80:
+		return "fp32"
 	}
-	return true, "-DGROUP_TC=1"
+	return ""
 }
 
-// e4m3TC reports whether an e4m3 matrix (an fp8 read copy or checkpoint)
-// of a shape the tensor-core streams take can run them on compute
-// capability cc (its codes widen by cvt.rn.f16x2.e4m3x2: sm_89). Only
-// where REPLAYSSM_CUDA_DEFINES asks (GT_E4M3 in replay_common.cu: written
-// in session 22 after its device time, not yet run on a GPU).
-func e4m3TC(shape bool, cc int, opt replay.Options) bool {
-	return shape && cc >= 89 && (opt.ReadCopy == numeric.E4M3 || opt.ReadCopy == numeric.F32 && opt.State == numeric.E4M3)
+// tcDecide decides a tensor-core stream whose define is name for matrices
+// of format (tcMatrix): where REPLAYSSM_CUDA_DEFINES sets name, on for
+// -Dname=1 if the stream has the format (kinds), with no define to add;
+// otherwise on, with -Dname=1, for the formats in byDefault.
+func tcDecide(name, format string, kinds, byDefault []string, tn tuning) (bool, string) {
+	if definesName(tn.defines, name) {
+		return slices.Contains(kinds, format) && slices.Contains(tn.defines, "-D"+name+"=1"), ""
+	}
+	if !slices.Contains(byDefault, format) {
+		return false, ""
+	}
+	return true, "-D" + name + "=1"
+}
+
+// groupTC reports whether a group step's stream runs on the tensor cores
+// (GROUP_TC in replay_common.cu; tcMatrix's formats but fp32) and the
+// define that asks for it: by default for nvfp4 read copies; for bf16
+// matrices (slower, session 22) and e4m3 ones (not yet run) only where
+// REPLAYSSM_CUDA_DEFINES asks (-DGROUP_TC=1), which also decides it for
+// nvfp4. Its sums are not the v4 kernels' order of operations. H200,
+// batch 256, the nvfp4 non-flush step against the FMA stream in the same
+// run (NOTES.md, session 21): Qwen3.5-4B 93.9 -> 64.4 us, 122B 170 ->
+// 98.5, Nano 142 -> 112, Super 147 -> 119.
+func groupTC(cc, rows, cols int, opt replay.Options, tn tuning) (bool, string) {
+	return tcDecide("GROUP_TC", tcMatrix(cc, rows, cols, opt, tn), []string{"nvfp4", "bf16", "e4m3"}, []string{"nvfp4"}, tn)
 }
 
 // useGroupTC sets g.tc and adds GROUP_TC's define where a planned group
@@ -308,31 +328,21 @@ func useGroupTC(d *Device, g groupStep, rows, cols int, opt replay.Options, tn t
 }
 
 // verifyTC reports whether a group verify's stream runs on the tensor
-// cores (VERIFY_TC in replay_common.cu, gtw_*) and the define that asks
-// for it: for an nvfp4 read copy (cc >= 89), a bf16 matrix read as stored
-// (a bf16 checkpoint or read copy, cc >= 80) or an fp32 checkpoint without
-// a read copy (3xTF32, cc >= 80), with matrices of rows a multiple of 16
-// and cols 64 or 128, where the verify's vectors (GDN: 2T, Mamba-2: T) fit
-// B's eight columns. REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0|1 decides
-// instead. Its sums are not the v4 kernels' order of operations. H200,
+// cores (VERIFY_TC in replay_common.cu, gtw_*; tcMatrix's formats, where
+// the verify's vectors, GDN's 2T or Mamba-2's T, fit B's eight columns)
+// and the define that asks for it: by default for nvfp4 read copies and
+// bf16 matrices; for e4m3 ones (not yet run) and fp32 checkpoints (3xTF32,
+// slower) only where REPLAYSSM_CUDA_DEFINES asks (-DVERIFY_TC=0|1 decides
+// instead). Its sums are not the v4 kernels' order of operations. H200,
 // B=256, T=4, the bf16 verify against the FMA stream in the same run
 // (session 22): Qwen3.5-4B 426 -> 286 us, 122B 615 -> 470, Nemotron-3
 // Super 442 -> 422, Nano 368 -> 365.
 func verifyTC(cc, rows, cols, vectors int, opt replay.Options, tn tuning) (bool, string) {
-	shape := (cols == 64 || cols == 128) && rows%16 == 0 && vectors <= 8 &&
-		!slices.ContainsFunc(tn.defines, func(d string) bool {
-			return strings.HasPrefix(d, "-DGROUP_NODOTS") && d != "-DGROUP_NODOTS=0"
-		})
-	nvfp4 := shape && opt.ReadCopy == numeric.NVFP4 && cc >= 89
-	bf16 := shape && cc >= 80 && (opt.ReadCopy == numeric.BF16 || opt.ReadCopy == numeric.F32 && opt.State == numeric.BF16)
-	f32 := shape && cc >= 80 && opt.ReadCopy == numeric.F32 && opt.State == numeric.F32
-	if definesName(tn.defines, "VERIFY_TC") {
-		return (nvfp4 || bf16 || f32 || e4m3TC(shape, cc, opt)) && slices.Contains(tn.defines, "-DVERIFY_TC=1"), ""
+	format := ""
+	if vectors <= 8 {
+		format = tcMatrix(cc, rows, cols, opt, tn)
 	}
-	if !nvfp4 && !bf16 {
-		return false, ""
-	}
-	return true, "-DVERIFY_TC=1"
+	return tcDecide("VERIFY_TC", format, []string{"nvfp4", "bf16", "e4m3", "fp32"}, []string{"nvfp4", "bf16"}, tn)
 }
 
 // useVerifyTC sets g.verifyTC and adds VERIFY_TC's define where a planned

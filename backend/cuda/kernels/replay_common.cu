@@ -2292,6 +2292,36 @@ struct GTRaw;
 template <int NROWS>
 __device__ __forceinline__ void gt_load(const u8* mat, const u8* scl, int i, GTRaw& raw);
 
+// gt_load_words loads W words (W a multiple of 4, by 16-byte loads) of
+// rows g and g+8 of this warp's strip st of an NROWS-row stream of
+// ES-byte elements at mat, from element off of the lane's quarter of each
+// row, into w (zeros past the rows): the bf16, e4m3 and fp32 streams'
+// gt_load.
+template <int NROWS, int ES, int W>
+__device__ __forceinline__ void gt_load_words(const u8* mat, int off, int st, u32 (&w)[2][W])
+{
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            w[h][j] = 0;
+        }
+        if (st < NROWS / 16) {
+            const int r = 16 * st + (lane >> 2) + 8 * h;
+            const uint4* p = reinterpret_cast<const uint4*>(mat + ES * ((u64)r * COLS + (lane & 3) * (COLS / 4) + off));
+#pragma unroll
+            for (int q = 0; q < W / 4; q++) {
+                const uint4 v = p[q];
+                w[h][4 * q] = v.x;
+                w[h][4 * q + 1] = v.y;
+                w[h][4 * q + 2] = v.z;
+                w[h][4 * q + 3] = v.w;
+            }
+        }
+    }
+}
+
 // gt_run runs dots(raw, i) for every pass i of the warp's share of an
 // NROWS-row stream, raw holding the first PF (gt_start), each pass's loads
 // issued PF passes before its dots.
@@ -2684,27 +2714,7 @@ struct GTVec {
 template <int NROWS>
 __device__ __forceinline__ void gt_load(const u8* mat, const u8*, int i, GTRaw& raw)
 {
-    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * (i >> 1);
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-#pragma unroll
-        for (int j = 0; j < GT_HW; j++) {
-            raw.w[h][j] = 0;
-        }
-        if (st < NROWS / 16) {
-            const int r = 16 * st + (lane >> 2) + 8 * h;
-            const uint4* p = reinterpret_cast<const uint4*>(mat + 2 * ((u64)r * COLS + (lane & 3) * (COLS / 4) +
-                                                                         (i & 1) * (COLS / 8)));
-#pragma unroll
-            for (int j = 0; j < GT_HW / 4; j++) {
-                const uint4 v = p[j];
-                raw.w[h][4 * j] = v.x;
-                raw.w[h][4 * j + 1] = v.y;
-                raw.w[h][4 * j + 2] = v.z;
-                raw.w[h][4 * j + 3] = v.w;
-            }
-        }
-    }
+    gt_load_words<NROWS, 2>(mat, (i & 1) * (COLS / 8), (threadIdx.x >> 5) + GT_NWARP * (i >> 1), raw.w);
 }
 
 // gt_vectors forms this lane's B operands: for g = lane/4 with g/4 < NV and
@@ -2834,26 +2844,7 @@ struct GTRaw {
 template <int NROWS>
 __device__ __forceinline__ void gt_load(const u8* codes, const u8*, int i, GTRaw& raw)
 {
-    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * i;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-#pragma unroll
-        for (int j = 0; j < GT_EW; j++) {
-            raw.w[h][j] = 0;
-        }
-        if (st < NROWS / 16) {
-            const int r = 16 * st + (lane >> 2) + 8 * h;
-            const uint4* p = reinterpret_cast<const uint4*>(codes + (u64)r * COLS + (lane & 3) * (COLS / 4));
-#pragma unroll
-            for (int q = 0; q < GT_EW / 4; q++) {
-                const uint4 v = p[q];
-                raw.w[h][4 * q] = v.x;
-                raw.w[h][4 * q + 1] = v.y;
-                raw.w[h][4 * q + 2] = v.z;
-                raw.w[h][4 * q + 3] = v.w;
-            }
-        }
-    }
+    gt_load_words<NROWS, 1>(codes, 0, (threadIdx.x >> 5) + GT_NWARP * i, raw.w);
 }
 
 // gt_mma adds word j's tile (rows g and g+8, its four codes) times B
@@ -2933,7 +2924,7 @@ __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* s
 #endif
 
 struct GTRaw {
-    float4 x[2][2]; // rows g and g+8, 8 columns each
+    u32 w[2][8]; // rows g and g+8, 8 columns each (float bits)
 };
 
 // gt_load issues the loads of this warp's pass i (strip i / GT_FP, part
@@ -2941,18 +2932,7 @@ struct GTRaw {
 template <int NROWS>
 __device__ __forceinline__ void gt_load(const u8* mat, const u8*, int i, GTRaw& raw)
 {
-    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * (i / GT_FP), part = i % GT_FP;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        raw.x[h][0] = raw.x[h][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (st < NROWS / 16) {
-            const int r = 16 * st + (lane >> 2) + 8 * h;
-            const float4* p = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(mat) + (u64)r * COLS +
-                                                              (lane & 3) * (COLS / 4) + part * 8);
-            raw.x[h][0] = p[0];
-            raw.x[h][1] = p[1];
-        }
-    }
+    gt_load_words<NROWS, 4>(mat, (i % GT_FP) * 8, (threadIdx.x >> 5) + GT_NWARP * (i / GT_FP), raw.w);
 }
 
 // gtw_dots adds this warp's pass i to d (zeroed for a strip's first pass)
@@ -2969,9 +2949,6 @@ __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* s
         d[0] = d[1] = d[2] = d[3] = 0.0f;
     }
     const uint2* B = reinterpret_cast<const uint2*>(sw) + lane;
-    const float x[2][8] = {
-        {raw.x[0][0].x, raw.x[0][0].y, raw.x[0][0].z, raw.x[0][0].w, raw.x[0][1].x, raw.x[0][1].y, raw.x[0][1].z, raw.x[0][1].w},
-        {raw.x[1][0].x, raw.x[1][0].y, raw.x[1][0].z, raw.x[1][0].w, raw.x[1][1].x, raw.x[1][1].y, raw.x[1][1].z, raw.x[1][1].w}};
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         u32 hi[2][2], lo[2][2]; // [row h][column 2k + c]
@@ -2979,13 +2956,14 @@ __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* s
         for (int h = 0; h < 2; h++) {
 #pragma unroll
             for (int c = 0; c < 2; c++) {
+                const float x = __uint_as_float(raw.w[h][2 * k + c]);
 #if GTF_TRUNC
                 // hi by a mask, lo as is: the mma reads its top 11 bits
-                hi[h][c] = __float_as_uint(x[h][2 * k + c]) & 0xffffe000u;
-                lo[h][c] = __float_as_uint(x[h][2 * k + c] - __uint_as_float(hi[h][c]));
+                hi[h][c] = raw.w[h][2 * k + c] & 0xffffe000u;
+                lo[h][c] = __float_as_uint(x - __uint_as_float(hi[h][c]));
 #else
-                hi[h][c] = tf32_of(x[h][2 * k + c]);
-                lo[h][c] = tf32_of(x[h][2 * k + c] - __uint_as_float(hi[h][c]));
+                hi[h][c] = tf32_of(x);
+                lo[h][c] = tf32_of(x - __uint_as_float(hi[h][c]));
 #endif
             }
         }
