@@ -567,7 +567,7 @@ func modeOptions(mode string, dt numeric.Format, cfg KernelConfig) replay.Option
 		opt.Mode = replay.Baseline
 	case "replay-nvfp4", "verify-nvfp4":
 		opt.ReadCopy = numeric.NVFP4
-	case "replay-fp8":
+	case "replay-fp8", "verify-fp8":
 		opt.ReadCopy = numeric.E4M3
 	}
 	if strings.HasPrefix(mode, "verify") {

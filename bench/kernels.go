@@ -19,7 +19,7 @@ type Row struct {
 	Device     string `json:"device"`
 	Layer      string `json:"layer"` // "mamba2" or "gdn"
 	Shape      string `json:"shape"`
-	Mode       string `json:"mode"` // baseline, replay, replay-nvfp4, replay-fp8, verify, verify-baseline, verify-nvfp4
+	Mode       string `json:"mode"` // baseline, replay, replay-nvfp4, replay-fp8, verify, verify-baseline, verify-nvfp4, verify-fp8
 	StateDtype string `json:"state_dtype"`
 	Batch      int    `json:"batch"`
 	Window     int    `json:"window"`
@@ -70,8 +70,9 @@ type KernelConfig struct {
 
 // Modes lists the benchmark modes in the order rows are printed.
 // replay-nvfp4 and replay-fp8 are replay with a read copy in that format,
-// verify-nvfp4 verify with an nvfp4 read copy (against verify-baseline).
-var Modes = []string{"baseline", "replay", "replay-nvfp4", "replay-fp8", "verify-baseline", "verify", "verify-nvfp4"}
+// verify-nvfp4 and verify-fp8 verify with a read copy in that format
+// (against verify-baseline).
+var Modes = []string{"baseline", "replay", "replay-nvfp4", "replay-fp8", "verify-baseline", "verify", "verify-nvfp4", "verify-fp8"}
 
 // RunKernels measures every selected row on the CPU and calls emit for each,
 // in order. The copy bandwidth is measured first, in the same run.

@@ -8,7 +8,7 @@ mma.sync m16n8k16's D (PTX ISA's fragment layout) in float64, and each
 row's dot back through the lanes' post factors or shuffles, against the
 float64 dots of the rows; the group verify's streams (gtw_vectors,
 gtw_dots: up to eight vectors, their terms into the same accumulators;
-nvfp4, bf16, e4m3 and fp32 by 3xTF32) too, and the e4m3 step. A kernel
+nvfp4, bf16 and e4m3) too, and the e4m3 step. A kernel
 change to the pairing of columns, the e2m1-to-e4m3 rewrite or the vectors'
 power-of-two scaling should keep the printed errors near 1e-7; a wrong
 factor shows as O(1). No GPU and no numpy needed:
@@ -350,62 +350,6 @@ def e4m3_strip_error(rng, scale, nv):
     return rel_error(step_dots(d, gs, post, nv), want, nv)
 
 
-def tf32(x):
-    """x rounded to tf32 (cvt.rna: to nearest, ties away from zero)."""
-    b = bits(f32(x))
-    if (b & 0x7F800000) == 0x7F800000:
-        return from_bits(b & 0xFFFFE000)
-    return from_bits((b + 0x1000) & 0xFFFFE000)
-
-
-def fp32_wide_strip_error(rng, scale, nv):
-    """GT_F32 (the verify's fp32 stream, 3xTF32, mma m16n8k8): lane (g, t)
-    takes its quarter's columns 8 a pass, tile k of a pass its columns 2k,
-    2k+1 at k positions t, t+4; B's tiles from gtw_vectors (lane (t, m):
-    columns 4m..4m+3 of quarter t, tiles 2m and 2m+1, hi then lo)."""
-    ms = COLS // 8
-    val = [[f32(rng.gauss(0, 1)) for _ in range(COLS)] for _ in range(16)]
-    vecs = [[f32(rng.gauss(0, 1) * scale) for _ in range(COLS)] for _ in range(nv)]
-    want = [[math.fsum(val[r][c] * vecs[a][c] for c in range(COLS)) for a in range(nv)] for r in range(16)]
-    sb = {}
-    for a in range(8):
-        for lane in range(32):
-            t, m = lane & 3, lane >> 2
-            if 4 * m >= COLS // 4:
-                continue
-            c = t * (COLS // 4) + 4 * m
-            x = vecs[a][c : c + 4] if a < nv else [0.0] * 4
-            hi = [tf32(v) for v in x]
-            lo = [tf32(f32(v - h)) for v, h in zip(x, hi)]
-            sb[(2 * m) * 32 + 4 * a + t] = (hi[0], hi[1])
-            sb[(2 * m + 1) * 32 + 4 * a + t] = (hi[2], hi[3])
-            sb[(ms + 2 * m) * 32 + 4 * a + t] = (lo[0], lo[1])
-            sb[(ms + 2 * m + 1) * 32 + 4 * a + t] = (lo[2], lo[3])
-    d = [[0.0] * 8 for _ in range(16)]
-    for part in range(COLS // 32):
-        for k in range(4):
-            m = part * 4 + k
-            for pa, pb in (("hi", "lo"), ("lo", "hi"), ("hi", "hi")):
-                am = [[0.0] * 8 for _ in range(16)]
-                bm = [[0.0] * 8 for _ in range(8)]
-                for lane in range(32):
-                    g, t = lane >> 2, lane & 3
-                    c0 = t * (COLS // 4) + part * 8 + 2 * k
-                    for h in range(2):
-                        r = g + 8 * h
-                        for cc, kk in ((0, t), (1, t + 4)):
-                            x = val[r][c0 + cc]
-                            hv = tf32(x)
-                            am[r][kk] = hv if pa == "hi" else tf32(f32(x - hv))
-                    b0, b1 = sb[((0 if pb == "hi" else ms) + m) * 32 + lane]
-                    bm[t][g], bm[t + 4][g] = b0, b1
-                for r in range(16):
-                    for n in range(8):
-                        d[r][n] += math.fsum(am[r][kk] * bm[kk][n] for kk in range(8))
-    got = [[d[r][a] for a in range(nv)] for r in range(16)]
-    return rel_error(got, want, nv)
-
-
 def main():
     rng = random.Random(1)
     for nv in (1, 2):
@@ -422,10 +366,6 @@ def main():
             for scale in (1e-30, 1, 1e30):
                 err = wide_strip_error(rng, scale, nv, fmt)
                 print(f"verify {fmt}, vectors {nv}, scale {scale:g}: largest error {err:.3g} of the largest dot")
-    for nv in (3, 8):
-        for scale in (1e-30, 1, 1e30):
-            err = fp32_wide_strip_error(rng, scale, nv)
-            print(f"verify fp32, vectors {nv}, scale {scale:g}: largest error {err:.3g} of the largest dot")
 
 
 if __name__ == "__main__":

@@ -24,10 +24,9 @@
 #   tools/gpu_check.sh group_tc_bf16  # bf16 group streams on the tensor cores (GROUP_TC=1, asked): tests, against the defaults
 #   tools/gpu_check.sh verify_tc  # the GDN group verify on the tensor cores: tests, against VERIFY_TC=0; the 122B step at GMINB=5
 #   tools/gpu_check.sh verify_tc2  # both layers' verify on the tensor cores: tests, against VERIFY_TC=0, the batch-256 table
-#   tools/gpu_check.sh verify_f32  # the fp32 verify on the tensor cores (3xTF32): tests, against VERIFY_TC=0
 #   tools/gpu_check.sh verify_pf  # the tensor-core verify's passes in flight (GVPF)
-#   tools/gpu_check.sh verify_f32b  # next session's first call: the fp32 split by a mask, verify-nvfp4, TestReplayGroupTCScales
 #   tools/gpu_check.sh e4m3_tc    # the e4m3 (fp8) tensor-core streams, asked for: tests, the fp8 step against its FMA stream
+#   tools/gpu_check.sh e4m3_default  # the e4m3 streams by default (session 23): tests, verify-fp8 and fp8 checkpoints against the FMA streams, the verify by part (GV_SKIP)
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -311,24 +310,9 @@ verify_tc2)
 	bench 256 b256.jsonl
 	;;
 verify_pf)
-	# The tensor-core verify's passes in flight (GVPF, 2 by default): the
-	# fp32 stream (3xTF32, asked for) and the bf16 one.
-	experiment verify_pf qwen3.5-4b,nemotron-3-nano-4b verify REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 \
-		"REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 -DGVPF=4" "REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 -DGVPF=8"
-	;;
-verify_f32b)
-	# The fp32 verify's tf32 split by a mask (GTF_TRUNC=1, written in
-	# session 22 after its device time) where cvt.rna.tf32 lost to the FMA
-	# stream (4B 383 -> 522 us): its tests, then against the FMA stream and
-	# the cvt split; the nvfp4 read copy's verify (verify-nvfp4) against its
-	# FMA stream; TestReplayGroupTCScales (its verify on the tensor cores
-	# now too).
-	REPLAYSSM_CUDA_DEFINES="-DVERIFY_TC=1 -DGTF_TRUNC=1" some_tests verify_f32b 100 \
-		'TestReplayPipelineMatchesV4/.*/^fp32$|TestReplayCacheSpeculative/.*/replay-L1$|TestReplayCacheMatchesReference/.*/replay/fp32'
-	DTYPES=fp32 experiment verify_f32b qwen3.5-4b,nemotron-3-nano-4b verify "REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1 -DGTF_TRUNC=1" \
-		REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=1
-	DTYPES=bf16 experiment verify_nvfp4 all verify-baseline,verify-nvfp4 REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0
-	some_tests scales 60 'TestReplayGroupTCScales'
+	# The tensor-core verify's passes in flight (GVPF, 2 by default), bf16.
+	DTYPES=bf16 experiment verify_pf qwen3.5-4b,nemotron-3-nano-4b verify REPLAYSSM_CUDA_DEFINES=-DGVPF=4 \
+		REPLAYSSM_CUDA_DEFINES=-DGVPF=8
 	;;
 e4m3_tc)
 	# The e4m3 tensor-core streams (GT_E4M3, session 22, written after its
@@ -339,13 +323,18 @@ e4m3_tc)
 		'TestReplayPipelineMatchesV4/.*/(e4m3|fp16\+e4m3)|TestReplayCacheSpeculative/.*/replay-(e4m3|fp16\+e4m3)|TestReplayCacheMatchesReference/.*/replay/.*e4m3'
 	DTYPES=fp32,bf16 experiment e4m3_tc all replay-fp8 REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=1
 	;;
-verify_f32)
-	# The fp32 verify's stream on the tensor cores (VERIFY_TC by 3xTF32,
-	# session 22): the fp32 verify tests of both layers, then the fp32
-	# verify and its baseline against VERIFY_TC=0.
-	some_tests verify_f32 240 \
-		'TestReplayPipelineMatchesV4/.*/^fp32$|TestReplayCacheSpeculative/.*/replay-L|TestReplayVerifyEarlyMatchesLate|TestReplayCacheMatchesReference/.*/replay/fp32|TestReplayFoldCachedReadsRing'
-	DTYPES=fp32 experiment verify_f32 all verify-baseline,verify REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0
+e4m3_default)
+	# Session 23: the e4m3 streams on the tensor cores by default. Their
+	# tests under the defaults; the fp8 read copy's verify (verify-fp8)
+	# and an fp8 checkpoint's step and verify against the FMA streams; the
+	# verify by part (GV_SKIP leaves out 4 the early folds, 1 the stream,
+	# 2 the epilogue; the outputs are then wrong).
+	some_tests e4m3 300 \
+		'TestReplayPipelineMatchesV4/.*/(e4m3|fp16\+e4m3)|TestReplayCacheSpeculative/.*/replay-(e4m3|fp16\+e4m3)|TestReplayCacheMatchesReference/.*/replay/.*e4m3'
+	DTYPES=fp32,bf16 experiment verify_fp8 all verify-baseline,verify-fp8 REPLAYSSM_CUDA_DEFINES=-DVERIFY_TC=0
+	DTYPES=fp8 experiment fp8_state all baseline,replay,verify-baseline,verify "REPLAYSSM_CUDA_DEFINES=-DGROUP_TC=0 -DVERIFY_TC=0"
+	experiment gv_skip all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=1 \
+		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=2
 	;;
 experiments)
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \

@@ -132,15 +132,12 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/bf16/tensor-core stream", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{defines: []string{"-DGROUP_TC=1"}}},
 		{"replay/fp32+bf16/tensor-core stream", replay.Options{Mode: replay.Replay, ReadCopy: numeric.BF16},
 			tuning{defines: []string{"-DGROUP_TC=1"}}},
-		// The e4m3 tensor-core streams (asked for; not yet on by default)
-		// and the fp32 verify's 3xTF32 stream, both tf32 splits.
-		{"replay/fp32+e4m3/tensor-core streams", replay.Options{Mode: replay.Replay, ReadCopy: numeric.E4M3},
-			tuning{defines: []string{"-DGROUP_TC=1", "-DVERIFY_TC=1"}}},
-		{"replay/e4m3/tensor-core streams", replay.Options{Mode: replay.Replay, State: numeric.E4M3},
-			tuning{defines: []string{"-DGROUP_TC=1", "-DVERIFY_TC=1"}}},
-		{"replay/fp32/tensor-core verify", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DVERIFY_TC=1"}}},
-		{"replay/fp32/tensor-core verify, masked split", replay.Options{Mode: replay.Replay},
-			tuning{defines: []string{"-DVERIFY_TC=1", "-DGTF_TRUNC=1"}}},
+		// The e4m3 FMA streams (the tensor cores' by default since
+		// session 23).
+		{"replay/fp32+e4m3/fma streams", replay.Options{Mode: replay.Replay, ReadCopy: numeric.E4M3},
+			tuning{defines: []string{"-DGROUP_TC=0", "-DVERIFY_TC=0"}}},
+		{"replay/e4m3/fma streams", replay.Options{Mode: replay.Replay, State: numeric.E4M3},
+			tuning{defines: []string{"-DGROUP_TC=0", "-DVERIFY_TC=0"}}},
 		// The GDN group verify's FMA stream where VERIFY_TC is on by
 		// default (GV_PAIR's paired passes at 128 threads).
 		{"replay/bf16/fma verify", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{groupNT: 128, defines: []string{"-DVERIFY_TC=0"}}},

@@ -263,8 +263,8 @@ func useGroup(p pipeline, g groupStep, defines []string) (pipeline, groupStep, [
 // GROUP_NODOTS measures the stream alone), and "nvfp4" for an nvfp4 read
 // copy (cc >= 89: e4m3 conversions), "bf16" for a bf16 matrix read as
 // stored (a bf16 checkpoint or read copy, cc >= 80), "e4m3" for an fp8 one
-// (cc >= 89), "fp32" for an fp32 checkpoint without a read copy (cc >= 80,
-// the verify's 3xTF32 stream).
+// (cc >= 89). fp32 checkpoints have none: the verify's 3xTF32 stream lost
+// to the FMA one (NOTES.md, sessions 22-23) and was removed.
 func tcMatrix(cc, rows, cols int, opt replay.Options, tn tuning) string {
 	if cols != 64 && cols != 128 || rows%16 != 0 ||
 		slices.ContainsFunc(tn.defines, func(d string) bool {
@@ -280,8 +280,6 @@ func tcMatrix(cc, rows, cols int, opt replay.Options, tn tuning) string {
 		return "bf16"
 	case (opt.ReadCopy == numeric.E4M3 || asStored && opt.State == numeric.E4M3) && cc >= 89:
 		return "e4m3"
-	case asStored && opt.State == numeric.F32 && cc >= 80:
-		return "fp32"
 	}
 	return ""
 }
@@ -302,15 +300,16 @@ func tcDecide(name, format string, kinds, byDefault []string, tn tuning) (bool, 
 
 // groupTC reports whether a group step's stream runs on the tensor cores
 // (GROUP_TC in replay_common.cu; tcMatrix's formats but fp32) and the
-// define that asks for it: by default for nvfp4 read copies; for bf16
-// matrices (slower, session 22) and e4m3 ones (not yet run) only where
-// REPLAYSSM_CUDA_DEFINES asks (-DGROUP_TC=1), which also decides it for
-// nvfp4. Its sums are not the v4 kernels' order of operations. H200,
-// batch 256, the nvfp4 non-flush step against the FMA stream in the same
-// run (NOTES.md, session 21): Qwen3.5-4B 93.9 -> 64.4 us, 122B 170 ->
-// 98.5, Nano 142 -> 112, Super 147 -> 119.
+// define that asks for it: by default for nvfp4 and e4m3 matrices; for
+// bf16 ones (slower, session 22) only where REPLAYSSM_CUDA_DEFINES asks
+// (-DGROUP_TC=1), which also decides it for the others. Its sums are not
+// the v4 kernels' order of operations. H200, batch 256, the non-flush
+// step against the FMA stream in the same run: nvfp4 read copy (NOTES.md,
+// session 21) Qwen3.5-4B 93.9 -> 64.4 us, 122B 170 -> 98.5, Nano 142 ->
+// 112, Super 147 -> 119; fp8 read copy (session 23) 4B 81.7 -> 68.1, 122B
+// 132 -> 115, Nano 124 -> 119, Super 131 -> 130.
 func groupTC(cc, rows, cols int, opt replay.Options, tn tuning) (bool, string) {
-	return tcDecide("GROUP_TC", tcMatrix(cc, rows, cols, opt, tn), []string{"nvfp4", "bf16", "e4m3"}, []string{"nvfp4"}, tn)
+	return tcDecide("GROUP_TC", tcMatrix(cc, rows, cols, opt, tn), []string{"nvfp4", "bf16", "e4m3"}, []string{"nvfp4", "e4m3"}, tn)
 }
 
 // useGroupTC sets g.tc and adds GROUP_TC's define where a planned group
@@ -330,10 +329,8 @@ func useGroupTC(d *Device, g groupStep, rows, cols int, opt replay.Options, tn t
 // verifyTC reports whether a group verify's stream runs on the tensor
 // cores (VERIFY_TC in replay_common.cu, gtw_*; tcMatrix's formats, where
 // the verify's vectors, GDN's 2T or Mamba-2's T, fit B's eight columns)
-// and the define that asks for it: by default for nvfp4 read copies and
-// bf16 matrices; for e4m3 ones (not yet run) and fp32 checkpoints (3xTF32,
-// slower) only where REPLAYSSM_CUDA_DEFINES asks (-DVERIFY_TC=0|1 decides
-// instead). Its sums are not the v4 kernels' order of operations. H200,
+// and the define that asks for it: by default for every format it has
+// (REPLAYSSM_CUDA_DEFINES' -DVERIFY_TC=0|1 decides instead). Its sums are not the v4 kernels' order of operations. H200,
 // B=256, T=4, the bf16 verify against the FMA stream in the same run
 // (session 22): Qwen3.5-4B 426 -> 286 us, 122B 615 -> 470, Nemotron-3
 // Super 442 -> 422, Nano 368 -> 365.
@@ -342,7 +339,7 @@ func verifyTC(cc, rows, cols, vectors int, opt replay.Options, tn tuning) (bool,
 	if vectors <= 8 {
 		format = tcMatrix(cc, rows, cols, opt, tn)
 	}
-	return tcDecide("VERIFY_TC", format, []string{"nvfp4", "bf16", "e4m3", "fp32"}, []string{"nvfp4", "bf16"}, tn)
+	return tcDecide("VERIFY_TC", format, []string{"nvfp4", "bf16", "e4m3"}, []string{"nvfp4", "bf16", "e4m3"}, tn)
 }
 
 // useVerifyTC sets g.verifyTC and adds VERIFY_TC's define where a planned

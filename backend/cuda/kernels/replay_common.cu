@@ -2202,12 +2202,7 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 #define GT_BF16 1
 #elif MAT_FMT == FMT_E4M3 && __CUDA_ARCH__ >= 890
 #define GT_E4M3 1
-#elif MAT_FMT == FMT_F32 && VERIFY_TC && __CUDA_ARCH__ >= 800
-#define GT_F32 1 // the verify's stream alone (gtw_dots)
 #endif
-#endif
-#ifndef GT_F32
-#define GT_F32 0
 #endif
 #ifndef GT_E4M3
 #define GT_E4M3 0
@@ -2218,17 +2213,13 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 #ifndef GT_BF16
 #define GT_BF16 0
 #endif
-// GT_STEP: the format has the step's tensor-core stream (gt_vectors,
-// gt_dots, gt_stream); fp32 has the verify's alone.
-#define GT_STEP (GT_NVFP4 || GT_BF16 || GT_E4M3)
-#if GT_NVFP4 || GT_BF16 || GT_E4M3 || GT_F32
+#if GT_NVFP4 || GT_BF16 || GT_E4M3
 #define GT_NWARP (GNT / 32)
 // GT_SPW_OF: the strips a warp takes of NROWS rows (warp w: w, w + GT_NWARP, ...).
 #define GT_SPW_OF(NROWS) ((NROWS / 16 + GT_NWARP - 1) / GT_NWARP)
 // GT_PASSES_OF: a warp's passes of an NROWS-row stream: a strip each for
-// nvfp4, two (half its columns each) for bf16, COLS/32 (8 columns of the
-// lane's quarter each) for fp32.
-#define GT_PASSES_OF(NROWS) ((GT_BF16 ? 2 : GT_F32 ? COLS / 32 : 1) * GT_SPW_OF(NROWS))
+// nvfp4 and e4m3, two (half its columns each) for bf16.
+#define GT_PASSES_OF(NROWS) ((GT_BF16 ? 2 : 1) * GT_SPW_OF(NROWS))
 
 // bf16x2_of packs lo and hi, rounded to bf16, into one word (lo in the
 // lower half).
@@ -2237,26 +2228,6 @@ __device__ __forceinline__ u32 bf16x2_of(float lo, float hi)
     u32 d;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
     return d;
-}
-
-// tf32_of is x rounded to tf32 (to nearest, ties away), as float bits
-// with the low 13 zero.
-__device__ __forceinline__ u32 tf32_of(float x)
-{
-    u32 d;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(d) : "f"(x));
-    return d;
-}
-
-// mma_1688_tf32 is d += A B for one m16n8k8 tile of tf32.
-__device__ __forceinline__ void mma_1688_tf32(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
 }
 
 // The f16 vector terms of the nvfp4 and e4m3 streams: A is 2^-GT_ASHIFT
@@ -2295,7 +2266,7 @@ __device__ __forceinline__ void gt_load(const u8* mat, const u8* scl, int i, GTR
 // gt_load_words loads W words (W a multiple of 4, by 16-byte loads) of
 // rows g and g+8 of this warp's strip st of an NROWS-row stream of
 // ES-byte elements at mat, from element off of the lane's quarter of each
-// row, into w (zeros past the rows): the bf16, e4m3 and fp32 streams'
+// row, into w (zeros past the rows): the bf16 and e4m3 streams'
 // gt_load.
 template <int NROWS, int ES, int W>
 __device__ __forceinline__ void gt_load_words(const u8* mat, int off, int st, u32 (&w)[2][W])
@@ -2357,7 +2328,7 @@ __device__ __forceinline__ void gt_run(const void* mat, const u8* scl, GTRaw (&r
 // verify stream read every vector chunk from shared memory for every row
 // chunk, which bounded the bf16 verify (ncu, session 7).
 #define GTW_TERMS (GT_BF16 ? 3 : 2)
-#define GTW_MS (COLS / (GT_F32 ? 8 : 16)) // k16 tiles of a row (fp32: k8)
+#define GTW_MS (COLS / 16) // k16 tiles of a row
 #define GTW_POST (GTW_TERMS * GTW_MS * 64)     // the vectors' factors, after the operands
 #define GTW_FLOATS (GTW_POST + 8)
 
@@ -2398,22 +2369,6 @@ __device__ __forceinline__ void gtw_vectors(const float* vec, int vstride, int n
             b[GTW_TERMS - 1] =
                 make_uint2(f16x2_of(y[c0] - f16_to_f32(h0 & 0xffffu), y[c0 + GT_PS] - f16_to_f32(h0 >> 16)),
                            f16x2_of(y[c1] - f16_to_f32(h1 & 0xffffu), y[c1 + GT_PS] - f16_to_f32(h1 >> 16)));
-        } else if constexpr (GT_F32) {
-            // tiles 2m (columns c, c+1) and 2m+1 (c+2, c+3), each x in
-            // two tf32 terms: hi, then the remainder's rounding
-            const float y[4] = {x.x, x.y, x.z, x.w};
-            u32 hi[4], lo[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                hi[e] = tf32_of(y[e]);
-                lo[e] = tf32_of(y[e] - __uint_as_float(hi[e]));
-            }
-            if (m < GTW_MS / 2) {
-                B[(2 * m) * 32 + 4 * a + t] = make_uint2(hi[0], hi[1]);
-                B[(2 * m + 1) * 32 + 4 * a + t] = make_uint2(hi[2], hi[3]);
-                B[(GTW_MS + 2 * m) * 32 + 4 * a + t] = make_uint2(lo[0], lo[1]);
-                B[(GTW_MS + 2 * m + 1) * 32 + 4 * a + t] = make_uint2(lo[2], lo[3]);
-            }
         } else {
             float y[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
@@ -2427,7 +2382,7 @@ __device__ __forceinline__ void gtw_vectors(const float* vec, int vstride, int n
                 y[3] -= __uint_as_float(p1 & 0xffff0000u);
             }
         }
-        if (!GT_F32 && m < GTW_MS) {
+        if (m < GTW_MS) {
 #pragma unroll
             for (int term = 0; term < GTW_TERMS; term++) {
                 B[(term * GTW_MS + m) * 32 + 4 * a + t] = b[term];
@@ -2903,79 +2858,6 @@ __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* s
         }
     }
     gtw_write<NROWS, RPM>(d, st, sw, nv, gs, out);
-}
-#elif GT_F32
-// VERIFY_TC=1 for an fp32 matrix (the checkpoint read as stored): the
-// verify's stream by 3xTF32 (mma m16n8k8): each element x = hi + lo in
-// tf32 terms (22 bits), the vectors' too, and each tile's dots Ahi Bhi +
-// Ahi Blo + Alo Bhi (lo lo, ~2^-22 of a product, dropped). Lane (g, t)
-// takes rows g and g+8 of a strip, its quarter's columns, 8 a pass
-// (two 16-byte loads a row); tile k of a pass is the quarter's columns
-// 2k, 2k+1 at the tile's k positions t, t+4 (the vectors' operands pair the
-// same columns, gtw_vectors).
-#define GT_OK 1
-#define GT_FP (COLS / 32) // passes a strip
-// GTF_TRUNC=1: hi by a mask, lo unrounded (written in session 22 after
-// its device time, not yet run): cvt.rna.tf32 is not a full-rate
-// instruction, and the split (two of them and a subtraction an element)
-// may be what bounds the measured form.
-#ifndef GTF_TRUNC
-#define GTF_TRUNC 0
-#endif
-
-struct GTRaw {
-    u32 w[2][8]; // rows g and g+8, 8 columns each (float bits)
-};
-
-// gt_load issues the loads of this warp's pass i (strip i / GT_FP, part
-// i % GT_FP) of an NROWS-row fp32 stream at mat (zeros past the rows).
-template <int NROWS>
-__device__ __forceinline__ void gt_load(const u8* mat, const u8*, int i, GTRaw& raw)
-{
-    gt_load_words<NROWS, 4>(mat, (i % GT_FP) * 8, (threadIdx.x >> 5) + GT_NWARP * (i / GT_FP), raw.w);
-}
-
-// gtw_dots adds this warp's pass i to d (zeroed for a strip's first pass)
-// and, after its last, writes the strip's dots (gtw_write).
-template <int NROWS, int RPM>
-__device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* sw, int nv, const float* gs, float* out,
-                                         float (&d)[4])
-{
-    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * (i / GT_FP), part = i % GT_FP;
-    if (st >= NROWS / 16) {
-        return;
-    }
-    if (part == 0) {
-        d[0] = d[1] = d[2] = d[3] = 0.0f;
-    }
-    const uint2* B = reinterpret_cast<const uint2*>(sw) + lane;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        u32 hi[2][2], lo[2][2]; // [row h][column 2k + c]
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-#pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const float x = __uint_as_float(raw.w[h][2 * k + c]);
-#if GTF_TRUNC
-                // hi by a mask, lo as is: the mma reads its top 11 bits
-                hi[h][c] = raw.w[h][2 * k + c] & 0xffffe000u;
-                lo[h][c] = __float_as_uint(x - __uint_as_float(hi[h][c]));
-#else
-                hi[h][c] = tf32_of(x);
-                lo[h][c] = tf32_of(x - __uint_as_float(hi[h][c]));
-#endif
-            }
-        }
-        const int m = part * 4 + k;
-        const uint2 bh = B[m * 32], bl = B[(GTW_MS + m) * 32];
-        mma_1688_tf32(d, hi[0][0], hi[1][0], hi[0][1], hi[1][1], bl.x, bl.y);
-        mma_1688_tf32(d, lo[0][0], lo[1][0], lo[0][1], lo[1][1], bh.x, bh.y);
-        mma_1688_tf32(d, hi[0][0], hi[1][0], hi[0][1], hi[1][1], bh.x, bh.y);
-    }
-    if (part == GT_FP - 1) {
-        gtw_write<NROWS, RPM>(d, st, sw, nv, gs, out);
-    }
 }
 #endif
 #ifndef GT_OK

@@ -1823,7 +1823,7 @@ typedef GRaw<GM> GR;
 // and q as B's columns 0-3. A row's sum is not group_dots' order of
 // operations, so this step is not bit for bit the v4 kernels' (the tests
 // compare it within a bound).
-#if GT_STEP && GROUP_TC && !GROUP_NODOTS && DV % 16 == 0
+#if GT_OK && GROUP_TC && !GROUP_NODOTS && DV % 16 == 0
 #define GTC_ON 1
 // GTPF: strips in flight a warp (36 bytes a lane each). H200, B=256,
 // us, 4 -> 2 (8: 92 and 151): Qwen3.5-4B 85.8 -> 80.0, 122B 138 -> 124.

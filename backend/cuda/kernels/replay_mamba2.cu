@@ -1482,7 +1482,7 @@ typedef GRaw<GM> GR;
 // nvfp4 stream's dots on the tensor cores (gt_stream, replay_common.cu), C
 // as B's columns 0-1. Not group_dots' order of operations: this step is
 // not bit for bit the v4 kernels' (the tests compare it within a bound).
-#if GT_STEP && GROUP_TC && !GROUP_NODOTS && P % 16 == 0
+#if GT_OK && GROUP_TC && !GROUP_NODOTS && P % 16 == 0
 #define MTC_ON 1
 #ifndef GTPF
 #define GTPF 2
