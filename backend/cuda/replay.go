@@ -299,7 +299,7 @@ func tcDecide(name, format string, kinds, byDefault []string, tn tuning) (bool, 
 }
 
 // groupTC reports whether a group step's stream runs on the tensor cores
-// (GROUP_TC in replay_common.cu; tcMatrix's formats but fp32) and the
+// (GROUP_TC in replay_common.cu; tcMatrix's formats) and the
 // define that asks for it: by default for nvfp4 and e4m3 matrices; for
 // bf16 ones (slower, session 22) only where REPLAYSSM_CUDA_DEFINES asks
 // (-DGROUP_TC=1), which also decides it for the others. Its sums are not
@@ -329,17 +329,20 @@ func useGroupTC(d *Device, g groupStep, rows, cols int, opt replay.Options, tn t
 // verifyTC reports whether a group verify's stream runs on the tensor
 // cores (VERIFY_TC in replay_common.cu, gtw_*; tcMatrix's formats, where
 // the verify's vectors, GDN's 2T or Mamba-2's T, fit B's eight columns)
-// and the define that asks for it: by default for every format it has
-// (REPLAYSSM_CUDA_DEFINES' -DVERIFY_TC=0|1 decides instead). Its sums are not the v4 kernels' order of operations. H200,
-// B=256, T=4, the bf16 verify against the FMA stream in the same run
-// (session 22): Qwen3.5-4B 426 -> 286 us, 122B 615 -> 470, Nemotron-3
-// Super 442 -> 422, Nano 368 -> 365.
+// and the define that asks for it: by default for every format tcMatrix
+// names (REPLAYSSM_CUDA_DEFINES' -DVERIFY_TC=0|1 decides instead). Its
+// sums are not the v4 kernels' order of operations. H200, B=256, T=4,
+// against the FMA stream in the same run: bf16 verify (session 22)
+// Qwen3.5-4B 426 -> 286 us, 122B 615 -> 470, Nemotron-3 Super 442 -> 422,
+// Nano 368 -> 365; fp8 read copy (session 23) 4B 594 -> 360, 122B 910 ->
+// 619, Nano 553 -> 504, Super 436 -> 381.
 func verifyTC(cc, rows, cols, vectors int, opt replay.Options, tn tuning) (bool, string) {
 	format := ""
 	if vectors <= 8 {
 		format = tcMatrix(cc, rows, cols, opt, tn)
 	}
-	return tcDecide("VERIFY_TC", format, []string{"nvfp4", "bf16", "e4m3"}, []string{"nvfp4", "bf16", "e4m3"}, tn)
+	all := []string{"nvfp4", "bf16", "e4m3"}
+	return tcDecide("VERIFY_TC", format, all, all, tn)
 }
 
 // useVerifyTC sets g.verifyTC and adds VERIFY_TC's define where a planned

@@ -1878,7 +1878,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         gtw_stream<GROWS, P>(mat, scl, raw, sB, cnt, sGs, sDot);
     }
 #else
-    __syncthreads();
+    __syncthreads(); // dot_pairs' B_j . C_k
     weights();
     float vr[TMAX][GM::CPL][GVEC];
 #pragma unroll
