@@ -41,6 +41,8 @@ type tuning struct {
 	v5          bool     // REPLAYSSM_CUDA_KERNELS=v5: the pipelined Mamba-2 step, not the group step (v6)
 	groupNT     int      // REPLAYSSM_CUDA_GROUP_THREADS: the group kernels' block size (0: groupBlockSize)
 	foldItems   bool     // the verify's early folds on a resident grid (default; REPLAYSSM_CUDA_FOLD_ITEMS=0: one block per (head, slot))
+	foldStream  bool     // the GDN verify's early folds streamed where they apply (default; REPLAYSSM_CUDA_FOLD_STREAM=0: gdn_replay_fold_items)
+	fsWarps     int      // REPLAYSSM_CUDA_FS_WARPS: gdn_fold_stream's warps a block (0: fsWarps)
 	pipeGroups  int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks  int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines     []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
@@ -66,6 +68,7 @@ func envTuning(getenv func(string) string) tuning {
 		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
 		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
 		foldItems:  getenv("REPLAYSSM_CUDA_FOLD_ITEMS") != "0",
+		foldStream: getenv("REPLAYSSM_CUDA_FOLD_STREAM") != "0",
 		smallBatch: defaultSmallBatch,
 	}
 	if f := getenv("REPLAYSSM_CUDA_FOLDS"); f == "pipe" || f == "items" {
@@ -76,6 +79,9 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_BASE_THREADS")); err == nil && v >= 64 && v <= 512 && v%32 == 0 {
 		tn.baseThreads = v
+	}
+	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_FS_WARPS")); err == nil && (v == 2 || v == 4 || v == 8) {
+		tn.fsWarps = v
 	}
 	if v := getenv("REPLAYSSM_CUDA_BASE_STAGE"); v == "0" || v == "1" {
 		tn.baseStage = v
@@ -176,6 +182,14 @@ type groupStep struct {
 	verifySmem   int
 	verifyFold   *Function
 	foldBlocks   int // > 0: verifyFold is *_replay_fold_items, on this grid
+	// streamFold: the early folds are gdn_fold_stream (FOLD_STREAM,
+	// planFoldStream), on streamBlocks blocks of streamThreads threads with
+	// streamSmem bytes of dynamic shared memory each.
+	streamFold    bool
+	stream        *Function
+	streamThreads int
+	streamBlocks  int
+	streamSmem    int
 	// minItems is the fewest items (groups × batch rows) the group verify
 	// takes: below it, at a few slots, the v5 or v4
 	// kernels spread the heads over more blocks (batch 1, Nano: 8 items, the
@@ -425,7 +439,16 @@ func (c *replayCommon) bindGroup(name, verify string, foldItems bool, boundBlock
 	if c.group.foldBlocks, err = residentBlocks(c.d, c.group.verifyFold, c.threads, boundBlocks); err != nil {
 		return err
 	}
-	return nil
+	if !c.group.streamFold {
+		return nil
+	}
+	f, r, blocks, err := c.bindResident(c.kind+"_fold_stream", c.group.streamThreads, c.group.streamSmem, boundBlocks)
+	if err == nil && blocks == 0 {
+		err = fmt.Errorf("%s_fold_stream: no block of %d threads fits an SM (%d registers, %d + %d bytes of shared memory)",
+			c.kind, c.group.streamThreads, r.Registers, r.StaticSharedBytes, c.group.streamSmem)
+	}
+	c.group.stream, c.group.streamBlocks = f, blocks
+	return err
 }
 
 // replayRingMax bounds window + max drafts: the ring's per-entry tables live
@@ -739,6 +762,15 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 		switch {
 		case c.folds.on:
 			if err := c.launchFolds(fs, c.folds.fold, a, batch, bound); err != nil {
+				return err
+			}
+		case g.stream != nil:
+			blocks := g.streamBlocks
+			if bound > 0 {
+				blocks = min(blocks, bound)
+			}
+			fold := [3]uint32{uint32(blocks), 1, 1}
+			if err := c.d.Launch(g.stream, fold, [3]uint32{uint32(g.streamThreads), 1, 1}, uint32(g.streamSmem), fs, a); err != nil {
 				return err
 			}
 		case g.foldBlocks > 0:

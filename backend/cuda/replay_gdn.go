@@ -83,7 +83,42 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 		}
 		defines = append(defines, fc)
 	}
+	if g.streamFold = planFoldStream(d, shape, opt, g, tn); g.streamFold {
+		w := fsWarps
+		if tn.fsWarps > 0 {
+			w = tn.fsWarps
+		}
+		g.streamThreads, g.streamSmem = 32*w, w*16*dk*elemBytes(opt.State)
+		defines = append(defines, "-DFOLD_STREAM=1", fmt.Sprintf("-DFS_WARPS=%d", w))
+	}
 	return p, g, f, defines
+}
+
+// fsWarps is gdn_fold_stream's warps a block (FS_WARPS), each folding a
+// strip of 16 rows (REPLAYSSM_CUDA_FS_WARPS: 2, 4 or 8 where dv allows).
+const fsWarps = 4
+
+// planFoldStream reports whether a GDN verify's early folds run as
+// gdn_fold_stream (FOLD_STREAM in replay_gdn.cu) in place of
+// gdn_replay_fold_items: where the latter's fold is the tensor-core rank
+// update from cached u (tcFold, FoldsCachedU, TC_FOLD_ON's layout of 16
+// rows a warp), whose results the stream keeps bit for bit, on sm_90 (bulk
+// copies), with the group verify and its resident-grid folds, unless the
+// knobs ask otherwise (REPLAYSSM_CUDA_FOLD_STREAM=0, or TC_FOLD or
+// FOLD_CACHED given in REPLAYSSM_CUDA_DEFINES).
+func planFoldStream(d *Device, shape ssm.GDNShape, opt replay.Options, g groupStep, tn tuning) bool {
+	dk, dv := shape.KeyDim, shape.ValueDim
+	if !tn.foldStream || !tn.foldItems || !g.verifyOn || definesName(tn.defines, "TC_FOLD") || definesName(tn.defines, "FOLD_CACHED") {
+		return false
+	}
+	if major, _ := d.ComputeCapability(); major < 9 {
+		return false
+	}
+	w := fsWarps
+	if tn.fsWarps > 0 {
+		w = tn.fsWarps
+	}
+	return tcFold(opt) && opt.FoldsCachedU() && moduleThreads(opt, dv, dk, tn) == 2*dv && dk%16 == 0 && dv%(16*w) == 0
 }
 
 // tcFold reports whether a GDN module folds on the tensor cores by default

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/replayssm/replayssm/numeric"
@@ -66,6 +67,9 @@ type gpuCache struct {
 	// foldKernel names the kernels that fold checkpoints ("v7" or
 	// "items") and why not v7.
 	foldKernel func() (string, string)
+	// streamFold reports whether a verify's early folds are
+	// gdn_fold_stream (planFoldStream).
+	streamFold func() bool
 	// inexact reports whether the non-flush step or the verify sums in
 	// another order than the v4 kernels (a group stream on the tensor
 	// cores), so that its outputs, and what later reads its cached u,
@@ -134,6 +138,7 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 				plan:          func() pipeline { return c.pipe },
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				foldKernel:    c.FoldKernel,
+				streamFold:    func() bool { return false },
 				inexact:       func() bool { return c.group.tc || c.group.verifyTC },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
@@ -207,6 +212,7 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				foldKernel:    c.FoldKernel,
 				ringU:         func() Buffer { return c.ringU },
+				streamFold:    func() bool { return c.group.stream != nil },
 				inexact:       func() bool { return c.group.tc || c.group.verifyTC },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
@@ -938,6 +944,55 @@ func TestReplayFoldPipeMatchesItems(t *testing.T) {
 	items := envTuning(os.Getenv)
 	items.folds, items.groupAll = "items", true
 	comparePairs(t, d, pairVariant{"v7", pipe, 0, "v7"}, pairVariant{"items", items, 0, "items"})
+}
+
+// TestReplayFoldStreamMatchesItems checks the GDN verify's streamed early
+// folds (gdn_fold_stream, the default where planFoldStream applies) against
+// gdn_replay_fold_items bit for bit, in the formats it applies to: the
+// stream keeps the tensor-core fold's operands and order. Its blocks list
+// the cursors three slots at a time (-DFS_CHUNK=3: seven slots in three
+// chunks, the items' global order across them) on a grid of two blocks,
+// each taking many items in turn (its strips' mbarrier phases).
+func TestReplayFoldStreamMatchesItems(t *testing.T) {
+	d := gpu(t)
+	if major, _ := d.ComputeCapability(); major < 9 {
+		t.Skip("the streamed folds need sm_90 (bulk copies); this GPU folds with the work_items kernels only")
+	}
+	stream := envTuning(os.Getenv)
+	stream.groupAll, stream.pipeBlocks = true, 2
+	stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
+	items := envTuning(os.Getenv)
+	items.groupAll, items.foldStream = true, false
+	small := len(smallLayers())
+	for k, l := range largeLayers() {
+		if !strings.HasPrefix(l.name, "gdn") {
+			continue
+		}
+		for _, o := range []struct {
+			name string
+			opt  replay.Options
+		}{
+			{"fp32", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3}},
+			{"bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, State: numeric.BF16}},
+		} {
+			t.Run(l.name+"/"+o.name, func(t *testing.T) {
+				t.Parallel()
+				build := func(tn tuning, want bool) *gpuCache {
+					c, err := l.buildWith(d, o.opt, pairSlots, tn)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { must(t, c.close()) })
+					c.setSmallBatch(0)
+					if c.streamFold() != want {
+						t.Fatalf("streamed early folds %v, want %v", c.streamFold(), want)
+					}
+					return c
+				}
+				sameOutputs(t, d, small+k, l, build(stream, true), build(items, false), "stream", "items")
+			})
+		}
+	}
 }
 
 // pairVariant is one side of a bit-for-bit comparison of two caches: its

@@ -1276,6 +1276,213 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 }
 #endif
 
+// ---- the verify's early folds, streamed (FOLD_STREAM) ----
+//
+// gdn_fold_stream folds the history of the slots that fold early in a
+// verify where that fold is the rank-n update from the ring's cached u on
+// the tensor cores (FOLD_CACHED_ON, TC_FOLD_ON):
+//
+//	S0 <- g_n S0 + sum_{i<n} (coef_i u_i) (x) k_i
+//
+// with gdn_fold's operands, the same mma sequence for each 16-row strip
+// (gdn_update_tc's: the strip's A fragments coef_i u_i, B the keys, the
+// entries in steps of 8, zeros past n) and store_state's rounding, so the
+// new checkpoint is gdn_replay_fold_items' bit for bit. That kernel holds
+// a whole matrix in the registers of 256 threads (two blocks an SM) and
+// waits through each item's chain of cursor, ring and barrier round trips
+// before its loads; here an item is FS_WARPS strips of 16 rows of one
+// value head, each warp's strip brought into shared memory by one bulk
+// copy asked for as soon as the item is known, beside the keys' cp.async
+// and the A fragments' loads, and no state in registers beyond the chunk
+// being updated: several blocks an SM, each with its strips in flight.
+// Every block reads the cursors of the whole batch (FS_CHUNK slots at a time),
+// lists the folding slots in order and takes every gridDim.x-th item of
+// the list, so the blocks' shares differ by at most one item.
+// FOLD_STREAM is set by the Go side (gdnModule) where these conditions
+// hold; REPLAYSSM_CUDA_FOLD_STREAM=0 keeps gdn_replay_fold_items.
+#ifndef FOLD_STREAM
+#define FOLD_STREAM 0
+#endif
+#ifndef FS_WARPS
+#define FS_WARPS 4
+#endif
+// FS_CHUNK: the slots whose cursors a block lists at a time (at most its
+// threads; tests set a few, so that a small batch spans several chunks).
+#ifndef FS_CHUNK
+#define FS_CHUNK (32 * FS_WARPS)
+#endif
+// FS_MINB: the blocks an SM gdn_fold_stream's registers are bounded for
+// (an experiment knob; shared memory bounds fp32 strips at 5, bf16 at 8).
+#ifndef FS_MINB
+#define FS_MINB 1
+#endif
+#if FOLD_STREAM && HSPLIT == 1
+#if !(TC_FOLD_ON && FOLD_CACHED_ON && STATE_FMT != FMT_E4M3 && DV % (16 * FS_WARPS) == 0 && FS_CHUNK <= 32 * FS_WARPS && __CUDA_ARCH__ >= 900)
+#error "FOLD_STREAM: needs the tensor-core fold of cached u (TC_FOLD_ON, FOLD_CACHED_ON), an unscaled checkpoint, DV a multiple of 16*FS_WARPS and sm_90"
+#endif
+#define FS_ROWS (16 * FS_WARPS)
+#define FS_STRIP_BYTES (16 * DK * FMT_SIZE(STATE_FMT)) // a warp's 16 rows, as stored
+extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_stream(GDN_VERIFY_PARAMS, int batch)
+{
+    constexpr int NTH = 32 * FS_WARPS;
+    constexpr int PARTS = DV / FS_ROWS;   // items a value head
+    constexpr int PER = NVH * PARTS;      // items a folding slot
+    constexpr int KS = (RMAX + 7) / 8;    // gdn_update_tc's steps of 8 entries
+    constexpr int CPL = DK / 16;          // TCMap's chunks of a row
+    extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_WARPS strips
+    __shared__ __align__(16) float sK[RMAX * DK];            // the item's ring keys
+    __shared__ __align__(8) u64 sBar[FS_WARPS];
+    __shared__ int sList[NTH];
+    __shared__ int sCount[FS_WARPS];
+    if (GV_SKIP & 4) {
+        return;
+    }
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, lt = lane & 3;
+    const int bcol = 4 * (g >> 1) + 2 * (g & 1);
+    unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES;
+    if (lane == 0) {
+        mbar_init(&sBar[warp], 1);
+        mbar_fence_init();
+    }
+    __syncwarp();
+    u32 parity = 0;
+    int seen = 0; // folding items listed before this chunk of slots
+    for (int base = 0; base < batch; base += FS_CHUNK) {
+        // The chunk's folding slots, in batch order (ballots, not atomics:
+        // every block must list them alike).
+        const int bq = base + tid;
+        const bool f = tid < FS_CHUNK && bq < batch && FOLDS_EARLY(hist[slots[bq]], counts ? counts[bq] : T, R);
+        const u32 ball = __ballot_sync(FULL_MASK, f);
+        if (lane == 0) {
+            sCount[warp] = __popc(ball);
+        }
+        __syncthreads();
+        int off = 0, total = 0;
+#pragma unroll
+        for (int w = 0; w < FS_WARPS; w++) {
+            off += w < warp ? sCount[w] : 0;
+            total += sCount[w];
+        }
+        if (f) {
+            sList[off + __popc(ball & ((1u << lane) - 1u))] = bq;
+        }
+        __syncthreads();
+        const int items = total * PER;
+        const int grid = (int)gridDim.x;
+        for (int li = ((int)blockIdx.x - seen % grid + grid) % grid; li < items; li += grid) {
+            const int b = sList[li / PER], j = li % PER / PARTS, part = li % PARTS;
+            const int s = slots[b], n = hist[s], kh = j / VPK;
+            const u64 mat = (u64)s * NVH + j;
+            const int row0 = part * FS_ROWS + 16 * warp; // the warp's strip
+            if (lane == 0) {
+                // The strip's reads of the previous item were consumed
+                // (stored) before the __syncthreads that ended it, as the
+                // pipelined folds' consumers release a stage.
+                mbar_arrive_tx(&sBar[warp], FS_STRIP_BYTES);
+                bulk_g2s(strip,
+                         reinterpret_cast<const unsigned char*>(state) +
+                             (mat * (DV * DK) + (u64)row0 * DK) * FMT_SIZE(STATE_FMT),
+                         FS_STRIP_BYTES, &sBar[warp]);
+            }
+            cp_rows<DK>(sK, ringK + (ring_at(s, 0) * NKH + kh) * DK, NKH * DK, n, tid, NTH);
+            cp_async_commit();
+            // The A operands' cached u (rows row0 + g and + 8 of entries
+            // 8ks + lt and + 4) and the decays, lane i holding entry i's.
+            float uu[KS][4];
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                const int i0 = 8 * ks + lt, i1 = i0 + 4;
+                const float* u0 = ringU + (ring_at(s, i0) * NVH + j) * DV + row0 + g;
+                const float* u1 = ringU + (ring_at(s, i1) * NVH + j) * DV + row0 + g;
+                uu[ks][0] = i0 < n ? u0[0] : 0.0f;
+                uu[ks][1] = i0 < n ? u0[8] : 0.0f;
+                uu[ks][2] = i1 < n ? u1[0] : 0.0f;
+                uu[ks][3] = i1 < n ? u1[8] : 0.0f;
+            }
+            const float dec = lane < n && lane < RMAX ? ringA[rs_at(s, j, lane)] : 0.0f;
+            // gdn_fold's float64 chains, in its order: coef_i (lane i) and
+            // g_n (every lane).
+            double c = 1.0, gp = 1.0;
+#pragma unroll
+            for (int m = 0; m < RMAX; m++) {
+                const double dm = (double)__shfl_sync(FULL_MASK, dec, m);
+                if (m > lane && m < n) {
+                    c *= dm;
+                }
+                if (m < n) {
+                    gp *= dm;
+                }
+            }
+            const float coef = (float)c, gt = (float)gp;
+            u32 ahi[KS][4], alo[KS][4];
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                const int i0 = 8 * ks + lt, i1 = i0 + 4;
+                const float c0 = __shfl_sync(FULL_MASK, coef, i0 & 31), c1 = __shfl_sync(FULL_MASK, coef, i1 & 31);
+                const float a[4] = {
+                    i0 < n ? c0 * uu[ks][0] : 0.0f,
+                    i0 < n ? c0 * uu[ks][1] : 0.0f,
+                    i1 < n ? c1 * uu[ks][2] : 0.0f,
+                    i1 < n ? c1 * uu[ks][3] : 0.0f,
+                };
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    tf32_split_fast(a[e], ahi[ks][e], alo[ks][e]);
+                }
+            }
+            cp_async_wait_all();
+            __syncthreads(); // the keys
+            mbar_wait(&sBar[warp], parity);
+            parity ^= 1;
+            ST* const dst = state + mat * (DV * DK);
+#pragma unroll 2
+            for (int cc = 0; cc < CPL; cc++) {
+                float x[2][4];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    load_chunk<STATE_FMT, 4>(strip, (u64)(g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f);
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        x[h][k] = gt * x[h][k];
+                    }
+                }
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) {
+                    if (8 * ks < n) {
+                        const int i0 = 8 * ks + lt, i1 = i0 + 4;
+                        const bool in0 = i0 < n, in1 = i1 < n;
+                        float2 x0 = *reinterpret_cast<const float2*>(sK + (in0 ? i0 : 0) * DK + bcol + 16 * cc);
+                        float2 x1 = *reinterpret_cast<const float2*>(sK + (in1 ? i1 : 0) * DK + bcol + 16 * cc);
+                        if (!in0) {
+                            x0 = make_float2(0.0f, 0.0f);
+                        }
+                        if (!in1) {
+                            x1 = make_float2(0.0f, 0.0f);
+                        }
+#pragma unroll
+                        for (int p = 0; p < 2; p++) {
+                            u32 bhi0, blo0, bhi1, blo1;
+                            tf32_split_fast(p ? x0.y : x0.x, bhi0, blo0);
+                            tf32_split_fast(p ? x1.y : x1.x, bhi1, blo1);
+                            mma_3xtf32<false>(x[0][p], x[0][p + 2], x[1][p], x[1][p + 2], ahi[ks], alo[ks], bhi0,
+                                              bhi1, blo0, blo1);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    store_chunk<STATE_FMT, 4>(dst, (u64)(row0 + g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f, 1.0f);
+                }
+            }
+            __syncthreads(); // the keys and strips read before the next item's copies
+        }
+        seen += items;
+        __syncthreads(); // the list read before the next chunk's
+    }
+}
+#endif
+
 // BASE_SKIP=1 is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DBASE_SKIP=1;
 // the baseline step's state and outputs are then wrong): the streaming
 // step copies each pass's chunks back unchanged, so the step's time
