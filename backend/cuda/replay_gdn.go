@@ -186,11 +186,12 @@ func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
 	// The group verify's tables (gdn_group_verify_item): the drafts' k, q
 	// and the ring's keys (later the drafts' vectors padded, 4 floats
 	// after every 32, or the tensor cores' operands: gtw_vectors), their
-	// gram dots, the value heads' ring scalars and decay products per
-	// draft, and the projections on 2T vectors.
+	// gram dots, the value heads' ring scalars, decay products and the
+	// outputs' ring weights per draft (two tables), and the projections on
+	// 2T vectors.
 	T := opt.MaxDraft
 	vecs := 2*T*dk + max(R*dk, 2*T*(dk+dk/32*4), 16*dk+8)
-	verifyTables := 4 * (vecs + 2*T*(R+1) + 2*vpk*(R+1) + vpk*T*(R+1) + vpk*T + vpk + 2*T*vpk*dv + 16)
+	verifyTables := 4 * (vecs + 2*T*(R+1) + 2*vpk*(R+1) + 2*vpk*T*(R+1) + vpk*T + vpk + 2*T*vpk*dv + 16)
 	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
 	return g
 }

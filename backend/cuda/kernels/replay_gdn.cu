@@ -2402,7 +2402,10 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     __shared__ float sGram[GV2 * GR1];                       // [d][i] = k_i . k_d, [TMAX+d][i] = k_i . q_d
     __shared__ float sDecay[VPK * GR1];
     __shared__ float sBeta[VPK * GR1];
-    __shared__ float sWs[VPK * TMAX * GR1]; // per value head and draft: prod_{i<m<=n+d} exp(g_m)
+    // Per value head and draft: prod_{i<m<=n+d} exp(g_m), then the
+    // outputs' ring weights, that times k_i.k_d (sWs) and times k_i.q_d (sWq).
+    __shared__ float sWs[VPK * TMAX * GR1];
+    __shared__ float sWq[VPK * TMAX * GR1];
     __shared__ float sGam[VPK * TMAX];
     __shared__ float sGs[VPK];
     __shared__ float sProj[GV2 * GROWS]; // S0^T vec_a for the VPK*DV rows
@@ -2489,6 +2492,19 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     // (2-byte states had 2-way conflicts, 1-byte reads 4-way, and the
     // shared-memory pipe bounded the bf16 verify).
     __syncthreads();
+    // The outputs' ring weights once an item, not in every row (as the
+    // Mamba-2 verify's): the same float products, so the outputs do not
+    // change. k's weights reach entry n+d-1, q's n+d.
+    for (int idx = tid; idx < VPK * cnt * GR1; idx += GNT) {
+        const int i = idx % GR1, d = idx / GR1 % cnt, at = (idx / (cnt * GR1) * TMAX + d) * GR1 + i;
+        if (i <= n + d) {
+            const float w = sWs[at];
+            sWq[at] = w * sGram[(TMAX + d) * GR1 + i];
+            if (i < n + d) {
+                sWs[at] = w * sGram[d * GR1 + i];
+            }
+        }
+    }
 #if GVTC_ON
     // or the tensor cores' B operands there
     gtw_vectors(sVec, DK, 2 * cnt, sRingK);
@@ -2565,28 +2581,27 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
             if (d < cnt) {
                 const int tp = n + d;
                 const float gam = sGam[jj * TMAX + d];
-                const float* ws = sWs + (jj * TMAX + d) * GR1;
-                const float* gk = sGram + d * GR1;
-                const float* gq = sGram + (TMAX + d) * GR1;
+                const float* wk = sWs + (jj * TMAX + d) * GR1;
+                const float* wq = sWq + (jj * TMAX + d) * GR1;
                 const u64 row = (((u64)b * T + d) * NVH + j0) * DV + o1;
                 float ut = vd[d] - gam * sProj[d * GROWS + o1];
                 float ov = gam * sProj[(cnt + d) * GROWS + o1];
 #pragma unroll
                 for (int i = 0; i < RMAX; i++) {
                     if (i < n) {
-                        ut = fmaf(-(ws[i] * gk[i]), uloc[i], ut);
-                        ov = fmaf(ws[i] * gq[i], uloc[i], ov);
+                        ut = fmaf(-wk[i], uloc[i], ut);
+                        ov = fmaf(wq[i], uloc[i], ov);
                     }
                 }
 #pragma unroll
                 for (int e = 0; e < TMAX; e++) {
                     if (e < d) {
-                        ut = fmaf(-(ws[n + e] * gk[n + e]), ud[e], ut);
-                        ov = fmaf(ws[n + e] * gq[n + e], ud[e], ov);
+                        ut = fmaf(-wk[n + e], ud[e], ut);
+                        ov = fmaf(wq[n + e], ud[e], ov);
                     }
                 }
                 ut = ut * sBeta[jj * GR1 + tp];
-                ov = fmaf(ws[tp] * gq[tp], ut, ov);
+                ov = fmaf(wq[tp], ut, ov);
                 ud[d] = ut;
                 ringU[(ring_at(s, tp) * NVH + j0) * DV + o1] = ut;
                 o[row] = ov;
