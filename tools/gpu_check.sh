@@ -27,11 +27,14 @@
 #   tools/gpu_check.sh verify_pf  # the tensor-core verify's passes in flight (GVPF)
 #   tools/gpu_check.sh e4m3_tc    # the e4m3 (fp8) tensor-core streams, asked for: tests, the fp8 step against its FMA stream
 #   tools/gpu_check.sh e4m3_default  # the e4m3 streams by default (session 23): tests, verify-fp8 and fp8 checkpoints against the FMA streams, the verify by part (GV_SKIP)
+#   tools/gpu_check.sh fold_stream  # the GDN verify's streamed early folds (session 24): tests, against the old folds, its warps, GV_SKIP=4
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
 #                                   # -DGV_SKIP=4/5/6/7 the verify's parts,
 #                                   # _FOLD_ITEMS=0 the early folds' grid,
+#                                   # _FOLD_STREAM=0 the GDN early folds
+#                                   # without the stream kernel,
 #                                   # -DLOAD_FIRST=0 the drafts' loads in loops,
 #                                   # -DBASE_EARLY=0 the bf16 baselines' first pass
 #                                   # after their prologue, _FOLDS=items|pipe the
@@ -340,7 +343,19 @@ e4m3_default)
 	experiment gv_skip all verify REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=1 \
 		REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=2
 	;;
+fold_stream)
+	# Session 24: the GDN verify's streamed early folds (gdn_fold_stream)
+	# and its ring weights once an item. The tests that compare the stream
+	# with gdn_replay_fold_items and v4 bit for bit and the GDN references;
+	# the verify against the old folds, its items' warps and the verify
+	# without its folds (GV_SKIP=4: the folds' time by difference).
+	some_tests fold_stream 300 \
+		'TestReplayFoldStreamMatchesItems|TestReplayPipelineMatchesV4/gdn|TestReplayCacheSpeculative/gdn|TestReplayCacheMatchesReference/gdn'
+	experiment fold_stream qwen3.5-4b,qwen3.5-122b verify REPLAYSSM_CUDA_FOLD_STREAM=0 \
+		REPLAYSSM_CUDA_FS_WARPS=2 REPLAYSSM_CUDA_FS_WARPS=8 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4
+	;;
 experiments)
+	experiment fold_stream qwen3.5-4b,qwen3.5-122b verify REPLAYSSM_CUDA_FOLD_STREAM=0
 	experiment group_threads all replay,replay-nvfp4,replay-fp8 REPLAYSSM_CUDA_GROUP_THREADS=64 \
 		REPLAYSSM_CUDA_GROUP_THREADS=128 REPLAYSSM_CUDA_GROUP_THREADS=256
 	experiment v5 all replay,verify REPLAYSSM_CUDA_KERNELS=v5
