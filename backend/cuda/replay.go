@@ -43,6 +43,7 @@ type tuning struct {
 	foldItems   bool     // the verify's early folds on a resident grid (default; REPLAYSSM_CUDA_FOLD_ITEMS=0: one block per (head, slot))
 	foldStream  bool     // the GDN verify's early folds streamed where they apply (default; REPLAYSSM_CUDA_FOLD_STREAM=0: gdn_replay_fold_items)
 	fsWarps     int      // REPLAYSSM_CUDA_FS_WARPS: gdn_fold_stream's warps a block (0: fsWarps)
+	fsDB        string   // REPLAYSSM_CUDA_FS_DB: "1" or "0" forces gdn_fold_stream's two buffers on or off ("": on for 2-byte checkpoints)
 	pipeGroups  int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks  int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines     []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
@@ -82,6 +83,9 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_FS_WARPS")); err == nil && (v == 2 || v == 4 || v == 8) {
 		tn.fsWarps = v
+	}
+	if v := getenv("REPLAYSSM_CUDA_FS_DB"); v == "0" || v == "1" {
+		tn.fsDB = v
 	}
 	if v := getenv("REPLAYSSM_CUDA_BASE_STAGE"); v == "0" || v == "1" {
 		tn.baseStage = v

@@ -88,8 +88,15 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 		if tn.fsWarps > 0 {
 			w = tn.fsWarps
 		}
-		g.streamThreads, g.streamSmem = 32*w, w*16*dk*elemBytes(opt.State)
-		defines = append(defines, "-DFOLD_STREAM=1", fmt.Sprintf("-DFS_WARPS=%d", w))
+		// Two buffers of strips and keys a block for 2-byte checkpoints
+		// (FS_DB): their strips are half an fp32 one's, so an SM holds
+		// fewer bytes in flight with one buffer.
+		nb := 1
+		if tn.fsDB == "1" || tn.fsDB == "" && elemBytes(opt.State) == 2 {
+			nb = 2
+		}
+		g.streamThreads, g.streamSmem = 32*w, nb*w*16*dk*elemBytes(opt.State)
+		defines = append(defines, "-DFOLD_STREAM=1", fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFS_DB=%d", nb-1))
 	}
 	return p, g, f, defines
 }

@@ -948,19 +948,17 @@ func TestReplayFoldPipeMatchesItems(t *testing.T) {
 
 // TestReplayFoldStreamMatchesItems checks the GDN verify's streamed early
 // folds (gdn_fold_stream, the default where planFoldStream applies) against
-// gdn_replay_fold_items bit for bit, in the formats it applies to: the
-// stream keeps the tensor-core fold's operands and order. Its blocks list
-// the cursors three slots at a time (-DFS_CHUNK=3: seven slots in three
-// chunks, the items' global order across them) on a grid of two blocks,
-// each taking many items in turn (its strips' mbarrier phases).
+// gdn_replay_fold_items bit for bit, in the formats it applies to, with one
+// buffer a block and with two (FS_DB): the stream keeps the tensor-core
+// fold's operands and order. Its blocks list the cursors three slots at a
+// time (-DFS_CHUNK=3: seven slots in three chunks, the items' global order
+// across them) on a grid of two blocks, each taking many items in turn
+// (its buffers' mbarrier phases).
 func TestReplayFoldStreamMatchesItems(t *testing.T) {
 	d := gpu(t)
 	if major, _ := d.ComputeCapability(); major < 9 {
 		t.Skip("the streamed folds need sm_90 (bulk copies); this GPU folds with the work_items kernels only")
 	}
-	stream := envTuning(os.Getenv)
-	stream.groupAll, stream.pipeBlocks = true, 2
-	stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
 	items := envTuning(os.Getenv)
 	items.groupAll, items.foldStream = true, false
 	small := len(smallLayers())
@@ -975,22 +973,27 @@ func TestReplayFoldStreamMatchesItems(t *testing.T) {
 			{"fp32", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3}},
 			{"bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, State: numeric.BF16}},
 		} {
-			t.Run(l.name+"/"+o.name, func(t *testing.T) {
-				t.Parallel()
-				build := func(tn tuning, want bool) *gpuCache {
-					c, err := l.buildWith(d, o.opt, pairSlots, tn)
-					if err != nil {
-						t.Fatal(err)
+			for _, db := range []string{"0", "1"} {
+				stream := envTuning(os.Getenv)
+				stream.groupAll, stream.pipeBlocks, stream.fsDB = true, 2, db
+				stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
+				t.Run(l.name+"/"+o.name+"/db="+db, func(t *testing.T) {
+					t.Parallel()
+					build := func(tn tuning, want bool) *gpuCache {
+						c, err := l.buildWith(d, o.opt, pairSlots, tn)
+						if err != nil {
+							t.Fatal(err)
+						}
+						t.Cleanup(func() { must(t, c.close()) })
+						c.setSmallBatch(0)
+						if c.streamFold() != want {
+							t.Fatalf("streamed early folds %v, want %v", c.streamFold(), want)
+						}
+						return c
 					}
-					t.Cleanup(func() { must(t, c.close()) })
-					c.setSmallBatch(0)
-					if c.streamFold() != want {
-						t.Fatalf("streamed early folds %v, want %v", c.streamFold(), want)
-					}
-					return c
-				}
-				sameOutputs(t, d, small+k, l, build(stream, true), build(items, false), "stream", "items")
-			})
+					sameOutputs(t, d, small+k, l, build(stream, true), build(items, false), "stream", "items")
+				})
+			}
 		}
 	}
 }

@@ -1312,9 +1312,11 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #define FS_CHUNK (32 * FS_WARPS)
 #endif
 // FS_MINB: the blocks an SM gdn_fold_stream's registers are bounded for
-// (an experiment knob; shared memory bounds fp32 strips at 5, bf16 at 8).
+// (ptxas 11.8, Qwen3.5-4B: 125-129 registers unbounded, 126-128 without
+// spills at 4; shared memory allows 5 blocks of one fp32 buffer, 4 of two
+// bf16 ones).
 #ifndef FS_MINB
-#define FS_MINB 1
+#define FS_MINB 4
 #endif
 #if FOLD_STREAM && HSPLIT == 1
 #if !(TC_FOLD_ON && FOLD_CACHED_ON && STATE_FMT != FMT_E4M3 && DV % (16 * FS_WARPS) == 0 && FS_CHUNK <= 32 * FS_WARPS && __CUDA_ARCH__ >= 900)
@@ -1322,17 +1324,80 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #endif
 #define FS_ROWS (16 * FS_WARPS)
 #define FS_STRIP_BYTES (16 * DK * FMT_SIZE(STATE_FMT)) // a warp's 16 rows, as stored
+// FS_DB=1 (the Go side sets it for 2-byte checkpoints) gives each block
+// two buffers of strips and keys: the next item's copies are in flight
+// while one folds, where with one buffer they wait for its end.
+#ifndef FS_DB
+#define FS_DB 0
+#endif
+#define FS_NB (FS_DB ? 2 : 1)
+
+// FSItem is one item of gdn_fold_stream as a lane holds it: the slot, its
+// history n, the value head and part, and the loads its prologue waits on
+// (asked for before the item before it folds, with FS_DB): the decay of
+// entry lane and the cached u of the lane's A operands (rows g and g+8 of
+// the warp's strip, entries 8ks + lt and + 4).
+struct FSItem {
+    int s, n, j, part;
+    float dec;
+    float uu[(RMAX + 7) / 8][4];
+};
+
+__device__ __forceinline__ FSItem fs_item(const int* sSlot, const int* sN, int li, int warp, int lane,
+                                          const float* __restrict__ ringA, const float* __restrict__ ringU)
+{
+    constexpr int PARTS = DV / FS_ROWS;
+    constexpr int PER = NVH * PARTS;
+    const int g = lane >> 2, lt = lane & 3;
+    FSItem it;
+    it.s = sSlot[li / PER];
+    it.n = sN[li / PER];
+    it.j = li % PER / PARTS;
+    it.part = li % PARTS;
+    const int row = it.part * FS_ROWS + 16 * warp + g;
+#pragma unroll
+    for (int ks = 0; ks < (RMAX + 7) / 8; ks++) {
+        const int i0 = 8 * ks + lt, i1 = i0 + 4;
+        const float* u0 = ringU + (ring_at(it.s, i0) * NVH + it.j) * DV + row;
+        const float* u1 = ringU + (ring_at(it.s, i1) * NVH + it.j) * DV + row;
+        it.uu[ks][0] = i0 < it.n ? u0[0] : 0.0f;
+        it.uu[ks][1] = i0 < it.n ? u0[8] : 0.0f;
+        it.uu[ks][2] = i1 < it.n ? u1[0] : 0.0f;
+        it.uu[ks][3] = i1 < it.n ? u1[8] : 0.0f;
+    }
+    it.dec = lane < it.n && lane < RMAX ? ringA[rs_at(it.s, it.j, lane)] : 0.0f;
+    return it;
+}
+
+// fs_issue asks for item it's strips (lane 0 of each warp, one bulk copy
+// on the warp's barrier) into strip buffer sbuf and its ring keys into
+// kbuf (the block's cp.async, one group). The buffers' last reads are
+// behind a __syncthreads, as the pipelined folds' consumers release a
+// stage.
+__device__ __forceinline__ void fs_issue(const ST* state, const float* __restrict__ ringK, const FSItem& it,
+                                         unsigned char* sbuf, float* kbuf, u64* bar, int tid)
+{
+    const int warp = tid >> 5;
+    if ((tid & 31) == 0) {
+        const u64 e = ((u64)it.s * NVH + it.j) * (DV * DK) + (u64)(it.part * FS_ROWS + 16 * warp) * DK;
+        mbar_arrive_tx(bar, FS_STRIP_BYTES);
+        bulk_g2s(sbuf + warp * FS_STRIP_BYTES, reinterpret_cast<const unsigned char*>(state) + e * FMT_SIZE(STATE_FMT),
+                 FS_STRIP_BYTES, bar);
+    }
+    cp_rows<DK>(kbuf, ringK + (ring_at(it.s, 0) * NKH + it.j / VPK) * DK, NKH * DK, it.n, tid, 32 * FS_WARPS);
+    cp_async_commit();
+}
+
 extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_stream(GDN_VERIFY_PARAMS, int batch)
 {
     constexpr int NTH = 32 * FS_WARPS;
-    constexpr int PARTS = DV / FS_ROWS;   // items a value head
-    constexpr int PER = NVH * PARTS;      // items a folding slot
-    constexpr int KS = (RMAX + 7) / 8;    // gdn_update_tc's steps of 8 entries
-    constexpr int CPL = DK / 16;          // TCMap's chunks of a row
-    extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_WARPS strips
-    __shared__ __align__(16) float sK[RMAX * DK];            // the item's ring keys
-    __shared__ __align__(8) u64 sBar[FS_WARPS];
-    __shared__ int sList[NTH];
+    constexpr int PER = NVH * (DV / FS_ROWS); // items a folding slot
+    constexpr int KS = (RMAX + 7) / 8;        // gdn_update_tc's steps of 8 entries
+    constexpr int CPL = DK / 16;              // TCMap's chunks of a row
+    extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_NB buffers of FS_WARPS strips
+    __shared__ __align__(16) float sK[FS_NB][RMAX * DK];     // the items' ring keys
+    __shared__ __align__(8) u64 sBar[FS_NB][FS_WARPS];
+    __shared__ int sSlot[NTH], sN[NTH]; // the chunk's folding slots and their histories
     __shared__ int sCount[FS_WARPS];
     if (GV_SKIP & 4) {
         return;
@@ -1340,19 +1405,24 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
     const int bcol = 4 * (g >> 1) + 2 * (g & 1);
-    unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES;
-    if (lane == 0) {
-        mbar_init(&sBar[warp], 1);
+    if (lane < FS_NB) {
+        mbar_init(&sBar[lane][warp], 1);
         mbar_fence_init();
     }
     __syncwarp();
-    u32 parity = 0;
-    int seen = 0; // folding items listed before this chunk of slots
+    u32 parity = 0; // bit k: the phase of buffer k's next copy
+    int seen = 0;   // folding items listed before this chunk of slots
     for (int base = 0; base < batch; base += FS_CHUNK) {
         // The chunk's folding slots, in batch order (ballots, not atomics:
-        // every block must list them alike).
+        // every block must list them alike), with their histories.
         const int bq = base + tid;
-        const bool f = tid < FS_CHUNK && bq < batch && FOLDS_EARLY(hist[slots[bq]], counts ? counts[bq] : T, R);
+        int s = 0, n = 0;
+        bool f = false;
+        if (tid < FS_CHUNK && bq < batch) {
+            s = slots[bq];
+            n = hist[s];
+            f = FOLDS_EARLY(n, counts ? counts[bq] : T, R);
+        }
         const u32 ball = __ballot_sync(FULL_MASK, f);
         if (lane == 0) {
             sCount[warp] = __popc(ball);
@@ -1365,48 +1435,37 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             total += sCount[w];
         }
         if (f) {
-            sList[off + __popc(ball & ((1u << lane) - 1u))] = bq;
+            const int at = off + __popc(ball & ((1u << lane) - 1u));
+            sSlot[at] = s;
+            sN[at] = n;
         }
         __syncthreads();
         const int items = total * PER;
         const int grid = (int)gridDim.x;
-        for (int li = ((int)blockIdx.x - seen % grid + grid) % grid; li < items; li += grid) {
-            const int b = sList[li / PER], j = li % PER / PARTS, part = li % PARTS;
-            const int s = slots[b], n = hist[s], kh = j / VPK;
-            const u64 mat = (u64)s * NVH + j;
-            const int row0 = part * FS_ROWS + 16 * warp; // the warp's strip
-            if (lane == 0) {
-                // The strip's reads of the previous item were consumed
-                // (stored) before the __syncthreads that ended it, as the
-                // pipelined folds' consumers release a stage.
-                mbar_arrive_tx(&sBar[warp], FS_STRIP_BYTES);
-                bulk_g2s(strip,
-                         reinterpret_cast<const unsigned char*>(state) +
-                             (mat * (DV * DK) + (u64)row0 * DK) * FMT_SIZE(STATE_FMT),
-                         FS_STRIP_BYTES, &sBar[warp]);
+        int li = ((int)blockIdx.x - seen % grid + grid) % grid;
+        int kb = 0; // the buffer of the block's next item
+        FSItem next;
+        if (li < items) {
+            next = fs_item(sSlot, sN, li, warp, lane, ringA, ringU);
+            fs_issue(state, ringK, next, fs_dyn, sK[0], &sBar[0][warp], tid);
+        }
+        for (; li < items; li += grid) {
+            const FSItem it = next;
+            const int cb = kb, n = it.n;
+            const bool more = li + grid < items;
+            cp_async_wait_all();
+            __syncthreads(); // its keys; every warp is done with the item before
+            if (FS_NB == 2 && more) {
+                next = fs_item(sSlot, sN, li + grid, warp, lane, ringA, ringU);
+                fs_issue(state, ringK, next, fs_dyn + (cb ^ 1) * (FS_WARPS * FS_STRIP_BYTES), sK[cb ^ 1],
+                         &sBar[cb ^ 1][warp], tid);
             }
-            cp_rows<DK>(sK, ringK + (ring_at(s, 0) * NKH + kh) * DK, NKH * DK, n, tid, NTH);
-            cp_async_commit();
-            // The A operands' cached u (rows row0 + g and + 8 of entries
-            // 8ks + lt and + 4) and the decays, lane i holding entry i's.
-            float uu[KS][4];
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                const int i0 = 8 * ks + lt, i1 = i0 + 4;
-                const float* u0 = ringU + (ring_at(s, i0) * NVH + j) * DV + row0 + g;
-                const float* u1 = ringU + (ring_at(s, i1) * NVH + j) * DV + row0 + g;
-                uu[ks][0] = i0 < n ? u0[0] : 0.0f;
-                uu[ks][1] = i0 < n ? u0[8] : 0.0f;
-                uu[ks][2] = i1 < n ? u1[0] : 0.0f;
-                uu[ks][3] = i1 < n ? u1[8] : 0.0f;
-            }
-            const float dec = lane < n && lane < RMAX ? ringA[rs_at(s, j, lane)] : 0.0f;
             // gdn_fold's float64 chains, in its order: coef_i (lane i) and
             // g_n (every lane).
             double c = 1.0, gp = 1.0;
 #pragma unroll
             for (int m = 0; m < RMAX; m++) {
-                const double dm = (double)__shfl_sync(FULL_MASK, dec, m);
+                const double dm = (double)__shfl_sync(FULL_MASK, it.dec, m);
                 if (m > lane && m < n) {
                     c *= dm;
                 }
@@ -1421,21 +1480,22 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
                 const int i0 = 8 * ks + lt, i1 = i0 + 4;
                 const float c0 = __shfl_sync(FULL_MASK, coef, i0 & 31), c1 = __shfl_sync(FULL_MASK, coef, i1 & 31);
                 const float a[4] = {
-                    i0 < n ? c0 * uu[ks][0] : 0.0f,
-                    i0 < n ? c0 * uu[ks][1] : 0.0f,
-                    i1 < n ? c1 * uu[ks][2] : 0.0f,
-                    i1 < n ? c1 * uu[ks][3] : 0.0f,
+                    i0 < n ? c0 * it.uu[ks][0] : 0.0f,
+                    i0 < n ? c0 * it.uu[ks][1] : 0.0f,
+                    i1 < n ? c1 * it.uu[ks][2] : 0.0f,
+                    i1 < n ? c1 * it.uu[ks][3] : 0.0f,
                 };
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     tf32_split_fast(a[e], ahi[ks][e], alo[ks][e]);
                 }
             }
-            cp_async_wait_all();
-            __syncthreads(); // the keys
-            mbar_wait(&sBar[warp], parity);
-            parity ^= 1;
-            ST* const dst = state + mat * (DV * DK);
+            mbar_wait(&sBar[cb][warp], (parity >> cb) & 1);
+            parity ^= 1u << cb;
+            const unsigned char* const strip = fs_dyn + cb * (FS_WARPS * FS_STRIP_BYTES) + warp * FS_STRIP_BYTES;
+            const float* const keys = sK[cb];
+            const int row0 = it.part * FS_ROWS + 16 * warp;
+            ST* const dst = state + ((u64)it.s * NVH + it.j) * (DV * DK);
 #pragma unroll 2
             for (int cc = 0; cc < CPL; cc++) {
                 float x[2][4];
@@ -1452,8 +1512,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
                     if (8 * ks < n) {
                         const int i0 = 8 * ks + lt, i1 = i0 + 4;
                         const bool in0 = i0 < n, in1 = i1 < n;
-                        float2 x0 = *reinterpret_cast<const float2*>(sK + (in0 ? i0 : 0) * DK + bcol + 16 * cc);
-                        float2 x1 = *reinterpret_cast<const float2*>(sK + (in1 ? i1 : 0) * DK + bcol + 16 * cc);
+                        float2 x0 = *reinterpret_cast<const float2*>(keys + (in0 ? i0 : 0) * DK + bcol + 16 * cc);
+                        float2 x1 = *reinterpret_cast<const float2*>(keys + (in1 ? i1 : 0) * DK + bcol + 16 * cc);
                         if (!in0) {
                             x0 = make_float2(0.0f, 0.0f);
                         }
@@ -1475,10 +1535,15 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
                     store_chunk<STATE_FMT, 4>(dst, (u64)(row0 + g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f, 1.0f);
                 }
             }
-            __syncthreads(); // the keys and strips read before the next item's copies
+            if (FS_NB == 1 && more) {
+                __syncthreads(); // the keys and strips read before the next item's copies
+                next = fs_item(sSlot, sN, li + grid, warp, lane, ringA, ringU);
+                fs_issue(state, ringK, next, fs_dyn, sK[0], &sBar[0][warp], tid);
+            }
+            kb = (kb + 1) % FS_NB;
         }
         seen += items;
-        __syncthreads(); // the list read before the next chunk's
+        __syncthreads(); // the list read, every item folded, before the next chunk's
     }
 }
 #endif
