@@ -446,3 +446,76 @@ func ptxasResources(report string) map[string]kernelResources {
 	}
 	return res
 }
+
+// TestPlanFoldStream checks where a GDN verify's early folds are streamed
+// (planFoldStream: the tensor-core fold of cached u on sm_90, with the
+// group verify and its resident-grid folds, unless a knob says otherwise)
+// and what gdnModule then defines and sizes: one buffer of strips a block
+// for fp32 checkpoints, two for 2-byte ones (FS_DB).
+func TestPlanFoldStream(t *testing.T) {
+	base := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
+	with := func(f func(*replay.Options)) replay.Options {
+		o := base
+		f(&o)
+		return o
+	}
+	def := envTuning(func(string) string { return "" })
+	knob := func(f func(*tuning)) tuning {
+		tn := def
+		f(&tn)
+		return tn
+	}
+	ampere := &Device{ccMajor: 8, smCount: 108, sharedOptin: 163 << 10, sharedPerSM: 164 << 10}
+	bf16 := with(func(o *replay.Options) { o.State = numeric.BF16 })
+	cases := []struct {
+		name  string
+		d     *Device
+		shape ssm.GDNShape
+		opt   replay.Options
+		tn    tuning
+		want  bool
+		nb    int // buffers a block
+	}{
+		{"fp32", h200Props(), qwen4bShape, base, def, true, 1},
+		{"bf16", h200Props(), qwen4bShape, bf16, def, true, 2},
+		{"fp16 122B", h200Props(), qwen122bShape, with(func(o *replay.Options) { o.State = numeric.F16 }), def, true, 2},
+		{"bf16 one buffer", h200Props(), qwen4bShape, bf16, knob(func(tn *tuning) { tn.fsDB = "0" }), true, 1},
+		{"fp32 two buffers", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.fsDB = "1" }), true, 2},
+		{"eight warps", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.fsWarps = 8 }), true, 1},
+		{"nvfp4 read copy", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), def, false, 0},
+		{"exact fold", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.ExactFold = true }), def, false, 0},
+		{"fp8 checkpoint", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.State = numeric.E4M3 }), def, false, 0},
+		{"sm_80", ampere, qwen4bShape, base, def, false, 0},
+		{"knob off", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.foldStream = false }), false, 0},
+		{"one block an item", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.foldItems = false }), false, 0},
+		{"TC_FOLD given", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.defines = []string{"-DTC_FOLD=1"} }), false, 0},
+		{"no group verify", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.MaxDraft = 1 }), def, false, 0},
+		{"small heads", h200Props(), ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}, base, def, false, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, g, _, defines := gdnModule(c.d, c.shape, c.opt, c.tn)
+			if g.streamFold != c.want {
+				t.Fatalf("streamed early folds %v, want %v", g.streamFold, c.want)
+			}
+			if !c.want {
+				if slices.Contains(defines, "-DFOLD_STREAM=1") {
+					t.Fatalf("FOLD_STREAM defined without the plan: %v", defines)
+				}
+				return
+			}
+			w := fsWarps
+			if c.tn.fsWarps > 0 {
+				w = c.tn.fsWarps
+			}
+			for _, d := range []string{"-DFOLD_STREAM=1", fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFS_DB=%d", c.nb-1)} {
+				if !slices.Contains(defines, d) {
+					t.Errorf("defines %v lack %s", defines, d)
+				}
+			}
+			if want := c.nb * w * 16 * c.shape.KeyDim * elemBytes(c.opt.State); g.streamThreads != 32*w || g.streamSmem != want {
+				t.Errorf("%d threads and %d bytes of dynamic shared memory, want %d and %d", g.streamThreads, g.streamSmem, 32*w, want)
+			}
+		})
+	}
+}
