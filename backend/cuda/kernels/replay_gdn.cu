@@ -276,6 +276,32 @@ __device__ __forceinline__ void gdn_project_tc(const float (&reg)[TCMap::PASSES]
     }
 }
 
+// update_tc_tile is one step of gdn_update_tc: a chunk's two tiles (p = 0,
+// 1) of 8 columns times one step of 8 entries, the keys' B operands at k0
+// and k1 (entries i0 and i1, zeros where in0 or in1 is false) and the A
+// operands (ahi, alo) into the accumulators of rows g and g+8 (acc0, acc1:
+// TCMap's reg[.][c]). gdn_fold_stream folds with it too, so that its
+// checkpoint is the fold's bit for bit.
+__device__ __forceinline__ void update_tc_tile(float (&acc0)[4], float (&acc1)[4], const float* k0, const float* k1,
+                                               bool in0, bool in1, const u32 (&ahi)[4], const u32 (&alo)[4])
+{
+    float2 x0 = *reinterpret_cast<const float2*>(k0);
+    float2 x1 = *reinterpret_cast<const float2*>(k1);
+    if (!in0) {
+        x0 = make_float2(0.0f, 0.0f);
+    }
+    if (!in1) {
+        x1 = make_float2(0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+        u32 bhi0, blo0, bhi1, blo1;
+        tf32_split_fast(p ? x0.y : x0.x, bhi0, blo0);
+        tf32_split_fast(p ? x1.y : x1.x, bhi1, blo1);
+        mma_3xtf32<false>(acc0[p], acc0[p + 2], acc1[p], acc1[p + 2], ahi, alo, bhi0, bhi1, blo0, blo1);
+    }
+}
+
 // gdn_update_tc is the rank-t update S0 <- gt S0 + sum_i (coef_i u'_i) (x)
 // k_i on the tensor cores, S0 in TCMap's registers as the accumulators:
 // tile (c, p) of 8 columns maps its logical column 2t'+e to 16c + 4t' + p
@@ -321,22 +347,7 @@ __device__ __forceinline__ void gdn_update_tc(float (&reg)[TCMap::PASSES][TCMap:
             const float* k1 = vec + (in1 ? i1 : 0) * DK + bcol;
 #pragma unroll
             for (int c = 0; c < TCMap::CPL; c++) {
-                float2 x0 = *reinterpret_cast<const float2*>(k0 + 16 * c);
-                float2 x1 = *reinterpret_cast<const float2*>(k1 + 16 * c);
-                if (!in0) {
-                    x0 = make_float2(0.0f, 0.0f);
-                }
-                if (!in1) {
-                    x1 = make_float2(0.0f, 0.0f);
-                }
-#pragma unroll
-                for (int p = 0; p < 2; p++) {
-                    u32 bhi0, blo0, bhi1, blo1;
-                    tf32_split_fast(p ? x0.y : x0.x, bhi0, blo0);
-                    tf32_split_fast(p ? x1.y : x1.x, bhi1, blo1);
-                    mma_3xtf32<false>(reg[0][c][p], reg[0][c][p + 2], reg[1][c][p], reg[1][c][p + 2], ahi, alo, bhi0,
-                                      bhi1, blo0, blo1);
-                }
+                update_tc_tile(reg[0][c], reg[1][c], k0 + 16 * c, k1 + 16 * c, in0, in1, ahi, alo);
             }
         }
     }
@@ -1512,22 +1523,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
                     if (8 * ks < n) {
                         const int i0 = 8 * ks + lt, i1 = i0 + 4;
                         const bool in0 = i0 < n, in1 = i1 < n;
-                        float2 x0 = *reinterpret_cast<const float2*>(keys + (in0 ? i0 : 0) * DK + bcol + 16 * cc);
-                        float2 x1 = *reinterpret_cast<const float2*>(keys + (in1 ? i1 : 0) * DK + bcol + 16 * cc);
-                        if (!in0) {
-                            x0 = make_float2(0.0f, 0.0f);
-                        }
-                        if (!in1) {
-                            x1 = make_float2(0.0f, 0.0f);
-                        }
-#pragma unroll
-                        for (int p = 0; p < 2; p++) {
-                            u32 bhi0, blo0, bhi1, blo1;
-                            tf32_split_fast(p ? x0.y : x0.x, bhi0, blo0);
-                            tf32_split_fast(p ? x1.y : x1.x, bhi1, blo1);
-                            mma_3xtf32<false>(x[0][p], x[0][p + 2], x[1][p], x[1][p + 2], ahi[ks], alo[ks], bhi0,
-                                              bhi1, blo0, blo1);
-                        }
+                        update_tc_tile(x[0], x[1], keys + (in0 ? i0 : 0) * DK + bcol + 16 * cc,
+                                       keys + (in1 ? i1 : 0) * DK + bcol + 16 * cc, in0, in1, ahi[ks], alo[ks]);
                     }
                 }
 #pragma unroll
