@@ -143,6 +143,12 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/bf16/fma verify", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{groupNT: 128, defines: []string{"-DVERIFY_TC=0"}}},
 		{"replay/bf16+nvfp4/fma verify", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DVERIFY_TC=0"}}},
+		// The GDN folds by strips (gdn_fold_stream, by default; a zero
+		// tuning has it off) and the flush by strips (gdn_flush_stream,
+		// asked for): one buffer of strips a block (fp32), two (bf16).
+		{"replay/fp32/streamed folds", replay.Options{Mode: replay.Replay}, tuning{foldItems: true, foldStream: true, flushStream: true}},
+		{"replay/bf16/streamed folds", replay.Options{Mode: replay.Replay, State: numeric.BF16},
+			tuning{foldItems: true, foldStream: true, flushStream: true}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -151,7 +157,8 @@ func TestReplayModulesCompile(t *testing.T) {
 	// Options and knobs only a GDN module reads: Mamba-2's would be a
 	// default module compiled again.
 	gdnOnly := func(o replay.Options, tn tuning) bool {
-		return o.ExactFold || slices.Contains(tn.defines, "-DGDN_PF=1") || slices.Contains(tn.defines, "-DVERIFY_TC=0")
+		return o.ExactFold || slices.Contains(tn.defines, "-DGDN_PF=1") || slices.Contains(tn.defines, "-DVERIFY_TC=0") ||
+			tn.foldStream || tn.flushStream
 	}
 	for _, layer := range []string{"mamba2", "gdn", "mamba2-1group"} {
 		for _, o := range opts {
@@ -190,6 +197,9 @@ func TestReplayModulesCompile(t *testing.T) {
 				}
 				if layerKind == "gdn" && opt.Mode == replay.Replay && !g.verifyOn {
 					t.Fatalf("the group verify is not planned (%s): this test would not compile it", g.why)
+				}
+				if (o.tn.foldStream || o.tn.flushStream) && !(g.streamFold && g.streamFlush) {
+					t.Fatalf("the streamed folds are not planned (fold %v, flush %v): this test would not compile them", g.streamFold, g.streamFlush)
 				}
 				if opt.Mode == replay.Replay && !strings.Contains(strings.Join(defines, " "), "-DNCW=") {
 					t.Fatalf("the pipelined kernels are not planned (defines %v): this test would not compile them", defines)
@@ -515,6 +525,34 @@ func TestPlanFoldStream(t *testing.T) {
 			}
 			if want := c.nb * w * 16 * c.shape.KeyDim * elemBytes(c.opt.State); g.streamThreads != 32*w || g.streamSmem != want {
 				t.Errorf("%d threads and %d bytes of dynamic shared memory, want %d and %d", g.streamThreads, g.streamSmem, 32*w, want)
+			}
+		})
+	}
+	// The flush by strips where asked (REPLAYSSM_CUDA_FLUSH_STREAM=1) and
+	// the folds can stream: one buffer of strips a block, with or without
+	// the verify's streamed folds.
+	flush := knob(func(tn *tuning) { tn.flushStream = true })
+	for _, c := range []struct {
+		name      string
+		opt       replay.Options
+		tn        tuning
+		want, fol bool
+	}{
+		{"flush bf16", bf16, flush, true, true},
+		{"flush without the fold", base, knob(func(tn *tuning) { tn.flushStream, tn.foldStream = true, false }), true, false},
+		{"flush not asked", base, def, false, true},
+		{"flush with an nvfp4 read copy", with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), flush, false, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, g, _, defines := gdnModule(h200Props(), qwen4bShape, c.opt, c.tn)
+			if g.streamFlush != c.want || g.streamFold != c.fol {
+				t.Fatalf("streamed flush %v, folds %v; want %v, %v", g.streamFlush, g.streamFold, c.want, c.fol)
+			}
+			if got := slices.Contains(defines, "-DFLUSH_STREAM=1"); got != c.want {
+				t.Errorf("FLUSH_STREAM defined %v, want %v (%v)", got, c.want, defines)
+			}
+			if want := 4 * 16 * qwen4bShape.KeyDim * elemBytes(c.opt.State); c.want && g.flushSmem != want {
+				t.Errorf("flush: %d bytes of dynamic shared memory, want %d", g.flushSmem, want)
 			}
 		})
 	}

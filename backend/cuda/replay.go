@@ -44,6 +44,7 @@ type tuning struct {
 	foldStream  bool     // the GDN verify's early folds streamed where they apply (default; REPLAYSSM_CUDA_FOLD_STREAM=0: gdn_replay_fold_items)
 	fsWarps     int      // REPLAYSSM_CUDA_FS_WARPS: gdn_fold_stream's warps a block (0: fsWarps)
 	fsDB        string   // REPLAYSSM_CUDA_FS_DB: "1" or "0" forces gdn_fold_stream's two buffers on or off ("": on for 2-byte checkpoints)
+	flushStream bool     // REPLAYSSM_CUDA_FLUSH_STREAM=1: the GDN flush streamed where it can be (gdn_flush_stream; off: not yet run on a GPU)
 	pipeGroups  int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks  int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines     []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
@@ -66,11 +67,12 @@ type tuning struct {
 // values keep the defaults.
 func envTuning(getenv func(string) string) tuning {
 	tn := tuning{
-		v4:         getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
-		v5:         getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
-		foldItems:  getenv("REPLAYSSM_CUDA_FOLD_ITEMS") != "0",
-		foldStream: getenv("REPLAYSSM_CUDA_FOLD_STREAM") != "0",
-		smallBatch: defaultSmallBatch,
+		v4:          getenv("REPLAYSSM_CUDA_KERNELS") == "v4",
+		v5:          getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
+		foldItems:   getenv("REPLAYSSM_CUDA_FOLD_ITEMS") != "0",
+		foldStream:  getenv("REPLAYSSM_CUDA_FOLD_STREAM") != "0",
+		flushStream: getenv("REPLAYSSM_CUDA_FLUSH_STREAM") == "1",
+		smallBatch:  defaultSmallBatch,
 	}
 	if f := getenv("REPLAYSSM_CUDA_FOLDS"); f == "pipe" || f == "items" {
 		tn.folds = f
@@ -194,6 +196,13 @@ type groupStep struct {
 	streamThreads int
 	streamBlocks  int
 	streamSmem    int
+	// streamFlush: the step's flush is gdn_flush_stream (FLUSH_STREAM), on
+	// flushBlocks blocks of streamThreads threads with flushSmem bytes of
+	// dynamic shared memory each (one buffer of strips).
+	streamFlush bool
+	flushFn     *Function
+	flushBlocks int
+	flushSmem   int
 	// minItems is the fewest items (groups × batch rows) the group verify
 	// takes: below it, at a few slots, the v5 or v4
 	// kernels spread the heads over more blocks (batch 1, Nano: 8 items, the
@@ -425,6 +434,17 @@ func (c *replayCommon) bindGroup(name, verify string, foldItems bool, boundBlock
 	var err error
 	if c.group.fn, c.group.blocks, err = bind(name, c.group.smem); err != nil {
 		return err
+	}
+	if c.group.streamFlush {
+		f, r, blocks, err := c.bindResident(c.kind+"_flush_stream", c.group.streamThreads, c.group.flushSmem, boundBlocks)
+		if err == nil && blocks == 0 {
+			err = fmt.Errorf("%s_flush_stream: no block of %d threads fits an SM (%d registers, %d + %d bytes of shared memory)",
+				c.kind, c.group.streamThreads, r.Registers, r.StaticSharedBytes, c.group.flushSmem)
+		}
+		if err != nil {
+			return err
+		}
+		c.group.flushFn, c.group.flushBlocks = f, blocks
 	}
 	c.group.minItems = 2 * c.d.Multiprocessors()
 	if verify == "" {
@@ -677,6 +697,13 @@ func (c *replayCommon) launchReplayStep(s *Stream, a *Args, batch int, grid [3]u
 func (c *replayCommon) launchFlush(s *Stream, a *Args, batch, bound int) error {
 	if c.folds.on {
 		return c.launchFolds(s, c.folds.flush, a, batch, bound)
+	}
+	if g := &c.group; g.flushFn != nil {
+		blocks := g.flushBlocks
+		if bound > 0 {
+			blocks = min(blocks, bound)
+		}
+		return c.d.Launch(g.flushFn, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(g.streamThreads), 1, 1}, uint32(g.flushSmem), s, a)
 	}
 	blocks := min(batch*c.heads, c.flushBlocks)
 	if bound > 0 {

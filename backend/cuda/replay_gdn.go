@@ -83,20 +83,29 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 		}
 		defines = append(defines, fc)
 	}
-	if g.streamFold = planFoldStream(d, shape, opt, g, tn); g.streamFold {
+	g.streamFold = planFoldStream(d, shape, opt, g, tn)
+	g.streamFlush = tn.flushStream && streamable(d, shape, opt, tn)
+	if g.streamFold || g.streamFlush {
 		w := fsWarps
 		if tn.fsWarps > 0 {
 			w = tn.fsWarps
 		}
 		// Two buffers of strips and keys a block for 2-byte checkpoints
 		// (FS_DB): their strips are half an fp32 one's, so an SM holds
-		// fewer bytes in flight with one buffer.
+		// fewer bytes in flight with one buffer. The flush has one.
 		nb := 1
 		if tn.fsDB == "1" || tn.fsDB == "" && elemBytes(opt.State) == 2 {
 			nb = 2
 		}
-		g.streamThreads, g.streamSmem = 32*w, nb*w*16*dk*elemBytes(opt.State)
-		defines = append(defines, "-DFOLD_STREAM=1", fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFS_DB=%d", nb-1))
+		strips := w * 16 * dk * elemBytes(opt.State)
+		g.streamThreads, g.streamSmem, g.flushSmem = 32*w, nb*strips, strips
+		defines = append(defines, fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFS_DB=%d", nb-1))
+		if g.streamFold {
+			defines = append(defines, "-DFOLD_STREAM=1")
+		}
+		if g.streamFlush {
+			defines = append(defines, "-DFLUSH_STREAM=1")
+		}
 	}
 	return p, g, f, defines
 }
@@ -107,15 +116,22 @@ const fsWarps = 4
 
 // planFoldStream reports whether a GDN verify's early folds run as
 // gdn_fold_stream (FOLD_STREAM in replay_gdn.cu) in place of
-// gdn_replay_fold_items: where the latter's fold is the tensor-core rank
-// update from cached u (tcFold, FoldsCachedU, TC_FOLD_ON's layout of 16
-// rows a warp), whose results the stream keeps bit for bit, on sm_90 (bulk
-// copies), with the group verify and its resident-grid folds, unless the
-// knobs ask otherwise (REPLAYSSM_CUDA_FOLD_STREAM=0, or TC_FOLD or
-// FOLD_CACHED given in REPLAYSSM_CUDA_DEFINES).
+// gdn_replay_fold_items: where the folds stream (streamable), with the
+// group verify and its resident-grid folds, unless
+// REPLAYSSM_CUDA_FOLD_STREAM=0.
 func planFoldStream(d *Device, shape ssm.GDNShape, opt replay.Options, g groupStep, tn tuning) bool {
+	return tn.foldStream && tn.foldItems && g.verifyOn && streamable(d, shape, opt, tn)
+}
+
+// streamable reports whether the GDN folds can stream by strips of 16 rows
+// (gdn_fold_stream, gdn_flush_stream): where the fold is the tensor-core
+// rank update from cached u (tcFold, FoldsCachedU, TC_FOLD_ON's layout of
+// 16 rows a warp), whose results the strips keep bit for bit, on sm_90
+// (bulk copies), unless TC_FOLD or FOLD_CACHED is given in
+// REPLAYSSM_CUDA_DEFINES.
+func streamable(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) bool {
 	dk, dv := shape.KeyDim, shape.ValueDim
-	if !tn.foldStream || !tn.foldItems || !g.verifyOn || definesName(tn.defines, "TC_FOLD") || definesName(tn.defines, "FOLD_CACHED") {
+	if definesName(tn.defines, "TC_FOLD") || definesName(tn.defines, "FOLD_CACHED") {
 		return false
 	}
 	if major, _ := d.ComputeCapability(); major < 9 {

@@ -70,6 +70,8 @@ type gpuCache struct {
 	// streamFold reports whether a verify's early folds are
 	// gdn_fold_stream (planFoldStream).
 	streamFold func() bool
+	// streamFlush reports whether a step's flush is gdn_flush_stream.
+	streamFlush func() bool
 	// inexact reports whether the non-flush step or the verify sums in
 	// another order than the v4 kernels (a group stream on the tensor
 	// cores), so that its outputs, and what later reads its cached u,
@@ -139,6 +141,7 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 				setSmallBatch: func(n int) { c.smallBatch = n },
 				foldKernel:    c.FoldKernel,
 				streamFold:    func() bool { return false },
+				streamFlush:   func() bool { return false },
 				inexact:       func() bool { return c.group.tc || c.group.verifyTC },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
@@ -213,6 +216,7 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 				foldKernel:    c.FoldKernel,
 				ringU:         func() Buffer { return c.ringU },
 				streamFold:    func() bool { return c.group.stream != nil },
+				streamFlush:   func() bool { return c.group.flushFn != nil },
 				inexact:       func() bool { return c.group.tc || c.group.verifyTC },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
@@ -994,6 +998,55 @@ func TestReplayFoldStreamMatchesItems(t *testing.T) {
 					sameOutputs(t, d, small+k, l, build(stream, true), build(items, false), "stream", "items")
 				})
 			}
+		}
+	}
+}
+
+// TestReplayFlushStreamMatchesItems checks the GDN flush by strips
+// (gdn_flush_stream, REPLAYSSM_CUDA_FLUSH_STREAM=1) against
+// gdn_replay_flush bit for bit where it applies (fp32 and bf16
+// checkpoints without a read copy): it keeps the fold's projections,
+// recurrence, outputs and tensor-core update, row by row. Its blocks list
+// the cursors three slots at a time on a grid of two blocks, as
+// TestReplayFoldStreamMatchesItems's.
+func TestReplayFlushStreamMatchesItems(t *testing.T) {
+	d := gpu(t)
+	if major, _ := d.ComputeCapability(); major < 9 {
+		t.Skip("the streamed flush needs sm_90 (bulk copies); this GPU flushes with the work_items kernels only")
+	}
+	stream := envTuning(os.Getenv)
+	stream.groupAll, stream.pipeBlocks, stream.flushStream = true, 2, true
+	stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
+	items := envTuning(os.Getenv)
+	items.groupAll, items.flushStream = true, false
+	small := len(smallLayers())
+	for k, l := range largeLayers() {
+		if !strings.HasPrefix(l.name, "gdn") {
+			continue
+		}
+		for _, o := range []struct {
+			name string
+			opt  replay.Options
+		}{
+			{"fp32", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3}},
+			{"bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, State: numeric.BF16}},
+		} {
+			t.Run(l.name+"/"+o.name, func(t *testing.T) {
+				t.Parallel()
+				build := func(tn tuning, want bool) *gpuCache {
+					c, err := l.buildWith(d, o.opt, pairSlots, tn)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { must(t, c.close()) })
+					c.setSmallBatch(0)
+					if c.streamFlush() != want {
+						t.Fatalf("streamed flush %v, want %v", c.streamFlush(), want)
+					}
+					return c
+				}
+				sameOutputs(t, d, small+k, l, build(stream, true), build(items, false), "stream", "items")
+			})
 		}
 	}
 }

@@ -1314,6 +1314,9 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #ifndef FOLD_STREAM
 #define FOLD_STREAM 0
 #endif
+#ifndef FLUSH_STREAM
+#define FLUSH_STREAM 0
+#endif
 #ifndef FS_WARPS
 #define FS_WARPS 4
 #endif
@@ -1329,9 +1332,9 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #ifndef FS_MINB
 #define FS_MINB 4
 #endif
-#if FOLD_STREAM && HSPLIT == 1
+#if (FOLD_STREAM || FLUSH_STREAM) && HSPLIT == 1
 #if !(TC_FOLD_ON && FOLD_CACHED_ON && STATE_FMT != FMT_E4M3 && DV % (16 * FS_WARPS) == 0 && FS_CHUNK <= 32 * FS_WARPS && __CUDA_ARCH__ >= 900)
-#error "FOLD_STREAM: needs the tensor-core fold of cached u (TC_FOLD_ON, FOLD_CACHED_ON), an unscaled checkpoint, DV a multiple of 16*FS_WARPS and sm_90"
+#error "FOLD_STREAM, FLUSH_STREAM: need the tensor-core fold of cached u (TC_FOLD_ON, FOLD_CACHED_ON), an unscaled checkpoint, DV a multiple of 16*FS_WARPS and sm_90"
 #endif
 #define FS_ROWS (16 * FS_WARPS)
 #define FS_STRIP_BYTES (16 * DK * FMT_SIZE(STATE_FMT)) // a warp's 16 rows, as stored
@@ -1342,6 +1345,47 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #define FS_DB 0
 #endif
 #define FS_NB (FS_DB ? 2 : 1)
+
+// fs_list lists the slots of batch rows [base, base + FS_CHUNK) for which
+// need(row, history) holds, in batch order (ballots, not atomics: every
+// block must list them alike), with their histories (sSlot, sN) and, where
+// sB is not null, their batch rows, and returns how many. Barriers inside:
+// every thread of the block calls it.
+template <typename P>
+__device__ __forceinline__ int fs_list(int base, int batch, const int* __restrict__ slots, const int* hist, P need,
+                                       int* sSlot, int* sN, int* sB, int* sCount)
+{
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int bq = base + tid;
+    int s = 0, n = 0;
+    bool f = false;
+    if (tid < FS_CHUNK && bq < batch) {
+        s = slots[bq];
+        n = hist[s];
+        f = need(bq, n);
+    }
+    const u32 ball = __ballot_sync(FULL_MASK, f);
+    if (lane == 0) {
+        sCount[warp] = __popc(ball);
+    }
+    __syncthreads();
+    int off = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < FS_WARPS; w++) {
+        off += w < warp ? sCount[w] : 0;
+        total += sCount[w];
+    }
+    if (f) {
+        const int at = off + __popc(ball & ((1u << lane) - 1u));
+        sSlot[at] = s;
+        sN[at] = n;
+        if (sB != nullptr) {
+            sB[at] = bq;
+        }
+    }
+    __syncthreads();
+    return total;
+}
 
 // FSItem is one item of gdn_fold_stream as a lane holds it: the slot, its
 // history n, the value head and part, and the loads its prologue waits on
@@ -1399,6 +1443,7 @@ __device__ __forceinline__ void fs_issue(const ST* state, const float* __restric
     cp_async_commit();
 }
 
+#if FOLD_STREAM
 extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_stream(GDN_VERIFY_PARAMS, int batch)
 {
     constexpr int NTH = 32 * FS_WARPS;
@@ -1424,33 +1469,9 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     u32 parity = 0; // bit k: the phase of buffer k's next copy
     int seen = 0;   // folding items listed before this chunk of slots
     for (int base = 0; base < batch; base += FS_CHUNK) {
-        // The chunk's folding slots, in batch order (ballots, not atomics:
-        // every block must list them alike), with their histories.
-        const int bq = base + tid;
-        int s = 0, n = 0;
-        bool f = false;
-        if (tid < FS_CHUNK && bq < batch) {
-            s = slots[bq];
-            n = hist[s];
-            f = FOLDS_EARLY(n, counts ? counts[bq] : T, R);
-        }
-        const u32 ball = __ballot_sync(FULL_MASK, f);
-        if (lane == 0) {
-            sCount[warp] = __popc(ball);
-        }
-        __syncthreads();
-        int off = 0, total = 0;
-#pragma unroll
-        for (int w = 0; w < FS_WARPS; w++) {
-            off += w < warp ? sCount[w] : 0;
-            total += sCount[w];
-        }
-        if (f) {
-            const int at = off + __popc(ball & ((1u << lane) - 1u));
-            sSlot[at] = s;
-            sN[at] = n;
-        }
-        __syncthreads();
+        const int total = fs_list(
+            base, batch, slots, hist, [&](int bq, int n) { return FOLDS_EARLY(n, counts ? counts[bq] : T, R); }, sSlot,
+            sN, nullptr, sCount);
         const int items = total * PER;
         const int grid = (int)gridDim.x;
         int li = ((int)blockIdx.x - seen % grid + grid) % grid;
@@ -1543,6 +1564,272 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
         __syncthreads(); // the list read, every item folded, before the next chunk's
     }
 }
+#endif // FOLD_STREAM
+
+#if FLUSH_STREAM
+// gdn_flush_stream is gdn_replay_flush where the flush is the fold from
+// cached u on the tensor cores (the conditions gdn_fold_stream takes), in
+// gdn_fold_stream's items: every part of that flush is a row's own given
+// the item's vectors and tables (S0[r].k_n and S0[r].q, u'_n[r] from the
+// row's cached u, o[r], the rank update of row r), so a warp flushes its
+// strip of 16 rows from shared memory. The block forms the item's tables
+// as gdn_step and gdn_fold do (the token's k and q normalised into rows n
+// and t of the keys, its exp(g) and beta, the gram dots of k_n and q, the
+// float64 decay chains); each warp then projects its rows (fold_project's
+// order under TCMap), forms u'_n and o for them (lanes lt = 0 and 1, rows
+// g and g+8), and updates them with gdn_update_tc's operands and order, so
+// the checkpoint and outputs are gdn_replay_flush's bit for bit.
+// REPLAYSSM_CUDA_FLUSH_STREAM=1 (off by default: written in session 24
+// after its device time, not yet run on a GPU).
+extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_stream(GDN_STEP_PARAMS)
+{
+    constexpr int NTH = 32 * FS_WARPS;
+    constexpr int PER = NVH * (DV / FS_ROWS); // items a flushing slot
+    constexpr int KS = (RMAX + 7) / 8;        // gdn_update_tc's steps of 8 entries
+    constexpr int CPL = DK / 16;              // TCMap's chunks of a row
+    extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_WARPS strips
+    __shared__ __align__(16) float sVec[(RMAX + 1) * DK];    // k_0..k_n, then q in row t = n+1
+    __shared__ float sDecay[RMAX], sWt[RMAX], sCoef[RMAX], sGK[RMAX], sGQ[RMAX];
+    __shared__ float sEg, sBeta, sGt;
+    __shared__ __align__(8) u64 sBar[FS_WARPS];
+    __shared__ int sSlot[NTH], sN[NTH], sB[NTH];
+    __shared__ int sCount[FS_WARPS];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, lt = lane & 3;
+    const int bcol = 4 * (g >> 1) + 2 * (g & 1);
+    unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES;
+    if (lane == 0) {
+        mbar_init(&sBar[warp], 1);
+        mbar_fence_init();
+    }
+    __syncwarp();
+    u32 parity = 0;
+    int seen = 0; // flushing items listed before this chunk of slots
+    for (int base = 0; base < batch; base += FS_CHUNK) {
+        const int total =
+            fs_list(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; }, sSlot, sN, sB, sCount);
+        const int items = total * PER;
+        const int grid = (int)gridDim.x;
+        for (int li = ((int)blockIdx.x - seen % grid + grid) % grid; li < items; li += grid) {
+            const int s = sSlot[li / PER], n = sN[li / PER], b = sB[li / PER];
+            const int j = li % PER / (DV / FS_ROWS), part = li % (DV / FS_ROWS), kh = j / VPK;
+            const int t = n + 1, tri = t * (t - 1) / 2;
+            const u64 mat = (u64)s * NVH + j;
+            const int row0 = part * FS_ROWS + 16 * warp; // the warp's strip
+            if (lane == 0) {
+                // The strip's reads of the item before are behind the
+                // __syncthreads that ended it.
+                mbar_arrive_tx(&sBar[warp], FS_STRIP_BYTES);
+                bulk_g2s(strip,
+                         reinterpret_cast<const unsigned char*>(state) +
+                             (mat * (DV * DK) + (u64)row0 * DK) * FMT_SIZE(STATE_FMT),
+                         FS_STRIP_BYTES, &sBar[warp]);
+            }
+            cp_rows<DK>(sVec, ringK + (ring_at(s, 0) * NKH + kh) * DK, NKH * DK, n, tid, NTH);
+            cp_async_commit();
+            // The token's k (warp 0) and q (warp 1) normalised as gdn_step
+            // does, its exp(g) and beta (the last thread), the ring's decays.
+            if (warp < 2) {
+                float tv[L2V];
+                l2norm_load(warp == 0 ? k + ((u64)b * NKH + kh) * DK : q + ((u64)b * NKH + kh) * DK, tv);
+                const float r = l2norm_scale(tv, warp == 0 ? 1.0f : qscale);
+                float* dst = sVec + (warp == 0 ? n : t) * DK;
+#pragma unroll
+                for (int m = 0; m < L2V; m++) {
+                    if (lane + 32 * m < DK) {
+                        dst[lane + 32 * m] = tv[m] * r;
+                    }
+                }
+            }
+            if (tid == NTH - 1) {
+                float eg, beta;
+                gdn_scalars(a[(u64)b * NVH + j], bb[(u64)b * NVH + j], negA[j], dtb[j], &eg, &beta);
+                sDecay[n] = eg;
+                sBeta = beta;
+            }
+            for (int i = tid; i < n; i += NTH) {
+                sDecay[i] = ringA[rs_at(s, j, i)];
+            }
+            // The u rows this lane reads: the cached u of its recurrence
+            // row (lanes lt < 2: row g + 8 lt) and of its A operands (rows
+            // g and g+8, entries 8ks + lt and + 4), and v_t of its row.
+            const int rr = row0 + g + 8 * (lt & 1);
+            float ur[RMAX];
+#pragma unroll
+            for (int i = 0; i < RMAX; i++) {
+                ur[i] = lt < 2 && i < n ? ringU[(ring_at(s, i) * NVH + j) * DV + rr] : 0.0f;
+            }
+            const float vr = lt < 2 ? v[((u64)b * NVH + j) * DV + rr] : 0.0f;
+            float uu[KS][4];
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                const int i0 = 8 * ks + lt, i1 = i0 + 4;
+                const float* u0 = ringU + (ring_at(s, i0) * NVH + j) * DV + row0 + g;
+                const float* u1 = ringU + (ring_at(s, i1) * NVH + j) * DV + row0 + g;
+                uu[ks][0] = i0 < n ? u0[0] : 0.0f;
+                uu[ks][1] = i0 < n ? u0[8] : 0.0f;
+                uu[ks][2] = i1 < n ? u1[0] : 0.0f;
+                uu[ks][3] = i1 < n ? u1[8] : 0.0f;
+            }
+            cp_async_wait_all();
+            __syncthreads(); // the keys, the token's vectors and scalars
+            // gdn_fold's decay chains (its loops and order; wt and eg of
+            // entry n alone, the one its recurrence forms) from the last
+            // threads, its gram dots of k_n and q on all.
+            for (int i = NTH - 1 - tid; i < t; i += NTH) {
+                double w = 1.0, c = 1.0;
+#pragma unroll
+                for (int l = RMAX - 2; l >= 0; l--) {
+                    if (l < i) {
+                        w *= (double)sDecay[l + 1];
+                        if (i == n) {
+                            sWt[l] = (float)w;
+                        }
+                    }
+                }
+#pragma unroll
+                for (int m = 1; m < RMAX; m++) {
+                    if (m > i && m < t) {
+                        c *= (double)sDecay[m];
+                    }
+                }
+                if (i == n) {
+                    sEg = (float)(w * (double)sDecay[0]);
+                }
+                sCoef[i] = (float)c;
+            }
+            if (tid == NTH - 1 - t % NTH) {
+                double gp = 1.0;
+#pragma unroll
+                for (int m = 0; m < RMAX; m++) {
+                    if (m < t) {
+                        gp *= (double)sDecay[m];
+                    }
+                }
+                sGt = (float)gp;
+            }
+            const float* vi = nullptr;
+            dot_pairs(
+                n + t, DK, tid, NTH,
+                [&](int pr) -> const float* {
+                    vi = sVec + (pr < n ? n : t) * DK;
+                    return sVec + (pr < n ? pr : pr - n) * DK;
+                },
+                [&](int) -> const float* { return vi; },
+                [&](int pr, float val) {
+                    if (pr < n) {
+                        sGK[pr] = val;
+                    } else {
+                        sGQ[pr - n] = val;
+                    }
+                });
+            __syncthreads(); // the tables
+            mbar_wait(&sBar[warp], parity);
+            parity ^= 1;
+            // S0[r].k_n and S0[r].q (fold_project's order under TCMap:
+            // the row's four lanes over their chunks, then their sum).
+            float pk[2] = {0.0f, 0.0f}, pq[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int cc = 0; cc < CPL; cc++) {
+                const float4 k4 = *reinterpret_cast<const float4*>(sVec + n * DK + 16 * cc + 4 * lt);
+                const float4 q4 = *reinterpret_cast<const float4*>(sVec + t * DK + 16 * cc + 4 * lt);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float x[4];
+                    load_chunk<STATE_FMT, 4>(strip, (u64)(g + 8 * h) * DK + 16 * cc + 4 * lt, x, 1.0f);
+                    pk[h] = fmaf(x[0], k4.x, pk[h]);
+                    pk[h] = fmaf(x[1], k4.y, pk[h]);
+                    pk[h] = fmaf(x[2], k4.z, pk[h]);
+                    pk[h] = fmaf(x[3], k4.w, pk[h]);
+                    pq[h] = fmaf(x[0], q4.x, pq[h]);
+                    pq[h] = fmaf(x[1], q4.y, pq[h]);
+                    pq[h] = fmaf(x[2], q4.z, pq[h]);
+                    pq[h] = fmaf(x[3], q4.w, pq[h]);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                pk[h] = lanes_sum<4>(pk[h]);
+                pq[h] = lanes_sum<4>(pq[h]);
+            }
+            // u'_n and o of row g + 8 lt on lanes lt < 2 (gdn_fold's
+            // expressions, in its order).
+            const float gt = sGt;
+            float un = 0.0f;
+            if (lt < 2) {
+                const float pkr = lt == 0 ? pk[0] : pk[1], pqr = lt == 0 ? pq[0] : pq[1];
+                float ui = vr - sEg * pkr;
+#pragma unroll
+                for (int l = 0; l < RMAX; l++) {
+                    if (l < n) {
+                        const float w = sWt[l] * sGK[l];
+                        ui = fmaf(-w, ur[l], ui);
+                    }
+                }
+                un = ui * sBeta;
+                float ov = gt * pqr;
+#pragma unroll
+                for (int i = 0; i < RMAX; i++) {
+                    if (i < t) {
+                        const float w = sCoef[i] * sGQ[i];
+                        ov = fmaf(w, i < n ? ur[i] : un, ov);
+                    }
+                }
+                o[((u64)b * NVH + j) * DV + rr] = ov;
+            }
+            // The A operands: coef_i u_i of rows g and g+8, u'_n from the
+            // lanes that formed it.
+            const float un0 = __shfl_sync(FULL_MASK, un, 4 * g), un1 = __shfl_sync(FULL_MASK, un, 4 * g + 1);
+            u32 ahi[KS][4], alo[KS][4];
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                const int i0 = 8 * ks + lt, i1 = i0 + 4;
+                const bool in0 = i0 < t, in1 = i1 < t;
+                const float a[4] = {
+                    in0 ? sCoef[in0 ? i0 : 0] * (i0 == n ? un0 : uu[ks][0]) : 0.0f,
+                    in0 ? sCoef[in0 ? i0 : 0] * (i0 == n ? un1 : uu[ks][1]) : 0.0f,
+                    in1 ? sCoef[in1 ? i1 : 0] * (i1 == n ? un0 : uu[ks][2]) : 0.0f,
+                    in1 ? sCoef[in1 ? i1 : 0] * (i1 == n ? un1 : uu[ks][3]) : 0.0f,
+                };
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    tf32_split_fast(a[e], ahi[ks][e], alo[ks][e]);
+                }
+            }
+            // The rank-t update of the strip (gdn_update_tc's), stored.
+            ST* const dst = state + mat * (DV * DK);
+#pragma unroll 2
+            for (int cc = 0; cc < CPL; cc++) {
+                float x[2][4];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    load_chunk<STATE_FMT, 4>(strip, (u64)(g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        x[h][e] = gt * x[h][e];
+                    }
+                }
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) {
+                    if (8 * ks < t) {
+                        const int i0 = 8 * ks + lt, i1 = i0 + 4;
+                        const bool in0 = i0 < t, in1 = i1 < t;
+                        update_tc_tile(x[0], x[1], sVec + (in0 ? i0 : 0) * DK + bcol + 16 * cc,
+                                       sVec + (in1 ? i1 : 0) * DK + bcol + 16 * cc, in0, in1, ahi[ks], alo[ks]);
+                    }
+                }
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    store_chunk<STATE_FMT, 4>(dst, (u64)(row0 + g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f, 1.0f);
+                }
+            }
+            __syncthreads(); // the tables and strips read before the next item's
+        }
+        seen += items;
+        __syncthreads(); // the list read before the next chunk's
+    }
+}
+#endif // FLUSH_STREAM
 #endif
 
 // BASE_SKIP=1 is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DBASE_SKIP=1;
