@@ -1828,6 +1828,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
         seen += items;
         __syncthreads(); // the list read before the next chunk's
     }
+    flush_done(hist, pending, done, slots, batch, L); // gdn_replay_flush's end (OVERLAP: the cursors' count)
 }
 #endif // FLUSH_STREAM
 #endif
