@@ -1301,16 +1301,23 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 // new checkpoint is gdn_replay_fold_items' bit for bit. That kernel holds
 // a whole matrix in the registers of 256 threads (two blocks an SM) and
 // waits through each item's chain of cursor, ring and barrier round trips
-// before its loads; here an item is FS_WARPS strips of 16 rows of one
-// value head, each warp's strip brought into shared memory by one bulk
-// copy asked for as soon as the item is known, beside the keys' cp.async
-// and the A fragments' loads, and no state in registers beyond the chunk
-// being updated: several blocks an SM, each with its strips in flight.
-// Every block reads the cursors of the whole batch (FS_CHUNK slots at a time),
-// lists the folding slots in order and takes every gridDim.x-th item of
-// the list, so the blocks' shares differ by at most one item.
-// FOLD_STREAM is set by the Go side (gdnModule) where these conditions
-// hold; REPLAYSSM_CUDA_FOLD_STREAM=0 keeps gdn_replay_fold_items.
+// before its loads (the folds ran at about half of copy bandwidth). Here
+// an item is FS_WARPS strips of 16 rows of one value head: each warp's
+// strip comes into shared memory by one bulk copy, the item's keys by the
+// block's cp.async, and no state sits in registers beyond the chunk being
+// updated, so several blocks an SM keep their strips in flight. The next
+// item's decays and cached u are asked for before this one folds, and with
+// FS_DB (2-byte checkpoints) its strips and keys too, into a second
+// buffer. Every block reads the cursors of the whole batch (fs_list,
+// FS_CHUNK slots at a time), lists the folding slots in order and takes
+// every gridDim.x-th item of the list, so the blocks' shares differ by at
+// most one item. FOLD_STREAM is set by the Go side (gdnModule) where these
+// conditions hold; REPLAYSSM_CUDA_FOLD_STREAM=0 keeps
+// gdn_replay_fold_items. H200, B=256, T=4 (NOTES.md, session 24), against
+// gdn_replay_fold_items in the same run: the verify 386 -> 362 us
+// (Qwen3.5-4B fp32), 286 -> 258 (bf16); 122B 675 -> 628, 468 -> 411. The
+// next item asked for ahead and FS_DB then: 4B bf16 253 -> 249, 122B bf16
+// 411 -> 398 (fp32 within 1%).
 #ifndef FOLD_STREAM
 #define FOLD_STREAM 0
 #endif
