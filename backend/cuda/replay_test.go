@@ -965,40 +965,11 @@ func TestReplayFoldStreamMatchesItems(t *testing.T) {
 	}
 	items := envTuning(os.Getenv)
 	items.groupAll, items.foldStream = true, false
-	small := len(smallLayers())
-	for k, l := range largeLayers() {
-		if !strings.HasPrefix(l.name, "gdn") {
-			continue
-		}
-		for _, o := range []struct {
-			name string
-			opt  replay.Options
-		}{
-			{"fp32", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3}},
-			{"bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, State: numeric.BF16}},
-		} {
-			for _, db := range []string{"0", "1"} {
-				stream := envTuning(os.Getenv)
-				stream.groupAll, stream.pipeBlocks, stream.fsDB = true, 2, db
-				stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
-				t.Run(l.name+"/"+o.name+"/db="+db, func(t *testing.T) {
-					t.Parallel()
-					build := func(tn tuning, want bool) *gpuCache {
-						c, err := l.buildWith(d, o.opt, pairSlots, tn)
-						if err != nil {
-							t.Fatal(err)
-						}
-						t.Cleanup(func() { must(t, c.close()) })
-						c.setSmallBatch(0)
-						if c.streamFold() != want {
-							t.Fatalf("streamed early folds %v, want %v", c.streamFold(), want)
-						}
-						return c
-					}
-					sameOutputs(t, d, small+k, l, build(stream, true), build(items, false), "stream", "items")
-				})
-			}
-		}
+	for _, db := range []string{"0", "1"} {
+		stream := envTuning(os.Getenv)
+		stream.groupAll, stream.pipeBlocks, stream.fsDB = true, 2, db
+		stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
+		compareStreams(t, d, "db="+db, stream, items, func(c *gpuCache) bool { return c.streamFold() })
 	}
 }
 
@@ -1019,6 +990,14 @@ func TestReplayFlushStreamMatchesItems(t *testing.T) {
 	stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
 	items := envTuning(os.Getenv)
 	items.groupAll, items.flushStream = true, false
+	compareStreams(t, d, "", stream, items, func(c *gpuCache) bool { return c.streamFlush() })
+}
+
+// compareStreams builds a cache with the stream knobs and one without for
+// the large GDN layer in fp32 and bf16 (the formats the streams take),
+// checks that streamed says which one streams, and drives both through
+// sameOutputs (bit for bit) with the split kernels at every batch.
+func compareStreams(t *testing.T, d *Device, name string, stream, items tuning, streamed func(*gpuCache) bool) {
 	small := len(smallLayers())
 	for k, l := range largeLayers() {
 		if !strings.HasPrefix(l.name, "gdn") {
@@ -1031,7 +1010,11 @@ func TestReplayFlushStreamMatchesItems(t *testing.T) {
 			{"fp32", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3}},
 			{"bf16", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 3, State: numeric.BF16}},
 		} {
-			t.Run(l.name+"/"+o.name, func(t *testing.T) {
+			sub := l.name + "/" + o.name
+			if name != "" {
+				sub += "/" + name
+			}
+			t.Run(sub, func(t *testing.T) {
 				t.Parallel()
 				build := func(tn tuning, want bool) *gpuCache {
 					c, err := l.buildWith(d, o.opt, pairSlots, tn)
@@ -1040,8 +1023,8 @@ func TestReplayFlushStreamMatchesItems(t *testing.T) {
 					}
 					t.Cleanup(func() { must(t, c.close()) })
 					c.setSmallBatch(0)
-					if c.streamFlush() != want {
-						t.Fatalf("streamed flush %v, want %v", c.streamFlush(), want)
+					if got := streamed(c); got != want {
+						t.Fatalf("streamed %v, want %v", got, want)
 					}
 					return c
 				}

@@ -1394,6 +1394,43 @@ __device__ __forceinline__ int fs_list(int base, int batch, const int* __restric
     return total;
 }
 
+// fs_update_strip is the rank-t update of a warp's strip (gdn_update_tc's
+// operands and order: S0 <- gt S0, then update_tc_tile over the entries in
+// steps of 8, keys the rows of k_i) from its shared-memory copy, stored to
+// rows row0.. of the matrix at dst.
+template <int KS>
+__device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* dst, int row0, const float* keys,
+                                                int t, float gt, const u32 (&ahi)[KS][4], const u32 (&alo)[KS][4])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
+    const int bcol = 4 * (g >> 1) + 2 * (g & 1);
+#pragma unroll 2
+    for (int cc = 0; cc < DK / 16; cc++) {
+        float x[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            load_chunk<STATE_FMT, 4>(strip, (u64)(g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                x[h][e] = gt * x[h][e];
+            }
+        }
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            if (8 * ks < t) {
+                const int i0 = 8 * ks + lt, i1 = i0 + 4;
+                const bool in0 = i0 < t, in1 = i1 < t;
+                update_tc_tile(x[0], x[1], keys + (in0 ? i0 : 0) * DK + bcol + 16 * cc,
+                               keys + (in1 ? i1 : 0) * DK + bcol + 16 * cc, in0, in1, ahi[ks], alo[ks]);
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            store_chunk<STATE_FMT, 4>(dst, (u64)(row0 + g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f, 1.0f);
+        }
+    }
+}
+
 // FSItem is one item of gdn_fold_stream as a lane holds it: the slot, its
 // history n, the value head and part, and the loads its prologue waits on
 // (asked for before the item before it folds, with FS_DB): the decay of
@@ -1456,7 +1493,6 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     constexpr int NTH = 32 * FS_WARPS;
     constexpr int PER = NVH * (DV / FS_ROWS); // items a folding slot
     constexpr int KS = (RMAX + 7) / 8;        // gdn_update_tc's steps of 8 entries
-    constexpr int CPL = DK / 16;              // TCMap's chunks of a row
     extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_NB buffers of FS_WARPS strips
     __shared__ __align__(16) float sK[FS_NB][RMAX * DK];     // the items' ring keys
     __shared__ __align__(8) u64 sBar[FS_NB][FS_WARPS];
@@ -1467,7 +1503,6 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     }
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
-    const int bcol = 4 * (g >> 1) + 2 * (g & 1);
     if (lane < FS_NB) {
         mbar_init(&sBar[lane][warp], 1);
         mbar_fence_init();
@@ -1532,34 +1567,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             mbar_wait(&sBar[cb][warp], (parity >> cb) & 1);
             parity ^= 1u << cb;
             const unsigned char* const strip = fs_dyn + cb * (FS_WARPS * FS_STRIP_BYTES) + warp * FS_STRIP_BYTES;
-            const float* const keys = sK[cb];
-            const int row0 = it.part * FS_ROWS + 16 * warp;
-            ST* const dst = state + ((u64)it.s * NVH + it.j) * (DV * DK);
-#pragma unroll 2
-            for (int cc = 0; cc < CPL; cc++) {
-                float x[2][4];
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    load_chunk<STATE_FMT, 4>(strip, (u64)(g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f);
-#pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        x[h][k] = gt * x[h][k];
-                    }
-                }
-#pragma unroll
-                for (int ks = 0; ks < KS; ks++) {
-                    if (8 * ks < n) {
-                        const int i0 = 8 * ks + lt, i1 = i0 + 4;
-                        const bool in0 = i0 < n, in1 = i1 < n;
-                        update_tc_tile(x[0], x[1], keys + (in0 ? i0 : 0) * DK + bcol + 16 * cc,
-                                       keys + (in1 ? i1 : 0) * DK + bcol + 16 * cc, in0, in1, ahi[ks], alo[ks]);
-                    }
-                }
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    store_chunk<STATE_FMT, 4>(dst, (u64)(row0 + g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f, 1.0f);
-                }
-            }
+            fs_update_strip<KS>(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp,
+                                sK[cb], n, gt, ahi, alo);
             if (FS_NB == 1 && more) {
                 __syncthreads(); // the keys and strips read before the next item's copies
                 next = fs_item(sSlot, sN, li + grid, warp, lane, ringA, ringU);
@@ -1603,7 +1612,6 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
     __shared__ int sCount[FS_WARPS];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
-    const int bcol = 4 * (g >> 1) + 2 * (g & 1);
     unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES;
     if (lane == 0) {
         mbar_init(&sBar[warp], 1);
@@ -1804,32 +1812,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
                 }
             }
             // The rank-t update of the strip (gdn_update_tc's), stored.
-            ST* const dst = state + mat * (DV * DK);
-#pragma unroll 2
-            for (int cc = 0; cc < CPL; cc++) {
-                float x[2][4];
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    load_chunk<STATE_FMT, 4>(strip, (u64)(g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        x[h][e] = gt * x[h][e];
-                    }
-                }
-#pragma unroll
-                for (int ks = 0; ks < KS; ks++) {
-                    if (8 * ks < t) {
-                        const int i0 = 8 * ks + lt, i1 = i0 + 4;
-                        const bool in0 = i0 < t, in1 = i1 < t;
-                        update_tc_tile(x[0], x[1], sVec + (in0 ? i0 : 0) * DK + bcol + 16 * cc,
-                                       sVec + (in1 ? i1 : 0) * DK + bcol + 16 * cc, in0, in1, ahi[ks], alo[ks]);
-                    }
-                }
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    store_chunk<STATE_FMT, 4>(dst, (u64)(row0 + g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f, 1.0f);
-                }
-            }
+            fs_update_strip<KS>(strip, state + mat * (DV * DK), row0, sVec, t, gt, ahi, alo);
             __syncthreads(); // the tables and strips read before the next item's
         }
         seen += items;
