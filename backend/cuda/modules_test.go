@@ -514,10 +514,7 @@ func TestPlanFoldStream(t *testing.T) {
 				}
 				return
 			}
-			w := fsWarps
-			if c.tn.fsWarps > 0 {
-				w = c.tn.fsWarps
-			}
+			w := c.tn.streamWarps()
 			for _, d := range []string{"-DFOLD_STREAM=1", fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFS_DB=%d", c.nb-1)} {
 				if !slices.Contains(defines, d) {
 					t.Errorf("defines %v lack %s", defines, d)

@@ -86,10 +86,7 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	g.streamFold = planFoldStream(d, shape, opt, g, tn)
 	g.streamFlush = tn.flushStream && streamable(d, shape, opt, tn)
 	if g.streamFold || g.streamFlush {
-		w := fsWarps
-		if tn.fsWarps > 0 {
-			w = tn.fsWarps
-		}
+		w := tn.streamWarps()
 		// Two buffers of strips and keys a block for 2-byte checkpoints
 		// (FS_DB): their strips are half an fp32 one's, so an SM holds
 		// fewer bytes in flight with one buffer. The flush has one.
@@ -110,9 +107,18 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	return p, g, f, defines
 }
 
-// fsWarps is gdn_fold_stream's warps a block (FS_WARPS), each folding a
-// strip of 16 rows (REPLAYSSM_CUDA_FS_WARPS: 2, 4 or 8 where dv allows).
+// fsWarps is the GDN stream kernels' warps a block (FS_WARPS), each
+// folding a strip of 16 rows (REPLAYSSM_CUDA_FS_WARPS: 2, 4 or 8 where dv
+// allows).
 const fsWarps = 4
+
+// streamWarps is the stream kernels' warps a block under tn's knobs.
+func (tn tuning) streamWarps() int {
+	if tn.fsWarps > 0 {
+		return tn.fsWarps
+	}
+	return fsWarps
+}
 
 // planFoldStream reports whether a GDN verify's early folds run as
 // gdn_fold_stream (FOLD_STREAM in replay_gdn.cu) in place of
@@ -137,11 +143,8 @@ func streamable(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) bo
 	if major, _ := d.ComputeCapability(); major < 9 {
 		return false
 	}
-	w := fsWarps
-	if tn.fsWarps > 0 {
-		w = tn.fsWarps
-	}
-	return tcFold(opt) && opt.FoldsCachedU() && moduleThreads(opt, dv, dk, tn) == 2*dv && dk%16 == 0 && dv%(16*w) == 0
+	return tcFold(opt) && opt.FoldsCachedU() && moduleThreads(opt, dv, dk, tn) == 2*dv && dk%16 == 0 &&
+		dv%(16*tn.streamWarps()) == 0
 }
 
 // tcFold reports whether a GDN module folds on the tensor cores by default
