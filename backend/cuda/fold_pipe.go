@@ -136,10 +136,7 @@ func (c *replayCommon) bindFoldPipe(boundBlocks int) error {
 // batch slots whose arguments a holds, on at most bound blocks where bound
 // is positive.
 func (c *replayCommon) launchFolds(s *Stream, fn *Function, a *Args, batch, bound int) error {
-	blocks := min(c.folds.blocks, batch*c.heads)
-	if bound > 0 {
-		blocks = min(blocks, bound)
-	}
+	blocks := bounded(min(c.folds.blocks, batch*c.heads), bound)
 	grid := [3]uint32{uint32(max(1, blocks)), 1, 1}
 	return c.d.Launch(fn, grid, [3]uint32{uint32(c.threads + 32), 1, 1}, uint32(c.folds.smem), s, a)
 }

@@ -157,10 +157,7 @@ func residentBlocks(d *Device, f *Function, threads, bound int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	blocks := d.Multiprocessors() * blocksPerSM(d, r, threads, 0)
-	if bound > 0 {
-		blocks = min(blocks, bound)
-	}
+	blocks := bounded(d.Multiprocessors()*blocksPerSM(d, r, threads, 0), bound)
 	return blocks, nil
 }
 
@@ -408,10 +405,7 @@ func (c *replayCommon) bindResident(name string, threads, smem, bound int) (*Fun
 	if err := f.SetMaxDynamicSharedMemory(smem); err != nil {
 		return nil, r, 0, err
 	}
-	blocks := c.d.Multiprocessors() * blocksPerSM(c.d, r, threads, smem)
-	if bound > 0 {
-		blocks = min(blocks, bound)
-	}
+	blocks := bounded(c.d.Multiprocessors()*blocksPerSM(c.d, r, threads, smem), bound)
 	return f, r, blocks, nil
 }
 
@@ -424,34 +418,28 @@ func (c *replayCommon) bindGroup(name, verify string, foldItems bool, boundBlock
 	if !c.group.on {
 		return nil
 	}
-	bind := func(name string, smem int) (*Function, int, error) {
-		f, r, blocks, err := c.bindResident(name, c.group.threads, smem, boundBlocks)
+	bind := func(name string, threads, smem int) (*Function, int, error) {
+		f, r, blocks, err := c.bindResident(name, threads, smem, boundBlocks)
 		if err == nil && blocks == 0 {
 			err = fmt.Errorf("%s: no block of %d threads fits an SM (%d registers, %d + %d bytes of shared memory)",
-				name, c.group.threads, r.Registers, r.StaticSharedBytes, smem)
+				name, threads, r.Registers, r.StaticSharedBytes, smem)
 		}
 		return f, blocks, err
 	}
 	var err error
-	if c.group.fn, c.group.blocks, err = bind(name, c.group.smem); err != nil {
+	if c.group.fn, c.group.blocks, err = bind(name, c.group.threads, c.group.smem); err != nil {
 		return err
 	}
 	if c.group.streamFlush {
-		f, r, blocks, err := c.bindResident(c.kind+"_flush_stream", c.group.streamThreads, c.group.flushSmem, boundBlocks)
-		if err == nil && blocks == 0 {
-			err = fmt.Errorf("%s_flush_stream: no block of %d threads fits an SM (%d registers, %d + %d bytes of shared memory)",
-				c.kind, c.group.streamThreads, r.Registers, r.StaticSharedBytes, c.group.flushSmem)
-		}
-		if err != nil {
+		if c.group.flushFn, c.group.flushBlocks, err = bind(c.kind+"_flush_stream", c.group.streamThreads, c.group.flushSmem); err != nil {
 			return err
 		}
-		c.group.flushFn, c.group.flushBlocks = f, blocks
 	}
 	c.group.minItems = 2 * c.d.Multiprocessors()
 	if verify == "" {
 		return nil
 	}
-	if c.group.verify, c.group.verifyBlocks, err = bind(verify, c.group.verifySmem); err != nil {
+	if c.group.verify, c.group.verifyBlocks, err = bind(verify, c.group.threads, c.group.verifySmem); err != nil {
 		return err
 	}
 	if !foldItems {
@@ -464,15 +452,9 @@ func (c *replayCommon) bindGroup(name, verify string, foldItems bool, boundBlock
 	if c.group.foldBlocks, err = residentBlocks(c.d, c.group.verifyFold, c.threads, boundBlocks); err != nil {
 		return err
 	}
-	if !c.group.streamFold {
-		return nil
+	if c.group.streamFold {
+		c.group.stream, c.group.streamBlocks, err = bind(c.kind+"_fold_stream", c.group.streamThreads, c.group.streamSmem)
 	}
-	f, r, blocks, err := c.bindResident(c.kind+"_fold_stream", c.group.streamThreads, c.group.streamSmem, boundBlocks)
-	if err == nil && blocks == 0 {
-		err = fmt.Errorf("%s_fold_stream: no block of %d threads fits an SM (%d registers, %d + %d bytes of shared memory)",
-			c.kind, c.group.streamThreads, r.Registers, r.StaticSharedBytes, c.group.streamSmem)
-	}
-	c.group.stream, c.group.streamBlocks = f, blocks
 	return err
 }
 
@@ -700,17 +682,27 @@ func (c *replayCommon) launchFlush(s *Stream, a *Args, batch, bound int) error {
 		return c.launchFolds(s, c.folds.flush, a, batch, bound)
 	}
 	if g := &c.group; g.flushFn != nil {
-		blocks := g.flushBlocks
-		if bound > 0 {
-			blocks = min(blocks, bound)
-		}
-		return c.d.Launch(g.flushFn, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(g.streamThreads), 1, 1}, uint32(g.flushSmem), s, a)
+		return c.launchStream(s, g.flushFn, g.flushBlocks, g.flushSmem, bound, a)
 	}
-	blocks := min(batch*c.heads, c.flushBlocks)
-	if bound > 0 {
-		blocks = min(blocks, bound)
-	}
+	blocks := bounded(min(batch*c.heads, c.flushBlocks), bound)
 	return c.d.Launch(c.flush, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
+}
+
+// launchStream queues a GDN stream kernel fn (gdn_fold_stream,
+// gdn_flush_stream) on its resident grid of blocks, at most bound where
+// bound is positive, with smem bytes of dynamic shared memory.
+func (c *replayCommon) launchStream(s *Stream, fn *Function, blocks, smem, bound int, a *Args) error {
+	grid := [3]uint32{uint32(bounded(blocks, bound)), 1, 1}
+	return c.d.Launch(fn, grid, [3]uint32{uint32(c.group.streamThreads), 1, 1}, uint32(smem), s, a)
+}
+
+// bounded is n blocks, at most bound where bound is positive (a grid
+// bounded for tests or for a kernel beside another).
+func bounded(n, bound int) int {
+	if bound > 0 {
+		return min(n, bound)
+	}
+	return n
 }
 
 // launchNonflush queues a replay decode step's non-flush kernel (group,
@@ -797,19 +789,11 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 				return err
 			}
 		case g.stream != nil:
-			blocks := g.streamBlocks
-			if bound > 0 {
-				blocks = min(blocks, bound)
-			}
-			fold := [3]uint32{uint32(blocks), 1, 1}
-			if err := c.d.Launch(g.stream, fold, [3]uint32{uint32(g.streamThreads), 1, 1}, uint32(g.streamSmem), fs, a); err != nil {
+			if err := c.launchStream(fs, g.stream, g.streamBlocks, g.streamSmem, bound, a); err != nil {
 				return err
 			}
 		case g.foldBlocks > 0:
-			blocks := min(c.heads*batch, g.foldBlocks)
-			if bound > 0 {
-				blocks = min(blocks, bound)
-			}
+			blocks := bounded(min(c.heads*batch, g.foldBlocks), bound)
 			fold := [3]uint32{uint32(blocks), 1, 1}
 			if err := c.d.Launch(g.verifyFold, fold, block, 0, fs, a); err != nil {
 				return err

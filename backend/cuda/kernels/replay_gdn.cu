@@ -1352,6 +1352,7 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #define FS_DB 0
 #endif
 #define FS_NB (FS_DB ? 2 : 1)
+#define FS_KS ((RMAX + 7) / 8) // gdn_update_tc's steps of 8 entries
 
 // fs_list lists the slots of batch rows [base, base + FS_CHUNK) for which
 // need(row, history) holds, in batch order (ballots, not atomics: every
@@ -1398,9 +1399,8 @@ __device__ __forceinline__ int fs_list(int base, int batch, const int* __restric
 // operands and order: S0 <- gt S0, then update_tc_tile over the entries in
 // steps of 8, keys the rows of k_i) from its shared-memory copy, stored to
 // rows row0.. of the matrix at dst.
-template <int KS>
 __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* dst, int row0, const float* keys,
-                                                int t, float gt, const u32 (&ahi)[KS][4], const u32 (&alo)[KS][4])
+                                                int t, float gt, const u32 (&ahi)[FS_KS][4], const u32 (&alo)[FS_KS][4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
     const int bcol = 4 * (g >> 1) + 2 * (g & 1);
@@ -1416,7 +1416,7 @@ __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* 
             }
         }
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
+        for (int ks = 0; ks < FS_KS; ks++) {
             if (8 * ks < t) {
                 const int i0 = 8 * ks + lt, i1 = i0 + 4;
                 const bool in0 = i0 < t, in1 = i1 < t;
@@ -1439,7 +1439,7 @@ __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* 
 struct FSItem {
     int s, n, j, part;
     float dec;
-    float uu[(RMAX + 7) / 8][4];
+    float uu[FS_KS][4];
 };
 
 __device__ __forceinline__ FSItem fs_item(const int* sSlot, const int* sN, int li, int warp, int lane,
@@ -1455,7 +1455,7 @@ __device__ __forceinline__ FSItem fs_item(const int* sSlot, const int* sN, int l
     it.part = li % PARTS;
     const int row = it.part * FS_ROWS + 16 * warp + g;
 #pragma unroll
-    for (int ks = 0; ks < (RMAX + 7) / 8; ks++) {
+    for (int ks = 0; ks < FS_KS; ks++) {
         const int i0 = 8 * ks + lt, i1 = i0 + 4;
         const float* u0 = ringU + (ring_at(it.s, i0) * NVH + it.j) * DV + row;
         const float* u1 = ringU + (ring_at(it.s, i1) * NVH + it.j) * DV + row;
@@ -1492,7 +1492,6 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
 {
     constexpr int NTH = 32 * FS_WARPS;
     constexpr int PER = NVH * (DV / FS_ROWS); // items a folding slot
-    constexpr int KS = (RMAX + 7) / 8;        // gdn_update_tc's steps of 8 entries
     extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_NB buffers of FS_WARPS strips
     __shared__ __align__(16) float sK[FS_NB][RMAX * DK];     // the items' ring keys
     __shared__ __align__(8) u64 sBar[FS_NB][FS_WARPS];
@@ -1548,9 +1547,9 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
                 }
             }
             const float coef = (float)c, gt = (float)gp;
-            u32 ahi[KS][4], alo[KS][4];
+            u32 ahi[FS_KS][4], alo[FS_KS][4];
 #pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
+            for (int ks = 0; ks < FS_KS; ks++) {
                 const int i0 = 8 * ks + lt, i1 = i0 + 4;
                 const float c0 = __shfl_sync(FULL_MASK, coef, i0 & 31), c1 = __shfl_sync(FULL_MASK, coef, i1 & 31);
                 const float a[4] = {
@@ -1567,8 +1566,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             mbar_wait(&sBar[cb][warp], (parity >> cb) & 1);
             parity ^= 1u << cb;
             const unsigned char* const strip = fs_dyn + cb * (FS_WARPS * FS_STRIP_BYTES) + warp * FS_STRIP_BYTES;
-            fs_update_strip<KS>(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp,
-                                sK[cb], n, gt, ahi, alo);
+            fs_update_strip(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp, sK[cb],
+                            n, gt, ahi, alo);
             if (FS_NB == 1 && more) {
                 __syncthreads(); // the keys and strips read before the next item's copies
                 next = fs_item(sSlot, sN, li + grid, warp, lane, ringA, ringU);
@@ -1601,7 +1600,6 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
 {
     constexpr int NTH = 32 * FS_WARPS;
     constexpr int PER = NVH * (DV / FS_ROWS); // items a flushing slot
-    constexpr int KS = (RMAX + 7) / 8;        // gdn_update_tc's steps of 8 entries
     constexpr int CPL = DK / 16;              // TCMap's chunks of a row
     extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_WARPS strips
     __shared__ __align__(16) float sVec[(RMAX + 1) * DK];    // k_0..k_n, then q in row t = n+1
@@ -1612,7 +1610,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
     __shared__ int sCount[FS_WARPS];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
-    unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES;
+    const unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES;
     if (lane == 0) {
         mbar_init(&sBar[warp], 1);
         mbar_fence_init();
@@ -1626,22 +1624,15 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
         const int items = total * PER;
         const int grid = (int)gridDim.x;
         for (int li = ((int)blockIdx.x - seen % grid + grid) % grid; li < items; li += grid) {
-            const int s = sSlot[li / PER], n = sN[li / PER], b = sB[li / PER];
-            const int j = li % PER / (DV / FS_ROWS), part = li % (DV / FS_ROWS), kh = j / VPK;
+            // The item's strips and ring keys (keys 0..n-1 in rows 0..n-1)
+            // asked for, the A operands' cached u and the entry decays
+            // loaded (fs_item: lane i of each warp holds entry i's).
+            const FSItem it = fs_item(sSlot, sN, li, warp, lane, ringA, ringU);
+            fs_issue(state, ringK, it, fs_dyn, sVec, &sBar[warp], tid);
+            const int s = it.s, n = it.n, j = it.j, b = sB[li / PER], kh = j / VPK;
             const int t = n + 1, tri = t * (t - 1) / 2;
             const u64 mat = (u64)s * NVH + j;
-            const int row0 = part * FS_ROWS + 16 * warp; // the warp's strip
-            if (lane == 0) {
-                // The strip's reads of the item before are behind the
-                // __syncthreads that ended it.
-                mbar_arrive_tx(&sBar[warp], FS_STRIP_BYTES);
-                bulk_g2s(strip,
-                         reinterpret_cast<const unsigned char*>(state) +
-                             (mat * (DV * DK) + (u64)row0 * DK) * FMT_SIZE(STATE_FMT),
-                         FS_STRIP_BYTES, &sBar[warp]);
-            }
-            cp_rows<DK>(sVec, ringK + (ring_at(s, 0) * NKH + kh) * DK, NKH * DK, n, tid, NTH);
-            cp_async_commit();
+            const int row0 = it.part * FS_ROWS + 16 * warp; // the warp's strip
             // The token's k (warp 0) and q (warp 1) normalised as gdn_step
             // does, its exp(g) and beta (the last thread), the ring's decays.
             if (warp < 2) {
@@ -1662,12 +1653,11 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
                 sDecay[n] = eg;
                 sBeta = beta;
             }
-            for (int i = tid; i < n; i += NTH) {
-                sDecay[i] = ringA[rs_at(s, j, i)];
+            if (warp == 0 && lane < n) {
+                sDecay[lane] = it.dec;
             }
-            // The u rows this lane reads: the cached u of its recurrence
-            // row (lanes lt < 2: row g + 8 lt) and of its A operands (rows
-            // g and g+8, entries 8ks + lt and + 4), and v_t of its row.
+            // The cached u of this lane's recurrence row (lanes lt < 2: row
+            // g + 8 lt) and v_t of that row.
             const int rr = row0 + g + 8 * (lt & 1);
             float ur[RMAX];
 #pragma unroll
@@ -1675,17 +1665,6 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
                 ur[i] = lt < 2 && i < n ? ringU[(ring_at(s, i) * NVH + j) * DV + rr] : 0.0f;
             }
             const float vr = lt < 2 ? v[((u64)b * NVH + j) * DV + rr] : 0.0f;
-            float uu[KS][4];
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                const int i0 = 8 * ks + lt, i1 = i0 + 4;
-                const float* u0 = ringU + (ring_at(s, i0) * NVH + j) * DV + row0 + g;
-                const float* u1 = ringU + (ring_at(s, i1) * NVH + j) * DV + row0 + g;
-                uu[ks][0] = i0 < n ? u0[0] : 0.0f;
-                uu[ks][1] = i0 < n ? u0[8] : 0.0f;
-                uu[ks][2] = i1 < n ? u1[0] : 0.0f;
-                uu[ks][3] = i1 < n ? u1[8] : 0.0f;
-            }
             cp_async_wait_all();
             __syncthreads(); // the keys, the token's vectors and scalars
             // gdn_fold's decay chains (its loops and order; wt and eg of
@@ -1795,16 +1774,16 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             // The A operands: coef_i u_i of rows g and g+8, u'_n from the
             // lanes that formed it.
             const float un0 = __shfl_sync(FULL_MASK, un, 4 * g), un1 = __shfl_sync(FULL_MASK, un, 4 * g + 1);
-            u32 ahi[KS][4], alo[KS][4];
+            u32 ahi[FS_KS][4], alo[FS_KS][4];
 #pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
+            for (int ks = 0; ks < FS_KS; ks++) {
                 const int i0 = 8 * ks + lt, i1 = i0 + 4;
                 const bool in0 = i0 < t, in1 = i1 < t;
                 const float a[4] = {
-                    in0 ? sCoef[in0 ? i0 : 0] * (i0 == n ? un0 : uu[ks][0]) : 0.0f,
-                    in0 ? sCoef[in0 ? i0 : 0] * (i0 == n ? un1 : uu[ks][1]) : 0.0f,
-                    in1 ? sCoef[in1 ? i1 : 0] * (i1 == n ? un0 : uu[ks][2]) : 0.0f,
-                    in1 ? sCoef[in1 ? i1 : 0] * (i1 == n ? un1 : uu[ks][3]) : 0.0f,
+                    in0 ? sCoef[in0 ? i0 : 0] * (i0 == n ? un0 : it.uu[ks][0]) : 0.0f,
+                    in0 ? sCoef[in0 ? i0 : 0] * (i0 == n ? un1 : it.uu[ks][1]) : 0.0f,
+                    in1 ? sCoef[in1 ? i1 : 0] * (i1 == n ? un0 : it.uu[ks][2]) : 0.0f,
+                    in1 ? sCoef[in1 ? i1 : 0] * (i1 == n ? un1 : it.uu[ks][3]) : 0.0f,
                 };
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
@@ -1812,7 +1791,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
                 }
             }
             // The rank-t update of the strip (gdn_update_tc's), stored.
-            fs_update_strip<KS>(strip, state + mat * (DV * DK), row0, sVec, t, gt, ahi, alo);
+            fs_update_strip(strip, state + mat * (DV * DK), row0, sVec, t, gt, ahi, alo);
             __syncthreads(); // the tables and strips read before the next item's
         }
         seen += items;
