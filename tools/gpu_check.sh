@@ -28,7 +28,8 @@
 #   tools/gpu_check.sh e4m3_tc    # the e4m3 (fp8) tensor-core streams, asked for: tests, the fp8 step against its FMA stream
 #   tools/gpu_check.sh e4m3_default  # the e4m3 streams by default (session 23): tests, verify-fp8 and fp8 checkpoints against the FMA streams, the verify by part (GV_SKIP)
 #   tools/gpu_check.sh fold_stream  # the GDN verify's streamed early folds (session 24): tests, against the old folds, its warps, GV_SKIP=4
-#   tools/gpu_check.sh flush_stream  # the GDN flush by strips (session 24, not yet run): its test, then against the defaults
+#   tools/gpu_check.sh flush_stream  # the GDN flush by strips (sessions 24-25): its tests, then against gdn_replay_flush and its buffers
+#   tools/gpu_check.sh overlap_stream  # the streamed flush and verify folds beside the other kernel (OVERLAP_BLOCKS, VERIFY_OVERLAP)
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
 #                                   # -DGROUP_NODOTS=1 measures the stream alone,
@@ -356,13 +357,23 @@ fold_stream)
 		REPLAYSSM_CUDA_FS_WARPS=2 REPLAYSSM_CUDA_FS_WARPS=8 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4
 	;;
 flush_stream)
-	# Session 24, written after its device time: the GDN flush by strips
-	# (gdn_flush_stream, REPLAYSSM_CUDA_FLUSH_STREAM=1). Its bit-for-bit
-	# test against gdn_replay_flush first, then the streamed verify folds'
-	# (whose list code it now shares), then the step with it against the
-	# defaults (the aligned flush column and the staggered window).
+	# Session 25: the GDN flush by strips (gdn_flush_stream, the default
+	# where it applies), with FS_DB's second buffer: its bit-for-bit tests
+	# against gdn_replay_flush, the streamed verify folds', then the step
+	# against gdn_replay_flush (_FLUSH_STREAM=0), one buffer (_FS_DB=0)
+	# and two for fp32 (_FS_DB=1).
 	some_tests flush_stream 300 'TestReplayFlushStreamMatchesItems|TestReplayFoldStreamMatchesItems'
-	experiment flush_stream qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FLUSH_STREAM=1
+	experiment flush_stream qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FLUSH_STREAM=0 REPLAYSSM_CUDA_FS_DB=0 \
+		REPLAYSSM_CUDA_FS_DB=1
+	;;
+overlap_stream)
+	# Session 25: the streamed flush beside the non-flush step on bounded
+	# grids (_OVERLAP_BLOCKS), and a verify's streamed early folds beside
+	# the group verify of the other slots (_VERIFY_OVERLAP=1).
+	experiment overlap_stream qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_OVERLAP_BLOCKS=132 \
+		REPLAYSSM_CUDA_OVERLAP_BLOCKS=264 REPLAYSSM_CUDA_OVERLAP_BLOCKS=396
+	experiment verify_overlap qwen3.5-4b,qwen3.5-122b verify REPLAYSSM_CUDA_VERIFY_OVERLAP=1 \
+		"REPLAYSSM_CUDA_VERIFY_OVERLAP=1 REPLAYSSM_CUDA_OVERLAP_BLOCKS=264"
 	;;
 experiments)
 	experiment fold_stream qwen3.5-4b,qwen3.5-122b verify REPLAYSSM_CUDA_FOLD_STREAM=0

@@ -525,30 +525,38 @@ func TestPlanFoldStream(t *testing.T) {
 			}
 		})
 	}
-	// The flush by strips where asked (REPLAYSSM_CUDA_FLUSH_STREAM=1) and
-	// the folds can stream: one buffer of strips a block, with or without
-	// the verify's streamed folds.
-	flush := knob(func(tn *tuning) { tn.flushStream = true })
+	// The flush by strips where the folds can stream (by default;
+	// REPLAYSSM_CUDA_FLUSH_STREAM=0 keeps gdn_replay_flush), with or
+	// without the verify's streamed folds, in their buffers of strips.
 	for _, c := range []struct {
 		name      string
 		opt       replay.Options
 		tn        tuning
 		want, fol bool
+		nb        int     // buffers a block
+		d         *Device // nil: the H200's
 	}{
-		{"flush bf16", bf16, flush, true, true},
-		{"flush without the fold", base, knob(func(tn *tuning) { tn.flushStream, tn.foldStream = true, false }), true, false},
-		{"flush not asked", base, def, false, true},
-		{"flush with an nvfp4 read copy", with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), flush, false, false},
+		{"flush fp32", base, def, true, true, 1, nil},
+		{"flush bf16", bf16, def, true, true, 2, nil},
+		{"flush bf16 one buffer", bf16, knob(func(tn *tuning) { tn.fsDB = "0" }), true, true, 1, nil},
+		{"flush without the fold", base, knob(func(tn *tuning) { tn.foldStream = false }), true, false, 1, nil},
+		{"flush knob off", base, knob(func(tn *tuning) { tn.flushStream = false }), false, true, 1, nil},
+		{"flush with an nvfp4 read copy", with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), def, false, false, 0, nil},
+		{"flush on sm_80", base, def, false, false, 0, ampere},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, g, _, defines := gdnModule(h200Props(), qwen4bShape, c.opt, c.tn)
+			d := c.d
+			if d == nil {
+				d = h200Props()
+			}
+			_, g, _, defines := gdnModule(d, qwen4bShape, c.opt, c.tn)
 			if g.streamFlush != c.want || g.streamFold != c.fol {
 				t.Fatalf("streamed flush %v, folds %v; want %v, %v", g.streamFlush, g.streamFold, c.want, c.fol)
 			}
 			if got := slices.Contains(defines, "-DFLUSH_STREAM=1"); got != c.want {
 				t.Errorf("FLUSH_STREAM defined %v, want %v (%v)", got, c.want, defines)
 			}
-			if want := 4 * 16 * qwen4bShape.KeyDim * elemBytes(c.opt.State); c.want && g.flushSmem != want {
+			if want := c.nb * 4 * 16 * qwen4bShape.KeyDim * elemBytes(c.opt.State); c.want && g.flushSmem != want {
 				t.Errorf("flush: %d bytes of dynamic shared memory, want %d", g.flushSmem, want)
 			}
 		})

@@ -44,7 +44,7 @@ type tuning struct {
 	foldStream  bool     // the GDN verify's early folds streamed where they apply (default; REPLAYSSM_CUDA_FOLD_STREAM=0: gdn_replay_fold_items)
 	fsWarps     int      // REPLAYSSM_CUDA_FS_WARPS: gdn_fold_stream's warps a block (0: fsWarps)
 	fsDB        string   // REPLAYSSM_CUDA_FS_DB: "1" or "0" forces gdn_fold_stream's two buffers on or off ("": on for 2-byte checkpoints)
-	flushStream bool     // REPLAYSSM_CUDA_FLUSH_STREAM=1: the GDN flush streamed where it can be (gdn_flush_stream; off: not yet run on a GPU)
+	flushStream bool     // the GDN flush streamed where it can be (default; REPLAYSSM_CUDA_FLUSH_STREAM=0: gdn_replay_flush)
 	pipeGroups  int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks  int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
 	defines     []string // REPLAYSSM_CUDA_DEFINES: extra NVRTC options (-D switches)
@@ -71,7 +71,7 @@ func envTuning(getenv func(string) string) tuning {
 		v5:          getenv("REPLAYSSM_CUDA_KERNELS") == "v5",
 		foldItems:   getenv("REPLAYSSM_CUDA_FOLD_ITEMS") != "0",
 		foldStream:  getenv("REPLAYSSM_CUDA_FOLD_STREAM") != "0",
-		flushStream: getenv("REPLAYSSM_CUDA_FLUSH_STREAM") == "1",
+		flushStream: getenv("REPLAYSSM_CUDA_FLUSH_STREAM") != "0",
 		smallBatch:  defaultSmallBatch,
 	}
 	if f := getenv("REPLAYSSM_CUDA_FOLDS"); f == "pipe" || f == "items" {
@@ -195,7 +195,7 @@ type groupStep struct {
 	streamSmem    int
 	// streamFlush: the step's flush is gdn_flush_stream (FLUSH_STREAM), on
 	// flushBlocks blocks of streamThreads threads with flushSmem bytes of
-	// dynamic shared memory each (one buffer of strips); bound with the
+	// dynamic shared memory each (streamSmem's buffers); bound with the
 	// group step (without it, gdn_replay_flush flushes).
 	streamFlush bool
 	flushFn     *Function

@@ -84,18 +84,18 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 		defines = append(defines, fc)
 	}
 	g.streamFold = planFoldStream(d, shape, opt, g, tn)
-	g.streamFlush = tn.flushStream && streamable(d, shape, opt, tn)
+	g.streamFlush = planFlushStream(d, shape, opt, tn)
 	if g.streamFold || g.streamFlush {
 		w := tn.streamWarps()
 		// Two buffers of strips and keys a block for 2-byte checkpoints
 		// (FS_DB): their strips are half an fp32 one's, so an SM holds
-		// fewer bytes in flight with one buffer. The flush has one.
+		// fewer bytes in flight with one buffer. Both streams take them.
 		nb := 1
 		if tn.fsDB == "1" || tn.fsDB == "" && elemBytes(opt.State) == 2 {
 			nb = 2
 		}
 		strips := w * 16 * dk * elemBytes(opt.State)
-		g.streamThreads, g.streamSmem, g.flushSmem = 32*w, nb*strips, strips
+		g.streamThreads, g.streamSmem, g.flushSmem = 32*w, nb*strips, nb*strips
 		defines = append(defines, fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFS_DB=%d", nb-1))
 		if g.streamFold {
 			defines = append(defines, "-DFOLD_STREAM=1")
@@ -127,6 +127,16 @@ func (tn tuning) streamWarps() int {
 // REPLAYSSM_CUDA_FOLD_STREAM=0.
 func planFoldStream(d *Device, shape ssm.GDNShape, opt replay.Options, g groupStep, tn tuning) bool {
 	return tn.foldStream && tn.foldItems && g.verifyOn && streamable(d, shape, opt, tn)
+}
+
+// planFlushStream reports whether a GDN replay step flushes with
+// gdn_flush_stream (FLUSH_STREAM in replay_gdn.cu) in place of
+// gdn_replay_flush: where the folds stream (streamable), unless
+// REPLAYSSM_CUDA_FLUSH_STREAM=0. H200, batch 256 (NOTES.md, session 25),
+// the aligned flush against gdn_replay_flush in the same run, us:
+// Qwen3.5-4B fp32 467 -> 373, bf16 413 -> 359; 122B 913 -> 724, 807 -> 701.
+func planFlushStream(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) bool {
+	return tn.flushStream && streamable(d, shape, opt, tn)
 }
 
 // streamable reports whether the GDN folds can stream by strips of 16 rows
