@@ -1487,6 +1487,20 @@ __device__ __forceinline__ void fs_issue(const ST* state, const float* __restric
     cp_async_commit();
 }
 
+// fs_ahead reads item li of the list (fs_item) and asks for its copies
+// (fs_issue) into buffer b: its strips at dyn's b-th, its keys at kbuf
+// (that buffer's), on the warps' barriers bar[b].
+__device__ __forceinline__ FSItem fs_ahead(const int* sSlot, const int* sN, int li, int b, const ST* state,
+                                           const float* __restrict__ ringA, const float* __restrict__ ringU,
+                                           const float* __restrict__ ringK, unsigned char* dyn, float* kbuf,
+                                           u64 (*bar)[FS_WARPS])
+{
+    const int tid = threadIdx.x, warp = tid >> 5;
+    const FSItem it = fs_item(sSlot, sN, li, warp, tid & 31, ringA, ringU);
+    fs_issue(state, ringK, it, dyn + b * (FS_WARPS * FS_STRIP_BYTES), kbuf, &bar[b][warp], tid);
+    return it;
+}
+
 #if FOLD_STREAM
 extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_stream(GDN_VERIFY_PARAMS, int batch)
 {
@@ -1519,8 +1533,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
         int kb = 0; // the buffer of the block's next item
         FSItem next;
         if (li < items) {
-            next = fs_item(sSlot, sN, li, warp, lane, ringA, ringU);
-            fs_issue(state, ringK, next, fs_dyn, sK[0], &sBar[0][warp], tid);
+            next = fs_ahead(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
         }
         for (; li < items; li += grid) {
             const FSItem it = next;
@@ -1529,9 +1542,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             cp_async_wait_all();
             __syncthreads(); // its keys; every warp is done with the item before
             if (FS_NB == 2 && more) {
-                next = fs_item(sSlot, sN, li + grid, warp, lane, ringA, ringU);
-                fs_issue(state, ringK, next, fs_dyn + (cb ^ 1) * (FS_WARPS * FS_STRIP_BYTES), sK[cb ^ 1],
-                         &sBar[cb ^ 1][warp], tid);
+                next = fs_ahead(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn, sK[cb ^ 1], sBar);
             }
             // gdn_fold's float64 chains, in its order: coef_i (lane i) and
             // g_n (every lane).
@@ -1570,8 +1581,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
                             n, gt, ahi, alo);
             if (FS_NB == 1 && more) {
                 __syncthreads(); // the keys and strips read before the next item's copies
-                next = fs_item(sSlot, sN, li + grid, warp, lane, ringA, ringU);
-                fs_issue(state, ringK, next, fs_dyn, sK[0], &sBar[0][warp], tid);
+                next = fs_ahead(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
             }
             kb = (kb + 1) % FS_NB;
         }
@@ -1633,8 +1643,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
         // with FS_DB while the item before it flushes, as gdn_fold_stream.
         FSItem next;
         if (li < items) {
-            next = fs_item(sSlot, sN, li, warp, lane, ringA, ringU);
-            fs_issue(state, ringK, next, fs_dyn, sVec[0], &sBar[0][warp], tid);
+            next = fs_ahead(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec[0], sBar);
         }
         for (; li < items; li += grid) {
             const FSItem it = next;
@@ -1681,9 +1690,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             cp_async_wait_all();
             __syncthreads(); // the keys, the token's vectors and scalars
             if (FS_NB == 2 && more) {
-                next = fs_item(sSlot, sN, li + grid, warp, lane, ringA, ringU);
-                fs_issue(state, ringK, next, fs_dyn + (cb ^ 1) * (FS_WARPS * FS_STRIP_BYTES), sVec[cb ^ 1],
-                         &sBar[cb ^ 1][warp], tid);
+                next = fs_ahead(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn, sVec[cb ^ 1], sBar);
             }
             // gdn_fold's decay chains (its loops and order; wt and eg of
             // entry n alone, the one its recurrence forms) from the last
@@ -1812,8 +1819,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             fs_update_strip(strip, state + mat * (DV * DK), row0, vec, t, gt, ahi, alo);
             __syncthreads(); // the tables and strips read before the next item's
             if (FS_NB == 1 && more) {
-                next = fs_item(sSlot, sN, li + grid, warp, lane, ringA, ringU);
-                fs_issue(state, ringK, next, fs_dyn, sVec[0], &sBar[0][warp], tid);
+                next = fs_ahead(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sVec[0], sBar);
             }
             kb = (kb + 1) % FS_NB;
         }
