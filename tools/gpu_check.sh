@@ -357,14 +357,19 @@ fold_stream)
 		REPLAYSSM_CUDA_FS_WARPS=2 REPLAYSSM_CUDA_FS_WARPS=8 REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=4
 	;;
 flush_stream)
-	# Session 25: the GDN flush by strips (gdn_flush_stream, the default
-	# where it applies), with FS_DB's second buffer: its bit-for-bit tests
-	# against gdn_replay_flush, the streamed verify folds', then the step
-	# against gdn_replay_flush (_FLUSH_STREAM=0), one buffer (_FS_DB=0)
-	# and two for fp32 (_FS_DB=1).
-	some_tests flush_stream 300 'TestReplayFlushStreamMatchesItems|TestReplayFoldStreamMatchesItems'
-	experiment flush_stream qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FLUSH_STREAM=0 REPLAYSSM_CUDA_FS_DB=0 \
-		REPLAYSSM_CUDA_FS_DB=1
+	# Sessions 24-25: the GDN flush by strips (gdn_flush_stream, the
+	# default where it applies; one buffer: FS_DB's second measured no
+	# faster), bounded to two blocks an SM beside the non-flush step for
+	# 2-byte checkpoints: its bit-for-bit tests against gdn_replay_flush,
+	# the streamed verify folds' and the overlap's, the step against
+	# gdn_replay_flush (_FLUSH_STREAM=0) and the resident grid beside it
+	# (_OVERLAP_BLOCKS=100000), then ncu of its aligned flush (the 16th
+	# launch: 15 empty ones in the non-flush graph before it).
+	some_tests flush_stream 300 'TestReplayFlushStreamMatchesItems|TestReplayFoldStreamMatchesItems|TestReplayOverlapMatchesSerial'
+	experiment flush_stream qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FLUSH_STREAM=0 REPLAYSSM_CUDA_OVERLAP_BLOCKS=100000
+	for st in bf16 fp32; do
+		LAUNCH_SKIP=15 profile "flush_stream_$st" gdn_flush_stream --shapes qwen3.5-4b --state-dtype "$st" --modes replay --batch 256
+	done
 	;;
 overlap_stream)
 	# Session 25: the streamed flush beside the non-flush step on bounded

@@ -527,7 +527,7 @@ func TestPlanFoldStream(t *testing.T) {
 	}
 	// The flush by strips where the folds can stream (by default;
 	// REPLAYSSM_CUDA_FLUSH_STREAM=0 keeps gdn_replay_flush), with or
-	// without the verify's streamed folds, in their buffers of strips.
+	// without the verify's streamed folds, in one buffer of strips.
 	for _, c := range []struct {
 		name      string
 		opt       replay.Options
@@ -537,8 +537,8 @@ func TestPlanFoldStream(t *testing.T) {
 		d         *Device // nil: the H200's
 	}{
 		{"flush fp32", base, def, true, true, 1, nil},
-		{"flush bf16", bf16, def, true, true, 2, nil},
-		{"flush bf16 one buffer", bf16, knob(func(tn *tuning) { tn.fsDB = "0" }), true, true, 1, nil},
+		{"flush bf16", bf16, def, true, true, 1, nil},
+		{"flush fp32, two buffers for the folds", base, knob(func(tn *tuning) { tn.fsDB = "1" }), true, true, 1, nil},
 		{"flush without the fold", base, knob(func(tn *tuning) { tn.foldStream = false }), true, false, 1, nil},
 		{"flush knob off", base, knob(func(tn *tuning) { tn.flushStream = false }), false, true, 1, nil},
 		{"flush with an nvfp4 read copy", with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), def, false, false, 0, nil},
@@ -560,5 +560,23 @@ func TestPlanFoldStream(t *testing.T) {
 				t.Errorf("flush: %d bytes of dynamic shared memory, want %d", g.flushSmem, want)
 			}
 		})
+	}
+}
+
+// TestStreamOverlapBlocks checks the bound on the GDN streamed flush's
+// grid beside the non-flush step: two blocks an SM for 2-byte
+// checkpoints, the resident grid for fp32 (session 25's measurements).
+func TestStreamOverlapBlocks(t *testing.T) {
+	for _, c := range []struct {
+		state numeric.Format
+		want  int
+	}{
+		{numeric.F32, 0},
+		{numeric.BF16, 264},
+		{numeric.F16, 264},
+	} {
+		if got := streamOverlapBlocks(replay.Options{Mode: replay.Replay, State: c.state}, 132); got != c.want {
+			t.Errorf("%v: %d blocks, want %d", c.state, got, c.want)
+		}
 	}
 }

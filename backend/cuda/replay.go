@@ -195,7 +195,7 @@ type groupStep struct {
 	streamSmem    int
 	// streamFlush: the step's flush is gdn_flush_stream (FLUSH_STREAM), on
 	// flushBlocks blocks of streamThreads threads with flushSmem bytes of
-	// dynamic shared memory each (streamSmem's buffers); bound with the
+	// dynamic shared memory each (one buffer of strips); bound with the
 	// group step (without it, gdn_replay_flush flushes).
 	streamFlush bool
 	flushFn     *Function

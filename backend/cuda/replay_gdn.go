@@ -89,13 +89,15 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 		w := tn.streamWarps()
 		// Two buffers of strips and keys a block for 2-byte checkpoints
 		// (FS_DB): their strips are half an fp32 one's, so an SM holds
-		// fewer bytes in flight with one buffer. Both streams take them.
+		// fewer bytes in flight with one buffer. The flush has one: two
+		// measured no faster for bf16, slower for fp32 (NOTES.md, session
+		// 25).
 		nb := 1
 		if tn.fsDB == "1" || tn.fsDB == "" && elemBytes(opt.State) == 2 {
 			nb = 2
 		}
 		strips := w * 16 * dk * elemBytes(opt.State)
-		g.streamThreads, g.streamSmem, g.flushSmem = 32*w, nb*strips, nb*strips
+		g.streamThreads, g.streamSmem, g.flushSmem = 32*w, nb*strips, strips
 		defines = append(defines, fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFS_DB=%d", nb-1))
 		if g.streamFold {
 			defines = append(defines, "-DFOLD_STREAM=1")
@@ -134,9 +136,26 @@ func planFoldStream(d *Device, shape ssm.GDNShape, opt replay.Options, g groupSt
 // gdn_replay_flush: where the folds stream (streamable), unless
 // REPLAYSSM_CUDA_FLUSH_STREAM=0. H200, batch 256 (NOTES.md, session 25),
 // the aligned flush against gdn_replay_flush in the same run, us:
-// Qwen3.5-4B fp32 467 -> 373, bf16 413 -> 359; 122B 913 -> 724, 807 -> 701.
+// Qwen3.5-4B fp32 464 -> 366, bf16 411 -> 359; 122B 912 -> 708, 808 -> 701.
 func planFlushStream(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) bool {
 	return tn.flushStream && streamable(d, shape, opt, tn)
+}
+
+// streamOverlapBlocks bounds the streamed flush's grid beside the
+// non-flush step (OVERLAP) on sms SMs: two blocks an SM for 2-byte
+// checkpoints, the resident grid (0) for fp32. H200, B=256, staggered
+// windows against the resident grid (four blocks an SM) in the same run
+// (NOTES.md, session 25), us: two blocks an SM, Qwen3.5-4B bf16 122 ->
+// 115, 122B bf16 217 -> 209, fp32 185 -> 193 and 323 -> 316; one, 115,
+// 212, 214, 317; three, 119, 211, 188, 317. A flush block of a 2-byte
+// checkpoint is about as long as an fp32 one (both wait on their items'
+// chains, not their bytes: NOTES.md), so fewer of them leave the group
+// step more of each SM at no loss to the flush; not profiled.
+func streamOverlapBlocks(opt replay.Options, sms int) int {
+	if elemBytes(opt.State) == 2 {
+		return 2 * sms
+	}
+	return 0
 }
 
 // streamable reports whether the GDN folds can stream by strips of 16 rows
@@ -277,6 +296,9 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	}
 	if err := c.bindFoldPipe(tn.pipeBlocks); err != nil {
 		return fail(err)
+	}
+	if c.group.streamFlush && c.overlap.on && tn.overlapGrid == 0 {
+		c.overlap.blocks = streamOverlapBlocks(opt, d.Multiprocessors())
 	}
 	if err := c.buildHeadSplit(ctx, dv, tn, func(n int) (splitModule, error) { return gdnSplitSource(d, shape, opt, n, tn) }); err != nil {
 		return fail(err)

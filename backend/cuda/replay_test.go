@@ -976,9 +976,8 @@ func TestReplayFoldStreamMatchesItems(t *testing.T) {
 // TestReplayFlushStreamMatchesItems checks the GDN flush by strips
 // (gdn_flush_stream, the default where it applies) against
 // gdn_replay_flush (REPLAYSSM_CUDA_FLUSH_STREAM=0) bit for bit for fp32
-// and bf16 checkpoints without a read copy, with one buffer of strips and
-// keys and with two: it keeps the fold's projections, recurrence, outputs
-// and tensor-core update, row by row. Its blocks list the cursors three
+// and bf16 checkpoints without a read copy: it keeps the fold's
+// projections, recurrence, outputs and tensor-core update, row by row. Its blocks list the cursors three
 // slots at a time on a grid of two blocks, as
 // TestReplayFoldStreamMatchesItems's.
 func TestReplayFlushStreamMatchesItems(t *testing.T) {
@@ -986,14 +985,12 @@ func TestReplayFlushStreamMatchesItems(t *testing.T) {
 	if major, _ := d.ComputeCapability(); major < 9 {
 		t.Skip("the streamed flush needs sm_90 (bulk copies); this GPU flushes with the work_items kernels only")
 	}
+	stream := envTuning(os.Getenv)
+	stream.groupAll, stream.pipeBlocks, stream.flushStream = true, 2, true
+	stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
 	items := envTuning(os.Getenv)
 	items.groupAll, items.flushStream = true, false
-	for _, db := range []string{"0", "1"} {
-		stream := envTuning(os.Getenv)
-		stream.groupAll, stream.pipeBlocks, stream.flushStream, stream.fsDB = true, 2, true, db
-		stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
-		compareStreams(t, d, "db="+db, stream, items, func(c *gpuCache) bool { return c.streamFlush() })
-	}
+	compareStreams(t, d, "", stream, items, func(c *gpuCache) bool { return c.streamFlush() })
 }
 
 // compareStreams builds a cache with the stream knobs and one without for

@@ -1603,54 +1603,46 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
 // float64 decay chains); each warp then projects its rows (fold_project's
 // order under TCMap), forms u'_n and o for them (lanes lt = 0 and 1, rows
 // g and g+8), and updates them with gdn_update_tc's operands and order, so
-// the checkpoint and outputs are gdn_replay_flush's bit for bit. With
-// FS_DB the next item's strips and keys come into a second buffer while
-// one flushes. The default where it applies (REPLAYSSM_CUDA_FLUSH_STREAM=0
-// keeps gdn_replay_flush); H200, B=256 (NOTES.md, session 25), the aligned
-// flush against gdn_replay_flush in the same run, us: Qwen3.5-4B fp32 467
-// -> 373, bf16 413 -> 359; 122B 913 -> 724, 807 -> 701.
+// the checkpoint and outputs are gdn_replay_flush's bit for bit. The
+// default where it applies (REPLAYSSM_CUDA_FLUSH_STREAM=0 keeps
+// gdn_replay_flush); H200, B=256 (NOTES.md, session 25), the aligned flush
+// against gdn_replay_flush in the same run, us: Qwen3.5-4B fp32 464 ->
+// 366, bf16 411 -> 359; 122B 912 -> 708, 808 -> 701.
 extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_stream(GDN_STEP_PARAMS)
 {
     constexpr int NTH = 32 * FS_WARPS;
     constexpr int PER = NVH * (DV / FS_ROWS); // items a flushing slot
     constexpr int CPL = DK / 16;              // TCMap's chunks of a row
-    extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_NB buffers of FS_WARPS strips
-    __shared__ __align__(16) float sVec[FS_NB][(RMAX + 1) * DK]; // k_0..k_n, then q in row t = n+1
+    extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_WARPS strips
+    __shared__ __align__(16) float sVec[(RMAX + 1) * DK]; // k_0..k_n, then q in row t = n+1
     __shared__ float sDecay[RMAX], sWt[RMAX], sCoef[RMAX], sGK[RMAX], sGQ[RMAX];
     __shared__ float sEg, sBeta, sGt;
-    __shared__ __align__(8) u64 sBar[FS_NB][FS_WARPS];
+    __shared__ __align__(8) u64 sBar[1][FS_WARPS];
     __shared__ int sSlot[NTH], sN[NTH], sB[NTH];
     __shared__ int sCount[FS_WARPS];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
-    if (lane < FS_NB) {
-        mbar_init(&sBar[lane][warp], 1);
+    const unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES;
+    if (lane == 0) {
+        mbar_init(&sBar[0][warp], 1);
         mbar_fence_init();
     }
     __syncwarp();
-    u32 parity = 0; // bit k: the phase of buffer k's next copy
+    u32 parity = 0; // the phase of the strips' next copy
     int seen = 0;   // flushing items listed before this chunk of slots
     for (int base = 0; base < batch; base += FS_CHUNK) {
         const int total =
             fs_list(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; }, sSlot, sN, sB, sCount);
         const int items = total * PER;
         const int grid = (int)gridDim.x;
-        int li = ((int)blockIdx.x - seen % grid + grid) % grid;
-        int kb = 0; // the buffer of the block's next item
-        // The item's strips and ring keys (keys 0..n-1 in rows 0..n-1)
-        // asked for, the A operands' cached u and the entry decays loaded
-        // (fs_item: lane i of each warp holds entry i's), one item ahead:
-        // with FS_DB while the item before it flushes, as gdn_fold_stream.
-        FSItem next;
-        if (li < items) {
-            next = fs_ahead(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec[0], sBar);
-        }
-        for (; li < items; li += grid) {
-            const FSItem it = next;
-            const int cb = kb;
-            const bool more = li + grid < items;
-            float* const vec = sVec[cb];
-            const unsigned char* const strip = fs_dyn + cb * (FS_WARPS * FS_STRIP_BYTES) + warp * FS_STRIP_BYTES;
+        for (int li = ((int)blockIdx.x - seen % grid + grid) % grid; li < items; li += grid) {
+            // The item's strips and ring keys (keys 0..n-1 in rows 0..n-1)
+            // asked for, the A operands' cached u and the entry decays
+            // loaded (fs_item: lane i of each warp holds entry i's). One
+            // buffer: two (FS_DB, the next item's copies in flight during
+            // this one) measured no faster for bf16 and slower for fp32
+            // (NOTES.md, session 25).
+            const FSItem it = fs_ahead(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec, sBar);
             const int s = it.s, n = it.n, j = it.j, b = sB[li / PER], kh = j / VPK;
             const int t = n + 1;
             const u64 mat = (u64)s * NVH + j;
@@ -1661,7 +1653,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
                 float tv[L2V];
                 l2norm_load(warp == 0 ? k + ((u64)b * NKH + kh) * DK : q + ((u64)b * NKH + kh) * DK, tv);
                 const float r = l2norm_scale(tv, warp == 0 ? 1.0f : qscale);
-                float* dst = vec + (warp == 0 ? n : t) * DK;
+                float* dst = sVec + (warp == 0 ? n : t) * DK;
 #pragma unroll
                 for (int m = 0; m < L2V; m++) {
                     if (lane + 32 * m < DK) {
@@ -1689,9 +1681,6 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             const float vr = lt < 2 ? v[((u64)b * NVH + j) * DV + rr] : 0.0f;
             cp_async_wait_all();
             __syncthreads(); // the keys, the token's vectors and scalars
-            if (FS_NB == 2 && more) {
-                next = fs_ahead(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn, sVec[cb ^ 1], sBar);
-            }
             // gdn_fold's decay chains (its loops and order; wt and eg of
             // entry n alone, the one its recurrence forms) from the last
             // threads, its gram dots of k_n and q on all.
@@ -1731,8 +1720,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             dot_pairs(
                 n + t, DK, tid, NTH,
                 [&](int pr) -> const float* {
-                    vi = vec + (pr < n ? n : t) * DK;
-                    return vec + (pr < n ? pr : pr - n) * DK;
+                    vi = sVec + (pr < n ? n : t) * DK;
+                    return sVec + (pr < n ? pr : pr - n) * DK;
                 },
                 [&](int) -> const float* { return vi; },
                 [&](int pr, float val) {
@@ -1743,15 +1732,15 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
                     }
                 });
             __syncthreads(); // the tables
-            mbar_wait(&sBar[cb][warp], (parity >> cb) & 1);
-            parity ^= 1u << cb;
+            mbar_wait(&sBar[0][warp], parity);
+            parity ^= 1;
             // S0[r].k_n and S0[r].q (fold_project's order under TCMap:
             // the row's four lanes over their chunks, then their sum).
             float pk[2] = {0.0f, 0.0f}, pq[2] = {0.0f, 0.0f};
 #pragma unroll
             for (int cc = 0; cc < CPL; cc++) {
-                const float4 k4 = *reinterpret_cast<const float4*>(vec + n * DK + 16 * cc + 4 * lt);
-                const float4 q4 = *reinterpret_cast<const float4*>(vec + t * DK + 16 * cc + 4 * lt);
+                const float4 k4 = *reinterpret_cast<const float4*>(sVec + n * DK + 16 * cc + 4 * lt);
+                const float4 q4 = *reinterpret_cast<const float4*>(sVec + t * DK + 16 * cc + 4 * lt);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     float x[4];
@@ -1816,12 +1805,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
                 }
             }
             // The rank-t update of the strip (gdn_update_tc's), stored.
-            fs_update_strip(strip, state + mat * (DV * DK), row0, vec, t, gt, ahi, alo);
+            fs_update_strip(strip, state + mat * (DV * DK), row0, sVec, t, gt, ahi, alo);
             __syncthreads(); // the tables and strips read before the next item's
-            if (FS_NB == 1 && more) {
-                next = fs_ahead(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sVec[0], sBar);
-            }
-            kb = (kb + 1) % FS_NB;
         }
         seen += items;
         __syncthreads(); // the list read before the next chunk's
