@@ -358,18 +358,15 @@ fold_stream)
 	;;
 flush_stream)
 	# Sessions 24-25: the GDN flush by strips (gdn_flush_stream, the
-	# default where it applies; one buffer: FS_DB's second measured no
-	# faster), bounded to two blocks an SM beside the non-flush step for
-	# 2-byte checkpoints: its bit-for-bit tests against gdn_replay_flush,
-	# the streamed verify folds' and the overlap's, the step against
-	# gdn_replay_flush (_FLUSH_STREAM=0) and the resident grid beside it
-	# (_OVERLAP_BLOCKS=100000), its registers bounded for five and six
-	# blocks an SM (FL_MINB), then ncu of its aligned flush (the 16th
-	# launch: 15 empty ones in the non-flush graph before it).
+	# default where it applies, one buffer: FS_DB's second measured no
+	# faster): its bit-for-bit tests against gdn_replay_flush, the
+	# streamed verify folds' and the overlap's, the step against
+	# gdn_replay_flush (_FLUSH_STREAM=0) and on two blocks an SM beside
+	# the non-flush step (_OVERLAP_BLOCKS=264), then ncu of its aligned
+	# flush (the 16th launch: 15 empty ones in the non-flush graph before
+	# it).
 	some_tests flush_stream 300 'TestReplayFlushStreamMatchesItems|TestReplayFoldStreamMatchesItems|TestReplayOverlapMatchesSerial'
-	experiment flush_stream qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FLUSH_STREAM=0 REPLAYSSM_CUDA_OVERLAP_BLOCKS=100000 \
-		REPLAYSSM_CUDA_DEFINES=-DFL_MINB=5
-	DTYPES=bf16 experiment flush_minb6 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_DEFINES=-DFL_MINB=6
+	experiment flush_stream qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FLUSH_STREAM=0 REPLAYSSM_CUDA_OVERLAP_BLOCKS=264
 	for st in bf16 fp32; do
 		LAUNCH_SKIP=15 profile "flush_stream_$st" gdn_flush_stream --shapes qwen3.5-4b --state-dtype "$st" --modes replay --batch 256
 	done

@@ -562,21 +562,3 @@ func TestPlanFoldStream(t *testing.T) {
 		})
 	}
 }
-
-// TestStreamOverlapBlocks checks the bound on the GDN streamed flush's
-// grid beside the non-flush step: two blocks an SM for 2-byte
-// checkpoints, the resident grid for fp32 (session 25's measurements).
-func TestStreamOverlapBlocks(t *testing.T) {
-	for _, c := range []struct {
-		state numeric.Format
-		want  int
-	}{
-		{numeric.F32, 0},
-		{numeric.BF16, 264},
-		{numeric.F16, 264},
-	} {
-		if got := streamOverlapBlocks(replay.Options{Mode: replay.Replay, State: c.state}, 132); got != c.want {
-			t.Errorf("%v: %d blocks, want %d", c.state, got, c.want)
-		}
-	}
-}

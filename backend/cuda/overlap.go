@@ -18,7 +18,7 @@ import "github.com/replayssm/replayssm/replay"
 type overlap struct {
 	on         bool
 	verify     bool
-	blocks     int // a bound on the flush kernel's grid (0: its resident grid; streamOverlapBlocks for the GDN streamed flush)
+	blocks     int // a bound on the flush kernel's grid (0: its resident grid)
 	side       *Stream
 	fork, join *Event
 }

@@ -141,23 +141,6 @@ func planFlushStream(d *Device, shape ssm.GDNShape, opt replay.Options, tn tunin
 	return tn.flushStream && streamable(d, shape, opt, tn)
 }
 
-// streamOverlapBlocks bounds the streamed flush's grid beside the
-// non-flush step (OVERLAP) on sms SMs: two blocks an SM for 2-byte
-// checkpoints, the resident grid (0) for fp32. H200, B=256, staggered
-// windows against the resident grid (four blocks an SM) in the same run
-// (NOTES.md, session 25), us: two blocks an SM, Qwen3.5-4B bf16 122 ->
-// 115, 122B bf16 217 -> 209, fp32 185 -> 193 and 323 -> 316; one, 115,
-// 212, 214, 317; three, 119, 211, 188, 317. A flush block of a 2-byte
-// checkpoint is about as long as an fp32 one (both wait on their items'
-// chains, not their bytes: NOTES.md), so fewer of them leave the group
-// step more of each SM at no loss to the flush; not profiled.
-func streamOverlapBlocks(opt replay.Options, sms int) int {
-	if elemBytes(opt.State) == 2 {
-		return 2 * sms
-	}
-	return 0
-}
-
 // streamable reports whether the GDN folds can stream by strips of 16 rows
 // (gdn_fold_stream, gdn_flush_stream): where the fold is the tensor-core
 // rank update from cached u (tcFold, FoldsCachedU, TC_FOLD_ON's layout of
@@ -296,9 +279,6 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	}
 	if err := c.bindFoldPipe(tn.pipeBlocks); err != nil {
 		return fail(err)
-	}
-	if c.group.streamFlush && c.overlap.on && tn.overlapGrid == 0 {
-		c.overlap.blocks = streamOverlapBlocks(opt, d.Multiprocessors())
 	}
 	if err := c.buildHeadSplit(ctx, dv, tn, func(n int) (splitModule, error) { return gdnSplitSource(d, shape, opt, n, tn) }); err != nil {
 		return fail(err)

@@ -1434,16 +1434,14 @@ __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* 
 // FSItem is one item of gdn_fold_stream as a lane holds it: the slot, its
 // history n, the value head and part, and the loads its prologue waits on
 // (asked for before the item before it folds, with FS_DB): the decay of
-// entry lane and, unless the kernel stages them (SU: gdn_flush_stream),
-// the cached u of the lane's A operands (rows g and g+8 of the warp's
-// strip, entries 8ks + lt and + 4).
+// entry lane and the cached u of the lane's A operands (rows g and g+8 of
+// the warp's strip, entries 8ks + lt and + 4).
 struct FSItem {
     int s, n, j, part;
     float dec;
     float uu[FS_KS][4];
 };
 
-template <bool SU>
 __device__ __forceinline__ FSItem fs_item(const int* sSlot, const int* sN, int li, int warp, int lane,
                                           const float* __restrict__ ringA, const float* __restrict__ ringU)
 {
@@ -1457,7 +1455,7 @@ __device__ __forceinline__ FSItem fs_item(const int* sSlot, const int* sN, int l
     it.part = li % PARTS;
     const int row = it.part * FS_ROWS + 16 * warp + g;
 #pragma unroll
-    for (int ks = 0; ks < (SU ? 0 : FS_KS); ks++) {
+    for (int ks = 0; ks < FS_KS; ks++) {
         const int i0 = 8 * ks + lt, i1 = i0 + 4;
         const float* u0 = ringU + (ring_at(it.s, i0) * NVH + it.j) * DV + row;
         const float* u1 = ringU + (ring_at(it.s, i1) * NVH + it.j) * DV + row;
@@ -1471,14 +1469,12 @@ __device__ __forceinline__ FSItem fs_item(const int* sSlot, const int* sN, int l
 }
 
 // fs_issue asks for item it's strips (lane 0 of each warp, one bulk copy
-// on the warp's barrier) into strip buffer sbuf, its ring keys into kbuf
-// and, where ubuf is not null, the item's rows of the ring's cached u
-// into ubuf (entry i's FS_ROWS in row i): the block's cp.async, one
-// group. The buffers' last reads are behind a __syncthreads, as the
-// pipelined folds' consumers release a stage.
-__device__ __forceinline__ void fs_issue(const ST* state, const float* __restrict__ ringK,
-                                         const float* __restrict__ ringU, const FSItem& it, unsigned char* sbuf,
-                                         float* kbuf, float* ubuf, u64* bar, int tid)
+// on the warp's barrier) into strip buffer sbuf and its ring keys into
+// kbuf (the block's cp.async, one group). The buffers' last reads are
+// behind a __syncthreads, as the pipelined folds' consumers release a
+// stage.
+__device__ __forceinline__ void fs_issue(const ST* state, const float* __restrict__ ringK, const FSItem& it,
+                                         unsigned char* sbuf, float* kbuf, u64* bar, int tid)
 {
     const int warp = tid >> 5;
     if ((tid & 31) == 0) {
@@ -1488,27 +1484,20 @@ __device__ __forceinline__ void fs_issue(const ST* state, const float* __restric
                  FS_STRIP_BYTES, bar);
     }
     cp_rows<DK>(kbuf, ringK + (ring_at(it.s, 0) * NKH + it.j / VPK) * DK, NKH * DK, it.n, tid, 32 * FS_WARPS);
-    if (ubuf != nullptr) {
-        cp_rows<FS_ROWS>(ubuf, ringU + (ring_at(it.s, 0) * NVH + it.j) * DV + it.part * FS_ROWS, NVH * DV, it.n, tid,
-                         32 * FS_WARPS);
-    }
     cp_async_commit();
 }
 
 // fs_ahead reads item li of the list (fs_item) and asks for its copies
 // (fs_issue) into buffer b: its strips at dyn's b-th, its keys at kbuf
-// (that buffer's), on the warps' barriers bar[b]; with a ubuf (SU) its
-// cached u there, in place of the lanes' A-operand loads.
-template <bool SU>
+// (that buffer's), on the warps' barriers bar[b].
 __device__ __forceinline__ FSItem fs_ahead(const int* sSlot, const int* sN, int li, int b, const ST* state,
                                            const float* __restrict__ ringA, const float* __restrict__ ringU,
                                            const float* __restrict__ ringK, unsigned char* dyn, float* kbuf,
-                                           float* ubuf, u64 (*bar)[FS_WARPS])
+                                           u64 (*bar)[FS_WARPS])
 {
     const int tid = threadIdx.x, warp = tid >> 5;
-    const FSItem it = fs_item<SU>(sSlot, sN, li, warp, tid & 31, ringA, ringU);
-    fs_issue(state, ringK, ringU, it, dyn + b * (FS_WARPS * FS_STRIP_BYTES), kbuf, SU ? ubuf : nullptr,
-             &bar[b][warp], tid);
+    const FSItem it = fs_item(sSlot, sN, li, warp, tid & 31, ringA, ringU);
+    fs_issue(state, ringK, it, dyn + b * (FS_WARPS * FS_STRIP_BYTES), kbuf, &bar[b][warp], tid);
     return it;
 }
 
@@ -1544,7 +1533,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
         int kb = 0; // the buffer of the block's next item
         FSItem next;
         if (li < items) {
-            next = fs_ahead<false>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], nullptr, sBar);
+            next = fs_ahead(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
         }
         for (; li < items; li += grid) {
             const FSItem it = next;
@@ -1553,7 +1542,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             cp_async_wait_all();
             __syncthreads(); // its keys; every warp is done with the item before
             if (FS_NB == 2 && more) {
-                next = fs_ahead<false>(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn, sK[cb ^ 1], nullptr, sBar);
+                next = fs_ahead(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn, sK[cb ^ 1], sBar);
             }
             // gdn_fold's float64 chains, in its order: coef_i (lane i) and
             // g_n (every lane).
@@ -1592,7 +1581,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
                             n, gt, ahi, alo);
             if (FS_NB == 1 && more) {
                 __syncthreads(); // the keys and strips read before the next item's copies
-                next = fs_ahead<false>(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], nullptr, sBar);
+                next = fs_ahead(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
             }
             kb = (kb + 1) % FS_NB;
         }
@@ -1619,20 +1608,13 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
 // gdn_replay_flush); H200, B=256 (NOTES.md, session 25), the aligned flush
 // against gdn_replay_flush in the same run, us: Qwen3.5-4B fp32 464 ->
 // 366, bf16 411 -> 359; 122B 912 -> 708, 808 -> 701.
-// FL_MINB: the blocks an SM gdn_flush_stream's registers are bounded for
-// (FS_MINB unless given: a measuring knob, -DFL_MINB=5 or 6 for 2-byte
-// checkpoints, whose shared memory allows six).
-#ifndef FL_MINB
-#define FL_MINB FS_MINB
-#endif
-extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FL_MINB) gdn_flush_stream(GDN_STEP_PARAMS)
+extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_stream(GDN_STEP_PARAMS)
 {
     constexpr int NTH = 32 * FS_WARPS;
     constexpr int PER = NVH * (DV / FS_ROWS); // items a flushing slot
     constexpr int CPL = DK / 16;              // TCMap's chunks of a row
     extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_WARPS strips
     __shared__ __align__(16) float sVec[(RMAX + 1) * DK]; // k_0..k_n, then q in row t = n+1
-    __shared__ __align__(16) float sU[RMAX * FS_ROWS];    // the item's rows of the cached u_0..u_{n-1}
     __shared__ float sDecay[RMAX], sWt[RMAX], sCoef[RMAX], sGK[RMAX], sGQ[RMAX];
     __shared__ float sEg, sBeta, sGt;
     __shared__ __align__(8) u64 sBar[1][FS_WARPS];
@@ -1660,7 +1642,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FL_MINB) gdn_flush_s
             // buffer: two (FS_DB, the next item's copies in flight during
             // this one) measured no faster for bf16 and slower for fp32
             // (NOTES.md, session 25).
-            const FSItem it = fs_ahead<true>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec, sU, sBar);
+            const FSItem it = fs_ahead(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec, sBar);
             const int s = it.s, n = it.n, j = it.j, b = sB[li / PER], kh = j / VPK;
             const int t = n + 1;
             const u64 mat = (u64)s * NVH + j;
@@ -1688,9 +1670,14 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FL_MINB) gdn_flush_s
             if (warp == 0 && lane < n) {
                 sDecay[lane] = it.dec;
             }
-            // v_t of this lane's recurrence row (lanes lt < 2: row g + 8 lt;
-            // its cached u come to sU with the keys, at ru).
-            const int rr = row0 + g + 8 * (lt & 1), ru = 16 * warp + g + 8 * (lt & 1);
+            // The cached u of this lane's recurrence row (lanes lt < 2: row
+            // g + 8 lt) and v_t of that row.
+            const int rr = row0 + g + 8 * (lt & 1);
+            float ur[RMAX];
+#pragma unroll
+            for (int i = 0; i < RMAX; i++) {
+                ur[i] = lt < 2 && i < n ? ringU[(ring_at(s, i) * NVH + j) * DV + rr] : 0.0f;
+            }
             const float vr = lt < 2 ? v[((u64)b * NVH + j) * DV + rr] : 0.0f;
             cp_async_wait_all();
             __syncthreads(); // the keys, the token's vectors and scalars
@@ -1784,7 +1771,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FL_MINB) gdn_flush_s
                 for (int l = 0; l < RMAX; l++) {
                     if (l < n) {
                         const float w = sWt[l] * sGK[l];
-                        ui = fmaf(-w, sU[l * FS_ROWS + ru], ui);
+                        ui = fmaf(-w, ur[l], ui);
                     }
                 }
                 un = ui * sBeta;
@@ -1793,26 +1780,24 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FL_MINB) gdn_flush_s
                 for (int i = 0; i < RMAX; i++) {
                     if (i < t) {
                         const float w = sCoef[i] * sGQ[i];
-                        ov = fmaf(w, i < n ? sU[i * FS_ROWS + ru] : un, ov);
+                        ov = fmaf(w, i < n ? ur[i] : un, ov);
                     }
                 }
                 o[((u64)b * NVH + j) * DV + rr] = ov;
             }
-            // The A operands: coef_i u_i of rows g and g+8 (sU), u'_n from
-            // the lanes that formed it.
+            // The A operands: coef_i u_i of rows g and g+8, u'_n from the
+            // lanes that formed it.
             const float un0 = __shfl_sync(FULL_MASK, un, 4 * g), un1 = __shfl_sync(FULL_MASK, un, 4 * g + 1);
             u32 ahi[FS_KS][4], alo[FS_KS][4];
 #pragma unroll
             for (int ks = 0; ks < FS_KS; ks++) {
                 const int i0 = 8 * ks + lt, i1 = i0 + 4;
                 const bool in0 = i0 < t, in1 = i1 < t;
-                const float* u0 = sU + (i0 < n ? i0 : 0) * FS_ROWS + 16 * warp + g;
-                const float* u1 = sU + (i1 < n ? i1 : 0) * FS_ROWS + 16 * warp + g;
                 const float a[4] = {
-                    in0 ? sCoef[in0 ? i0 : 0] * (i0 == n ? un0 : u0[0]) : 0.0f,
-                    in0 ? sCoef[in0 ? i0 : 0] * (i0 == n ? un1 : u0[8]) : 0.0f,
-                    in1 ? sCoef[in1 ? i1 : 0] * (i1 == n ? un0 : u1[0]) : 0.0f,
-                    in1 ? sCoef[in1 ? i1 : 0] * (i1 == n ? un1 : u1[8]) : 0.0f,
+                    in0 ? sCoef[in0 ? i0 : 0] * (i0 == n ? un0 : it.uu[ks][0]) : 0.0f,
+                    in0 ? sCoef[in0 ? i0 : 0] * (i0 == n ? un1 : it.uu[ks][1]) : 0.0f,
+                    in1 ? sCoef[in1 ? i1 : 0] * (i1 == n ? un0 : it.uu[ks][2]) : 0.0f,
+                    in1 ? sCoef[in1 ? i1 : 0] * (i1 == n ? un1 : it.uu[ks][3]) : 0.0f,
                 };
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
