@@ -143,12 +143,16 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/bf16/fma verify", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{groupNT: 128, defines: []string{"-DVERIFY_TC=0"}}},
 		{"replay/bf16+nvfp4/fma verify", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DVERIFY_TC=0"}}},
-		// The GDN folds by strips (gdn_fold_stream, by default; a zero
-		// tuning has it off) and the flush by strips (gdn_flush_stream,
-		// asked for): one buffer of strips a block (fp32), two (bf16).
+		// The GDN folds by strips (gdn_fold_stream) and the flush by
+		// strips (gdn_flush_stream), both by default (a zero tuning has
+		// them off): one buffer of strips a block (fp32), two for the
+		// folds (bf16).
 		{"replay/fp32/streamed folds", replay.Options{Mode: replay.Replay}, tuning{foldItems: true, foldStream: true, flushStream: true}},
 		{"replay/bf16/streamed folds", replay.Options{Mode: replay.Replay, State: numeric.BF16},
 			tuning{foldItems: true, foldStream: true, flushStream: true}},
+		// The streamed flush's tables by its last warp (FS_EARLY_TABLES).
+		{"replay/fp32/flush tables early", replay.Options{Mode: replay.Replay},
+			tuning{foldItems: true, foldStream: true, flushStream: true, defines: []string{"-DFS_EARLY_TABLES=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's

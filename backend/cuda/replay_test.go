@@ -985,12 +985,16 @@ func TestReplayFlushStreamMatchesItems(t *testing.T) {
 	if major, _ := d.ComputeCapability(); major < 9 {
 		t.Skip("the streamed flush needs sm_90 (bulk copies); this GPU flushes with the work_items kernels only")
 	}
-	stream := envTuning(os.Getenv)
-	stream.groupAll, stream.pipeBlocks, stream.flushStream = true, 2, true
-	stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
 	items := envTuning(os.Getenv)
 	items.groupAll, items.flushStream = true, false
-	compareStreams(t, d, "", stream, items, func(c *gpuCache) bool { return c.streamFlush() })
+	// The tables formed after the keys' barrier (the default) and by the
+	// last warp before it (FS_EARLY_TABLES, session 25).
+	for _, tables := range []string{"0", "1"} {
+		stream := envTuning(os.Getenv)
+		stream.groupAll, stream.pipeBlocks, stream.flushStream = true, 2, true
+		stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3", "-DFS_EARLY_TABLES="+tables)
+		compareStreams(t, d, "early-tables="+tables, stream, items, func(c *gpuCache) bool { return c.streamFlush() })
+	}
 }
 
 // compareStreams builds a cache with the stream knobs and one without for

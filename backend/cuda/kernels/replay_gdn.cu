@@ -1592,6 +1592,67 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
 #endif // FOLD_STREAM
 
 #if FLUSH_STREAM
+// FS_EARLY_TABLES=1 (off; session 25, written after its device time, not
+// yet run on a GPU): gdn_flush_stream's decay chains by its last warp
+// before the keys' barrier (fs_tables), where they ran after it on the
+// block's last threads while the others waited at the tables' barrier
+// (ncu, session 25: 10.5% of the flush's stall samples there, 3% in the
+// chains).
+#ifndef FS_EARLY_TABLES
+#define FS_EARLY_TABLES 0
+#endif
+
+// fs_tables forms a flush item's scalar tables on one warp, lane i for
+// entry i: the token's exp(g) and beta (gdn_scalars, lane 31), the entry
+// decays (dec: the ring's entry lane, fs_item's; the token's at n), then
+// gdn_fold's float64 chains in its loops and order, each factor by a
+// shuffle (the same floats as the shared table sDecay gives them): wt and
+// eg of entry n (lane n), coef_i (lanes i <= n) and g_t (lane 0).
+__device__ __forceinline__ void fs_tables(float dec, int n, float a, float b, double negA, double dtb, float* sWt,
+                                          float* sCoef, float* sEg, float* sGt, float* sBeta)
+{
+    const int lane = threadIdx.x & 31, t = n + 1;
+    float eg = 0.0f, beta = 0.0f;
+    if (lane == 31) {
+        gdn_scalars(a, b, negA, dtb, &eg, &beta);
+        *sBeta = beta;
+    }
+    eg = __shfl_sync(FULL_MASK, eg, 31);
+    const float d = lane < n ? dec : eg; // entry lane's decay (lanes past t unused)
+    const int i = lane;
+    double w = 1.0, c = 1.0, gp = 1.0;
+#pragma unroll
+    for (int l = RMAX - 2; l >= 0; l--) {
+        const double dl = (double)__shfl_sync(FULL_MASK, d, (l + 1) & 31);
+        if (l < i && i < t) {
+            w *= dl;
+            if (i == n) {
+                sWt[l] = (float)w;
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < RMAX; m++) {
+        const double dm = (double)__shfl_sync(FULL_MASK, d, m & 31);
+        if (m >= 1 && m > i && m < t) {
+            c *= dm;
+        }
+        if (m < t) {
+            gp *= dm;
+        }
+    }
+    const double d0 = (double)__shfl_sync(FULL_MASK, d, 0);
+    if (i == n) {
+        *sEg = (float)(w * d0);
+    }
+    if (i < t) {
+        sCoef[i] = (float)c;
+    }
+    if (lane == 0) {
+        *sGt = (float)gp;
+    }
+}
+
 // gdn_flush_stream is gdn_replay_flush where the flush is the fold from
 // cached u on the tensor cores (the conditions gdn_fold_stream takes), in
 // gdn_fold_stream's items: every part of that flush is a row's own given
@@ -1661,6 +1722,12 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
                     }
                 }
             }
+#if FS_EARLY_TABLES
+            if (warp == FS_WARPS - 1) {
+                fs_tables(it.dec, n, a[(u64)b * NVH + j], bb[(u64)b * NVH + j], negA[j], dtb[j], sWt, sCoef, &sEg, &sGt,
+                          &sBeta);
+            }
+#else
             if (tid == NTH - 1) {
                 float eg, beta;
                 gdn_scalars(a[(u64)b * NVH + j], bb[(u64)b * NVH + j], negA[j], dtb[j], &eg, &beta);
@@ -1670,6 +1737,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             if (warp == 0 && lane < n) {
                 sDecay[lane] = it.dec;
             }
+#endif
             // The cached u of this lane's recurrence row (lanes lt < 2: row
             // g + 8 lt) and v_t of that row.
             const int rr = row0 + g + 8 * (lt & 1);
@@ -1683,8 +1751,9 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             __syncthreads(); // the keys, the token's vectors and scalars
             // gdn_fold's decay chains (its loops and order; wt and eg of
             // entry n alone, the one its recurrence forms) from the last
-            // threads, its gram dots of k_n and q on all.
-            for (int i = NTH - 1 - tid; i < t; i += NTH) {
+            // threads (with FS_EARLY_TABLES the last warp's, above), its
+            // gram dots of k_n and q on all.
+            for (int i = NTH - 1 - tid; !FS_EARLY_TABLES && i < t; i += NTH) {
                 double w = 1.0, c = 1.0;
 #pragma unroll
                 for (int l = RMAX - 2; l >= 0; l--) {
@@ -1706,7 +1775,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
                 }
                 sCoef[i] = (float)c;
             }
-            if (tid == NTH - 1 - t % NTH) {
+            if (!FS_EARLY_TABLES && tid == NTH - 1 - t % NTH) {
                 double gp = 1.0;
 #pragma unroll
                 for (int m = 0; m < RMAX; m++) {
