@@ -150,9 +150,12 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/streamed folds", replay.Options{Mode: replay.Replay}, tuning{foldItems: true, foldStream: true, flushStream: true}},
 		{"replay/bf16/streamed folds", replay.Options{Mode: replay.Replay, State: numeric.BF16},
 			tuning{foldItems: true, foldStream: true, flushStream: true}},
-		// The streamed flush's tables by its last warp (FS_EARLY_TABLES).
+		// The streamed flush's tables by its last warp (FS_EARLY_TABLES)
+		// and its grid halved where the items are few (FL_SHRINK).
 		{"replay/fp32/flush tables early", replay.Options{Mode: replay.Replay},
 			tuning{foldItems: true, foldStream: true, flushStream: true, defines: []string{"-DFS_EARLY_TABLES=1"}}},
+		{"replay/bf16/flush shrink", replay.Options{Mode: replay.Replay, State: numeric.BF16},
+			tuning{foldItems: true, foldStream: true, flushStream: true, defines: []string{"-DFL_SHRINK=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's

@@ -987,13 +987,19 @@ func TestReplayFlushStreamMatchesItems(t *testing.T) {
 	}
 	items := envTuning(os.Getenv)
 	items.groupAll, items.flushStream = true, false
-	// The tables formed after the keys' barrier (the default) and by the
-	// last warp before it (FS_EARLY_TABLES, session 25).
-	for _, tables := range []string{"0", "1"} {
+	// The defaults; the tables by the last warp before the keys' barrier
+	// (FS_EARLY_TABLES, session 25); every chunk on half the grid (one
+	// block of two: FL_SHRINK with a threshold no chunk reaches).
+	for _, v := range []struct{ name, defines string }{
+		{"defaults", ""},
+		{"early-tables", "-DFS_EARLY_TABLES=1"},
+		{"shrink", "-DFL_SHRINK=1 -DFL_SHRINK_ITEMS=100000"},
+	} {
 		stream := envTuning(os.Getenv)
 		stream.groupAll, stream.pipeBlocks, stream.flushStream = true, 2, true
-		stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3", "-DFS_EARLY_TABLES="+tables)
-		compareStreams(t, d, "early-tables="+tables, stream, items, func(c *gpuCache) bool { return c.streamFlush() })
+		stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
+		stream.defines = append(stream.defines, strings.Fields(v.defines)...)
+		compareStreams(t, d, v.name, stream, items, func(c *gpuCache) bool { return c.streamFlush() })
 	}
 }
 

@@ -1602,6 +1602,23 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
 #define FS_EARLY_TABLES 0
 #endif
 
+// FL_SHRINK=1 (off; session 25, written after its device time, not yet
+// run on a GPU): a chunk of gdn_flush_stream's list with fewer than
+// FL_SHRINK_ITEMS items a block goes to half its grid. Beside the
+// non-flush step a staggered window's flush lists a sixteenth of the slots
+// and an aligned one all of them, on the same grid, which the host cannot
+// tell apart without a sync; session 25 measured the bound on the host
+// (REPLAYSSM_CUDA_OVERLAP_BLOCKS=264, two blocks an SM) at 4B bf16 window
+// 122 -> 115 us, 122B 217 -> 209, but the aligned flush 361 -> 549 and
+// 4B fp32's window 185 -> 193. Chosen here per chunk, the aligned flush
+// keeps its grid; for 2-byte checkpoints the Go side would set it.
+#ifndef FL_SHRINK
+#define FL_SHRINK 0
+#endif
+#ifndef FL_SHRINK_ITEMS
+#define FL_SHRINK_ITEMS 4
+#endif
+
 // fs_tables forms a flush item's scalar tables on one warp, lane i for
 // entry i: the token's exp(g) and beta (gdn_scalars, lane 31), the entry
 // decays (dec: the ring's entry lane, fs_item's; the token's at n), then
@@ -1696,7 +1713,11 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             fs_list(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; }, sSlot, sN, sB, sCount);
         const int items = total * PER;
         const int grid = (int)gridDim.x;
-        for (int li = ((int)blockIdx.x - seen % grid + grid) % grid; li < items; li += grid) {
+        // The blocks that take this chunk's items: every one, or with
+        // FL_SHRINK half of them where the items are few.
+        const int act = FL_SHRINK && items < FL_SHRINK_ITEMS * grid ? max(1, grid / 2) : grid;
+        const int r = ((int)blockIdx.x - seen % grid + grid) % grid;
+        for (int li = r; r < act && li < items; li += act) {
             // The item's strips and ring keys (keys 0..n-1 in rows 0..n-1)
             // asked for, the A operands' cached u and the entry decays
             // loaded (fs_item: lane i of each warp holds entry i's). One
