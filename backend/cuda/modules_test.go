@@ -540,16 +540,15 @@ func TestPlanFoldStream(t *testing.T) {
 		opt       replay.Options
 		tn        tuning
 		want, fol bool
-		nb        int     // buffers a block
 		d         *Device // nil: the H200's
 	}{
-		{"flush fp32", base, def, true, true, 1, nil},
-		{"flush bf16", bf16, def, true, true, 1, nil},
-		{"flush fp32, two buffers for the folds", base, knob(func(tn *tuning) { tn.fsDB = "1" }), true, true, 1, nil},
-		{"flush without the fold", base, knob(func(tn *tuning) { tn.foldStream = false }), true, false, 1, nil},
-		{"flush knob off", base, knob(func(tn *tuning) { tn.flushStream = false }), false, true, 1, nil},
-		{"flush with an nvfp4 read copy", with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), def, false, false, 0, nil},
-		{"flush on sm_80", base, def, false, false, 0, ampere},
+		{"flush fp32", base, def, true, true, nil},
+		{"flush bf16", bf16, def, true, true, nil},
+		{"flush fp32, two buffers for the folds", base, knob(func(tn *tuning) { tn.fsDB = "1" }), true, true, nil},
+		{"flush without the fold", base, knob(func(tn *tuning) { tn.foldStream = false }), true, false, nil},
+		{"flush knob off", base, knob(func(tn *tuning) { tn.flushStream = false }), false, true, nil},
+		{"flush with an nvfp4 read copy", with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), def, false, false, nil},
+		{"flush on sm_80", base, def, false, false, ampere},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := c.d
@@ -563,7 +562,7 @@ func TestPlanFoldStream(t *testing.T) {
 			if got := slices.Contains(defines, "-DFLUSH_STREAM=1"); got != c.want {
 				t.Errorf("FLUSH_STREAM defined %v, want %v (%v)", got, c.want, defines)
 			}
-			if want := c.nb * 4 * 16 * qwen4bShape.KeyDim * elemBytes(c.opt.State); c.want && g.flushSmem != want {
+			if want := 4 * 16 * qwen4bShape.KeyDim * elemBytes(c.opt.State); c.want && g.flushSmem != want {
 				t.Errorf("flush: %d bytes of dynamic shared memory, want %d", g.flushSmem, want)
 			}
 		})

@@ -959,16 +959,12 @@ func TestReplayFoldPipeMatchesItems(t *testing.T) {
 // across them) on a grid of two blocks, each taking many items in turn
 // (its buffers' mbarrier phases).
 func TestReplayFoldStreamMatchesItems(t *testing.T) {
-	d := gpu(t)
-	if major, _ := d.ComputeCapability(); major < 9 {
-		t.Skip("the streamed folds need sm_90 (bulk copies); this GPU folds with the work_items kernels only")
-	}
+	d := streamGPU(t, "folds")
 	items := envTuning(os.Getenv)
 	items.groupAll, items.foldStream = true, false
 	for _, db := range []string{"0", "1"} {
-		stream := envTuning(os.Getenv)
-		stream.groupAll, stream.pipeBlocks, stream.fsDB = true, 2, db
-		stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
+		stream := streamTuning()
+		stream.fsDB = db
 		compareStreams(t, d, "db="+db, stream, items, func(c *gpuCache) bool { return c.streamFold() })
 	}
 }
@@ -981,10 +977,7 @@ func TestReplayFoldStreamMatchesItems(t *testing.T) {
 // slots at a time on a grid of two blocks, as
 // TestReplayFoldStreamMatchesItems's.
 func TestReplayFlushStreamMatchesItems(t *testing.T) {
-	d := gpu(t)
-	if major, _ := d.ComputeCapability(); major < 9 {
-		t.Skip("the streamed flush needs sm_90 (bulk copies); this GPU flushes with the work_items kernels only")
-	}
+	d := streamGPU(t, "flush")
 	items := envTuning(os.Getenv)
 	items.groupAll, items.flushStream = true, false
 	// The defaults; the tables by the last warp before the keys' barrier
@@ -995,12 +988,32 @@ func TestReplayFlushStreamMatchesItems(t *testing.T) {
 		{"early-tables", "-DFS_EARLY_TABLES=1"},
 		{"shrink", "-DFL_SHRINK=1 -DFL_SHRINK_ITEMS=100000"},
 	} {
-		stream := envTuning(os.Getenv)
-		stream.groupAll, stream.pipeBlocks, stream.flushStream = true, 2, true
-		stream.defines = append(slices.Clip(stream.defines), "-DFS_CHUNK=3")
+		stream := streamTuning()
+		stream.flushStream = true
 		stream.defines = append(stream.defines, strings.Fields(v.defines)...)
 		compareStreams(t, d, v.name, stream, items, func(c *gpuCache) bool { return c.streamFlush() })
 	}
+}
+
+// streamGPU returns the GPU for the stream kernels' tests (what: "folds"
+// or "flush"), skipping below sm_90 (their bulk copies).
+func streamGPU(t *testing.T, what string) *Device {
+	d := gpu(t)
+	if major, _ := d.ComputeCapability(); major < 9 {
+		t.Skipf("the streamed %s: sm_90 needed (bulk copies); this GPU takes the work_items kernels only", what)
+	}
+	return d
+}
+
+// streamTuning is the stream kernels' tests' knobs: the group kernels at
+// every batch, a grid of two blocks (each taking many items in turn) that
+// list the cursors three slots at a time (-DFS_CHUNK=3: a small batch
+// spans several chunks).
+func streamTuning() tuning {
+	tn := envTuning(os.Getenv)
+	tn.groupAll, tn.pipeBlocks = true, 2
+	tn.defines = append(slices.Clip(tn.defines), "-DFS_CHUNK=3")
+	return tn
 }
 
 // compareStreams builds a cache with the stream knobs and one without for

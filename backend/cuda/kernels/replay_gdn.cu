@@ -1431,6 +1431,27 @@ __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* 
     }
 }
 
+// fs_chains forms gdn_fold's float64 decay chains on one warp, lane m
+// holding entry m's decay d: lane i's coef_i = prod_{i<m<t} d_m and every
+// lane's g = prod_{m<t} d_m, in ascending m (gdn_fold's order), each factor
+// by a shuffle (the same floats a shared table of the decays gives).
+__device__ __forceinline__ void fs_chains(float d, int t, double& c, double& gp)
+{
+    const int lane = threadIdx.x & 31;
+    c = 1.0;
+    gp = 1.0;
+#pragma unroll
+    for (int m = 0; m < RMAX; m++) {
+        const double dm = (double)__shfl_sync(FULL_MASK, d, m & 31);
+        if (m > lane && m < t) {
+            c *= dm;
+        }
+        if (m < t) {
+            gp *= dm;
+        }
+    }
+}
+
 // FSItem is one item of gdn_fold_stream as a lane holds it: the slot, its
 // history n, the value head and part, and the loads its prologue waits on
 // (asked for before the item before it folds, with FS_DB): the decay of
@@ -1546,17 +1567,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             }
             // gdn_fold's float64 chains, in its order: coef_i (lane i) and
             // g_n (every lane).
-            double c = 1.0, gp = 1.0;
-#pragma unroll
-            for (int m = 0; m < RMAX; m++) {
-                const double dm = (double)__shfl_sync(FULL_MASK, it.dec, m);
-                if (m > lane && m < n) {
-                    c *= dm;
-                }
-                if (m < n) {
-                    gp *= dm;
-                }
-            }
+            double c, gp;
+            fs_chains(it.dec, n, c, gp);
             const float coef = (float)c, gt = (float)gp;
             u32 ahi[FS_KS][4], alo[FS_KS][4];
 #pragma unroll
@@ -1624,7 +1636,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
 // decays (dec: the ring's entry lane, fs_item's; the token's at n), then
 // gdn_fold's float64 chains in its loops and order, each factor by a
 // shuffle (the same floats as the shared table sDecay gives them): wt and
-// eg of entry n (lane n), coef_i (lanes i <= n) and g_t (lane 0).
+// eg of entry n (lane n), coef_i (lanes i <= n, fs_chains) and g_t (lane
+// 0).
 __device__ __forceinline__ void fs_tables(float dec, int n, float a, float b, double negA, double dtb, float* sWt,
                                           float* sCoef, float* sEg, float* sGt, float* sBeta)
 {
@@ -1637,7 +1650,7 @@ __device__ __forceinline__ void fs_tables(float dec, int n, float a, float b, do
     eg = __shfl_sync(FULL_MASK, eg, 31);
     const float d = lane < n ? dec : eg; // entry lane's decay (lanes past t unused)
     const int i = lane;
-    double w = 1.0, c = 1.0, gp = 1.0;
+    double w = 1.0, c, gp;
 #pragma unroll
     for (int l = RMAX - 2; l >= 0; l--) {
         const double dl = (double)__shfl_sync(FULL_MASK, d, (l + 1) & 31);
@@ -1648,16 +1661,7 @@ __device__ __forceinline__ void fs_tables(float dec, int n, float a, float b, do
             }
         }
     }
-#pragma unroll
-    for (int m = 0; m < RMAX; m++) {
-        const double dm = (double)__shfl_sync(FULL_MASK, d, m & 31);
-        if (m >= 1 && m > i && m < t) {
-            c *= dm;
-        }
-        if (m < t) {
-            gp *= dm;
-        }
-    }
+    fs_chains(d, t, c, gp);
     const double d0 = (double)__shfl_sync(FULL_MASK, d, 0);
     if (i == n) {
         *sEg = (float)(w * d0);
