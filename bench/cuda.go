@@ -18,7 +18,7 @@ import (
 // RunKernelsCUDA measures the GPU state caches of package cuda on the first
 // GPU, row by row like RunKernels, and calls emit for each. The copy
 // bandwidth is measured first, in the same run (1 GiB device-to-device copy,
-// bytes read + written). Every timing is the median of event-timed replays of
+// bytes read + written), with the read-only bandwidth over the same GiB. Every timing is the median of event-timed replays of
 // a CUDA graph of whole steps (a window of L steps, or 4 verify+commit
 // rounds), so launch overheads stay out of the numbers; inputs rotate among
 // three sets, and at batch ≥ 64 the states are far larger than the L2 cache.
@@ -40,7 +40,7 @@ func RunKernelsCUDA(ctx context.Context, cfg KernelConfig, emit func(Row) error)
 		return err
 	}
 	defer dev.Close()
-	copyGBps, err := dev.MeasureCopyBandwidth(ctx, 1<<30)
+	copyGBps, readGBps, err := dev.MeasureBandwidth(ctx, 1<<30)
 	if err != nil {
 		return err
 	}
@@ -80,6 +80,7 @@ func RunKernelsCUDA(ctx context.Context, cfg KernelConfig, emit func(Row) error)
 					}
 					row.Device = "cuda"
 					row.CopyGBps = copyGBps
+					row.ReadGBps = readGBps
 					group.fill(&row, copyGBps)
 					if err := emit(row); err != nil {
 						return err

@@ -29,7 +29,7 @@
 #   tools/gpu_check.sh e4m3_default  # the e4m3 streams by default (session 23): tests, verify-fp8 and fp8 checkpoints against the FMA streams, the verify by part (GV_SKIP)
 #   tools/gpu_check.sh fold_stream  # the GDN verify's streamed early folds (session 24): tests, against the old folds, its warps, GV_SKIP=4
 #   tools/gpu_check.sh flush_stream  # the GDN flush by strips (sessions 24-25): its tests, then against gdn_replay_flush and its buffers
-#   tools/gpu_check.sh early_tables  # the GDN flush's decay chains before the keys' barrier and its grid halved for few items (session 25, not yet run): its test, then against the defaults
+#   tools/gpu_check.sh l2pf  # the flush's tests, the read-only bandwidth, the group streams' L2 prefetch and their loads alone (session 26)
 #   tools/gpu_check.sh overlap_stream  # the streamed flush and verify folds beside the other kernel (OVERLAP_BLOCKS, VERIFY_OVERLAP)
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
 #                                   # (REPLAYSSM_CUDA_GROUP_THREADS, _KERNELS=v5;
@@ -372,18 +372,18 @@ flush_stream)
 		LAUNCH_SKIP=15 profile "flush_stream_$st" gdn_flush_stream --shapes qwen3.5-4b --state-dtype "$st" --modes replay --batch 256
 	done
 	;;
-early_tables)
-	# Session 25, written after its device time: gdn_flush_stream's decay
-	# chains by its last warp before the keys' barrier (-DFS_EARLY_TABLES=1,
-	# off): its bit-for-bit test (both settings), then the step against
-	# the defaults. If it wins, make it the default (drop the knob).
-	# Then FL_SHRINK=1 (also off, not yet run): a chunk with few items on
-	# half the flush's grid, for both state dtypes (the Go side would set
-	# it for 2-byte checkpoints); the window and the aligned flush both
-	# count.
-	some_tests early_tables 200 'TestReplayFlushStreamMatchesItems'
-	experiment early_tables qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_DEFINES=-DFS_EARLY_TABLES=1 \
-		REPLAYSSM_CUDA_DEFINES=-DFL_SHRINK=1 "REPLAYSSM_CUDA_DEFINES=-DFS_EARLY_TABLES=1 -DFL_SHRINK=1"
+l2pf)
+	# Session 26: the flush's tables by its last warp, now the default (its
+	# bit-for-bit tests), the read-only bandwidth (TestCopyBandwidth), then
+	# the group streams' L2 prefetch (GROUP_L2PF passes ahead, a measuring
+	# knob) and the stream alone (GROUP_NODOTS: how near the read-only
+	# bandwidth the non-flush step's loads alone come), every shape.
+	some_tests l2pf 300 'TestReplayFlushStreamMatchesItems|TestReplayOverlapMatchesSerial|TestCopyBandwidth|TestUtilityKernelsCompile'
+	grep -E "MeasureBandwidth|read16" "$out/tests_l2pf.log" | head -4
+	experiment l2pf all replay REPLAYSSM_CUDA_DEFINES=-DGROUP_L2PF=2 REPLAYSSM_CUDA_DEFINES=-DGROUP_L2PF=4 \
+		REPLAYSSM_CUDA_DEFINES=-DGROUP_L2PF=8 REPLAYSSM_CUDA_DEFINES=-DGROUP_NODOTS=1 \
+		"REPLAYSSM_CUDA_DEFINES=-DGROUP_NODOTS=1 -DGROUP_L2PF=4"
+	DTYPES=fp32 experiment l2pf_verify all verify REPLAYSSM_CUDA_DEFINES=-DGROUP_L2PF=4
 	;;
 overlap_stream)
 	# Session 25: the streamed flush beside the non-flush step on bounded

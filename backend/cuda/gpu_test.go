@@ -3,6 +3,7 @@ package cuda
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -1102,14 +1103,15 @@ func TestCopyBandwidth(t *testing.T) {
 	m, err := d.measureCopy(context.Background(), size)
 	must(t, err)
 	moved := int64(2 * m.bytes)
-	t.Logf("copy %d MiB, read+write: cuMemcpyDtoD %.0f GB/s (median %v, min %v, max %v); copy16 kernel %.0f GB/s (median %v, min %v, max %v)",
+	t.Logf("copy %d MiB, read+write: cuMemcpyDtoD %.0f GB/s (median %v, min %v, max %v); copy16 kernel %.0f GB/s (median %v, min %v, max %v); read16, read only: %.0f GB/s (median %v, min %v, max %v)",
 		m.bytes>>20, m.driver.GBps(moved), m.driver.Median, m.driver.Min, m.driver.Max,
-		m.kernel.GBps(moved), m.kernel.Median, m.kernel.Min, m.kernel.Max)
-	gbps, err := d.MeasureCopyBandwidth(context.Background(), size)
+		m.kernel.GBps(moved), m.kernel.Median, m.kernel.Min, m.kernel.Max,
+		m.read.GBps(int64(m.bytes)), m.read.Median, m.read.Min, m.read.Max)
+	gbps, read, err := d.MeasureBandwidth(context.Background(), size)
 	must(t, err)
-	t.Logf("MeasureCopyBandwidth: %.0f GB/s", gbps)
-	if gbps < 100 {
-		t.Errorf("copy bandwidth %.0f GB/s is implausibly low", gbps)
+	t.Logf("MeasureBandwidth: copy %.0f GB/s, read %.0f GB/s", gbps, read)
+	if gbps < 100 || read < 100 {
+		t.Errorf("copy bandwidth %.0f GB/s or read bandwidth %.0f GB/s is implausibly low", gbps, read)
 	}
 }
 
@@ -1274,4 +1276,87 @@ func BenchmarkEventRecord(b *testing.B) {
 		}
 	}
 	must(b, s.Synchronize())
+}
+
+// TestReadPatterns measures copy.cu's read_items, the replay group steps'
+// access pattern alone (whole items of contiguous state read by one block
+// each, in passes with a few in flight in registers), against read16 over
+// the same GiB: how near the read-only bandwidth a stream of items can come,
+// and with which items, blocks and passes in flight. Each variant's XOR over
+// its sink must equal the buffer's (every word read once).
+func TestReadPatterns(t *testing.T) {
+	d := gpu(t)
+	if testing.Short() {
+		t.Skip("slow")
+	}
+	ctx := context.Background()
+	src, err := KernelSource("copy.cu")
+	must(t, err)
+	s := stream(t, d)
+	const size = 1 << 30
+	sb := alloc(t, d, size)
+	must(t, d.FillUniform(ctx, s, sb, Float32, 7, -1, 1))
+	must(t, s.Synchronize())
+	host := make([]byte, size)
+	must(t, d.CopyFromDevice(host, sb))
+	var want [4]uint32
+	for i := 0; i < size; i += 4 {
+		want[i/4%4] ^= binary.LittleEndian.Uint32(host[i:])
+	}
+	timer, err := d.NewTimer(s)
+	must(t, err)
+	defer timer.Close()
+	read, err := d.Kernel(ctx, "copy.cu", "read16")
+	must(t, err)
+	sink := alloc(t, d, 8<<20)
+	grid, block, a, err := copyLaunch(sb, sb, 1, 256) // read16's sink: written only on an all-ones XOR
+	must(t, err)
+	tm, err := timer.Median(ctx, 20, func() error { return d.Launch(read, grid, block, 0, s, a) })
+	must(t, err)
+	t.Logf("read16: %.0f GB/s (median %v)", tm.GBps(size), tm.Median)
+	for _, v := range []struct{ threads, cpl, pf, minb, itemKB int }{
+		{64, 4, 2, 8, 128}, {64, 4, 4, 8, 128}, {64, 4, 2, 8, 64}, {64, 4, 2, 8, 32}, {64, 4, 2, 16, 128},
+		{64, 2, 2, 8, 128}, {64, 2, 4, 8, 128}, {64, 8, 2, 8, 128}, {64, 4, 2, 4, 128},
+		{128, 4, 2, 4, 128}, {128, 4, 2, 8, 128}, {128, 4, 4, 4, 128}, {256, 4, 2, 4, 128}, {256, 2, 4, 4, 128},
+		{256, 1, 1, 8, 4},
+	} {
+		m, err := d.Compile(ctx, "copy.cu", src, fmt.Sprintf("-DITEM_THREADS=%d", v.threads), fmt.Sprintf("-DITEM_CPL=%d", v.cpl),
+			fmt.Sprintf("-DITEM_PF=%d", v.pf), fmt.Sprintf("-DITEM_MINB=%d", v.minb))
+		must(t, err)
+		fn, err := m.Function("read_items")
+		must(t, err)
+		item16 := v.itemKB << 10 / 16
+		items := size / 16 / item16
+		blocks := min(items, d.Multiprocessors()*v.minb)
+		if blocks*v.threads*16 > sink.bytes {
+			t.Fatalf("sink of %d bytes too small for %d blocks", sink.bytes, blocks)
+		}
+		a := new(Args)
+		a.Ptr(sink)
+		a.Ptr(sb)
+		a.U64(uint64(items))
+		a.I32(int32(item16))
+		run := func() error {
+			return d.Launch(fn, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(v.threads), 1, 1}, 0, s, a)
+		}
+		must(t, d.Memset(sink, 0))
+		must(t, run())
+		must(t, s.Synchronize())
+		got := make([]byte, blocks*v.threads*16)
+		must(t, d.CopyFromDevice(got, sink))
+		var x [4]uint32
+		for i := 0; i < len(got); i += 4 {
+			x[i/4%4] ^= binary.LittleEndian.Uint32(got[i:])
+		}
+		if x != want {
+			t.Errorf("%+v: sink XOR %x, buffer XOR %x: not every word was read once", v, x, want)
+		}
+		tm, err := timer.Median(ctx, 20, run)
+		must(t, err)
+		res, err := fn.Resources()
+		must(t, err)
+		t.Logf("read_items %3d threads, %d words a pass a thread, %d passes in flight, %2d blocks an SM, %3d KiB items: %.0f GB/s (median %v), %d registers",
+			v.threads, v.cpl, v.pf, v.minb, v.itemKB, tm.GBps(size), tm.Median, res.Registers)
+		must(t, m.Close())
+	}
 }

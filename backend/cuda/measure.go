@@ -108,11 +108,13 @@ func (t *Timer) Close() error {
 	return errors.Join(errs...)
 }
 
-// copyMeasurement holds both ways of copying measured by measureCopy.
+// copyMeasurement holds both ways of copying measured by measureCopy, and
+// the read-only pass over the same source.
 type copyMeasurement struct {
 	bytes  int    // bytes copied per run (read once, written once)
 	driver Timing // cuMemcpyDtoDAsync
 	kernel Timing // kernels/copy.cu copy16
+	read   Timing // kernels/copy.cu read16: bytes read, nothing written
 }
 
 // copyRuns is the number of timed runs of each copy.
@@ -131,6 +133,19 @@ func (d *Device) MeasureCopyBandwidth(ctx context.Context, bytes int) (float64, 
 	}
 	moved := int64(2 * m.bytes)
 	return max(m.driver.GBps(moved), m.kernel.GBps(moved)), nil
+}
+
+// MeasureBandwidth is MeasureCopyBandwidth and, in the same run over the
+// same source, the read-only bandwidth (copy.cu's read16: bytes read over
+// time, nothing written), the ceiling of a step that reads its state and
+// does not write it back, such as a replay non-flush step.
+func (d *Device) MeasureBandwidth(ctx context.Context, bytes int) (copyGBps, readGBps float64, err error) {
+	m, err := d.measureCopy(ctx, bytes)
+	if err != nil {
+		return 0, 0, err
+	}
+	moved := int64(2 * m.bytes)
+	return max(m.driver.GBps(moved), m.kernel.GBps(moved)), m.read.GBps(int64(m.bytes)), nil
 }
 
 func (d *Device) measureCopy(ctx context.Context, bytes int) (m copyMeasurement, err error) {
@@ -175,6 +190,14 @@ func (d *Device) measureCopy(ctx context.Context, bytes int) (m copyMeasurement,
 		return m, err
 	}
 	if m.kernel, err = timer.Median(ctx, copyRuns, func() error { return d.Launch(fn, grid, block, 0, s, a) }); err != nil {
+		return m, err
+	}
+	read, err := d.Kernel(ctx, "copy.cu", "read16")
+	if err != nil {
+		return m, err
+	}
+	// read16 takes copy16's arguments, dst its sink.
+	if m.read, err = timer.Median(ctx, copyRuns, func() error { return d.Launch(read, grid, block, 0, s, a) }); err != nil {
 		return m, err
 	}
 	return m, nil

@@ -150,12 +150,6 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/streamed folds", replay.Options{Mode: replay.Replay}, tuning{foldItems: true, foldStream: true, flushStream: true}},
 		{"replay/bf16/streamed folds", replay.Options{Mode: replay.Replay, State: numeric.BF16},
 			tuning{foldItems: true, foldStream: true, flushStream: true}},
-		// The streamed flush's tables by its last warp (FS_EARLY_TABLES)
-		// and its grid halved where the items are few (FL_SHRINK).
-		{"replay/fp32/flush tables early", replay.Options{Mode: replay.Replay},
-			tuning{foldItems: true, foldStream: true, flushStream: true, defines: []string{"-DFS_EARLY_TABLES=1"}}},
-		{"replay/bf16/flush shrink", replay.Options{Mode: replay.Replay, State: numeric.BF16},
-			tuning{foldItems: true, foldStream: true, flushStream: true, defines: []string{"-DFL_SHRINK=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -566,5 +560,32 @@ func TestPlanFoldStream(t *testing.T) {
 				t.Errorf("flush: %d bytes of dynamic shared memory, want %d", g.flushSmem, want)
 			}
 		})
+	}
+}
+
+// TestUtilityKernelsCompile compiles the kernel files outside the replay
+// modules (copy.cu's copy16 and read16, fill.cu, saxpy.cu) with this
+// machine's NVRTC, as Device.Kernel does on the GPU, and checks that each
+// entry point the Go side looks up is in the PTX.
+func TestUtilityKernelsCompile(t *testing.T) {
+	n, arch := moduleCompiler(t)
+	for file, entries := range map[string][]string{
+		"copy.cu":  {"copy16", "read16", "read_items"},
+		"fill.cu":  {"fill_f32", "fill_uniform_f32", "fill_uniform_bf16"},
+		"saxpy.cu": {"saxpy_f32"},
+	} {
+		src, err := KernelSource(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptx, err := n.build(file, src, []string{arch}, false)
+		if err != nil {
+			t.Fatalf("%s: NVRTC %d.%d: %v", file, n.major, n.minor, err)
+		}
+		for _, e := range entries {
+			if !bytes.Contains(ptx, []byte(".entry "+e+"(")) {
+				t.Errorf("%s: no entry %s in its PTX", file, e)
+			}
+		}
 	}
 }

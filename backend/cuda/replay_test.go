@@ -980,19 +980,9 @@ func TestReplayFlushStreamMatchesItems(t *testing.T) {
 	d := streamGPU(t, "flush")
 	items := envTuning(os.Getenv)
 	items.groupAll, items.flushStream = true, false
-	// The defaults; the tables by the last warp before the keys' barrier
-	// (FS_EARLY_TABLES, session 25); every chunk on half the grid (one
-	// block of two: FL_SHRINK with a threshold no chunk reaches).
-	for _, v := range []struct{ name, defines string }{
-		{"defaults", ""},
-		{"early-tables", "-DFS_EARLY_TABLES=1"},
-		{"shrink", "-DFL_SHRINK=1 -DFL_SHRINK_ITEMS=100000"},
-	} {
-		stream := streamTuning()
-		stream.flushStream = true
-		stream.defines = append(stream.defines, strings.Fields(v.defines)...)
-		compareStreams(t, d, v.name, stream, items, func(c *gpuCache) bool { return c.streamFlush() })
-	}
+	stream := streamTuning()
+	stream.flushStream = true
+	compareStreams(t, d, "defaults", stream, items, func(c *gpuCache) bool { return c.streamFlush() })
 }
 
 // streamGPU returns the GPU for the stream kernels' tests (what: "folds"

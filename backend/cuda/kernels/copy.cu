@@ -62,3 +62,88 @@ copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, unsigned long lon
         }
     }
 }
+
+// read16 reads n16 16-byte words, laid out over the grid as copy16's, and
+// writes nothing unless a thread's words XOR to a value no pseudo-random
+// buffer gives (so the loads cannot be dropped): the read-only bandwidth,
+// the ceiling of a step that reads its state without writing it back (a
+// replay non-flush step). The sink takes one word a thread that hits.
+extern "C" __global__ void __launch_bounds__(COPY_THREADS)
+read16(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned long long n16)
+{
+    const unsigned long long first =
+        (unsigned long long)blockIdx.x * blockDim.x * COPY_UNROLL + threadIdx.x;
+    uint4 v[COPY_UNROLL] = {};
+#pragma unroll
+    for (int u = 0; u < COPY_UNROLL; u++) {
+        const unsigned long long j = first + (unsigned long long)u * blockDim.x;
+        if (j < n16) {
+            v[u] = load_cs(src + j);
+        }
+    }
+    uint4 x = v[0];
+#pragma unroll
+    for (int u = 1; u < COPY_UNROLL; u++) {
+        x.x ^= v[u].x, x.y ^= v[u].y, x.z ^= v[u].z, x.w ^= v[u].w;
+    }
+    if ((x.x & x.y & x.z & x.w) == 0xffffffffu) {
+        store_cs(sink + threadIdx.x, x);
+    }
+}
+
+// read_items reads the buffer the way the replay group steps stream their
+// state: a resident grid of blocks, each reading whole items (item16
+// contiguous 16-byte words) in turn, item i = block + k*grid, each item in
+// passes of ITEM_THREADS*ITEM_CPL words (thread t takes words c*ITEM_THREADS
+// + t of a pass) with ITEM_PF passes in flight in registers. Thread t's
+// XOR of every word it read goes to sink[block*ITEM_THREADS + t], so the
+// XOR over the sink is the XOR over the buffer. A measuring kernel
+// (TestReadPatterns): which items, blocks and passes in flight come
+// nearest read16.
+#ifndef ITEM_THREADS
+#define ITEM_THREADS 64
+#endif
+#ifndef ITEM_CPL
+#define ITEM_CPL 4
+#endif
+#ifndef ITEM_PF
+#define ITEM_PF 2
+#endif
+#ifndef ITEM_MINB
+#define ITEM_MINB 8
+#endif
+extern "C" __global__ void __launch_bounds__(ITEM_THREADS, ITEM_MINB)
+read_items(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned long long items, int item16)
+{
+    const int PW = ITEM_THREADS * ITEM_CPL; // words a pass
+    const int passes = item16 / PW;
+    uint4 x = make_uint4(0, 0, 0, 0);
+    for (unsigned long long it = blockIdx.x; it < items; it += gridDim.x) {
+        const uint4* p = src + it * (unsigned long long)item16 + threadIdx.x;
+        uint4 raw[ITEM_PF][ITEM_CPL];
+#pragma unroll
+        for (int f = 0; f < ITEM_PF; f++) {
+#pragma unroll
+            for (int c = 0; c < ITEM_CPL; c++) {
+                raw[f][c] = f < passes ? p[f * PW + c * ITEM_THREADS] : make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll 1
+        for (int base = 0; base < passes; base += ITEM_PF) {
+#pragma unroll
+            for (int f = 0; f < ITEM_PF; f++) {
+                const int pass = base + f;
+                if (pass < passes) {
+#pragma unroll
+                    for (int c = 0; c < ITEM_CPL; c++) {
+                        x.x ^= raw[f][c].x, x.y ^= raw[f][c].y, x.z ^= raw[f][c].z, x.w ^= raw[f][c].w;
+                        if (pass + ITEM_PF < passes) {
+                            raw[f][c] = p[(pass + ITEM_PF) * PW + c * ITEM_THREADS];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    sink[(unsigned long long)blockIdx.x * ITEM_THREADS + threadIdx.x] = x;
+}

@@ -1604,38 +1604,11 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
 #endif // FOLD_STREAM
 
 #if FLUSH_STREAM
-// FS_EARLY_TABLES=1 (off; session 25, written after its device time, not
-// yet run on a GPU): gdn_flush_stream's decay chains by its last warp
-// before the keys' barrier (fs_tables), where they ran after it on the
-// block's last threads while the others waited at the tables' barrier
-// (ncu, session 25: 10.5% of the flush's stall samples there, 3% in the
-// chains).
-#ifndef FS_EARLY_TABLES
-#define FS_EARLY_TABLES 0
-#endif
-
-// FL_SHRINK=1 (off; session 25, written after its device time, not yet
-// run on a GPU): a chunk of gdn_flush_stream's list with fewer than
-// FL_SHRINK_ITEMS items a block goes to half its grid. Beside the
-// non-flush step a staggered window's flush lists a sixteenth of the slots
-// and an aligned one all of them, on the same grid, which the host cannot
-// tell apart without a sync; session 25 measured the bound on the host
-// (REPLAYSSM_CUDA_OVERLAP_BLOCKS=264, two blocks an SM) at 4B bf16 window
-// 122 -> 115 us, 122B 217 -> 209, but the aligned flush 361 -> 549 and
-// 4B fp32's window 185 -> 193. Chosen here per chunk, the aligned flush
-// keeps its grid; for 2-byte checkpoints the Go side would set it.
-#ifndef FL_SHRINK
-#define FL_SHRINK 0
-#endif
-#ifndef FL_SHRINK_ITEMS
-#define FL_SHRINK_ITEMS 4
-#endif
-
 // fs_tables forms a flush item's scalar tables on one warp, lane i for
 // entry i: the token's exp(g) and beta (gdn_scalars, lane 31), the entry
 // decays (dec: the ring's entry lane, fs_item's; the token's at n), then
 // gdn_fold's float64 chains in its loops and order, each factor by a
-// shuffle (the same floats as the shared table sDecay gives them): wt and
+// shuffle (the same floats as gdn_fold's shared decay table gives them): wt and
 // eg of entry n (lane n), coef_i (lanes i <= n, fs_chains) and g_t (lane
 // 0).
 __device__ __forceinline__ void fs_tables(float dec, int n, float a, float b, double negA, double dtb, float* sWt,
@@ -1697,7 +1670,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
     constexpr int CPL = DK / 16;              // TCMap's chunks of a row
     extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_WARPS strips
     __shared__ __align__(16) float sVec[(RMAX + 1) * DK]; // k_0..k_n, then q in row t = n+1
-    __shared__ float sDecay[RMAX], sWt[RMAX], sCoef[RMAX], sGK[RMAX], sGQ[RMAX];
+    __shared__ float sWt[RMAX], sCoef[RMAX], sGK[RMAX], sGQ[RMAX];
     __shared__ float sEg, sBeta, sGt;
     __shared__ __align__(8) u64 sBar[1][FS_WARPS];
     __shared__ int sSlot[NTH], sN[NTH], sB[NTH];
@@ -1717,11 +1690,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             fs_list(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; }, sSlot, sN, sB, sCount);
         const int items = total * PER;
         const int grid = (int)gridDim.x;
-        // The blocks that take this chunk's items: every one, or with
-        // FL_SHRINK half of them where the items are few.
-        const int act = FL_SHRINK && items < FL_SHRINK_ITEMS * grid ? max(1, grid / 2) : grid;
         const int r = ((int)blockIdx.x - seen % grid + grid) % grid;
-        for (int li = r; r < act && li < items; li += act) {
+        for (int li = r; li < items; li += grid) {
             // The item's strips and ring keys (keys 0..n-1 in rows 0..n-1)
             // asked for, the A operands' cached u and the entry decays
             // loaded (fs_item: lane i of each warp holds entry i's). One
@@ -1747,22 +1717,15 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
                     }
                 }
             }
-#if FS_EARLY_TABLES
+            // The item's scalar tables by the last warp, before the keys'
+            // barrier: formed after it on the block's last threads, the
+            // others waited there (ncu, session 25: 10.5% of the flush's
+            // stall samples); by the warp, 4B fp32 aligned flush 377 ->
+            // 360 us, 122B 722 -> 695, bf16 even (NOTES.md, session 26).
             if (warp == FS_WARPS - 1) {
                 fs_tables(it.dec, n, a[(u64)b * NVH + j], bb[(u64)b * NVH + j], negA[j], dtb[j], sWt, sCoef, &sEg, &sGt,
                           &sBeta);
             }
-#else
-            if (tid == NTH - 1) {
-                float eg, beta;
-                gdn_scalars(a[(u64)b * NVH + j], bb[(u64)b * NVH + j], negA[j], dtb[j], &eg, &beta);
-                sDecay[n] = eg;
-                sBeta = beta;
-            }
-            if (warp == 0 && lane < n) {
-                sDecay[lane] = it.dec;
-            }
-#endif
             // The cached u of this lane's recurrence row (lanes lt < 2: row
             // g + 8 lt) and v_t of that row.
             const int rr = row0 + g + 8 * (lt & 1);
@@ -1774,42 +1737,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             const float vr = lt < 2 ? v[((u64)b * NVH + j) * DV + rr] : 0.0f;
             cp_async_wait_all();
             __syncthreads(); // the keys, the token's vectors and scalars
-            // gdn_fold's decay chains (its loops and order; wt and eg of
-            // entry n alone, the one its recurrence forms) from the last
-            // threads (with FS_EARLY_TABLES the last warp's, above), its
-            // gram dots of k_n and q on all.
-            for (int i = NTH - 1 - tid; !FS_EARLY_TABLES && i < t; i += NTH) {
-                double w = 1.0, c = 1.0;
-#pragma unroll
-                for (int l = RMAX - 2; l >= 0; l--) {
-                    if (l < i) {
-                        w *= (double)sDecay[l + 1];
-                        if (i == n) {
-                            sWt[l] = (float)w;
-                        }
-                    }
-                }
-#pragma unroll
-                for (int m = 1; m < RMAX; m++) {
-                    if (m > i && m < t) {
-                        c *= (double)sDecay[m];
-                    }
-                }
-                if (i == n) {
-                    sEg = (float)(w * (double)sDecay[0]);
-                }
-                sCoef[i] = (float)c;
-            }
-            if (!FS_EARLY_TABLES && tid == NTH - 1 - t % NTH) {
-                double gp = 1.0;
-#pragma unroll
-                for (int m = 0; m < RMAX; m++) {
-                    if (m < t) {
-                        gp *= (double)sDecay[m];
-                    }
-                }
-                sGt = (float)gp;
-            }
+            // gdn_fold's gram dots of k_n and q.
             const float* vi = nullptr;
             dot_pairs(
                 n + t, DK, tid, NTH,
