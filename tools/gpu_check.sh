@@ -29,6 +29,7 @@
 #   tools/gpu_check.sh e4m3_default  # the e4m3 streams by default (session 23): tests, verify-fp8 and fp8 checkpoints against the FMA streams, the verify by part (GV_SKIP)
 #   tools/gpu_check.sh fold_stream  # the GDN verify's streamed early folds (session 24): tests, against the old folds, its warps, GV_SKIP=4
 #   tools/gpu_check.sh flush_stream  # the GDN flush by strips (sessions 24-25): its tests, then against gdn_replay_flush and its buffers
+#   tools/gpu_check.sh flush_warps  # the streamed flush's own warps (session 26, not yet run as split): its tests, then bf16 against four warps
 #   tools/gpu_check.sh l2pf  # the flush's tests, the read-only bandwidth, the group streams' L2 prefetch and their loads alone (session 26)
 #   tools/gpu_check.sh overlap_stream  # the streamed flush and verify folds beside the other kernel (OVERLAP_BLOCKS, VERIFY_OVERLAP)
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
@@ -371,6 +372,15 @@ flush_stream)
 	for st in bf16 fp32; do
 		LAUNCH_SKIP=15 profile "flush_stream_$st" gdn_flush_stream --shapes qwen3.5-4b --state-dtype "$st" --modes replay --batch 256
 	done
+	;;
+flush_warps)
+	# Session 26, run first in session 27: the streamed flush's own warps
+	# (FL_WARPS: 8 for 2-byte checkpoints, the early folds keep 4; the
+	# split was written after the device time, each kernel's SASS that of a
+	# measured configuration, ptxas 11.8): the stream tests, then bf16
+	# replay and verify against REPLAYSSM_CUDA_FL_WARPS=4.
+	some_tests flush_warps 200 'TestReplayFlushStreamMatchesItems|TestReplayFoldStreamMatchesItems|TestReplayOverlapMatchesSerial'
+	DTYPES=bf16 experiment flush_warps qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_FL_WARPS=4
 	;;
 l2pf)
 	# Session 26: the flush's tables by its last warp, now the default (its

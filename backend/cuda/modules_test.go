@@ -462,7 +462,10 @@ func ptxasResources(report string) map[string]kernelResources {
 // (planFoldStream: the tensor-core fold of cached u on sm_90, with the
 // group verify and its resident-grid folds, unless a knob says otherwise)
 // and what gdnModule then defines and sizes: one buffer of strips a block
-// for fp32 checkpoints, two for 2-byte ones (FS_DB).
+// for fp32 checkpoints, two for 2-byte ones (FS_DB), four warps a block
+// (FS_WARPS); and where the flush streams (planFlushStream), in blocks of
+// eight warps for 2-byte checkpoints of 128-row matrices and four for
+// fp32 ones (FL_WARPS).
 func TestPlanFoldStream(t *testing.T) {
 	base := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
 	with := func(f func(*replay.Options)) replay.Options {
@@ -486,22 +489,24 @@ func TestPlanFoldStream(t *testing.T) {
 		tn    tuning
 		want  bool
 		nb    int // buffers a block
+		warps int // FS_WARPS
 	}{
-		{"fp32", h200Props(), qwen4bShape, base, def, true, 1},
-		{"bf16", h200Props(), qwen4bShape, bf16, def, true, 2},
-		{"fp16 122B", h200Props(), qwen122bShape, with(func(o *replay.Options) { o.State = numeric.F16 }), def, true, 2},
-		{"bf16 one buffer", h200Props(), qwen4bShape, bf16, knob(func(tn *tuning) { tn.fsDB = "0" }), true, 1},
-		{"fp32 two buffers", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.fsDB = "1" }), true, 2},
-		{"eight warps", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.fsWarps = 8 }), true, 1},
-		{"nvfp4 read copy", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), def, false, 0},
-		{"exact fold", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.ExactFold = true }), def, false, 0},
-		{"fp8 checkpoint", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.State = numeric.E4M3 }), def, false, 0},
-		{"sm_80", ampere, qwen4bShape, base, def, false, 0},
-		{"knob off", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.foldStream = false }), false, 0},
-		{"one block an item", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.foldItems = false }), false, 0},
-		{"TC_FOLD given", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.defines = []string{"-DTC_FOLD=1"} }), false, 0},
-		{"no group verify", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.MaxDraft = 1 }), def, false, 0},
-		{"small heads", h200Props(), ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}, base, def, false, 0},
+		{"fp32", h200Props(), qwen4bShape, base, def, true, 1, 4},
+		{"bf16", h200Props(), qwen4bShape, bf16, def, true, 2, 4},
+		{"fp16 122B", h200Props(), qwen122bShape, with(func(o *replay.Options) { o.State = numeric.F16 }), def, true, 2, 4},
+		{"bf16 two warps", h200Props(), qwen4bShape, bf16, knob(func(tn *tuning) { tn.fsWarps = 2 }), true, 2, 2},
+		{"bf16 one buffer", h200Props(), qwen4bShape, bf16, knob(func(tn *tuning) { tn.fsDB = "0" }), true, 1, 4},
+		{"fp32 two buffers", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.fsDB = "1" }), true, 2, 4},
+		{"eight warps", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.fsWarps = 8 }), true, 1, 8},
+		{"nvfp4 read copy", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), def, false, 0, 0},
+		{"exact fold", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.ExactFold = true }), def, false, 0, 0},
+		{"fp8 checkpoint", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.State = numeric.E4M3 }), def, false, 0, 0},
+		{"sm_80", ampere, qwen4bShape, base, def, false, 0, 0},
+		{"knob off", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.foldStream = false }), false, 0, 0},
+		{"one block an item", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.foldItems = false }), false, 0, 0},
+		{"TC_FOLD given", h200Props(), qwen4bShape, base, knob(func(tn *tuning) { tn.defines = []string{"-DTC_FOLD=1"} }), false, 0, 0},
+		{"no group verify", h200Props(), qwen4bShape, with(func(o *replay.Options) { o.MaxDraft = 1 }), def, false, 0, 0},
+		{"small heads", h200Props(), ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}, base, def, false, 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -515,7 +520,7 @@ func TestPlanFoldStream(t *testing.T) {
 				}
 				return
 			}
-			w := c.tn.streamWarps()
+			w := c.warps
 			for _, d := range []string{"-DFOLD_STREAM=1", fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFS_DB=%d", c.nb-1)} {
 				if !slices.Contains(defines, d) {
 					t.Errorf("defines %v lack %s", defines, d)
@@ -535,14 +540,17 @@ func TestPlanFoldStream(t *testing.T) {
 		tn        tuning
 		want, fol bool
 		d         *Device // nil: the H200's
+		warps     int     // its strips a block
 	}{
-		{"flush fp32", base, def, true, true, nil},
-		{"flush bf16", bf16, def, true, true, nil},
-		{"flush fp32, two buffers for the folds", base, knob(func(tn *tuning) { tn.fsDB = "1" }), true, true, nil},
-		{"flush without the fold", base, knob(func(tn *tuning) { tn.foldStream = false }), true, false, nil},
-		{"flush knob off", base, knob(func(tn *tuning) { tn.flushStream = false }), false, true, nil},
-		{"flush with an nvfp4 read copy", with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), def, false, false, nil},
-		{"flush on sm_80", base, def, false, false, ampere},
+		{"flush fp32", base, def, true, true, nil, 4},
+		{"flush bf16", bf16, def, true, true, nil, 8},
+		{"flush bf16, four warps", bf16, knob(func(tn *tuning) { tn.flWarps = 4 }), true, true, nil, 4},
+		{"flush fp32, the folds' eight warps", base, knob(func(tn *tuning) { tn.fsWarps = 8 }), true, true, nil, 8},
+		{"flush fp32, two buffers for the folds", base, knob(func(tn *tuning) { tn.fsDB = "1" }), true, true, nil, 4},
+		{"flush without the fold", base, knob(func(tn *tuning) { tn.foldStream = false }), true, false, nil, 4},
+		{"flush knob off", base, knob(func(tn *tuning) { tn.flushStream = false }), false, true, nil, 0},
+		{"flush with an nvfp4 read copy", with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), def, false, false, nil, 0},
+		{"flush on sm_80", base, def, false, false, ampere, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := c.d
@@ -556,10 +564,35 @@ func TestPlanFoldStream(t *testing.T) {
 			if got := slices.Contains(defines, "-DFLUSH_STREAM=1"); got != c.want {
 				t.Errorf("FLUSH_STREAM defined %v, want %v (%v)", got, c.want, defines)
 			}
-			if want := 4 * 16 * qwen4bShape.KeyDim * elemBytes(c.opt.State); c.want && g.flushSmem != want {
-				t.Errorf("flush: %d bytes of dynamic shared memory, want %d", g.flushSmem, want)
+			if want := c.warps * 16 * qwen4bShape.KeyDim * elemBytes(c.opt.State); c.want && (g.flushSmem != want || g.flushThreads != 32*c.warps) {
+				t.Errorf("flush: %d threads and %d bytes of dynamic shared memory, want %d and %d", g.flushThreads, g.flushSmem, 32*c.warps, want)
+			}
+			if fl := fmt.Sprintf("-DFL_WARPS=%d", c.warps); c.want && !slices.Contains(defines, fl) {
+				t.Errorf("defines %v lack %s", defines, fl)
 			}
 		})
+	}
+}
+
+// TestStreamWarps checks the stream kernels' warps a block: the early
+// folds four, or the knob's; the flush eight for 2-byte checkpoints whose
+// matrices split into eight strips of 16 rows, else the folds' count, or
+// its own knob's.
+func TestStreamWarps(t *testing.T) {
+	for _, c := range []struct {
+		state          numeric.Format
+		dv             int
+		fold, flush    int // the knobs (0: none)
+		wantFold, want int
+	}{
+		{numeric.F32, 128, 0, 0, 4, 4}, {numeric.BF16, 128, 0, 0, 4, 8}, {numeric.F16, 256, 0, 0, 4, 8},
+		{numeric.BF16, 64, 0, 0, 4, 4}, {numeric.BF16, 192, 0, 0, 4, 4}, {numeric.BF16, 128, 2, 0, 2, 8},
+		{numeric.BF16, 128, 0, 4, 4, 4}, {numeric.F32, 128, 8, 0, 8, 8}, {numeric.F32, 128, 2, 8, 2, 8},
+	} {
+		tn := tuning{fsWarps: c.fold, flWarps: c.flush}
+		if got, gotFlush := tn.foldWarps(), tn.flushWarps(c.state, c.dv); got != c.wantFold || gotFlush != c.want {
+			t.Errorf("%v, %d rows, knobs %d / %d: %d / %d warps, want %d / %d", c.state, c.dv, c.fold, c.flush, got, gotFlush, c.wantFold, c.want)
+		}
 	}
 }
 

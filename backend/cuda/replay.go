@@ -43,6 +43,7 @@ type tuning struct {
 	foldItems   bool     // the verify's early folds on a resident grid (default; REPLAYSSM_CUDA_FOLD_ITEMS=0: one block per (head, slot))
 	foldStream  bool     // the GDN verify's early folds streamed where they apply (default; REPLAYSSM_CUDA_FOLD_STREAM=0: gdn_replay_fold_items)
 	fsWarps     int      // REPLAYSSM_CUDA_FS_WARPS: gdn_fold_stream's warps a block (0: fsWarps)
+	flWarps     int      // REPLAYSSM_CUDA_FL_WARPS: gdn_flush_stream's warps a block (0: tuning.flushWarps' choice)
 	fsDB        string   // REPLAYSSM_CUDA_FS_DB: "1" or "0" forces gdn_fold_stream's two buffers on or off ("": on for 2-byte checkpoints)
 	flushStream bool     // the GDN flush streamed where it can be (default; REPLAYSSM_CUDA_FLUSH_STREAM=0: gdn_replay_flush)
 	pipeGroups  int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
@@ -85,6 +86,9 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_FS_WARPS")); err == nil && (v == 2 || v == 4 || v == 8) {
 		tn.fsWarps = v
+	}
+	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_FL_WARPS")); err == nil && (v == 2 || v == 4 || v == 8) {
+		tn.flWarps = v
 	}
 	if v := getenv("REPLAYSSM_CUDA_FS_DB"); v == "0" || v == "1" {
 		tn.fsDB = v
@@ -194,13 +198,14 @@ type groupStep struct {
 	streamBlocks  int
 	streamSmem    int
 	// streamFlush: the step's flush is gdn_flush_stream (FLUSH_STREAM), on
-	// flushBlocks blocks of streamThreads threads with flushSmem bytes of
+	// flushBlocks blocks of flushThreads threads with flushSmem bytes of
 	// dynamic shared memory each (one buffer of strips); bound with the
 	// group step (without it, gdn_replay_flush flushes).
-	streamFlush bool
-	flushFn     *Function
-	flushBlocks int
-	flushSmem   int
+	streamFlush  bool
+	flushFn      *Function
+	flushThreads int
+	flushBlocks  int
+	flushSmem    int
 	// minItems is the fewest items (groups × batch rows) the group verify
 	// takes: below it, at a few slots, the v5 or v4
 	// kernels spread the heads over more blocks (batch 1, Nano: 8 items, the
@@ -431,7 +436,7 @@ func (c *replayCommon) bindGroup(name, verify string, foldItems bool, boundBlock
 		return err
 	}
 	if c.group.streamFlush {
-		if c.group.flushFn, c.group.flushBlocks, err = bind(c.kind+"_flush_stream", c.group.streamThreads, c.group.flushSmem); err != nil {
+		if c.group.flushFn, c.group.flushBlocks, err = bind(c.kind+"_flush_stream", c.group.flushThreads, c.group.flushSmem); err != nil {
 			return err
 		}
 	}
@@ -682,7 +687,7 @@ func (c *replayCommon) launchFlush(s *Stream, a *Args, batch, bound int) error {
 		return c.launchFolds(s, c.folds.flush, a, batch, bound)
 	}
 	if g := &c.group; g.flushFn != nil {
-		return c.launchStream(s, g.flushFn, g.flushBlocks, g.flushSmem, bound, a)
+		return c.launchStream(s, g.flushFn, g.flushBlocks, g.flushThreads, g.flushSmem, bound, a)
 	}
 	blocks := bounded(min(batch*c.heads, c.flushBlocks), bound)
 	return c.d.Launch(c.flush, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(c.threads), 1, 1}, 0, s, a)
@@ -690,10 +695,11 @@ func (c *replayCommon) launchFlush(s *Stream, a *Args, batch, bound int) error {
 
 // launchStream queues a GDN stream kernel fn (gdn_fold_stream,
 // gdn_flush_stream) on its resident grid of blocks, at most bound where
-// bound is positive, with smem bytes of dynamic shared memory.
-func (c *replayCommon) launchStream(s *Stream, fn *Function, blocks, smem, bound int, a *Args) error {
+// bound is positive, in blocks of threads with smem bytes of dynamic
+// shared memory.
+func (c *replayCommon) launchStream(s *Stream, fn *Function, blocks, threads, smem, bound int, a *Args) error {
 	grid := [3]uint32{uint32(bounded(blocks, bound)), 1, 1}
-	return c.d.Launch(fn, grid, [3]uint32{uint32(c.group.streamThreads), 1, 1}, uint32(smem), s, a)
+	return c.d.Launch(fn, grid, [3]uint32{uint32(threads), 1, 1}, uint32(smem), s, a)
 }
 
 // bounded is n blocks, at most bound where bound is positive (a grid
@@ -789,7 +795,7 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 				return err
 			}
 		case g.stream != nil:
-			if err := c.launchStream(fs, g.stream, g.streamBlocks, g.streamSmem, bound, a); err != nil {
+			if err := c.launchStream(fs, g.stream, g.streamBlocks, g.streamThreads, g.streamSmem, bound, a); err != nil {
 				return err
 			}
 		case g.foldBlocks > 0:

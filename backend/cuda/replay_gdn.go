@@ -86,7 +86,7 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	g.streamFold = planFoldStream(d, shape, opt, g, tn)
 	g.streamFlush = planFlushStream(d, shape, opt, tn)
 	if g.streamFold || g.streamFlush {
-		w := tn.streamWarps()
+		w, fw := tn.foldWarps(), tn.flushWarps(opt.State, dv)
 		// Two buffers of strips and keys a block for 2-byte checkpoints
 		// (FS_DB): their strips are half an fp32 one's, so an SM holds
 		// fewer bytes in flight with one buffer. The flush has one: two
@@ -96,9 +96,10 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 		if tn.fsDB == "1" || tn.fsDB == "" && elemBytes(opt.State) == 2 {
 			nb = 2
 		}
-		strips := w * 16 * dk * elemBytes(opt.State)
-		g.streamThreads, g.streamSmem, g.flushSmem = 32*w, nb*strips, strips
-		defines = append(defines, fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFS_DB=%d", nb-1))
+		strip := 16 * dk * elemBytes(opt.State)
+		g.streamThreads, g.streamSmem = 32*w, nb*w*strip
+		g.flushThreads, g.flushSmem = 32*fw, fw*strip
+		defines = append(defines, fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFL_WARPS=%d", fw), fmt.Sprintf("-DFS_DB=%d", nb-1))
 		if g.streamFold {
 			defines = append(defines, "-DFOLD_STREAM=1")
 		}
@@ -109,17 +110,39 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	return p, g, f, defines
 }
 
-// fsWarps is the GDN stream kernels' warps a block (FS_WARPS), each
-// folding a strip of 16 rows (REPLAYSSM_CUDA_FS_WARPS: 2, 4 or 8 where dv
-// allows).
-const fsWarps = 4
+// fsWarps is gdn_fold_stream's warps a block (FS_WARPS), each folding a
+// strip of 16 rows (REPLAYSSM_CUDA_FS_WARPS: 2, 4 or 8 where dv allows);
+// flWarps2 is gdn_flush_stream's (FL_WARPS) for 2-byte checkpoints whose
+// matrices split into as many strips, fsWarps for the others
+// (REPLAYSSM_CUDA_FL_WARPS decides instead). H200, batch 256, session 26,
+// both kernels at 8 warps against 4 in the same run, us: the bf16 aligned
+// flush Qwen3.5-4B 364 -> 302, 122B 708 -> 573, staggered windows 123 ->
+// 120, 212 -> 199; but the bf16 verify 250 -> 304, 399 -> 502 (the early
+// folds at 64 registers spill) and fp32 slower (flush 362 -> 376, 699 ->
+// 732); 2 warps slower for both.
+const (
+	fsWarps  = 4
+	flWarps2 = 8
+)
 
-// streamWarps is the stream kernels' warps a block under tn's knobs.
-func (tn tuning) streamWarps() int {
+// foldWarps is gdn_fold_stream's warps a block under tn's knobs.
+func (tn tuning) foldWarps() int {
 	if tn.fsWarps > 0 {
 		return tn.fsWarps
 	}
 	return fsWarps
+}
+
+// flushWarps is gdn_flush_stream's warps a block for checkpoints of format
+// state and matrices of dv rows, under tn's knobs.
+func (tn tuning) flushWarps(state numeric.Format, dv int) int {
+	if tn.flWarps > 0 {
+		return tn.flWarps
+	}
+	if elemBytes(state) == 2 && dv%(16*flWarps2) == 0 {
+		return flWarps2
+	}
+	return tn.foldWarps()
 }
 
 // planFoldStream reports whether a GDN verify's early folds run as
@@ -128,7 +151,7 @@ func (tn tuning) streamWarps() int {
 // group verify and its resident-grid folds, unless
 // REPLAYSSM_CUDA_FOLD_STREAM=0.
 func planFoldStream(d *Device, shape ssm.GDNShape, opt replay.Options, g groupStep, tn tuning) bool {
-	return tn.foldStream && tn.foldItems && g.verifyOn && streamable(d, shape, opt, tn)
+	return tn.foldStream && tn.foldItems && g.verifyOn && streamable(d, shape, opt, tn, tn.foldWarps())
 }
 
 // planFlushStream reports whether a GDN replay step flushes with
@@ -138,16 +161,16 @@ func planFoldStream(d *Device, shape ssm.GDNShape, opt replay.Options, g groupSt
 // the aligned flush against gdn_replay_flush in the same run, us:
 // Qwen3.5-4B fp32 464 -> 366, bf16 411 -> 359; 122B 912 -> 708, 808 -> 701.
 func planFlushStream(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) bool {
-	return tn.flushStream && streamable(d, shape, opt, tn)
+	return tn.flushStream && streamable(d, shape, opt, tn, tn.flushWarps(opt.State, shape.ValueDim))
 }
 
 // streamable reports whether the GDN folds can stream by strips of 16 rows
-// (gdn_fold_stream, gdn_flush_stream): where the fold is the tensor-core
-// rank update from cached u (tcFold, FoldsCachedU, TC_FOLD_ON's layout of
-// 16 rows a warp), whose results the strips keep bit for bit, on sm_90
-// (bulk copies), unless TC_FOLD or FOLD_CACHED is given in
-// REPLAYSSM_CUDA_DEFINES.
-func streamable(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) bool {
+// (gdn_fold_stream, gdn_flush_stream) in blocks of warps strips: where the
+// fold is the tensor-core rank update from cached u (tcFold, FoldsCachedU,
+// TC_FOLD_ON's layout of 16 rows a warp), whose results the strips keep
+// bit for bit, on sm_90 (bulk copies), unless TC_FOLD or FOLD_CACHED is
+// given in REPLAYSSM_CUDA_DEFINES.
+func streamable(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning, warps int) bool {
 	dk, dv := shape.KeyDim, shape.ValueDim
 	if definesName(tn.defines, "TC_FOLD") || definesName(tn.defines, "FOLD_CACHED") {
 		return false
@@ -156,7 +179,7 @@ func streamable(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) bo
 		return false
 	}
 	return tcFold(opt) && opt.FoldsCachedU() && moduleThreads(opt, dv, dk, tn) == 2*dv && dk%16 == 0 &&
-		dv%(16*tn.streamWarps()) == 0
+		dv%(16*warps) == 0
 }
 
 // tcFold reports whether a GDN module folds on the tensor cores by default

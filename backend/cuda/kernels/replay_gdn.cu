@@ -1327,10 +1327,18 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #ifndef FS_WARPS
 #define FS_WARPS 4
 #endif
-// FS_CHUNK: the slots whose cursors a block lists at a time (at most its
-// threads; tests set a few, so that a small batch spans several chunks).
-#ifndef FS_CHUNK
-#define FS_CHUNK (32 * FS_WARPS)
+// FL_WARPS: gdn_flush_stream's warps a block, strips of 16 rows each (the
+// Go side: 8 for 2-byte checkpoints, FS_WARPS otherwise).
+#ifndef FL_WARPS
+#define FL_WARPS FS_WARPS
+#endif
+// FS_CHUNK: the slots whose cursors a block of W warps lists at a time
+// (FS_CHUNK_OF(W): at most its threads; tests set a few, so that a small
+// batch spans several chunks).
+#ifdef FS_CHUNK
+#define FS_CHUNK_OF(W) (FS_CHUNK)
+#else
+#define FS_CHUNK_OF(W) (32 * (W))
 #endif
 // FS_MINB: the blocks an SM gdn_fold_stream's registers are bounded for
 // (ptxas 11.8, Qwen3.5-4B: 125-129 registers unbounded, 126-128 without
@@ -1339,9 +1347,20 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #ifndef FS_MINB
 #define FS_MINB 4
 #endif
+// FL_MINB: gdn_flush_stream's (at eight warps, 64 registers: no spills,
+// ptxas 11.8).
+#ifndef FL_MINB
+#define FL_MINB FS_MINB
+#endif
 #if (FOLD_STREAM || FLUSH_STREAM) && HSPLIT == 1
-#if !(TC_FOLD_ON && FOLD_CACHED_ON && STATE_FMT != FMT_E4M3 && DV % (16 * FS_WARPS) == 0 && FS_CHUNK <= 32 * FS_WARPS && __CUDA_ARCH__ >= 900)
-#error "FOLD_STREAM, FLUSH_STREAM: need the tensor-core fold of cached u (TC_FOLD_ON, FOLD_CACHED_ON), an unscaled checkpoint, DV a multiple of 16*FS_WARPS and sm_90"
+#if !(TC_FOLD_ON && FOLD_CACHED_ON && STATE_FMT != FMT_E4M3 && __CUDA_ARCH__ >= 900)
+#error "FOLD_STREAM, FLUSH_STREAM: need the tensor-core fold of cached u (TC_FOLD_ON, FOLD_CACHED_ON), an unscaled checkpoint and sm_90"
+#endif
+#if FOLD_STREAM && !(DV % (16 * FS_WARPS) == 0 && FS_CHUNK_OF(FS_WARPS) <= 32 * FS_WARPS)
+#error "FOLD_STREAM: DV must be a multiple of 16*FS_WARPS and FS_CHUNK at most 32*FS_WARPS"
+#endif
+#if FLUSH_STREAM && !(DV % (16 * FL_WARPS) == 0 && FS_CHUNK_OF(FL_WARPS) <= 32 * FL_WARPS)
+#error "FLUSH_STREAM: DV must be a multiple of 16*FL_WARPS and FS_CHUNK at most 32*FL_WARPS"
 #endif
 #define FS_ROWS (16 * FS_WARPS)
 #define FS_STRIP_BYTES (16 * DK * FMT_SIZE(STATE_FMT)) // a warp's 16 rows, as stored
@@ -1354,12 +1373,12 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #define FS_NB (FS_DB ? 2 : 1)
 #define FS_KS ((RMAX + 7) / 8) // gdn_update_tc's steps of 8 entries
 
-// fs_list lists the slots of batch rows [base, base + FS_CHUNK) for which
-// need(row, history) holds, in batch order (ballots, not atomics: every
-// block must list them alike), with their histories (sSlot, sN) and, where
-// sB is not null, their batch rows, and returns how many. Barriers inside:
-// every thread of the block calls it.
-template <typename P>
+// fs_list lists the slots of batch rows [base, base + FS_CHUNK_OF(W)) for
+// which need(row, history) holds, in batch order (ballots, not atomics:
+// every block must list them alike), with their histories (sSlot, sN) and,
+// where sB is not null, their batch rows, and returns how many. Barriers
+// inside: every thread of the block (W warps) calls it.
+template <int W, typename P>
 __device__ __forceinline__ int fs_list(int base, int batch, const int* __restrict__ slots, const int* hist, P need,
                                        int* sSlot, int* sN, int* sB, int* sCount)
 {
@@ -1367,7 +1386,7 @@ __device__ __forceinline__ int fs_list(int base, int batch, const int* __restric
     const int bq = base + tid;
     int s = 0, n = 0;
     bool f = false;
-    if (tid < FS_CHUNK && bq < batch) {
+    if (tid < FS_CHUNK_OF(W) && bq < batch) {
         s = slots[bq];
         n = hist[s];
         f = need(bq, n);
@@ -1379,7 +1398,7 @@ __device__ __forceinline__ int fs_list(int base, int batch, const int* __restric
     __syncthreads();
     int off = 0, total = 0;
 #pragma unroll
-    for (int w = 0; w < FS_WARPS; w++) {
+    for (int w = 0; w < W; w++) {
         off += w < warp ? sCount[w] : 0;
         total += sCount[w];
     }
@@ -1463,10 +1482,11 @@ struct FSItem {
     float uu[FS_KS][4];
 };
 
+template <int W>
 __device__ __forceinline__ FSItem fs_item(const int* sSlot, const int* sN, int li, int warp, int lane,
                                           const float* __restrict__ ringA, const float* __restrict__ ringU)
 {
-    constexpr int PARTS = DV / FS_ROWS;
+    constexpr int PARTS = DV / (16 * W);
     constexpr int PER = NVH * PARTS;
     const int g = lane >> 2, lt = lane & 3;
     FSItem it;
@@ -1474,7 +1494,7 @@ __device__ __forceinline__ FSItem fs_item(const int* sSlot, const int* sN, int l
     it.n = sN[li / PER];
     it.j = li % PER / PARTS;
     it.part = li % PARTS;
-    const int row = it.part * FS_ROWS + 16 * warp + g;
+    const int row = it.part * 16 * W + 16 * warp + g;
 #pragma unroll
     for (int ks = 0; ks < FS_KS; ks++) {
         const int i0 = 8 * ks + lt, i1 = i0 + 4;
@@ -1489,36 +1509,38 @@ __device__ __forceinline__ FSItem fs_item(const int* sSlot, const int* sN, int l
     return it;
 }
 
-// fs_issue asks for item it's strips (lane 0 of each warp, one bulk copy
-// on the warp's barrier) into strip buffer sbuf and its ring keys into
-// kbuf (the block's cp.async, one group). The buffers' last reads are
+// fs_issue asks for item it's strips (lane 0 of each of the W warps, one
+// bulk copy on the warp's barrier) into strip buffer sbuf and its ring keys
+// into kbuf (the block's cp.async, one group). The buffers' last reads are
 // behind a __syncthreads, as the pipelined folds' consumers release a
 // stage.
+template <int W>
 __device__ __forceinline__ void fs_issue(const ST* state, const float* __restrict__ ringK, const FSItem& it,
                                          unsigned char* sbuf, float* kbuf, u64* bar, int tid)
 {
     const int warp = tid >> 5;
     if ((tid & 31) == 0) {
-        const u64 e = ((u64)it.s * NVH + it.j) * (DV * DK) + (u64)(it.part * FS_ROWS + 16 * warp) * DK;
+        const u64 e = ((u64)it.s * NVH + it.j) * (DV * DK) + (u64)(it.part * 16 * W + 16 * warp) * DK;
         mbar_arrive_tx(bar, FS_STRIP_BYTES);
         bulk_g2s(sbuf + warp * FS_STRIP_BYTES, reinterpret_cast<const unsigned char*>(state) + e * FMT_SIZE(STATE_FMT),
                  FS_STRIP_BYTES, bar);
     }
-    cp_rows<DK>(kbuf, ringK + (ring_at(it.s, 0) * NKH + it.j / VPK) * DK, NKH * DK, it.n, tid, 32 * FS_WARPS);
+    cp_rows<DK>(kbuf, ringK + (ring_at(it.s, 0) * NKH + it.j / VPK) * DK, NKH * DK, it.n, tid, 32 * W);
     cp_async_commit();
 }
 
 // fs_ahead reads item li of the list (fs_item) and asks for its copies
 // (fs_issue) into buffer b: its strips at dyn's b-th, its keys at kbuf
-// (that buffer's), on the warps' barriers bar[b].
+// (that buffer's), on the W warps' barriers bar[b].
+template <int W>
 __device__ __forceinline__ FSItem fs_ahead(const int* sSlot, const int* sN, int li, int b, const ST* state,
                                            const float* __restrict__ ringA, const float* __restrict__ ringU,
                                            const float* __restrict__ ringK, unsigned char* dyn, float* kbuf,
-                                           u64 (*bar)[FS_WARPS])
+                                           u64 (*bar)[W])
 {
     const int tid = threadIdx.x, warp = tid >> 5;
-    const FSItem it = fs_item(sSlot, sN, li, warp, tid & 31, ringA, ringU);
-    fs_issue(state, ringK, it, dyn + b * (FS_WARPS * FS_STRIP_BYTES), kbuf, &bar[b][warp], tid);
+    const FSItem it = fs_item<W>(sSlot, sN, li, warp, tid & 31, ringA, ringU);
+    fs_issue<W>(state, ringK, it, dyn + b * (W * FS_STRIP_BYTES), kbuf, &bar[b][warp], tid);
     return it;
 }
 
@@ -1544,8 +1566,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     __syncwarp();
     u32 parity = 0; // bit k: the phase of buffer k's next copy
     int seen = 0;   // folding items listed before this chunk of slots
-    for (int base = 0; base < batch; base += FS_CHUNK) {
-        const int total = fs_list(
+    for (int base = 0; base < batch; base += FS_CHUNK_OF(FS_WARPS)) {
+        const int total = fs_list<FS_WARPS>(
             base, batch, slots, hist, [&](int bq, int n) { return FOLDS_EARLY(n, counts ? counts[bq] : T, R); }, sSlot,
             sN, nullptr, sCount);
         const int items = total * PER;
@@ -1554,7 +1576,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
         int kb = 0; // the buffer of the block's next item
         FSItem next;
         if (li < items) {
-            next = fs_ahead(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
+            next = fs_ahead<FS_WARPS>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
         }
         for (; li < items; li += grid) {
             const FSItem it = next;
@@ -1563,7 +1585,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             cp_async_wait_all();
             __syncthreads(); // its keys; every warp is done with the item before
             if (FS_NB == 2 && more) {
-                next = fs_ahead(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn, sK[cb ^ 1], sBar);
+                next = fs_ahead<FS_WARPS>(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn, sK[cb ^ 1],
+                                          sBar);
             }
             // gdn_fold's float64 chains, in its order: coef_i (lane i) and
             // g_n (every lane).
@@ -1593,7 +1616,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
                             n, gt, ahi, alo);
             if (FS_NB == 1 && more) {
                 __syncthreads(); // the keys and strips read before the next item's copies
-                next = fs_ahead(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
+                next = fs_ahead<FS_WARPS>(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
             }
             kb = (kb + 1) % FS_NB;
         }
@@ -1662,19 +1685,22 @@ __device__ __forceinline__ void fs_tables(float dec, int n, float a, float b, do
 // default where it applies (REPLAYSSM_CUDA_FLUSH_STREAM=0 keeps
 // gdn_replay_flush); H200, B=256 (NOTES.md, session 25), the aligned flush
 // against gdn_replay_flush in the same run, us: Qwen3.5-4B fp32 464 ->
-// 366, bf16 411 -> 359; 122B 912 -> 708, 808 -> 701.
-extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_stream(GDN_STEP_PARAMS)
+// 366, bf16 411 -> 359; 122B 912 -> 708, 808 -> 701. Its items are
+// FL_WARPS strips (8 for 2-byte checkpoints: session 26, bf16 aligned
+// flush 364 -> 302, 122B 708 -> 573, against 4 in the same run).
+extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_stream(GDN_STEP_PARAMS)
 {
-    constexpr int NTH = 32 * FS_WARPS;
-    constexpr int PER = NVH * (DV / FS_ROWS); // items a flushing slot
+    constexpr int NTH = 32 * FL_WARPS;
+    constexpr int FL_ROWS = 16 * FL_WARPS;    // an item's rows
+    constexpr int PER = NVH * (DV / FL_ROWS); // items a flushing slot
     constexpr int CPL = DK / 16;              // TCMap's chunks of a row
-    extern __shared__ __align__(128) unsigned char fs_dyn[]; // FS_WARPS strips
+    extern __shared__ __align__(128) unsigned char fs_dyn[]; // FL_WARPS strips
     __shared__ __align__(16) float sVec[(RMAX + 1) * DK]; // k_0..k_n, then q in row t = n+1
     __shared__ float sWt[RMAX], sCoef[RMAX], sGK[RMAX], sGQ[RMAX];
     __shared__ float sEg, sBeta, sGt;
-    __shared__ __align__(8) u64 sBar[1][FS_WARPS];
+    __shared__ __align__(8) u64 sBar[1][FL_WARPS];
     __shared__ int sSlot[NTH], sN[NTH], sB[NTH];
-    __shared__ int sCount[FS_WARPS];
+    __shared__ int sCount[FL_WARPS];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
     const unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES;
@@ -1685,9 +1711,9 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
     __syncwarp();
     u32 parity = 0; // the phase of the strips' next copy
     int seen = 0;   // flushing items listed before this chunk of slots
-    for (int base = 0; base < batch; base += FS_CHUNK) {
+    for (int base = 0; base < batch; base += FS_CHUNK_OF(FL_WARPS)) {
         const int total =
-            fs_list(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; }, sSlot, sN, sB, sCount);
+            fs_list<FL_WARPS>(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; }, sSlot, sN, sB, sCount);
         const int items = total * PER;
         const int grid = (int)gridDim.x;
         const int r = ((int)blockIdx.x - seen % grid + grid) % grid;
@@ -1698,11 +1724,11 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             // buffer: two (FS_DB, the next item's copies in flight during
             // this one) measured no faster for bf16 and slower for fp32
             // (NOTES.md, session 25).
-            const FSItem it = fs_ahead(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec, sBar);
+            const FSItem it = fs_ahead<FL_WARPS>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec, sBar);
             const int s = it.s, n = it.n, j = it.j, b = sB[li / PER], kh = j / VPK;
             const int t = n + 1;
             const u64 mat = (u64)s * NVH + j;
-            const int row0 = it.part * FS_ROWS + 16 * warp; // the warp's strip
+            const int row0 = it.part * FL_ROWS + 16 * warp; // the warp's strip
             // The token's k (warp 0) and q (warp 1) normalised as gdn_step
             // does, its exp(g) and beta (the last thread), the ring's decays.
             if (warp < 2) {
@@ -1722,7 +1748,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_flush_s
             // others waited there (ncu, session 25: 10.5% of the flush's
             // stall samples); by the warp, 4B fp32 aligned flush 377 ->
             // 360 us, 122B 722 -> 695, bf16 even (NOTES.md, session 26).
-            if (warp == FS_WARPS - 1) {
+            if (warp == FL_WARPS - 1) {
                 fs_tables(it.dec, n, a[(u64)b * NVH + j], bb[(u64)b * NVH + j], negA[j], dtb[j], sWt, sCoef, &sEg, &sGt,
                           &sBeta);
             }
