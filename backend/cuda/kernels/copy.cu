@@ -35,6 +35,21 @@ __device__ __forceinline__ void store_cs(uint4* p, uint4 v)
                  : "memory");
 }
 
+// load_words loads a thread's COPY_UNROLL words, first + u*blockDim for u
+// < COPY_UNROLL, all before any is used (zeros past n16).
+__device__ __forceinline__ void load_words(const uint4* __restrict__ src, unsigned long long n16,
+                                           unsigned long long first, uint4 (&v)[COPY_UNROLL])
+{
+#pragma unroll
+    for (int u = 0; u < COPY_UNROLL; u++) {
+        const unsigned long long j = first + (unsigned long long)u * blockDim.x;
+        v[u] = make_uint4(0, 0, 0, 0);
+        if (j < n16) {
+            v[u] = load_cs(src + j);
+        }
+    }
+}
+
 // copy16 copies n16 16-byte words from src to dst. Thread t of block b moves
 // the words b*blockDim*COPY_UNROLL + t + u*blockDim for u < COPY_UNROLL: each
 // access is coalesced across the warp (512 contiguous bytes per instruction),
@@ -46,14 +61,8 @@ copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, unsigned long lon
 {
     const unsigned long long first =
         (unsigned long long)blockIdx.x * blockDim.x * COPY_UNROLL + threadIdx.x;
-    uint4 v[COPY_UNROLL] = {};
-#pragma unroll
-    for (int u = 0; u < COPY_UNROLL; u++) {
-        const unsigned long long j = first + (unsigned long long)u * blockDim.x;
-        if (j < n16) {
-            v[u] = load_cs(src + j);
-        }
-    }
+    uint4 v[COPY_UNROLL];
+    load_words(src, n16, first, v);
 #pragma unroll
     for (int u = 0; u < COPY_UNROLL; u++) {
         const unsigned long long j = first + (unsigned long long)u * blockDim.x;
@@ -73,14 +82,8 @@ read16(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned long lo
 {
     const unsigned long long first =
         (unsigned long long)blockIdx.x * blockDim.x * COPY_UNROLL + threadIdx.x;
-    uint4 v[COPY_UNROLL] = {};
-#pragma unroll
-    for (int u = 0; u < COPY_UNROLL; u++) {
-        const unsigned long long j = first + (unsigned long long)u * blockDim.x;
-        if (j < n16) {
-            v[u] = load_cs(src + j);
-        }
-    }
+    uint4 v[COPY_UNROLL];
+    load_words(src, n16, first, v);
     uint4 x = v[0];
 #pragma unroll
     for (int u = 1; u < COPY_UNROLL; u++) {
