@@ -30,6 +30,7 @@
 #   tools/gpu_check.sh fold_stream  # the GDN verify's streamed early folds (session 24): tests, against the old folds, its warps, GV_SKIP=4
 #   tools/gpu_check.sh flush_stream  # the GDN flush by strips (sessions 24-25): its tests, then against gdn_replay_flush and its buffers
 #   tools/gpu_check.sh flush_warps  # the streamed flush's own warps (session 26, not yet run as split): its tests, then bf16 against four warps
+#   tools/gpu_check.sh profile_stream  # ncu's memory sections of the non-flush group step and of read_items (session 26's question)
 #   tools/gpu_check.sh l2pf  # the flush's tests, the read-only bandwidth, the group streams' L2 prefetch and their loads alone (session 26)
 #   tools/gpu_check.sh overlap_stream  # the streamed flush and verify folds beside the other kernel (OVERLAP_BLOCKS, VERIFY_OVERLAP)
 #   tools/gpu_check.sh experiments  # batch 256, the kernel knobs
@@ -147,14 +148,15 @@ profile() {
 	local ncu
 	ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 	# NCU_EXTRA: more ncu options (e.g. --warp-sampling-interval 0 for a
-	# short kernel's stall samples); LAUNCH_SKIP: the matching launches
+	# short kernel's stall samples); NCU_SECTIONS: more sections ("--section
+	# MemoryWorkloadAnalysis ..."); LAUNCH_SKIP: the matching launches
 	# skipped (5; the replay bench's 16th gdn_replay_flush, LAUNCH_SKIP=15,
 	# is its first aligned flush: 15 empty ones in the non-flush graph
 	# before it).
 	# shellcheck disable=SC2086
 	REPLAYSSM_CUDA_DEFINES="-lineinfo ${REPLAYSSM_CUDA_DEFINES:-}" "$ncu" --clock-control none ${NCU_EXTRA:-} \
 		--kernel-name "regex:$kernel" --launch-skip "${LAUNCH_SKIP:-5}" --launch-count 1 --import-source yes \
-		--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy \
+		--section SpeedOfLight --section WarpStateStats --section SourceCounters --section Occupancy ${NCU_SECTIONS:-} \
 		-f -o "$out/prof_$name" "$cli" bench kernels --device cuda --min-time 5ms "$@" >"$out/prof_$name.log" 2>&1
 	echo "profile $name: exit $?"
 	"$ncu" -i "$out/prof_$name.ncu-rep" --page details >"$out/prof_$name.txt" 2>&1
@@ -381,6 +383,24 @@ flush_warps)
 	# replay and verify against REPLAYSSM_CUDA_FL_WARPS=4.
 	some_tests flush_warps 200 'TestReplayFlushStreamMatchesItems|TestReplayFoldStreamMatchesItems|TestReplayOverlapMatchesSerial'
 	DTYPES=bf16 experiment flush_warps qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_FL_WARPS=4
+	;;
+profile_stream)
+	# Session 26's question for the next: the non-flush group step reads at
+	# 80% of the read-only bandwidth, its access pattern alone (read_items)
+	# at 94%, and neither its arithmetic nor an L2 prefetch nor staged bulk
+	# copies moved it. ncu's memory sections of the 4B fp32 and bf16 steps
+	# (DRAM and L2 traffic, sectors a request, L2 hit rates of the ring's
+	# reads), and of read_items in the fp32 step's shape for comparison.
+	mem="--section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section LaunchStats"
+	for st in fp32 bf16; do
+		NCU_SECTIONS=$mem profile "stream_$st" gdn_group_step --shapes qwen3.5-4b --state-dtype "$st" --modes replay --batch 256
+	done
+	ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+	# shellcheck disable=SC2086
+	"$ncu" --clock-control none --kernel-name read_items --launch-skip 1 --launch-count 1 --section SpeedOfLight $mem \
+		"$test_bin" -test.run TestReadPatterns >"$out/prof_read_items.txt" 2>&1
+	echo "profile read_items: exit $?"
+	grep -E "DRAM Throughput|L2 Hit|Mem Busy|Max Bandwidth|Duration" "$out/prof_read_items.txt" | head
 	;;
 l2pf)
 	# Session 26: the flush's tables by its last warp, now the default (its
