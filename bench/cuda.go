@@ -15,6 +15,20 @@ import (
 	"github.com/replayssm/replayssm/replay"
 )
 
+// BandwidthCUDA measures the first GPU's memory bandwidth over a buffer of
+// bytes (several times its L2 cache: 1 GiB on an H200): the copy, counting
+// bytes read + written, and the read-only pass over the same buffer, in
+// GB/s, with the device's name.
+func BandwidthCUDA(ctx context.Context, bytes int) (device string, copyGBps, readGBps float64, err error) {
+	dev, err := cuda.Open(ctx, cuda.Options{})
+	if err != nil {
+		return "", 0, 0, err
+	}
+	defer dev.Close()
+	copyGBps, readGBps, err = dev.MeasureBandwidth(ctx, bytes)
+	return dev.Name(), copyGBps, readGBps, err
+}
+
 // RunKernelsCUDA measures the GPU state caches of package cuda on the first
 // GPU, row by row like RunKernels, and calls emit for each. The copy
 // bandwidth is measured first, in the same run (1 GiB device-to-device copy,

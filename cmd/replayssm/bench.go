@@ -66,10 +66,32 @@ func rowPrinter[T any](e *env, asJSON bool, header func(T), line func(T) error) 
 
 func runBenchCopy(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bench copy", "bench copy [flags]")
-	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "worker threads")
-	size := fs.Int("mib", 256, "buffer size in MiB")
+	device := fs.String("device", "cpu", "device: cpu or cuda")
+	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "worker threads (cpu)")
+	size := fs.Int("mib", 0, "buffer size in MiB (0: 256 on the cpu, 1024 on a GPU, several times its L2 cache)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *size < 0 || *size > 1<<16 {
+		return fmt.Errorf("%w: --mib %d: want 0 (the default) to 65536", errUsage, *size)
+	}
+	switch *device {
+	case "cpu":
+		if *size == 0 {
+			*size = 256
+		}
+	case "cuda":
+		if *size == 0 {
+			*size = 1024
+		}
+		name, c, r, err := bench.BandwidthCUDA(ctx, *size<<20)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "cuda %s memory bandwidth (%d MiB): copy %.1f GB/s (read+write), read-only %.1f GB/s\n", name, *size, c, r)
+		return nil
+	default:
+		return fmt.Errorf("%w: device %q (want cpu or cuda)", errUsage, *device)
 	}
 	c, u, r := bench.MemoryBandwidth(*size<<20, *threads)
 	fmt.Fprintf(e.stdout, "cpu memory bandwidth (%d threads, %d MiB): copy %.1f GB/s and in-place update %.1f GB/s (read+write), read-only %.1f GB/s\n", *threads, *size, c, u, r)

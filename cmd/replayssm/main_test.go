@@ -32,6 +32,8 @@ func TestCLIDispatch(t *testing.T) {
 		{[]string{"bench", "kernels", "--state-dtype", "fp7"}, 2, "fp7"},
 		{[]string{"bench", "kernels", "--window", "0"}, 2, "window"},
 		{[]string{"bench", "nosuch"}, 2, "unknown benchmark"},
+		{[]string{"bench", "copy", "--device", "tpu"}, 2, `device "tpu"`},
+		{[]string{"bench", "copy", "--mib", "-1"}, 2, "--mib -1"},
 		{[]string{"bench", "decode", "--modes", "fast"}, 2, "unknown mode"},
 		{[]string{"bench", "decode", "--batch", "513"}, 2, "batch"},
 		{[]string{"bench", "decode", "--max-tokens", "1"}, 2, "max-tokens"},
