@@ -127,12 +127,8 @@ const copyRuns = 20
 // pseudo-random data. Use a size several times the L2 cache (≥ 1 GiB on an
 // H200) so the copy measures memory, not the cache.
 func (d *Device) MeasureCopyBandwidth(ctx context.Context, bytes int) (float64, error) {
-	m, err := d.measureCopy(ctx, bytes)
-	if err != nil {
-		return 0, err
-	}
-	moved := int64(2 * m.bytes)
-	return max(m.driver.GBps(moved), m.kernel.GBps(moved)), nil
+	c, _, err := d.MeasureBandwidth(ctx, bytes)
+	return c, err
 }
 
 // MeasureBandwidth is MeasureCopyBandwidth and, in the same run over the
