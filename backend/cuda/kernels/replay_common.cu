@@ -1705,12 +1705,12 @@ __device__ __forceinline__ void stage_of(int it, int& stg, u32& par)
 #endif
 
 // CMap is Map for the consumer warps of a pipelined kernel: thread ct in
-// [0, 32*NCW) of NCW warps, at most MAXL_ lanes a row.
-template <int VEC_, int COLS_, int ROWS_, int W_, int MAXL_ = 8>
+// [0, 32*NCW) of NCW warps.
+template <int VEC_, int COLS_, int ROWS_, int W_>
 struct CMap {
     static constexpr int VEC = VEC_;
     static constexpr int CHUNKS = COLS_ / VEC_;
-    static constexpr int LANES = CHUNKS < MAXL_ ? CHUNKS : MAXL_;
+    static constexpr int LANES = CHUNKS < 8 ? CHUNKS : 8;
     static constexpr int CPL = CHUNKS / LANES;
     static constexpr int RPW = 32 / LANES;
     static constexpr int RPP = W_ * RPW;

@@ -2383,11 +2383,7 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe
 #ifdef GNT
 #define GROWS (VPK * DV)
 #define GR1 (RMAX + 1)
-// GLANES: the lanes a state row of the group kernels (an experiment).
-#ifndef GLANES
-#define GLANES 8
-#endif
-typedef CMap<GVEC, DK, GROWS, GNT / 32, GLANES> GM;
+typedef CMap<GVEC, DK, GROWS, GNT / 32> GM;
 typedef GRaw<GM> GR;
 // GMINB: the group step's register bound in blocks an SM, 512/GNT, but
 // five at 128 threads (Qwen3.5-122B) with an nvfp4 or fp8 read copy:
