@@ -115,12 +115,51 @@ read16(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned long lo
 #ifndef ITEM_MINB
 #define ITEM_MINB 8
 #endif
+// ITEM_SUMS adds a group step's arithmetic to each pass: 1 (an fp32 state)
+// or 2 (bf16: a word's eight values), each word's values dotted with two
+// vectors held in registers, the two sums of eight lanes reduced by
+// shuffles and written to shared memory by the first lane, a barrier an
+// item. The words' XOR still goes to the sink; the sums are kept alive by
+// a store on a never-true test, as read16's.
+#ifndef ITEM_SUMS
+#define ITEM_SUMS 0
+#endif
+#if ITEM_SUMS
+#define ITEM_VALS (ITEM_SUMS == 2 ? 8 : 4)
+__device__ __forceinline__ void item_values(uint4 w, float (&v)[ITEM_VALS])
+{
+    const unsigned u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if (ITEM_SUMS == 2) {
+            v[2 * i] = __uint_as_float(u[i] << 16);
+            v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        } else {
+            v[i] = __uint_as_float(u[i]);
+        }
+    }
+}
+#endif
 extern "C" __global__ void __launch_bounds__(ITEM_THREADS, ITEM_MINB)
 read_items(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned long long items, int item16)
 {
     const int PW = ITEM_THREADS * ITEM_CPL; // words a pass
     const int passes = item16 / PW;
     uint4 x = make_uint4(0, 0, 0, 0);
+#if ITEM_SUMS
+    __shared__ float sOut[2 * 1024];
+    float vr[2][ITEM_CPL][ITEM_VALS], keep = 0.0f;
+#pragma unroll
+    for (int a = 0; a < 2; a++) {
+#pragma unroll
+        for (int c = 0; c < ITEM_CPL; c++) {
+#pragma unroll
+            for (int e = 0; e < ITEM_VALS; e++) {
+                vr[a][c][e] = 1.0f + 1e-3f * (float)(threadIdx.x + 7 * a + 3 * c + e);
+            }
+        }
+    }
+#endif
     for (unsigned long long it = blockIdx.x; it < items; it += gridDim.x) {
         const uint4* p = src + it * (unsigned long long)item16 + threadIdx.x;
         uint4 raw[ITEM_PF][ITEM_CPL];
@@ -137,16 +176,50 @@ read_items(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned lon
             for (int f = 0; f < ITEM_PF; f++) {
                 const int pass = base + f;
                 if (pass < passes) {
+#if ITEM_SUMS
+                    float acc[2] = {0.0f, 0.0f};
+#endif
 #pragma unroll
                     for (int c = 0; c < ITEM_CPL; c++) {
                         x.x ^= raw[f][c].x, x.y ^= raw[f][c].y, x.z ^= raw[f][c].z, x.w ^= raw[f][c].w;
+#if ITEM_SUMS
+                        float v[ITEM_VALS];
+                        item_values(raw[f][c], v);
+#pragma unroll
+                        for (int e = 0; e < ITEM_VALS; e++) {
+                            acc[0] = fmaf(vr[0][c][e], v[e], acc[0]);
+                            acc[1] = fmaf(vr[1][c][e], v[e], acc[1]);
+                        }
+#endif
                         if (pass + ITEM_PF < passes) {
                             raw[f][c] = p[(pass + ITEM_PF) * PW + c * ITEM_THREADS];
                         }
                     }
+#if ITEM_SUMS
+#pragma unroll
+                    for (int o = 4; o > 0; o >>= 1) {
+                        acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
+                        acc[1] += __shfl_xor_sync(0xffffffffu, acc[1], o);
+                    }
+                    if ((threadIdx.x & 7) == 0) {
+                        const int r = (pass * ITEM_THREADS + threadIdx.x) / 8 % 1024;
+                        sOut[r] = acc[0];
+                        sOut[1024 + r] = acc[1];
+                    }
+#endif
                 }
             }
         }
+#if ITEM_SUMS
+        __syncthreads(); // the item's sums are read before the next item's
+        keep += sOut[threadIdx.x] + sOut[1024 + threadIdx.x];
+        __syncthreads();
+#endif
     }
+#if ITEM_SUMS
+    if (keep == 1234.5f) { // never, for sums of random data; keeps the sums
+        x.x ^= 1u;
+    }
+#endif
     sink[(unsigned long long)blockIdx.x * ITEM_THREADS + threadIdx.x] = x;
 }
