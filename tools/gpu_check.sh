@@ -30,6 +30,7 @@
 #   tools/gpu_check.sh fold_stream  # the GDN verify's streamed early folds (session 24): tests, against the old folds, its warps, GV_SKIP=4
 #   tools/gpu_check.sh flush_stream  # the GDN flush by strips (sessions 24-25): its tests, then against gdn_replay_flush and its buffers
 #   tools/gpu_check.sh flush_warps  # the streamed flush's own warps (session 26, not yet run as split): its tests, then bf16 against four warps
+#   tools/gpu_check.sh read_sums  # read_items with and without a group step's per-pass sums (session 27)
 #   tools/gpu_check.sh profile_stream  # ncu's memory sections of the non-flush group step and of read_items (session 26's question)
 #   tools/gpu_check.sh l2pf  # the flush's tests, the read-only bandwidth, the group streams' L2 prefetch and their loads alone (session 26)
 #   tools/gpu_check.sh overlap_stream  # the streamed flush and verify folds beside the other kernel (OVERLAP_BLOCKS, VERIFY_OVERLAP)
@@ -383,6 +384,15 @@ flush_warps)
 	# replay and verify against REPLAYSSM_CUDA_FL_WARPS=4.
 	some_tests flush_warps 200 'TestReplayFlushStreamMatchesItems|TestReplayFoldStreamMatchesItems|TestReplayOverlapMatchesSerial'
 	DTYPES=bf16 experiment flush_warps qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_FL_WARPS=4
+	;;
+read_sums)
+	# Session 27: read_items with a group step's dots, row sums and shared
+	# stores on its loads (ITEM_SUMS, TestReadPatterns' "sums 1/2" rows)
+	# beside the loads alone: whether the step's per-pass work is what
+	# holds the GDN non-flush step at 80% of the read-only bandwidth.
+	"$test_bin" -test.v -test.run TestReadPatterns -test.timeout 200s >"$out/read_patterns.log" 2>&1
+	echo "read patterns: exit $?"
+	grep -E "read16|read_items|FAIL" "$out/read_patterns.log"
 	;;
 profile_stream)
 	# Session 26's question for the next: the non-flush group step reads at
