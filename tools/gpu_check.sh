@@ -388,8 +388,10 @@ flush_warps)
 read_sums)
 	# Session 27: read_items with a group step's dots, row sums and shared
 	# stores on its loads (ITEM_SUMS, TestReadPatterns' "sums 1/2" rows)
-	# beside the loads alone: whether the step's per-pass work is what
-	# holds the GDN non-flush step at 80% of the read-only bandwidth.
+	# beside the loads alone, in contiguous warp loads and in the group
+	# steps' row layouts (ITEM_LANES, written after session 27's device
+	# time): whether the bf16 step's shape of passes or its rows' layout
+	# holds it at ~71% of read16.
 	"$test_bin" -test.v -test.run TestReadPatterns -test.timeout 200s >"$out/read_patterns.log" 2>&1
 	echo "read patterns: exit $?"
 	grep -E "read16|read_items|FAIL" "$out/read_patterns.log"

@@ -1315,16 +1315,21 @@ func TestReadPatterns(t *testing.T) {
 	must(t, err)
 	t.Logf("read16: %.0f GB/s (median %v)", tm.GBps(size), tm.Median)
 	// sums: 0, the loads alone; 1 and 2, with an fp32 or a bf16 group
-	// step's dots, row sums and shared stores (ITEM_SUMS).
-	for _, v := range []struct{ threads, cpl, pf, minb, itemKB, sums int }{
-		{64, 4, 2, 8, 128, 0}, {64, 4, 2, 8, 128, 1}, {64, 4, 4, 8, 128, 0}, {64, 4, 2, 8, 64, 0}, {64, 4, 2, 8, 32, 0},
-		{64, 4, 2, 16, 128, 0}, {64, 2, 2, 8, 128, 0}, {64, 2, 4, 8, 128, 0}, {64, 2, 4, 8, 64, 0}, {64, 2, 4, 8, 64, 2},
-		{64, 4, 2, 8, 64, 2}, {64, 8, 2, 8, 128, 0}, {64, 4, 2, 4, 128, 0},
-		{128, 4, 2, 4, 128, 0}, {128, 4, 2, 8, 128, 0}, {128, 4, 4, 4, 128, 0}, {256, 4, 2, 4, 128, 0}, {256, 2, 4, 4, 128, 0},
-		{256, 1, 1, 8, 4, 0},
+	// step's dots, row sums and shared stores (ITEM_SUMS). lanes: 0, each
+	// warp load one 512-byte piece; 8 or 4, the group steps' row map
+	// (ITEM_LANES: the 4B bf16 step's rows are 8 lanes of 2 words, fp32's
+	// 8 of 4; session 27's GLANES=4 put bf16's in 4 lanes of 4).
+	for _, v := range []struct{ threads, cpl, pf, minb, itemKB, sums, lanes int }{
+		{64, 4, 2, 8, 128, 0, 0}, {64, 4, 2, 8, 128, 1, 0}, {64, 4, 2, 8, 128, 1, 8}, {64, 4, 4, 8, 128, 0, 0},
+		{64, 4, 2, 8, 64, 0, 0}, {64, 4, 2, 8, 32, 0, 0}, {64, 4, 2, 16, 128, 0, 0}, {64, 2, 2, 8, 128, 0, 0},
+		{64, 2, 4, 8, 128, 0, 0}, {64, 2, 4, 8, 64, 0, 0}, {64, 2, 4, 8, 64, 2, 0}, {64, 2, 4, 8, 64, 0, 8},
+		{64, 2, 4, 8, 64, 2, 8}, {64, 4, 2, 8, 64, 2, 0}, {64, 4, 2, 8, 64, 2, 4}, {64, 8, 2, 8, 128, 0, 0},
+		{64, 4, 2, 4, 128, 0, 0}, {128, 4, 2, 4, 128, 0, 0}, {128, 4, 2, 8, 128, 0, 0}, {128, 4, 4, 4, 128, 0, 0},
+		{256, 4, 2, 4, 128, 0, 0}, {256, 2, 4, 4, 128, 0, 0}, {256, 1, 1, 8, 4, 0, 0},
 	} {
 		m, err := d.Compile(ctx, "copy.cu", src, fmt.Sprintf("-DITEM_THREADS=%d", v.threads), fmt.Sprintf("-DITEM_CPL=%d", v.cpl),
-			fmt.Sprintf("-DITEM_PF=%d", v.pf), fmt.Sprintf("-DITEM_MINB=%d", v.minb), fmt.Sprintf("-DITEM_SUMS=%d", v.sums))
+			fmt.Sprintf("-DITEM_PF=%d", v.pf), fmt.Sprintf("-DITEM_MINB=%d", v.minb), fmt.Sprintf("-DITEM_SUMS=%d", v.sums),
+			fmt.Sprintf("-DITEM_LANES=%d", v.lanes))
 		must(t, err)
 		fn, err := m.Function("read_items")
 		must(t, err)
@@ -1358,8 +1363,8 @@ func TestReadPatterns(t *testing.T) {
 		must(t, err)
 		res, err := fn.Resources()
 		must(t, err)
-		t.Logf("read_items %3d threads, %d words a pass a thread, %d passes in flight, %2d blocks an SM, %3d KiB items, sums %d: %.0f GB/s (median %v), %d registers",
-			v.threads, v.cpl, v.pf, v.minb, v.itemKB, v.sums, tm.GBps(size), tm.Median, res.Registers)
+		t.Logf("read_items %3d threads, %d words a pass a thread, %d passes in flight, %2d blocks an SM, %3d KiB items, sums %d, lanes %d: %.0f GB/s (median %v), %d registers",
+			v.threads, v.cpl, v.pf, v.minb, v.itemKB, v.sums, v.lanes, tm.GBps(size), tm.Median, res.Registers)
 		must(t, m.Close())
 	}
 }

@@ -124,6 +124,22 @@ read16(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned long lo
 #ifndef ITEM_SUMS
 #define ITEM_SUMS 0
 #endif
+// ITEM_LANES (0: off) lays a pass out as the group steps' CMap does, rows
+// of ITEM_LANES*ITEM_CPL words, ITEM_LANES lanes a row: thread t's word c
+// of a pass is word c*ITEM_LANES + t%ITEM_LANES of row t/ITEM_LANES, so a
+// warp's load asks for 32/ITEM_LANES pieces of 16*ITEM_LANES bytes, where
+// the default asks for one 512-byte piece. The same bytes a pass.
+#ifndef ITEM_LANES
+#define ITEM_LANES 0
+#endif
+__device__ __forceinline__ int item_word(int c)
+{
+#if ITEM_LANES
+    return (threadIdx.x / ITEM_LANES) * (ITEM_LANES * ITEM_CPL) + c * ITEM_LANES + threadIdx.x % ITEM_LANES;
+#else
+    return c * ITEM_THREADS + threadIdx.x;
+#endif
+}
 #if ITEM_SUMS
 #define ITEM_VALS (ITEM_SUMS == 2 ? 8 : 4)
 __device__ __forceinline__ void item_values(uint4 w, float (&v)[ITEM_VALS])
@@ -161,13 +177,13 @@ read_items(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned lon
     }
 #endif
     for (unsigned long long it = blockIdx.x; it < items; it += gridDim.x) {
-        const uint4* p = src + it * (unsigned long long)item16 + threadIdx.x;
+        const uint4* p = src + it * (unsigned long long)item16;
         uint4 raw[ITEM_PF][ITEM_CPL];
 #pragma unroll
         for (int f = 0; f < ITEM_PF; f++) {
 #pragma unroll
             for (int c = 0; c < ITEM_CPL; c++) {
-                raw[f][c] = f < passes ? p[f * PW + c * ITEM_THREADS] : make_uint4(0, 0, 0, 0);
+                raw[f][c] = f < passes ? p[f * PW + item_word(c)] : make_uint4(0, 0, 0, 0);
             }
         }
 #pragma unroll 1
@@ -192,7 +208,7 @@ read_items(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned lon
                         }
 #endif
                         if (pass + ITEM_PF < passes) {
-                            raw[f][c] = p[(pass + ITEM_PF) * PW + c * ITEM_THREADS];
+                            raw[f][c] = p[(pass + ITEM_PF) * PW + item_word(c)];
                         }
                     }
 #if ITEM_SUMS
