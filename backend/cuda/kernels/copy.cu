@@ -117,8 +117,8 @@ read16(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned long lo
 #endif
 // ITEM_SUMS adds a group step's arithmetic to each pass: 1 (an fp32 state)
 // or 2 (bf16: a word's eight values), each word's values dotted with two
-// vectors held in registers, the two sums of eight lanes reduced by
-// shuffles and written to shared memory by the first lane, a barrier an
+// vectors held in registers, the two sums of a row's lanes reduced by
+// shuffles and written to shared memory by its first lane, a barrier an
 // item. The words' XOR still goes to the sink; the sums are kept alive by
 // a store on a never-true test, as read16's.
 #ifndef ITEM_SUMS
@@ -142,6 +142,9 @@ __device__ __forceinline__ int item_word(int c)
 }
 #if ITEM_SUMS
 #define ITEM_VALS (ITEM_SUMS == 2 ? 8 : 4)
+// ITEM_ROW_LANES: the lanes whose sums make a row's (eight where the
+// layout is not the row map's, as the 4B steps' rows).
+#define ITEM_ROW_LANES (ITEM_LANES ? ITEM_LANES : 8)
 __device__ __forceinline__ void item_values(uint4 w, float (&v)[ITEM_VALS])
 {
     const unsigned u[4] = {w.x, w.y, w.z, w.w};
@@ -213,12 +216,12 @@ read_items(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned lon
                     }
 #if ITEM_SUMS
 #pragma unroll
-                    for (int o = 4; o > 0; o >>= 1) {
+                    for (int o = ITEM_ROW_LANES / 2; o > 0; o >>= 1) {
                         acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
                         acc[1] += __shfl_xor_sync(0xffffffffu, acc[1], o);
                     }
-                    if ((threadIdx.x & 7) == 0) {
-                        const int r = (pass * ITEM_THREADS + threadIdx.x) / 8 % 1024;
+                    if (threadIdx.x % ITEM_ROW_LANES == 0) {
+                        const int r = (pass * ITEM_THREADS + threadIdx.x) / ITEM_ROW_LANES % 1024;
                         sOut[r] = acc[0];
                         sOut[1024 + r] = acc[1];
                     }
