@@ -35,11 +35,19 @@ __device__ __forceinline__ void store_cs(uint4* p, uint4 v)
                  : "memory");
 }
 
-// load_words loads a thread's COPY_UNROLL words, first + u*blockDim for u
-// < COPY_UNROLL, all before any is used (zeros past n16).
-__device__ __forceinline__ void load_words(const uint4* __restrict__ src, unsigned long long n16,
-                                           unsigned long long first, uint4 (&v)[COPY_UNROLL])
+// xor_word folds word w into x (the read kernels' sinks).
+__device__ __forceinline__ void xor_word(uint4& x, uint4 w)
 {
+    x.x ^= w.x, x.y ^= w.y, x.z ^= w.z, x.w ^= w.w;
+}
+
+// load_words loads a thread's COPY_UNROLL words, first + u*blockDim for u
+// < COPY_UNROLL, all before any is used (zeros past n16), and returns first
+// (the block's COPY_UNROLL*blockDim words, then the thread's).
+__device__ __forceinline__ unsigned long long load_words(const uint4* __restrict__ src, unsigned long long n16,
+                                                         uint4 (&v)[COPY_UNROLL])
+{
+    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x * COPY_UNROLL + threadIdx.x;
 #pragma unroll
     for (int u = 0; u < COPY_UNROLL; u++) {
         const unsigned long long j = first + (unsigned long long)u * blockDim.x;
@@ -48,6 +56,7 @@ __device__ __forceinline__ void load_words(const uint4* __restrict__ src, unsign
             v[u] = load_cs(src + j);
         }
     }
+    return first;
 }
 
 // copy16 copies n16 16-byte words from src to dst. Thread t of block b moves
@@ -59,10 +68,8 @@ __device__ __forceinline__ void load_words(const uint4* __restrict__ src, unsign
 extern "C" __global__ void __launch_bounds__(COPY_THREADS)
 copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, unsigned long long n16)
 {
-    const unsigned long long first =
-        (unsigned long long)blockIdx.x * blockDim.x * COPY_UNROLL + threadIdx.x;
     uint4 v[COPY_UNROLL];
-    load_words(src, n16, first, v);
+    const unsigned long long first = load_words(src, n16, v);
 #pragma unroll
     for (int u = 0; u < COPY_UNROLL; u++) {
         const unsigned long long j = first + (unsigned long long)u * blockDim.x;
@@ -80,14 +87,12 @@ copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, unsigned long lon
 extern "C" __global__ void __launch_bounds__(COPY_THREADS)
 read16(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned long long n16)
 {
-    const unsigned long long first =
-        (unsigned long long)blockIdx.x * blockDim.x * COPY_UNROLL + threadIdx.x;
     uint4 v[COPY_UNROLL];
-    load_words(src, n16, first, v);
+    load_words(src, n16, v);
     uint4 x = v[0];
 #pragma unroll
     for (int u = 1; u < COPY_UNROLL; u++) {
-        x.x ^= v[u].x, x.y ^= v[u].y, x.z ^= v[u].z, x.w ^= v[u].w;
+        xor_word(x, v[u]);
     }
     if ((x.x & x.y & x.z & x.w) == 0xffffffffu) {
         store_cs(sink + threadIdx.x, x);
@@ -200,7 +205,7 @@ read_items(uint4* __restrict__ sink, const uint4* __restrict__ src, unsigned lon
 #endif
 #pragma unroll
                     for (int c = 0; c < ITEM_CPL; c++) {
-                        x.x ^= raw[f][c].x, x.y ^= raw[f][c].y, x.z ^= raw[f][c].z, x.w ^= raw[f][c].w;
+                        xor_word(x, raw[f][c]);
 #if ITEM_SUMS
                         float v[ITEM_VALS];
                         item_values(raw[f][c], v);
