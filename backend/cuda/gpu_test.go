@@ -1318,14 +1318,19 @@ func TestReadPatterns(t *testing.T) {
 	// step's dots, row sums and shared stores (ITEM_SUMS). lanes: 0, each
 	// warp load one 512-byte piece; 8 or 4, the group steps' row map
 	// (ITEM_LANES: the 4B bf16 step's rows are 8 lanes of 2 words, fp32's
-	// 8 of 4; session 27's GLANES=4 put bf16's in 4 lanes of 4).
-	for _, v := range []struct{ threads, cpl, pf, minb, itemKB, sums, lanes int }{
-		{64, 4, 2, 8, 128, 0, 0}, {64, 4, 2, 8, 128, 1, 0}, {64, 4, 2, 8, 128, 1, 8}, {64, 4, 4, 8, 128, 0, 0},
-		{64, 4, 2, 8, 64, 0, 0}, {64, 4, 2, 8, 32, 0, 0}, {64, 4, 2, 16, 128, 0, 0}, {64, 2, 2, 8, 128, 0, 0},
-		{64, 2, 4, 8, 128, 0, 0}, {64, 2, 4, 8, 64, 0, 0}, {64, 2, 4, 8, 64, 2, 0}, {64, 2, 4, 8, 64, 0, 8},
-		{64, 2, 4, 8, 64, 2, 8}, {64, 4, 2, 8, 64, 2, 0}, {64, 4, 2, 8, 64, 2, 4}, {64, 8, 2, 8, 128, 0, 0},
-		{64, 4, 2, 4, 128, 0, 0}, {128, 4, 2, 4, 128, 0, 0}, {128, 4, 2, 8, 128, 0, 0}, {128, 4, 4, 4, 128, 0, 0},
-		{256, 4, 2, 4, 128, 0, 0}, {256, 2, 4, 4, 128, 0, 0}, {256, 1, 1, 8, 4, 0, 0},
+	// 8 of 4; session 27's GLANES=4 put bf16's in 4 lanes of 4). smemKB:
+	// dynamic shared memory a block asks for and does not use, as the
+	// group steps' staged ring rows (4B: 27 KiB a block, eight blocks an
+	// SM) take from the SM's L1 share (session 28's question: whether a
+	// smaller L1 bounds the loads in flight).
+	for _, v := range []struct{ threads, cpl, pf, minb, itemKB, sums, lanes, smemKB int }{
+		{64, 4, 2, 8, 128, 0, 0, 0}, {64, 4, 2, 8, 128, 1, 0, 0}, {64, 4, 2, 8, 128, 1, 8, 0}, {64, 4, 4, 8, 128, 0, 0, 0},
+		{64, 4, 2, 8, 64, 0, 0, 0}, {64, 4, 2, 8, 32, 0, 0, 0}, {64, 4, 2, 16, 128, 0, 0, 0}, {64, 2, 2, 8, 128, 0, 0, 0},
+		{64, 2, 4, 8, 128, 0, 0, 0}, {64, 2, 4, 8, 64, 0, 0, 0}, {64, 2, 4, 8, 64, 2, 0, 0}, {64, 2, 4, 8, 64, 0, 8, 0},
+		{64, 2, 4, 8, 64, 2, 8, 0}, {64, 4, 2, 8, 64, 2, 0, 0}, {64, 4, 2, 8, 64, 2, 4, 0}, {64, 8, 2, 8, 128, 0, 0, 0},
+		{64, 4, 2, 4, 128, 0, 0, 0}, {128, 4, 2, 4, 128, 0, 0, 0}, {128, 4, 2, 8, 128, 0, 0, 0}, {128, 4, 4, 4, 128, 0, 0, 0},
+		{256, 4, 2, 4, 128, 0, 0, 0}, {256, 2, 4, 4, 128, 0, 0, 0}, {256, 1, 1, 8, 4, 0, 0, 0},
+		{64, 4, 2, 8, 128, 0, 0, 27}, {64, 4, 2, 8, 128, 0, 0, 12}, {64, 4, 2, 8, 128, 1, 8, 27}, {64, 2, 4, 8, 64, 2, 8, 27},
 	} {
 		m, err := d.Compile(ctx, "copy.cu", src, fmt.Sprintf("-DITEM_THREADS=%d", v.threads), fmt.Sprintf("-DITEM_CPL=%d", v.cpl),
 			fmt.Sprintf("-DITEM_PF=%d", v.pf), fmt.Sprintf("-DITEM_MINB=%d", v.minb), fmt.Sprintf("-DITEM_SUMS=%d", v.sums),
@@ -1344,8 +1349,9 @@ func TestReadPatterns(t *testing.T) {
 		a.Ptr(sb)
 		a.U64(uint64(items))
 		a.I32(int32(item16))
+		must(t, fn.SetMaxDynamicSharedMemory(v.smemKB<<10))
 		run := func() error {
-			return d.Launch(fn, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(v.threads), 1, 1}, 0, s, a)
+			return d.Launch(fn, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(v.threads), 1, 1}, uint32(v.smemKB<<10), s, a)
 		}
 		must(t, d.Memset(sink, 0))
 		must(t, run())
@@ -1363,8 +1369,8 @@ func TestReadPatterns(t *testing.T) {
 		must(t, err)
 		res, err := fn.Resources()
 		must(t, err)
-		t.Logf("read_items %3d threads, %d words a pass a thread, %d passes in flight, %2d blocks an SM, %3d KiB items, sums %d, lanes %d: %.0f GB/s (median %v), %d registers",
-			v.threads, v.cpl, v.pf, v.minb, v.itemKB, v.sums, v.lanes, tm.GBps(size), tm.Median, res.Registers)
+		t.Logf("read_items %3d threads, %d words a pass a thread, %d passes in flight, %2d blocks an SM, %3d KiB items, sums %d, lanes %d, %2d KiB shared: %.0f GB/s (median %v), %d registers",
+			v.threads, v.cpl, v.pf, v.minb, v.itemKB, v.sums, v.lanes, v.smemKB, tm.GBps(size), tm.Median, res.Registers)
 		must(t, m.Close())
 	}
 }

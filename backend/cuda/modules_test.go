@@ -547,6 +547,8 @@ func TestPlanFoldStream(t *testing.T) {
 		{"flush bf16, four warps", bf16, knob(func(tn *tuning) { tn.flWarps = 4 }), true, true, nil, 4},
 		{"flush fp32, the folds' eight warps", base, knob(func(tn *tuning) { tn.fsWarps = 8 }), true, true, nil, 8},
 		{"flush fp32, two buffers for the folds", base, knob(func(tn *tuning) { tn.fsDB = "1" }), true, true, nil, 4},
+		{"flush bf16, packed rows", bf16, knob(func(tn *tuning) { tn.flPad = "0" }), true, true, nil, 8},
+		{"flush fp32, padded rows", base, knob(func(tn *tuning) { tn.flPad = "1" }), true, true, nil, 4},
 		{"flush without the fold", base, knob(func(tn *tuning) { tn.foldStream = false }), true, false, nil, 4},
 		{"flush knob off", base, knob(func(tn *tuning) { tn.flushStream = false }), false, true, nil, 0},
 		{"flush with an nvfp4 read copy", with(func(o *replay.Options) { o.ReadCopy = numeric.NVFP4 }), def, false, false, nil, 0},
@@ -564,11 +566,20 @@ func TestPlanFoldStream(t *testing.T) {
 			if got := slices.Contains(defines, "-DFLUSH_STREAM=1"); got != c.want {
 				t.Errorf("FLUSH_STREAM defined %v, want %v (%v)", got, c.want, defines)
 			}
-			if want := c.warps * 16 * qwen4bShape.KeyDim * elemBytes(c.opt.State); c.want && (g.flushSmem != want || g.flushThreads != 32*c.warps) {
+			// 2-byte checkpoints' strips in padded rows (FL_PAD), 16
+			// elements longer, unless the knob says otherwise.
+			pad := c.tn.flPad == "1" || c.tn.flPad == "" && elemBytes(c.opt.State) == 2
+			row := qwen4bShape.KeyDim
+			if pad {
+				row += 16
+			}
+			if want := c.warps * 16 * row * elemBytes(c.opt.State); c.want && (g.flushSmem != want || g.flushThreads != 32*c.warps) {
 				t.Errorf("flush: %d threads and %d bytes of dynamic shared memory, want %d and %d", g.flushThreads, g.flushSmem, 32*c.warps, want)
 			}
-			if fl := fmt.Sprintf("-DFL_WARPS=%d", c.warps); c.want && !slices.Contains(defines, fl) {
-				t.Errorf("defines %v lack %s", defines, fl)
+			for _, d := range []string{fmt.Sprintf("-DFL_WARPS=%d", c.warps), fmt.Sprintf("-DFL_PAD=%d", map[bool]int{false: 0, true: 1}[pad])} {
+				if c.want && !slices.Contains(defines, d) {
+					t.Errorf("defines %v lack %s", defines, d)
+				}
 			}
 		})
 	}

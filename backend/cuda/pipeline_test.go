@@ -128,7 +128,8 @@ func TestEnvTuning(t *testing.T) {
 		{"fold early", map[string]string{"REPLAYSSM_CUDA_FOLD_ITEMS": "0"}, tuning{foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"streams", map[string]string{
 			"REPLAYSSM_CUDA_FOLD_STREAM": "0", "REPLAYSSM_CUDA_FLUSH_STREAM": "0", "REPLAYSSM_CUDA_FS_WARPS": "8", "REPLAYSSM_CUDA_FS_DB": "1",
-		}, tuning{foldItems: true, fsWarps: 8, fsDB: "1", smallBatch: defaultSmallBatch}},
+			"REPLAYSSM_CUDA_FL_PAD": "0",
+		}, tuning{foldItems: true, fsWarps: 8, fsDB: "1", flPad: "0", smallBatch: defaultSmallBatch}},
 		{"pipelined folds", map[string]string{"REPLAYSSM_CUDA_FOLDS": "pipe", "REPLAYSSM_CUDA_FOLD_STAGES": "3"},
 			tuning{folds: "pipe", foldStages: 3, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"folds by items", map[string]string{"REPLAYSSM_CUDA_FOLDS": "items"},
@@ -143,6 +144,8 @@ func TestEnvTuning(t *testing.T) {
 			tuning{overlap: "0", foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"verify overlap", map[string]string{"REPLAYSSM_CUDA_VERIFY_OVERLAP": "1"},
 			tuning{overlapVer: true, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
+		{"carveout", map[string]string{"REPLAYSSM_CUDA_CARVEOUT": "100"},
+			tuning{carveout: 100, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"head split", map[string]string{"REPLAYSSM_CUDA_HEAD_SPLIT": "4"},
 			tuning{headSplit: 4, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"split verify (the default)", map[string]string{"REPLAYSSM_CUDA_SPLIT_VERIFY": "1"},
@@ -160,7 +163,7 @@ func TestEnvTuning(t *testing.T) {
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_GROUP_STAGED": "0", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
 			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0", "REPLAYSSM_CUDA_SPLIT_VERIFY": "off", "REPLAYSSM_CUDA_VERIFY_EARLY": "auto",
-			"REPLAYSSM_CUDA_FOLD_STREAM": "no", "REPLAYSSM_CUDA_FLUSH_STREAM": "yes", "REPLAYSSM_CUDA_FS_WARPS": "3", "REPLAYSSM_CUDA_FS_DB": "2",
+			"REPLAYSSM_CUDA_FOLD_STREAM": "no", "REPLAYSSM_CUDA_FLUSH_STREAM": "yes", "REPLAYSSM_CUDA_FS_WARPS": "3", "REPLAYSSM_CUDA_FS_DB": "2", "REPLAYSSM_CUDA_FL_PAD": "yes", "REPLAYSSM_CUDA_CARVEOUT": "101",
 		}, tuning{foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {

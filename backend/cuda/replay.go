@@ -45,6 +45,7 @@ type tuning struct {
 	fsWarps     int      // REPLAYSSM_CUDA_FS_WARPS: gdn_fold_stream's warps a block (0: fsWarps)
 	flWarps     int      // REPLAYSSM_CUDA_FL_WARPS: gdn_flush_stream's warps a block (0: tuning.flushWarps' choice)
 	fsDB        string   // REPLAYSSM_CUDA_FS_DB: "1" or "0" forces gdn_fold_stream's two buffers on or off ("": on for 2-byte checkpoints)
+	flPad       string   // REPLAYSSM_CUDA_FL_PAD: "1" or "0" forces gdn_flush_stream's padded shared rows on or off ("": on for 2-byte checkpoints)
 	flushStream bool     // the GDN flush streamed where it can be (default; REPLAYSSM_CUDA_FLUSH_STREAM=0: gdn_replay_flush)
 	pipeGroups  int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks  int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
@@ -62,6 +63,7 @@ type tuning struct {
 	wholeVerify bool     // REPLAYSSM_CUDA_SPLIT_VERIFY=0: small batches verify on whole heads (by default on the split ones where the step splits)
 	verifyEarly string   // REPLAYSSM_CUDA_VERIFY_EARLY: "1" or "0" forces the small batches' early verify on or off ("": where its grid fits, earlyVerify.pick)
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
+	carveout    int      // REPLAYSSM_CUDA_CARVEOUT: the group and stream kernels' shared-memory carveout, percent (0: the driver's choice)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -93,6 +95,9 @@ func envTuning(getenv func(string) string) tuning {
 	if v := getenv("REPLAYSSM_CUDA_FS_DB"); v == "0" || v == "1" {
 		tn.fsDB = v
 	}
+	if v := getenv("REPLAYSSM_CUDA_FL_PAD"); v == "0" || v == "1" {
+		tn.flPad = v
+	}
 	if v := getenv("REPLAYSSM_CUDA_BASE_STAGE"); v == "0" || v == "1" {
 		tn.baseStage = v
 	}
@@ -109,6 +114,9 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_HEAD_SPLIT")); err == nil && n >= 1 && n <= 64 {
 		tn.headSplit = n
+	}
+	if n, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_CARVEOUT")); err == nil && n >= 1 && n <= 100 {
+		tn.carveout = n
 	}
 	if f := strings.Fields(getenv("REPLAYSSM_CUDA_DEFINES")); len(f) > 0 {
 		tn.defines = f
@@ -171,13 +179,14 @@ func residentBlocks(d *Device, f *Function, threads, bound int) (int, error) {
 // heads that share the step's vectors: a Mamba-2 group's heads (C, the
 // ring's B), a GDN key head's value heads (k, q, the ring's keys).
 type groupStep struct {
-	on      bool
-	threads int
-	groups  int    // groups per batch row
-	blocks  int    // the grid: as many blocks as the GPU holds at once
-	smem    int    // dynamic shared memory per block: the ring's per-head rows (x, u)
-	why     string // why it is off
-	fn      *Function
+	on       bool
+	threads  int
+	groups   int    // groups per batch row
+	blocks   int    // the grid: as many blocks as the GPU holds at once
+	smem     int    // dynamic shared memory per block: the ring's per-head rows (x, u)
+	carveout int    // the kernels' shared-memory carveout, percent (0: the driver's choice; tuning.carveout)
+	why      string // why it is off
+	fn       *Function
 
 	// The group verify: its kernel, grid and dynamic shared memory (the
 	// Mamba-2 one stages the ring's x rows like the step, the GDN one
@@ -259,7 +268,7 @@ func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) gro
 	if tn.groupX > 0 {
 		entries = min(entries, tn.groupX)
 	}
-	g := groupStep{threads: threads, smem: entries * rowBytes}
+	g := groupStep{threads: threads, smem: entries * rowBytes, carveout: tn.carveout}
 	switch {
 	case opt.Mode != replay.Replay:
 		g.why = "baseline mode"
@@ -425,6 +434,9 @@ func (c *replayCommon) bindGroup(name, verify string, foldItems bool, boundBlock
 	}
 	bind := func(name string, threads, smem int) (*Function, int, error) {
 		f, r, blocks, err := c.bindResident(name, threads, smem, boundBlocks)
+		if err == nil && c.group.carveout > 0 {
+			err = f.SetSharedCarveout(c.group.carveout)
+		}
 		if err == nil && blocks == 0 {
 			err = fmt.Errorf("%s: no block of %d threads fits an SM (%d registers, %d + %d bytes of shared memory)",
 				name, threads, r.Registers, r.StaticSharedBytes, smem)

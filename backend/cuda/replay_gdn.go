@@ -98,8 +98,15 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 		}
 		strip := 16 * dk * elemBytes(opt.State)
 		g.streamThreads, g.streamSmem = 32*w, nb*w*strip
-		g.flushThreads, g.flushSmem = 32*fw, fw*strip
-		defines = append(defines, fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFL_WARPS=%d", fw), fmt.Sprintf("-DFS_DB=%d", nb-1))
+		// The flush's strips in rows padded by 16 elements for 2-byte
+		// checkpoints (FL_PAD: its loads then spread over the banks).
+		pad := 0
+		if tn.flPad == "1" || tn.flPad == "" && elemBytes(opt.State) == 2 {
+			pad = 1
+		}
+		g.flushThreads, g.flushSmem = 32*fw, fw*16*(dk+16*pad)*elemBytes(opt.State)
+		defines = append(defines, fmt.Sprintf("-DFS_WARPS=%d", w), fmt.Sprintf("-DFL_WARPS=%d", fw), fmt.Sprintf("-DFS_DB=%d", nb-1),
+			fmt.Sprintf("-DFL_PAD=%d", pad))
 		if g.streamFold {
 			defines = append(defines, "-DFOLD_STREAM=1")
 		}

@@ -972,7 +972,8 @@ func TestReplayFoldStreamMatchesItems(t *testing.T) {
 // TestReplayFlushStreamMatchesItems checks the GDN flush by strips
 // (gdn_flush_stream, the default where it applies) against
 // gdn_replay_flush (REPLAYSSM_CUDA_FLUSH_STREAM=0) bit for bit for fp32
-// and bf16 checkpoints without a read copy: it keeps the fold's
+// and bf16 checkpoints without a read copy, its shared rows padded
+// (FL_PAD, the default for bf16) and packed: it keeps the fold's
 // projections, recurrence, outputs and tensor-core update, row by row. Its blocks list the cursors three
 // slots at a time on a grid of two blocks, as
 // TestReplayFoldStreamMatchesItems's.
@@ -982,7 +983,10 @@ func TestReplayFlushStreamMatchesItems(t *testing.T) {
 	items.groupAll, items.flushStream = true, false
 	stream := streamTuning()
 	stream.flushStream = true
-	compareStreams(t, d, "defaults", stream, items, func(c *gpuCache) bool { return c.streamFlush() })
+	for _, pad := range []string{"1", "0"} {
+		stream.flPad = pad
+		compareStreams(t, d, "pad="+pad, stream, items, func(c *gpuCache) bool { return c.streamFlush() })
+	}
 }
 
 // streamGPU returns the GPU for the stream kernels' tests (what: "folds"

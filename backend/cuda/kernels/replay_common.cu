@@ -2078,23 +2078,31 @@ __device__ __forceinline__ void group_vec(const float* src, float (&vr)[GMAP::CP
 }
 
 // cp_rows copies rows [0, rows) of LEN floats by cp.async, row j from
-// src + j*stride to dst + j*LEN: 16 bytes a copy when LEN is a multiple of
+// src + j*stride to dst + j*dstride: 16 bytes a copy when LEN is a multiple of
 // 4 (src and stride then 16-byte aligned), else 4. The nth threads of index
 // ti share the copies. The group steps stage the ring's rows with it.
 template <int LEN>
-__device__ __forceinline__ void cp_rows(float* dst, const float* src, u64 stride, int rows, int ti, int nth)
+__device__ __forceinline__ void cp_rows(float* dst, int dstride, const float* src, u64 stride, int rows, int ti, int nth)
 {
     if (LEN % 4 == 0) {
         for (int q = ti; q < rows * (LEN / 4); q += nth) {
             const int j = q / (LEN / 4), e = 4 * (q % (LEN / 4));
-            cp_async16(dst + j * LEN + e, src + j * stride + e);
+            cp_async16(dst + j * dstride + e, src + j * stride + e);
         }
     } else {
         for (int q = ti; q < rows * LEN; q += nth) {
             const int j = q / LEN, e = q % LEN;
-            cp_async4(dst + j * LEN + e, src + j * stride + e);
+            cp_async4(dst + j * dstride + e, src + j * stride + e);
         }
     }
+}
+
+// cp_rows with the rows packed in dst (dstride LEN; dstride, a multiple
+// of 4 floats where LEN is, pads them).
+template <int LEN>
+__device__ __forceinline__ void cp_rows(float* dst, const float* src, u64 stride, int rows, int ti, int nth)
+{
+    cp_rows<LEN>(dst, LEN, src, stride, rows, ti, nth);
 }
 
 // cp_table copies the first cols floats of rows rows by cp.async, 4 bytes

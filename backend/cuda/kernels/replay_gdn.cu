@@ -1340,6 +1340,26 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #else
 #define FS_CHUNK_OF(W) (32 * (W))
 #endif
+// FL_CHUNK: gdn_flush_stream's; with FL_PAD four slots a warp, so that its
+// four blocks an SM (48 KiB each with the padded rows and the lists, 1 KiB
+// more reserved, for Qwen3.5's DK 128 and 20 ring entries) fit the 196 KiB
+// shared-memory split that the group step beside it takes for
+// Qwen3.5-122B: an SM changes its split only when idle, and the group step
+// at the larger split (less L1) ran slower (H200, B=256,
+// REPLAYSSM_CUDA_CARVEOUT=100: 122B non-flush fp32 288 -> 299 us, bf16 171
+// -> 177, as with the flush's padded rows at 32 slots a warp; NOTES.md,
+// session 28).
+#ifndef FL_CHUNK
+#ifdef FS_CHUNK
+#define FL_CHUNK (FS_CHUNK)
+#else
+#define FL_CHUNK (FL_PAD ? 4 * FL_WARPS : 32 * FL_WARPS)
+#endif
+#endif
+// FL_KPAD: the floats a padded key row (FL_PAD) gains.
+#ifndef FL_KPAD
+#define FL_KPAD 8
+#endif
 // FS_MINB: the blocks an SM gdn_fold_stream's registers are bounded for
 // (ptxas 11.8, Qwen3.5-4B: 125-129 registers unbounded, 126-128 without
 // spills at 4; shared memory allows 5 blocks of one fp32 buffer, 4 of two
@@ -1359,11 +1379,31 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #if FOLD_STREAM && !(DV % (16 * FS_WARPS) == 0 && FS_CHUNK_OF(FS_WARPS) <= 32 * FS_WARPS)
 #error "FOLD_STREAM: DV must be a multiple of 16*FS_WARPS and FS_CHUNK at most 32*FS_WARPS"
 #endif
-#if FLUSH_STREAM && !(DV % (16 * FL_WARPS) == 0 && FS_CHUNK_OF(FL_WARPS) <= 32 * FL_WARPS)
+#if FLUSH_STREAM && !(DV % (16 * FL_WARPS) == 0 && FL_CHUNK <= 32 * FL_WARPS)
 #error "FLUSH_STREAM: DV must be a multiple of 16*FL_WARPS and FS_CHUNK at most 32*FL_WARPS"
 #endif
 #define FS_ROWS (16 * FS_WARPS)
-#define FS_STRIP_BYTES (16 * DK * FMT_SIZE(STATE_FMT)) // a warp's 16 rows, as stored
+// FL_PAD=1 (the Go side sets it for 2-byte checkpoints;
+// REPLAYSSM_CUDA_FL_PAD forces it) pads gdn_flush_stream's shared rows so
+// that a warp's TCMap loads fall in distinct banks: a strip row by 16
+// elements (the next row's four lanes start 8 banks on for 2-byte rows,
+// whose 8-byte loads a half warp takes as one wavefront), a key row by 8
+// floats (update_tc_tile's float2 loads of rows 8ks + lt). Packed, every
+// row of a strip or of the keys starts at bank 0 (rows of 256 bytes, keys
+// of 512): a strip load took four wavefronts where one does, a key load
+// four, and the flush reads its strip twice (projections, update). The
+// rows then come by one bulk copy each (lanes 0-15 of the warp). H200,
+// B=256, aligned flush against packed rows in the same run (NOTES.md,
+// session 28), us: bf16 Qwen3.5-4B 302 -> 272, 122B 579 -> 532; fp32
+// (16-byte loads, two-way conflicts) 362 -> 371, 699 -> 711; the verify's
+// early folds (gdn_fold_stream, FS_DB) padded too, bf16 248 -> 253, 397 ->
+// 413: they keep packed rows.
+#ifndef FL_PAD
+#define FL_PAD 0
+#endif
+#define FS_SROW(P) (DK + ((P) ? 16 : 0)) // a strip row in shared memory, elements
+#define FS_KROW(P) (DK + ((P) ? FL_KPAD : 0)) // a key row in shared memory, floats
+#define FS_STRIP_BYTES(P) (16 * FS_SROW(P) * FMT_SIZE(STATE_FMT)) // a warp's 16 rows in shared memory
 // FS_DB=1 (the Go side sets it for 2-byte checkpoints) gives each block
 // two buffers of strips and keys: the next item's copies are in flight
 // while one folds, where with one buffer they wait for its end.
@@ -1373,12 +1413,12 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #define FS_NB (FS_DB ? 2 : 1)
 #define FS_KS ((RMAX + 7) / 8) // gdn_update_tc's steps of 8 entries
 
-// fs_list lists the slots of batch rows [base, base + FS_CHUNK_OF(W)) for
+// fs_list lists the slots of batch rows [base, base + CH) for
 // which need(row, history) holds, in batch order (ballots, not atomics:
 // every block must list them alike), with their histories (sSlot, sN) and,
 // where sB is not null, their batch rows, and returns how many. Barriers
 // inside: every thread of the block (W warps) calls it.
-template <int W, typename P>
+template <int W, int CH, typename P>
 __device__ __forceinline__ int fs_list(int base, int batch, const int* __restrict__ slots, const int* hist, P need,
                                        int* sSlot, int* sN, int* sB, int* sCount)
 {
@@ -1386,7 +1426,7 @@ __device__ __forceinline__ int fs_list(int base, int batch, const int* __restric
     const int bq = base + tid;
     int s = 0, n = 0;
     bool f = false;
-    if (tid < FS_CHUNK_OF(W) && bq < batch) {
+    if (tid < CH && bq < batch) {
         s = slots[bq];
         n = hist[s];
         f = need(bq, n);
@@ -1418,6 +1458,7 @@ __device__ __forceinline__ int fs_list(int base, int batch, const int* __restric
 // operands and order: S0 <- gt S0, then update_tc_tile over the entries in
 // steps of 8, keys the rows of k_i) from its shared-memory copy, stored to
 // rows row0.. of the matrix at dst.
+template <bool P>
 __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* dst, int row0, const float* keys,
                                                 int t, float gt, const u32 (&ahi)[FS_KS][4], const u32 (&alo)[FS_KS][4])
 {
@@ -1428,7 +1469,7 @@ __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* 
         float x[2][4];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            load_chunk<STATE_FMT, 4>(strip, (u64)(g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f);
+            load_chunk<STATE_FMT, 4>(strip, (u64)(g + 8 * h) * FS_SROW(P) + 16 * cc + 4 * lt, x[h], 1.0f);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 x[h][e] = gt * x[h][e];
@@ -1439,8 +1480,8 @@ __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* 
             if (8 * ks < t) {
                 const int i0 = 8 * ks + lt, i1 = i0 + 4;
                 const bool in0 = i0 < t, in1 = i1 < t;
-                update_tc_tile(x[0], x[1], keys + (in0 ? i0 : 0) * DK + bcol + 16 * cc,
-                               keys + (in1 ? i1 : 0) * DK + bcol + 16 * cc, in0, in1, ahi[ks], alo[ks]);
+                update_tc_tile(x[0], x[1], keys + (in0 ? i0 : 0) * FS_KROW(P) + bcol + 16 * cc,
+                               keys + (in1 ? i1 : 0) * FS_KROW(P) + bcol + 16 * cc, in0, in1, ahi[ks], alo[ks]);
             }
         }
 #pragma unroll
@@ -1514,25 +1555,40 @@ __device__ __forceinline__ FSItem fs_item(const int* sSlot, const int* sN, int l
 // into kbuf (the block's cp.async, one group). The buffers' last reads are
 // behind a __syncthreads, as the pipelined folds' consumers release a
 // stage.
-template <int W>
+template <int W, bool P>
 __device__ __forceinline__ void fs_issue(const ST* state, const float* __restrict__ ringK, const FSItem& it,
                                          unsigned char* sbuf, float* kbuf, u64* bar, int tid)
 {
     const int warp = tid >> 5;
     if ((tid & 31) == 0) {
         const u64 e = ((u64)it.s * NVH + it.j) * (DV * DK) + (u64)(it.part * 16 * W + 16 * warp) * DK;
-        mbar_arrive_tx(bar, FS_STRIP_BYTES);
-        bulk_g2s(sbuf + warp * FS_STRIP_BYTES, reinterpret_cast<const unsigned char*>(state) + e * FMT_SIZE(STATE_FMT),
-                 FS_STRIP_BYTES, bar);
+        mbar_arrive_tx(bar, 16 * DK * FMT_SIZE(STATE_FMT));
+        if (!P) {
+            bulk_g2s(sbuf + warp * FS_STRIP_BYTES(P),
+                     reinterpret_cast<const unsigned char*>(state) + e * FMT_SIZE(STATE_FMT), FS_STRIP_BYTES(P), bar);
+        }
     }
-    cp_rows<DK>(kbuf, ringK + (ring_at(it.s, 0) * NKH + it.j / VPK) * DK, NKH * DK, it.n, tid, 32 * W);
+    if (P) {
+        // A row a lane (the expected bytes are on the barrier first: a
+        // copy that lands before them would still leave its phase open,
+        // but the order costs nothing).
+        __syncwarp();
+        if ((tid & 31) < 16) {
+            const int r = tid & 31;
+            const u64 e = ((u64)it.s * NVH + it.j) * (DV * DK) + (u64)(it.part * 16 * W + 16 * warp + r) * DK;
+            bulk_g2s(sbuf + warp * FS_STRIP_BYTES(P) + r * FS_SROW(P) * FMT_SIZE(STATE_FMT),
+                     reinterpret_cast<const unsigned char*>(state) + e * FMT_SIZE(STATE_FMT), DK * FMT_SIZE(STATE_FMT),
+                     bar);
+        }
+    }
+    cp_rows<DK>(kbuf, FS_KROW(P), ringK + (ring_at(it.s, 0) * NKH + it.j / VPK) * DK, NKH * DK, it.n, tid, 32 * W);
     cp_async_commit();
 }
 
 // fs_ahead reads item li of the list (fs_item) and asks for its copies
 // (fs_issue) into buffer b: its strips at dyn's b-th, its keys at kbuf
 // (that buffer's), on the W warps' barriers bar[b].
-template <int W>
+template <int W, bool P>
 __device__ __forceinline__ FSItem fs_ahead(const int* sSlot, const int* sN, int li, int b, const ST* state,
                                            const float* __restrict__ ringA, const float* __restrict__ ringU,
                                            const float* __restrict__ ringK, unsigned char* dyn, float* kbuf,
@@ -1540,7 +1596,7 @@ __device__ __forceinline__ FSItem fs_ahead(const int* sSlot, const int* sN, int 
 {
     const int tid = threadIdx.x, warp = tid >> 5;
     const FSItem it = fs_item<W>(sSlot, sN, li, warp, tid & 31, ringA, ringU);
-    fs_issue<W>(state, ringK, it, dyn + b * (W * FS_STRIP_BYTES), kbuf, &bar[b][warp], tid);
+    fs_issue<W, P>(state, ringK, it, dyn + b * (W * FS_STRIP_BYTES(P)), kbuf, &bar[b][warp], tid);
     return it;
 }
 
@@ -1567,7 +1623,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     u32 parity = 0; // bit k: the phase of buffer k's next copy
     int seen = 0;   // folding items listed before this chunk of slots
     for (int base = 0; base < batch; base += FS_CHUNK_OF(FS_WARPS)) {
-        const int total = fs_list<FS_WARPS>(
+        const int total = fs_list<FS_WARPS, FS_CHUNK_OF(FS_WARPS)>(
             base, batch, slots, hist, [&](int bq, int n) { return FOLDS_EARLY(n, counts ? counts[bq] : T, R); }, sSlot,
             sN, nullptr, sCount);
         const int items = total * PER;
@@ -1576,7 +1632,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
         int kb = 0; // the buffer of the block's next item
         FSItem next;
         if (li < items) {
-            next = fs_ahead<FS_WARPS>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
+            next = fs_ahead<FS_WARPS, false>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
         }
         for (; li < items; li += grid) {
             const FSItem it = next;
@@ -1585,7 +1641,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             cp_async_wait_all();
             __syncthreads(); // its keys; every warp is done with the item before
             if (FS_NB == 2 && more) {
-                next = fs_ahead<FS_WARPS>(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn, sK[cb ^ 1],
+                next = fs_ahead<FS_WARPS, false>(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn, sK[cb ^ 1],
                                           sBar);
             }
             // gdn_fold's float64 chains, in its order: coef_i (lane i) and
@@ -1611,12 +1667,12 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             }
             mbar_wait(&sBar[cb][warp], (parity >> cb) & 1);
             parity ^= 1u << cb;
-            const unsigned char* const strip = fs_dyn + cb * (FS_WARPS * FS_STRIP_BYTES) + warp * FS_STRIP_BYTES;
-            fs_update_strip(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp, sK[cb],
+            const unsigned char* const strip = fs_dyn + cb * (FS_WARPS * FS_STRIP_BYTES(false)) + warp * FS_STRIP_BYTES(false);
+            fs_update_strip<false>(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp, sK[cb],
                             n, gt, ahi, alo);
             if (FS_NB == 1 && more) {
                 __syncthreads(); // the keys and strips read before the next item's copies
-                next = fs_ahead<FS_WARPS>(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
+                next = fs_ahead<FS_WARPS, false>(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
             }
             kb = (kb + 1) % FS_NB;
         }
@@ -1695,15 +1751,15 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
     constexpr int PER = NVH * (DV / FL_ROWS); // items a flushing slot
     constexpr int CPL = DK / 16;              // TCMap's chunks of a row
     extern __shared__ __align__(128) unsigned char fs_dyn[]; // FL_WARPS strips
-    __shared__ __align__(16) float sVec[(RMAX + 1) * DK]; // k_0..k_n, then q in row t = n+1
+    __shared__ __align__(16) float sVec[(RMAX + 1) * FS_KROW(FL_PAD)]; // k_0..k_n, then q in row t = n+1
     __shared__ float sWt[RMAX], sCoef[RMAX], sGK[RMAX], sGQ[RMAX];
     __shared__ float sEg, sBeta, sGt;
     __shared__ __align__(8) u64 sBar[1][FL_WARPS];
-    __shared__ int sSlot[NTH], sN[NTH], sB[NTH];
+    __shared__ int sSlot[FL_CHUNK], sN[FL_CHUNK], sB[FL_CHUNK];
     __shared__ int sCount[FL_WARPS];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
-    const unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES;
+    const unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES(FL_PAD);
     if (lane == 0) {
         mbar_init(&sBar[0][warp], 1);
         mbar_fence_init();
@@ -1711,9 +1767,9 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
     __syncwarp();
     u32 parity = 0; // the phase of the strips' next copy
     int seen = 0;   // flushing items listed before this chunk of slots
-    for (int base = 0; base < batch; base += FS_CHUNK_OF(FL_WARPS)) {
-        const int total =
-            fs_list<FL_WARPS>(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; }, sSlot, sN, sB, sCount);
+    for (int base = 0; base < batch; base += FL_CHUNK) {
+        const int total = fs_list<FL_WARPS, FL_CHUNK>(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; },
+                                                      sSlot, sN, sB, sCount);
         const int items = total * PER;
         const int grid = (int)gridDim.x;
         const int r = ((int)blockIdx.x - seen % grid + grid) % grid;
@@ -1724,7 +1780,7 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
             // buffer: two (FS_DB, the next item's copies in flight during
             // this one) measured no faster for bf16 and slower for fp32
             // (NOTES.md, session 25).
-            const FSItem it = fs_ahead<FL_WARPS>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec, sBar);
+            const FSItem it = fs_ahead<FL_WARPS, FL_PAD>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec, sBar);
             const int s = it.s, n = it.n, j = it.j, b = sB[li / PER], kh = j / VPK;
             const int t = n + 1;
             const u64 mat = (u64)s * NVH + j;
@@ -1735,7 +1791,7 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
                 float tv[L2V];
                 l2norm_load(warp == 0 ? k + ((u64)b * NKH + kh) * DK : q + ((u64)b * NKH + kh) * DK, tv);
                 const float r = l2norm_scale(tv, warp == 0 ? 1.0f : qscale);
-                float* dst = sVec + (warp == 0 ? n : t) * DK;
+                float* dst = sVec + (warp == 0 ? n : t) * FS_KROW(FL_PAD);
 #pragma unroll
                 for (int m = 0; m < L2V; m++) {
                     if (lane + 32 * m < DK) {
@@ -1768,8 +1824,8 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
             dot_pairs(
                 n + t, DK, tid, NTH,
                 [&](int pr) -> const float* {
-                    vi = sVec + (pr < n ? n : t) * DK;
-                    return sVec + (pr < n ? pr : pr - n) * DK;
+                    vi = sVec + (pr < n ? n : t) * FS_KROW(FL_PAD);
+                    return sVec + (pr < n ? pr : pr - n) * FS_KROW(FL_PAD);
                 },
                 [&](int) -> const float* { return vi; },
                 [&](int pr, float val) {
@@ -1787,12 +1843,12 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
             float pk[2] = {0.0f, 0.0f}, pq[2] = {0.0f, 0.0f};
 #pragma unroll
             for (int cc = 0; cc < CPL; cc++) {
-                const float4 k4 = *reinterpret_cast<const float4*>(sVec + n * DK + 16 * cc + 4 * lt);
-                const float4 q4 = *reinterpret_cast<const float4*>(sVec + t * DK + 16 * cc + 4 * lt);
+                const float4 k4 = *reinterpret_cast<const float4*>(sVec + n * FS_KROW(FL_PAD) + 16 * cc + 4 * lt);
+                const float4 q4 = *reinterpret_cast<const float4*>(sVec + t * FS_KROW(FL_PAD) + 16 * cc + 4 * lt);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     float x[4];
-                    load_chunk<STATE_FMT, 4>(strip, (u64)(g + 8 * h) * DK + 16 * cc + 4 * lt, x, 1.0f);
+                    load_chunk<STATE_FMT, 4>(strip, (u64)(g + 8 * h) * FS_SROW(FL_PAD) + 16 * cc + 4 * lt, x, 1.0f);
                     pk[h] = fmaf(x[0], k4.x, pk[h]);
                     pk[h] = fmaf(x[1], k4.y, pk[h]);
                     pk[h] = fmaf(x[2], k4.z, pk[h]);
@@ -1853,7 +1909,7 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
                 }
             }
             // The rank-t update of the strip (gdn_update_tc's), stored.
-            fs_update_strip(strip, state + mat * (DV * DK), row0, sVec, t, gt, ahi, alo);
+            fs_update_strip<FL_PAD>(strip, state + mat * (DV * DK), row0, sVec, t, gt, ahi, alo);
             __syncthreads(); // the tables and strips read before the next item's
         }
         seen += items;
