@@ -30,9 +30,8 @@
 #   tools/gpu_check.sh fold_stream  # the GDN verify's streamed early folds (session 24): tests, against the old folds, its warps, GV_SKIP=4
 #   tools/gpu_check.sh flush_stream  # the GDN flush by strips (sessions 24-25): its tests, then against gdn_replay_flush and its buffers
 #   tools/gpu_check.sh flush_warps  # the streamed flush's own warps (session 26, not yet run as split): its tests, then bf16 against four warps
-#   tools/gpu_check.sh fl_pad  # the flush's padded shared rows against packed ones, then bench256 (session 28)
+#   tools/gpu_check.sh fl_pad  # session 28's defaults (FL_PAD, gdnStaged64) against each undone, then bench256: first next session
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
-#   tools/gpu_check.sh fl_chunk  # the padded flush in 48 KiB a block, then l1 (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
 #   tools/gpu_check.sh read_sums  # read_items with and without a group step's per-pass sums (session 27)
 #   tools/gpu_check.sh profile_stream  # ncu's memory sections of the non-flush group step and of read_items (session 26's question)
@@ -390,14 +389,16 @@ flush_warps)
 	DTYPES=bf16 experiment flush_warps qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_FL_WARPS=4
 	;;
 fl_pad)
-	# Session 28: gdn_flush_stream's padded shared rows for 2-byte
-	# checkpoints (FL_PAD; the early folds packed again): the stream tests
-	# (both layouts, bit for bit against the work_items kernels), bf16
-	# replay and verify against REPLAYSSM_CUDA_FL_PAD=0 and the defaults
-	# again (whether the 122B non-flush step's 171 -> 177 us under padding
-	# was the run's noise), then the batch-256 table.
-	some_tests fl_pad 300 'TestReplayFlushStreamMatchesItems|TestReplayFoldStreamMatchesItems|TestReplayOverlapMatchesSerial'
-	DTYPES=bf16 experiment fl_pad qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_FL_PAD=0 ""
+	# Session 28's defaults, set after its device time from its same-run
+	# comparisons (each measured alone, not together): the flush's padded
+	# shared rows for 2-byte checkpoints beside 64-thread group steps
+	# (FL_PAD; Qwen3.5-4B bf16 window 120 -> 113 us) and an fp32 group
+	# step of 64-thread blocks staging six ring entries (gdnStaged64; 4B
+	# fp32 window 184 -> 177). The stream tests, replay against each
+	# setting undone (and FL_PAD forced on for 122B), then the batch-256
+	# table.
+	some_tests fl_pad 300 'TestReplayFlushStreamMatchesItems|TestReplayFoldStreamMatchesItems|TestReplayOverlapMatchesSerial|TestReplayCacheMatchesReference/gdn'
+	experiment fl_pad qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_FL_PAD=0 REPLAYSSM_CUDA_FL_PAD=1 REPLAYSSM_CUDA_GROUP_STAGED=14
 	bench 256 b256.jsonl
 	;;
 carveout)
@@ -408,15 +409,6 @@ carveout)
 	# REPLAYSSM_CUDA_CARVEOUT=100 (the group and stream kernels at the
 	# largest split) with and without the padded rows.
 	experiment carveout qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FL_PAD=0 REPLAYSSM_CUDA_CARVEOUT=100 "REPLAYSSM_CUDA_CARVEOUT=100 REPLAYSSM_CUDA_FL_PAD=0"
-	;;
-fl_chunk)
-	# Session 28: the padded flush in 48 KiB a block (FL_CHUNK: four slots
-	# a warp listed at a time), so that its four blocks an SM fit the
-	# 122B group step's 196 KiB split; against packed rows and against
-	# 8 slots a warp with packed keys (the other way to fit); then l1.
-	some_tests fl_chunk 300 'TestReplayFlushStreamMatchesItems|TestReplayFoldStreamMatchesItems|TestReplayOverlapMatchesSerial'
-	DTYPES=bf16 experiment fl_chunk qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FL_PAD=0 "REPLAYSSM_CUDA_DEFINES=-DFL_CHUNK=64 -DFL_KPAD=0"
-	"$0" l1
 	;;
 l1)
 	# Session 28: REPLAYSSM_CUDA_CARVEOUT=100 slowed the 122B non-flush

@@ -568,20 +568,53 @@ func TestPlanFoldStream(t *testing.T) {
 			}
 			// 2-byte checkpoints' strips in padded rows (FL_PAD), 16
 			// elements longer, unless the knob says otherwise.
-			pad := c.tn.flPad == "1" || c.tn.flPad == "" && elemBytes(c.opt.State) == 2
-			row := qwen4bShape.KeyDim
-			if pad {
-				row += 16
+			pad, row := 0, qwen4bShape.KeyDim
+			if c.tn.flPad == "1" || c.tn.flPad == "" && elemBytes(c.opt.State) == 2 && g.threads == 64 {
+				pad, row = 1, row+16
 			}
 			if want := c.warps * 16 * row * elemBytes(c.opt.State); c.want && (g.flushSmem != want || g.flushThreads != 32*c.warps) {
 				t.Errorf("flush: %d threads and %d bytes of dynamic shared memory, want %d and %d", g.flushThreads, g.flushSmem, 32*c.warps, want)
 			}
-			for _, d := range []string{fmt.Sprintf("-DFL_WARPS=%d", c.warps), fmt.Sprintf("-DFL_PAD=%d", map[bool]int{false: 0, true: 1}[pad])} {
+			for _, d := range []string{fmt.Sprintf("-DFL_WARPS=%d", c.warps), fmt.Sprintf("-DFL_PAD=%d", pad)} {
 				if c.want && !slices.Contains(defines, d) {
 					t.Errorf("defines %v lack %s", defines, d)
 				}
 			}
 		})
+	}
+}
+
+// TestFlushPadPlan checks where the flush pads its shared rows (FL_PAD):
+// for 2-byte checkpoints beside 64-thread group steps (Qwen3.5-4B), not
+// beside 122B's 128-thread ones nor for fp32, unless the knob says.
+func TestFlushPadPlan(t *testing.T) {
+	base := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
+	bf16 := base
+	bf16.State = numeric.BF16
+	def := envTuning(func(string) string { return "" })
+	forced := def
+	forced.flPad = "1"
+	for _, c := range []struct {
+		name  string
+		shape ssm.GDNShape
+		opt   replay.Options
+		tn    tuning
+		pad   int
+	}{
+		{"4B bf16", qwen4bShape, bf16, def, 1},
+		{"122B bf16", qwen122bShape, bf16, def, 0},
+		{"4B fp32", qwen4bShape, base, def, 0},
+		{"122B bf16, forced", qwen122bShape, bf16, forced, 1},
+	} {
+		_, g, _, defines := gdnModule(h200Props(), c.shape, c.opt, c.tn)
+		if !g.streamFlush {
+			t.Fatalf("%s: the flush does not stream", c.name)
+		}
+		want := fmt.Sprintf("-DFL_PAD=%d", c.pad)
+		rowBytes := (c.shape.KeyDim + 16*c.pad) * elemBytes(c.opt.State)
+		if !slices.Contains(defines, want) || g.flushSmem != g.flushThreads/32*16*rowBytes {
+			t.Errorf("%s: defines %v, %d bytes of strips for %d threads; want %s and rows of %d bytes", c.name, defines, g.flushSmem, g.flushThreads, want, rowBytes)
+		}
 	}
 }
 

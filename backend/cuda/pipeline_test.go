@@ -301,10 +301,12 @@ func TestGDNGroupPlan(t *testing.T) {
 		reason  string
 		verify  bool // the group verify planned
 	}{
-		{"4B", q4b, replay.Options{}, tuning{}, 64, 14 * 2 * 128 * 4, "", false},
-		{"4B, T=4", q4b, replay.Options{MaxDraft: 4}, tuning{}, 64, 14 * 2 * 128 * 4, "", true},
+		{"4B: six entries for fp32 in 64-thread blocks", q4b, replay.Options{}, tuning{}, 64, gdnStaged64 * 2 * 128 * 4, "", false},
+		{"4B, T=4", q4b, replay.Options{MaxDraft: 4}, tuning{}, 64, gdnStaged64 * 2 * 128 * 4, "", true},
+		{"4B bf16", q4b, replay.Options{State: numeric.BF16}, tuning{}, 64, 14 * 2 * 128 * 4, "", false},
+		{"4B, the knob's bound", q4b, replay.Options{}, tuning{groupX: 9}, 64, 9 * 2 * 128 * 4, "", false},
 		{"122B, T=4", q122b, replay.Options{MaxDraft: 4}, tuning{}, 128, 14 * 4 * 128 * 4, "", true},
-		{"4B, T=1: no group verify", q4b, replay.Options{MaxDraft: 1}, tuning{}, 64, 14 * 2 * 128 * 4, "", false},
+		{"4B, T=1: no group verify", q4b, replay.Options{MaxDraft: 1}, tuning{}, 64, gdnStaged64 * 2 * 128 * 4, "", false},
 		{"4B nvfp4", q4b, replay.Options{ReadCopy: numeric.NVFP4}, tuning{}, 64, 14 * 2 * 128 * 4, "", false},
 		{"122B", q122b, replay.Options{}, tuning{}, 128, 14 * 4 * 128 * 4, "", false},
 		{"122B bf16, 256 threads asked for", q122b, replay.Options{State: numeric.BF16}, tuning{groupNT: 256}, 256, 14 * 4 * 128 * 4, "", false},

@@ -98,10 +98,17 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 		}
 		strip := 16 * dk * elemBytes(opt.State)
 		g.streamThreads, g.streamSmem = 32*w, nb*w*strip
-		// The flush's strips in rows padded by 16 elements for 2-byte
-		// checkpoints (FL_PAD: its loads then spread over the banks).
+		// The flush's strips in rows padded by 16 elements (FL_PAD: its
+		// loads then spread over the banks) for 2-byte checkpoints beside
+		// a group step of 64-thread blocks. H200, B=256, against packed
+		// rows in the same run (NOTES.md, session 28): the Qwen3.5-4B bf16
+		// window 120 -> 113 us, whose group step's eight blocks an SM hold
+		// about 220 KB of shared memory whether or not the flush beside it
+		// is padded; 122B's (128-thread blocks, four an SM, 177 KB) lost
+		// 198 -> 202, its non-flush step 170 -> 176 beside the padded
+		// flush's 50 KB blocks.
 		pad := 0
-		if tn.flPad == "1" || tn.flPad == "" && elemBytes(opt.State) == 2 {
+		if tn.flPad == "1" || tn.flPad == "" && elemBytes(opt.State) == 2 && g.threads == 64 {
 			pad = 1
 		}
 		g.flushThreads, g.flushSmem = 32*fw, fw*16*(dk+16*pad)*elemBytes(opt.State)
@@ -131,6 +138,10 @@ const (
 	fsWarps  = 4
 	flWarps2 = 8
 )
+
+// gdnStaged64 bounds the ring entries an fp32 GDN group step of 64-thread
+// blocks stages in shared memory (gdnGroupPlan).
+const gdnStaged64 = 6
 
 // foldWarps is gdn_fold_stream's warps a block under tn's knobs.
 func (tn tuning) foldWarps() int {
@@ -248,6 +259,17 @@ func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
 	tables := 4 * ((R+2)*dk + 2*(R+1) + 3*vpk*(R+1) + 2*vpk + 2*vpk*dv + 32)
 	g := planGroup(opt, tn, vpk, dv, dk, tables)
 	g.groups = shape.KeyHeads
+	// An fp32 step in 64-thread blocks (eight an SM; Qwen3.5-4B) stages
+	// at most gdnStaged64 ring entries, reading the rest from global
+	// memory: H200, B=256, REPLAYSSM_CUDA_GROUP_STAGED against the 14 the
+	// 64 KiB rule gives, in the same run (NOTES.md, session 28), us: 4B
+	// fp32 window 184 -> 177 at 6 (180 at 2), non-flush 159 -> 155, the
+	// flush beside it 364 -> 356; 122B (128-thread blocks) lost at 6 (fp32
+	// window 319 -> 325, bf16 197 -> 203), and bf16 4B was measured at 6
+	// only beside a flush since changed (121 -> 118).
+	if g.threads == 64 && readElemBytes(opt) == 4 && tn.groupX == 0 {
+		g.smem = min(g.smem, gdnStaged64*4*vpk*dv)
+	}
 	if tn.v5 {
 		g.on, g.why = false, "REPLAYSSM_CUDA_KERNELS=v5"
 	}

@@ -1340,26 +1340,6 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #else
 #define FS_CHUNK_OF(W) (32 * (W))
 #endif
-// FL_CHUNK: gdn_flush_stream's; with FL_PAD four slots a warp, so that its
-// four blocks an SM (48 KiB each with the padded rows and the lists, 1 KiB
-// more reserved, for Qwen3.5's DK 128 and 20 ring entries) fit the 196 KiB
-// shared-memory split that the group step beside it takes for
-// Qwen3.5-122B: an SM changes its split only when idle, and the group step
-// at the larger split (less L1) ran slower (H200, B=256,
-// REPLAYSSM_CUDA_CARVEOUT=100: 122B non-flush fp32 288 -> 299 us, bf16 171
-// -> 177, as with the flush's padded rows at 32 slots a warp; NOTES.md,
-// session 28).
-#ifndef FL_CHUNK
-#ifdef FS_CHUNK
-#define FL_CHUNK (FS_CHUNK)
-#else
-#define FL_CHUNK (FL_PAD ? 4 * FL_WARPS : 32 * FL_WARPS)
-#endif
-#endif
-// FL_KPAD: the floats a padded key row (FL_PAD) gains.
-#ifndef FL_KPAD
-#define FL_KPAD 8
-#endif
 // FS_MINB: the blocks an SM gdn_fold_stream's registers are bounded for
 // (ptxas 11.8, Qwen3.5-4B: 125-129 registers unbounded, 126-128 without
 // spills at 4; shared memory allows 5 blocks of one fp32 buffer, 4 of two
@@ -1379,30 +1359,32 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #if FOLD_STREAM && !(DV % (16 * FS_WARPS) == 0 && FS_CHUNK_OF(FS_WARPS) <= 32 * FS_WARPS)
 #error "FOLD_STREAM: DV must be a multiple of 16*FS_WARPS and FS_CHUNK at most 32*FS_WARPS"
 #endif
-#if FLUSH_STREAM && !(DV % (16 * FL_WARPS) == 0 && FL_CHUNK <= 32 * FL_WARPS)
+#if FLUSH_STREAM && !(DV % (16 * FL_WARPS) == 0 && FS_CHUNK_OF(FL_WARPS) <= 32 * FL_WARPS)
 #error "FLUSH_STREAM: DV must be a multiple of 16*FL_WARPS and FS_CHUNK at most 32*FL_WARPS"
 #endif
 #define FS_ROWS (16 * FS_WARPS)
-// FL_PAD=1 (the Go side sets it for 2-byte checkpoints;
-// REPLAYSSM_CUDA_FL_PAD forces it) pads gdn_flush_stream's shared rows so
-// that a warp's TCMap loads fall in distinct banks: a strip row by 16
-// elements (the next row's four lanes start 8 banks on for 2-byte rows,
-// whose 8-byte loads a half warp takes as one wavefront), a key row by 8
-// floats (update_tc_tile's float2 loads of rows 8ks + lt). Packed, every
-// row of a strip or of the keys starts at bank 0 (rows of 256 bytes, keys
-// of 512): a strip load took four wavefronts where one does, a key load
-// four, and the flush reads its strip twice (projections, update). The
-// rows then come by one bulk copy each (lanes 0-15 of the warp). H200,
-// B=256, aligned flush against packed rows in the same run (NOTES.md,
-// session 28), us: bf16 Qwen3.5-4B 302 -> 272, 122B 579 -> 532; fp32
-// (16-byte loads, two-way conflicts) 362 -> 371, 699 -> 711; the verify's
-// early folds (gdn_fold_stream, FS_DB) padded too, bf16 248 -> 253, 397 ->
-// 413: they keep packed rows.
+// FL_PAD=1 (the Go side sets it for 2-byte checkpoints beside 64-thread
+// group steps; REPLAYSSM_CUDA_FL_PAD forces it) pads gdn_flush_stream's
+// shared rows so that a warp's TCMap loads fall in distinct banks: a strip
+// row by 16 elements (the next row's four lanes start 8 banks on for
+// 2-byte rows, whose 8-byte loads a half warp takes as one wavefront), a
+// key row by 8 floats (update_tc_tile's float2 loads of rows 8ks + lt).
+// Packed, every row of a strip or of the keys starts at bank 0 (rows of
+// 256 bytes, keys of 512): a strip load took four wavefronts where one
+// does, a key load four, and the flush reads its strip twice (projections,
+// update). The rows then come by one bulk copy each (lanes 0-15 of the
+// warp). H200, B=256, against packed rows in the same run (NOTES.md,
+// session 28), us: bf16 aligned flush Qwen3.5-4B 302 -> 271, 122B 579 ->
+// 532, staggered windows 120 -> 113 but 122B 198 -> 202 (its non-flush
+// step, whose graph holds the empty flush beside it, 170 -> 176: the
+// padded flush's 50 KB blocks); fp32 (16-byte loads, two-way conflicts)
+// flush 362 -> 371, 699 -> 711; the verify's early folds (gdn_fold_stream)
+// padded too, bf16 verify 248 -> 253, 397 -> 413: they keep packed rows.
 #ifndef FL_PAD
 #define FL_PAD 0
 #endif
 #define FS_SROW(P) (DK + ((P) ? 16 : 0)) // a strip row in shared memory, elements
-#define FS_KROW(P) (DK + ((P) ? FL_KPAD : 0)) // a key row in shared memory, floats
+#define FS_KROW(P) (DK + ((P) ? 8 : 0))  // a key row in shared memory, floats
 #define FS_STRIP_BYTES(P) (16 * FS_SROW(P) * FMT_SIZE(STATE_FMT)) // a warp's 16 rows in shared memory
 // FS_DB=1 (the Go side sets it for 2-byte checkpoints) gives each block
 // two buffers of strips and keys: the next item's copies are in flight
@@ -1413,12 +1395,12 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #define FS_NB (FS_DB ? 2 : 1)
 #define FS_KS ((RMAX + 7) / 8) // gdn_update_tc's steps of 8 entries
 
-// fs_list lists the slots of batch rows [base, base + CH) for
+// fs_list lists the slots of batch rows [base, base + FS_CHUNK_OF(W)) for
 // which need(row, history) holds, in batch order (ballots, not atomics:
 // every block must list them alike), with their histories (sSlot, sN) and,
 // where sB is not null, their batch rows, and returns how many. Barriers
 // inside: every thread of the block (W warps) calls it.
-template <int W, int CH, typename P>
+template <int W, typename P>
 __device__ __forceinline__ int fs_list(int base, int batch, const int* __restrict__ slots, const int* hist, P need,
                                        int* sSlot, int* sN, int* sB, int* sCount)
 {
@@ -1426,7 +1408,7 @@ __device__ __forceinline__ int fs_list(int base, int batch, const int* __restric
     const int bq = base + tid;
     int s = 0, n = 0;
     bool f = false;
-    if (tid < CH && bq < batch) {
+    if (tid < FS_CHUNK_OF(W) && bq < batch) {
         s = slots[bq];
         n = hist[s];
         f = need(bq, n);
@@ -1623,7 +1605,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     u32 parity = 0; // bit k: the phase of buffer k's next copy
     int seen = 0;   // folding items listed before this chunk of slots
     for (int base = 0; base < batch; base += FS_CHUNK_OF(FS_WARPS)) {
-        const int total = fs_list<FS_WARPS, FS_CHUNK_OF(FS_WARPS)>(
+        const int total = fs_list<FS_WARPS>(
             base, batch, slots, hist, [&](int bq, int n) { return FOLDS_EARLY(n, counts ? counts[bq] : T, R); }, sSlot,
             sN, nullptr, sCount);
         const int items = total * PER;
@@ -1641,8 +1623,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             cp_async_wait_all();
             __syncthreads(); // its keys; every warp is done with the item before
             if (FS_NB == 2 && more) {
-                next = fs_ahead<FS_WARPS, false>(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn, sK[cb ^ 1],
-                                          sBar);
+                next = fs_ahead<FS_WARPS, false>(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn,
+                                                 sK[cb ^ 1], sBar);
             }
             // gdn_fold's float64 chains, in its order: coef_i (lane i) and
             // g_n (every lane).
@@ -1667,12 +1649,14 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             }
             mbar_wait(&sBar[cb][warp], (parity >> cb) & 1);
             parity ^= 1u << cb;
-            const unsigned char* const strip = fs_dyn + cb * (FS_WARPS * FS_STRIP_BYTES(false)) + warp * FS_STRIP_BYTES(false);
-            fs_update_strip<false>(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp, sK[cb],
-                            n, gt, ahi, alo);
+            const unsigned char* const strip =
+                fs_dyn + cb * (FS_WARPS * FS_STRIP_BYTES(false)) + warp * FS_STRIP_BYTES(false);
+            fs_update_strip<false>(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp,
+                                   sK[cb], n, gt, ahi, alo);
             if (FS_NB == 1 && more) {
                 __syncthreads(); // the keys and strips read before the next item's copies
-                next = fs_ahead<FS_WARPS, false>(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
+                next =
+                    fs_ahead<FS_WARPS, false>(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
             }
             kb = (kb + 1) % FS_NB;
         }
@@ -1755,7 +1739,7 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
     __shared__ float sWt[RMAX], sCoef[RMAX], sGK[RMAX], sGQ[RMAX];
     __shared__ float sEg, sBeta, sGt;
     __shared__ __align__(8) u64 sBar[1][FL_WARPS];
-    __shared__ int sSlot[FL_CHUNK], sN[FL_CHUNK], sB[FL_CHUNK];
+    __shared__ int sSlot[NTH], sN[NTH], sB[NTH];
     __shared__ int sCount[FL_WARPS];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
@@ -1767,9 +1751,9 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
     __syncwarp();
     u32 parity = 0; // the phase of the strips' next copy
     int seen = 0;   // flushing items listed before this chunk of slots
-    for (int base = 0; base < batch; base += FL_CHUNK) {
-        const int total = fs_list<FL_WARPS, FL_CHUNK>(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; },
-                                                      sSlot, sN, sB, sCount);
+    for (int base = 0; base < batch; base += FS_CHUNK_OF(FL_WARPS)) {
+        const int total =
+            fs_list<FL_WARPS>(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; }, sSlot, sN, sB, sCount);
         const int items = total * PER;
         const int grid = (int)gridDim.x;
         const int r = ((int)blockIdx.x - seen % grid + grid) % grid;
@@ -1780,7 +1764,8 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
             // buffer: two (FS_DB, the next item's copies in flight during
             // this one) measured no faster for bf16 and slower for fp32
             // (NOTES.md, session 25).
-            const FSItem it = fs_ahead<FL_WARPS, FL_PAD>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec, sBar);
+            const FSItem it =
+                fs_ahead<FL_WARPS, FL_PAD>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec, sBar);
             const int s = it.s, n = it.n, j = it.j, b = sB[li / PER], kh = j / VPK;
             const int t = n + 1;
             const u64 mat = (u64)s * NVH + j;
