@@ -399,6 +399,11 @@ fl_pad)
 	# table.
 	some_tests fl_pad 300 'TestReplayFlushStreamMatchesItems|TestReplayFoldStreamMatchesItems|TestReplayOverlapMatchesSerial|TestReplayCacheMatchesReference/gdn'
 	experiment fl_pad qwen3.5-4b,qwen3.5-122b replay,verify REPLAYSSM_CUDA_FL_PAD=0 REPLAYSSM_CUDA_FL_PAD=1 REPLAYSSM_CUDA_GROUP_STAGED=14
+	# The side stream at the default priority (REPLAYSSM_CUDA_OVERLAP_PRIORITY,
+	# written after session 28's device time): whether the empty flush's
+	# blocks, started second, stop costing the non-flush step, and then
+	# whether 122B takes the padded flush too.
+	experiment prio qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_OVERLAP_PRIORITY=0 "REPLAYSSM_CUDA_OVERLAP_PRIORITY=0 REPLAYSSM_CUDA_FL_PAD=1"
 	bench 256 b256.jsonl
 	;;
 carveout)

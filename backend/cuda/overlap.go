@@ -9,8 +9,13 @@ import "github.com/replayssm/replayssm/replay"
 // overlap is the plan of a module built with OVERLAP (replay_common.cu):
 // a decode step's flush kernel (the pipelined fold where the layer folds
 // with it, else the items kernel) runs on side, a stream of the
-// greatest priority (its blocks start first), forked from the step's
-// stream by fork and joined back by join, beside the non-flush kernel.
+// greatest priority (its blocks start first; with low, the default
+// priority), forked from the step's stream by fork and joined back by
+// join, beside the non-flush kernel. In a step where no slot flushes the
+// flush's blocks only list the cursors and leave, but while resident they
+// hold their shared memory (likely why session 28 measured the non-flush
+// step 1-6% slower beside larger flush blocks); low is the experiment of
+// starting them second.
 //
 // With verify, a verify is split the same way (VPART): the early folds and
 // then the group verify of the slots that fold go on side, the group
@@ -18,7 +23,8 @@ import "github.com/replayssm/replayssm/replay"
 type overlap struct {
 	on         bool
 	verify     bool
-	blocks     int // a bound on the flush kernel's grid (0: its resident grid)
+	blocks     int  // a bound on the flush kernel's grid (0: its resident grid)
+	low        bool // side at the default priority (REPLAYSSM_CUDA_OVERLAP_PRIORITY=0; NOTES.md, session 28)
 	side       *Stream
 	fork, join *Event
 }
@@ -44,7 +50,7 @@ func planOverlap(kind string, opt replay.Options, tn tuning) (overlap, []string)
 	if opt.Mode != replay.Replay {
 		return overlap{}, nil
 	}
-	o := overlap{on: kind == "gdn", verify: tn.overlapVer, blocks: tn.overlapGrid}
+	o := overlap{on: kind == "gdn", verify: tn.overlapVer, blocks: tn.overlapGrid, low: tn.overlapLow}
 	if tn.overlap != "" {
 		o.on = tn.overlap == "1"
 	}

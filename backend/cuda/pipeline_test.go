@@ -140,6 +140,8 @@ func TestEnvTuning(t *testing.T) {
 			tuning{baseStage: "0", foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"overlap", map[string]string{"REPLAYSSM_CUDA_OVERLAP": "1", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "132"},
 			tuning{overlap: "1", overlapGrid: 132, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
+		{"overlap at the default priority", map[string]string{"REPLAYSSM_CUDA_OVERLAP_PRIORITY": "0"},
+			tuning{overlapLow: true, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"overlap off", map[string]string{"REPLAYSSM_CUDA_OVERLAP": "0"},
 			tuning{overlap: "0", foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"verify overlap", map[string]string{"REPLAYSSM_CUDA_VERIFY_OVERLAP": "1"},
@@ -163,7 +165,7 @@ func TestEnvTuning(t *testing.T) {
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_GROUP_STAGED": "0", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
 			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0", "REPLAYSSM_CUDA_SPLIT_VERIFY": "off", "REPLAYSSM_CUDA_VERIFY_EARLY": "auto",
-			"REPLAYSSM_CUDA_FOLD_STREAM": "no", "REPLAYSSM_CUDA_FLUSH_STREAM": "yes", "REPLAYSSM_CUDA_FS_WARPS": "3", "REPLAYSSM_CUDA_FS_DB": "2", "REPLAYSSM_CUDA_FL_PAD": "yes", "REPLAYSSM_CUDA_CARVEOUT": "101",
+			"REPLAYSSM_CUDA_FOLD_STREAM": "no", "REPLAYSSM_CUDA_FLUSH_STREAM": "yes", "REPLAYSSM_CUDA_FS_WARPS": "3", "REPLAYSSM_CUDA_FS_DB": "2", "REPLAYSSM_CUDA_FL_PAD": "yes", "REPLAYSSM_CUDA_CARVEOUT": "101", "REPLAYSSM_CUDA_OVERLAP_PRIORITY": "low",
 		}, tuning{foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -584,6 +586,7 @@ func TestOverlapPlan(t *testing.T) {
 		{"mamba2 not by default", "mamba2", rep, tuning{}, false, false, 0},
 		{"mamba2 forced", "mamba2", rep, tuning{overlap: "1", overlapGrid: 132}, true, false, 132},
 		{"gdn off", "gdn", rep, tuning{overlap: "0"}, false, false, 0},
+		{"gdn, side at the default priority", "gdn", rep, tuning{overlapLow: true}, true, false, 0},
 		{"verify alone", "mamba2", rep, tuning{overlapVer: true}, false, true, 0},
 		{"both", "gdn", rep, tuning{overlapVer: true}, true, true, 0},
 		{"baseline", "gdn", replay.Options{Mode: replay.Baseline}, tuning{overlap: "1", overlapVer: true}, false, false, 0},
@@ -599,6 +602,9 @@ func TestOverlapPlan(t *testing.T) {
 			}
 			if o.on != tc.on || o.verify != tc.verify || o.blocks != tc.grid || !slices.Equal(defines, want) {
 				t.Fatalf("plan %+v, defines %v; want on %v, verify %v, grid %d, defines %v", o, defines, tc.on, tc.verify, tc.grid, want)
+			}
+			if o.on && o.low != tc.tn.overlapLow {
+				t.Errorf("side stream at the default priority %v, want %v", o.low, tc.tn.overlapLow)
 			}
 		})
 	}

@@ -59,6 +59,7 @@ type tuning struct {
 	baseStage   string   // REPLAYSSM_CUDA_BASE_STAGE: "1" or "0" forces the baseline step's whole-matrix stage on or off ("": planBaseStage's rule)
 	overlap     string   // REPLAYSSM_CUDA_OVERLAP: "1" or "0" forces a step's flush beside its non-flush kernel on or off ("": planOverlap's rule)
 	overlapGrid int      // REPLAYSSM_CUDA_OVERLAP_BLOCKS: a bound on the overlapped flush's grid (0: its resident grid)
+	overlapLow  bool     // REPLAYSSM_CUDA_OVERLAP_PRIORITY=0: the side stream at the default priority, not the greatest
 	overlapVer  bool     // REPLAYSSM_CUDA_VERIFY_OVERLAP=1: a verify's early folds beside the group verify of the slots that do not fold
 	wholeVerify bool     // REPLAYSSM_CUDA_SPLIT_VERIFY=0: small batches verify on whole heads (by default on the split ones where the step splits)
 	verifyEarly string   // REPLAYSSM_CUDA_VERIFY_EARLY: "1" or "0" forces the small batches' early verify on or off ("": where its grid fits, earlyVerify.pick)
@@ -108,6 +109,7 @@ func envTuning(getenv func(string) string) tuning {
 		tn.overlapGrid = n
 	}
 	tn.overlapVer = getenv("REPLAYSSM_CUDA_VERIFY_OVERLAP") == "1"
+	tn.overlapLow = getenv("REPLAYSSM_CUDA_OVERLAP_PRIORITY") == "0"
 	tn.wholeVerify = getenv("REPLAYSSM_CUDA_SPLIT_VERIFY") == "0"
 	if v := getenv("REPLAYSSM_CUDA_VERIFY_EARLY"); v == "0" || v == "1" {
 		tn.verifyEarly = v
@@ -1360,7 +1362,11 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 	}
 	if c.overlap.on || c.overlap.verify {
 		o := &c.overlap
-		if o.side, err = d.NewPriorityStream(); err != nil {
+		newSide := d.NewPriorityStream
+		if o.low {
+			newSide = d.NewStream
+		}
+		if o.side, err = newSide(); err != nil {
 			return err
 		}
 		if o.fork, err = d.NewSyncEvent(); err != nil {
