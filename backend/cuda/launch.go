@@ -115,9 +115,10 @@ func (f *Function) SetMaxDynamicSharedMemory(bytes int) error {
 }
 
 // SetSharedCarveout asks the driver to configure an SM running f with
-// percent (1-100) of its unified L1/shared capacity as shared memory. An SM
-// changes its split only when idle, so kernels that run side by side
-// (a step's flush beside its non-flush kernel) do best with the same one.
+// percent (1-100) of its unified L1/shared capacity as shared memory (by
+// default the driver picks the least split that holds the most blocks).
+// An SM changes its split only when idle, which matters for kernels run
+// side by side (REPLAYSSM_CUDA_CARVEOUT; NOTES.md, session 28).
 func (f *Function) SetSharedCarveout(percent int) error {
 	const attrCarveout = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
 	if percent < 1 || percent > 100 {

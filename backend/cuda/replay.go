@@ -45,7 +45,7 @@ type tuning struct {
 	fsWarps     int      // REPLAYSSM_CUDA_FS_WARPS: gdn_fold_stream's warps a block (0: fsWarps)
 	flWarps     int      // REPLAYSSM_CUDA_FL_WARPS: gdn_flush_stream's warps a block (0: tuning.flushWarps' choice)
 	fsDB        string   // REPLAYSSM_CUDA_FS_DB: "1" or "0" forces gdn_fold_stream's two buffers on or off ("": on for 2-byte checkpoints)
-	flPad       string   // REPLAYSSM_CUDA_FL_PAD: "1" or "0" forces gdn_flush_stream's padded shared rows on or off ("": on for 2-byte checkpoints)
+	flPad       string   // REPLAYSSM_CUDA_FL_PAD: "1" or "0" forces gdn_flush_stream's padded shared rows on or off ("": 2-byte checkpoints beside 64-thread group steps)
 	flushStream bool     // the GDN flush streamed where it can be (default; REPLAYSSM_CUDA_FLUSH_STREAM=0: gdn_replay_flush)
 	pipeGroups  int      // REPLAYSSM_CUDA_PIPE_GROUPS: consumer groups per block (0: one per stage)
 	pipeBlocks  int      // REPLAYSSM_CUDA_PIPE_BLOCKS: a bound on the persistent grids (pipelined, group and flush kernels; 0: none)
