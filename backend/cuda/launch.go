@@ -116,7 +116,7 @@ func (f *Function) SetMaxDynamicSharedMemory(bytes int) error {
 
 // SetSharedCarveout asks the driver to configure an SM running f with
 // percent (1-100) of its unified L1/shared capacity as shared memory (by
-// default the driver picks the least split that holds the most blocks).
+// default the driver chooses it for the most resident blocks).
 // An SM changes its split only when idle, which matters for kernels run
 // side by side (REPLAYSSM_CUDA_CARVEOUT; NOTES.md, session 28).
 func (f *Function) SetSharedCarveout(percent int) error {
