@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -126,6 +128,14 @@ type gpuLayer struct {
 	// kernels names the step's, the verify's and the folds' kernels at a
 	// batch ("step v6, verify v6, folds v7").
 	kernels func(batch int) string
+	trace   tracer
+}
+
+// tracer is the trace of a cache's module built with -DTRACE=1
+// (cuda.GDNCache, cuda.Mamba2Cache).
+type tracer interface {
+	ResetTrace(s *cuda.Stream) error
+	ReadTrace(s *cuda.Stream) ([]cuda.TraceRecord, int, error)
 }
 
 // kernelNames is gpuLayer.kernels for a cache of either layer.
@@ -289,6 +299,9 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		if err != nil {
 			return row, err
 		}
+		if err := b.traceGraph(lc, x, row, "verify"); err != nil {
+			return row, err
+		}
 		row.UsPerStep = us(d) / rounds
 		row.UsNonflush, row.UsFlush = row.UsPerStep, row.UsPerStep
 		if opt.Mode == replay.Baseline {
@@ -363,6 +376,12 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		if L > 1 {
 			row.UsNonflush = median(nf)
 		}
+		if err := b.traceGraph(lc, nonflush, row, "nonflush"); err != nil {
+			return row, err
+		}
+		if err := b.traceGraph(lc, flush, row, "flush"); err != nil {
+			return row, err
+		}
 		// Staggered phases: slot i sits i mod L steps into its window.
 		if err := stagger(L, func(n int, sub cuda.Buffer) error { return lc.step(n, 0, sub) }); err != nil {
 			return row, err
@@ -383,12 +402,52 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		if err != nil {
 			return row, err
 		}
+		if err := b.traceGraph(lc, window, row, "window"); err != nil {
+			return row, err
+		}
 		row.UsPerStep = us(d) / float64(L)
 		fL := float64(L)
 		row.BytesPerStep = float64(batch) * ((fL-1)/fL*float64(readB) + (2*float64(stateB)+float64(copyBytes(readB, stateB)))/fL)
 		row.RingBytesPerStep = float64(batch) * lc.ring.perStep(L)
 	}
 	return row, b.s.Synchronize()
+}
+
+// traceGraph, where cfg.TraceDir is set and the row is a replay mode's,
+// runs x once more with the module's trace emptied first and writes the
+// blocks it recorded to TraceDir as CSV: the kernel, block, SM, items
+// taken, and start and end in microseconds from the first block's start.
+func (b *cudaBench) traceGraph(lc *gpuLayer, x *cuda.GraphExec, row Row, graph string) error {
+	if b.cfg.TraceDir == "" || row.Mode == "baseline" || row.Mode == "verify-baseline" || lc.trace == nil {
+		return nil
+	}
+	if err := lc.trace.ResetTrace(b.s); err != nil {
+		return err
+	}
+	if err := x.Launch(b.s); err != nil {
+		return err
+	}
+	recs, dropped, err := lc.trace.ReadTrace(b.s)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(b.cfg.TraceDir, 0o755); err != nil {
+		return err
+	}
+	var t0 uint64
+	for i, r := range recs {
+		if i == 0 || r.Start < t0 {
+			t0 = r.Start
+		}
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# %s %s %s batch %d, graph %s: %d blocks recorded, %d dropped\n", row.Shape, row.StateDtype, row.Mode, row.Batch, graph, len(recs), dropped)
+	sb.WriteString("kernel,block,sm,items,start_us,end_us\n")
+	for _, r := range recs {
+		fmt.Fprintf(&sb, "%s,%d,%d,%d,%.3f,%.3f\n", r.Kind, r.Block, r.SM, r.Items, float64(r.Start-t0)/1e3, float64(r.End-t0)/1e3)
+	}
+	name := fmt.Sprintf("trace_%s_%s_%s_b%d_%s.csv", row.Shape, row.StateDtype, row.Mode, row.Batch, graph)
+	return os.WriteFile(filepath.Join(b.cfg.TraceDir, name), []byte(sb.String()), 0o644)
 }
 
 // foldPeriod is how many verifies of T drafts, all accepted, a replay slot
@@ -519,6 +578,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 			},
 			commit:    func(batch int, slots, acc cuda.Buffer) error { return c.Commit(b.s, batch, slots, acc) },
 			close:     func() error { b.s.Synchronize(); return c.Close() },
+			trace:     c,
 			stateSize: c.StateBytes,
 			ring:      mamba2Ring(H, P, G, N),
 			kernels:   kernelNames(c),
@@ -566,6 +626,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 			},
 			commit:    func(batch int, slots, acc cuda.Buffer) error { return c.Commit(b.s, batch, slots, acc) },
 			close:     func() error { b.s.Synchronize(); return c.Close() },
+			trace:     c,
 			stateSize: c.StateBytes,
 			ring:      gdnRing(Hk, Hv, dk, dv),
 			kernels:   kernelNames(c),

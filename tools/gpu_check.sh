@@ -31,6 +31,9 @@
 #   tools/gpu_check.sh flush_stream  # the GDN flush by strips (sessions 24-25): its tests, then against gdn_replay_flush and its buffers
 #   tools/gpu_check.sh flush_warps  # the streamed flush's own warps (session 26, not yet run as split): its tests, then bf16 against four warps
 #   tools/gpu_check.sh fl_pad  # session 28's defaults (FL_PAD, gdnStaged64) against each undone, then bench256: first next session
+#   tools/gpu_check.sh trace  # the GDN kernels' block timelines (-DTRACE=1, bench --trace, tools/trace_summary.py; session 29)
+#   tools/gpu_check.sh order  # the step's non-flush kernel queued before its flush (OVERLAP_ORDER=main; session 29)
+#   tools/gpu_check.sh queue  # the flush's items from a counter (FL_QUEUE) with and without OVERLAP_ORDER=main (session 29)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
 #   tools/gpu_check.sh read_sums  # read_items with and without a group step's per-pass sums (session 27)
@@ -405,6 +408,53 @@ fl_pad)
 	# whether 122B takes the padded flush too.
 	experiment prio qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_OVERLAP_PRIORITY=0 "REPLAYSSM_CUDA_OVERLAP_PRIORITY=0 REPLAYSSM_CUDA_FL_PAD=1"
 	bench 256 b256.jsonl
+	;;
+trace)
+	# Session 29: the GDN step's and verify's block timelines (kernels built
+	# with -DTRACE=1 record each block's start, end, SM and items; `bench
+	# kernels --trace` writes one CSV a graph). The trace test first, then
+	# the batch-256 rows of both Qwen3.5 shapes (the aligned non-flush and
+	# flush graphs, the staggered window, a verify round), their summaries
+	# (tools/trace_summary.py) and the CSVs in one archive.
+	some_tests trace 200 'TestReplayTraceRecordsBlocks'
+	REPLAYSSM_CUDA_DEFINES="-DTRACE=1 ${REPLAYSSM_CUDA_DEFINES:-}" "$cli" bench kernels --device cuda --batch "${BATCH:-256}" \
+		--shapes "${SHAPES:-qwen3.5-4b,qwen3.5-122b}" --state-dtype "${DTYPES:-fp32,bf16}" --modes "${MODES:-replay,verify}" \
+		--min-time 30ms --trace "$out/trace" >"$out/trace_bench.txt" 2>&1
+	echo "trace bench: exit $?"
+	grep -v '^device' "$out/trace_bench.txt"
+	python3 tools/trace_summary.py "$out/trace" >"$out/trace_summary.txt" 2>&1
+	tar czf "$out/traces.tgz" -C "$out" trace && rm -rf "$out/trace"
+	echo "trace summary: $out/trace_summary.txt"
+	;;
+order)
+	# Session 29: the block timelines (`trace`) showed the staggered step's
+	# flush, queued first at the greatest priority, holding every SM for the
+	# step's first 18-43 us before the group step's first block; the one
+	# step a window whose group step started first was 3-6% shorter.
+	# REPLAYSSM_CUDA_OVERLAP_ORDER=main queues the non-flush kernel first:
+	# the overlap tests under it, replay against the defaults (and with the
+	# side stream at the default priority, and 122B bf16 with the padded
+	# flush), batches 64 and 512, then its timelines.
+	some_tests order 300 'TestReplayOverlapMatchesSerial|TestReplayCacheGraph'
+	experiment order qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_OVERLAP_ORDER=main \
+		"REPLAYSSM_CUDA_OVERLAP_ORDER=main REPLAYSSM_CUDA_OVERLAP_PRIORITY=0" "REPLAYSSM_CUDA_OVERLAP_ORDER=main REPLAYSSM_CUDA_FL_PAD=1" ""
+	BATCH=512 experiment order512 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_OVERLAP_ORDER=main
+	BATCH=64 experiment order64 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_OVERLAP_ORDER=main
+	REPLAYSSM_CUDA_OVERLAP_ORDER=main MODES=replay tools/gpu_check.sh trace
+	;;
+queue)
+	# Session 29, after `order`: OVERLAP_ORDER=main took the 4B bf16
+	# non-flush step 99.3 -> 95.4 us, but the aligned flush 271 -> 411 (the
+	# flush's blocks, started behind the group step's, took their items by
+	# block index: its last blocks began ~380 us after its first). FL_QUEUE
+	# (now on with ORDER=main) takes them from a counter. The stream and
+	# overlap tests, replay against the defaults at 256, 512 and 64, the
+	# timelines.
+	some_tests queue 300 'TestReplayFlushStreamMatchesItems|TestReplayOverlapMatchesSerial|TestReplayCacheGraph|TestReplayCacheMatchesReference/gdn'
+	experiment queue qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_OVERLAP_ORDER=main REPLAYSSM_CUDA_FL_QUEUE=1 ""
+	BATCH=512 experiment queue512 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_OVERLAP_ORDER=main
+	BATCH=64 experiment queue64 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_OVERLAP_ORDER=main
+	REPLAYSSM_CUDA_OVERLAP_ORDER=main MODES=replay tools/gpu_check.sh trace
 	;;
 carveout)
 	# Session 28: with the flush's padded rows (FL_PAD) the 122B bf16

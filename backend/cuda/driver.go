@@ -60,7 +60,7 @@ type driverAPI struct {
 	eventCreate, eventDestroy, eventRecord, eventSynchronize, eventElapsed uintptr
 	streamBeginCapture, streamEndCapture                                   uintptr
 	graphInstantiate, graphLaunch, graphUpload, graphDestroy, graphExecDel uintptr
-	moduleLoadData, moduleUnload, moduleGetFunction                        uintptr
+	moduleLoadData, moduleUnload, moduleGetFunction, moduleGetGlobal       uintptr
 	funcGetAttribute, funcSetAttribute, launchKernel                       uintptr
 }
 
@@ -119,6 +119,7 @@ func loadDriver(lib loadedLib) (*driverAPI, error) {
 		{&d.moduleLoadData, []string{"cuModuleLoadData"}},
 		{&d.moduleUnload, []string{"cuModuleUnload"}},
 		{&d.moduleGetFunction, []string{"cuModuleGetFunction"}},
+		{&d.moduleGetGlobal, []string{"cuModuleGetGlobal_v2", "cuModuleGetGlobal"}},
 		{&d.funcGetAttribute, []string{"cuFuncGetAttribute"}},
 		{&d.funcSetAttribute, []string{"cuFuncSetAttribute"}},
 		{&d.launchKernel, []string{"cuLaunchKernel"}},

@@ -57,6 +57,22 @@ func (m *Module) Function(name string) (*Function, error) {
 	return &Function{d: m.d, h: h, name: name}, nil
 }
 
+// Global returns the device memory of the module's global variable called
+// name (a __device__ variable, extern "C" or mangled).
+func (m *Module) Global(name string) (Buffer, error) {
+	var p uint64
+	var n uintptr
+	cname := cString(name)
+	err := m.d.cold(func() error {
+		return m.d.drv.check(call(m.d.drv.moduleGetGlobal, uintptr(unsafe.Pointer(&p)), uintptr(unsafe.Pointer(&n)), m.h, uintptr(unsafe.Pointer(&cname[0]))),
+			"cuModuleGetGlobal_v2(%s, %s)", m.name, name)
+	})
+	if err != nil {
+		return Buffer{}, err
+	}
+	return Buffer{ptr: p, bytes: int(n)}, nil
+}
+
 // Close unloads the module; its Functions become invalid.
 func (m *Module) Close() error {
 	if m == nil || m.h == 0 {

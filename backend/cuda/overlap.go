@@ -25,6 +25,7 @@ type overlap struct {
 	verify     bool
 	blocks     int  // a bound on the flush kernel's grid (0: its resident grid)
 	low        bool // side at the default priority (REPLAYSSM_CUDA_OVERLAP_PRIORITY=0; NOTES.md, session 28)
+	main       bool // the non-flush kernel queued before the flush (REPLAYSSM_CUDA_OVERLAP_ORDER=main; session 29)
 	side       *Stream
 	fork, join *Event
 }
@@ -50,7 +51,7 @@ func planOverlap(kind string, opt replay.Options, tn tuning) (overlap, []string)
 	if opt.Mode != replay.Replay {
 		return overlap{}, nil
 	}
-	o := overlap{on: kind == "gdn", verify: tn.overlapVer, blocks: tn.overlapGrid, low: tn.overlapLow}
+	o := overlap{on: kind == "gdn", verify: tn.overlapVer, blocks: tn.overlapGrid, low: tn.overlapLow, main: tn.overlapMain}
 	if tn.overlap != "" {
 		o.on = tn.overlap == "1"
 	}
@@ -76,8 +77,31 @@ func planOverlap(kind string, opt replay.Options, tn tuning) (overlap, []string)
 // the layer folds with it (Mamba-2's default; measured beside the group
 // step only as a first experiment, NOTES.md session 13), else the items
 // kernel.
+//
+// With o.main the non-flush kernel is queued first (the fork recorded
+// before it, so the flush still waits only for the steps before): session
+// 29's block timelines (`bench kernels --trace`) had the flush's blocks,
+// queued first at the greatest priority, take every SM for the first
+// 18 us of a staggered Qwen3.5-4B fp32 step (43 us for 122B) before the
+// group step's first block started, and the one step of each window where
+// the group step's blocks happened to start first ran 172 us against 178.
 func (c *replayCommon) launchOverlapped(s *Stream, a *Args, batch int, grid [3]uint32) error {
 	o := &c.overlap
+	if o.main {
+		if err := o.fork.Record(s); err != nil {
+			return err
+		}
+		if err := c.launchNonflush(s, a, batch, grid); err != nil {
+			return err
+		}
+		if err := o.side.Wait(o.fork); err != nil {
+			return err
+		}
+		if err := c.launchFlush(o.side, a, batch, o.blocks); err != nil {
+			return err
+		}
+		return o.merge(s)
+	}
 	if err := o.branch(s); err != nil {
 		return err
 	}

@@ -142,6 +142,10 @@ func TestEnvTuning(t *testing.T) {
 			tuning{overlap: "1", overlapGrid: 132, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"overlap at the default priority", map[string]string{"REPLAYSSM_CUDA_OVERLAP_PRIORITY": "0"},
 			tuning{overlapLow: true, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
+		{"overlap, the main stream's kernel first", map[string]string{"REPLAYSSM_CUDA_OVERLAP_ORDER": "main"},
+			tuning{overlapMain: true, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
+		{"flush queue", map[string]string{"REPLAYSSM_CUDA_FL_QUEUE": "1"},
+			tuning{flQueue: "1", foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"overlap off", map[string]string{"REPLAYSSM_CUDA_OVERLAP": "0"},
 			tuning{overlap: "0", foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"verify overlap", map[string]string{"REPLAYSSM_CUDA_VERIFY_OVERLAP": "1"},
@@ -166,6 +170,7 @@ func TestEnvTuning(t *testing.T) {
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
 			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0", "REPLAYSSM_CUDA_SPLIT_VERIFY": "off", "REPLAYSSM_CUDA_VERIFY_EARLY": "auto",
 			"REPLAYSSM_CUDA_FOLD_STREAM": "no", "REPLAYSSM_CUDA_FLUSH_STREAM": "yes", "REPLAYSSM_CUDA_FS_WARPS": "3", "REPLAYSSM_CUDA_FS_DB": "2", "REPLAYSSM_CUDA_FL_PAD": "yes", "REPLAYSSM_CUDA_CARVEOUT": "101", "REPLAYSSM_CUDA_OVERLAP_PRIORITY": "low",
+			"REPLAYSSM_CUDA_OVERLAP_ORDER": "group", "REPLAYSSM_CUDA_FL_QUEUE": "on",
 		}, tuning{foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -587,6 +592,7 @@ func TestOverlapPlan(t *testing.T) {
 		{"mamba2 forced", "mamba2", rep, tuning{overlap: "1", overlapGrid: 132}, true, false, 132},
 		{"gdn off", "gdn", rep, tuning{overlap: "0"}, false, false, 0},
 		{"gdn, side at the default priority", "gdn", rep, tuning{overlapLow: true}, true, false, 0},
+		{"gdn, the non-flush kernel first", "gdn", rep, tuning{overlapMain: true}, true, false, 0},
 		{"verify alone", "mamba2", rep, tuning{overlapVer: true}, false, true, 0},
 		{"both", "gdn", rep, tuning{overlapVer: true}, true, true, 0},
 		{"baseline", "gdn", replay.Options{Mode: replay.Baseline}, tuning{overlap: "1", overlapVer: true}, false, false, 0},
@@ -605,6 +611,9 @@ func TestOverlapPlan(t *testing.T) {
 			}
 			if o.on && o.low != tc.tn.overlapLow {
 				t.Errorf("side stream at the default priority %v, want %v", o.low, tc.tn.overlapLow)
+			}
+			if o.on && o.main != tc.tn.overlapMain {
+				t.Errorf("the main stream's kernel first %v, want %v", o.main, tc.tn.overlapMain)
 			}
 		})
 	}

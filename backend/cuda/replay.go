@@ -60,6 +60,8 @@ type tuning struct {
 	overlap     string   // REPLAYSSM_CUDA_OVERLAP: "1" or "0" forces a step's flush beside its non-flush kernel on or off ("": planOverlap's rule)
 	overlapGrid int      // REPLAYSSM_CUDA_OVERLAP_BLOCKS: a bound on the overlapped flush's grid (0: its resident grid)
 	overlapLow  bool     // REPLAYSSM_CUDA_OVERLAP_PRIORITY=0: the side stream at the default priority, not the greatest
+	overlapMain bool     // REPLAYSSM_CUDA_OVERLAP_ORDER=main: the main stream's kernel queued before the side stream's
+	flQueue     string   // REPLAYSSM_CUDA_FL_QUEUE: "1" or "0" forces gdn_flush_stream's item counter on or off ("": on with overlapMain)
 	overlapVer  bool     // REPLAYSSM_CUDA_VERIFY_OVERLAP=1: a verify's early folds beside the group verify of the slots that do not fold
 	wholeVerify bool     // REPLAYSSM_CUDA_SPLIT_VERIFY=0: small batches verify on whole heads (by default on the split ones where the step splits)
 	verifyEarly string   // REPLAYSSM_CUDA_VERIFY_EARLY: "1" or "0" forces the small batches' early verify on or off ("": where its grid fits, earlyVerify.pick)
@@ -110,6 +112,10 @@ func envTuning(getenv func(string) string) tuning {
 	}
 	tn.overlapVer = getenv("REPLAYSSM_CUDA_VERIFY_OVERLAP") == "1"
 	tn.overlapLow = getenv("REPLAYSSM_CUDA_OVERLAP_PRIORITY") == "0"
+	tn.overlapMain = getenv("REPLAYSSM_CUDA_OVERLAP_ORDER") == "main"
+	if v := getenv("REPLAYSSM_CUDA_FL_QUEUE"); v == "0" || v == "1" {
+		tn.flQueue = v
+	}
 	tn.wholeVerify = getenv("REPLAYSSM_CUDA_SPLIT_VERIFY") == "0"
 	if v := getenv("REPLAYSSM_CUDA_VERIFY_EARLY"); v == "0" || v == "1" {
 		tn.verifyEarly = v
@@ -1348,11 +1354,12 @@ func (c *replayCommon) init(ctx context.Context, d *Device, opt replay.Options, 
 		}
 	}
 	// done: the non-flush kernel's block count, and with OVERLAP the flush
-	// kernel's, the kernels finished and the group step's item counter.
+	// kernel's, the kernels finished and the group step's item counter;
+	// done[4] the streamed flush's (FL_QUEUE).
 	for _, b := range []struct {
 		buf   *Buffer
 		bytes int
-	}{{&c.errFlag, 4}, {&c.done, 16}} {
+	}{{&c.errFlag, 4}, {&c.done, 32}} {
 		if *b.buf, err = c.alloc(b.bytes); err != nil {
 			return err
 		}

@@ -119,6 +119,11 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 		}
 		if g.streamFlush {
 			defines = append(defines, "-DFLUSH_STREAM=1")
+			// The flush's items from a counter (FL_QUEUE) where its blocks
+			// may start behind the group step's (OVERLAP_ORDER=main).
+			if tn.flQueue == "1" || tn.flQueue == "" && tn.overlapMain {
+				defines = append(defines, "-DFL_QUEUE=1")
+			}
 		}
 	}
 	return p, g, f, defines

@@ -72,6 +72,8 @@ type gpuCache struct {
 	streamFold func() bool
 	// streamFlush reports whether a step's flush is gdn_flush_stream.
 	streamFlush func() bool
+	// common is the cache's shared part (its module, plans and trace).
+	common func() *replayCommon
 	// inexact reports whether the non-flush step or the verify sums in
 	// another order than the v4 kernels (a group stream on the tensor
 	// cores), so that its outputs, and what later reads its cached u,
@@ -143,6 +145,7 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 				streamFold:    func() bool { return false },
 				streamFlush:   func() bool { return false },
 				inexact:       func() bool { return c.group.tc || c.group.verifyTC },
+				common:        func() *replayCommon { return &c.replayCommon },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},
@@ -218,6 +221,7 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 				streamFold:    func() bool { return c.group.stream != nil },
 				streamFlush:   func() bool { return c.group.flushFn != nil },
 				inexact:       func() bool { return c.group.tc || c.group.verifyTC },
+				common:        func() *replayCommon { return &c.replayCommon },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
 				},
@@ -895,6 +899,10 @@ func TestReplayOverlapMatchesSerial(t *testing.T) {
 	on.groupAll, off.groupAll = true, true
 	on.pipeBlocks, off.pipeBlocks = 3, 3
 	comparePairs(t, d, pairVariant{"overlap", on, 0, ""}, pairVariant{"serial", off, 0, ""})
+	// The non-flush kernel queued before the flush (REPLAYSSM_CUDA_OVERLAP_ORDER=main).
+	main := on
+	main.overlapMain = true
+	comparePairs(t, d, pairVariant{"overlap-main-first", main, 0, ""}, pairVariant{"serial", off, 0, ""})
 }
 
 // TestReplayVerifyEarlyMatchesLate checks the small batches' verify with
@@ -987,6 +995,9 @@ func TestReplayFlushStreamMatchesItems(t *testing.T) {
 		stream.flPad = pad
 		compareStreams(t, d, "pad="+pad, stream, items, func(c *gpuCache) bool { return c.streamFlush() })
 	}
+	// The items from a counter (FL_QUEUE) instead of by block index.
+	stream.flPad, stream.flQueue = "", "1"
+	compareStreams(t, d, "queue", stream, items, func(c *gpuCache) bool { return c.streamFlush() })
 }
 
 // streamGPU returns the GPU for the stream kernels' tests (what: "folds"

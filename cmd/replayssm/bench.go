@@ -111,8 +111,12 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	minTime := fs.Duration("min-time", 300*time.Millisecond, "least time spent timing each row")
 	asJSON := fs.Bool("json", false, "print one JSON object per row")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
+	trace := fs.String("trace", "", "cuda: write each replay row's block timeline (CSV) into this directory; needs REPLAYSSM_CUDA_DEFINES=-DTRACE=1")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *trace != "" && *device != "cuda" {
+		return fmt.Errorf("%w: --trace needs --device cuda", errUsage)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -133,7 +137,7 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	default:
 		return fmt.Errorf("%w: device %q (want cpu or cuda)", errUsage, *device)
 	}
-	cfg := bench.KernelConfig{Window: *window, Drafts: *drafts, Threads: *threads, MinTime: *minTime, Modes: splitList(*modes)}
+	cfg := bench.KernelConfig{Window: *window, Drafts: *drafts, Threads: *threads, MinTime: *minTime, Modes: splitList(*modes), TraceDir: *trace}
 	var err error
 	if cfg.Shapes, err = bench.SelectShapes(splitList(*shapes)); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)

@@ -34,6 +34,62 @@ typedef unsigned long long u64;
 #define FMT_E4M3 4
 
 #define FULL_MASK 0xffffffffu
+
+// TRACE=1 (REPLAYSSM_CUDA_DEFINES=-DTRACE=1; a measuring build, never the
+// default) has the instrumented kernels' blocks record when they ran:
+// thread 0 reads %globaltimer at the block's start (TRACE_START) and, at
+// its end (TRACE_STOP), appends {start, end, kind << 24 | items, sm |
+// block << 8} to trace_recs, trace_count counting the appends (those past
+// TRACE_CAP are dropped, the count still grows). The Go side reads and
+// resets both (replayCommon.ReadTrace, ResetTrace) to see how a step's
+// kernels share the machine over time, which an event pair around the
+// step cannot show and ncu (one kernel at a time) does not either.
+#ifndef TRACE
+#define TRACE 0
+#endif
+#if TRACE
+#ifndef TRACE_CAP
+#define TRACE_CAP 65536
+#endif
+// The kinds: which kernel a record is from.
+#define TRACE_GROUP_STEP 1
+#define TRACE_FLUSH_STREAM 2
+#define TRACE_FOLD_STREAM 3
+#define TRACE_GROUP_VERIFY 4
+struct TraceRec {
+    u64 t0, t1;
+    u32 tag, where;
+};
+__device__ TraceRec trace_recs[TRACE_CAP];
+__device__ u32 trace_count;
+__device__ __forceinline__ u64 trace_now()
+{
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ u32 trace_sm()
+{
+    u32 s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}
+#define TRACE_START() const u64 trace_t0 = threadIdx.x == 0 ? trace_now() : 0
+#define TRACE_STOP(kind, items)                                                                                        \
+    do {                                                                                                               \
+        if (threadIdx.x == 0) {                                                                                        \
+            const u32 trace_i = atomicAdd(&trace_count, 1u);                                                           \
+            if (trace_i < TRACE_CAP) {                                                                                 \
+                trace_recs[trace_i] =                                                                                  \
+                    TraceRec{trace_t0, trace_now(), ((u32)(kind) << 24) | ((u32)(items) & 0xffffffu),                 \
+                             trace_sm() | ((u32)blockIdx.x << 8)};                                                     \
+            }                                                                                                          \
+        }                                                                                                              \
+    } while (0)
+#else
+#define TRACE_START()
+#define TRACE_STOP(kind, items)
+#endif
 // RMAXP is RMAX rounded up to 4: the ring's per-head scalar rows are 16-byte
 // multiples, so bulk copies can move them.
 #define RMAXP ((RMAX + 3) & ~3)
@@ -2929,6 +2985,9 @@ __device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done,
             done[2] = 0;
             done[3] = 0;
         }
+#if defined(FL_QUEUE) && FL_QUEUE
+        done[4] = 0; // gdn_flush_stream's item counter
+#endif
     }
 }
 

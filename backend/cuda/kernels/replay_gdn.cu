@@ -1383,6 +1383,18 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #ifndef FL_PAD
 #define FL_PAD 0
 #endif
+// FL_QUEUE=1 (REPLAYSSM_CUDA_FL_QUEUE=1, or with OVERLAP_ORDER=main)
+// has gdn_flush_stream's blocks take their items from a counter
+// (done[4], reset with the cursors) instead of every gridDim.x-th item of
+// the list by block index: the ticket is global over the list's chunks
+// (each block lists every chunk alike), a block asks for its next ticket
+// as an item starts and keeps one that falls past the chunk for the next.
+// Blocks that start late (behind the group step's, OVERLAP_ORDER=main:
+// session 29's timelines had an aligned flush's last blocks start 380 us
+// after its first) then take fewer items.
+#ifndef FL_QUEUE
+#define FL_QUEUE 0
+#endif
 #define FS_SROW(P) (DK + ((P) ? 16 : 0)) // a strip row in shared memory, elements
 #define FS_KROW(P) (DK + ((P) ? 8 : 0))  // a key row in shared memory, floats
 #define FS_STRIP_BYTES(P) (16 * FS_SROW(P) * FMT_SIZE(STATE_FMT)) // a warp's 16 rows in shared memory
@@ -1595,6 +1607,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     if (GV_SKIP & 4) {
         return;
     }
+    TRACE_START();
+    int traced = 0; // the block's items (TRACE)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
     if (lane < FS_NB) {
@@ -1617,6 +1631,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             next = fs_ahead<FS_WARPS, false>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
         }
         for (; li < items; li += grid) {
+            traced++;
             const FSItem it = next;
             const int cb = kb, n = it.n;
             const bool more = li + grid < items;
@@ -1663,6 +1678,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
         seen += items;
         __syncthreads(); // the list read, every item folded, before the next chunk's
     }
+    TRACE_STOP(TRACE_FOLD_STREAM, traced);
 }
 #endif // FOLD_STREAM
 
@@ -1741,6 +1757,16 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
     __shared__ __align__(8) u64 sBar[1][FL_WARPS];
     __shared__ int sSlot[NTH], sN[NTH], sB[NTH];
     __shared__ int sCount[FL_WARPS];
+#if FL_QUEUE
+    __shared__ int sTicket;
+    if (threadIdx.x == 0) {
+        sTicket = atomicAdd(done + 4, 1);
+    }
+    __syncthreads();
+    int ticket = sTicket; // the block's next item of the whole list
+#endif
+    TRACE_START();
+    int traced = 0; // the block's items (TRACE)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
     const unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES(FL_PAD);
@@ -1755,9 +1781,16 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
         const int total =
             fs_list<FL_WARPS>(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; }, sSlot, sN, sB, sCount);
         const int items = total * PER;
+#if FL_QUEUE
+        while (ticket < seen + items) {
+            const int li = ticket - seen;
+            const int asked = threadIdx.x == 0 ? atomicAdd(done + 4, 1) : 0;
+#else
         const int grid = (int)gridDim.x;
         const int r = ((int)blockIdx.x - seen % grid + grid) % grid;
         for (int li = r; li < items; li += grid) {
+#endif
+            traced++;
             // The item's strips and ring keys (keys 0..n-1 in rows 0..n-1)
             // asked for, the A operands' cached u and the entry decays
             // loaded (fs_item: lane i of each warp holds entry i's). One
@@ -1895,12 +1928,21 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
             }
             // The rank-t update of the strip (gdn_update_tc's), stored.
             fs_update_strip<FL_PAD>(strip, state + mat * (DV * DK), row0, sVec, t, gt, ahi, alo);
+#if FL_QUEUE
+            if (threadIdx.x == 0) {
+                sTicket = asked;
+            }
+#endif
             __syncthreads(); // the tables and strips read before the next item's
+#if FL_QUEUE
+            ticket = sTicket;
+#endif
         }
         seen += items;
         __syncthreads(); // the list read before the next chunk's
     }
     flush_done(hist, pending, done, slots, batch, L); // gdn_replay_flush's end (OVERLAP: the cursors' count)
+    TRACE_STOP(TRACE_FLUSH_STREAM, traced);
 }
 #endif // FLUSH_STREAM
 #endif
@@ -2704,6 +2746,8 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
 #if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP_PARAMS)
 {
+    TRACE_START();
+    int traced = 0; // the block's items (TRACE)
 #if GDN_PF
     const int items = batch * NKH;
     int i = blockIdx.x, s = 0, n = L;
@@ -2719,6 +2763,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
     int nextQ = queue_start(sQ, done + 3), it = 0;
 #endif
     while (i < items) {
+        traced++;
 #if OVERLAP
         const int next = nextQ;
         const int asked = queue_ask(done + 3);
@@ -2751,6 +2796,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 #elif OVERLAP
     __shared__ int sQ[2];
     for (int i = blockIdx.x, it = 0; i < batch * NKH; it++) {
+        traced++;
         const int asked = queue_ask(done + 3);
         gdn_group_item(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb,
                        o, negA, dtb, qscale, L, pending, done, batch, i % NKH, i / NKH);
@@ -2760,12 +2806,14 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
     }
 #else
     for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
+        traced++;
         gdn_group_item(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb,
                        o, negA, dtb, qscale, L, pending, done, batch, i % NKH, i / NKH);
         __syncthreads(); // the item's tables are read before the next one's
     }
 #endif
     step_done(hist, pending, done, slots, batch, L);
+    TRACE_STOP(TRACE_GROUP_STEP, traced);
 }
 #endif
 
@@ -3043,15 +3091,19 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
 #if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GVMINB) gdn_group_verify(GDN_VERIFY_PARAMS, int batch VPART_PARAM)
 {
+    TRACE_START();
+    int traced = 0; // the block's items (TRACE)
     for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
 #if VPART
         if (vpart_skip(part, hist, slots, counts, T, R, i / NKH)) {
             continue;
         }
 #endif
+        traced++;
         gdn_group_verify_item(GDN_VERIFY_ARGS, i % NKH, i / NKH);
         __syncthreads(); // the item's tables are read before the next one's
     }
+    TRACE_STOP(TRACE_GROUP_VERIFY, traced);
 }
 #endif
 #endif

@@ -146,6 +146,8 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
   for (int i = 0; kernel_names[i]; i++) if (!strcmp(kernel_names[i], name)) { function_t *fn = malloc(sizeof *fn); fn->idx = i; *f = fn; return 0; }
   return 500;
 }
+// The mock's modules define no globals.
+CUresult cuModuleGetGlobal_v2(u64 *dptr, size_t *bytes, void *m, const char *name) { NEED_CTX(); return 500; }
 CUresult cuFuncGetAttribute(int *v, int attr, void *f) { NEED_CTX(); int vals[] = {1024, 0, 0, 0, 32, 90, 90}; *v = vals[attr]; return 0; }
 CUresult cuFuncSetAttribute(void *f, int attr, int v) { NEED_CTX(); return 0; }
 

@@ -1,0 +1,87 @@
+package cuda
+
+import (
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/ssm"
+)
+
+// TestReplayTraceRecordsBlocks runs a window of GDN decode steps through
+// the split kernels (the group step, the streamed flush beside it) built
+// with -DTRACE=1 and checks each step's trace: every block's record has
+// its end after its start on a real SM, the group step's blocks took every
+// (key head, batch row) item exactly once between them, and the flush's
+// blocks took no item until the step where every slot's ring is full, then
+// every item of every slot. A module built without TRACE says so.
+func TestReplayTraceRecordsBlocks(t *testing.T) {
+	d := streamGPU(t, "flush")
+	// largeLayers' GDN shape: the target models' heads of 128 x 128.
+	shape := ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 128, ValueDim: 128}
+	l := gdnTestLayer(14, shape)
+	const batch = 8
+	opt := replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 2}
+	tn := envTuning(os.Getenv)
+	tn.groupAll = true
+	tn.defines = append(slices.Clip(tn.defines), "-DTRACE=1")
+	c, err := l.buildWith(d, opt, batch, tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, c.close()) }()
+	if !c.streamFlush() {
+		t.Fatalf("the trace test wants gdn_flush_stream: this cache flushes with another kernel")
+	}
+	c.setSmallBatch(0)
+	rc := c.common()
+	s := stream(t, d)
+	st := newStaging(t, d, l, batch, batch)
+	var slots []replay.Slot
+	for range batch {
+		sl, err := c.admit(s)
+		must(t, err)
+		slots = append(slots, sl)
+	}
+	// A flushing slot's items: its value heads' rows in strips of 16 a warp.
+	perSlot := shape.ValueHeads * shape.ValueDim / (16 * rc.group.flushThreads / 32)
+	rng := rand.New(rand.NewPCG(5, 5))
+	for k := range opt.Window {
+		must(t, rc.ResetTrace(s))
+		st.upload(t, d, s, slots, l.draw(rng, batch))
+		must(t, c.step(s, batch, st.slots, st.in, st.y))
+		recs, dropped, err := rc.ReadTrace(s)
+		must(t, err)
+		if dropped != 0 {
+			t.Fatalf("step %d: %d records dropped", k, dropped)
+		}
+		items := map[TraceKind]int{}
+		for _, r := range recs {
+			if r.End < r.Start || r.SM >= d.Multiprocessors() {
+				t.Fatalf("step %d: %+v: end before start or no such SM (%d SMs)", k, r, d.Multiprocessors())
+			}
+			items[r.Kind] += r.Items
+		}
+		if got, want := items[TraceGroupStep], batch*shape.KeyHeads; got != want {
+			t.Errorf("step %d: the group step's blocks took %d items, want %d", k, got, want)
+		}
+		want := 0
+		if k == opt.Window-1 {
+			want = batch * perSlot
+		}
+		if got := items[TraceFlushStream]; got != want {
+			t.Errorf("step %d: the flush's blocks took %d items, want %d", k, got, want)
+		}
+	}
+	plain, err := l.buildWith(d, opt, batch, envTuning(os.Getenv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, plain.close()) }()
+	if _, _, err := plain.common().ReadTrace(s); err == nil || !strings.Contains(err.Error(), "-DTRACE=1") {
+		t.Errorf("ReadTrace of a module without TRACE: %v, want an error naming -DTRACE=1", err)
+	}
+}
