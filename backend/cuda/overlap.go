@@ -85,6 +85,13 @@ func planOverlap(kind string, opt replay.Options, tn tuning) (overlap, []string)
 // 18 us of a staggered Qwen3.5-4B fp32 step (43 us for 122B) before the
 // group step's first block started, and the one step of each window where
 // the group step's blocks happened to start first ran 172 us against 178.
+// Queued first, though, the group step's persistent blocks hold the SMs
+// until its queue is empty, and the flush's latency-bound items then run
+// nearly alone at the step's end. Against the defaults in the same run
+// (session 29, with FL_QUEUE), staggered windows at B=256, us: Qwen3.5-4B
+// fp32 177 -> 176, 122B fp32 319 -> 315, but bf16 113 -> 124 and 197 ->
+// 208; B=512 fp32 even or 1% faster, bf16 3% slower; B=64 all slower
+// (4B fp32 53 -> 65). Off.
 func (c *replayCommon) launchOverlapped(s *Stream, a *Args, batch int, grid [3]uint32) error {
 	o := &c.overlap
 	if o.main {

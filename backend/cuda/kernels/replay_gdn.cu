@@ -1391,7 +1391,10 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 // as an item starts and keeps one that falls past the chunk for the next.
 // Blocks that start late (behind the group step's, OVERLAP_ORDER=main:
 // session 29's timelines had an aligned flush's last blocks start 380 us
-// after its first) then take fewer items.
+// after its first) then take fewer items: with it the aligned flush under
+// OVERLAP_ORDER=main ran 1092 -> 718 us (122B fp32; defaults 701). Alone
+// (the flush queued first, as by default) it costs its atomics: bf16
+// aligned flush 269 -> 297 us (Qwen3.5-4B), window 113 -> 120. Off.
 #ifndef FL_QUEUE
 #define FL_QUEUE 0
 #endif
