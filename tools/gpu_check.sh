@@ -34,6 +34,7 @@
 #   tools/gpu_check.sh trace  # the GDN kernels' block timelines (-DTRACE=1, bench --trace, tools/trace_summary.py; session 29)
 #   tools/gpu_check.sh order  # the step's non-flush kernel queued before its flush (OVERLAP_ORDER=main; session 29)
 #   tools/gpu_check.sh queue  # the flush's items from a counter (FL_QUEUE) with and without OVERLAP_ORDER=main (session 29)
+#   tools/gpu_check.sh few  # session 29's FL_FEW default for fp32 (written after its device time): tests, against FL_FEW=0 at 256/512/64, bench256: first next session
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
 #   tools/gpu_check.sh read_sums  # read_items with and without a group step's per-pass sums (session 27)
@@ -455,6 +456,20 @@ queue)
 	BATCH=512 experiment queue512 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_OVERLAP_ORDER=main
 	BATCH=64 experiment queue64 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_OVERLAP_ORDER=main
 	REPLAYSSM_CUDA_OVERLAP_ORDER=main MODES=replay tools/gpu_check.sh trace
+	;;
+few)
+	# Session 29's last default, set after its device time from a same-run
+	# comparison at B=256 (FL_FEW=4 against off: 4B fp32 window 177 -> 174
+	# us, 122B fp32 319 -> 314), then bounded to batches from 256 and to
+	# fp32 checkpoints (bf16's flush spills under it): the stream, overlap,
+	# graph and GDN reference tests, replay against REPLAYSSM_CUDA_FL_FEW=0
+	# at 256, 512 and 64 (and bf16 with FL_FEW=4 once more), then the
+	# batch-256 table.
+	some_tests few 300 'TestReplayFlushStreamMatchesItems|TestReplayOverlapMatchesSerial|TestReplayCacheGraph|TestReplayCacheMatchesReference/gdn|TestReplayTraceRecordsBlocks'
+	experiment few qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FL_FEW=0 REPLAYSSM_CUDA_FL_FEW=4 ""
+	BATCH=512 experiment few512 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FL_FEW=0
+	BATCH=64 experiment few64 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FL_FEW=0
+	bench 256 b256.jsonl
 	;;
 carveout)
 	# Session 28: with the flush's padded rows (FL_PAD) the 122B bf16

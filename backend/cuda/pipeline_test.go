@@ -144,6 +144,8 @@ func TestEnvTuning(t *testing.T) {
 			tuning{overlapLow: true, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"overlap, the main stream's kernel first", map[string]string{"REPLAYSSM_CUDA_OVERLAP_ORDER": "main"},
 			tuning{overlapMain: true, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
+		{"flush on few blocks", map[string]string{"REPLAYSSM_CUDA_FL_FEW": "4"},
+			tuning{flFew: "4", foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"flush queue", map[string]string{"REPLAYSSM_CUDA_FL_QUEUE": "1"},
 			tuning{flQueue: "1", foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"overlap off", map[string]string{"REPLAYSSM_CUDA_OVERLAP": "0"},
@@ -170,7 +172,7 @@ func TestEnvTuning(t *testing.T) {
 			"REPLAYSSM_CUDA_SMALL_BATCH": "-3", "REPLAYSSM_CUDA_FOLDS": "v7", "REPLAYSSM_CUDA_FOLD_STAGES": "1", "REPLAYSSM_CUDA_BASE_THREADS": "100",
 			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0", "REPLAYSSM_CUDA_SPLIT_VERIFY": "off", "REPLAYSSM_CUDA_VERIFY_EARLY": "auto",
 			"REPLAYSSM_CUDA_FOLD_STREAM": "no", "REPLAYSSM_CUDA_FLUSH_STREAM": "yes", "REPLAYSSM_CUDA_FS_WARPS": "3", "REPLAYSSM_CUDA_FS_DB": "2", "REPLAYSSM_CUDA_FL_PAD": "yes", "REPLAYSSM_CUDA_CARVEOUT": "101", "REPLAYSSM_CUDA_OVERLAP_PRIORITY": "low",
-			"REPLAYSSM_CUDA_OVERLAP_ORDER": "group", "REPLAYSSM_CUDA_FL_QUEUE": "on",
+			"REPLAYSSM_CUDA_OVERLAP_ORDER": "group", "REPLAYSSM_CUDA_FL_QUEUE": "on", "REPLAYSSM_CUDA_FL_FEW": "65",
 		}, tuning{foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
@@ -803,5 +805,25 @@ func TestVerifyTC(t *testing.T) {
 				t.Errorf("verifyTC = %v, %q; want %v, %q", got, def, tc.want, tc.wantDefine)
 			}
 		})
+	}
+}
+
+// TestFlushFew checks FL_FEW's bound: on by default for fp32 checkpoints
+// only (bf16's flush spills under it), REPLAYSSM_CUDA_FL_FEW over it.
+func TestFlushFew(t *testing.T) {
+	for _, tc := range []struct {
+		few   string
+		state numeric.Format
+		want  int
+	}{
+		{"", numeric.F32, defaultFlFew},
+		{"", numeric.BF16, 0},
+		{"", numeric.F16, 0},
+		{"0", numeric.F32, 0},
+		{"8", numeric.BF16, 8},
+	} {
+		if got := (tuning{flFew: tc.few}).flushFew(tc.state); got != tc.want {
+			t.Errorf("flFew %q, %v: %d, want %d", tc.few, tc.state, got, tc.want)
+		}
 	}
 }

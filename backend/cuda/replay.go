@@ -62,6 +62,9 @@ type tuning struct {
 	overlapLow  bool     // REPLAYSSM_CUDA_OVERLAP_PRIORITY=0: the side stream at the default priority, not the greatest
 	overlapMain bool     // REPLAYSSM_CUDA_OVERLAP_ORDER=main: the main stream's kernel queued before the side stream's
 	flQueue     string   // REPLAYSSM_CUDA_FL_QUEUE: "1" or "0" forces gdn_flush_stream's item counter on or off ("": on with overlapMain)
+	flFew       string   // REPLAYSSM_CUDA_FL_FEW: gdn_flush_stream on flKeep blocks from batch 256 when its items are fewer than this many a block ("0": off; "": defaultFlFew)
+	flKeep      int      // tests: FL_FEW's blocks (0: one an SM)
+	flFewBatch  int      // tests: FL_FEW from this batch (0: 256)
 	overlapVer  bool     // REPLAYSSM_CUDA_VERIFY_OVERLAP=1: a verify's early folds beside the group verify of the slots that do not fold
 	wholeVerify bool     // REPLAYSSM_CUDA_SPLIT_VERIFY=0: small batches verify on whole heads (by default on the split ones where the step splits)
 	verifyEarly string   // REPLAYSSM_CUDA_VERIFY_EARLY: "1" or "0" forces the small batches' early verify on or off ("": where its grid fits, earlyVerify.pick)
@@ -115,6 +118,9 @@ func envTuning(getenv func(string) string) tuning {
 	tn.overlapMain = getenv("REPLAYSSM_CUDA_OVERLAP_ORDER") == "main"
 	if v := getenv("REPLAYSSM_CUDA_FL_QUEUE"); v == "0" || v == "1" {
 		tn.flQueue = v
+	}
+	if v, err := strconv.Atoi(getenv("REPLAYSSM_CUDA_FL_FEW")); err == nil && v >= 0 && v <= 64 {
+		tn.flFew = strconv.Itoa(v)
 	}
 	tn.wholeVerify = getenv("REPLAYSSM_CUDA_SPLIT_VERIFY") == "0"
 	if v := getenv("REPLAYSSM_CUDA_VERIFY_EARLY"); v == "0" || v == "1" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/replayssm/replayssm/numeric"
@@ -124,9 +125,51 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 			if tn.flQueue == "1" || tn.flQueue == "" && tn.overlapMain {
 				defines = append(defines, "-DFL_QUEUE=1")
 			}
+			// A staggered step's few items on one block an SM (FL_FEW).
+			if few := tn.flushFew(opt.State); few > 0 {
+				keep := tn.flKeep
+				if keep <= 0 {
+					keep = d.Multiprocessors()
+				}
+				from := tn.flFewBatch
+				if from <= 0 {
+					from = 256
+				}
+				defines = append(defines, fmt.Sprintf("-DFL_FEW=%d", few), fmt.Sprintf("-DFL_KEEP=%d", max(keep, 1)),
+					fmt.Sprintf("-DFL_FEW_BATCH=%d", from))
+			}
 		}
 	}
 	return p, g, f, defines
+}
+
+// defaultFlFew is FL_FEW's bound by default for fp32 checkpoints: from
+// batch 256 a step whose flush has fewer than 4 items a block of its
+// resident grid (a staggered step: a sixteenth of the slots) gives them
+// to one block an SM and lets the others end at once, so that the group
+// step starts beside it. H200, B=256, against FL_FEW off in the same run
+// (NOTES.md, session 29), staggered windows us: Qwen3.5-4B fp32 177 ->
+// 174, 122B fp32 319 -> 314; aligned flushes within 1%. bf16 (113 -> 113,
+// its aligned non-flush step 99.6 -> 102; 122B 198 -> 195) is left off:
+// its flush, at 64 registers, spills under FL_FEW (68 bytes as measured,
+// 168 with the batch bound). At B=64 (measured before the batch bound)
+// the windows lost 2% and an aligned bf16 flush, whose 2048 items counted
+// as few, ran 77 -> 175 us: hence the bound. B=512 was not measured with
+// it.
+const defaultFlFew = 4
+
+// flushFew is FL_FEW's bound for a checkpoint format:
+// REPLAYSSM_CUDA_FL_FEW's, else defaultFlFew for 4-byte checkpoints and
+// off for the others.
+func (tn tuning) flushFew(state numeric.Format) int {
+	if tn.flFew == "" {
+		if elemBytes(state) == 4 {
+			return defaultFlFew
+		}
+		return 0
+	}
+	v, _ := strconv.Atoi(tn.flFew)
+	return v
 }
 
 // fsWarps is gdn_fold_stream's warps a block (FS_WARPS), each folding a

@@ -998,6 +998,10 @@ func TestReplayFlushStreamMatchesItems(t *testing.T) {
 	// The items from a counter (FL_QUEUE) instead of by block index.
 	stream.flPad, stream.flQueue = "", "1"
 	compareStreams(t, d, "queue", stream, items, func(c *gpuCache) bool { return c.streamFlush() })
+	// Few items on the first block of the two (FL_FEW: every step's
+	// items are fewer than 64 a block here).
+	stream.flQueue, stream.flFew, stream.flKeep, stream.flFewBatch = "", "64", 1, 1
+	compareStreams(t, d, "few", stream, items, func(c *gpuCache) bool { return c.streamFlush() })
 }
 
 // streamGPU returns the GPU for the stream kernels' tests (what: "folds"

@@ -1398,6 +1398,29 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #ifndef FL_QUEUE
 #define FL_QUEUE 0
 #endif
+// FL_FEW=n (REPLAYSSM_CUDA_FL_FEW; 0 off) has gdn_flush_stream's blocks
+// count the step's flushing slots first and, when their items are fewer
+// than n a block of the grid (a staggered step's sixteenth of the slots,
+// not an aligned flush), leave the items to the first FL_KEEP blocks (the
+// Go side: one an SM) and end at once: the group step beside them then
+// starts on the SMs' other room at the step's start, where the flush's
+// resident grid (four blocks an SM) held every SM for its first 18-42 us
+// (session 29's timelines). The grid's bound by the host
+// (REPLAYSSM_CUDA_OVERLAP_BLOCKS=132) took the Qwen3.5-4B fp32 window
+// 177 -> 174 us but its aligned flush 359 -> 850; this bound applies to
+// the staggered steps alone.
+#ifndef FL_FEW
+#define FL_FEW 0
+#endif
+#ifndef FL_KEEP
+#define FL_KEEP 132
+#endif
+// FL_FEW_BATCH: the least batch FL_FEW applies to (the Go side: 256; at
+// B=64 an aligned bf16 flush's 2048 items counted as few and ran 77 ->
+// 175 us on one block an SM).
+#ifndef FL_FEW_BATCH
+#define FL_FEW_BATCH 256
+#endif
 #define FS_SROW(P) (DK + ((P) ? 16 : 0)) // a strip row in shared memory, elements
 #define FS_KROW(P) (DK + ((P) ? 8 : 0))  // a key row in shared memory, floats
 #define FS_STRIP_BYTES(P) (16 * FS_SROW(P) * FMT_SIZE(STATE_FMT)) // a warp's 16 rows in shared memory
@@ -1760,6 +1783,32 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
     __shared__ __align__(8) u64 sBar[1][FL_WARPS];
     __shared__ int sSlot[NTH], sN[NTH], sB[NTH];
     __shared__ int sCount[FL_WARPS];
+#if FL_FEW
+    // sFew: the step's items go to the first FL_KEEP blocks (read from
+    // shared memory per chunk: a register across the item loop spilled
+    // the bf16 flush's 64).
+    // The blocks past them list nothing (their loop ends at once) and end.
+    __shared__ int sFew;
+    int listed = batch; // the batch rows the block lists
+    if (batch >= FL_FEW_BATCH) {
+        int flushing = 0;
+        for (int b0 = 0; b0 < batch; b0 += NTH) {
+            const int bq = b0 + (int)threadIdx.x;
+            flushing += __syncthreads_count(bq < batch && hist[slots[bq]] + 1 >= L);
+        }
+        const bool few = flushing * PER < FL_FEW * (int)gridDim.x && (int)gridDim.x > FL_KEEP;
+        if (few && (int)blockIdx.x >= FL_KEEP) {
+            listed = 0;
+        }
+        if (threadIdx.x == 0) {
+            sFew = few;
+        }
+    } else if (threadIdx.x == 0) {
+        sFew = 0;
+    }
+#else
+    const int listed = batch;
+#endif
 #if FL_QUEUE
     __shared__ int sTicket;
     if (threadIdx.x == 0) {
@@ -1780,7 +1829,7 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
     __syncwarp();
     u32 parity = 0; // the phase of the strips' next copy
     int seen = 0;   // flushing items listed before this chunk of slots
-    for (int base = 0; base < batch; base += FS_CHUNK_OF(FL_WARPS)) {
+    for (int base = 0; base < listed; base += FS_CHUNK_OF(FL_WARPS)) {
         const int total =
             fs_list<FL_WARPS>(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; }, sSlot, sN, sB, sCount);
         const int items = total * PER;
@@ -1789,7 +1838,11 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
             const int li = ticket - seen;
             const int asked = threadIdx.x == 0 ? atomicAdd(done + 4, 1) : 0;
 #else
+#if FL_FEW
+        const int grid = sFew ? FL_KEEP : (int)gridDim.x; // the blocks that take items
+#else
         const int grid = (int)gridDim.x;
+#endif
         const int r = ((int)blockIdx.x - seen % grid + grid) % grid;
         for (int li = r; li < items; li += grid) {
 #endif
