@@ -57,6 +57,9 @@ def resident(recs, t0, t1):
 
 def summarise(path, steps):
     recs = read(path)
+    if not recs:
+        print(f"== {os.path.basename(path)}: no blocks recorded (only the GDN kernels are instrumented)")
+        return
     kinds = sorted({r[0] for r in recs})
     by = {k: [r for r in recs if r[0] == k] for k in kinds}
     main = "group_step" if "group_step" in by else ("group_verify" if "group_verify" in by else kinds[0])

@@ -618,6 +618,48 @@ func TestFlushPadPlan(t *testing.T) {
 	}
 }
 
+// TestFlushFewPlan checks the flush's defines for FL_FEW: one block an SM
+// (h200Props: 132) from batch 256 for fp32 checkpoints by default, not for
+// bf16 unless asked, and never with the item counter (FL_QUEUE).
+func TestFlushFewPlan(t *testing.T) {
+	base := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
+	bf16 := base
+	bf16.State = numeric.BF16
+	def := envTuning(func(string) string { return "" })
+	asked, queue, off := def, def, def
+	asked.flFew = "8"
+	queue.flQueue = "1"
+	off.flFew = "0"
+	few := []string{"-DFL_FEW=4", "-DFL_KEEP=132", "-DFL_FEW_BATCH=256"}
+	for _, c := range []struct {
+		name  string
+		opt   replay.Options
+		tn    tuning
+		want  []string // nil: no FL_FEW define
+		queue bool
+	}{
+		{"fp32", base, def, few, false},
+		{"bf16", bf16, def, nil, false},
+		{"bf16, asked", bf16, asked, []string{"-DFL_FEW=8", "-DFL_KEEP=132", "-DFL_FEW_BATCH=256"}, false},
+		{"fp32, off", base, off, nil, false},
+		{"fp32, queue", base, queue, nil, true},
+	} {
+		_, _, _, defines := gdnModule(h200Props(), qwen4bShape, c.opt, c.tn)
+		has := slices.ContainsFunc(defines, func(d string) bool { return strings.HasPrefix(d, "-DFL_FEW=") })
+		if c.want == nil && has || c.want != nil && !has {
+			t.Errorf("%s: defines %v, want FL_FEW %v", c.name, defines, c.want)
+		}
+		for _, w := range c.want {
+			if !slices.Contains(defines, w) {
+				t.Errorf("%s: defines %v lack %s", c.name, defines, w)
+			}
+		}
+		if got := slices.Contains(defines, "-DFL_QUEUE=1"); got != c.queue {
+			t.Errorf("%s: FL_QUEUE %v, want %v", c.name, got, c.queue)
+		}
+	}
+}
+
 // TestStreamWarps checks the stream kernels' warps a block: the early
 // folds four, or the knob's; the flush eight for 2-byte checkpoints whose
 // matrices split into eight strips of 16 rows, else the folds' count, or

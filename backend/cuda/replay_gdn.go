@@ -122,11 +122,13 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 			defines = append(defines, "-DFLUSH_STREAM=1")
 			// The flush's items from a counter (FL_QUEUE) where its blocks
 			// may start behind the group step's (OVERLAP_ORDER=main).
-			if tn.flQueue == "1" || tn.flQueue == "" && tn.overlapMain {
+			queue := tn.flQueue == "1" || tn.flQueue == "" && tn.overlapMain
+			if queue {
 				defines = append(defines, "-DFL_QUEUE=1")
 			}
-			// A staggered step's few items on one block an SM (FL_FEW).
-			if few := tn.flushFew(opt.State); few > 0 {
+			// A staggered step's few items on one block an SM (FL_FEW; not
+			// with the queue, whose blocks share the items as they come).
+			if few := tn.flushFew(opt.State); few > 0 && !queue {
 				keep := tn.flKeep
 				if keep <= 0 {
 					keep = d.Multiprocessors()
@@ -152,7 +154,7 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 // 174, 122B fp32 319 -> 314; aligned flushes within 1%. bf16 (113 -> 113,
 // its aligned non-flush step 99.6 -> 102; 122B 198 -> 195) is left off:
 // its flush, at 64 registers, spills under FL_FEW (68 bytes as measured,
-// 168 with the batch bound). At B=64 (measured before the batch bound)
+// 72 with the batch bound). At B=64 (measured before the batch bound)
 // the windows lost 2% and an aligned bf16 flush, whose 2048 items counted
 // as few, ran 77 -> 175 us: hence the bound. B=512 was not measured with
 // it.

@@ -1421,6 +1421,9 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #ifndef FL_FEW_BATCH
 #define FL_FEW_BATCH 256
 #endif
+#if FL_FEW && FL_QUEUE
+#error "FL_FEW, FL_QUEUE: one or the other (the queue's blocks take a ticket before FL_FEW would end them)"
+#endif
 #define FS_SROW(P) (DK + ((P) ? 16 : 0)) // a strip row in shared memory, elements
 #define FS_KROW(P) (DK + ((P) ? 8 : 0))  // a key row in shared memory, floats
 #define FS_STRIP_BYTES(P) (16 * FS_SROW(P) * FMT_SIZE(STATE_FMT)) // a warp's 16 rows in shared memory
@@ -1784,12 +1787,12 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
     __shared__ int sSlot[NTH], sN[NTH], sB[NTH];
     __shared__ int sCount[FL_WARPS];
 #if FL_FEW
-    // sFew: the step's items go to the first FL_KEEP blocks (read from
-    // shared memory per chunk: a register across the item loop spilled
-    // the bf16 flush's 64).
-    // The blocks past them list nothing (their loop ends at once) and end.
+    // sFew: 0, every block takes items; 1, the step's items go to the
+    // first FL_KEEP blocks, this one among them; 2, this block takes none
+    // (it lists nothing: its loop ends at once). Read from shared memory:
+    // kept in registers across the item loop they spilled the bf16
+    // flush's 64 more (ptxas 11.8: 168 bytes against 72).
     __shared__ int sFew;
-    int listed = batch; // the batch rows the block lists
     if (batch >= FL_FEW_BATCH) {
         int flushing = 0;
         for (int b0 = 0; b0 < batch; b0 += NTH) {
@@ -1797,15 +1800,14 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
             flushing += __syncthreads_count(bq < batch && hist[slots[bq]] + 1 >= L);
         }
         const bool few = flushing * PER < FL_FEW * (int)gridDim.x && (int)gridDim.x > FL_KEEP;
-        if (few && (int)blockIdx.x >= FL_KEEP) {
-            listed = 0;
-        }
         if (threadIdx.x == 0) {
-            sFew = few;
+            sFew = few ? ((int)blockIdx.x >= FL_KEEP ? 2 : 1) : 0;
         }
     } else if (threadIdx.x == 0) {
         sFew = 0;
     }
+    __syncthreads();
+    const int listed = sFew == 2 ? 0 : batch; // the batch rows the block lists
 #else
     const int listed = batch;
 #endif
@@ -1839,7 +1841,7 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
             const int asked = threadIdx.x == 0 ? atomicAdd(done + 4, 1) : 0;
 #else
 #if FL_FEW
-        const int grid = sFew ? FL_KEEP : (int)gridDim.x; // the blocks that take items
+        const int grid = sFew == 1 ? FL_KEEP : (int)gridDim.x; // the blocks that take items
 #else
         const int grid = (int)gridDim.x;
 #endif
