@@ -88,7 +88,14 @@ func (c *replayCommon) ReadTrace(s *Stream) ([]TraceRecord, int, error) {
 	if err := s.CopyFromDevice(raw, recs); err != nil {
 		return nil, 0, err
 	}
-	out := make([]TraceRecord, kept)
+	return decodeTrace(raw), n - kept, nil
+}
+
+// decodeTrace reads TraceRec records (replay_common.cu: start and end,
+// then kind << 24 | items, then sm | block << 8, little-endian) from raw,
+// whole records only.
+func decodeTrace(raw []byte) []TraceRecord {
+	out := make([]TraceRecord, len(raw)/traceRecBytes)
 	for i := range out {
 		b := raw[i*traceRecBytes:]
 		tag, where := binary.LittleEndian.Uint32(b[16:]), binary.LittleEndian.Uint32(b[20:])
@@ -101,5 +108,5 @@ func (c *replayCommon) ReadTrace(s *Stream) ([]TraceRecord, int, error) {
 			Block: int(where >> 8),
 		}
 	}
-	return out, n - kept, nil
+	return out
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -83,5 +84,36 @@ func TestReplayTraceRecordsBlocks(t *testing.T) {
 	defer func() { must(t, plain.close()) }()
 	if _, _, err := plain.common().ReadTrace(s); err == nil || !strings.Contains(err.Error(), "-DTRACE=1") {
 		t.Errorf("ReadTrace of a module without TRACE: %v, want an error naming -DTRACE=1", err)
+	}
+}
+
+// TestDecodeTrace checks the record layout read back from a TRACE module
+// against records packed as TRACE_STOP packs them (kind << 24 | items,
+// sm | block << 8), a partial record at the end left out.
+func TestDecodeTrace(t *testing.T) {
+	want := []TraceRecord{
+		{Start: 1_000_000_123, End: 1_000_045_678, Kind: TraceGroupStep, Items: 3, SM: 131, Block: 1055},
+		{Start: 7, End: 9, Kind: TraceFlushStream, Items: 0xffffff, SM: 0, Block: 1 << 23},
+		{Start: 1 << 40, End: 1<<40 + 1, Kind: TraceGroupVerify, Items: 0, SM: 255, Block: 0},
+	}
+	var raw []byte
+	for _, r := range want {
+		b := make([]byte, traceRecBytes)
+		binary.LittleEndian.PutUint64(b, r.Start)
+		binary.LittleEndian.PutUint64(b[8:], r.End)
+		binary.LittleEndian.PutUint32(b[16:], uint32(r.Kind)<<24|uint32(r.Items))
+		binary.LittleEndian.PutUint32(b[20:], uint32(r.SM)|uint32(r.Block)<<8)
+		raw = append(raw, b...)
+	}
+	raw = append(raw, 1, 2, 3) // a partial record
+	got := decodeTrace(raw)
+	if !slices.Equal(got, want) {
+		t.Errorf("decodeTrace = %+v, want %+v", got, want)
+	}
+	for k, name := range map[TraceKind]string{TraceGroupStep: "group_step", TraceFlushStream: "flush_stream",
+		TraceFoldStream: "fold_stream", TraceGroupVerify: "group_verify", 9: "kind9"} {
+		if k.String() != name {
+			t.Errorf("TraceKind(%d) = %q, want %q", k, k.String(), name)
+		}
 	}
 }
