@@ -417,7 +417,7 @@ trace)
 	# the batch-256 rows of both Qwen3.5 shapes (the aligned non-flush and
 	# flush graphs, the staggered window, a verify round), their summaries
 	# (tools/trace_summary.py) and the CSVs in one archive.
-	some_tests trace 200 'TestReplayTraceRecordsBlocks'
+	some_tests trace 200 'TestReplayTrace'
 	REPLAYSSM_CUDA_DEFINES="-DTRACE=1 ${REPLAYSSM_CUDA_DEFINES:-}" "$cli" bench kernels --device cuda --batch "${BATCH:-256}" \
 		--shapes "${SHAPES:-qwen3.5-4b,qwen3.5-122b}" --state-dtype "${DTYPES:-fp32,bf16}" --modes "${MODES:-replay,verify}" \
 		--min-time 30ms --trace "$out/trace" >"$out/trace_bench.txt" 2>&1
@@ -465,7 +465,7 @@ few)
 	# graph and GDN reference tests, replay against REPLAYSSM_CUDA_FL_FEW=0
 	# at 256, 512 and 64 (and bf16 with FL_FEW=4 once more), then the
 	# batch-256 table.
-	some_tests few 300 'TestReplayFlushStreamMatchesItems|TestReplayOverlapMatchesSerial|TestReplayCacheGraph|TestReplayCacheMatchesReference/gdn|TestReplayTraceRecordsBlocks'
+	some_tests few 300 'TestReplayFlushStreamMatchesItems|TestReplayOverlapMatchesSerial|TestReplayCacheGraph|TestReplayCacheMatchesReference/gdn|TestReplayTrace'
 	experiment few qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FL_FEW=0 REPLAYSSM_CUDA_FL_FEW=4 ""
 	BATCH=512 experiment few512 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FL_FEW=0
 	BATCH=64 experiment few64 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FL_FEW=0

@@ -3,7 +3,8 @@
 
 Each CSV (one graph of one bench row: kernel, block, sm, items, start_us,
 end_us per block, from kernels built with -DTRACE=1) is cut into its steps:
-the group kernel's blocks (gdn_group_step, or gdn_group_verify) are sorted
+the group kernel's blocks (the GDN or Mamba-2 group step, else the group
+verify) are sorted
 by start and split into equal runs, one a step, as every step launches the
 same persistent grid and a step starts after the one before has ended; the
 other kernel's blocks likewise. For each step it prints when each kernel's
@@ -58,11 +59,12 @@ def resident(recs, t0, t1):
 def summarise(path, steps):
     recs = read(path)
     if not recs:
-        print(f"== {os.path.basename(path)}: no blocks recorded (only the GDN kernels are instrumented)")
+        print(f"== {os.path.basename(path)}: no blocks recorded (the instrumented kernels: the group steps and verifies, "
+              "the GDN stream kernels, the Mamba-2 pipelined folds)")
         return
     kinds = sorted({r[0] for r in recs})
     by = {k: [r for r in recs if r[0] == k] for k in kinds}
-    main = "group_step" if "group_step" in by else ("group_verify" if "group_verify" in by else kinds[0])
+    main = next((k for k in ("group_step", "m2_group_step", "group_verify", "m2_group_verify") if k in by), kinds[0])
     side = [k for k in kinds if k != main]
     print(f"== {os.path.basename(path)}: {len(recs)} blocks, {steps} steps; kernels " +
           ", ".join(f"{k} {len(by[k])}" for k in kinds))

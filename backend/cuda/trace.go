@@ -15,6 +15,11 @@ const (
 	TraceFlushStream TraceKind = 2 // gdn_flush_stream: the flushing slots
 	TraceFoldStream  TraceKind = 3 // gdn_fold_stream: a verify's early folds
 	TraceGroupVerify TraceKind = 4 // gdn_group_verify
+
+	TraceM2GroupStep   TraceKind = 5 // mamba2_group_step
+	TraceM2FlushPipe   TraceKind = 6 // mamba2_flush_pipe (items not counted)
+	TraceM2FoldPipe    TraceKind = 7 // mamba2_fold_pipe (items not counted)
+	TraceM2GroupVerify TraceKind = 8 // mamba2_group_verify
 )
 
 func (k TraceKind) String() string {
@@ -27,6 +32,14 @@ func (k TraceKind) String() string {
 		return "fold_stream"
 	case TraceGroupVerify:
 		return "group_verify"
+	case TraceM2GroupStep:
+		return "m2_group_step"
+	case TraceM2FlushPipe:
+		return "m2_flush_pipe"
+	case TraceM2FoldPipe:
+		return "m2_fold_pipe"
+	case TraceM2GroupVerify:
+		return "m2_group_verify"
 	}
 	return fmt.Sprintf("kind%d", uint8(k))
 }

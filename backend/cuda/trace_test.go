@@ -87,6 +87,69 @@ func TestReplayTraceRecordsBlocks(t *testing.T) {
 	}
 }
 
+// TestReplayTraceMamba2 runs a window of Mamba-2 decode steps through the
+// split kernels built with -DTRACE=1: every step's group-step blocks took
+// every (group, batch row) item once, and the pipelined flush's blocks
+// (mamba2_flush_pipe, before the group step) recorded themselves in the
+// steps where it runs.
+func TestReplayTraceMamba2(t *testing.T) {
+	d := gpu(t)
+	// largeLayers' Mamba-2 shape: rows of 128, 80 rows a head.
+	shape := ssm.Mamba2Shape{Heads: 4, HeadDim: 80, StateSize: 128, Groups: 2}
+	l := mamba2TestLayer(13, shape)
+	const batch = 8
+	opt := replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 2}
+	tn := envTuning(os.Getenv)
+	tn.groupAll = true
+	tn.defines = append(slices.Clip(tn.defines), "-DTRACE=1")
+	c, err := l.buildWith(d, opt, batch, tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, c.close()) }()
+	if k, why := c.foldKernel(); k != "v7" {
+		t.Skipf("the Mamba-2 flush is not the pipelined fold here (%s): %s", k, why)
+	}
+	c.setSmallBatch(0)
+	rc := c.common()
+	s := stream(t, d)
+	st := newStaging(t, d, l, batch, batch)
+	var slots []replay.Slot
+	for range batch {
+		sl, err := c.admit(s)
+		must(t, err)
+		slots = append(slots, sl)
+	}
+	rng := rand.New(rand.NewPCG(6, 6))
+	flushes := 0
+	for k := range opt.Window {
+		must(t, rc.ResetTrace(s))
+		st.upload(t, d, s, slots, l.draw(rng, batch))
+		must(t, c.step(s, batch, st.slots, st.in, st.y))
+		recs, dropped, err := rc.ReadTrace(s)
+		must(t, err)
+		if dropped != 0 {
+			t.Fatalf("step %d: %d records dropped", k, dropped)
+		}
+		items := map[TraceKind]int{}
+		for _, r := range recs {
+			if r.End < r.Start || r.SM >= d.Multiprocessors() {
+				t.Fatalf("step %d: %+v: end before start or no such SM", k, r)
+			}
+			items[r.Kind] += r.Items
+			if r.Kind == TraceM2FlushPipe {
+				flushes++
+			}
+		}
+		if got, want := items[TraceM2GroupStep], batch*shape.Groups; got != want {
+			t.Errorf("step %d: the group step's blocks took %d items, want %d", k, got, want)
+		}
+	}
+	if flushes == 0 {
+		t.Errorf("no mamba2_flush_pipe block recorded in a window of %d steps", opt.Window)
+	}
+}
+
 // TestDecodeTrace checks the record layout read back from a TRACE module
 // against records packed as TRACE_STOP packs them (kind << 24 | items,
 // sm | block << 8), a partial record at the end left out.
@@ -111,7 +174,8 @@ func TestDecodeTrace(t *testing.T) {
 		t.Errorf("decodeTrace = %+v, want %+v", got, want)
 	}
 	for k, name := range map[TraceKind]string{TraceGroupStep: "group_step", TraceFlushStream: "flush_stream",
-		TraceFoldStream: "fold_stream", TraceGroupVerify: "group_verify", 9: "kind9"} {
+		TraceFoldStream: "fold_stream", TraceGroupVerify: "group_verify", TraceM2GroupStep: "m2_group_step",
+		TraceM2FlushPipe: "m2_flush_pipe", TraceM2FoldPipe: "m2_fold_pipe", TraceM2GroupVerify: "m2_group_verify", 9: "kind9"} {
 		if k.String() != name {
 			t.Errorf("TraceKind(%d) = %q, want %q", k, k.String(), name)
 		}

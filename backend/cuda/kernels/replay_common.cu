@@ -56,6 +56,10 @@ typedef unsigned long long u64;
 #define TRACE_FLUSH_STREAM 2
 #define TRACE_FOLD_STREAM 3
 #define TRACE_GROUP_VERIFY 4
+#define TRACE_M2_GROUP_STEP 5
+#define TRACE_M2_FLUSH_PIPE 6
+#define TRACE_M2_FOLD_PIPE 7
+#define TRACE_M2_GROUP_VERIFY 8
 struct TraceRec {
     u64 t0, t1;
     u32 tag, where;

@@ -1528,6 +1528,8 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     extern __shared__ __align__(16) float sXr[];
     static_assert(HPG <= GNT, "one thread per head of a group");
 
+    TRACE_START();
+    int traced = 0; // the block's items (TRACE)
     const int tid = threadIdx.x, items = batch * NGROUPS;
     constexpr int OUTS = (GROWS + GNT - 1) / GNT;
     const int xcap = (int)(dynamic_smem_bytes() / (GROWS * 4));
@@ -1570,6 +1572,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     int nextQ = queue_start(sQ, done + 3), it = 0;
 #endif
     while (i < items) {
+        traced++;
 #if OVERLAP
         const int h0 = g * HPG, next = nextQ;
         const int asked = queue_ask(done + 3);
@@ -1713,6 +1716,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         gs = gsN;
     }
     step_done(hist, pending, done, slots, batch, L);
+    TRACE_STOP(TRACE_M2_GROUP_STEP, traced);
 }
 #endif
 
@@ -1984,16 +1988,20 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* _
                     const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int R,
                     int batch VPART_PARAM)
 {
+    TRACE_START();
+    int traced = 0; // the block's items (TRACE)
     for (int i = blockIdx.x; i < batch * NGROUPS; i += gridDim.x) {
 #if VPART
         if (vpart_skip(part, hist, slots, counts, T, R, i / NGROUPS)) {
             continue;
         }
 #endif
+        traced++;
         mamba2_group_verify_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x,
                                  B, C, dt, y, A, dtb, D, dtMin, R, i % NGROUPS, i / NGROUPS);
         __syncthreads(); // the item's tables are read before the next one's
     }
+    TRACE_STOP(TRACE_M2_GROUP_VERIFY, traced);
 }
 #endif
 #endif
@@ -2124,9 +2132,11 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
 #if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(MAMBA2_STEP_PARAMS)
 {
+    TRACE_START();
     mamba2_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1,
                                 x, B, C, dt, y, A, dtb, D, dtMin, L, batch);
     flush_done(hist, pending, done, slots, batch, L);
+    TRACE_STOP(TRACE_M2_FLUSH_PIPE, 0);
 }
 #endif
 
@@ -2135,8 +2145,10 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(M
 #if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_fold_pipe(MAMBA2_VERIFY_PARAMS, int batch)
 {
+    TRACE_START();
     mamba2_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T,
                                  x, B, C, dt, y, A, dtb, D, dtMin, R, batch);
+    TRACE_STOP(TRACE_M2_FOLD_PIPE, 0);
 }
 #endif
 #endif
