@@ -15,10 +15,12 @@ items they took, and how busy the SMs were: the mean number of the group
 kernel's blocks resident while it ran, and while the other kernel's blocks
 were resident beside it.
 
-    python3 tools/trace_summary.py DIR_OR_CSV... [--steps N]
+    python3 tools/trace_summary.py DIR_OR_CSV... [--steps N] [--profile K]
 
 --steps gives the graph's step count where the file name does not (window:
-16, nonflush: 15, flush: 1, verify: 4 rounds).
+16, nonflush: 15, flush: 1, verify: 4 rounds). --profile K also prints step
+K's occupancy over time: each kernel's resident blocks, averaged over bins
+of a twentieth of the step.
 """
 import argparse
 import csv
@@ -56,7 +58,18 @@ def resident(recs, t0, t1):
     return alive / (t1 - t0)
 
 
-def summarise(path, steps):
+def profile(here, kinds, bins=20):
+    """Prints the step's resident blocks of each kernel in time bins."""
+    t0 = min(r[4] for k in kinds for r in here[k])
+    t1 = max(r[5] for k in kinds for r in here[k])
+    w = (t1 - t0) / bins
+    print("   profile (us from the step's start: mean resident blocks " + ", ".join(kinds) + ")")
+    for i in range(bins):
+        a, b = t0 + i * w, t0 + (i + 1) * w
+        print(f"   {a - t0:7.1f}.." + f"{b - t0:<7.1f} " + "  ".join(f"{resident(here[k], a, b):6.0f}" for k in kinds))
+
+
+def summarise(path, steps, show=-1):
     recs = read(path)
     if not recs:
         print(f"== {os.path.basename(path)}: no blocks recorded (the instrumented kernels: the group steps and verifies, "
@@ -101,6 +114,8 @@ def summarise(path, steps):
             nxt = min(r[4] for k in kinds for r in cut[k][i + 1])
             gap = f"{nxt - t1:5.1f}"
         print(f"   {i:4d} {t1 - t0:6.1f}   " + "  ".join(parts) + f"   {occ:.0f} / {beside}   {gap}")
+        if i == show:
+            profile(here, [main] + side)
     all0 = min(r[4] for r in recs)
     all1 = max(r[5] for r in recs)
     print(f"   whole graph {all1 - all0:.1f} us, steps' spans sum {sum(spans):.1f}, mean {statistics.mean(spans):.1f}")
@@ -110,6 +125,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="+")
     ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--profile", type=int, default=-1, help="print this step's occupancy over time")
     a = ap.parse_args()
     files = []
     for p in a.paths:
@@ -123,7 +139,7 @@ def main():
             tail = os.path.basename(f)[:-4].rsplit("_", 1)[-1]
             steps = STEPS.get(tail, 1)
         try:
-            summarise(f, steps)
+            summarise(f, steps, a.profile)
         except (OSError, ValueError, KeyError) as e:
             print(f"== {f}: {e}", file=sys.stderr)
 
