@@ -12,6 +12,59 @@ import (
 	"github.com/replayssm/replayssm/ssm"
 )
 
+// traceOpt is the trace tests' cache: a window of 4, drafts of 2.
+var traceOpt = replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 2}
+
+// traceWindow builds layer l's cache for batch slots with -DTRACE=1 (the
+// group kernels at every batch, the split kernels), lets ready check (or
+// skip on) which kernels it runs, admits the slots and runs one window of
+// decode steps on fresh inputs drawn from seed. For each step it checks
+// that no record was dropped and every record ends after it starts on a
+// real SM, then calls check with the step's items and blocks by kernel.
+func traceWindow(t *testing.T, d *Device, l gpuLayer, batch int, seed uint64, ready func(c *gpuCache),
+	check func(k int, c *gpuCache, items, blocks map[TraceKind]int)) {
+	t.Helper()
+	tn := envTuning(os.Getenv)
+	tn.groupAll = true
+	tn.defines = append(slices.Clip(tn.defines), "-DTRACE=1")
+	c, err := l.buildWith(d, traceOpt, batch, tn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, c.close()) }()
+	ready(c)
+	c.setSmallBatch(0)
+	rc := c.common()
+	s := stream(t, d)
+	st := newStaging(t, d, l, batch, batch)
+	var slots []replay.Slot
+	for range batch {
+		sl, err := c.admit(s)
+		must(t, err)
+		slots = append(slots, sl)
+	}
+	rng := rand.New(rand.NewPCG(seed, seed))
+	for k := range traceOpt.Window {
+		must(t, rc.ResetTrace(s))
+		st.upload(t, d, s, slots, l.draw(rng, batch))
+		must(t, c.step(s, batch, st.slots, st.in, st.y))
+		recs, dropped, err := rc.ReadTrace(s)
+		must(t, err)
+		if dropped != 0 {
+			t.Fatalf("step %d: %d records dropped", k, dropped)
+		}
+		items, blocks := map[TraceKind]int{}, map[TraceKind]int{}
+		for _, r := range recs {
+			if r.End < r.Start || r.SM >= d.Multiprocessors() {
+				t.Fatalf("step %d: %+v: end before start or no such SM (%d SMs)", k, r, d.Multiprocessors())
+			}
+			items[r.Kind] += r.Items
+			blocks[r.Kind]++
+		}
+		check(k, c, items, blocks)
+	}
+}
+
 // TestReplayTraceRecordsBlocks runs a window of GDN decode steps through
 // the split kernels (the group step, the streamed flush beside it) built
 // with -DTRACE=1 and checks each step's trace: every block's record has
@@ -25,64 +78,30 @@ func TestReplayTraceRecordsBlocks(t *testing.T) {
 	shape := ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 128, ValueDim: 128}
 	l := gdnTestLayer(14, shape)
 	const batch = 8
-	opt := replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 2}
-	tn := envTuning(os.Getenv)
-	tn.groupAll = true
-	tn.defines = append(slices.Clip(tn.defines), "-DTRACE=1")
-	c, err := l.buildWith(d, opt, batch, tn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { must(t, c.close()) }()
-	if !c.streamFlush() {
-		t.Fatalf("the trace test wants gdn_flush_stream: this cache flushes with another kernel")
-	}
-	c.setSmallBatch(0)
-	rc := c.common()
-	s := stream(t, d)
-	st := newStaging(t, d, l, batch, batch)
-	var slots []replay.Slot
-	for range batch {
-		sl, err := c.admit(s)
-		must(t, err)
-		slots = append(slots, sl)
-	}
-	// A flushing slot's items: its value heads' rows in strips of 16 a warp.
-	perSlot := shape.ValueHeads * shape.ValueDim / (16 * rc.group.flushThreads / 32)
-	rng := rand.New(rand.NewPCG(5, 5))
-	for k := range opt.Window {
-		must(t, rc.ResetTrace(s))
-		st.upload(t, d, s, slots, l.draw(rng, batch))
-		must(t, c.step(s, batch, st.slots, st.in, st.y))
-		recs, dropped, err := rc.ReadTrace(s)
-		must(t, err)
-		if dropped != 0 {
-			t.Fatalf("step %d: %d records dropped", k, dropped)
+	traceWindow(t, d, l, batch, 5, func(c *gpuCache) {
+		if !c.streamFlush() {
+			t.Fatalf("the trace test wants gdn_flush_stream: this cache flushes with another kernel")
 		}
-		items := map[TraceKind]int{}
-		for _, r := range recs {
-			if r.End < r.Start || r.SM >= d.Multiprocessors() {
-				t.Fatalf("step %d: %+v: end before start or no such SM (%d SMs)", k, r, d.Multiprocessors())
-			}
-			items[r.Kind] += r.Items
-		}
+	}, func(k int, c *gpuCache, items, _ map[TraceKind]int) {
 		if got, want := items[TraceGroupStep], batch*shape.KeyHeads; got != want {
 			t.Errorf("step %d: the group step's blocks took %d items, want %d", k, got, want)
 		}
+		// A flushing slot's items: its value heads' rows in strips of 16 a warp.
+		perSlot := shape.ValueHeads * shape.ValueDim / (16 * c.common().group.flushThreads / 32)
 		want := 0
-		if k == opt.Window-1 {
+		if k == traceOpt.Window-1 {
 			want = batch * perSlot
 		}
 		if got := items[TraceFlushStream]; got != want {
 			t.Errorf("step %d: the flush's blocks took %d items, want %d", k, got, want)
 		}
-	}
-	plain, err := l.buildWith(d, opt, batch, envTuning(os.Getenv))
+	})
+	plain, err := l.buildWith(d, traceOpt, batch, envTuning(os.Getenv))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { must(t, plain.close()) }()
-	if _, _, err := plain.common().ReadTrace(s); err == nil || !strings.Contains(err.Error(), "-DTRACE=1") {
+	if _, _, err := plain.common().ReadTrace(stream(t, d)); err == nil || !strings.Contains(err.Error(), "-DTRACE=1") {
 		t.Errorf("ReadTrace of a module without TRACE: %v, want an error naming -DTRACE=1", err)
 	}
 }
@@ -96,57 +115,20 @@ func TestReplayTraceMamba2(t *testing.T) {
 	d := gpu(t)
 	// largeLayers' Mamba-2 shape: rows of 128, 80 rows a head.
 	shape := ssm.Mamba2Shape{Heads: 4, HeadDim: 80, StateSize: 128, Groups: 2}
-	l := mamba2TestLayer(13, shape)
 	const batch = 8
-	opt := replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 2}
-	tn := envTuning(os.Getenv)
-	tn.groupAll = true
-	tn.defines = append(slices.Clip(tn.defines), "-DTRACE=1")
-	c, err := l.buildWith(d, opt, batch, tn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { must(t, c.close()) }()
-	if k, why := c.foldKernel(); k != "v7" {
-		t.Skipf("the Mamba-2 flush is not the pipelined fold here (%s): %s", k, why)
-	}
-	c.setSmallBatch(0)
-	rc := c.common()
-	s := stream(t, d)
-	st := newStaging(t, d, l, batch, batch)
-	var slots []replay.Slot
-	for range batch {
-		sl, err := c.admit(s)
-		must(t, err)
-		slots = append(slots, sl)
-	}
-	rng := rand.New(rand.NewPCG(6, 6))
 	flushes := 0
-	for k := range opt.Window {
-		must(t, rc.ResetTrace(s))
-		st.upload(t, d, s, slots, l.draw(rng, batch))
-		must(t, c.step(s, batch, st.slots, st.in, st.y))
-		recs, dropped, err := rc.ReadTrace(s)
-		must(t, err)
-		if dropped != 0 {
-			t.Fatalf("step %d: %d records dropped", k, dropped)
+	traceWindow(t, d, mamba2TestLayer(13, shape), batch, 6, func(c *gpuCache) {
+		if k, why := c.foldKernel(); k != "v7" {
+			t.Skipf("the Mamba-2 flush is not the pipelined fold here (%s): %s", k, why)
 		}
-		items := map[TraceKind]int{}
-		for _, r := range recs {
-			if r.End < r.Start || r.SM >= d.Multiprocessors() {
-				t.Fatalf("step %d: %+v: end before start or no such SM", k, r)
-			}
-			items[r.Kind] += r.Items
-			if r.Kind == TraceM2FlushPipe {
-				flushes++
-			}
-		}
+	}, func(k int, _ *gpuCache, items, blocks map[TraceKind]int) {
+		flushes += blocks[TraceM2FlushPipe]
 		if got, want := items[TraceM2GroupStep], batch*shape.Groups; got != want {
 			t.Errorf("step %d: the group step's blocks took %d items, want %d", k, got, want)
 		}
-	}
+	})
 	if flushes == 0 {
-		t.Errorf("no mamba2_flush_pipe block recorded in a window of %d steps", opt.Window)
+		t.Errorf("no mamba2_flush_pipe block recorded in a window of %d steps", traceOpt.Window)
 	}
 }
 
