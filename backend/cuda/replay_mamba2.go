@@ -89,6 +89,15 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 	if !definesName(tn.defines, "SCALARS_EARLY") {
 		defines = append(defines, "-DSCALARS_EARLY=1")
 	}
+	// A 2-byte checkpoint folded by the pipelined folds stores each chunk
+	// with one st.global.v4 (STORE_V4): NVVM split two of the bf16 flush's
+	// four 16-byte stores into 4-byte ones (ncu, session 30: 56% of its
+	// sectors excess). H200, B=256, same run: bf16 aligned flush 573 -> 571
+	// us (Nano), 578 -> 572 (Super), verify 345 -> 342, 351 -> 347; fp32
+	// within 1% either way, so not there.
+	if f.on && elemBytes(opt.State) == 2 && !definesName(tn.defines, "STORE_V4") {
+		defines = append(defines, "-DSTORE_V4=1")
+	}
 	return p, g, f, defines
 }
 

@@ -1672,19 +1672,33 @@ __device__ __forceinline__ void base_stream(const typename IO::T* stage, u64* ba
 #define PIPE_RING 1
 #endif
 
-// Piece is one contiguous copy into a stage.
+// Piece is one contiguous copy into a stage. swz (0 for a plain copy)
+// swizzles a cp.async piece's 16-byte units: unit f lands at f ^ ((f >> 3)
+// & swz), the layout a reader of rows that spreads each lane's VEC floats
+// over 16-byte loads asks for (bsw_unit; the Mamba-2 folds' B rows).
 struct Piece {
     unsigned char* dst;
     const void* src;
     u32 bytes;
+    u32 swz;
 };
+
+// bsw_unit is the 16-byte unit where unit f of a row swizzled by mask swz
+// lies (Piece.swz). Eight lanes reading units f = VEC/4 * lane + q of a
+// float row (q fixed) hit the same banks two (VEC 8) or four (VEC 16)
+// times over unswizzled; swizzled with swz = VEC/4 - 1 never (the XOR
+// moves f within its group of VEC/4 units by bits of f / 8).
+__device__ __forceinline__ int bsw_unit(int f, int swz) { return f ^ ((f >> 3) & swz); }
 
 // produce_stage moves a stage's npieces pieces (piece(ci) gives piece ci;
 // pieces 0 .. nmat-1 are the matrix) and arms bar: the producer warp calls it
 // with all lanes; the stage is full once every byte has landed. bar's
 // initial count is 33: lane 0's arrival plus one cp.async arrival per lane.
 // Lane l issues pieces l, l+32, ...; a matrix moved by cp.async is spread
-// over the whole warp. PIPE_NOCOPY (an experiment) moves nothing.
+// over the whole warp. (Each ring piece copied by the whole warp in turn,
+// 512 contiguous bytes a cp.async rather than 16 from each of 32 rows, was
+// slower: Mamba-2 aligned flush 2-16%, verify 6-19%; session 30.)
+// PIPE_NOCOPY (an experiment) moves nothing.
 template <typename F>
 __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F piece)
 {
@@ -1713,7 +1727,7 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
             bulk_g2s(pc.dst, pc.src, pc.bytes, bar);
         } else if (ci >= nmat) {
             for (u32 off = 0; off < pc.bytes; off += 16) {
-                cp_async16(pc.dst + off, static_cast<const unsigned char*>(pc.src) + off);
+                cp_async16(pc.dst + 16 * bsw_unit(off / 16, pc.swz), static_cast<const unsigned char*>(pc.src) + off);
             }
         }
     }

@@ -65,19 +65,26 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
 // its copy in a stage of the pipelined fold), writes S (matrix mat of the
 // state buffer) back in the state format and, with a read copy, rewrites
 // the copy. With OUT it also writes sDot[p] = S_new[p] . sC (the
-// fp32 S, before any rounding). Barriers inside: every thread calls it.
+// fp32 S, before any rounding) through sink(p, dot), called by one lane a
+// row. Barriers inside: every thread calls it.
 // FOLD_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DFOLD_SKIP=4; the
 // outputs are then wrong): bit 4 skips the rank-t update, so a flush's time
 // can be split into the update and the rest.
 #ifndef FOLD_SKIP
 #define FOLD_SKIP 0
 #endif
-template <bool OUT, typename Coef>
+// BSW: the B rows in sB are swizzled by 16-byte units (bsw_unit with
+// mask VEC/4 - 1, as the pipelined folds' producer stores them), so a
+// warp's loads of B never meet in a bank (unswizzled, the bf16 flush's
+// B loads took twice their ideal wavefronts and held the kernel on
+// shared-memory throughput: ncu, session 30).
+template <bool OUT, bool BSW = false, typename Coef, typename Sink>
 __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                             u64 mat, int t, float decay, const float* sB, Coef coef, const float* sC,
-                                            float* sDot, float* scratch)
+                                            Sink sink, float* scratch)
 {
     constexpr int VEC = SM::VEC;
+    constexpr int QSW = BSW ? VEC / 4 - 1 : 0;
     // The thread's whole share of the matrix in registers: each B_j chunk
     // read from shared memory then feeds every pass (rows p, p+RPP, ...),
     // so the rank update is not bound by shared-memory bandwidth.
@@ -110,10 +117,10 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
         }
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
-            const float4* bj = reinterpret_cast<const float4*>(sB + j * N + SM::col(c));
+            const float4* bj = reinterpret_cast<const float4*>(sB + j * N);
 #pragma unroll
             for (int q = 0; q < VEC / 4; q++) {
-                const float4 b4 = bj[q];
+                const float4 b4 = bj[bsw_unit(SM::col(c) / 4 + q, QSW)];
 #pragma unroll
                 for (int pass = 0; pass < SM::PASSES; pass++) {
                     e[pass][c][4 * q] = fmaf(cj[pass], b4.x, e[pass][c][4 * q]);
@@ -130,18 +137,23 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
         float acc = 0.0f;
 #pragma unroll
         for (int c = 0; c < SM::CPL; c++) {
-            const int col = SM::col(c);
             if (OUT) {
+                // C is swizzled as B is (BSW).
+                const float4* c4 = reinterpret_cast<const float4*>(sC);
 #pragma unroll
-                for (int k = 0; k < VEC; k++) {
-                    acc = fmaf(e[pass][c][k], sC[col + k], acc);
+                for (int q = 0; q < VEC / 4; q++) {
+                    const float4 cq = c4[bsw_unit(SM::col(c) / 4 + q, QSW)];
+                    acc = fmaf(e[pass][c][4 * q], cq.x, acc);
+                    acc = fmaf(e[pass][c][4 * q + 1], cq.y, acc);
+                    acc = fmaf(e[pass][c][4 * q + 2], cq.z, acc);
+                    acc = fmaf(e[pass][c][4 * q + 3], cq.w, acc);
                 }
             }
         }
         if (OUT) {
             acc = lanes_sum<SM::LANES>(acc);
             if (r < ROWS && SM::lane() == 0) {
-                sDot[r] = acc;
+                sink(r, acc);
             }
         }
     }
@@ -363,7 +375,8 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     }
     __syncthreads();
     mamba2_fold<true>(state + mat * (P * N), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, t, sE, sB,
-                      [&](int p, int j) { return sX[p * CSTRIDE + j]; }, sC, sDot, sScratch);
+                      [&](int p, int j) { return sX[p * CSTRIDE + j]; }, sC, [&](int p, float d) { sDot[p] = d; },
+                      sScratch);
     __syncthreads();
     if (TOKEN_ROWS && MODE != 1) {
 #pragma unroll
@@ -739,7 +752,8 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         }
         __syncthreads();
         mamba2_fold<false>(state + mat * (P * N), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, n, sEk[0],
-                           sB, [&](int p, int j) { return sCoef[p * CSTRIDE + j]; }, nullptr, nullptr, sScratch);
+                           sB, [&](int p, int j) { return sCoef[p * CSTRIDE + j]; }, nullptr, [](int, float) {},
+                           sScratch);
         if (PART == 2) {
             return; // mamba2_group_verify reads the new checkpoint like any other slot's
         }
@@ -2030,6 +2044,13 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* _
 #define FS_C (FS_B + RMAX * N * 4)
 #define FS_END (FS_C + N * 4)
 static_assert(FS_END <= FSTAGE_BYTES, "fold stage layout larger than FSTAGE_BYTES");
+// M2_BSWZ: the stage's B rows swizzled for mamba2_fold's loads (its BSW);
+// only where the producer moves ring pieces by cp.async (a bulk copy
+// cannot swizzle). Session 30.
+#ifndef M2_BSWZ
+#define M2_BSWZ 1
+#endif
+#define M2_FOLD_BSW (M2_BSWZ != 0 && PIPE_RING != 0)
 
 // M2Fold is one item of a pipelined fold: slot, history, batch row, head,
 // entries folded (fold_locate's), the fp8 checkpoint's scale, D[h], the decay
@@ -2102,25 +2123,29 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
                 if (c < m.t) {
                     const float* src = c < m.n ? ringB + (ring_at(m.s, c) * NGROUPS + g) * N
                                                : B + ((u64)m.b * NGROUPS + g) * N;
-                    return Piece{sg + FS_B + c * N * 4, src, N * 4};
+                    return Piece{sg + FS_B + c * N * 4, src, N * 4, M2_FOLD_BSW ? SM::VEC / 4 - 1 : 0};
                 }
-                return Piece{sg + FS_C, C + ((u64)m.b * NGROUPS + g) * N, N * 4};
+                return Piece{sg + FS_C, C + ((u64)m.b * NGROUPS + g) * N, N * 4, M2_FOLD_BSW ? SM::VEC / 4 - 1 : 0};
             });
         return;
     }
     fold_consume(items, dsm, full, empty, [&](const M2Fold& m, unsigned char* sg) {
         const float* sX = reinterpret_cast<const float*>(sg + FS_X);
         const int t = m.t;
-        mamba2_fold<FLUSH>(
+        float* yh = y + ((u64)m.b * NHEADS + m.h) * P;
+        mamba2_fold<FLUSH, M2_FOLD_BSW>(
             reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
             reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
-            reinterpret_cast<const float*>(sg + FS_C), sDot, sScratch);
+            reinterpret_cast<const float*>(sg + FS_C), [&](int p, float d) { sDot[p] = d; }, sScratch);
         if (FLUSH) {
             // The fold's row dots to every thread; the second barrier keeps
             // the next item's fold from writing sDot before all are read.
+            // (y written by the lane that holds each row's dot, with no
+            // barrier between items, measured slower: bf16 aligned flush
+            // 573 -> 604 us Nano, 578 -> 617 Super; session 30.)
             cta_sync();
             for (int p = threadIdx.x; p < P; p += NT) {
-                y[((u64)m.b * NHEADS + m.h) * P + p] = sDot[p] + m.dh * sX[m.n * P + p];
+                yh[p] = sDot[p] + m.dh * sX[m.n * P + p];
             }
             cta_sync();
         }
