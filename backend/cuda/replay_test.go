@@ -903,6 +903,12 @@ func TestReplayOverlapMatchesSerial(t *testing.T) {
 	main := on
 	main.overlapMain = true
 	comparePairs(t, d, pairVariant{"overlap-main-first", main, 0, ""}, pairVariant{"serial", off, 0, ""})
+	// A step's few flush items on the first block of the three, the others
+	// ending at once (FL_FEW: Mamba-2's pipelined flush beside the
+	// non-flush kernel, GDN's flush by strips).
+	few := on
+	few.flFew, few.flKeep, few.flFewBatch = "64", 1, 1
+	comparePairs(t, d, pairVariant{"overlap-few", few, 0, ""}, pairVariant{"serial", off, 0, ""})
 }
 
 // TestReplayVerifyEarlyMatchesLate checks the small batches' verify with

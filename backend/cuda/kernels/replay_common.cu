@@ -3208,18 +3208,19 @@ __device__ __forceinline__ bool fold_locate(int i, const int* __restrict__ slots
 }
 
 // fold_produce is the producer warp's loop over the block's items i =
-// blockIdx.x + k*gridDim.x < nitems: prep(i, item) fills this lane's item
+// blockIdx.x + k*grid < nitems (grid: the blocks that take items, gridDim.x
+// but for a flush on its first blocks, FL_FEW): prep(i, item) fills this lane's item
 // and says whether it folds; npieces(item) and piece(item, stage, ci) give
 // the stage's pieces, piece 0 the checkpoint.
 template <typename Item, typename Prep, typename Count, typename PieceF>
-__device__ __forceinline__ void fold_produce(int nitems, Item* items, unsigned char* stages, u64* full, u64* empty,
-                                             Prep prep, Count npieces, PieceF piece)
+__device__ __forceinline__ void fold_produce(int nitems, int grid, Item* items, unsigned char* stages, u64* full,
+                                             u64* empty, Prep prep, Count npieces, PieceF piece)
 {
     static_assert(sizeof(Item) % 4 == 0, "items move between lanes as 32-bit words");
     const int lane = threadIdx.x & 31;
     int it = 0;
-    for (int base = blockIdx.x; base < nitems; base += 32 * gridDim.x) {
-        const int i = base + lane * (int)gridDim.x;
+    for (int base = blockIdx.x; base < nitems; base += 32 * grid) {
+        const int i = base + lane * grid;
         Item mine{};
         const bool fold = i < nitems && prep(i, mine);
         for (u32 mask = __ballot_sync(FULL_MASK, fold); mask != 0; mask &= mask - 1) {

@@ -2108,7 +2108,8 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
                       const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
                       const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
                       const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
-                      const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int L, int batch)
+                      const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int L, int batch,
+                      int grid)
 {
     extern __shared__ __align__(128) unsigned char dsm[];
     __shared__ float sDot[P];
@@ -2118,7 +2119,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
     fold_init(full, empty);
     if (threadIdx.x >= NT) {
         fold_produce(
-            batch * NHEADS, items, dsm, full, empty,
+            batch * NHEADS, grid, items, dsm, full, empty,
             [&](int i, M2Fold& m) -> bool {
                 const bool fold = fold_locate<FLUSH, NHEADS>(i, slots, hist, counts, T, L, m);
                 if (fold) {
@@ -2195,11 +2196,48 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
 // mamba2_flush_pipe: the flush of a decode step (in place of
 // mamba2_replay_flush, before the non-flush kernel); L is the window.
 #if HSPLIT == 1 // the split module takes only the small step
+//
+// FL_FEW=n (REPLAYSSM_CUDA_FL_FEW with REPLAYSSM_CUDA_OVERLAP=1; 0 off) is
+// gdn_flush_stream's rule here: the blocks count the step's flushing slots
+// first and, when their items are fewer than n a block of the grid (a
+// staggered step's sixteenth of the slots), leave them to the first
+// FL_KEEP blocks (one an SM) and end at once, so that the group step on
+// the other stream starts beside them. Without OVERLAP the group step
+// waits for the whole flush anyway (session 30's Mamba-2 timelines: the
+// flush alone for the step's first 46-61 us). Session 30, written after
+// the device time: not yet measured.
+#ifndef FL_FEW
+#define FL_FEW 0
+#endif
+#ifndef FL_KEEP
+#define FL_KEEP 132
+#endif
+#ifndef FL_FEW_BATCH
+#define FL_FEW_BATCH 256
+#endif
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(MAMBA2_STEP_PARAMS)
 {
     TRACE_START();
+    int grid = (int)gridDim.x; // the blocks that take items
+#if FL_FEW
+    if (batch >= FL_FEW_BATCH && grid > FL_KEEP) {
+        int flushing = 0;
+        for (int b0 = 0; b0 < batch; b0 += NT + 32) {
+            const int bq = b0 + (int)threadIdx.x;
+            flushing += __syncthreads_count(bq < batch && hist[slots[bq]] + 1 >= L);
+        }
+        if (flushing * NHEADS < FL_FEW * grid) {
+            if ((int)blockIdx.x >= FL_KEEP) {
+                flush_done(hist, pending, done, slots, batch, L);
+                TRACE_STOP(TRACE_M2_FLUSH_PIPE, 0);
+                return;
+            }
+            grid = FL_KEEP;
+        }
+    }
+#endif
     mamba2_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1,
-                                x, B, C, dt, y, A, dtb, D, dtMin, L, batch);
+                                x, B, C, dt, y, A, dtb, D, dtMin, L, batch, grid);
     flush_done(hist, pending, done, slots, batch, L);
     TRACE_STOP(TRACE_M2_FLUSH_PIPE, 0);
 }
@@ -2212,7 +2250,7 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_fold_pipe(MA
 {
     TRACE_START();
     mamba2_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T,
-                                 x, B, C, dt, y, A, dtb, D, dtMin, R, batch);
+                                 x, B, C, dt, y, A, dtb, D, dtMin, R, batch, (int)gridDim.x);
     TRACE_STOP(TRACE_M2_FOLD_PIPE, 0);
 }
 #endif
