@@ -490,6 +490,11 @@ m2next)
 		--shapes nemotron-3-super --state-dtype bf16 --modes replay
 	experiment m2few mamba2 replay REPLAYSSM_CUDA_OVERLAP=1 "REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_FL_FEW=4"
 	BATCH=64 experiment m2few64 mamba2 replay "REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_FL_FEW=4"
+	# (3) The verify's early folds beside the group verify of the other
+	# slots (VPART), on their resident grid and on one block an SM (the
+	# timelines: the folds alone for 163-192 us of a 345-490 us verify).
+	experiment m2vpart mamba2 verify REPLAYSSM_CUDA_VERIFY_OVERLAP=1 \
+		"REPLAYSSM_CUDA_VERIFY_OVERLAP=1 REPLAYSSM_CUDA_OVERLAP_BLOCKS=132"
 	REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_FL_FEW=4 REPLAYSSM_CUDA_DEFINES="-DTRACE=1" "$cli" bench kernels --device cuda \
 		--batch 256 --shapes mamba2 --state-dtype fp32,bf16 --modes replay --min-time 30ms --trace "$out/trace" \
 		>"$out/trace_bench.txt" 2>&1
