@@ -129,16 +129,7 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 			// A staggered step's few items on one block an SM (FL_FEW; not
 			// with the queue, whose blocks share the items as they come).
 			if few := tn.flushFew(opt.State); few > 0 && !queue {
-				keep := tn.flKeep
-				if keep <= 0 {
-					keep = d.Multiprocessors()
-				}
-				from := tn.flFewBatch
-				if from <= 0 {
-					from = 256
-				}
-				defines = append(defines, fmt.Sprintf("-DFL_FEW=%d", few), fmt.Sprintf("-DFL_KEEP=%d", max(keep, 1)),
-					fmt.Sprintf("-DFL_FEW_BATCH=%d", from))
+				defines = append(defines, flushFewDefines(d, few, tn)...)
 			}
 		}
 	}
@@ -159,6 +150,21 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 // as few, ran 77 -> 175 us: hence the bound. B=512 was not measured with
 // it.
 const defaultFlFew = 4
+
+// flushFewDefines returns FL_FEW's defines (replay_common.cu) for the bound
+// few: its blocks one an SM of d (tn.flKeep in tests), from batch 256
+// (tn.flFewBatch).
+func flushFewDefines(d *Device, few int, tn tuning) []string {
+	keep := tn.flKeep
+	if keep <= 0 {
+		keep = d.Multiprocessors()
+	}
+	from := tn.flFewBatch
+	if from <= 0 {
+		from = 256
+	}
+	return []string{fmt.Sprintf("-DFL_FEW=%d", few), fmt.Sprintf("-DFL_KEEP=%d", max(keep, 1)), fmt.Sprintf("-DFL_FEW_BATCH=%d", from)}
+}
 
 // flushFew is FL_FEW's bound for a checkpoint format:
 // REPLAYSSM_CUDA_FL_FEW's, else defaultFlFew for 4-byte checkpoints and

@@ -117,15 +117,7 @@ func mamba2FlushFew(d *Device, opt replay.Options, f foldPipe, tn tuning) []stri
 	if o, _ := planOverlap("mamba2", opt, tn); few <= 0 || !f.on || !o.on {
 		return nil
 	}
-	keep := tn.flKeep
-	if keep <= 0 {
-		keep = d.Multiprocessors()
-	}
-	from := tn.flFewBatch
-	if from <= 0 {
-		from = 256
-	}
-	return []string{fmt.Sprintf("-DFL_FEW=%d", few), fmt.Sprintf("-DFL_KEEP=%d", max(keep, 1)), fmt.Sprintf("-DFL_FEW_BATCH=%d", from)}
+	return flushFewDefines(d, few, tn)
 }
 
 // mamba2FoldPlan plans the pipelined folds (mamba2_flush_pipe,

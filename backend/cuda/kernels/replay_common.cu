@@ -3048,6 +3048,41 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
 #ifndef VPART
 #define VPART 0
 #endif
+// FL_FEW=n (REPLAYSSM_CUDA_FL_FEW; 0 off): a flush kernel's blocks count
+// the step's flushing slots first (flushing_slots) and, when their items
+// are fewer than n a block of the grid (a staggered step's sixteenth of
+// the slots, not an aligned flush), leave the items to the first FL_KEEP
+// blocks (the Go side: one an SM) and end at once, so that the non-flush
+// kernel beside them (OVERLAP) starts on the SMs' other room at the step's
+// start instead of after the flush's resident grid. gdn_flush_stream and
+// mamba2_flush_pipe take it. FL_FEW_BATCH is the least batch it applies
+// to (the Go side: 256; at B=64 an aligned GDN bf16 flush's 2048 items
+// counted as few and ran 77 -> 175 us on one block an SM).
+#ifndef FL_FEW
+#define FL_FEW 0
+#endif
+#ifndef FL_KEEP
+#define FL_KEEP 132
+#endif
+#ifndef FL_FEW_BATCH
+#define FL_FEW_BATCH 256
+#endif
+
+// flushing_slots returns the number of the step's batch rows whose slot
+// flushes (its window fills: hist + 1 >= L) to each of the block's THREADS
+// threads, every one of which calls it (one barrier per THREADS rows).
+template <int THREADS>
+__device__ __forceinline__ int flushing_slots(int batch, const int* __restrict__ hist, const int* __restrict__ slots,
+                                              int L)
+{
+    int flushing = 0;
+    for (int b0 = 0; b0 < batch; b0 += THREADS) {
+        const int bq = b0 + (int)threadIdx.x;
+        flushing += __syncthreads_count(bq < batch && hist[slots[bq]] + 1 >= L);
+    }
+    return flushing;
+}
+
 // flush_done ends a decode step's flush kernel: with OVERLAP it counts
 // the kernel's blocks beside the non-flush kernel's (step_done, side 1),
 // otherwise nothing (the non-flush kernel, after it on the stream, moves

@@ -1398,29 +1398,12 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #ifndef FL_QUEUE
 #define FL_QUEUE 0
 #endif
-// FL_FEW=n (REPLAYSSM_CUDA_FL_FEW; 0 off) has gdn_flush_stream's blocks
-// count the step's flushing slots first and, when their items are fewer
-// than n a block of the grid (a staggered step's sixteenth of the slots,
-// not an aligned flush), leave the items to the first FL_KEEP blocks (the
-// Go side: one an SM) and end at once: the group step beside them then
-// starts on the SMs' other room at the step's start, where the flush's
-// resident grid (four blocks an SM) held every SM for its first 18-42 us
-// (session 29's timelines). The grid's bound by the host
-// (REPLAYSSM_CUDA_OVERLAP_BLOCKS=132) took the Qwen3.5-4B fp32 window
-// 177 -> 174 us but its aligned flush 359 -> 850; this bound applies to
-// the staggered steps alone.
-#ifndef FL_FEW
-#define FL_FEW 0
-#endif
-#ifndef FL_KEEP
-#define FL_KEEP 132
-#endif
-// FL_FEW_BATCH: the least batch FL_FEW applies to (the Go side: 256; at
-// B=64 an aligned bf16 flush's 2048 items counted as few and ran 77 ->
-// 175 us on one block an SM).
-#ifndef FL_FEW_BATCH
-#define FL_FEW_BATCH 256
-#endif
+// FL_FEW (replay_common.cu, flushing_slots) for gdn_flush_stream: the
+// flush's resident grid (four blocks an SM) held every SM for the
+// staggered step's first 18-42 us (session 29's timelines). The grid's
+// bound by the host (REPLAYSSM_CUDA_OVERLAP_BLOCKS=132) took the
+// Qwen3.5-4B fp32 window 177 -> 174 us but its aligned flush 359 -> 850;
+// FL_FEW applies to the staggered steps alone.
 #if FL_FEW && FL_QUEUE
 #error "FL_FEW, FL_QUEUE: one or the other (the queue's blocks take a ticket before FL_FEW would end them)"
 #endif
@@ -1794,11 +1777,7 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
     // flush's 64 more (ptxas 11.8: 168 bytes against 72).
     __shared__ int sFew;
     if (batch >= FL_FEW_BATCH) {
-        int flushing = 0;
-        for (int b0 = 0; b0 < batch; b0 += NTH) {
-            const int bq = b0 + (int)threadIdx.x;
-            flushing += __syncthreads_count(bq < batch && hist[slots[bq]] + 1 >= L);
-        }
+        const int flushing = flushing_slots<NTH>(batch, hist, slots, L);
         const bool few = flushing * PER < FL_FEW * (int)gridDim.x && (int)gridDim.x > FL_KEEP;
         if (threadIdx.x == 0) {
             sFew = few ? ((int)blockIdx.x >= FL_KEEP ? 2 : 1) : 0;

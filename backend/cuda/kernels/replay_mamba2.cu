@@ -2197,36 +2197,20 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
 // mamba2_replay_flush, before the non-flush kernel); L is the window.
 #if HSPLIT == 1 // the split module takes only the small step
 //
-// FL_FEW=n (REPLAYSSM_CUDA_FL_FEW with REPLAYSSM_CUDA_OVERLAP=1; 0 off) is
-// gdn_flush_stream's rule here: the blocks count the step's flushing slots
-// first and, when their items are fewer than n a block of the grid (a
-// staggered step's sixteenth of the slots), leave them to the first
-// FL_KEEP blocks (one an SM) and end at once, so that the group step on
-// the other stream starts beside them. Without OVERLAP the group step
+// FL_FEW (replay_common.cu, flushing_slots; REPLAYSSM_CUDA_FL_FEW, only
+// with REPLAYSSM_CUDA_OVERLAP=1): a staggered step's few flush items on the
+// first FL_KEEP blocks, the others ending at once, so that the group step
+// on the other stream starts beside them. Without OVERLAP the group step
 // waits for the whole flush anyway (session 30's Mamba-2 timelines: the
 // flush alone for the step's first 46-61 us). Session 30, written after
 // the device time: not yet measured.
-#ifndef FL_FEW
-#define FL_FEW 0
-#endif
-#ifndef FL_KEEP
-#define FL_KEEP 132
-#endif
-#ifndef FL_FEW_BATCH
-#define FL_FEW_BATCH 256
-#endif
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(MAMBA2_STEP_PARAMS)
 {
     TRACE_START();
     int grid = (int)gridDim.x; // the blocks that take items
 #if FL_FEW
     if (batch >= FL_FEW_BATCH && grid > FL_KEEP) {
-        int flushing = 0;
-        for (int b0 = 0; b0 < batch; b0 += NT + 32) {
-            const int bq = b0 + (int)threadIdx.x;
-            flushing += __syncthreads_count(bq < batch && hist[slots[bq]] + 1 >= L);
-        }
-        if (flushing * NHEADS < FL_FEW * grid) {
+        if (flushing_slots<NT + 32>(batch, hist, slots, L) * NHEADS < FL_FEW * grid) {
             if ((int)blockIdx.x >= FL_KEEP) {
                 flush_done(hist, pending, done, slots, batch, L);
                 TRACE_STOP(TRACE_M2_FLUSH_PIPE, 0);
