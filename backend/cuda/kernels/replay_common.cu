@@ -1699,7 +1699,8 @@ __device__ __forceinline__ int bsw_unit(int f, int swz) { return f ^ ((f >> 3) &
 // Lane l issues pieces l, l+32, ...; a matrix moved by cp.async is spread
 // over the whole warp. (Each ring piece copied by the whole warp in turn,
 // 512 contiguous bytes a cp.async rather than 16 from each of 32 rows, was
-// slower: Mamba-2 aligned flush 2-16%, verify 6-19%; session 30.)
+// slower: Mamba-2 verify 6-19%, aligned flush up to 38% (Nano fp32's 3%
+// faster); session 30.)
 // PIPE_NOCOPY (an experiment) moves nothing.
 template <typename F>
 __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F piece)
