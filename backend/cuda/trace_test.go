@@ -109,8 +109,9 @@ func TestReplayTraceRecordsBlocks(t *testing.T) {
 // TestReplayTraceMamba2 runs a window of Mamba-2 decode steps through the
 // split kernels built with -DTRACE=1: every step's group-step blocks took
 // every (group, batch row) item once, and the pipelined flush's blocks
-// (mamba2_flush_pipe, before the group step) recorded themselves in the
-// steps where it runs.
+// (mamba2_flush_pipe, before the group step) recorded themselves and
+// folded every (head, slot) item at the step where the windows fill, none
+// before.
 func TestReplayTraceMamba2(t *testing.T) {
 	d := gpu(t)
 	// largeLayers' Mamba-2 shape: rows of 128, 80 rows a head.
@@ -125,6 +126,14 @@ func TestReplayTraceMamba2(t *testing.T) {
 		flushes += blocks[TraceM2FlushPipe]
 		if got, want := items[TraceM2GroupStep], batch*shape.Groups; got != want {
 			t.Errorf("step %d: the group step's blocks took %d items, want %d", k, got, want)
+		}
+		// Every (head, slot) of the step whose windows fill, none before.
+		want := 0
+		if k == traceOpt.Window-1 {
+			want = batch * shape.Heads
+		}
+		if got := items[TraceM2FlushPipe]; got != want {
+			t.Errorf("step %d: the pipelined flush's blocks folded %d items, want %d", k, got, want)
 		}
 	})
 	if flushes == 0 {

@@ -3291,9 +3291,9 @@ __device__ __forceinline__ void fold_produce(int nitems, int grid, Item* items, 
 
 // fold_consume is the consumer threads' loop: body(item, stage) for each
 // item in turn (the item in shared memory, valid until its stage is
-// released after body).
+// released after body). It returns the items folded (TRACE's count).
 template <typename Item, typename Body>
-__device__ __forceinline__ void fold_consume(const Item* items, unsigned char* stages, u64* full, u64* empty, Body body)
+__device__ __forceinline__ int fold_consume(const Item* items, unsigned char* stages, u64* full, u64* empty, Body body)
 {
     for (int it = 0;; it++) {
         int stg;
@@ -3301,7 +3301,7 @@ __device__ __forceinline__ void fold_consume(const Item* items, unsigned char* s
         fold_stage_of(it, stg, par);
         mbar_wait(full + stg, par);
         if (items[stg].t < 0) {
-            return;
+            return it;
         }
         body(items[stg], stages + stg * FSTAGE_BYTES);
         release_stage(empty + stg);

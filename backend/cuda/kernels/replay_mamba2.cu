@@ -2109,7 +2109,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
                       const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
                       const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
                       const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int L, int batch,
-                      int grid)
+                      int grid, int& folded)
 {
     extern __shared__ __align__(128) unsigned char dsm[];
     __shared__ float sDot[P];
@@ -2170,7 +2170,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
             });
         return;
     }
-    fold_consume(items, dsm, full, empty, [&](const M2Fold& m, unsigned char* sg) {
+    folded = fold_consume(items, dsm, full, empty, [&](const M2Fold& m, unsigned char* sg) {
         const float* sX = reinterpret_cast<const float*>(sg + FS_X);
         const int t = m.t;
         float* yh = y + ((u64)m.b * NHEADS + m.h) * P;
@@ -2220,10 +2220,11 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(M
         }
     }
 #endif
+    int folded = 0; // the block's items (TRACE: thread 0, a consumer, holds the count)
     mamba2_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1,
-                                x, B, C, dt, y, A, dtb, D, dtMin, L, batch, grid);
+                                x, B, C, dt, y, A, dtb, D, dtMin, L, batch, grid, folded);
     flush_done(hist, pending, done, slots, batch, L);
-    TRACE_STOP(TRACE_M2_FLUSH_PIPE, 0);
+    TRACE_STOP(TRACE_M2_FLUSH_PIPE, folded);
 }
 #endif
 
@@ -2233,9 +2234,10 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(M
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_fold_pipe(MAMBA2_VERIFY_PARAMS, int batch)
 {
     TRACE_START();
+    int folded = 0;
     mamba2_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T,
-                                 x, B, C, dt, y, A, dtb, D, dtMin, R, batch, (int)gridDim.x);
-    TRACE_STOP(TRACE_M2_FOLD_PIPE, 0);
+                                 x, B, C, dt, y, A, dtb, D, dtMin, R, batch, (int)gridDim.x, folded);
+    TRACE_STOP(TRACE_M2_FOLD_PIPE, folded);
 }
 #endif
 #endif
