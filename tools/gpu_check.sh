@@ -484,7 +484,7 @@ m2next)
 	# FL_FEW=4 (its few items on one block an SM, the others ending at
 	# once): the overlap tests (an "overlap-few" case), replay at 256 and 64
 	# against OVERLAP alone and the defaults, then its timelines.
-	some_tests m2next 300 'TestReplayFoldPipeMatchesItems|TestReplayOverlapMatchesSerial'
+	some_tests m2next 300 'TestReplayFoldPipeMatchesItems|TestReplayOverlapMatchesSerial|TestReplayTraceMamba2'
 	experiment m2wide mamba2 replay,verify "REPLAYSSM_CUDA_DEFINES=-DM2_FOLD_LANES=16"
 	LAUNCH_SKIP=15 REPLAYSSM_CUDA_DEFINES="-DM2_FOLD_LANES=16" profile m2flush_wide mamba2_flush_pipe --batch 256 \
 		--shapes nemotron-3-super --state-dtype bf16 --modes replay
