@@ -2076,7 +2076,7 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* _
 #define FS_C (FS_B + RMAX * N * 4)
 #define FS_END (FS_C + N * 4)
 static_assert(FS_END <= FSTAGE_BYTES, "fold stage layout larger than FSTAGE_BYTES");
-// M2_BSWZ: the stage's B rows swizzled for mamba2_fold's loads (its BSW);
+// M2_BSWZ: the stage's B rows and C swizzled for mamba2_fold's loads (its BSW);
 // only where the producer moves ring pieces by cp.async (a bulk copy
 // cannot swizzle). Session 30.
 #ifndef M2_BSWZ
