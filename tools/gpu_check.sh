@@ -495,6 +495,11 @@ m2next)
 	# timelines: the folds alone for 163-192 us of a 345-490 us verify).
 	experiment m2vpart mamba2 verify REPLAYSSM_CUDA_VERIFY_OVERLAP=1 \
 		"REPLAYSSM_CUDA_VERIFY_OVERLAP=1 REPLAYSSM_CUDA_OVERLAP_BLOCKS=132"
+	# (4) GDN's FL_FEW through the shared flush_few (session 30's review:
+	# ptxas 11.8 now gives its fp32 flush 126 registers, was 128, and the
+	# bf16 flush under FL_FEW no spills, was 72 bytes): the default against
+	# off, and bf16 with it asked for.
+	experiment gdnfew qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FL_FEW=0 REPLAYSSM_CUDA_FL_FEW=4
 	REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_FL_FEW=4 REPLAYSSM_CUDA_DEFINES="-DTRACE=1" "$cli" bench kernels --device cuda \
 		--batch 256 --shapes mamba2 --state-dtype fp32,bf16 --modes replay --min-time 30ms --trace "$out/trace" \
 		>"$out/trace_bench.txt" 2>&1

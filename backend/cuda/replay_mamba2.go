@@ -110,14 +110,16 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 // whole flush whatever its grid). Written in session 30 after the device
 // time; its first measurement is `tools/gpu_check.sh m2few`.
 func mamba2FlushFew(d *Device, opt replay.Options, f foldPipe, tn tuning) []string {
-	few := 0
-	if tn.flFew != "" {
-		few = tn.flushFew(opt.State)
-	}
-	if o, _ := planOverlap("mamba2", opt, tn); few <= 0 || !f.on || !o.on {
+	if tn.flFew == "" || !f.on {
 		return nil
 	}
-	return flushFewDefines(d, few, tn)
+	if o, _ := planOverlap("mamba2", opt, tn); !o.on {
+		return nil
+	}
+	if few := tn.flushFew(opt.State); few > 0 {
+		return flushFewDefines(d, few, tn)
+	}
+	return nil
 }
 
 // mamba2FoldPlan plans the pipelined folds (mamba2_flush_pipe,

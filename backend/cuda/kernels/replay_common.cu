@@ -3084,6 +3084,19 @@ __device__ __forceinline__ int flushing_slots(int batch, const int* __restrict__
     return flushing;
 }
 
+// flush_few says whether a flush kernel's step is FL_FEW's case: batch
+// from FL_FEW_BATCH, a grid past FL_KEEP blocks, and the step's flushing
+// slots' items (per_slot a slot) fewer than FL_FEW a block. Every one of
+// the block's THREADS threads calls it (flushing_slots' barriers; the
+// first two conditions are the same for all).
+template <int THREADS>
+__device__ __forceinline__ bool flush_few(int batch, const int* __restrict__ hist, const int* __restrict__ slots,
+                                          int L, int per_slot)
+{
+    return batch >= FL_FEW_BATCH && (int)gridDim.x > FL_KEEP &&
+           flushing_slots<THREADS>(batch, hist, slots, L) * per_slot < FL_FEW * (int)gridDim.x;
+}
+
 // flush_done ends a decode step's flush kernel: with OVERLAP it counts
 // the kernel's blocks beside the non-flush kernel's (step_done, side 1),
 // otherwise nothing (the non-flush kernel, after it on the stream, moves

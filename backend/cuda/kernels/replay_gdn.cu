@@ -1776,14 +1776,9 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
     // kept in registers across the item loop they spilled the bf16
     // flush's 64 more (ptxas 11.8: 168 bytes against 72).
     __shared__ int sFew;
-    if (batch >= FL_FEW_BATCH) {
-        const int flushing = flushing_slots<NTH>(batch, hist, slots, L);
-        const bool few = flushing * PER < FL_FEW * (int)gridDim.x && (int)gridDim.x > FL_KEEP;
-        if (threadIdx.x == 0) {
-            sFew = few ? ((int)blockIdx.x >= FL_KEEP ? 2 : 1) : 0;
-        }
-    } else if (threadIdx.x == 0) {
-        sFew = 0;
+    const bool few = flush_few<NTH>(batch, hist, slots, L, PER);
+    if (threadIdx.x == 0) {
+        sFew = few ? ((int)blockIdx.x >= FL_KEEP ? 2 : 1) : 0;
     }
     __syncthreads();
     const int listed = sFew == 2 ? 0 : batch; // the batch rows the block lists

@@ -2209,15 +2209,13 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(M
     TRACE_START();
     int grid = (int)gridDim.x; // the blocks that take items
 #if FL_FEW
-    if (batch >= FL_FEW_BATCH && grid > FL_KEEP) {
-        if (flushing_slots<NT + 32>(batch, hist, slots, L) * NHEADS < FL_FEW * grid) {
-            if ((int)blockIdx.x >= FL_KEEP) {
-                flush_done(hist, pending, done, slots, batch, L);
-                TRACE_STOP(TRACE_M2_FLUSH_PIPE, 0);
-                return;
-            }
-            grid = FL_KEEP;
+    if (flush_few<NT + 32>(batch, hist, slots, L, NHEADS)) {
+        if ((int)blockIdx.x >= FL_KEEP) {
+            flush_done(hist, pending, done, slots, batch, L);
+            TRACE_STOP(TRACE_M2_FLUSH_PIPE, 0);
+            return;
         }
+        grid = FL_KEEP;
     }
 #endif
     int folded = 0; // the block's items (TRACE: thread 0, a consumer, holds the count)
