@@ -589,8 +589,9 @@ func TestPlanFoldStream(t *testing.T) {
 // beside 122B's 128-thread ones nor for fp32, unless the knob says.
 func TestFlushPadPlan(t *testing.T) {
 	base := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
-	bf16 := base
+	bf16, fp16 := base, base
 	bf16.State = numeric.BF16
+	fp16.State = numeric.F16
 	def := envTuning(func(string) string { return "" })
 	forced := def
 	forced.flPad = "1"
@@ -619,12 +620,14 @@ func TestFlushPadPlan(t *testing.T) {
 }
 
 // TestFlushFewPlan checks the flush's defines for FL_FEW: one block an SM
-// (h200Props: 132) from batch 256 for fp32 checkpoints by default, not for
-// bf16 unless asked, and never with the item counter (FL_QUEUE).
+// (h200Props: 132) from batch 256 for fp32, bf16 and fp16 checkpoints by
+// default, not where turned off, and never with the item counter
+// (FL_QUEUE).
 func TestFlushFewPlan(t *testing.T) {
 	base := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
-	bf16 := base
+	bf16, fp16 := base, base
 	bf16.State = numeric.BF16
+	fp16.State = numeric.F16
 	def := envTuning(func(string) string { return "" })
 	asked, queue, off := def, def, def
 	asked.flFew = "8"
@@ -639,7 +642,9 @@ func TestFlushFewPlan(t *testing.T) {
 		queue bool
 	}{
 		{"fp32", base, def, few, false},
-		{"bf16", bf16, def, nil, false},
+		{"bf16", bf16, def, few, false},
+		{"bf16, off", bf16, off, nil, false},
+		{"fp16", fp16, def, few, false},
 		{"bf16, asked", bf16, asked, []string{"-DFL_FEW=8", "-DFL_KEEP=132", "-DFL_FEW_BATCH=256"}, false},
 		{"fp32, off", base, off, nil, false},
 		{"fp32, queue", base, queue, nil, true},

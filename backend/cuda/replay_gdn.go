@@ -136,19 +136,22 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 	return p, g, f, defines
 }
 
-// defaultFlFew is FL_FEW's bound by default for fp32 checkpoints: from
-// batch 256 a step whose flush has fewer than 4 items a block of its
-// resident grid (a staggered step: a sixteenth of the slots) gives them
-// to one block an SM and lets the others end at once, so that the group
-// step starts beside it. H200, B=256, against FL_FEW off in the same run
-// (NOTES.md, session 29), staggered windows us: Qwen3.5-4B fp32 177 ->
-// 174, 122B fp32 319 -> 314; aligned flushes within 1%. bf16 (113 -> 113,
-// its aligned non-flush step 99.6 -> 102; 122B 198 -> 195) is left off:
-// its flush, at 64 registers, spills under FL_FEW (68 bytes as measured,
-// 72 with the batch bound). At B=64 (measured before the batch bound)
-// the windows lost 2% and an aligned bf16 flush, whose 2048 items counted
-// as few, ran 77 -> 175 us: hence the bound. B=512 was not measured with
-// it.
+// defaultFlFew is FL_FEW's bound by default: from batch 256 a step whose
+// flush has fewer than 4 items a block of its resident grid (a staggered
+// step: a sixteenth of the slots) gives them to one block an SM and lets
+// the others end at once, so that the group step starts beside it. H200,
+// B=256, against FL_FEW off in the same run (NOTES.md, session 29),
+// staggered windows us: Qwen3.5-4B fp32 177 -> 174, 122B fp32 319 -> 314;
+// aligned flushes within 1%. 2-byte checkpoints took it from session 31,
+// once the shared flush_few (session 30) left their flush, at 64
+// registers, without the spills it had under FL_FEW (72 bytes): bf16
+// windows 4B 114 -> 113, 122B 199 -> 194 (B=256), 211 -> 211 and 378 ->
+// 372 (B=512), as in session 30 (114 -> 113, 199 -> 194); the 4B aligned
+// non-flush step, whose graph holds the empty flush, 99.8 -> 102. fp8
+// checkpoints were not measured with it and keep it off. At B=64
+// (measured before the batch bound) the windows lost 2% and an aligned
+// bf16 flush, whose 2048 items counted as few, ran 77 -> 175 us: hence
+// the bound.
 const defaultFlFew = 4
 
 // flushFewDefines returns FL_FEW's defines (replay_common.cu) for the bound
@@ -167,11 +170,11 @@ func flushFewDefines(d *Device, few int, tn tuning) []string {
 }
 
 // flushFew is FL_FEW's bound for a checkpoint format:
-// REPLAYSSM_CUDA_FL_FEW's, else defaultFlFew for 4-byte checkpoints and
-// off for the others.
+// REPLAYSSM_CUDA_FL_FEW's, else defaultFlFew for 4- and 2-byte checkpoints
+// and off for fp8 ones.
 func (tn tuning) flushFew(state numeric.Format) int {
 	if tn.flFew == "" {
-		if elemBytes(state) == 4 {
+		if elemBytes(state) >= 2 {
 			return defaultFlFew
 		}
 		return 0

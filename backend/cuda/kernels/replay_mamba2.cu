@@ -1518,6 +1518,16 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __
 #define GROWS (HPG * P)
 typedef CMap<GVEC, N, GROWS, GNT / 32> GM;
 typedef GRaw<GM> GR;
+// M2_GQUEUE (default OVERLAP): the group step's items from the counter
+// (queue_ask) rather than by block index. Session 31 measured OVERLAP=1
+// slowing Nemotron-3-Nano's non-flush step 273 -> 288 us (Super's not);
+// -DM2_GQUEUE=0 is the experiment of OVERLAP with the static order.
+#ifndef M2_GQUEUE
+#define M2_GQUEUE OVERLAP
+#endif
+#if M2_GQUEUE && !OVERLAP
+#error "M2_GQUEUE needs OVERLAP (the counter done[3] is reset by step_done's OVERLAP path)"
+#endif
 #ifndef GMINB
 #define GMINB (512 / GNT)
 #endif
@@ -1611,7 +1621,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         n = hist[s];
         gs = group_scale<HPG>(state, rglobal, (u64)s * NHEADS + g * HPG, tid);
     }
-#if OVERLAP
+#if M2_GQUEUE
     // The item queue, one ahead: the next item is known at an item's start
     // (its cursor and first passes go out during this one's y).
     __shared__ int sQ[2];
@@ -1619,7 +1629,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 #endif
     while (i < items) {
         traced++;
-#if OVERLAP
+#if M2_GQUEUE
         const int h0 = g * HPG, next = nextQ;
         const int asked = queue_ask(done + 3);
 #else
@@ -1746,11 +1756,11 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         if (next < items) {
             group_x(x, bN, gN, xc);
         }
-#if OVERLAP
+#if M2_GQUEUE
         queue_put(sQ, it, asked);
 #endif
         __syncthreads(); // this item's tables are read before the next item's gathers
-#if OVERLAP
+#if M2_GQUEUE
         nextQ = sQ[it & 1];
         it++;
 #endif
