@@ -311,13 +311,11 @@ __device__ __forceinline__ void cp_async_wait_group()
 // access covers LANES*VEC contiguous elements per row), a warp covers RPW
 // rows, and the CTA covers RPP rows per pass. Row dot products reduce over
 // the LANES lanes with xor shuffles: fixed order, deterministic.
-// LMAX_ bounds LANES (8 for every map but the Mamba-2 pipelined fold's
-// wide one, M2_FOLD_LANES).
-template <int VEC_, int COLS_, int ROWS_, int LMAX_ = 8>
+template <int VEC_, int COLS_, int ROWS_>
 struct Map {
     static constexpr int VEC = VEC_;
     static constexpr int CHUNKS = COLS_ / VEC_;
-    static constexpr int LANES = CHUNKS < LMAX_ ? CHUNKS : LMAX_;
+    static constexpr int LANES = CHUNKS < 8 ? CHUNKS : 8;
     static constexpr int CPL = CHUNKS / LANES;
     static constexpr int RPW = 32 / LANES;
     static constexpr int RPP = NWARPS * RPW;

@@ -78,71 +78,24 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
 // warp's loads of B never meet in a bank (unswizzled, the bf16 flush's
 // B loads took twice their ideal wavefronts and held the kernel on
 // shared-memory throughput: ncu, session 30).
-//
-// FM is the fold's own map of the matrix onto the threads: SM, or a wider
-// one (more lanes a row, more rows a thread: M2_FOLD_LANES), where each B_j
-// chunk read from shared memory feeds more rows (after the swizzle the
-// bf16 flush is still bound by its shared-memory wavefronts, most of them
-// the rank update's B loads). The output dots keep SM's order of
-// operations whatever FM is (mamba2_fold_dot), so every flush kernel gives
-// the same bits.
-template <typename FM, int QSW>
-__device__ __forceinline__ float mamba2_fold_dot(const float (&e)[FM::PASSES][FM::CPL][FM::VEC], int pass,
-                                                 const float* sC)
-{
-    // SM's lane l8 of a row chains its chunks l8 + SM::LANES * c8 in c8
-    // order, then the row's SM::LANES lanes sum by xor shuffles. Under FM
-    // chunk l8 + SM::LANES * c8 lies with lane l8 + SM::LANES * (c8 % G) of
-    // the row (G = FM::LANES / SM::LANES), as its chunk c8 / G: each step
-    // every lane continues the chain on its own chunk and the group that
-    // holds step c8 passes its sum on (a shuffle), so the chain visits the
-    // chunks in SM's order.
-    constexpr int VEC = FM::VEC;
-    constexpr int G = FM::LANES / SM::LANES;
-    static_assert(FM::VEC == SM::VEC && FM::LANES % SM::LANES == 0 && SM::CPL % G == 0, "a fold map that SM's dot order does not fit");
-    const float4* c4 = reinterpret_cast<const float4*>(sC);
-    const int lane = (int)(threadIdx.x & 31);
-    float acc = 0.0f;
-#pragma unroll
-    for (int c8 = 0; c8 < SM::CPL; c8++) {
-        const int c = c8 / G;
-        float a = acc;
-#pragma unroll
-        for (int q = 0; q < VEC / 4; q++) {
-            const float4 cq = c4[bsw_unit(FM::col(c) / 4 + q, QSW)];
-            a = fmaf(e[pass][c][4 * q], cq.x, a);
-            a = fmaf(e[pass][c][4 * q + 1], cq.y, a);
-            a = fmaf(e[pass][c][4 * q + 2], cq.z, a);
-            a = fmaf(e[pass][c][4 * q + 3], cq.w, a);
-        }
-        if (G == 1) {
-            acc = a;
-        } else {
-            const int holder = (lane & ~(FM::LANES - 1)) | (lane & (SM::LANES - 1)) | ((c8 % G) * SM::LANES);
-            acc = __shfl_sync(FULL_MASK, a, holder);
-        }
-    }
-    return lanes_sum<SM::LANES>(acc);
-}
-
-template <bool OUT, bool BSW = false, typename FM = SM, typename Coef, typename Sink>
+template <bool OUT, bool BSW = false, typename Coef, typename Sink>
 __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                             u64 mat, int t, float decay, const float* sB, Coef coef, const float* sC,
                                             Sink sink, float* scratch)
 {
-    constexpr int VEC = FM::VEC;
+    constexpr int VEC = SM::VEC;
     constexpr int QSW = BSW ? VEC / 4 - 1 : 0;
     // The thread's whole share of the matrix in registers: each B_j chunk
     // read from shared memory then feeds every pass (rows p, p+RPP, ...),
     // so the rank update is not bound by shared-memory bandwidth.
-    float e[FM::PASSES][FM::CPL][VEC];
+    float e[SM::PASSES][SM::CPL][VEC];
 #pragma unroll
-    for (int pass = 0; pass < FM::PASSES; pass++) {
-        const int r = FM::row(pass);
+    for (int pass = 0; pass < SM::PASSES; pass++) {
+        const int r = SM::row(pass);
 #pragma unroll
-        for (int c = 0; c < FM::CPL; c++) {
+        for (int c = 0; c < SM::CPL; c++) {
             if (r < ROWS) {
-                SIO::load(S, (u64)r * N + FM::col(c), e[pass][c], sc0);
+                SIO::load(S, (u64)r * N + SM::col(c), e[pass][c], sc0);
             } else {
 #pragma unroll
                 for (int k = 0; k < VEC; k++) {
@@ -156,20 +109,20 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
         }
     }
     for (int j = 0; j < ((FOLD_SKIP & 4) ? 0 : t); j++) {
-        float cj[FM::PASSES];
+        float cj[SM::PASSES];
 #pragma unroll
-        for (int pass = 0; pass < FM::PASSES; pass++) {
-            const int r = FM::row(pass);
+        for (int pass = 0; pass < SM::PASSES; pass++) {
+            const int r = SM::row(pass);
             cj[pass] = r < ROWS ? coef(r, j) : 0.0f;
         }
 #pragma unroll
-        for (int c = 0; c < FM::CPL; c++) {
+        for (int c = 0; c < SM::CPL; c++) {
             const float4* bj = reinterpret_cast<const float4*>(sB + j * N);
 #pragma unroll
             for (int q = 0; q < VEC / 4; q++) {
-                const float4 b4 = bj[bsw_unit(FM::col(c) / 4 + q, QSW)];
+                const float4 b4 = bj[bsw_unit(SM::col(c) / 4 + q, QSW)];
 #pragma unroll
-                for (int pass = 0; pass < FM::PASSES; pass++) {
+                for (int pass = 0; pass < SM::PASSES; pass++) {
                     e[pass][c][4 * q] = fmaf(cj[pass], b4.x, e[pass][c][4 * q]);
                     e[pass][c][4 * q + 1] = fmaf(cj[pass], b4.y, e[pass][c][4 * q + 1]);
                     e[pass][c][4 * q + 2] = fmaf(cj[pass], b4.z, e[pass][c][4 * q + 2]);
@@ -178,19 +131,34 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
             }
         }
     }
-    if (OUT) {
 #pragma unroll
-        for (int pass = 0; pass < FM::PASSES; pass++) {
-            const int r = FM::row(pass);
-            // C is swizzled as B is (BSW).
-            const float acc = mamba2_fold_dot<FM, QSW>(e, pass, sC);
-            if (r < ROWS && FM::lane() == 0) {
+    for (int pass = 0; pass < SM::PASSES; pass++) {
+        const int r = SM::row(pass);
+        float acc = 0.0f;
+#pragma unroll
+        for (int c = 0; c < SM::CPL; c++) {
+            if (OUT) {
+                // C is swizzled as B is (BSW).
+                const float4* c4 = reinterpret_cast<const float4*>(sC);
+#pragma unroll
+                for (int q = 0; q < VEC / 4; q++) {
+                    const float4 cq = c4[bsw_unit(SM::col(c) / 4 + q, QSW)];
+                    acc = fmaf(e[pass][c][4 * q], cq.x, acc);
+                    acc = fmaf(e[pass][c][4 * q + 1], cq.y, acc);
+                    acc = fmaf(e[pass][c][4 * q + 2], cq.z, acc);
+                    acc = fmaf(e[pass][c][4 * q + 3], cq.w, acc);
+                }
+            }
+        }
+        if (OUT) {
+            acc = lanes_sum<SM::LANES>(acc);
+            if (r < ROWS && SM::lane() == 0) {
                 sink(r, acc);
             }
         }
     }
-    store_state<FM>(e, state, mat, scratch);
-    write_read_copy<FM>(e, rcodes, rscales, rglobal, mat, scratch);
+    store_state<SM>(e, state, mat, scratch);
+    write_read_copy<SM>(e, rcodes, rscales, rglobal, mat, scratch);
 }
 
 // mamba2_replay_step is one decode step of the replay cache, in two kernels
@@ -2093,14 +2061,6 @@ static_assert(FS_END <= FSTAGE_BYTES, "fold stage layout larger than FSTAGE_BYTE
 #define M2_BSWZ 1
 #endif
 #define M2_FOLD_BSW (M2_BSWZ != 0 && PIPE_RING != 0)
-// M2_FOLD_LANES: the lanes a row of the pipelined folds' map (M2FoldMap;
-// 8, SM's, by default; 16 gives a bf16 lane one 8-column chunk of twice the
-// rows, so each B load feeds twice the FMAs). Session 30, written after the
-// device time: not yet measured.
-#ifndef M2_FOLD_LANES
-#define M2_FOLD_LANES 8
-#endif
-typedef Map<SIO::VEC, COLS, ROWS, M2_FOLD_LANES> M2FoldMap;
 
 // M2Fold is one item of a pipelined fold: slot, history, batch row, head,
 // entries folded (fold_locate's), the fp8 checkpoint's scale, D[h], the decay
@@ -2184,7 +2144,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
         const float* sX = reinterpret_cast<const float*>(sg + FS_X);
         const int t = m.t;
         float* yh = y + ((u64)m.b * NHEADS + m.h) * P;
-        mamba2_fold<FLUSH, M2_FOLD_BSW, M2FoldMap>(
+        mamba2_fold<FLUSH, M2_FOLD_BSW>(
             reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
             reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
             reinterpret_cast<const float*>(sg + FS_C), [&](int p, float d) { sDot[p] = d; }, sScratch);
