@@ -35,7 +35,7 @@
 #   tools/gpu_check.sh order  # the step's non-flush kernel queued before its flush (OVERLAP_ORDER=main; session 29)
 #   tools/gpu_check.sh queue  # the flush's items from a counter (FL_QUEUE) with and without OVERLAP_ORDER=main (session 29)
 #   tools/gpu_check.sh few  # session 29's FL_FEW default for fp32 (written after its device time): tests, against FL_FEW=0 at 256/512/64, bench256: first next session
-#   tools/gpu_check.sh m2next  # session 30's unrun Mamba-2 work: the fold's wide map (M2_FOLD_LANES=16), its flush on one block an SM beside the step (OVERLAP=1 + FL_FEW): first next session
+#   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1): its group step's item queue against the static order, the timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
 #   tools/gpu_check.sh read_sums  # read_items with and without a group step's per-pass sums (session 27)
@@ -472,40 +472,21 @@ few)
 	BATCH=64 experiment few64 qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FL_FEW=0
 	bench 256 b256.jsonl
 	;;
-m2next)
-	# Session 30, written after its device time. (1) The Mamba-2 pipelined
-	# fold's wide map (-DM2_FOLD_LANES=16: a bf16 row over 16 lanes, twice
-	# the rows a thread, so each B load of the rank update feeds twice the
-	# FMAs; the swizzled flush was still held by its shared-memory
-	# wavefronts): the fold-pipe tests (a "wide" case against the items
-	# kernels, bit for bit), the Mamba-2 rows against the defaults, ncu of
-	# the Super bf16 aligned flush under it. (2) The flush beside the step
-	# (REPLAYSSM_CUDA_OVERLAP=1, off for Mamba-2 since session 14) with
-	# FL_FEW=4 (its few items on one block an SM, the others ending at
-	# once): the overlap tests (an "overlap-few" case), replay at 256 and 64
-	# against OVERLAP alone and the defaults, then its timelines.
-	some_tests m2next 300 'TestReplayFoldPipeMatchesItems|TestReplayOverlapMatchesSerial|TestReplayTraceMamba2'
-	experiment m2wide mamba2 replay,verify "REPLAYSSM_CUDA_DEFINES=-DM2_FOLD_LANES=16"
-	LAUNCH_SKIP=15 REPLAYSSM_CUDA_DEFINES="-DM2_FOLD_LANES=16" profile m2flush_wide mamba2_flush_pipe --batch 256 \
-		--shapes nemotron-3-super --state-dtype bf16 --modes replay
-	experiment m2few mamba2 replay REPLAYSSM_CUDA_OVERLAP=1 "REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_FL_FEW=4"
-	BATCH=64 experiment m2few64 mamba2 replay "REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_FL_FEW=4"
-	# (3) The verify's early folds beside the group verify of the other
-	# slots (VPART), on their resident grid and on one block an SM (the
-	# timelines: the folds alone for 163-192 us of a 345-490 us verify).
-	experiment m2vpart mamba2 verify REPLAYSSM_CUDA_VERIFY_OVERLAP=1 \
-		"REPLAYSSM_CUDA_VERIFY_OVERLAP=1 REPLAYSSM_CUDA_OVERLAP_BLOCKS=132"
-	# (4) GDN's FL_FEW through the shared flush_few (session 30's review:
-	# ptxas 11.8 now gives its fp32 flush 126 registers, was 128, and the
-	# bf16 flush under FL_FEW no spills, was 72 bytes): the default against
-	# off, and bf16 with it asked for.
-	experiment gdnfew qwen3.5-4b,qwen3.5-122b replay REPLAYSSM_CUDA_FL_FEW=0 REPLAYSSM_CUDA_FL_FEW=4
-	REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_FL_FEW=4 REPLAYSSM_CUDA_DEFINES="-DTRACE=1" "$cli" bench kernels --device cuda \
-		--batch 256 --shapes mamba2 --state-dtype fp32,bf16 --modes replay --min-time 30ms --trace "$out/trace" \
-		>"$out/trace_bench.txt" 2>&1
-	python3 tools/trace_summary.py "$out/trace" >"$out/trace_summary.txt" 2>&1
-	rm -rf "$out/trace"
-	grep -E "^==|whole graph" "$out/trace_summary.txt"
+m2overlap)
+	# Session 31. Mamba-2's flush beside the step (REPLAYSSM_CUDA_OVERLAP=1,
+	# off by default) ran Super's windows 3.5-5.5% faster at B=256 and 512
+	# but Nano's 1-3.5% slower, its non-flush step 273 -> 288 us (fp32):
+	# the group step's item queue (M2_GQUEUE, on with OVERLAP) against its
+	# static order under OVERLAP, then the timelines of both.
+	experiment m2gq mamba2 replay REPLAYSSM_CUDA_OVERLAP=1 "REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_DEFINES=-DM2_GQUEUE=0"
+	for d in "" "-DM2_GQUEUE=0"; do
+		REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_DEFINES="-DTRACE=1 $d" "$cli" bench kernels --device cuda \
+			--batch 256 --shapes nemotron-3-nano-4b --state-dtype fp32 --modes replay --min-time 30ms --trace "$out/trace" \
+			>"$out/trace_bench$d.txt" 2>&1
+		python3 tools/trace_summary.py "$out/trace" >"$out/trace_summary$d.txt" 2>&1
+		rm -rf "$out/trace"
+		grep -E "^==|whole graph" "$out/trace_summary$d.txt"
+	done
 	;;
 carveout)
 	# Session 28: with the flush's padded rows (FL_PAD) the 122B bf16

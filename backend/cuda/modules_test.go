@@ -665,42 +665,6 @@ func TestFlushFewPlan(t *testing.T) {
 	}
 }
 
-// TestMamba2FlushFewPlan checks mamba2_flush_pipe's FL_FEW defines: only
-// where REPLAYSSM_CUDA_FL_FEW asks (no Mamba-2 default) and the flush runs
-// beside the non-flush kernel (REPLAYSSM_CUDA_OVERLAP=1), one block an SM
-// of h200Props from batch 256.
-func TestMamba2FlushFewPlan(t *testing.T) {
-	opt := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.BF16}
-	def := envTuning(func(string) string { return "" })
-	asked, overlapped, both, items := def, def, def, def
-	asked.flFew = "4"
-	overlapped.overlap = "1"
-	both.flFew, both.overlap = "4", "1"
-	items.flFew, items.overlap, items.folds = "4", "1", "items"
-	for _, c := range []struct {
-		name string
-		tn   tuning
-		want []string
-	}{
-		{"defaults", def, nil},
-		{"asked, one stream", asked, nil},
-		{"overlapped, not asked", overlapped, nil},
-		{"asked and overlapped", both, []string{"-DFL_FEW=4", "-DFL_KEEP=132", "-DFL_FEW_BATCH=256"}},
-		{"the items kernel folds", items, nil},
-	} {
-		_, _, _, defines := mamba2Module(h200Props(), superShape, opt, c.tn)
-		var got []string
-		for _, d := range defines {
-			if strings.HasPrefix(d, "-DFL_") {
-				got = append(got, d)
-			}
-		}
-		if !slices.Equal(got, c.want) {
-			t.Errorf("%s: FL_ defines %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
 // TestStreamWarps checks the stream kernels' warps a block: the early
 // folds four, or the knob's; the flush eight for 2-byte checkpoints whose
 // matrices split into eight strips of 16 rows, else the folds' count, or

@@ -41,12 +41,16 @@ type overlap struct {
 // 267 -> 255 (on the flush's resident grid, 264 blocks; one per SM was
 // slower). Mamba-2 slower in every case (Nano B=256 fp32 315 -> 329, B=64
 // 94.5 -> 110) when the overlap replaced its default flush, the pipelined
-// fold (v7), by the slower items kernel; its non-flush step slowed too. The
-// overlap now keeps the pipelined fold (not yet measured).
+// fold (v7), by the slower items kernel; its non-flush step slowed too.
+// With the pipelined fold kept (session 31, B=256 windows): Super 336 ->
+// 324 (fp32), 216 -> 204 (bf16), but Nano 315 -> 323 and 208 -> 210, and
+// every shape slower at B=64 (Nano fp32 94 -> 109); the block timelines
+// showed the flush's resident grid holding every SM until it ends, so
+// Mamba-2 keeps the flush before the step.
 //
 // The verify's split (tn.overlapVer, REPLAYSSM_CUDA_VERIFY_OVERLAP=1) is
-// off by default: written in session 13 after the device time, not yet
-// measured.
+// off by default: Mamba-2 in session 31, verify us, Nano fp32 482 -> 468,
+// Super bf16 347 -> 339, Nano bf16 341 -> 358 (NOTES.md).
 func planOverlap(kind string, opt replay.Options, tn tuning) (overlap, []string) {
 	if opt.Mode != replay.Replay {
 		return overlap{}, nil

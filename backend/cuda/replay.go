@@ -62,7 +62,7 @@ type tuning struct {
 	overlapLow  bool     // REPLAYSSM_CUDA_OVERLAP_PRIORITY=0: the side stream at the default priority, not the greatest
 	overlapMain bool     // REPLAYSSM_CUDA_OVERLAP_ORDER=main: the main stream's kernel queued before the side stream's
 	flQueue     string   // REPLAYSSM_CUDA_FL_QUEUE: "1" or "0" forces gdn_flush_stream's item counter on or off ("": on with overlapMain)
-	flFew       string   // REPLAYSSM_CUDA_FL_FEW: the flush (gdn_flush_stream; mamba2_flush_pipe with overlap, only when set) on flKeep blocks from batch 256 when its items are fewer than this many a block ("0": off; "": defaultFlFew for GDN)
+	flFew       string   // REPLAYSSM_CUDA_FL_FEW: gdn_flush_stream on flKeep blocks from batch 256 when its items are fewer than this many a block ("0": off; "": defaultFlFew for GDN)
 	flKeep      int      // tests: FL_FEW's blocks (0: one an SM)
 	flFewBatch  int      // tests: FL_FEW from this batch (0: 256)
 	overlapVer  bool     // REPLAYSSM_CUDA_VERIFY_OVERLAP=1: a verify's early folds beside the group verify of the slots that do not fold

@@ -98,28 +98,7 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 	if f.on && elemBytes(opt.State) == 2 && !definesName(tn.defines, "STORE_V4") {
 		defines = append(defines, "-DSTORE_V4=1")
 	}
-	defines = append(defines, mamba2FlushFew(d, opt, f, tn)...)
 	return p, g, f, defines
-}
-
-// mamba2FlushFew returns the defines of mamba2_flush_pipe's FL_FEW (a
-// staggered step's few flush items on one block an SM, the others ending
-// at once): only where asked (REPLAYSSM_CUDA_FL_FEW, with no default for
-// Mamba-2 yet) and where the flush runs beside the non-flush kernel
-// (REPLAYSSM_CUDA_OVERLAP=1; in one stream the group step waits for the
-// whole flush whatever its grid). Written in session 30 after the device
-// time; its first measurement is `tools/gpu_check.sh m2few`.
-func mamba2FlushFew(d *Device, opt replay.Options, f foldPipe, tn tuning) []string {
-	if tn.flFew == "" || !f.on {
-		return nil
-	}
-	if o, _ := planOverlap("mamba2", opt, tn); !o.on {
-		return nil
-	}
-	if few := tn.flushFew(opt.State); few > 0 {
-		return flushFewDefines(d, few, tn)
-	}
-	return nil
 }
 
 // mamba2FoldPlan plans the pipelined folds (mamba2_flush_pipe,

@@ -904,8 +904,8 @@ func TestReplayOverlapMatchesSerial(t *testing.T) {
 	main.overlapMain = true
 	comparePairs(t, d, pairVariant{"overlap-main-first", main, 0, ""}, pairVariant{"serial", off, 0, ""})
 	// A step's few flush items on the first block of the three, the others
-	// ending at once (FL_FEW: Mamba-2's pipelined flush beside the
-	// non-flush kernel, GDN's flush by strips).
+	// ending at once (FL_FEW: GDN's flush by strips; Mamba-2's flush
+	// ignores it).
 	few := on
 	few.flFew, few.flKeep, few.flFewBatch = "64", 1, 1
 	comparePairs(t, d, pairVariant{"overlap-few", few, 0, ""}, pairVariant{"serial", off, 0, ""})
@@ -1089,6 +1089,7 @@ func comparePairs(t *testing.T, d *Device, a, b pairVariant) {
 		opt  replay.Options
 	}{
 		{"fp32", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3}},
+		{"bf16", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.BF16}},
 		{"bf16+nvfp4", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.BF16, ReadCopy: numeric.NVFP4}},
 		{"e4m3", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.E4M3}},
 	}

@@ -1694,12 +1694,29 @@ __device__ __forceinline__ int bsw_unit(int f, int swz) { return f ^ ((f >> 3) &
 // pieces 0 .. nmat-1 are the matrix) and arms bar: the producer warp calls it
 // with all lanes; the stage is full once every byte has landed. bar's
 // initial count is 33: lane 0's arrival plus one cp.async arrival per lane.
-// Lane l issues pieces l, l+32, ...; a matrix moved by cp.async is spread
-// over the whole warp. (Each ring piece copied by the whole warp in turn,
+// Lanes l .. l+PIPE_LANES-1 issue piece l/PIPE_LANES, then 32/PIPE_LANES
+// on; a matrix moved by cp.async is spread over the whole warp. (Each ring piece copied by the whole warp in turn,
 // 512 contiguous bytes a cp.async rather than 16 from each of 32 rows, was
 // slower: Mamba-2 verify 6-19%, aligned flush up to 38% (Nano fp32's 3%
 // faster); session 30.)
 // PIPE_NOCOPY (an experiment) moves nothing.
+//
+// PIPE_LANES (1, 2 or 4) lanes share a ring piece, each taking every
+// PIPE_LANES-th of its 16-byte units. ncu of the Nano bf16 aligned flush
+// (session 31): with one lane a piece, every lane at the same unit of its
+// own row, each cp.async took twice its ideal L2 sectors (16 bytes of each
+// 32-byte sector) and 6x its shared-memory wavefronts (rows 320 or 512
+// bytes apart, the same banks). The bytes and their places are the same
+// either way. Session 31 (H200, B=256, same run, us, 1 -> 2): verify Nano
+// bf16 342 -> 326, Super bf16 348 -> 336, Super fp32 497 -> 489; windows
+// Super bf16 215 -> 211, fp32 333 -> 330, Nano 1-2 us; aligned flushes
+// Nano fp32 634 -> 614, Super fp32 678 -> 657, bf16 573 -> 549. Starting
+// each piece's lanes at a unit rotated by the piece (spreading the banks
+// further) gained nothing more.
+#ifndef PIPE_LANES
+#define PIPE_LANES 2
+#endif
+static_assert(PIPE_LANES == 1 || PIPE_LANES == 2 || PIPE_LANES == 4, "PIPE_LANES: 1, 2 or 4");
 template <typename F>
 __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F piece)
 {
@@ -1722,13 +1739,16 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
     }
     __syncwarp();
 #ifndef PIPE_NOCOPY
-    for (int ci = lane; ci < npieces; ci += 32) {
+    const int sub = lane % PIPE_LANES, grp = lane / PIPE_LANES;
+    for (int ci = grp; ci < npieces; ci += 32 / PIPE_LANES) {
         const Piece pc = piece(ci);
         if (ci < nmat ? PIPE_STATE == 0 : PIPE_RING == 0) {
-            bulk_g2s(pc.dst, pc.src, pc.bytes, bar);
+            if (sub == 0) {
+                bulk_g2s(pc.dst, pc.src, pc.bytes, bar);
+            }
         } else if (ci >= nmat) {
-            for (u32 off = 0; off < pc.bytes; off += 16) {
-                cp_async16(pc.dst + 16 * bsw_unit(off / 16, pc.swz), static_cast<const unsigned char*>(pc.src) + off);
+            for (u32 f = sub; f < pc.bytes / 16; f += PIPE_LANES) {
+                cp_async16(pc.dst + 16 * bsw_unit(f, pc.swz), static_cast<const unsigned char*>(pc.src) + 16 * f);
             }
         }
     }
@@ -3053,8 +3073,8 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
 // the slots, not an aligned flush), leave the items to the first FL_KEEP
 // blocks (the Go side: one an SM) and end at once, so that the non-flush
 // kernel beside them (OVERLAP) starts on the SMs' other room at the step's
-// start instead of after the flush's resident grid. gdn_flush_stream and
-// mamba2_flush_pipe take it. FL_FEW_BATCH is the least batch it applies
+// start instead of after the flush's resident grid. gdn_flush_stream
+// takes it (mamba2_flush_pipe did in sessions 30-31: slower). FL_FEW_BATCH is the least batch it applies
 // to (the Go side: 256; at B=64 an aligned GDN bf16 flush's 2048 items
 // counted as few and ran 77 -> 175 us on one block an SM).
 #ifndef FL_FEW
@@ -3255,16 +3275,16 @@ __device__ __forceinline__ bool fold_locate(int i, const int* __restrict__ slots
 }
 
 // fold_produce is the producer warp's loop over the block's items i =
-// blockIdx.x + k*grid < nitems (grid: the blocks that take items, gridDim.x
-// but for a flush on its first blocks, FL_FEW): prep(i, item) fills this lane's item
+// blockIdx.x + k*gridDim.x < nitems: prep(i, item) fills this lane's item
 // and says whether it folds; npieces(item) and piece(item, stage, ci) give
 // the stage's pieces, piece 0 the checkpoint.
 template <typename Item, typename Prep, typename Count, typename PieceF>
-__device__ __forceinline__ void fold_produce(int nitems, int grid, Item* items, unsigned char* stages, u64* full,
+__device__ __forceinline__ void fold_produce(int nitems, Item* items, unsigned char* stages, u64* full,
                                              u64* empty, Prep prep, Count npieces, PieceF piece)
 {
     static_assert(sizeof(Item) % 4 == 0, "items move between lanes as 32-bit words");
     const int lane = threadIdx.x & 31;
+    const int grid = (int)gridDim.x;
     int it = 0;
     for (int base = blockIdx.x; base < nitems; base += 32 * grid) {
         const int i = base + lane * grid;

@@ -3203,7 +3203,7 @@ gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const flo
     fold_init(full, empty);
     if (threadIdx.x >= NT) {
         fold_produce(
-            batch * NVH, (int)gridDim.x, items, dsm, full, empty,
+            batch * NVH, items, dsm, full, empty,
             [&](int i, GDNFold& m) -> bool {
                 const bool fold = fold_locate<FLUSH, NVH>(i, slots, hist, counts, T, L, m);
                 if (fold) {

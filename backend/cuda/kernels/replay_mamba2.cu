@@ -2079,7 +2079,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
                       const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
                       const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
                       const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int L, int batch,
-                      int grid, int& folded)
+                      int& folded)
 {
     extern __shared__ __align__(128) unsigned char dsm[];
     __shared__ float sDot[P];
@@ -2089,7 +2089,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
     fold_init(full, empty);
     if (threadIdx.x >= NT) {
         fold_produce(
-            batch * NHEADS, grid, items, dsm, full, empty,
+            batch * NHEADS, items, dsm, full, empty,
             [&](int i, M2Fold& m) -> bool {
                 const bool fold = fold_locate<FLUSH, NHEADS>(i, slots, hist, counts, T, L, m);
                 if (fold) {
@@ -2167,30 +2167,16 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
 // mamba2_replay_flush, before the non-flush kernel); L is the window.
 #if HSPLIT == 1 // the split module takes only the small step
 //
-// FL_FEW (replay_common.cu, flushing_slots; REPLAYSSM_CUDA_FL_FEW, only
-// with REPLAYSSM_CUDA_OVERLAP=1): a staggered step's few flush items on the
-// first FL_KEEP blocks, the others ending at once, so that the group step
-// on the other stream starts beside them. Without OVERLAP the group step
-// waits for the whole flush anyway (session 30's Mamba-2 timelines: the
-// flush alone for the step's first 46-61 us). Session 30, written after
-// the device time: not yet measured.
+// Session 31 measured gdn_flush_stream's FL_FEW here too (a staggered
+// step's few items on one block an SM beside the group step, with
+// REPLAYSSM_CUDA_OVERLAP=1): windows 2-7% slower at FL_FEW=8 and 16 (at 4
+// a staggered step's 1536-2048 items did not count as few), so it went.
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(MAMBA2_STEP_PARAMS)
 {
     TRACE_START();
-    int grid = (int)gridDim.x; // the blocks that take items
-#if FL_FEW
-    if (flush_few<NT + 32>(batch, hist, slots, L, NHEADS)) {
-        if ((int)blockIdx.x >= FL_KEEP) {
-            flush_done(hist, pending, done, slots, batch, L);
-            TRACE_STOP(TRACE_M2_FLUSH_PIPE, 0);
-            return;
-        }
-        grid = FL_KEEP;
-    }
-#endif
     int folded = 0; // the block's items (TRACE: thread 0, a consumer, holds the count)
     mamba2_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1,
-                                x, B, C, dt, y, A, dtb, D, dtMin, L, batch, grid, folded);
+                                x, B, C, dt, y, A, dtb, D, dtMin, L, batch, folded);
     flush_done(hist, pending, done, slots, batch, L);
     TRACE_STOP(TRACE_M2_FLUSH_PIPE, folded);
 }
@@ -2204,7 +2190,7 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_fold_pipe(MA
     TRACE_START();
     int folded = 0;
     mamba2_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T,
-                                 x, B, C, dt, y, A, dtb, D, dtMin, R, batch, (int)gridDim.x, folded);
+                                 x, B, C, dt, y, A, dtb, D, dtMin, R, batch, folded);
     TRACE_STOP(TRACE_M2_FOLD_PIPE, folded);
 }
 #endif
