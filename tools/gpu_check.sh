@@ -35,6 +35,7 @@
 #   tools/gpu_check.sh order  # the step's non-flush kernel queued before its flush (OVERLAP_ORDER=main; session 29)
 #   tools/gpu_check.sh queue  # the flush's items from a counter (FL_QUEUE) with and without OVERLAP_ORDER=main (session 29)
 #   tools/gpu_check.sh few  # session 29's FL_FEW default for fp32 (written after its device time): tests, against FL_FEW=0 at 256/512/64, bench256: first next session
+#   tools/gpu_check.sh m2tc  # the Mamba-2 folds' rank update on the tensor cores (M2_TC_FOLD), the Mamba-2 table rows: first next session (session 31)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1): its group step's item queue against the static order, the timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
@@ -487,6 +488,22 @@ m2overlap)
 		rm -rf "$out/trace"
 		grep -E "^==|whole graph" "$out/trace_summary$d.txt"
 	done
+	;;
+m2tc)
+	# Session 31, written after its device time. The Mamba-2 pipelined
+	# folds' rank update on the tensor cores (REPLAYSSM_CUDA_M2_TC_FOLD=1,
+	# M2_TC_FOLD: Nano's 80 rows on 160 threads; Super keeps the FMA fold):
+	# the fold-pipe tests (a "tc" case against the items kernels, fp32, to
+	# sameBound), the reference and speculative tests with it on (every
+	# format), then Nano replay and verify against the defaults, ncu of its
+	# bf16 aligned flush, and the Mamba-2 rows of the batch-256 table
+	# (Next 0: call 4 of session 31 predates PIPE_LANES=2).
+	some_tests m2tc 300 'TestReplayFoldPipeMatchesItems'
+	REPLAYSSM_CUDA_M2_TC_FOLD=1 some_tests m2tc_ref 400 'TestReplayCacheMatchesReference|TestReplayCacheSpeculative'
+	experiment m2tc nemotron-3-nano-4b replay,verify REPLAYSSM_CUDA_M2_TC_FOLD=1
+	LAUNCH_SKIP=15 REPLAYSSM_CUDA_M2_TC_FOLD=1 profile m2tc_flush mamba2_flush_pipe --batch 256 \
+		--shapes nemotron-3-nano-4b --state-dtype bf16 --modes replay
+	SHAPES=mamba2 bench 256 b256_m2.jsonl
 	;;
 carveout)
 	# Session 28: with the flush's padded rows (FL_PAD) the 122B bf16

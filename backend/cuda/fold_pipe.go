@@ -26,6 +26,7 @@ type foldPipe struct {
 	blocks      int // the grid
 	flush, fold *Function
 	why         string
+	tc          bool // the rank update on the tensor cores (Mamba-2's M2_TC_FOLD): sums in another order than the other fold kernels'
 }
 
 // foldStagesMax bounds the stages of one block: beyond a few items ahead

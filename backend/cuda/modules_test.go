@@ -150,6 +150,12 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/streamed folds", replay.Options{Mode: replay.Replay}, tuning{foldItems: true, foldStream: true, flushStream: true}},
 		{"replay/bf16/streamed folds", replay.Options{Mode: replay.Replay, State: numeric.BF16},
 			tuning{foldItems: true, foldStream: true, flushStream: true}},
+		// Mamba-2's pipelined folds on the tensor cores (M2_TC_FOLD).
+		{"replay/fp32/m2 tensor-core folds", replay.Options{Mode: replay.Replay}, tuning{m2TCFold: true}},
+		{"replay/bf16/m2 tensor-core folds", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{m2TCFold: true}},
+		{"replay/e4m3/m2 tensor-core folds", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{m2TCFold: true}},
+		{"replay/fp16+e4m3/m2 tensor-core folds", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3},
+			tuning{m2TCFold: true}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -166,7 +172,7 @@ func TestReplayModulesCompile(t *testing.T) {
 			if layer == "mamba2-1group" && o.name != "replay/fp32" && o.name != "replay/bf16+nvfp4" {
 				continue
 			}
-			if layer != "gdn" && gdnOnly(o.opt, o.tn) {
+			if layer != "gdn" && gdnOnly(o.opt, o.tn) || layer != "mamba2" && o.tn.m2TCFold {
 				continue
 			}
 			t.Run(layer+"/"+o.name, func(t *testing.T) {
@@ -210,6 +216,9 @@ func TestReplayModulesCompile(t *testing.T) {
 				foldsOn := o.tn.folds == "pipe" || layerKind == "mamba2" && opt.Mode == replay.Replay && opt.ReadCopy != numeric.NVFP4
 				if foldsOn && !strings.Contains(strings.Join(defines, " "), "-DFNSTAGE=") {
 					t.Fatalf("the pipelined folds are not planned (defines %v): this test would not compile them", defines)
+				}
+				if o.tn.m2TCFold && !slices.Contains(defines, "-DM2_TC_FOLD=1") {
+					t.Fatalf("the tensor-core folds are not planned (defines %v): this test would not compile them", defines)
 				}
 				ptx, err := n.build(file, src, args, false)
 				if err != nil {

@@ -397,6 +397,37 @@ func TestGroupVerifyPlan(t *testing.T) {
 	}
 }
 
+// TestMamba2TCFoldPlan checks where REPLAYSSM_CUDA_M2_TC_FOLD=1 gives the
+// Mamba-2 pipelined folds the tensor-core rank update: 16 rows a consumer
+// warp (Nano's 80 rows on 160 threads), not Super's 64 rows on 256, never
+// without the knob or without the pipelined folds (an nvfp4 read copy).
+func TestMamba2TCFoldPlan(t *testing.T) {
+	h200 := h200Props()
+	bf16 := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.BF16}
+	fp32 := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
+	nvfp4 := bf16
+	nvfp4.ReadCopy = numeric.NVFP4
+	on := tuning{m2TCFold: true}
+	for _, c := range []struct {
+		name  string
+		shape ssm.Mamba2Shape
+		opt   replay.Options
+		tn    tuning
+		want  bool
+	}{
+		{"nano/bf16", nanoShape, bf16, on, true},
+		{"nano/fp32", nanoShape, fp32, on, true},
+		{"nano/bf16/not asked", nanoShape, bf16, tuning{}, false},
+		{"super/bf16", superShape, bf16, on, false},
+		{"nano/bf16+nvfp4", nanoShape, nvfp4, on, false},
+	} {
+		f, defines := mamba2FoldPlan(h200, c.shape, c.opt, c.tn)
+		if f.tc != c.want || slices.Contains(defines, "-DM2_TC_FOLD=1") != c.want {
+			t.Errorf("%s: tc %v, defines %v; want %v", c.name, f.tc, defines, c.want)
+		}
+	}
+}
+
 // TestFoldPipePlan checks the launch plan of the pipelined folds for the
 // target shapes on an H200-like device (no GPU needed), asked for: the stages
 // hold the fold's layout, a block's and the SM's shared memory and

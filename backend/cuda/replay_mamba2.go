@@ -124,7 +124,20 @@ func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tun
 	// maxima in the one consumer group a block has took Nano's aligned
 	// flush from 1521 to 2320 us (fp32; bf16 1440 -> 2168; Super about
 	// even, 1777 -> 1744).
-	return planFoldPipe(d, opt, stage, static, 64+4*R, P, N, threads, regs, opt.ReadCopy != numeric.NVFP4, tn)
+	f, defines := planFoldPipe(d, opt, stage, static, 64+4*R, P, N, threads, regs, opt.ReadCopy != numeric.NVFP4, tn)
+	if f.on && tn.m2TCFold && mamba2TCFolds(P, N, threads) {
+		f.tc = true
+		defines = append(defines, "-DM2_TC_FOLD=1")
+	}
+	return f, defines
+}
+
+// mamba2TCFolds reports whether the pipelined folds of a Mamba-2 module
+// with P x N matrices on threads consumer threads can fold on the tensor
+// cores (M2_TC_FOLD_ON in replay_mamba2.cu: TCMap's 16 rows a warp, N in
+// tiles of 16 columns).
+func mamba2TCFolds(P, N, threads int) bool {
+	return P == 16*(threads/32) && threads%32 == 0 && N%16 == 0
 }
 
 // mamba2GroupPlan plans mamba2_group_step (replay_mamba2.cu): a group's

@@ -328,6 +328,24 @@ struct Map {
     __device__ static __forceinline__ int col(int c) { return (c * LANES + lane()) * VEC; }
 };
 
+// TCMap is the tensor-core folds' register layout (GDN's TC_FOLD, Mamba-2's
+// M2_TC_FOLD; a Map for store_state, write_read_copy and nvfp4_write):
+// warp w owns rows 16w .. 16w+15, its lane (g = lane/4, t = lane%4) rows
+// 16w + g and + 8 (passes 0, 1) at columns 16c + 4t .. +3: four lanes
+// share a row, a 16-element nvfp4 block is one c of the four.
+struct TCMap {
+    static constexpr int VEC = 4;
+    static constexpr int LANES = 4;
+    static constexpr int CPL = COLS / 16;
+    static constexpr int PASSES = 2;
+    __device__ static __forceinline__ int row(int pass)
+    {
+        return 16 * (int)(threadIdx.x >> 5) + (int)(threadIdx.x & 31) / 4 + 8 * pass;
+    }
+    __device__ static __forceinline__ int lane() { return (int)(threadIdx.x & 3); }
+    __device__ static __forceinline__ int col(int c) { return 16 * c + 4 * lane(); }
+};
+
 template <int LANES>
 __device__ __forceinline__ float lanes_sum(float v)
 {
@@ -1420,6 +1438,33 @@ __device__ __forceinline__ void mma_3xtf32(float& d0, float& d1, float& d2, floa
     }
     mma_tf32(d0, d1, d2, d3, ahi[0], ahi[1], ahi[2], ahi[3], blo0, blo1);
     mma_tf32(d0, d1, d2, d3, ahi[0], ahi[1], ahi[2], ahi[3], bhi0, bhi1);
+}
+
+// update_tc_tile is one step of a tensor-core rank update (gdn_update_tc,
+// mamba2_fold_tc): a chunk's two tiles (p = 0, 1) of 8 columns times one
+// step of 8 entries, the B operands at k0 and k1 (entries i0 and i1, zeros
+// where in0 or in1 is false) and the A operands (ahi, alo) into the
+// accumulators of rows g and g+8 (acc0, acc1: TCMap's reg[.][c]).
+// gdn_fold_stream folds with it too, so that its checkpoint is the fold's
+// bit for bit.
+__device__ __forceinline__ void update_tc_tile(float (&acc0)[4], float (&acc1)[4], const float* k0, const float* k1,
+                                               bool in0, bool in1, const u32 (&ahi)[4], const u32 (&alo)[4])
+{
+    float2 x0 = *reinterpret_cast<const float2*>(k0);
+    float2 x1 = *reinterpret_cast<const float2*>(k1);
+    if (!in0) {
+        x0 = make_float2(0.0f, 0.0f);
+    }
+    if (!in1) {
+        x1 = make_float2(0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+        u32 bhi0, blo0, bhi1, blo1;
+        tf32_split_fast(p ? x0.y : x0.x, bhi0, blo0);
+        tf32_split_fast(p ? x1.y : x1.x, bhi1, blo1);
+        mma_3xtf32<false>(acc0[p], acc0[p + 2], acc1[p], acc1[p + 2], ahi, alo, bhi0, bhi1, blo0, blo1);
+    }
 }
 
 // mma_16816 is d += A B for one m16n8k16 tile of f16 (BF16: bf16)

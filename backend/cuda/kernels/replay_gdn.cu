@@ -169,21 +169,6 @@ __device__ __forceinline__ int2 tri_pair(int pr, int tri, int t)
 // one is scaled by a float32), so the projections skip its lo products.
 #define TC_AEXACT (STATE_FMT == FMT_BF16 || STATE_FMT == FMT_F16)
 
-// TCMap is the tensor-core fold's register layout (a Map for store_state,
-// write_read_copy and nvfp4_write: four lanes share a row, a 16-element
-// nvfp4 block is one c of the four).
-struct TCMap {
-    static constexpr int VEC = 4;
-    static constexpr int LANES = 4;
-    static constexpr int CPL = COLS / 16;
-    static constexpr int PASSES = 2;
-    __device__ static __forceinline__ int row(int pass)
-    {
-        return 16 * (int)(threadIdx.x >> 5) + (int)(threadIdx.x & 31) / 4 + 8 * pass;
-    }
-    __device__ static __forceinline__ int lane() { return (int)(threadIdx.x & 3); }
-    __device__ static __forceinline__ int col(int c) { return 16 * c + 4 * lane(); }
-};
 #if TC_FOLD_ON
 typedef TCMap FM;
 #else
@@ -273,32 +258,6 @@ __device__ __forceinline__ void gdn_project_tc(const float (&reg)[TCMap::PASSES]
             proj[a * DV + r0] = s0;
             proj[a * DV + r0 + 8] = s1;
         }
-    }
-}
-
-// update_tc_tile is one step of gdn_update_tc: a chunk's two tiles (p = 0,
-// 1) of 8 columns times one step of 8 entries, the keys' B operands at k0
-// and k1 (entries i0 and i1, zeros where in0 or in1 is false) and the A
-// operands (ahi, alo) into the accumulators of rows g and g+8 (acc0, acc1:
-// TCMap's reg[.][c]). gdn_fold_stream folds with it too, so that its
-// checkpoint is the fold's bit for bit.
-__device__ __forceinline__ void update_tc_tile(float (&acc0)[4], float (&acc1)[4], const float* k0, const float* k1,
-                                               bool in0, bool in1, const u32 (&ahi)[4], const u32 (&alo)[4])
-{
-    float2 x0 = *reinterpret_cast<const float2*>(k0);
-    float2 x1 = *reinterpret_cast<const float2*>(k1);
-    if (!in0) {
-        x0 = make_float2(0.0f, 0.0f);
-    }
-    if (!in1) {
-        x1 = make_float2(0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int p = 0; p < 2; p++) {
-        u32 bhi0, blo0, bhi1, blo1;
-        tf32_split_fast(p ? x0.y : x0.x, bhi0, blo0);
-        tf32_split_fast(p ? x1.y : x1.x, bhi1, blo1);
-        mma_3xtf32<false>(acc0[p], acc0[p + 2], acc1[p], acc1[p + 2], ahi, alo, bhi0, bhi1, blo0, blo1);
     }
 }
 

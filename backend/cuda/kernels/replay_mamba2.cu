@@ -161,6 +161,102 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
     write_read_copy<SM>(e, rcodes, rscales, rglobal, mat, scratch);
 }
 
+// M2_TC_FOLD=1 (REPLAYSSM_CUDA_M2_TC_FOLD=1; session 31, written after
+// the device time and not yet measured) folds the pipelined folds' items
+// with mamba2_fold_tc: the rank update on the tensor cores (3xTF32, the
+// accuracy of float32 products), as GDN's TC_FOLD does. Skipping the rank
+// update altogether took the Nano bf16 aligned flush 570 -> 373 us
+// (FOLD_SKIP=4, session 31): the FMA update is a third of the flush, and
+// ncu had the flush latency-bound with its issue slots the first stall
+// (selected 21%, not selected 15%). Where it applies: 16 rows a consumer
+// warp (TCMap; Nemotron-3-Nano's 80 rows on 160 threads, not Super's 64
+// on 256) and N a multiple of 16. The sums run in another order than
+// mamba2_fold's, so the outputs differ from the other kernels' in the last
+// bits.
+#ifndef M2_TC_FOLD
+#define M2_TC_FOLD 0
+#endif
+#if M2_TC_FOLD && ROWS == 16 * NWARPS && COLS % 16 == 0 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define M2_TC_FOLD_ON 1
+#else
+#define M2_TC_FOLD_ON 0
+#endif
+
+// mamba2_fold_tc is mamba2_fold with the checkpoint in TCMap's registers:
+// S <- decay*S, then the rank-t update as tiles of m16n8k8 (update_tc_tile:
+// A[r][j] = coef(r, j) for 16 rows a warp, B = B_j at the tile's columns,
+// K the t entries in steps of 8, zeros past t), then the dot with C (each
+// lane's 32 columns, then its row's four lanes) and the stores. BSW: B and
+// C swizzled by SM's unit mask, as the producer wrote them.
+template <bool OUT, bool BSW, typename Coef, typename Sink>
+__device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state, u8* rcodes, u8* rscales,
+                                               float* rglobal, u64 mat, int t, float decay, const float* sB,
+                                               Coef coef, const float* sC, Sink sink, float* scratch)
+{
+    constexpr int QSW = BSW ? SM::VEC / 4 - 1 : 0;
+    constexpr int KS = (RMAX + 7) / 8;
+    const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
+    const int r0 = TCMap::row(0);
+    float e[TCMap::PASSES][TCMap::CPL][4];
+#pragma unroll
+    for (int pass = 0; pass < TCMap::PASSES; pass++) {
+#pragma unroll
+        for (int c = 0; c < TCMap::CPL; c++) {
+            load_chunk<STATE_FMT, 4>(S, (u64)TCMap::row(pass) * N + TCMap::col(c), e[pass][c], sc0);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                e[pass][c][k] = decay * e[pass][c][k];
+            }
+        }
+    }
+    // Tile (c, p)'s logical column n = 2t'+q is the physical column 16c +
+    // 4t' + p + 2q (update_tc_tile, gdn_update_tc): lane g's B operand is
+    // the float2 at 16c + 4(g>>1) + 2(g&1), in 16-byte unit 4c + (g>>1).
+    for (int ks = 0; ks < ((FOLD_SKIP & 4) ? 0 : KS); ks++) {
+        if (8 * ks < t) {
+            const int i0 = 8 * ks + lt, i1 = i0 + 4;
+            const bool in0 = i0 < t, in1 = i1 < t;
+            const float a[4] = {
+                in0 ? coef(r0, i0) : 0.0f,
+                in0 ? coef(r0 + 8, i0) : 0.0f,
+                in1 ? coef(r0, i1) : 0.0f,
+                in1 ? coef(r0 + 8, i1) : 0.0f,
+            };
+            u32 ahi[4], alo[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                tf32_split_fast(a[k], ahi[k], alo[k]);
+            }
+            // Rows past t (their A is zero) read row 0 instead: the stage
+            // holds RMAX rows of B, and 8*KS may pass it.
+            const float* b0 = sB + (in0 ? i0 : 0) * N + 2 * (g & 1);
+            const float* b1 = sB + (in1 ? i1 : 0) * N + 2 * (g & 1);
+#pragma unroll
+            for (int c = 0; c < TCMap::CPL; c++) {
+                const int u = 4 * bsw_unit(4 * c + (g >> 1), QSW);
+                update_tc_tile(e[0][c], e[1][c], b0 + u, b1 + u, in0, in1, ahi, alo);
+            }
+        }
+    }
+    if (OUT) {
+#pragma unroll
+        for (int pass = 0; pass < TCMap::PASSES; pass++) {
+            const float4* c4 = reinterpret_cast<const float4*>(sC);
+            float acc = 0.0f;
+#pragma unroll
+            for (int c = 0; c < TCMap::CPL; c++) {
+                acc = fma4(e[pass][c], c4[bsw_unit(4 * c + lt, QSW)], acc);
+            }
+            acc = lanes_sum<4>(acc);
+            if (lt == 0) {
+                sink(TCMap::row(pass), acc);
+            }
+        }
+    }
+    store_state<TCMap>(e, state, mat, scratch);
+    write_read_copy<TCMap>(e, rcodes, rscales, rglobal, mat, scratch);
+}
+
 // mamba2_replay_step is one decode step of the replay cache, in two kernels
 // launched back to back over every (head, batch row); each reads the slot's
 // history cursor n and takes the CTAs of its kind, the others return at once:
@@ -2144,7 +2240,11 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
         const float* sX = reinterpret_cast<const float*>(sg + FS_X);
         const int t = m.t;
         float* yh = y + ((u64)m.b * NHEADS + m.h) * P;
+#if M2_TC_FOLD_ON
+        mamba2_fold_tc<FLUSH, M2_FOLD_BSW>(
+#else
         mamba2_fold<FLUSH, M2_FOLD_BSW>(
+#endif
             reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
             reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
             reinterpret_cast<const float*>(sg + FS_C), [&](int p, float d) { sDot[p] = d; }, sScratch);
