@@ -398,9 +398,10 @@ func TestGroupVerifyPlan(t *testing.T) {
 }
 
 // TestMamba2TCFoldPlan checks where REPLAYSSM_CUDA_M2_TC_FOLD=1 gives the
-// Mamba-2 pipelined folds the tensor-core rank update: 16 rows a consumer
-// warp (Nano's 80 rows on 160 threads), not Super's 64 rows on 256, never
-// without the knob or without the pipelined folds (an nvfp4 read copy).
+// Mamba-2 pipelined folds the tensor-core rank update: Nano's 80 rows on
+// 160 threads (one part), Super's 64 rows on 256 (two column parts), never
+// without the knob or without the pipelined folds (an nvfp4 read copy);
+// and mamba2TCFolds' rule on other shapes.
 func TestMamba2TCFoldPlan(t *testing.T) {
 	h200 := h200Props()
 	bf16 := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.BF16}
@@ -418,12 +419,29 @@ func TestMamba2TCFoldPlan(t *testing.T) {
 		{"nano/bf16", nanoShape, bf16, on, true},
 		{"nano/fp32", nanoShape, fp32, on, true},
 		{"nano/bf16/not asked", nanoShape, bf16, tuning{}, false},
-		{"super/bf16", superShape, bf16, on, false},
+		{"super/bf16", superShape, bf16, on, true},
 		{"nano/bf16+nvfp4", nanoShape, nvfp4, on, false},
 	} {
 		f, defines := mamba2FoldPlan(h200, c.shape, c.opt, c.tn)
 		if f.tc != c.want || slices.Contains(defines, "-DM2_TC_FOLD=1") != c.want {
 			t.Errorf("%s: tc %v, defines %v; want %v", c.name, f.tc, defines, c.want)
+		}
+	}
+	for _, c := range []struct {
+		p, n, threads int
+		want          bool
+	}{
+		{80, 128, 160, true},   // 5 blocks of 16 rows, 5 warps
+		{64, 128, 256, true},   // 4 blocks, 8 warps: parts of 64 columns
+		{64, 128, 128, true},   // one part
+		{128, 128, 128, false}, // 8 blocks on 4 warps
+		{48, 128, 256, false},  // 3 blocks do not divide 8 warps
+		{8, 16, 128, false},    // fewer than 16 rows
+		{64, 48, 256, false},   // parts of 24 columns
+		{64, 128, 200, false},  // not whole warps
+	} {
+		if got := mamba2TCFolds(c.p, c.n, c.threads); got != c.want {
+			t.Errorf("mamba2TCFolds(%d, %d, %d) = %v, want %v", c.p, c.n, c.threads, got, c.want)
 		}
 	}
 }

@@ -134,10 +134,15 @@ func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tun
 
 // mamba2TCFolds reports whether the pipelined folds of a Mamba-2 module
 // with P x N matrices on threads consumer threads can fold on the tensor
-// cores (M2_TC_FOLD_ON in replay_mamba2.cu: TCMap's 16 rows a warp, N in
-// tiles of 16 columns).
+// cores (M2_TC_FOLD_ON in replay_mamba2.cu): the rows in blocks of 16 that
+// the warps divide into, each block's row split into warps/blocks column
+// parts of a multiple of 16 columns (M2TCMap).
 func mamba2TCFolds(P, N, threads int) bool {
-	return P == 16*(threads/32) && threads%32 == 0 && N%16 == 0
+	warps, blocks := threads/32, P/16
+	if threads%32 != 0 || P%16 != 0 || blocks == 0 || warps < blocks || warps%blocks != 0 {
+		return false
+	}
+	return N%(warps/blocks*16) == 0
 }
 
 // mamba2GroupPlan plans mamba2_group_step (replay_mamba2.cu): a group's

@@ -962,16 +962,20 @@ func TestReplayFoldPipeMatchesItems(t *testing.T) {
 	items := envTuning(os.Getenv)
 	items.folds, items.groupAll = "items", true
 	comparePairs(t, d, pairVariant{"v7", pipe, 0, "v7"}, pairVariant{"items", items, 0, "items"})
-	// The rank update on the tensor cores (M2_TC_FOLD: the large Mamba-2
-	// layer's 80 rows on 160 threads) sums in another order: within
-	// sameBound of the items kernels (the cache reports itself inexact),
-	// with an fp32 checkpoint only: a 2-byte or fp8 one may round an
-	// element the other way, a whole ulp of its format (the reference
-	// tests, run with REPLAYSSM_CUDA_M2_TC_FOLD=1, take those).
+	// The rank update on the tensor cores (M2_TC_FOLD: 80 rows on 160
+	// threads, one column part; 64 rows on 256, two) sums in another
+	// order: within sameBound of the items kernels (the cache reports
+	// itself inexact), with an fp32 checkpoint only: a 2-byte or fp8 one
+	// may round an element the other way, a whole ulp of its format (the
+	// reference tests, run with REPLAYSSM_CUDA_M2_TC_FOLD=1, take those).
 	t.Run("tc", func(t *testing.T) {
 		tc := pipe
 		tc.m2TCFold = true
-		comparePairsIn(t, d, pairVariant{"v7-tc", tc, 0, "v7"}, pairVariant{"items", items, 0, "items"}, []string{"fp32"})
+		layers := []gpuLayer{
+			largeLayers()[0],
+			mamba2TestLayer(15, ssm.Mamba2Shape{Heads: 4, HeadDim: 64, StateSize: 128, Groups: 2}),
+		}
+		comparePairsIn(t, d, pairVariant{"v7-tc", tc, 0, "v7"}, pairVariant{"items", items, 0, "items"}, layers, []string{"fp32"})
 	})
 }
 
@@ -1095,11 +1099,12 @@ type pairVariant struct {
 // comparePairs builds a cache of each variant for every layer in four
 // formats and drives both through sameOutputs.
 func comparePairs(t *testing.T, d *Device, a, b pairVariant) {
-	comparePairsIn(t, d, a, b, nil)
+	comparePairsIn(t, d, a, b, append(smallLayers(), largeLayers()...), nil)
 }
 
-// comparePairsIn is comparePairs in the formats named (nil: all four).
-func comparePairsIn(t *testing.T, d *Device, a, b pairVariant, formats []string) {
+// comparePairsIn is comparePairs for the layers given, in the formats
+// named (nil: all four).
+func comparePairsIn(t *testing.T, d *Device, a, b pairVariant, layers []gpuLayer, formats []string) {
 	opts := []struct {
 		name string
 		opt  replay.Options
@@ -1109,7 +1114,7 @@ func comparePairsIn(t *testing.T, d *Device, a, b pairVariant, formats []string)
 		{"bf16+nvfp4", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.BF16, ReadCopy: numeric.NVFP4}},
 		{"e4m3", replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: 3, State: numeric.E4M3}},
 	}
-	for li, l := range append(smallLayers(), largeLayers()...) {
+	for li, l := range layers {
 		for _, o := range opts {
 			if formats != nil && !slices.Contains(formats, o.name) {
 				continue

@@ -328,23 +328,33 @@ struct Map {
     __device__ static __forceinline__ int col(int c) { return (c * LANES + lane()) * VEC; }
 };
 
-// TCMap is the tensor-core folds' register layout (GDN's TC_FOLD, Mamba-2's
-// M2_TC_FOLD; a Map for store_state, write_read_copy and nvfp4_write):
-// warp w owns rows 16w .. 16w+15, its lane (g = lane/4, t = lane%4) rows
-// 16w + g and + 8 (passes 0, 1) at columns 16c + 4t .. +3: four lanes
-// share a row, a 16-element nvfp4 block is one c of the four.
-struct TCMap {
+// TCMapP is the tensor-core folds' register layout (GDN's TC_FOLD,
+// Mamba-2's M2_TC_FOLD; a Map for store_state, write_read_copy and
+// nvfp4_write) with each row split into PARTS column parts of COLS/PARTS,
+// one warp each: warp w owns rows 16(w % RB) .. +15 (RB = NWARPS/PARTS
+// blocks of 16 rows) in part w / RB, its lane (g = lane/4, t = lane%4)
+// rows 16(w % RB) + g and + 8 (passes 0, 1) at the part's columns 16c +
+// 4t .. +3: four lanes share a row, a 16-element nvfp4 block is one c of
+// the four. TCMap (one part) is GDN's, and Mamba-2's where a warp has 16
+// rows of its own.
+template <int PARTS_>
+struct TCMapP {
+    static constexpr int PARTS = PARTS_;
     static constexpr int VEC = 4;
     static constexpr int LANES = 4;
-    static constexpr int CPL = COLS / 16;
+    static constexpr int CPL = COLS / PARTS / 16;
     static constexpr int PASSES = 2;
+    static constexpr int RB = NWARPS / PARTS;
+    __device__ static __forceinline__ int part() { return PARTS == 1 ? 0 : (int)(threadIdx.x >> 5) / RB; }
     __device__ static __forceinline__ int row(int pass)
     {
-        return 16 * (int)(threadIdx.x >> 5) + (int)(threadIdx.x & 31) / 4 + 8 * pass;
+        const int w = (int)(threadIdx.x >> 5);
+        return 16 * (PARTS == 1 ? w : w % RB) + (int)(threadIdx.x & 31) / 4 + 8 * pass;
     }
     __device__ static __forceinline__ int lane() { return (int)(threadIdx.x & 3); }
-    __device__ static __forceinline__ int col(int c) { return 16 * c + 4 * lane(); }
+    __device__ static __forceinline__ int col(int c) { return COLS / PARTS * part() + 16 * c + 4 * lane(); }
 };
+typedef TCMapP<1> TCMap;
 
 template <int LANES>
 __device__ __forceinline__ float lanes_sum(float v)

@@ -168,48 +168,61 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
 // update altogether took the Nano bf16 aligned flush 570 -> 373 us
 // (FOLD_SKIP=4, session 31): the FMA update is a third of the flush, and
 // ncu had the flush latency-bound with its issue slots the first stall
-// (selected 21%, not selected 15%). Where it applies: 16 rows a consumer
-// warp (TCMap; Nemotron-3-Nano's 80 rows on 160 threads, not Super's 64
-// on 256) and N a multiple of 16. The sums run in another order than
-// mamba2_fold's, so the outputs differ from the other kernels' in the last
-// bits.
+// (selected 21%, not selected 15%). Where it applies: rows in blocks of
+// 16 that the consumer warps divide into (M2TCMap: Nemotron-3-Nano's 80
+// rows on 5 warps, one part; Super's 64 rows on 8 warps, two column parts
+// of 64), and parts a multiple of 16 columns. The sums run in another
+// order than mamba2_fold's, so the outputs differ from the other kernels'
+// in the last bits.
 #ifndef M2_TC_FOLD
 #define M2_TC_FOLD 0
 #endif
-#if M2_TC_FOLD && ROWS == 16 * NWARPS && COLS % 16 == 0 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-#define M2_TC_FOLD_ON 1
-#else
+// (Nested tests: no division in an #if whose divisor may be zero.)
 #define M2_TC_FOLD_ON 0
+#define M2_TC_PARTS 1
+#if M2_TC_FOLD && ROWS >= 16 && ROWS % 16 == 0 && NWARPS >= ROWS / 16 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if NWARPS % (ROWS / 16) == 0 && COLS % (NWARPS / (ROWS / 16) * 16) == 0
+#undef M2_TC_FOLD_ON
+#undef M2_TC_PARTS
+#define M2_TC_FOLD_ON 1
+#define M2_TC_PARTS (NWARPS / (ROWS / 16))
+#endif
+#endif
+#if M2_TC_FOLD_ON
+typedef TCMapP<M2_TC_PARTS> M2TCMap;
 #endif
 
-// mamba2_fold_tc is mamba2_fold with the checkpoint in TCMap's registers:
-// S <- decay*S, then the rank-t update as tiles of m16n8k8 (update_tc_tile:
-// A[r][j] = coef(r, j) for 16 rows a warp, B = B_j at the tile's columns,
-// K the t entries in steps of 8, zeros past t), then the dot with C (each
-// lane's 32 columns, then its row's four lanes) and the stores. BSW: B and
-// C swizzled by SM's unit mask, as the producer wrote them.
+#if M2_TC_FOLD_ON
+// mamba2_fold_tc is mamba2_fold with the checkpoint in M2TCMap's
+// registers: S <- decay*S, then the rank-t update as tiles of m16n8k8
+// (update_tc_tile: A[r][j] = coef(r, j) for 16 rows a warp, B = B_j at
+// the tile's columns of the warp's part, K the t entries in steps of 8,
+// zeros past t), then the dot with C (each lane's columns, then its row's
+// four lanes: one partial dot a part, sink(p, part, dot)) and the stores.
+// BSW: B and C swizzled by SM's unit mask, as the producer wrote them.
 template <bool OUT, bool BSW, typename Coef, typename Sink>
 __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state, u8* rcodes, u8* rscales,
                                                float* rglobal, u64 mat, int t, float decay, const float* sB,
                                                Coef coef, const float* sC, Sink sink, float* scratch)
 {
+    typedef M2TCMap TM;
     constexpr int QSW = BSW ? SM::VEC / 4 - 1 : 0;
     constexpr int KS = (RMAX + 7) / 8;
     const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
-    const int r0 = TCMap::row(0);
-    float e[TCMap::PASSES][TCMap::CPL][4];
+    const int r0 = TM::row(0), u0 = COLS / TM::PARTS / 4 * TM::part(); // the part's first 16-byte unit
+    float e[TM::PASSES][TM::CPL][4];
 #pragma unroll
-    for (int pass = 0; pass < TCMap::PASSES; pass++) {
+    for (int pass = 0; pass < TM::PASSES; pass++) {
 #pragma unroll
-        for (int c = 0; c < TCMap::CPL; c++) {
-            load_chunk<STATE_FMT, 4>(S, (u64)TCMap::row(pass) * N + TCMap::col(c), e[pass][c], sc0);
+        for (int c = 0; c < TM::CPL; c++) {
+            load_chunk<STATE_FMT, 4>(S, (u64)TM::row(pass) * N + TM::col(c), e[pass][c], sc0);
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 e[pass][c][k] = decay * e[pass][c][k];
             }
         }
     }
-    // Tile (c, p)'s logical column n = 2t'+q is the physical column 16c +
+    // Tile (c, p)'s logical column n = 2t'+q is the part's column 16c +
     // 4t' + p + 2q (update_tc_tile, gdn_update_tc): lane g's B operand is
     // the float2 at 16c + 4(g>>1) + 2(g&1), in 16-byte unit 4c + (g>>1).
     for (int ks = 0; ks < ((FOLD_SKIP & 4) ? 0 : KS); ks++) {
@@ -232,30 +245,31 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
             const float* b0 = sB + (in0 ? i0 : 0) * N + 2 * (g & 1);
             const float* b1 = sB + (in1 ? i1 : 0) * N + 2 * (g & 1);
 #pragma unroll
-            for (int c = 0; c < TCMap::CPL; c++) {
-                const int u = 4 * bsw_unit(4 * c + (g >> 1), QSW);
+            for (int c = 0; c < TM::CPL; c++) {
+                const int u = 4 * bsw_unit(u0 + 4 * c + (g >> 1), QSW);
                 update_tc_tile(e[0][c], e[1][c], b0 + u, b1 + u, in0, in1, ahi, alo);
             }
         }
     }
     if (OUT) {
 #pragma unroll
-        for (int pass = 0; pass < TCMap::PASSES; pass++) {
+        for (int pass = 0; pass < TM::PASSES; pass++) {
             const float4* c4 = reinterpret_cast<const float4*>(sC);
             float acc = 0.0f;
 #pragma unroll
-            for (int c = 0; c < TCMap::CPL; c++) {
-                acc = fma4(e[pass][c], c4[bsw_unit(4 * c + lt, QSW)], acc);
+            for (int c = 0; c < TM::CPL; c++) {
+                acc = fma4(e[pass][c], c4[bsw_unit(u0 + 4 * c + lt, QSW)], acc);
             }
             acc = lanes_sum<4>(acc);
             if (lt == 0) {
-                sink(TCMap::row(pass), acc);
+                sink(TM::row(pass), TM::part(), acc);
             }
         }
     }
-    store_state<TCMap>(e, state, mat, scratch);
-    write_read_copy<TCMap>(e, rcodes, rscales, rglobal, mat, scratch);
+    store_state<TM>(e, state, mat, scratch);
+    write_read_copy<TM>(e, rcodes, rscales, rglobal, mat, scratch);
 }
+#endif
 
 // mamba2_replay_step is one decode step of the replay cache, in two kernels
 // launched back to back over every (head, batch row); each reads the slot's
@@ -2178,7 +2192,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
                       int& folded)
 {
     extern __shared__ __align__(128) unsigned char dsm[];
-    __shared__ float sDot[P];
+    __shared__ float sDot[P * M2_TC_PARTS]; // a partial dot a column part (M2_TC_FOLD)
     __shared__ float sScratch[NWARPS];
     __shared__ M2Fold items[FNSTAGE];
     __shared__ u64 full[FNSTAGE], empty[FNSTAGE];
@@ -2241,13 +2255,18 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
         const int t = m.t;
         float* yh = y + ((u64)m.b * NHEADS + m.h) * P;
 #if M2_TC_FOLD_ON
+        // One partial dot a column part: sDot[part * P + p].
         mamba2_fold_tc<FLUSH, M2_FOLD_BSW>(
+            reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
+            reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
+            reinterpret_cast<const float*>(sg + FS_C), [&](int p, int part, float d) { sDot[part * P + p] = d; },
+            sScratch);
 #else
         mamba2_fold<FLUSH, M2_FOLD_BSW>(
-#endif
             reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
             reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
             reinterpret_cast<const float*>(sg + FS_C), [&](int p, float d) { sDot[p] = d; }, sScratch);
+#endif
         if (FLUSH) {
             // The fold's row dots to every thread; the second barrier keeps
             // the next item's fold from writing sDot before all are read.
@@ -2256,7 +2275,12 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
             // 573 -> 604 us Nano, 578 -> 617 Super; session 30.)
             cta_sync();
             for (int p = threadIdx.x; p < P; p += NT) {
-                yh[p] = sDot[p] + m.dh * sX[m.n * P + p];
+                float dot = sDot[p];
+#pragma unroll
+                for (int part = 1; part < M2_TC_PARTS; part++) {
+                    dot += sDot[part * P + p];
+                }
+                yh[p] = dot + m.dh * sX[m.n * P + p];
             }
             cta_sync();
         }
