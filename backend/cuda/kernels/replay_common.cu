@@ -1750,10 +1750,10 @@ __device__ __forceinline__ int bsw_unit(int f, int swz) { return f ^ ((f >> 3) &
 // with all lanes; the stage is full once every byte has landed. bar's
 // initial count is 33: lane 0's arrival plus one cp.async arrival per lane.
 // Lanes l .. l+PIPE_LANES-1 issue piece l/PIPE_LANES, then 32/PIPE_LANES
-// on; a matrix moved by cp.async is spread over the whole warp. (Each ring piece copied by the whole warp in turn,
-// 512 contiguous bytes a cp.async rather than 16 from each of 32 rows, was
-// slower: Mamba-2 verify 6-19%, aligned flush up to 38% (Nano fp32's 3%
-// faster); session 30.)
+// on; a matrix moved by cp.async is spread over the whole warp. (Each ring
+// piece copied by the whole warp in turn, 512 contiguous bytes a cp.async
+// rather than 16 from each of 32 rows, was slower: Mamba-2 verify 6-19%,
+// aligned flush up to 38% (Nano fp32's 3% faster); session 30.)
 // PIPE_NOCOPY (an experiment) moves nothing.
 //
 // PIPE_LANES (1, 2 or 4) lanes share a ring piece, each taking every
@@ -1767,7 +1767,8 @@ __device__ __forceinline__ int bsw_unit(int f, int swz) { return f ^ ((f >> 3) &
 // Super bf16 215 -> 211, fp32 333 -> 330, Nano 1-2 us; aligned flushes
 // Nano fp32 634 -> 614, Super fp32 678 -> 657, bf16 573 -> 549. Starting
 // each piece's lanes at a unit rotated by the piece (spreading the banks
-// further) gained nothing more.
+// further) gained nothing more; four lanes a piece against two, windows
+// and verifies within 1%, fp32 aligned flushes 1-2% faster.
 #ifndef PIPE_LANES
 #define PIPE_LANES 2
 #endif
@@ -3129,9 +3130,10 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
 // blocks (the Go side: one an SM) and end at once, so that the non-flush
 // kernel beside them (OVERLAP) starts on the SMs' other room at the step's
 // start instead of after the flush's resident grid. gdn_flush_stream
-// takes it (mamba2_flush_pipe did in sessions 30-31: slower). FL_FEW_BATCH is the least batch it applies
-// to (the Go side: 256; at B=64 an aligned GDN bf16 flush's 2048 items
-// counted as few and ran 77 -> 175 us on one block an SM).
+// takes it (mamba2_flush_pipe did in sessions 30-31: slower). FL_FEW_BATCH
+// is the least batch it applies to (the Go side: 256; at B=64 an aligned
+// GDN bf16 flush's 2048 items counted as few and ran 77 -> 175 us on one
+// block an SM).
 #ifndef FL_FEW
 #define FL_FEW 0
 #endif
