@@ -494,13 +494,14 @@ m2tc)
 	# folds' rank update on the tensor cores (REPLAYSSM_CUDA_M2_TC_FOLD=1,
 	# M2_TC_FOLD: Nano's 80 rows on 5 warps, Super's 64 on 8 in two column
 	# parts): the fold-pipe tests (a "tc" case against the items kernels,
-	# fp32, to sameBound, both layouts), the reference and speculative
-	# tests with it on (every format; their large layer is Nano's layout),
+	# fp32, to sameBound, both layouts), the reference test's "/m2tc"
+	# cases (every format, Nano's layout) and the speculative tests with it,
 	# then replay and verify against the defaults, ncu of the Nano bf16
 	# aligned flush under it, and the Mamba-2 rows of the batch-256 table
 	# (Next 0: call 4 of session 31 predates PIPE_LANES=2).
 	some_tests m2tc 300 'TestReplayFoldPipeMatchesItems'
-	REPLAYSSM_CUDA_M2_TC_FOLD=1 some_tests m2tc_ref 400 'TestReplayCacheMatchesReference|TestReplayCacheSpeculative'
+	some_tests m2tc_ref 300 'TestReplayCacheMatchesReference/mamba2-H4P80/replay.*/.*/m2tc'
+	REPLAYSSM_CUDA_M2_TC_FOLD=1 some_tests m2tc_spec 300 'TestReplayCacheSpeculative/mamba2'
 	experiment m2tc mamba2 replay,verify REPLAYSSM_CUDA_M2_TC_FOLD=1
 	LAUNCH_SKIP=15 REPLAYSSM_CUDA_M2_TC_FOLD=1 profile m2tc_flush mamba2_flush_pipe --batch 256 \
 		--shapes nemotron-3-nano-4b --state-dtype bf16 --modes replay

@@ -378,6 +378,10 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 	// is on: the large GDN layer's replay cases again with the other
 	// ("/tc", "/fma"; its blocks are 16 rows a warp).
 	tcLayer := largeLayers()[1].name
+	// The Mamba-2 pipelined folds on the tensor cores (M2_TC_FOLD, off by
+	// default): the large Mamba-2 layer's replay cases again with it
+	// ("/m2tc"; 80 rows on 5 warps).
+	m2TCLayer := largeLayers()[0].name
 	type variant struct {
 		li, ci int
 		l      gpuLayer
@@ -409,6 +413,11 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 				}
 				tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD="+on)
 				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + name})
+			}
+			if l.name == m2TCLayer && tc.opt.Mode == replay.Replay {
+				tn := envTuning(os.Getenv)
+				tn.m2TCFold = true
+				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + "/m2tc"})
 			}
 		}
 	}
