@@ -36,7 +36,7 @@
 #   tools/gpu_check.sh queue  # the flush's items from a counter (FL_QUEUE) with and without OVERLAP_ORDER=main (session 29)
 #   tools/gpu_check.sh few  # session 29's FL_FEW default for fp32 (written after its device time): tests, against FL_FEW=0 at 256/512/64, bench256: first next session
 #   tools/gpu_check.sh m2tc  # the Mamba-2 folds' rank update on the tensor cores (M2_TC_FOLD), the Mamba-2 table rows: first next session (session 31)
-#   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1): its group step's item queue against the static order, the timelines (session 31)
+#   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
 #   tools/gpu_check.sh read_sums  # read_items with and without a group step's per-pass sums (session 27)
@@ -477,17 +477,15 @@ m2overlap)
 	# Session 31. Mamba-2's flush beside the step (REPLAYSSM_CUDA_OVERLAP=1,
 	# off by default) ran Super's windows 3.5-5.5% faster at B=256 and 512
 	# but Nano's 1-3.5% slower, its non-flush step 273 -> 288 us (fp32):
-	# the group step's item queue (M2_GQUEUE, on with OVERLAP) against its
-	# static order under OVERLAP, then the timelines of both.
-	experiment m2gq mamba2 replay REPLAYSSM_CUDA_OVERLAP=1 "REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_DEFINES=-DM2_GQUEUE=0"
-	for d in "" "-DM2_GQUEUE=0"; do
-		REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_DEFINES="-DTRACE=1 $d" "$cli" bench kernels --device cuda \
-			--batch 256 --shapes nemotron-3-nano-4b --state-dtype fp32 --modes replay --min-time 30ms --trace "$out/trace" \
-			>"$out/trace_bench$d.txt" 2>&1
-		python3 tools/trace_summary.py "$out/trace" >"$out/trace_summary$d.txt" 2>&1
-		rm -rf "$out/trace"
-		grep -E "^==|whole graph" "$out/trace_summary$d.txt"
-	done
+	# against the defaults, then the Nano fp32 timelines under it (the
+	# group step's static item order, -DM2_GQUEUE=0, was slower and is gone).
+	experiment m2ov mamba2 replay REPLAYSSM_CUDA_OVERLAP=1
+	REPLAYSSM_CUDA_OVERLAP=1 REPLAYSSM_CUDA_DEFINES="-DTRACE=1" "$cli" bench kernels --device cuda \
+		--batch 256 --shapes nemotron-3-nano-4b --state-dtype fp32 --modes replay --min-time 30ms --trace "$out/trace" \
+		>"$out/trace_bench.txt" 2>&1
+	python3 tools/trace_summary.py "$out/trace" >"$out/trace_summary.txt" 2>&1
+	rm -rf "$out/trace"
+	grep -E "^==|whole graph" "$out/trace_summary.txt"
 	;;
 m2tc)
 	# Session 31, written after its device time. The Mamba-2 pipelined

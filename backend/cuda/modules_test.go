@@ -598,9 +598,8 @@ func TestPlanFoldStream(t *testing.T) {
 // beside 122B's 128-thread ones nor for fp32, unless the knob says.
 func TestFlushPadPlan(t *testing.T) {
 	base := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
-	bf16, fp16 := base, base
+	bf16 := base
 	bf16.State = numeric.BF16
-	fp16.State = numeric.F16
 	def := envTuning(func(string) string { return "" })
 	forced := def
 	forced.flPad = "1"

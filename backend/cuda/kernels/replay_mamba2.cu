@@ -78,6 +78,53 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
 // warp's loads of B never meet in a bank (unswizzled, the bf16 flush's
 // B loads took twice their ideal wavefronts and held the kernel on
 // shared-memory throughput: ncu, session 30).
+// mamba2_fold_load reads the thread's share of a checkpoint under map FM
+// (SM, or the tensor-core folds' M2TCMap) into e, times decay; rows past
+// ROWS read as zeros.
+template <typename FM>
+__device__ __forceinline__ void mamba2_fold_load(const ST* S, float sc0, float decay,
+                                                 float (&e)[FM::PASSES][FM::CPL][FM::VEC])
+{
+#pragma unroll
+    for (int pass = 0; pass < FM::PASSES; pass++) {
+        const int r = FM::row(pass);
+#pragma unroll
+        for (int c = 0; c < FM::CPL; c++) {
+            if (r < ROWS) {
+                load_chunk<STATE_FMT, FM::VEC>(S, (u64)r * N + FM::col(c), e[pass][c], sc0);
+            } else {
+#pragma unroll
+                for (int k = 0; k < FM::VEC; k++) {
+                    e[pass][c][k] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < FM::VEC; k++) {
+                e[pass][c][k] = decay * e[pass][c][k];
+            }
+        }
+    }
+}
+
+// mamba2_fold_dot returns the dot of row FM::row(pass) of the folded e
+// with C (swizzled as B is, mask QSW) over the lanes of the row that FM
+// shares (under M2TCMap, one column part's).
+template <typename FM, int QSW>
+__device__ __forceinline__ float mamba2_fold_dot(const float (&e)[FM::PASSES][FM::CPL][FM::VEC], int pass,
+                                                 const float* sC)
+{
+    const float4* c4 = reinterpret_cast<const float4*>(sC);
+    float acc = 0.0f;
+#pragma unroll
+    for (int c = 0; c < FM::CPL; c++) {
+#pragma unroll
+        for (int q = 0; q < FM::VEC / 4; q++) {
+            acc = fma4(&e[pass][c][4 * q], c4[bsw_unit(FM::col(c) / 4 + q, QSW)], acc);
+        }
+    }
+    return lanes_sum<FM::LANES>(acc);
+}
+
 template <bool OUT, bool BSW = false, typename Coef, typename Sink>
 __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                             u64 mat, int t, float decay, const float* sB, Coef coef, const float* sC,
@@ -89,25 +136,7 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
     // read from shared memory then feeds every pass (rows p, p+RPP, ...),
     // so the rank update is not bound by shared-memory bandwidth.
     float e[SM::PASSES][SM::CPL][VEC];
-#pragma unroll
-    for (int pass = 0; pass < SM::PASSES; pass++) {
-        const int r = SM::row(pass);
-#pragma unroll
-        for (int c = 0; c < SM::CPL; c++) {
-            if (r < ROWS) {
-                SIO::load(S, (u64)r * N + SM::col(c), e[pass][c], sc0);
-            } else {
-#pragma unroll
-                for (int k = 0; k < VEC; k++) {
-                    e[pass][c][k] = 0.0f;
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < VEC; k++) {
-                e[pass][c][k] = decay * e[pass][c][k];
-            }
-        }
-    }
+    mamba2_fold_load<SM>(S, sc0, decay, e);
     for (int j = 0; j < ((FOLD_SKIP & 4) ? 0 : t); j++) {
         float cj[SM::PASSES];
 #pragma unroll
@@ -131,27 +160,11 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
             }
         }
     }
+    if (OUT) {
 #pragma unroll
-    for (int pass = 0; pass < SM::PASSES; pass++) {
-        const int r = SM::row(pass);
-        float acc = 0.0f;
-#pragma unroll
-        for (int c = 0; c < SM::CPL; c++) {
-            if (OUT) {
-                // C is swizzled as B is (BSW).
-                const float4* c4 = reinterpret_cast<const float4*>(sC);
-#pragma unroll
-                for (int q = 0; q < VEC / 4; q++) {
-                    const float4 cq = c4[bsw_unit(SM::col(c) / 4 + q, QSW)];
-                    acc = fmaf(e[pass][c][4 * q], cq.x, acc);
-                    acc = fmaf(e[pass][c][4 * q + 1], cq.y, acc);
-                    acc = fmaf(e[pass][c][4 * q + 2], cq.z, acc);
-                    acc = fmaf(e[pass][c][4 * q + 3], cq.w, acc);
-                }
-            }
-        }
-        if (OUT) {
-            acc = lanes_sum<SM::LANES>(acc);
+        for (int pass = 0; pass < SM::PASSES; pass++) {
+            const int r = SM::row(pass);
+            const float acc = mamba2_fold_dot<SM, QSW>(e, pass, sC);
             if (r < ROWS && SM::lane() == 0) {
                 sink(r, acc);
             }
@@ -211,17 +224,7 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
     const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
     const int r0 = TM::row(0), u0 = COLS / TM::PARTS / 4 * TM::part(); // the part's first 16-byte unit
     float e[TM::PASSES][TM::CPL][4];
-#pragma unroll
-    for (int pass = 0; pass < TM::PASSES; pass++) {
-#pragma unroll
-        for (int c = 0; c < TM::CPL; c++) {
-            load_chunk<STATE_FMT, 4>(S, (u64)TM::row(pass) * N + TM::col(c), e[pass][c], sc0);
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                e[pass][c][k] = decay * e[pass][c][k];
-            }
-        }
-    }
+    mamba2_fold_load<TM>(S, sc0, decay, e);
     // Tile (c, p)'s logical column n = 2t'+q is the part's column 16c +
     // 4t' + p + 2q (update_tc_tile, gdn_update_tc): lane g's B operand is
     // the float2 at 16c + 4(g>>1) + 2(g&1), in 16-byte unit 4c + (g>>1).
@@ -254,13 +257,7 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
     if (OUT) {
 #pragma unroll
         for (int pass = 0; pass < TM::PASSES; pass++) {
-            const float4* c4 = reinterpret_cast<const float4*>(sC);
-            float acc = 0.0f;
-#pragma unroll
-            for (int c = 0; c < TM::CPL; c++) {
-                acc = fma4(e[pass][c], c4[bsw_unit(u0 + 4 * c + lt, QSW)], acc);
-            }
-            acc = lanes_sum<4>(acc);
+            const float acc = mamba2_fold_dot<TM, QSW>(e, pass, sC);
             if (lt == 0) {
                 sink(TM::row(pass), TM::part(), acc);
             }
@@ -1596,16 +1593,6 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __
 #define GROWS (HPG * P)
 typedef CMap<GVEC, N, GROWS, GNT / 32> GM;
 typedef GRaw<GM> GR;
-// M2_GQUEUE (default OVERLAP): the group step's items from the counter
-// (queue_ask) rather than by block index. Session 31 measured OVERLAP=1
-// slowing Nemotron-3-Nano's non-flush step 273 -> 288 us (Super's not);
-// -DM2_GQUEUE=0 is the experiment of OVERLAP with the static order.
-#ifndef M2_GQUEUE
-#define M2_GQUEUE OVERLAP
-#endif
-#if M2_GQUEUE && !OVERLAP
-#error "M2_GQUEUE needs OVERLAP (the counter done[3] is reset by step_done's OVERLAP path)"
-#endif
 #ifndef GMINB
 #define GMINB (512 / GNT)
 #endif
@@ -1699,7 +1686,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         n = hist[s];
         gs = group_scale<HPG>(state, rglobal, (u64)s * NHEADS + g * HPG, tid);
     }
-#if M2_GQUEUE
+#if OVERLAP
     // The item queue, one ahead: the next item is known at an item's start
     // (its cursor and first passes go out during this one's y).
     __shared__ int sQ[2];
@@ -1707,7 +1694,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 #endif
     while (i < items) {
         traced++;
-#if M2_GQUEUE
+#if OVERLAP
         const int h0 = g * HPG, next = nextQ;
         const int asked = queue_ask(done + 3);
 #else
@@ -1834,11 +1821,11 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         if (next < items) {
             group_x(x, bN, gN, xc);
         }
-#if M2_GQUEUE
+#if OVERLAP
         queue_put(sQ, it, asked);
 #endif
         __syncthreads(); // this item's tables are read before the next item's gathers
-#if M2_GQUEUE
+#if OVERLAP
         nextQ = sQ[it & 1];
         it++;
 #endif
