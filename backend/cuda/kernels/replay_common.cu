@@ -1104,6 +1104,37 @@ __device__ __forceinline__ float2 put_state_scale(const float (&v)[SM::PASSES][S
     return sc;
 }
 
+// load_state reads the thread's share of a ROWS x COLS matrix S in the
+// state format (scale sc) under map FM into v, each chunk times mul with
+// SCALE (the Mamba-2 folds' decay, applied chunk by chunk as it lands);
+// rows past ROWS read as zeros. The folds start from it.
+template <typename FM, bool SCALE = false>
+__device__ __forceinline__ void load_state(const void* S, float sc, float (&v)[FM::PASSES][FM::CPL][FM::VEC],
+                                           float mul = 1.0f)
+{
+#pragma unroll
+    for (int pass = 0; pass < FM::PASSES; pass++) {
+        const int r = FM::row(pass);
+#pragma unroll
+        for (int c = 0; c < FM::CPL; c++) {
+            if (r < ROWS) {
+                load_chunk<STATE_FMT, FM::VEC>(S, (u64)r * COLS + FM::col(c), v[pass][c], sc);
+            } else {
+#pragma unroll
+                for (int k = 0; k < FM::VEC; k++) {
+                    v[pass][c][k] = 0.0f;
+                }
+            }
+            if constexpr (SCALE) {
+#pragma unroll
+                for (int k = 0; k < FM::VEC; k++) {
+                    v[pass][c][k] = mul * v[pass][c][k];
+                }
+            }
+        }
+    }
+}
+
 // store_state writes the new state v of matrix m (Map SM's layout) to the
 // state buffer, with its fp8 scale, and leaves v in float32 (the rounded
 // copy is a temporary): a flush. Contains barriers for fp8.

@@ -399,21 +399,7 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
     float reg[FM::PASSES][FM::CPL][FM::VEC];
     // The checkpoint in registers; S0^T vec_a for every vector, each vector
     // chunk read from shared memory once for all the thread's rows.
-#pragma unroll
-    for (int pass = 0; pass < FM::PASSES; pass++) {
-        const int r = FM::row(pass);
-#pragma unroll
-        for (int c = 0; c < FM::CPL; c++) {
-            if (r < ROWS) {
-                load_chunk<STATE_FMT, FM::VEC>(S, (u64)r * DK + FM::col(c), reg[pass][c], sc0);
-            } else {
-#pragma unroll
-                for (int k = 0; k < FM::VEC; k++) {
-                    reg[pass][c][k] = 0.0f;
-                }
-            }
-        }
-    }
+    load_state<FM>(S, sc0, reg);
     // CACHED: only the vectors from nring on (the flush's key, q).
 #if TC_FOLD_ON
     if (!CACHED) {

@@ -78,34 +78,6 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
 // warp's loads of B never meet in a bank (unswizzled, the bf16 flush's
 // B loads took twice their ideal wavefronts and held the kernel on
 // shared-memory throughput: ncu, session 30).
-// mamba2_fold_load reads the thread's share of a checkpoint under map FM
-// (SM, or the tensor-core folds' M2TCMap) into e, times decay; rows past
-// ROWS read as zeros.
-template <typename FM>
-__device__ __forceinline__ void mamba2_fold_load(const ST* S, float sc0, float decay,
-                                                 float (&e)[FM::PASSES][FM::CPL][FM::VEC])
-{
-#pragma unroll
-    for (int pass = 0; pass < FM::PASSES; pass++) {
-        const int r = FM::row(pass);
-#pragma unroll
-        for (int c = 0; c < FM::CPL; c++) {
-            if (r < ROWS) {
-                load_chunk<STATE_FMT, FM::VEC>(S, (u64)r * N + FM::col(c), e[pass][c], sc0);
-            } else {
-#pragma unroll
-                for (int k = 0; k < FM::VEC; k++) {
-                    e[pass][c][k] = 0.0f;
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < FM::VEC; k++) {
-                e[pass][c][k] = decay * e[pass][c][k];
-            }
-        }
-    }
-}
-
 // mamba2_fold_dot returns the dot of row FM::row(pass) of the folded e
 // with C (swizzled as B is, mask QSW) over the lanes of the row that FM
 // shares (under M2TCMap, one column part's).
@@ -136,7 +108,7 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
     // read from shared memory then feeds every pass (rows p, p+RPP, ...),
     // so the rank update is not bound by shared-memory bandwidth.
     float e[SM::PASSES][SM::CPL][VEC];
-    mamba2_fold_load<SM>(S, sc0, decay, e);
+    load_state<SM, true>(S, sc0, e, decay);
     for (int j = 0; j < ((FOLD_SKIP & 4) ? 0 : t); j++) {
         float cj[SM::PASSES];
 #pragma unroll
@@ -224,7 +196,7 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
     const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
     const int r0 = TM::row(0), u0 = COLS / TM::PARTS / 4 * TM::part(); // the part's first 16-byte unit
     float e[TM::PASSES][TM::CPL][4];
-    mamba2_fold_load<TM>(S, sc0, decay, e);
+    load_state<TM, true>(S, sc0, e, decay);
     // Tile (c, p)'s logical column n = 2t'+q is the part's column 16c +
     // 4t' + p + 2q (update_tc_tile, gdn_update_tc): lane g's B operand is
     // the float2 at 16c + 4(g>>1) + 2(g&1), in 16-byte unit 4c + (g>>1).
