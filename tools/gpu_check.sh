@@ -36,6 +36,7 @@
 #   tools/gpu_check.sh queue  # the flush's items from a counter (FL_QUEUE) with and without OVERLAP_ORDER=main (session 29)
 #   tools/gpu_check.sh few  # session 29's FL_FEW default for fp32 (written after its device time): tests, against FL_FEW=0 at 256/512/64, bench256: first next session
 #   tools/gpu_check.sh m2tc  # the Mamba-2 folds' rank update on the tensor cores (M2_TC_FOLD), the Mamba-2 table rows: first next session (session 31)
+#   tools/gpu_check.sh m2default # the Mamba-2 tensor-core fold by default against =0, the Mamba-2 table rows: session 32
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
@@ -503,6 +504,22 @@ m2tc)
 	experiment m2tc mamba2 replay,verify REPLAYSSM_CUDA_M2_TC_FOLD=1
 	LAUNCH_SKIP=15 REPLAYSSM_CUDA_M2_TC_FOLD=1 profile m2tc_flush mamba2_flush_pipe --batch 256 \
 		--shapes nemotron-3-nano-4b --state-dtype bf16 --modes replay
+	SHAPES=mamba2 bench 256 b256_m2.jsonl
+	;;
+m2pad)
+	# Session 32. The first m2tc run: Nano bf16 aligned flush 568 -> 423
+	# us, but Super fp32 652 -> 671; ncu had L1 at 88% with LDS.64 two
+	# thirds of the shared wavefronts, 4x their ideal (update_tc_tile's B
+	# rows 512 bytes apart; the checkpoint's rows). Run before B's rows
+	# were padded by default under M2_TC_FOLD, with a knob (removed since:
+	# slower) padding the checkpoint's rows too.
+	echo "m2pad: its knob is gone; see NOTES.md, session 32"
+	;;
+m2default)
+	# Session 32: the tensor-core fold by default (mamba2TCDefault: 2-byte
+	# and fp8 checkpoints, fp32 where the warps take whole rows) against
+	# =0, fp32, bf16 and e4m3, then the Mamba-2 rows of the batch-256 table.
+	DTYPES=fp32,bf16,fp8-e4m3 experiment m2default mamba2 replay,verify REPLAYSSM_CUDA_M2_TC_FOLD=0
 	SHAPES=mamba2 bench 256 b256_m2.jsonl
 	;;
 carveout)

@@ -150,12 +150,13 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/streamed folds", replay.Options{Mode: replay.Replay}, tuning{foldItems: true, foldStream: true, flushStream: true}},
 		{"replay/bf16/streamed folds", replay.Options{Mode: replay.Replay, State: numeric.BF16},
 			tuning{foldItems: true, foldStream: true, flushStream: true}},
-		// Mamba-2's pipelined folds on the tensor cores (M2_TC_FOLD).
-		{"replay/fp32/m2 tensor-core folds", replay.Options{Mode: replay.Replay}, tuning{m2TCFold: true}},
-		{"replay/bf16/m2 tensor-core folds", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{m2TCFold: true}},
-		{"replay/e4m3/m2 tensor-core folds", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{m2TCFold: true}},
-		{"replay/fp16+e4m3/m2 tensor-core folds", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3},
-			tuning{m2TCFold: true}},
+		// Mamba-2's pipelined folds by FMA (M2_TC_FOLD off; Nano's folds
+		// are on the tensor cores by default in every format).
+		{"replay/fp32/m2 FMA folds", replay.Options{Mode: replay.Replay}, tuning{m2TCFold: "0"}},
+		{"replay/bf16/m2 FMA folds", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{m2TCFold: "0"}},
+		{"replay/e4m3/m2 FMA folds", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{m2TCFold: "0"}},
+		{"replay/fp16+e4m3/m2 FMA folds", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3},
+			tuning{m2TCFold: "0"}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -172,7 +173,7 @@ func TestReplayModulesCompile(t *testing.T) {
 			if layer == "mamba2-1group" && o.name != "replay/fp32" && o.name != "replay/bf16+nvfp4" {
 				continue
 			}
-			if layer != "gdn" && gdnOnly(o.opt, o.tn) || layer != "mamba2" && o.tn.m2TCFold {
+			if layer != "gdn" && gdnOnly(o.opt, o.tn) || layer != "mamba2" && o.tn.m2TCFold != "" {
 				continue
 			}
 			t.Run(layer+"/"+o.name, func(t *testing.T) {
@@ -217,8 +218,10 @@ func TestReplayModulesCompile(t *testing.T) {
 				if foldsOn && !strings.Contains(strings.Join(defines, " "), "-DFNSTAGE=") {
 					t.Fatalf("the pipelined folds are not planned (defines %v): this test would not compile them", defines)
 				}
-				if o.tn.m2TCFold && !slices.Contains(defines, "-DM2_TC_FOLD=1") {
-					t.Fatalf("the tensor-core folds are not planned (defines %v): this test would not compile them", defines)
+				// Nano's pipelined folds: on the tensor cores but where
+				// turned off.
+				if tc := slices.Contains(defines, "-DM2_TC_FOLD=1"); layer == "mamba2" && foldsOn && tc != (o.tn.m2TCFold != "0") {
+					t.Fatalf("the tensor-core folds planned %v (defines %v): this test would not compile the module it means to", tc, defines)
 				}
 				ptx, err := n.build(file, src, args, false)
 				if err != nil {

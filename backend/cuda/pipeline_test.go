@@ -397,18 +397,21 @@ func TestGroupVerifyPlan(t *testing.T) {
 	}
 }
 
-// TestMamba2TCFoldPlan checks where REPLAYSSM_CUDA_M2_TC_FOLD=1 gives the
-// Mamba-2 pipelined folds the tensor-core rank update: Nano's 80 rows on
-// 160 threads (one part), Super's 64 rows on 256 (two column parts), never
-// without the knob or without the pipelined folds (an nvfp4 read copy);
-// and mamba2TCFolds' rule on other shapes.
+// TestMamba2TCFoldPlan checks where the Mamba-2 pipelined folds take the
+// tensor-core rank update: by default with 2-byte and fp8 checkpoints and
+// with fp32 ones where the warps take whole rows (Nano's 80 rows on 160
+// threads, not Super's 64 on 256, two column parts), everywhere it
+// applies with REPLAYSSM_CUDA_M2_TC_FOLD=1, nowhere with =0 or without the
+// pipelined folds (an nvfp4 read copy); that the stage holds its padded B
+// rows; and mamba2TCFolds' rule on other shapes.
 func TestMamba2TCFoldPlan(t *testing.T) {
 	h200 := h200Props()
 	bf16 := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.BF16}
 	fp32 := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
+	e4m3 := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.E4M3}
 	nvfp4 := bf16
 	nvfp4.ReadCopy = numeric.NVFP4
-	on := tuning{m2TCFold: true}
+	on, off := tuning{m2TCFold: "1"}, tuning{m2TCFold: "0"}
 	for _, c := range []struct {
 		name  string
 		shape ssm.Mamba2Shape
@@ -416,15 +419,30 @@ func TestMamba2TCFoldPlan(t *testing.T) {
 		tn    tuning
 		want  bool
 	}{
-		{"nano/bf16", nanoShape, bf16, on, true},
-		{"nano/fp32", nanoShape, fp32, on, true},
-		{"nano/bf16/not asked", nanoShape, bf16, tuning{}, false},
-		{"super/bf16", superShape, bf16, on, true},
+		{"nano/bf16", nanoShape, bf16, tuning{}, true},
+		{"nano/fp32", nanoShape, fp32, tuning{}, true},
+		{"nano/e4m3", nanoShape, e4m3, tuning{}, true},
+		{"super/bf16", superShape, bf16, tuning{}, true},
+		{"super/fp32", superShape, fp32, tuning{}, false},
+		{"super/fp32/asked", superShape, fp32, on, true},
+		{"nano/bf16/off", nanoShape, bf16, off, false},
 		{"nano/bf16+nvfp4", nanoShape, nvfp4, on, false},
 	} {
 		f, defines := mamba2FoldPlan(h200, c.shape, c.opt, c.tn)
 		if f.tc != c.want || slices.Contains(defines, "-DM2_TC_FOLD=1") != c.want {
 			t.Errorf("%s: tc %v, defines %v; want %v", c.name, f.tc, defines, c.want)
+		}
+		// The stage holds the layout: R rows of N+8 floats of B on the
+		// tensor cores (M2_BROW), N without.
+		if f.on {
+			P, N, R := c.shape.HeadDim, c.shape.StateSize, replayRing(c.opt)
+			brow := N
+			if f.tc {
+				brow += 8
+			}
+			if want := (P*N*max(1, elemBytes(c.opt.State))+15)/16*16 + 4*(R*P+R*brow+N); f.stageBytes < want {
+				t.Errorf("%s: stage of %d bytes; the layout takes %d", c.name, f.stageBytes, want)
+			}
 		}
 	}
 	for _, c := range []struct {

@@ -70,7 +70,7 @@ type tuning struct {
 	verifyEarly string   // REPLAYSSM_CUDA_VERIFY_EARLY: "1" or "0" forces the small batches' early verify on or off ("": where its grid fits, earlyVerify.pick)
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
 	carveout    int      // REPLAYSSM_CUDA_CARVEOUT: the group and stream kernels' shared-memory carveout, percent (0: the driver's choice)
-	m2TCFold    bool     // REPLAYSSM_CUDA_M2_TC_FOLD=1: the Mamba-2 pipelined folds' rank update on the tensor cores where it applies (mamba2FoldPlan)
+	m2TCFold    string   // REPLAYSSM_CUDA_M2_TC_FOLD: "1" or "0" forces the Mamba-2 pipelined folds' rank update on the tensor cores on or off where it applies ("": mamba2TCDefault)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -124,7 +124,9 @@ func envTuning(getenv func(string) string) tuning {
 		tn.flFew = strconv.Itoa(v)
 	}
 	tn.wholeVerify = getenv("REPLAYSSM_CUDA_SPLIT_VERIFY") == "0"
-	tn.m2TCFold = getenv("REPLAYSSM_CUDA_M2_TC_FOLD") == "1"
+	if v := getenv("REPLAYSSM_CUDA_M2_TC_FOLD"); v == "0" || v == "1" {
+		tn.m2TCFold = v
+	}
 	if v := getenv("REPLAYSSM_CUDA_VERIFY_EARLY"); v == "0" || v == "1" {
 		tn.verifyEarly = v
 	}

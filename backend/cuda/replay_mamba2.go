@@ -107,10 +107,18 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 // stage an item (with its R weights) and two barriers.
 func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tuning) (foldPipe, []string) {
 	P, N, R := shape.HeadDim, shape.StateSize, replayRing(opt)
-	mat := P * N * max(1, elemBytes(opt.State))
-	stage := (mat+15)/16*16 + 4*(R*P+R*N+N)
 	threads := replayThreads(P, N, opt.State)
-	static := 4*(P+threads/32) + 256
+	tc := mamba2TCFolds(P, N, threads) && (tn.m2TCFold == "1" || tn.m2TCFold == "" && mamba2TCDefault(P, threads, opt.State))
+	// The tensor-core fold pads its stage's B rows by 8 floats
+	// (M2_BROW in replay_mamba2.cu), and its row dots are one a column
+	// part (sDot).
+	brow, parts := N, 1
+	if tc {
+		brow, parts = N+8, threads/32/(P/16)
+	}
+	mat := P * N * max(1, elemBytes(opt.State))
+	stage := (mat+15)/16*16 + 4*(R*P+R*brow+N)
+	static := 4*(P*parts+threads/32) + 256
 	// ptxas (sm_90): 128-144 registers at 160 threads (Nano), 85-96 at 256
 	// (Super); an nvfp4 read copy's quantiser takes up to 220.
 	regs := 96
@@ -125,11 +133,23 @@ func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tun
 	// flush from 1521 to 2320 us (fp32; bf16 1440 -> 2168; Super about
 	// even, 1777 -> 1744).
 	f, defines := planFoldPipe(d, opt, stage, static, 64+4*R, P, N, threads, regs, opt.ReadCopy != numeric.NVFP4, tn)
-	if f.on && tn.m2TCFold && mamba2TCFolds(P, N, threads) {
+	if f.on && tc {
 		f.tc = true
 		defines = append(defines, "-DM2_TC_FOLD=1")
 	}
 	return f, defines
+}
+
+// mamba2TCDefault reports whether the pipelined folds of a Mamba-2 module
+// fold on the tensor cores by default (where mamba2TCFolds allows): with a
+// checkpoint of at most two bytes, and with an fp32 one where a block's
+// warps take whole rows (one column part). H200, B=256, us, FMA -> tensor
+// cores, same run (session 32): aligned flush Nano bf16 568 -> 391, Super
+// bf16 547 -> 471, Nano fp32 618 -> 609, but Super fp32 (two column
+// parts) 654 -> 675; verify Nano bf16 327 -> 304, fp32 473 -> 461, Super
+// bf16 336 -> 325, Super fp32 488 -> 500.
+func mamba2TCDefault(P, threads int, state numeric.Format) bool {
+	return elemBytes(state) <= 2 || threads/32 == P/16
 }
 
 // mamba2TCFolds reports whether the pipelined folds of a Mamba-2 module

@@ -415,9 +415,13 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + name})
 			}
 			if l.name == m2TCLayer && tc.opt.Mode == replay.Replay {
-				tn := envTuning(os.Getenv)
-				tn.m2TCFold = true
-				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + "/m2tc"})
+				// The Mamba-2 pipelined folds both ways: on the tensor
+				// cores and by FMA (one is the default).
+				for _, v := range []struct{ on, name string }{{"1", "/m2tc"}, {"0", "/m2fma"}} {
+					tn := envTuning(os.Getenv)
+					tn.m2TCFold = v.on
+					runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + v.name})
+				}
 			}
 		}
 	}
@@ -798,11 +802,13 @@ func TestReplayStepSmallMatchesSplit(t *testing.T) {
 	t.Run("whole", func(t *testing.T) {
 		tn := envTuning(os.Getenv)
 		tn.headSplit = 1
+		tn.m2TCFold = "0" // the small step's Mamba-2 flush folds by FMA
 		tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=1")
 		comparePairs(t, d, pairVariant{"small", tn, pairSlots, ""}, pairVariant{"split", tn, 0, ""})
 	})
 	t.Run("heads", func(t *testing.T) {
 		tn := envTuning(os.Getenv)
+		tn.m2TCFold = "0"
 		tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD=0")
 		comparePairs(t, d, pairVariant{"small", tn, pairSlots, ""}, pairVariant{"split", tn, 0, ""})
 	})
@@ -970,16 +976,20 @@ func TestReplayFoldPipeMatchesItems(t *testing.T) {
 	pipe.folds, pipe.pipeBlocks, pipe.groupAll = "pipe", 2, true
 	items := envTuning(os.Getenv)
 	items.folds, items.groupAll = "items", true
-	comparePairs(t, d, pairVariant{"v7", pipe, 0, "v7"}, pairVariant{"items", items, 0, "items"})
+	// Bit for bit with the FMA rank update (mamba2TCDefault puts Nano-like
+	// layers' on the tensor cores).
+	fma := pipe
+	fma.m2TCFold = "0"
+	comparePairs(t, d, pairVariant{"v7", fma, 0, "v7"}, pairVariant{"items", items, 0, "items"})
 	// The rank update on the tensor cores (M2_TC_FOLD: 80 rows on 160
 	// threads, one column part; 64 rows on 256, two) sums in another
 	// order: within sameBound of the items kernels (the cache reports
 	// itself inexact), with an fp32 checkpoint only: a 2-byte or fp8 one
 	// may round an element the other way, a whole ulp of its format (the
-	// reference tests, run with REPLAYSSM_CUDA_M2_TC_FOLD=1, take those).
+	// reference tests' "/m2tc" cases take those).
 	t.Run("tc", func(t *testing.T) {
 		tc := pipe
-		tc.m2TCFold = true
+		tc.m2TCFold = "1"
 		layers := []gpuLayer{
 			largeLayers()[0],
 			mamba2TestLayer(15, ssm.Mamba2Shape{Heads: 4, HeadDim: 64, StateSize: 128, Groups: 2}),
@@ -1158,6 +1168,7 @@ func comparePairsIn(t *testing.T, d *Device, a, b pairVariant, layers []gpuLayer
 func pipelineMatchesV4(t *testing.T, d *Device, li int, l gpuLayer, opt replay.Options, kernels string, blocks, threads int) {
 	tn := envTuning(os.Getenv)
 	tn.v4, tn.v5 = false, kernels == "v5"
+	tn.m2TCFold = "0" // v4 folds by FMA: the same sums, bit for bit
 	tn.groupNT, tn.groupAll = threads, kernels == "v6"
 	if kernels == "v5" {
 		tn.pipeBlocks = blocks

@@ -176,6 +176,19 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
 #if M2_TC_FOLD_ON
 typedef TCMapP<M2_TC_PARTS> M2TCMap;
 #endif
+// The tensor-core fold's B rows in the stage (session 32).
+// update_tc_tile's B operands are float2s of four rows 8ks + lt, 512 bytes
+// apart packed (N = 128): the same banks, four wavefronts where one does
+// (ncu, Nano bf16 aligned flush: LDS.64 two thirds of the kernel's
+// shared-memory wavefronts, 4x their ideal, L1 at 88% of its throughput).
+// A B row padded by 8 floats starts 8 banks on from the last, so a warp's
+// four rows cover the banks twice: the ideal. H200, B=256, us, against
+// packed rows in the same run: aligned flush Nano bf16 423 -> 391, Super
+// bf16 497 -> 471; verify Super bf16 332 -> 325, Nano fp32 465 -> 461.
+// The checkpoint's rows padded too (16 elements, one bulk copy a row, as
+// GDN's FL_PAD) was slower everywhere: Nano bf16 flush 391 -> 578, fp32
+// 609 -> 968 (the producer's 80 bulk copies an item).
+#define M2_BROW (M2_TC_FOLD_ON ? N + 8 : N)
 
 #if M2_TC_FOLD_ON
 // mamba2_fold_tc is mamba2_fold with the checkpoint in M2TCMap's
@@ -184,7 +197,8 @@ typedef TCMapP<M2_TC_PARTS> M2TCMap;
 // the tile's columns of the warp's part, K the t entries in steps of 8,
 // zeros past t), then the dot with C (each lane's columns, then its row's
 // four lanes: one partial dot a part, sink(p, part, dot)) and the stores.
-// BSW: B and C swizzled by SM's unit mask, as the producer wrote them.
+// BSW: C swizzled by SM's unit mask, as the producer wrote it; B rows
+// M2_BROW floats apart, unswizzled.
 template <bool OUT, bool BSW, typename Coef, typename Sink>
 __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state, u8* rcodes, u8* rscales,
                                                float* rglobal, u64 mat, int t, float decay, const float* sB,
@@ -217,11 +231,13 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
             }
             // Rows past t (their A is zero) read row 0 instead: the stage
             // holds RMAX rows of B, and 8*KS may pass it.
-            const float* b0 = sB + (in0 ? i0 : 0) * N + 2 * (g & 1);
-            const float* b1 = sB + (in1 ? i1 : 0) * N + 2 * (g & 1);
+            // B rows M2_BROW floats apart, unswizzled (the producer's B
+            // pieces, mamba2_fold_pipe_impl).
+            const float* b0 = sB + (in0 ? i0 : 0) * M2_BROW + 2 * (g & 1);
+            const float* b1 = sB + (in1 ? i1 : 0) * M2_BROW + 2 * (g & 1);
 #pragma unroll
             for (int c = 0; c < TM::CPL; c++) {
-                const int u = 4 * bsw_unit(u0 + 4 * c + (g >> 1), QSW);
+                const int u = 4 * (u0 + 4 * c + (g >> 1));
                 update_tc_tile(e[0][c], e[1][c], b0 + u, b1 + u, in0, in1, ahi, alo);
             }
         }
@@ -2120,7 +2136,7 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* _
 #ifdef FNSTAGE
 #define FS_X (((SMAT_STATE_BYTES) + 15) / 16 * 16)
 #define FS_B (FS_X + RMAX * P * 4)
-#define FS_C (FS_B + RMAX * N * 4)
+#define FS_C (FS_B + RMAX * M2_BROW * 4)
 #define FS_END (FS_C + N * 4)
 static_assert(FS_END <= FSTAGE_BYTES, "fold stage layout larger than FSTAGE_BYTES");
 // M2_BSWZ: the stage's B rows and C swizzled for mamba2_fold's loads (its BSW);
@@ -2130,6 +2146,8 @@ static_assert(FS_END <= FSTAGE_BYTES, "fold stage layout larger than FSTAGE_BYTE
 #define M2_BSWZ 1
 #endif
 #define M2_FOLD_BSW (M2_BSWZ != 0 && PIPE_RING != 0)
+// The B pieces' swizzle: mamba2_fold's; mamba2_fold_tc reads padded rows.
+#define M2_B_SWZ (M2_FOLD_BSW && !M2_TC_FOLD_ON ? SM::VEC / 4 - 1 : 0)
 
 // M2Fold is one item of a pipelined fold: slot, history, batch row, head,
 // entries folded (fold_locate's), the fp8 checkpoint's scale, D[h], the decay
@@ -2203,7 +2221,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
                 if (c < m.t) {
                     const float* src = c < m.n ? ringB + (ring_at(m.s, c) * NGROUPS + g) * N
                                                : B + ((u64)m.b * NGROUPS + g) * N;
-                    return Piece{sg + FS_B + c * N * 4, src, N * 4, M2_FOLD_BSW ? SM::VEC / 4 - 1 : 0};
+                    return Piece{sg + FS_B + c * M2_BROW * 4, src, N * 4, M2_B_SWZ};
                 }
                 return Piece{sg + FS_C, C + ((u64)m.b * NGROUPS + g) * N, N * 4, M2_FOLD_BSW ? SM::VEC / 4 - 1 : 0};
             });
