@@ -37,6 +37,7 @@
 #   tools/gpu_check.sh few  # session 29's FL_FEW default for fp32 (written after its device time): tests, against FL_FEW=0 at 256/512/64, bench256: first next session
 #   tools/gpu_check.sh m2tc  # the Mamba-2 folds' rank update on the tensor cores (M2_TC_FOLD), the Mamba-2 table rows: first next session (session 31)
 #   tools/gpu_check.sh m2default # the Mamba-2 tensor-core fold by default against =0, the Mamba-2 table rows: session 32
+#   tools/gpu_check.sh fp8enc # e4m3 encoded by the hardware conversion against =0, the codec test: session 32
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
@@ -521,6 +522,15 @@ m2default)
 	# =0, fp32, bf16 and e4m3, then the Mamba-2 rows of the batch-256 table.
 	DTYPES=fp32,bf16,fp8-e4m3 experiment m2default mamba2 replay,verify REPLAYSSM_CUDA_M2_TC_FOLD=0
 	SHAPES=mamba2 bench 256 b256_m2.jsonl
+	;;
+fp8enc)
+	# Session 32: e4m3 encoded by the hardware conversion (FP8_ENC_CVT; ncu
+	# of the Nano fp8 aligned flush had the software encoder a fifth of
+	# its stall samples). The codec test against numeric, the e4m3 tests,
+	# then fp8 checkpoints and fp8 read copies against =0.
+	some_tests codecs 120 'TestReplayCodecs'
+	some_tests fp8enc 300 "$e4m3_tests"
+	DTYPES=fp8-e4m3,bf16 experiment fp8enc nemotron-3-nano-4b,qwen3.5-4b replay,verify,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DFP8_ENC_CVT=0
 	;;
 carveout)
 	# Session 28: with the flush's padded rows (FL_PAD) the 122B bf16

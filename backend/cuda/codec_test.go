@@ -1,0 +1,152 @@
+package cuda
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/replay"
+)
+
+// codecKernel is appended to a replay module's source: each thread encodes
+// four floats through encode_chunk (the path every flush and read copy
+// stores by) as e4m3 with unit scale and as bf16, and writes the codes and
+// the values encode_chunk leaves behind (what a read gives back).
+const codecKernel = `
+extern "C" __global__ void codec_check(const float* __restrict__ in, u32* __restrict__ e4m3,
+                                       float* __restrict__ back, u32* __restrict__ bf16, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (4 * i + 3 >= n) {
+        return;
+    }
+    float v[4], u[4];
+    for (int k = 0; k < 4; k++) {
+        v[k] = u[k] = in[4 * i + k];
+    }
+    u32 w[1], b[2];
+    encode_chunk<FMT_E4M3, 4>(w, v, 1.0f, 1.0f);
+    encode_chunk<FMT_BF16, 4>(b, u, 1.0f, 1.0f);
+    e4m3[i] = w[0];
+    for (int k = 0; k < 4; k++) {
+        back[4 * i + k] = v[k];
+    }
+    bf16[2 * i] = b[0];
+    bf16[2 * i + 1] = b[1];
+}
+`
+
+// codecInputs are the floats the codec test encodes: every e4m3 value of
+// either sign, the midpoints between neighbours (the ties) and the floats
+// next to them, the saturation region up to infinity, NaNs of both signs,
+// float32 subnormals, zeros, and random floats across e4m3's range and
+// beyond; a multiple of four.
+func codecInputs(rng *rand.Rand) []float32 {
+	var in []float32
+	var vals []float32
+	for c := range 0x7f { // 0x7f is NaN
+		vals = append(vals, numeric.F32FromE4M3(uint8(c)))
+	}
+	vals = append(vals, 480) // the code past 448 that e4m3fn lacks
+	for i, v := range vals {
+		in = append(in, v, -v, math.Nextafter32(v, 0), math.Nextafter32(v, 1e9))
+		if i+1 < len(vals) {
+			m := float32((float64(v) + float64(vals[i+1])) / 2)
+			in = append(in, m, -m, math.Nextafter32(m, 0), math.Nextafter32(m, 1e9))
+		}
+	}
+	nan := float32(math.NaN())
+	in = append(in, float32(math.Inf(1)), float32(math.Inf(-1)), nan, -nan, 0, float32(math.Copysign(0, -1)),
+		math.Float32frombits(1), math.Float32frombits(0x807fffff), 1e30, -1e30, math.MaxFloat32, 464, 464.0001, -463.9999)
+	for range 1 << 14 {
+		e := rng.Float64()*40 - 24 // 2^-24 .. 2^16
+		in = append(in, float32(math.Copysign(math.Exp2(e), rng.Float64()-0.5)))
+		in = append(in, math.Float32frombits(rng.Uint32()))
+	}
+	for len(in)%4 != 0 {
+		in = append(in, 1)
+	}
+	return in
+}
+
+// TestReplayCodecs checks the kernels' e4m3 and bf16 encoders
+// (encode_chunk: the hardware conversions FP8_ENC_CVT and BF16_CVT where the
+// GPU has them) against numeric's, code for code, and the values they leave
+// behind against numeric's decoders, bit for bit (NaN for NaN, of either
+// sign in e4m3): the CPU cache and the conformance suite take numeric's
+// codes as the truth.
+func TestReplayCodecs(t *testing.T) {
+	d := gpu(t)
+	ctx := context.Background()
+	opt, err := replayDefaults(replay.Options{Mode: replay.Replay, State: numeric.E4M3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, src, args, _, _, err := replayModuleSource(d, "mamba2", nanoShape, qwen4bShape, opt, envTuning(func(string) string { return "" }), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := d.Compile(ctx, file, src+codecKernel, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := m.Function("codec_check")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := codecInputs(rand.New(rand.NewPCG(7, 32)))
+	n := len(in)
+	inB, e4B, backB, bfB := alloc(t, d, 4*n), alloc(t, d, n), alloc(t, d, 4*n), alloc(t, d, 2*n)
+	must(t, d.Memset32(e4B, poisonF32))
+	must(t, d.Memset32(backB, poisonF32))
+	must(t, d.Memset32(bfB, poisonF32))
+	must(t, d.CopyToDeviceF32(inB, in))
+	var a Args
+	a.Ptr(inB)
+	a.Ptr(e4B)
+	a.Ptr(backB)
+	a.Ptr(bfB)
+	a.I32(int32(n))
+	s := stream(t, d)
+	must(t, d.Launch(fn, [3]uint32{uint32((n/4 + 127) / 128), 1, 1}, [3]uint32{128, 1, 1}, 0, s, &a))
+	must(t, s.Synchronize())
+	e4 := make([]byte, n)
+	must(t, d.CopyFromDevice(e4, e4B))
+	back := make([]float32, n)
+	must(t, d.CopyFromDeviceF32(back, backB))
+	bf := make([]byte, 2*n)
+	must(t, d.CopyFromDevice(bf, bfB))
+	bad := 0
+	for i, f := range in {
+		want := numeric.E4M3FromF32(f)
+		wantBack := numeric.F32FromE4M3(want)
+		gotBack := back[i]
+		sameBack := math.Float32bits(gotBack) == math.Float32bits(wantBack) ||
+			math.IsNaN(float64(gotBack)) && math.IsNaN(float64(wantBack))
+		sameCode := e4[i] == want
+		if math.IsNaN(float64(f)) {
+			// A NaN code of either sign: the kernels scale before they
+			// encode (v times the inverse scale), and the GPU's multiply
+			// returns the canonical, positive NaN (so did the software
+			// encoder; the first H200 run, session 32, had every negative
+			// NaN at 0x7f and nothing else amiss).
+			sameCode = e4[i]&0x7f == 0x7f
+		}
+		if !sameCode || !sameBack {
+			if bad++; bad <= 10 {
+				t.Errorf("e4m3 of %v (%#08x): code %#02x, read back %v; want %#02x, %v", f, math.Float32bits(f), e4[i], gotBack, want, wantBack)
+			}
+		}
+		wantBF := numeric.BF16FromF32(f)
+		if got := uint16(bf[2*i]) | uint16(bf[2*i+1])<<8; got != wantBF {
+			if bad++; bad <= 10 {
+				t.Errorf("bf16 of %v (%#08x): %#04x; want %#04x", f, math.Float32bits(f), got, wantBF)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d floats encoded otherwise than numeric", bad, n)
+	}
+}
