@@ -38,6 +38,7 @@
 #   tools/gpu_check.sh m2tc  # the Mamba-2 folds' rank update on the tensor cores (M2_TC_FOLD), the Mamba-2 table rows: first next session (session 31)
 #   tools/gpu_check.sh m2default # the Mamba-2 tensor-core fold by default against =0, the Mamba-2 table rows: session 32
 #   tools/gpu_check.sh fp8enc # e4m3 encoded by the hardware conversion against =0, the codec test: session 32
+#   tools/gpu_check.sh m2srot # the codec test again, the tensor-core fold's rotated checkpoint reads: first next session (session 32)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
@@ -531,6 +532,20 @@ fp8enc)
 	some_tests codecs 120 'TestReplayCodecs'
 	some_tests fp8enc 300 "$e4m3_tests"
 	DTYPES=fp8-e4m3,bf16 experiment fp8enc nemotron-3-nano-4b,qwen3.5-4b replay,verify,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DFP8_ENC_CVT=0
+	;;
+m2srot)
+	# Session 32, written after its device time: first, the codec test as
+	# changed (a NaN code of either sign), then the tensor-core fold's
+	# checkpoint read with each row's chunks rotated (M2_TC_SROT: the 8
+	# rows of a warp's TCMap load on distinct banks) against the defaults,
+	# and Super fp32 forced onto the tensor cores with it (FMA by default:
+	# 654 -> 675 us without). Then `tools/gpu_check.sh bench256` for both
+	# layers' tables (their fp8 read-copy columns predate FP8_ENC_CVT).
+	some_tests codecs 120 'TestReplayCodecs'
+	some_tests m2srot 300 'TestReplayFoldPipeMatchesItems/tc'
+	some_tests m2srot_ref 300 'TestReplayCacheMatchesReference/mamba2-H4P80/replay.*/.*/m2tc-srot'
+	DTYPES=fp32,bf16,fp8-e4m3 experiment m2srot mamba2 replay,verify REPLAYSSM_CUDA_DEFINES=-DM2_TC_SROT=1 \
+		"REPLAYSSM_CUDA_M2_TC_FOLD=1 REPLAYSSM_CUDA_DEFINES=-DM2_TC_SROT=1" REPLAYSSM_CUDA_M2_TC_FOLD=1
 	;;
 carveout)
 	# Session 28: with the flush's padded rows (FL_PAD) the 122B bf16

@@ -157,6 +157,11 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/e4m3/m2 FMA folds", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{m2TCFold: "0"}},
 		{"replay/fp16+e4m3/m2 FMA folds", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3},
 			tuning{m2TCFold: "0"}},
+		// The tensor-core fold's checkpoint read rotated (M2_TC_SROT).
+		{"replay/bf16/m2 rotated checkpoint reads", replay.Options{Mode: replay.Replay, State: numeric.BF16},
+			tuning{m2TCFold: "1", defines: []string{"-DM2_TC_SROT=1"}}},
+		{"replay/e4m3/m2 rotated checkpoint reads", replay.Options{Mode: replay.Replay, State: numeric.E4M3},
+			tuning{m2TCFold: "1", defines: []string{"-DM2_TC_SROT=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's

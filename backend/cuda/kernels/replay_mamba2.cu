@@ -190,7 +190,73 @@ typedef TCMapP<M2_TC_PARTS> M2TCMap;
 // 609 -> 968 (the producer's 80 bulk copies an item).
 #define M2_BROW (M2_TC_FOLD_ON ? N + 8 : N)
 
+// M2_TC_SROT=1 (REPLAYSSM_CUDA_DEFINES=-DM2_TC_SROT=1; session 32,
+// written after the device time, not yet measured) loads the tensor-core
+// fold's checkpoint from the stage with each row's chunks rotated. A
+// warp's TCMap load is 8 rows (g) of 4 lanes, each row's 4 lanes one
+// segment of 16*e bytes, and packed rows (N*e bytes apart, a multiple of
+// 128) put all 8 segments on the same banks: 8 wavefronts for fp32's 512
+// bytes (ideal 4), 8 for bf16's 256 (ideal 2), 8 for fp8's 128 (ideal
+// 1); ncu of the Nano bf16 flush (session 32) had these loads a third of
+// the excess shared wavefronts before B's rows were padded. Row g reads
+// chunk c ^ (g % K) at step c, K = 128 / (16*e) segments to a 128-byte
+// line (at most CPL): the 8 rows then spread over K segments. Conditional
+// swaps of the raw words (one bit of g % K at a time: an XOR permutation
+// is its own inverse) put each chunk back at its c before decoding.
+#ifndef M2_TC_SROT
+#define M2_TC_SROT 0
+#endif
+
 #if M2_TC_FOLD_ON
+// load_state_rot is load_state<TM, true> (the decay applied chunk by
+// chunk) with M2_TC_SROT's rotated reads; every row of TM is a real row
+// (M2_TC_FOLD_ON needs ROWS a multiple of 16).
+template <typename TM>
+__device__ __forceinline__ void load_state_rot(const ST* S, float sc, float (&v)[TM::PASSES][TM::CPL][TM::VEC], float mul)
+{
+    typedef Chunk<STATE_FMT, TM::VEC> C;
+    constexpr int SEG = 16 * FMT_SIZE(STATE_FMT);
+    constexpr int K = 128 / SEG < TM::CPL ? 128 / SEG : TM::CPL;
+    static_assert(K >= 1 && (K & (K - 1)) == 0 && TM::CPL % K == 0, "M2_TC_SROT: K a power of two dividing CPL");
+    const int rot = ((int)(threadIdx.x & 31) >> 2) & (K - 1);
+#pragma unroll
+    for (int pass = 0; pass < TM::PASSES; pass++) {
+        const int r = TM::row(pass);
+        C raw[TM::CPL];
+#pragma unroll
+        for (int c = 0; c < TM::CPL; c++) {
+            // Chunk c ^ rot of the row: its columns lie 16 * (c ^ rot) on
+            // from chunk 0's (TM::col(c) = base + 16c).
+            const int col = TM::col(0) + 16 * (c ^ rot);
+            load_words<C::WORDS>(reinterpret_cast<const unsigned char*>(S) + ((u64)r * COLS + col) * Fmt<STATE_FMT>::BITS / 8,
+                                 raw[c].w);
+        }
+#pragma unroll
+        for (int b = 1; b < K; b <<= 1) {
+            const bool sw = (rot & b) != 0;
+#pragma unroll
+            for (int c = 0; c < TM::CPL; c++) {
+                if ((c & b) == 0) {
+#pragma unroll
+                    for (int w = 0; w < C::WORDS; w++) {
+                        const u32 x = raw[c].w[w], y = raw[c | b].w[w];
+                        raw[c].w[w] = sw ? y : x;
+                        raw[c | b].w[w] = sw ? x : y;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < TM::CPL; c++) {
+            decode_chunk<STATE_FMT, TM::VEC>(raw[c].w, v[pass][c], sc);
+#pragma unroll
+            for (int k = 0; k < TM::VEC; k++) {
+                v[pass][c][k] = mul * v[pass][c][k];
+            }
+        }
+    }
+}
+
 // mamba2_fold_tc is mamba2_fold with the checkpoint in M2TCMap's
 // registers: S <- decay*S, then the rank-t update as tiles of m16n8k8
 // (update_tc_tile: A[r][j] = coef(r, j) for 16 rows a warp, B = B_j at
@@ -210,7 +276,11 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
     const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
     const int r0 = TM::row(0), u0 = COLS / TM::PARTS / 4 * TM::part(); // the part's first 16-byte unit
     float e[TM::PASSES][TM::CPL][4];
+#if M2_TC_SROT
+    load_state_rot<TM>(S, sc0, e, decay);
+#else
     load_state<TM, true>(S, sc0, e, decay);
+#endif
     // Tile (c, p)'s logical column n = 2t'+q is the part's column 16c +
     // 4t' + p + 2q (update_tc_tile, gdn_update_tc): lane g's B operand is
     // the float2 at 16c + 4(g>>1) + 2(g&1), in 16-byte unit 4c + (g>>1).
