@@ -35,7 +35,7 @@
 #   tools/gpu_check.sh order  # the step's non-flush kernel queued before its flush (OVERLAP_ORDER=main; session 29)
 #   tools/gpu_check.sh queue  # the flush's items from a counter (FL_QUEUE) with and without OVERLAP_ORDER=main (session 29)
 #   tools/gpu_check.sh few  # session 29's FL_FEW default for fp32 (written after its device time): tests, against FL_FEW=0 at 256/512/64, bench256: first next session
-#   tools/gpu_check.sh m2tc  # the Mamba-2 folds' rank update on the tensor cores (M2_TC_FOLD), the Mamba-2 table rows: first next session (session 31)
+#   tools/gpu_check.sh m2tc  # the Mamba-2 folds' rank update on the tensor cores forced (M2_TC_FOLD), the Mamba-2 table rows (written in session 31, run in 32)
 #   tools/gpu_check.sh m2default # the Mamba-2 tensor-core fold by default against =0, the Mamba-2 table rows: session 32
 #   tools/gpu_check.sh fp8enc # e4m3 encoded by the hardware conversion against =0, the codec test: session 32
 #   tools/gpu_check.sh m2srot # the codec test again, the tensor-core fold's rotated checkpoint reads: first next session (session 32)
@@ -507,15 +507,6 @@ m2tc)
 	LAUNCH_SKIP=15 REPLAYSSM_CUDA_M2_TC_FOLD=1 profile m2tc_flush mamba2_flush_pipe --batch 256 \
 		--shapes nemotron-3-nano-4b --state-dtype bf16 --modes replay
 	SHAPES=mamba2 bench 256 b256_m2.jsonl
-	;;
-m2pad)
-	# Session 32. The first m2tc run: Nano bf16 aligned flush 568 -> 423
-	# us, but Super fp32 652 -> 671; ncu had L1 at 88% with LDS.64 two
-	# thirds of the shared wavefronts, 4x their ideal (update_tc_tile's B
-	# rows 512 bytes apart; the checkpoint's rows). Run before B's rows
-	# were padded by default under M2_TC_FOLD, with a knob (removed since:
-	# slower) padding the checkpoint's rows too.
-	echo "m2pad: its knob is gone; see NOTES.md, session 32"
 	;;
 m2default)
 	# Session 32: the tensor-core fold by default (mamba2TCDefault: 2-byte
