@@ -679,7 +679,7 @@ __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float i
         // Two elements per conversion, rounded to nearest even and
         // saturated to +-448 as e4m3_from_f32 does (infinities too); a NaN
         // (one uniform branch) takes e4m3_from_f32's NaN with its sign.
-        // The read-back decodes the pair as decode_chunk does.
+        // The read-back is decode_chunk's.
 #pragma unroll
         for (int i = 0; i < Chunk<F, VEC>::WORDS; i++) {
             w[i] = 0;
@@ -694,11 +694,8 @@ __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float i
                 pair = e4m3_from_f32(a) | (e4m3_from_f32(b) << 8);
             }
             w[k / 4] |= pair << (8 * (k % 4));
-            u32 h2;
-            asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)pair));
-            v[k] = __fmul_rn(f16_to_f32(h2 & 0xffffu), sc);
-            v[k + 1] = __fmul_rn(f16_to_f32(h2 >> 16), sc);
         }
+        decode_chunk<F, VEC>(w, v, sc);
     } else
 #endif
     {
