@@ -2088,21 +2088,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     }
     const float sc0 = state_scale(state, srcm);
     float S[SM::PASSES][SM::CPL][VEC];
-#pragma unroll
-    for (int pass = 0; pass < SM::PASSES; pass++) {
-        const int r = SM::row(pass);
-#pragma unroll
-        for (int c = 0; c < SM::CPL; c++) {
-            if (r < ROWS) {
-                SIO::load(src, (u64)r * DK + SM::col(c), S[pass][c], sc0);
-            } else {
-#pragma unroll
-                for (int e = 0; e < VEC; e++) {
-                    S[pass][c][e] = 0.0f;
-                }
-            }
-        }
-    }
+    load_state<SM>(src, sc0, S);
     for (int d = 0; d < cnt; d++) {
         const u64 dstm = VERIFY ? ((u64)s * nb + (c0 + 1 + d) % nb) * NVH + j : srcm;
         ST* dst = state + dstm * (DV * DK);

@@ -1236,21 +1236,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
     } else {
         const float sc0 = state_scale(state, srcm);
         float S[SM::PASSES][SM::CPL][VEC];
-#pragma unroll
-        for (int pass = 0; pass < SM::PASSES; pass++) {
-            const int r = SM::row(pass);
-#pragma unroll
-            for (int c = 0; c < SM::CPL; c++) {
-                if (r < ROWS) {
-                    SIO::load(src, (u64)r * N + SM::col(c), S[pass][c], sc0);
-                } else {
-#pragma unroll
-                    for (int k = 0; k < VEC; k++) {
-                        S[pass][c][k] = 0.0f;
-                    }
-                }
-            }
-        }
+        load_state<SM>(src, sc0, S);
         for (int k = 0; k < cnt; k++) {
             const u64 dstm = VERIFY ? ((u64)s * nb + (c0 + 1 + k) % nb) * NHEADS + h : srcm;
             ST* dst = state + dstm * (P * N);
