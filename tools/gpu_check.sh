@@ -38,7 +38,8 @@
 #   tools/gpu_check.sh m2tc  # the Mamba-2 folds' rank update on the tensor cores forced (M2_TC_FOLD), the Mamba-2 table rows (written in session 31, run in 32)
 #   tools/gpu_check.sh m2default # the Mamba-2 tensor-core fold by default against =0, the Mamba-2 table rows: session 32
 #   tools/gpu_check.sh fp8enc # e4m3 encoded by the hardware conversion against =0, the codec test: session 32
-#   tools/gpu_check.sh m2srot # the codec test again, the tensor-core fold's rotated checkpoint reads: first next session (session 32)
+#   tools/gpu_check.sh m2srot # the codec test again, the tensor-core fold's rotated checkpoint reads (written in session 32, run in 33)
+#   tools/gpu_check.sh nansel # NaNs encoded by selects after the hardware conversions (NAN_SELECT, session 33): tests, against =0
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
@@ -537,6 +538,23 @@ m2srot)
 	some_tests m2srot_ref 300 'TestReplayCacheMatchesReference/mamba2-H4P80/replay.*/.*/m2tc-srot'
 	DTYPES=fp32,bf16,fp8-e4m3 experiment m2srot mamba2 replay,verify REPLAYSSM_CUDA_DEFINES=-DM2_TC_SROT=1 \
 		"REPLAYSSM_CUDA_M2_TC_FOLD=1 REPLAYSSM_CUDA_DEFINES=-DM2_TC_SROT=1" REPLAYSSM_CUDA_M2_TC_FOLD=1
+	;;
+nansel)
+	# Session 33: ncu of the Nano fp8 aligned flush had instruction-fetch
+	# stalls (no_inst) on the e4m3 encoder's NaN branch 14% of its samples:
+	# the software encoder inline once a pair. NAN_SELECT=1 (default) puts
+	# the NaN codes in by selects; =0 is session 32's branch.
+	some_tests nansel 330 'TestReplayCodecs|TestReplayFoldPipeMatchesItems|TestReplayPipelineMatchesV4|TestReplayReadCopyErrorDoesNotCompound|TestReplayCacheMatchesReference'
+	DTYPES=bf16,fp8-e4m3 experiment nansel nemotron-3-nano-4b,nemotron-3-super,qwen3.5-4b replay,verify,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DNAN_SELECT=0
+	;;
+nansel2)
+	# Session 33, after nansel (selects: Nano fp8 flush 558 -> 503 us,
+	# Super fp8 531 -> 620; bf16 slower, back to its branch): the codec
+	# test with the conversion's own NaN (NAN_SELECT=2), then the three
+	# settings on fp8 checkpoints.
+	REPLAYSSM_CUDA_DEFINES=-DNAN_SELECT=2 some_tests nansel2 120 'TestReplayCodecs'
+	DTYPES=fp8-e4m3 experiment nansel2 nemotron-3-nano-4b,nemotron-3-super,qwen3.5-4b replay,verify \
+		REPLAYSSM_CUDA_DEFINES=-DNAN_SELECT=0 REPLAYSSM_CUDA_DEFINES=-DNAN_SELECT=2
 	;;
 carveout)
 	# Session 28: with the flush's padded rows (FL_PAD) the 122B bf16

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/replayssm/replayssm/numeric"
@@ -84,7 +85,7 @@ func TestReplayCodecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file, src, args, _, _, err := replayModuleSource(d, "mamba2", nanoShape, qwen4bShape, opt, envTuning(func(string) string { return "" }), 4)
+	file, src, args, _, _, err := replayModuleSource(d, "mamba2", nanoShape, qwen4bShape, opt, envTuning(os.Getenv), 4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,11 +157,19 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/e4m3/m2 FMA folds", replay.Options{Mode: replay.Replay, State: numeric.E4M3}, tuning{m2TCFold: "0"}},
 		{"replay/fp16+e4m3/m2 FMA folds", replay.Options{Mode: replay.Replay, State: numeric.F16, ReadCopy: numeric.E4M3},
 			tuning{m2TCFold: "0"}},
-		// The tensor-core fold's checkpoint read rotated (M2_TC_SROT).
-		{"replay/bf16/m2 rotated checkpoint reads", replay.Options{Mode: replay.Replay, State: numeric.BF16},
-			tuning{m2TCFold: "1", defines: []string{"-DM2_TC_SROT=1"}}},
-		{"replay/e4m3/m2 rotated checkpoint reads", replay.Options{Mode: replay.Replay, State: numeric.E4M3},
-			tuning{m2TCFold: "1", defines: []string{"-DM2_TC_SROT=1"}}},
+		// The tensor-core fold's checkpoint read in order (M2_TC_SROT=0;
+		// rotated by default).
+		{"replay/bf16/m2 packed checkpoint reads", replay.Options{Mode: replay.Replay, State: numeric.BF16},
+			tuning{m2TCFold: "1", defines: []string{"-DM2_TC_SROT=0"}}},
+		{"replay/e4m3/m2 packed checkpoint reads", replay.Options{Mode: replay.Replay, State: numeric.E4M3},
+			tuning{m2TCFold: "1", defines: []string{"-DM2_TC_SROT=0"}}},
+		// e4m3 NaN codes by a branch to the software encoder or by selects
+		// (NAN_SELECT 0 and 1; the conversion's own by default), with an
+		// nvfp4 read copy for its block scales.
+		{"replay/e4m3/NaN by branch", replay.Options{Mode: replay.Replay, State: numeric.E4M3},
+			tuning{defines: []string{"-DNAN_SELECT=0"}}},
+		{"replay/fp32+nvfp4/NaN by selects", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DNAN_SELECT=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's

@@ -417,11 +417,11 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 			if l.name == m2TCLayer && tc.opt.Mode == replay.Replay {
 				// The Mamba-2 pipelined folds both ways: on the tensor
 				// cores and by FMA (one is the default).
-				for _, v := range []struct{ on, name string }{{"1", "/m2tc"}, {"0", "/m2fma"}, {"1", "/m2tc-srot"}} {
+				for _, v := range []struct{ on, name string }{{"1", "/m2tc"}, {"0", "/m2fma"}, {"1", "/m2tc-packed"}} {
 					tn := envTuning(os.Getenv)
 					tn.m2TCFold = v.on
-					if v.name == "/m2tc-srot" { // its checkpoint read rotated (M2_TC_SROT)
-						tn.defines = append(slices.Clip(tn.defines), "-DM2_TC_SROT=1")
+					if v.name == "/m2tc-packed" { // its checkpoint read in order (M2_TC_SROT=0)
+						tn.defines = append(slices.Clip(tn.defines), "-DM2_TC_SROT=0")
 					}
 					runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + v.name})
 				}
@@ -998,10 +998,10 @@ func TestReplayFoldPipeMatchesItems(t *testing.T) {
 			mamba2TestLayer(15, ssm.Mamba2Shape{Heads: 4, HeadDim: 64, StateSize: 128, Groups: 2}),
 		}
 		comparePairsIn(t, d, pairVariant{"v7-tc", tc, 0, "v7"}, pairVariant{"items", items, 0, "items"}, layers, []string{"fp32"})
-		// The checkpoint read with its rows' chunks rotated (M2_TC_SROT):
-		// the same values in the same registers.
-		tc.defines = append(slices.Clip(tc.defines), "-DM2_TC_SROT=1")
-		comparePairsIn(t, d, pairVariant{"v7-tc-srot", tc, 0, "v7"}, pairVariant{"items", items, 0, "items"}, layers, []string{"fp32"})
+		// The checkpoint read with its rows' chunks in order (M2_TC_SROT=0,
+		// rotated by default): the same values in the same registers.
+		tc.defines = append(slices.Clip(tc.defines), "-DM2_TC_SROT=0")
+		comparePairsIn(t, d, pairVariant{"v7-tc-packed", tc, 0, "v7"}, pairVariant{"items", items, 0, "items"}, layers, []string{"fp32"})
 	})
 }
 

@@ -461,9 +461,55 @@ __device__ __forceinline__ u32 e4m3_from_f32(float f)
 // (SM 47%, memory 37%). Round to nearest even and saturation agree with
 // e4m3_from_f32 on every float but NaN, which keeps the software code
 // (TestReplayCodecs checks the codes and read-backs against numeric).
+// NAN_SELECT: how encode_chunk's e4m3 pairs (and e4m3_encode) give a NaN
+// input e4m3_from_f32's code (0x7f with the input's sign) after the
+// hardware conversion. 2 (default): the conversion's own NaN code,
+// nothing more. Every input there is a product or a quotient (v times the
+// inverse scale, an nvfp4 block's maximum over its scale), and a NaN out
+// of the GPU's arithmetic is its canonical positive NaN, which the
+// conversion turns into 0x7f (TestReplayCodecs, H200, session 33: every
+// NaN input of either sign came back 0x7f, as e4m3_from_f32 gave it after
+// the same multiply). 1: selects (nan_half) that set the code from the
+// input's sign; 0: a branch to e4m3_from_f32 a pair (session 32).
+// ncu of Nano's fp8 aligned flush under 0 had instruction-fetch stalls
+// (no_inst) on that branch 14% of the kernel's samples (its code inline
+// 48 times: 4392 instructions, 3144 with the selects, 2840 without
+// either). H200, B=256, us, aligned flush / verify T=4, 0 -> 1 -> 2, same
+// run: Nano fp8 553/272 -> 503/267 -> 420/239; Super fp8 531/275 ->
+// 620/294 -> 527/276; Qwen3.5-4B fp8 628/300 -> 605/295 -> 582/288.
+// nan_half<BITS> puts the format's NaN code (qnan, with f's sign in its
+// top bit) in the BITS-bit field of d at bit `at` where f is a NaN, and
+// leaves d as it is otherwise.
+#ifndef NAN_SELECT
+#define NAN_SELECT 2
+#endif
+template <int BITS>
+__device__ __forceinline__ u32 nan_half(u32 d, float f, int at, u32 qnan)
+{
+    const u32 b = __float_as_uint(f);
+    const u32 code = ((b >> (32 - BITS)) & (1u << (BITS - 1))) | qnan;
+    const u32 mask = ((1u << BITS) - 1) << at;
+    return f != f ? (d & ~mask) | (code << at) : d;
+}
+
 #ifndef FP8_ENC_CVT
 #define FP8_ENC_CVT 1
 #endif
+
+// e4m3_encode is e4m3_from_f32, by the hardware conversion where
+// FP8_ENC_CVT applies (the same code for every input: TestReplayCodecs):
+// one element where encode_chunk's pairs do not apply (an nvfp4 block
+// scale, a VEC of 1).
+__device__ __forceinline__ u32 e4m3_encode(float f)
+{
+#if FP8_CVT && FP8_ENC_CVT && NAN_SELECT
+    unsigned short d;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(0.0f), "f"(f));
+    return NAN_SELECT == 1 ? nan_half<8>(d & 0xffu, f, 0, 0x7fu) : d & 0xffu;
+#else
+    return e4m3_from_f32(f);
+#endif
+}
 
 __device__ __forceinline__ float f16_to_f32(u32 c);
 
@@ -553,7 +599,7 @@ template <> struct Fmt<FMT_E4M3> {
     typedef u8 T;
     static constexpr int BITS = 8;
     static constexpr bool SCALED = true;
-    __device__ static __forceinline__ u32 enc(float v, float inv) { return e4m3_from_f32(__fmul_rn(v, inv)); }
+    __device__ static __forceinline__ u32 enc(float v, float inv) { return e4m3_encode(__fmul_rn(v, inv)); }
     __device__ static __forceinline__ float dec(u32 c, float sc) { return __fmul_rn(f32_from_e4m3(c), sc); }
 };
 
@@ -659,8 +705,11 @@ __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float i
     constexpr int B = Fmt<F>::BITS;
 #if BF16_CVT
     if constexpr (F == FMT_BF16 && PAIRS) {
-        // Two elements per conversion; a NaN (rare: one uniform branch)
-        // takes f32_to_bf16's exact canonical NaN.
+        // Two elements per conversion; a NaN (rare: a branch) takes
+        // f32_to_bf16's exact canonical NaN. (Selects instead, as
+        // NAN_SELECT=1 does for e4m3, were slower: Nano bf16 aligned flush
+        // 384 -> 437 us, Super 458 -> 517; session 33. The input here is
+        // not a product, so a NaN keeps its own bits and sign.)
 #pragma unroll
         for (int k = 0; k < VEC; k += 2) {
             u32 d;
@@ -678,8 +727,8 @@ __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float i
     if constexpr (F == FMT_E4M3 && PAIRS && VEC % 2 == 0) {
         // Two elements per conversion, rounded to nearest even and
         // saturated to +-448 as e4m3_from_f32 does (infinities too); a NaN
-        // (one uniform branch) takes e4m3_from_f32's NaN with its sign.
-        // The read-back is decode_chunk's.
+        // as NAN_SELECT says (the conversion's own 0x7f by default). The
+        // read-back is decode_chunk's.
 #pragma unroll
         for (int i = 0; i < Chunk<F, VEC>::WORDS; i++) {
             w[i] = 0;
@@ -690,9 +739,14 @@ __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float i
             unsigned short d;
             asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(b), "f"(a));
             u32 pair = d;
+#if NAN_SELECT == 1
+            pair = nan_half<8>(pair, a, 0, 0x7fu);
+            pair = nan_half<8>(pair, b, 8, 0x7fu);
+#elif NAN_SELECT == 0
             if (a != a || b != b) {
                 pair = e4m3_from_f32(a) | (e4m3_from_f32(b) << 8);
             }
+#endif
             w[k / 4] |= pair << (8 * (k % 4));
         }
         decode_chunk<F, VEC>(w, v, sc);
@@ -1030,7 +1084,7 @@ __device__ __forceinline__ void nvfp4_write(float (&v)[SM::PASSES][SM::CPL][SM::
             bm = lanes_max<BL>(bm);
             u32 s = 0;
             if (g != 0.0f) {
-                s = e4m3_from_f32(__fdiv_rn(bm, sixg));
+                s = e4m3_encode(__fdiv_rn(bm, sixg));
             }
             const float d = __fmul_rn(f32_from_e4m3(s), g);
             u32 packed = 0;

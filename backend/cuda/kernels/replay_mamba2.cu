@@ -190,9 +190,9 @@ typedef TCMapP<M2_TC_PARTS> M2TCMap;
 // 609 -> 968 (the producer's 80 bulk copies an item).
 #define M2_BROW (M2_TC_FOLD_ON ? N + 8 : N)
 
-// M2_TC_SROT=1 (REPLAYSSM_CUDA_DEFINES=-DM2_TC_SROT=1; session 32,
-// written after the device time, not yet measured) loads the tensor-core
-// fold's checkpoint from the stage with each row's chunks rotated. A
+// M2_TC_SROT (default 1; REPLAYSSM_CUDA_DEFINES=-DM2_TC_SROT=0 reads
+// the rows in order) loads the tensor-core fold's checkpoint from the
+// stage with each row's chunks rotated. A
 // warp's TCMap load is 8 rows (g) of 4 lanes, each row's 4 lanes one
 // segment of 16*e bytes, and packed rows (N*e bytes apart, a multiple of
 // 128) put all 8 segments on the same banks: 8 wavefronts for fp32's 512
@@ -203,8 +203,13 @@ typedef TCMapP<M2_TC_PARTS> M2TCMap;
 // line (at most CPL): the 8 rows then spread over K segments. Conditional
 // swaps of the raw words (one bit of g % K at a time: an XOR permutation
 // is its own inverse) put each chunk back at its c before decoding.
+// H200, B=256, us, packed -> rotated, same run (session 33): Nano fp8
+// flush 582 -> 554, verify 290 -> 273; Super fp8 flush 549 -> 531; Nano
+// bf16 flush 387 -> 382, Super bf16 468 -> 457, verify 325 -> 321; fp32
+// the same (Super fp32 stays on FMA: 648 -> 651 forced onto the tensor
+// cores with it, as 669 without).
 #ifndef M2_TC_SROT
-#define M2_TC_SROT 0
+#define M2_TC_SROT 1
 #endif
 
 #if M2_TC_FOLD_ON
