@@ -40,6 +40,8 @@
 #   tools/gpu_check.sh fp8enc # e4m3 encoded by the hardware conversion against =0, the codec test: session 32
 #   tools/gpu_check.sh m2srot # the codec test again, the tensor-core fold's rotated checkpoint reads (written in session 32, run in 33)
 #   tools/gpu_check.sh nansel # NaNs encoded by selects after the hardware conversions (NAN_SELECT, session 33): tests, against =0
+#   tools/gpu_check.sh nansel2 # the conversion's own NaN code (NAN_SELECT=2, the default since): the codec test, the three settings (session 33)
+#   tools/gpu_check.sh readcopy # the read-copy conformance test and the nvfp4 quotients by reciprocal (NV_QDIV): first next session (session 33)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
@@ -555,6 +557,24 @@ nansel2)
 	REPLAYSSM_CUDA_DEFINES=-DNAN_SELECT=2 some_tests nansel2 120 'TestReplayCodecs'
 	DTYPES=fp8-e4m3 experiment nansel2 nemotron-3-nano-4b,nemotron-3-super,qwen3.5-4b replay,verify \
 		REPLAYSSM_CUDA_DEFINES=-DNAN_SELECT=0 REPLAYSSM_CUDA_DEFINES=-DNAN_SELECT=2
+	;;
+readcopy)
+	# Session 33, written after its device time: TestReplayReadCopyIsNumerics
+	# (new: each flush's read copy against package numeric's encoding of
+	# its checkpoint, byte for byte) with the defaults, then under
+	# NV_QDIV=1 (nvfp4 quotients from one reciprocal a chunk, off) and
+	# NAN_SELECT=0; NV_QDIV's reference tests; then NV_QDIV against the
+	# defaults on every shape's nvfp4 rows; ncu of the Nano nvfp4 flush.
+	# Then `tools/gpu_check.sh tests` (the whole package has not run under
+	# NAN_SELECT=2 and M2_TC_SROT).
+	some_tests readcopy 200 'TestReplayReadCopyIsNumerics'
+	REPLAYSSM_CUDA_DEFINES=-DNV_QDIV=1 some_tests readcopy_qdiv 200 'TestReplayReadCopyIsNumerics'
+	REPLAYSSM_CUDA_DEFINES=-DNAN_SELECT=0 some_tests readcopy_nan0 200 'TestReplayReadCopyIsNumerics'
+	REPLAYSSM_CUDA_DEFINES=-DNV_QDIV=1 some_tests qdiv_ref 300 'TestReplayCacheMatchesReference/.*/replay/.*nvfp4'
+	experiment qdiv all replay-nvfp4,verify-nvfp4 REPLAYSSM_CUDA_DEFINES=-DNV_QDIV=1
+	# The nvfp4 flush (Nano fp32 1423 us against the plain flush's 607):
+	# where its time goes, with the defaults.
+	LAUNCH_SKIP=15 profile nvfp4flush mamba2_replay_flush --batch 256 --shapes nemotron-3-nano-4b --state-dtype fp32 --modes replay-nvfp4
 	;;
 carveout)
 	# Session 28: with the flush's padded rows (FL_PAD) the 122B bf16

@@ -170,6 +170,12 @@ func TestReplayModulesCompile(t *testing.T) {
 			tuning{defines: []string{"-DNAN_SELECT=0"}}},
 		{"replay/fp32+nvfp4/NaN by selects", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DNAN_SELECT=1"}}},
+		// nvfp4 quotients from one reciprocal a chunk (NV_QDIV; session 33,
+		// off until measured).
+		{"replay/fp32+nvfp4/quotients by reciprocal", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DNV_QDIV=1"}}},
+		{"replay/bf16+nvfp4/quotients by reciprocal", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DNV_QDIV=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's

@@ -1039,6 +1039,34 @@ __device__ __forceinline__ void init_e2m1_lut(float* lut)
     }
 }
 
+// NV_QDIV=1 (REPLAYSSM_CUDA_DEFINES=-DNV_QDIV=1; session 33, written
+// after the device time, not yet measured) forms nvfp4_write's quotients
+// v/d from one reciprocal a chunk instead of a division an element: the
+// quantiser's __fdiv_rn is a reciprocal (MUFU.RCP), four FMAs, a range
+// check (FCHK) and a branch to a called slow path, an element (Nano's
+// fp32 + nvfp4 mamba2_replay_flush: 84 MUFU.RCP, 81 FCHK, 89 calls), and
+// the nvfp4 flush costs twice the plain one (Nano 1423 against 607 us).
+// nv_quotient returns a float with RN(v/d)'s e2m1 code, given x = v*sc and
+// d2 = d*sc (sc a power of two that puts d2 in [2^-90, 2^90], 1 for every
+// d but absurd matrices) and rd = RN(1/d2): q0 = RN(x*rd) is within an
+// ulp of x/d2 = v/d, the remainder x - q0*d2 is exact (one fma), and
+// RN(q0 + rem*rd) is RN(v/d) (Markstein's theorem: rd correctly rounded,
+// no underflow). Where |q0| < 1/8 the code is v's sign alone (|v/d| <
+// 1/4, below e2m1's first midpoint), and q0 has that sign: this also
+// covers the remainder's underflow. A NaN remainder (v infinite or NaN)
+// keeps q0, which __fdiv_rn gives then too. TestNVFP4Quotient checks the
+// same arithmetic in Go against float32 division, bit for bit.
+#ifndef NV_QDIV
+#define NV_QDIV 0
+#endif
+__device__ __forceinline__ float nv_quotient(float x, float d2, float rd)
+{
+    const float q0 = __fmul_rn(x, rd);
+    const float rem = __fmaf_rn(-q0, d2, x);
+    const float q1 = __fmaf_rn(rem, rd, q0);
+    return fabsf(q0) < 0.125f || rem != rem ? q0 : q1;
+}
+
 // ---- NVFP4 write of the matrix a flush holds in registers ----
 //
 // v[PASSES][CPL][VEC] are this thread's elements in Map SM's layout. 16/VEC
@@ -1087,12 +1115,30 @@ __device__ __forceinline__ void nvfp4_write(float (&v)[SM::PASSES][SM::CPL][SM::
                 s = e4m3_encode(__fdiv_rn(bm, sixg));
             }
             const float d = __fmul_rn(f32_from_e4m3(s), g);
+#if NV_QDIV
+            // d outside [2^-90, 2^90] (an absurd matrix): the chunk and d
+            // scaled by a power of two first (exact for every element whose
+            // code is not its sign alone), so nv_quotient's arithmetic stays
+            // clear of underflow; v is rewritten below anyway.
+            const float qsc = d < 0x1p-90f ? 0x1p100f : (d > 0x1p90f ? 0x1p-100f : 1.0f);
+            if (qsc != 1.0f) {
+#pragma unroll
+                for (int k = 0; k < VEC; k++) {
+                    v[pass][c][k] = __fmul_rn(v[pass][c][k], qsc);
+                }
+            }
+            const float d2 = __fmul_rn(d, qsc), rd = __frcp_rn(d2);
+#endif
             u32 packed = 0;
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
                 u32 q = 0;
                 if (s != 0) {
+#if NV_QDIV
+                    q = e2m1_from_f32(nv_quotient(v[pass][c][k], d2, rd));
+#else
                     q = e2m1_from_f32(__fdiv_rn(v[pass][c][k], d));
+#endif
                 }
                 packed |= q << (4 * k);
                 const u32 m = q & 7u;
