@@ -562,14 +562,16 @@ readcopy)
 	# Session 33, written after its device time: TestReplayReadCopyIsNumerics
 	# (new: each flush's read copy against package numeric's encoding of
 	# its checkpoint, byte for byte) with the defaults, then under
-	# NV_QDIV=1 (nvfp4 quotients from one reciprocal a chunk, off) and
-	# NAN_SELECT=0; NV_QDIV's reference tests; then NV_QDIV against the
+	# NV_QDIV=1 (nvfp4 quotients from one reciprocal a chunk, off); the
+	# codec test's NaN codes; NV_QDIV's reference tests; then NV_QDIV against the
 	# defaults on every shape's nvfp4 rows; ncu of the Nano nvfp4 flush.
 	# Then `tools/gpu_check.sh tests` (the whole package has not run under
 	# NAN_SELECT=2 and M2_TC_SROT).
 	some_tests readcopy 200 'TestReplayReadCopyIsNumerics'
 	REPLAYSSM_CUDA_DEFINES=-DNV_QDIV=1 some_tests readcopy_qdiv 200 'TestReplayReadCopyIsNumerics'
-	REPLAYSSM_CUDA_DEFINES=-DNAN_SELECT=0 some_tests readcopy_nan0 200 'TestReplayReadCopyIsNumerics'
+	# Which NaN code the e4m3 conversion gives (NAN_SELECT=2's premise).
+	some_tests codecs 120 'TestReplayCodecs'
+	grep 'NaN inputs' "$out/tests_codecs.log"
 	REPLAYSSM_CUDA_DEFINES=-DNV_QDIV=1 some_tests qdiv_ref 300 'TestReplayCacheMatchesReference/.*/replay/.*nvfp4'
 	experiment qdiv all replay-nvfp4,verify-nvfp4 REPLAYSSM_CUDA_DEFINES=-DNV_QDIV=1
 	# The nvfp4 flush (Nano fp32 1423 us against the plain flush's 607):

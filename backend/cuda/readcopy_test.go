@@ -19,8 +19,10 @@ import (
 // numeric.QuantizeNVFP4), fp8 (codes and the matrix scale against replay's
 // store: amax/448 and numeric.EncodeE4M3) and bf16. The CPU cache writes
 // its copies so; the reference tests bound only what reads of the copy
-// give. REPLAYSSM_CUDA_DEFINES reaches the kernels, so the quantiser's
-// variants (-DNV_QDIV=1, -DNAN_SELECT=0|1) run through the same check.
+// give. At batch 2 the small-batch step flushes by default; the "split
+// kernels" cases take the flush kernels. REPLAYSSM_CUDA_DEFINES reaches
+// the kernels, so the quantiser's variants (-DNV_QDIV=1, -DNAN_SELECT=0|1)
+// run through the same check.
 func TestReplayReadCopyIsNumerics(t *testing.T) {
 	d := gpu(t)
 	const L, batch = 4, 2
@@ -35,81 +37,92 @@ func TestReplayReadCopyIsNumerics(t *testing.T) {
 			{"fp32+e4m3", numeric.E4M3},
 			{"fp32+bf16", numeric.BF16},
 		} {
-			t.Run(l.name+"/"+tc.name, func(t *testing.T) {
-				t.Parallel()
-				opt := replay.Options{Mode: replay.Replay, Window: L, MaxDraft: 2, ReadCopy: tc.read}
-				c, err := l.buildWith(d, opt, batch, envTuning(os.Getenv))
-				if err != nil {
-					t.Fatal(err)
+			for _, split := range []bool{false, true} {
+				kernels := "small step"
+				if split {
+					kernels = "split kernels"
 				}
-				defer func() { must(t, c.close()) }()
-				s := stream(t, d)
-				st := newStaging(t, d, l, batch, batch)
-				var slots []replay.Slot
-				for range batch {
-					slot, err := c.admit(s)
+				t.Run(l.name+"/"+tc.name+"/"+kernels, func(t *testing.T) {
+					t.Parallel()
+					opt := replay.Options{Mode: replay.Replay, Window: L, MaxDraft: 2, ReadCopy: tc.read}
+					c, err := l.buildWith(d, opt, batch, envTuning(os.Getenv))
 					if err != nil {
 						t.Fatal(err)
 					}
-					slots = append(slots, slot)
-				}
-				// L+1 steps: every slot has flushed once, and its
-				// checkpoint and copy are that flush's.
-				rng := rand.New(rand.NewPCG(seed, uint64(li)))
-				for range L + 1 {
-					st.upload(t, d, s, slots, l.draw(rng, batch))
-					must(t, c.step(s, batch, st.slots, st.in, st.y))
-				}
-				must(t, s.Synchronize())
-				rc := c.common()
-				E := rc.elems
-				for _, slot := range slots {
-					for h := range rc.heads {
-						m := int(slot)*rc.heads + h
-						ck := make([]float32, E)
-						must(t, d.CopyFromDeviceF32(ck, slice(t, rc.state, m*4*E, 4*E)))
-						if maxAbs(ck) == 0 {
-							t.Fatalf("slot %d head %d: the checkpoint is all zeros after %d steps", slot, h, L+1)
+					defer func() { must(t, c.close()) }()
+					if split {
+						// The flush kernels (work_items, or the pipelined
+						// folds) rather than the small-batch step's own.
+						c.setSmallBatch(0)
+					}
+					s := stream(t, d)
+					st := newStaging(t, d, l, batch, batch)
+					var slots []replay.Slot
+					for range batch {
+						slot, err := c.admit(s)
+						if err != nil {
+							t.Fatal(err)
 						}
-						where := func(what string, i int) string {
-							return fmt.Sprintf("%s of slot %d head %d at %d", what, slot, h, i)
-						}
-						switch tc.read {
-						case numeric.NVFP4:
-							codes, scales, g := make([]byte, E/2), make([]byte, E/16), make([]float32, 1)
-							must(t, d.CopyFromDevice(codes, slice(t, rc.codes, m*E/2, E/2)))
-							must(t, d.CopyFromDevice(scales, slice(t, rc.scales, m*E/16, E/16)))
-							must(t, d.CopyFromDeviceF32(g, slice(t, rc.scale, 4*m, 4)))
-							wantCodes, wantScales := make([]byte, E/2), make([]byte, E/16)
-							wantG := numeric.QuantizeNVFP4(wantCodes, wantScales, ck)
-							if math.Float32bits(g[0]) != math.Float32bits(wantG) {
-								t.Fatalf("%s: %g, numeric %g", where("global scale", 0), g[0], wantG)
+						slots = append(slots, slot)
+					}
+					// L+1 steps: every slot has flushed once, and its
+					// checkpoint and copy are that flush's.
+					rng := rand.New(rand.NewPCG(seed, uint64(li)))
+					for range L + 1 {
+						st.upload(t, d, s, slots, l.draw(rng, batch))
+						must(t, c.step(s, batch, st.slots, st.in, st.y))
+					}
+					must(t, s.Synchronize())
+					rc := c.common()
+					E := rc.elems
+					for _, slot := range slots {
+						for h := range rc.heads {
+							m := int(slot)*rc.heads + h
+							ck := make([]float32, E)
+							must(t, d.CopyFromDeviceF32(ck, slice(t, rc.state, m*4*E, 4*E)))
+							if maxAbs(ck) == 0 {
+								t.Fatalf("slot %d head %d: the checkpoint is all zeros after %d steps", slot, h, L+1)
 							}
-							compareBytes(t, where, "block scale", scales, wantScales)
-							compareBytes(t, where, "codes", codes, wantCodes)
-						case numeric.E4M3:
-							codes, sc := make([]byte, E), make([]float32, 1)
-							must(t, d.CopyFromDevice(codes, slice(t, rc.codes, m*E, E)))
-							must(t, d.CopyFromDeviceF32(sc, slice(t, rc.scale, 4*m, 4)))
-							scale := maxAbs(ck) / 448
-							want := make([]byte, E)
-							numeric.EncodeE4M3(want, ck, 1/scale)
-							if math.Float32bits(sc[0]) != math.Float32bits(scale) {
-								t.Fatalf("%s: %g, replay's %g", where("matrix scale", 0), sc[0], scale)
+							where := func(what string, i int) string {
+								return fmt.Sprintf("%s of slot %d head %d at %d", what, slot, h, i)
 							}
-							compareBytes(t, where, "codes", codes, want)
-						case numeric.BF16:
-							codes := make([]byte, 2*E)
-							must(t, d.CopyFromDevice(codes, slice(t, rc.codes, m*2*E, 2*E)))
-							want := make([]byte, 2*E)
-							for i, v := range ck {
-								binary.LittleEndian.PutUint16(want[2*i:], numeric.BF16FromF32(v))
+							switch tc.read {
+							case numeric.NVFP4:
+								codes, scales, g := make([]byte, E/2), make([]byte, E/16), make([]float32, 1)
+								must(t, d.CopyFromDevice(codes, slice(t, rc.codes, m*E/2, E/2)))
+								must(t, d.CopyFromDevice(scales, slice(t, rc.scales, m*E/16, E/16)))
+								must(t, d.CopyFromDeviceF32(g, slice(t, rc.scale, 4*m, 4)))
+								wantCodes, wantScales := make([]byte, E/2), make([]byte, E/16)
+								wantG := numeric.QuantizeNVFP4(wantCodes, wantScales, ck)
+								if math.Float32bits(g[0]) != math.Float32bits(wantG) {
+									t.Fatalf("%s: %g, numeric %g", where("global scale", 0), g[0], wantG)
+								}
+								compareBytes(t, where, "block scale", scales, wantScales)
+								compareBytes(t, where, "codes", codes, wantCodes)
+							case numeric.E4M3:
+								codes, sc := make([]byte, E), make([]float32, 1)
+								must(t, d.CopyFromDevice(codes, slice(t, rc.codes, m*E, E)))
+								must(t, d.CopyFromDeviceF32(sc, slice(t, rc.scale, 4*m, 4)))
+								scale := maxAbs(ck) / 448
+								want := make([]byte, E)
+								numeric.EncodeE4M3(want, ck, 1/scale)
+								if math.Float32bits(sc[0]) != math.Float32bits(scale) {
+									t.Fatalf("%s: %g, replay's %g", where("matrix scale", 0), sc[0], scale)
+								}
+								compareBytes(t, where, "codes", codes, want)
+							case numeric.BF16:
+								codes := make([]byte, 2*E)
+								must(t, d.CopyFromDevice(codes, slice(t, rc.codes, m*2*E, 2*E)))
+								want := make([]byte, 2*E)
+								for i, v := range ck {
+									binary.LittleEndian.PutUint16(want[2*i:], numeric.BF16FromF32(v))
+								}
+								compareBytes(t, where, "codes", codes, want)
 							}
-							compareBytes(t, where, "codes", codes, want)
 						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }

@@ -459,17 +459,22 @@ __device__ __forceinline__ u32 e4m3_from_f32(float f)
 // ncu of the Nano fp8 aligned flush (session 32) had e4m3_from_f32's bit
 // arithmetic a fifth of the kernel's stall samples, the kernel issue-bound
 // (SM 47%, memory 37%). Round to nearest even and saturation agree with
-// e4m3_from_f32 on every float but NaN, which keeps the software code
-// (TestReplayCodecs checks the codes and read-backs against numeric).
+// e4m3_from_f32 on every float (TestReplayCodecs checks the codes and
+// read-backs against numeric); a NaN as NAN_SELECT says.
+#ifndef FP8_ENC_CVT
+#define FP8_ENC_CVT 1
+#endif
+
 // NAN_SELECT: how encode_chunk's e4m3 pairs (and e4m3_encode) give a NaN
 // input e4m3_from_f32's code (0x7f with the input's sign) after the
 // hardware conversion. 2 (default): the conversion's own NaN code,
 // nothing more. Every input there is a product or a quotient (v times the
 // inverse scale, an nvfp4 block's maximum over its scale), and a NaN out
 // of the GPU's arithmetic is its canonical positive NaN, which the
-// conversion turns into 0x7f (TestReplayCodecs, H200, session 33: every
-// NaN input of either sign came back 0x7f, as e4m3_from_f32 gave it after
-// the same multiply). 1: selects (nan_half) that set the code from the
+// conversion turns into a NaN code (TestReplayCodecs under it, H200,
+// session 33: every NaN input of either sign, multiplied by the unit
+// scale, came back 0x7f or 0xff, the codes the test takes; session 32's
+// run had e4m3_from_f32 give 0x7f after the same multiply). 1: selects (nan_half) that set the code from the
 // input's sign; 0: a branch to e4m3_from_f32 a pair (session 32).
 // ncu of Nano's fp8 aligned flush under 0 had instruction-fetch stalls
 // (no_inst) on that branch 14% of the kernel's samples (its code inline
@@ -492,14 +497,10 @@ __device__ __forceinline__ u32 nan_half(u32 d, float f, int at, u32 qnan)
     return f != f ? (d & ~mask) | (code << at) : d;
 }
 
-#ifndef FP8_ENC_CVT
-#define FP8_ENC_CVT 1
-#endif
-
 // e4m3_encode is e4m3_from_f32, by the hardware conversion where
-// FP8_ENC_CVT applies (the same code for every input: TestReplayCodecs):
-// one element where encode_chunk's pairs do not apply (an nvfp4 block
-// scale, a VEC of 1).
+// FP8_ENC_CVT applies (the same code for every float but a negative NaN,
+// which no product of the GPU's is: NAN_SELECT), one element, where
+// encode_chunk's pairs do not apply (an nvfp4 block scale, a VEC of 1).
 __device__ __forceinline__ u32 e4m3_encode(float f)
 {
 #if FP8_CVT && FP8_ENC_CVT && NAN_SELECT
@@ -1044,7 +1045,7 @@ __device__ __forceinline__ void init_e2m1_lut(float* lut)
 // v/d from one reciprocal a chunk instead of a division an element: the
 // quantiser's __fdiv_rn is a reciprocal (MUFU.RCP), four FMAs, a range
 // check (FCHK) and a branch to a called slow path, an element (Nano's
-// fp32 + nvfp4 mamba2_replay_flush: 84 MUFU.RCP, 81 FCHK, 89 calls), and
+// fp32 + nvfp4 mamba2_replay_flush: 89 MUFU, 81 FCHK, 89 calls), and
 // the nvfp4 flush costs twice the plain one (Nano 1423 against 607 us).
 // nv_quotient returns a float with RN(v/d)'s e2m1 code, given x = v*sc and
 // d2 = d*sc (sc a power of two that puts d2 in [2^-90, 2^90], 1 for every
