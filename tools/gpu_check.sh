@@ -42,6 +42,7 @@
 #   tools/gpu_check.sh nansel # NaNs encoded by selects after the hardware conversions (NAN_SELECT, session 33): tests, against =0
 #   tools/gpu_check.sh nansel2 # the conversion's own NaN code (NAN_SELECT=2, the default since): the codec test, the three settings (session 33)
 #   tools/gpu_check.sh readcopy # the read-copy conformance test and the nvfp4 quotients by reciprocal (NV_QDIV): first next session (session 33)
+#   tools/gpu_check.sh bf16nan # bf16 stores without their NaN branch (BF16_NAN_BRANCH=0): second next session (session 33)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
@@ -563,8 +564,8 @@ readcopy)
 	# (new: each flush's read copy against package numeric's encoding of
 	# its checkpoint, byte for byte) with the defaults, then under
 	# NV_QDIV=1 (nvfp4 quotients from one reciprocal a chunk, off); the
-	# codec test's NaN codes; NV_QDIV's reference tests; then NV_QDIV against the
-	# defaults on every shape's nvfp4 rows; ncu of the Nano nvfp4 flush.
+	# codec test's NaN codes; then NV_QDIV against the defaults on every
+	# shape's nvfp4 rows; ncu of the Nano nvfp4 flush.
 	# Then `tools/gpu_check.sh tests` (the whole package has not run under
 	# NAN_SELECT=2 and M2_TC_SROT).
 	some_tests readcopy 200 'TestReplayReadCopyIsNumerics'
@@ -572,11 +573,21 @@ readcopy)
 	# Which NaN code the e4m3 conversion gives (NAN_SELECT=2's premise).
 	some_tests codecs 120 'TestReplayCodecs'
 	grep 'NaN inputs' "$out/tests_codecs.log"
-	REPLAYSSM_CUDA_DEFINES=-DNV_QDIV=1 some_tests qdiv_ref 300 'TestReplayCacheMatchesReference/.*/replay/.*nvfp4'
 	experiment qdiv all replay-nvfp4,verify-nvfp4 REPLAYSSM_CUDA_DEFINES=-DNV_QDIV=1
 	# The nvfp4 flush (Nano fp32 1423 us against the plain flush's 607):
-	# where its time goes, with the defaults.
+	# where its time goes, with the defaults (check its Duration: the
+	# 16th launch should be the first aligned flush).
 	LAUNCH_SKIP=15 profile nvfp4flush mamba2_replay_flush --batch 256 --shapes nemotron-3-nano-4b --state-dtype fp32 --modes replay-nvfp4
+	;;
+bf16nan)
+	# Session 33, written after its device time: the bf16 pair
+	# conversion without its NaN branch (BF16_NAN_BRANCH=0: a NaN stored
+	# as the conversion makes it) in every bf16 store, the baselines'
+	# included (gdn_baseline_step 1680 -> 1376 instructions): the codec
+	# test under it (it logs the codes NaNs get), then the bf16 rows.
+	REPLAYSSM_CUDA_DEFINES=-DBF16_NAN_BRANCH=0 some_tests codecs_bf16nan 120 'TestReplayCodecs'
+	grep 'NaN inputs' "$out/tests_codecs_bf16nan.log"
+	DTYPES=bf16 experiment bf16nan all baseline,replay,verify-baseline,verify REPLAYSSM_CUDA_DEFINES=-DBF16_NAN_BRANCH=0
 	;;
 carveout)
 	# Session 28: with the flush's padded rows (FL_PAD) the 122B bf16

@@ -170,6 +170,12 @@ func TestReplayModulesCompile(t *testing.T) {
 			tuning{defines: []string{"-DNAN_SELECT=0"}}},
 		{"replay/fp32+nvfp4/NaN by selects", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DNAN_SELECT=1"}}},
+		// bf16 stores without their NaN branch (BF16_NAN_BRANCH=0; session
+		// 33, off until measured).
+		{"replay/bf16/NaN as converted", replay.Options{Mode: replay.Replay, State: numeric.BF16},
+			tuning{defines: []string{"-DBF16_NAN_BRANCH=0"}}},
+		{"baseline/bf16/NaN as converted", replay.Options{Mode: replay.Baseline, State: numeric.BF16},
+			tuning{defines: []string{"-DBF16_NAN_BRANCH=0"}}},
 		// nvfp4 quotients from one reciprocal a chunk (NV_QDIV; session 33,
 		// off until measured).
 		{"replay/fp32+nvfp4/quotients by reciprocal", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4},

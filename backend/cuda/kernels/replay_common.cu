@@ -244,6 +244,19 @@ __device__ __forceinline__ float bf16_hi(u32 w) { return __uint_as_float(w & 0xf
 // rounds with the hardware conversion, two elements per instruction in
 // encode_chunk, instead of integer arithmetic: the bf16 baseline step went
 // from 77% to 89% of copy bandwidth on the H200 (NOTES.md, session 4).
+// BF16_NAN_BRANCH=0 (REPLAYSSM_CUDA_DEFINES=-DBF16_NAN_BRANCH=0; session
+// 33, written after the device time, not yet measured) drops the branch
+// after encode_chunk's bf16 pair conversion that gives a NaN
+// f32_to_bf16's code (sign | 0x7fc0, numeric.BF16FromF32's): a NaN is
+// then stored as the conversion makes it (still a NaN, its code
+// otherwise). The branch is in every bf16 store, the baselines' included
+// (Qwen3.5-4B's bf16 baseline is at 84% of the copy bandwidth, held by its
+// arithmetic, session 19), and the same branch on e4m3 cost Nano's fp8
+// flush a fifth of its time (NAN_SELECT). TestReplayCodecs takes any NaN
+// code for bf16 under it.
+#ifndef BF16_NAN_BRANCH
+#define BF16_NAN_BRANCH 1
+#endif
 #ifndef BF16_CVT
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define BF16_CVT 1
@@ -707,17 +720,19 @@ __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float i
 #if BF16_CVT
     if constexpr (F == FMT_BF16 && PAIRS) {
         // Two elements per conversion; a NaN (rare: a branch) takes
-        // f32_to_bf16's exact canonical NaN. (Selects instead, as
-        // NAN_SELECT=1 does for e4m3, were slower: Nano bf16 aligned flush
-        // 384 -> 437 us, Super 458 -> 517; session 33. The input here is
-        // not a product, so a NaN keeps its own bits and sign.)
+        // f32_to_bf16's exact canonical NaN with its sign (BF16_NAN_BRANCH).
+        // (Selects instead, as NAN_SELECT=1 does for e4m3, were slower:
+        // Nano bf16 aligned flush 384 -> 437 us, Super 458 -> 517; session
+        // 33.)
 #pragma unroll
         for (int k = 0; k < VEC; k += 2) {
             u32 d;
             asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(v[k + 1]), "f"(v[k]));
+#if BF16_NAN_BRANCH
             if (v[k] != v[k] || v[k + 1] != v[k + 1]) {
                 d = f32_to_bf16(v[k]) | (f32_to_bf16(v[k + 1]) << 16);
             }
+#endif
             w[k / 2] = d;
             v[k] = bf16_lo(d);
             v[k + 1] = bf16_hi(d);
