@@ -179,7 +179,8 @@ profile() {
 	"$ncu" -i "$out/prof_$name.ncu-rep" --page details >"$out/prof_$name.txt" 2>&1
 	"$ncu" -i "$out/prof_$name.ncu-rep" --page source --csv --print-source sass >"$out/prof_${name}_sass.csv" 2>&1
 	# The CUDA lines beside their SASS (-lineinfo): which source a stall
-	# site is (session 15's profile had the SASS alone).
+	# site is (session 15's profile had the SASS alone); tools/ncu_stalls.py
+	# sums its stall samples by line.
 	"$ncu" -i "$out/prof_$name.ncu-rep" --page source --csv --print-source cuda,sass >"$out/prof_${name}_src.csv" 2>&1
 	grep -E "Duration|Warp Cycles Per Issued|Eligible Warps|Achieved Occupancy|Registers Per" "$out/prof_$name.txt" | head
 	# At most 8 files come back from a device call: the report itself only
