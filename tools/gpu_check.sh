@@ -43,6 +43,7 @@
 #   tools/gpu_check.sh nansel2 # the conversion's own NaN code (NAN_SELECT=2, the default since): the codec test, the three settings (session 33)
 #   tools/gpu_check.sh readcopy # the read-copy conformance test and the nvfp4 quotients by reciprocal (NV_QDIV): first next session (session 33)
 #   tools/gpu_check.sh bf16nan # bf16 stores without their NaN branch (BF16_NAN_BRANCH=0): second next session (session 33)
+#   tools/gpu_check.sh m2stages # the Mamba-2 pipelined folds' stages (FOLD_STAGES 2, 4) on fp8 and bf16 checkpoints (session 33)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
 #   tools/gpu_check.sh l1  # read_items beside unused shared memory, the group steps with fewer ring rows staged (session 28)
@@ -579,6 +580,14 @@ readcopy)
 	# where its time goes, with the defaults (check its Duration: the
 	# 16th launch should be the first aligned flush).
 	LAUNCH_SKIP=15 profile nvfp4flush mamba2_replay_flush --batch 256 --shapes nemotron-3-nano-4b --state-dtype fp32 --modes replay-nvfp4
+	;;
+m2stages)
+	# Session 33, written after its device time: ncu of the Nano fp8
+	# aligned flush had the consumers' wait for a stage (mbar_wait's
+	# try_wait, long scoreboard) 8.5% of its samples, DRAM 25% busy. The
+	# fp8 stage is ~28 KB (the ring's fp32 x and B rows two thirds of it),
+	# three stages and two blocks an SM by default: more stages in flight.
+	DTYPES=fp8-e4m3,bf16 experiment m2stages mamba2 replay,verify REPLAYSSM_CUDA_FOLD_STAGES=4 REPLAYSSM_CUDA_FOLD_STAGES=2
 	;;
 bf16nan)
 	# Session 33, written after its device time: the bf16 pair
