@@ -109,7 +109,7 @@ func TestNVFP4Quotient(t *testing.T) {
 				}
 				for k := -3; k <= 3; k++ {
 					x := c
-					for range abs(k) {
+					for range absInt(k) {
 						x = math.Nextafter32(x, float32(k)*float32(math.Inf(1)))
 					}
 					vs = append(vs, x, -x)
@@ -144,7 +144,7 @@ func TestNVFP4Quotient(t *testing.T) {
 	t.Logf("%d quotients, %d compared bit for bit", checked, exact)
 }
 
-func abs(k int) int {
+func absInt(k int) int {
 	if k < 0 {
 		return -k
 	}
