@@ -71,6 +71,7 @@ func TestReplayReadCopyIsNumerics(t *testing.T) {
 					// the raw inputs (the exact fold), so the poison the
 					// non-flush steps read does not reach the checkpoint.
 					rc := c.common()
+					must(t, s.Synchronize()) // the admissions' clears first
 					for _, b := range []Buffer{rc.codes, rc.scales, rc.scale} {
 						must(t, d.Memset32(b, 0xa5a5a5a5))
 					}
