@@ -39,7 +39,7 @@
 #   tools/gpu_check.sh m2default # the Mamba-2 tensor-core fold by default against =0, the Mamba-2 table rows: session 32
 #   tools/gpu_check.sh fp8enc # e4m3 encoded by the hardware conversion against =0, the codec test: session 32
 #   tools/gpu_check.sh m2srot # the codec test again, the tensor-core fold's rotated checkpoint reads (written in session 32, run in 33)
-#   tools/gpu_check.sh nansel # NaNs encoded by selects after the hardware conversions (NAN_SELECT, session 33): tests, against =0
+#   tools/gpu_check.sh nansel # e4m3 NaN codes after the hardware conversion (NAN_SELECT, session 33): tests, against =0
 #   tools/gpu_check.sh nansel2 # the conversion's own NaN code (NAN_SELECT=2, the default since): the codec test, the three settings (session 33)
 #   tools/gpu_check.sh readcopy # the read-copy conformance test and the nvfp4 quotients by reciprocal (NV_QDIV): first next session (session 33)
 #   tools/gpu_check.sh bf16nan # bf16 stores without their NaN branch (BF16_NAN_BRANCH=0): second next session (session 33)
@@ -547,8 +547,10 @@ m2srot)
 nansel)
 	# Session 33: ncu of the Nano fp8 aligned flush had instruction-fetch
 	# stalls (no_inst) on the e4m3 encoder's NaN branch 14% of its samples:
-	# the software encoder inline once a pair. NAN_SELECT=1 (default) puts
-	# the NaN codes in by selects; =0 is session 32's branch.
+	# the software encoder inline once a pair. As run, NAN_SELECT=1 (the
+	# default then) put the NaN codes in by selects, since removed; the
+	# defaults are now NAN_SELECT=2 (the conversion's own code); =0 is
+	# session 32's branch. (This call ran past 600 s: run its tests alone.)
 	some_tests nansel 330 'TestReplayCodecs|TestReplayFoldPipeMatchesItems|TestReplayPipelineMatchesV4|TestReplayReadCopyErrorDoesNotCompound|TestReplayCacheMatchesReference'
 	DTYPES=bf16,fp8-e4m3 experiment nansel nemotron-3-nano-4b,nemotron-3-super,qwen3.5-4b replay,verify,replay-fp8 REPLAYSSM_CUDA_DEFINES=-DNAN_SELECT=0
 	;;

@@ -163,13 +163,13 @@ func TestReplayModulesCompile(t *testing.T) {
 			tuning{m2TCFold: "1", defines: []string{"-DM2_TC_SROT=0"}}},
 		{"replay/e4m3/m2 packed checkpoint reads", replay.Options{Mode: replay.Replay, State: numeric.E4M3},
 			tuning{m2TCFold: "1", defines: []string{"-DM2_TC_SROT=0"}}},
-		// e4m3 NaN codes by a branch to the software encoder or by selects
-		// (NAN_SELECT 0 and 1; the conversion's own by default), with an
-		// nvfp4 read copy for its block scales.
+		// e4m3 NaN codes by a branch to the software encoder (NAN_SELECT=0;
+		// the conversion's own by default), with an nvfp4 read copy's block
+		// scales too.
 		{"replay/e4m3/NaN by branch", replay.Options{Mode: replay.Replay, State: numeric.E4M3},
 			tuning{defines: []string{"-DNAN_SELECT=0"}}},
-		{"replay/fp32+nvfp4/NaN by selects", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
-			tuning{defines: []string{"-DNAN_SELECT=1"}}},
+		{"replay/fp32+nvfp4/NaN by branch", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DNAN_SELECT=0"}}},
 		// bf16 stores without their NaN branch (BF16_NAN_BRANCH=0; session
 		// 33, off until measured).
 		{"replay/bf16/NaN as converted", replay.Options{Mode: replay.Replay, State: numeric.BF16},

@@ -487,28 +487,18 @@ __device__ __forceinline__ u32 e4m3_from_f32(float f)
 // conversion turns into a NaN code (TestReplayCodecs under it, H200,
 // session 33: every NaN input of either sign, multiplied by the unit
 // scale, came back 0x7f or 0xff, the codes the test takes; session 32's
-// run had e4m3_from_f32 give 0x7f after the same multiply). 1: selects (nan_half) that set the code from the
-// input's sign; 0: a branch to e4m3_from_f32 a pair (session 32).
+// run had e4m3_from_f32 give 0x7f after the same multiply). 0: a branch
+// to e4m3_from_f32 a pair (session 32), exact for a NaN of any sign.
 // ncu of Nano's fp8 aligned flush under 0 had instruction-fetch stalls
 // (no_inst) on that branch 14% of the kernel's samples (its code inline
-// 48 times: 4392 instructions, 3144 with the selects, 2840 without
-// either). H200, B=256, us, aligned flush / verify T=4, 0 -> 1 -> 2, same
-// run: Nano fp8 553/272 -> 503/267 -> 420/239; Super fp8 531/275 ->
-// 620/294 -> 527/276; Qwen3.5-4B fp8 628/300 -> 605/295 -> 582/288.
-// nan_half<BITS> puts the format's NaN code (qnan, with f's sign in its
-// top bit) in the BITS-bit field of d at bit `at` where f is a NaN, and
-// leaves d as it is otherwise.
+// 48 times: 4392 instructions, 2840 without it). Session 33 also measured
+// selects that set the code from the input's sign (1, 3144 instructions,
+// removed). H200, B=256, us, aligned flush / verify T=4, 0 -> selects ->
+// 2, same run: Nano fp8 553/272 -> 503/267 -> 420/239; Super fp8 531/275
+// -> 620/294 -> 527/276; Qwen3.5-4B fp8 628/300 -> 605/295 -> 582/288.
 #ifndef NAN_SELECT
 #define NAN_SELECT 2
 #endif
-template <int BITS>
-__device__ __forceinline__ u32 nan_half(u32 d, float f, int at, u32 qnan)
-{
-    const u32 b = __float_as_uint(f);
-    const u32 code = ((b >> (32 - BITS)) & (1u << (BITS - 1))) | qnan;
-    const u32 mask = ((1u << BITS) - 1) << at;
-    return f != f ? (d & ~mask) | (code << at) : d;
-}
 
 // e4m3_encode is e4m3_from_f32, by the hardware conversion where
 // FP8_ENC_CVT applies (the same code for every float but a negative NaN,
@@ -519,7 +509,7 @@ __device__ __forceinline__ u32 e4m3_encode(float f)
 #if FP8_CVT && FP8_ENC_CVT && NAN_SELECT
     unsigned short d;
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(0.0f), "f"(f));
-    return NAN_SELECT == 1 ? nan_half<8>(d & 0xffu, f, 0, 0x7fu) : d & 0xffu;
+    return d & 0xffu;
 #else
     return e4m3_from_f32(f);
 #endif
@@ -721,7 +711,7 @@ __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float i
     if constexpr (F == FMT_BF16 && PAIRS) {
         // Two elements per conversion; a NaN (rare: a branch) takes
         // f32_to_bf16's exact canonical NaN with its sign (BF16_NAN_BRANCH).
-        // (Selects instead, as NAN_SELECT=1 does for e4m3, were slower:
+        // (Selects instead, as session 33 tried for e4m3, were slower:
         // Nano bf16 aligned flush 384 -> 437 us, Super 458 -> 517; session
         // 33.)
 #pragma unroll
@@ -755,10 +745,7 @@ __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float i
             unsigned short d;
             asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(b), "f"(a));
             u32 pair = d;
-#if NAN_SELECT == 1
-            pair = nan_half<8>(pair, a, 0, 0x7fu);
-            pair = nan_half<8>(pair, b, 8, 0x7fu);
-#elif NAN_SELECT == 0
+#if NAN_SELECT == 0
             if (a != a || b != b) {
                 pair = e4m3_from_f32(a) | (e4m3_from_f32(b) << 8);
             }
