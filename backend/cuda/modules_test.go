@@ -170,18 +170,18 @@ func TestReplayModulesCompile(t *testing.T) {
 			tuning{defines: []string{"-DNAN_SELECT=0"}}},
 		{"replay/fp32+nvfp4/NaN by branch", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DNAN_SELECT=0"}}},
-		// bf16 stores without their NaN branch (BF16_NAN_BRANCH=0; session
-		// 33, off until measured).
-		{"replay/bf16/NaN as converted", replay.Options{Mode: replay.Replay, State: numeric.BF16},
-			tuning{defines: []string{"-DBF16_NAN_BRANCH=0"}}},
-		{"baseline/bf16/NaN as converted", replay.Options{Mode: replay.Baseline, State: numeric.BF16},
-			tuning{defines: []string{"-DBF16_NAN_BRANCH=0"}}},
-		// nvfp4 quotients from one reciprocal a chunk (NV_QDIV; session 33,
-		// off until measured).
-		{"replay/fp32+nvfp4/quotients by reciprocal", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
-			tuning{defines: []string{"-DNV_QDIV=1"}}},
-		{"replay/bf16+nvfp4/quotients by reciprocal", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
-			tuning{defines: []string{"-DNV_QDIV=1"}}},
+		// bf16 stores with their NaN branch (BF16_NAN_BRANCH=1: numeric's
+		// NaN codes; the conversion's own by default since session 34).
+		{"replay/bf16/NaN by branch", replay.Options{Mode: replay.Replay, State: numeric.BF16},
+			tuning{defines: []string{"-DBF16_NAN_BRANCH=1"}}},
+		{"baseline/bf16/NaN by branch", replay.Options{Mode: replay.Baseline, State: numeric.BF16},
+			tuning{defines: []string{"-DBF16_NAN_BRANCH=1"}}},
+		// nvfp4 quotients by division (NV_QDIV=0; one reciprocal a chunk
+		// by default since session 34).
+		{"replay/fp32+nvfp4/quotients by division", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DNV_QDIV=0"}}},
+		{"replay/bf16+nvfp4/quotients by division", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DNV_QDIV=0"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's

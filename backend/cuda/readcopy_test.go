@@ -21,7 +21,7 @@ import (
 // its copies so; the reference tests bound only what reads of the copy
 // give. At batch 2 the small-batch step flushes by default; the "split
 // kernels" cases take the flush kernels. REPLAYSSM_CUDA_DEFINES reaches
-// the kernels, so the quantiser's variants (-DNV_QDIV=1, -DNAN_SELECT=0)
+// the kernels, so the quantiser's variants (-DNV_QDIV=0, -DNAN_SELECT=0)
 // run through the same check.
 func TestReplayReadCopyIsNumerics(t *testing.T) {
 	d := gpu(t)

@@ -244,18 +244,18 @@ __device__ __forceinline__ float bf16_hi(u32 w) { return __uint_as_float(w & 0xf
 // rounds with the hardware conversion, two elements per instruction in
 // encode_chunk, instead of integer arithmetic: the bf16 baseline step went
 // from 77% to 89% of copy bandwidth on the H200 (NOTES.md, session 4).
-// BF16_NAN_BRANCH=0 (REPLAYSSM_CUDA_DEFINES=-DBF16_NAN_BRANCH=0; session
-// 33, written after the device time, not yet measured) drops the branch
-// after encode_chunk's bf16 pair conversion that gives a NaN
-// f32_to_bf16's code (sign | 0x7fc0, numeric.BF16FromF32's): a NaN is
-// then stored as the conversion makes it (still a NaN, its code
-// otherwise). The branch is in every bf16 store, the baselines' included
-// (Qwen3.5-4B's bf16 baseline is at 84% of the copy bandwidth, held by its
-// arithmetic, session 19), and the same branch on e4m3 cost Nano's fp8
-// flush a fifth of its time (NAN_SELECT). TestReplayCodecs takes any NaN
-// code for bf16 under it.
+// encode_chunk's pair conversion stores a NaN as the conversion makes it
+// (0x7fff, whatever the input's sign: still a NaN, read back as one)
+// by default. BF16_NAN_BRANCH=1 (REPLAYSSM_CUDA_DEFINES=-DBF16_NAN_BRANCH=1)
+// puts back the branch that gives a NaN f32_to_bf16's code (sign | 0x7fc0,
+// numeric.BF16FromF32's, byte for byte the CPU backend's). The branch is in
+// every bf16 store, the baselines' included; without it, H200, batch 256
+// (session 34): the bf16 baselines 91 -> 93% of copy bandwidth (Nano,
+// Super), 84 -> 85% (Qwen3.5-4B), 87 -> 88% (122B); Nano's bf16 aligned
+// flush 384 -> 350 us, Qwen3.5-4B's 278 -> 269. TestReplayCodecs takes any
+// bf16 NaN code unless the branch is asked for.
 #ifndef BF16_NAN_BRANCH
-#define BF16_NAN_BRANCH 1
+#define BF16_NAN_BRANCH 0
 #endif
 #ifndef BF16_CVT
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -1042,13 +1042,12 @@ __device__ __forceinline__ void init_e2m1_lut(float* lut)
     }
 }
 
-// NV_QDIV=1 (REPLAYSSM_CUDA_DEFINES=-DNV_QDIV=1; session 33, written
-// after the device time, not yet measured) forms nvfp4_write's quotients
-// v/d from one reciprocal a chunk instead of a division an element: the
-// quantiser's __fdiv_rn is a reciprocal (MUFU.RCP), four FMAs, a range
-// check (FCHK) and a branch to a called slow path, an element (Nano's
-// fp32 + nvfp4 mamba2_replay_flush: 89 MUFU, 81 FCHK, 89 calls), and
-// the nvfp4 flush costs twice the plain one (Nano 1423 against 607 us).
+// NV_QDIV=1 (the default since session 34; -DNV_QDIV=0 gives the
+// division) forms nvfp4_write's quotients v/d from one reciprocal a chunk
+// instead of a division an element: the quantiser's __fdiv_rn is a
+// reciprocal (MUFU.RCP), four FMAs, a range check (FCHK) and a branch to a
+// called slow path, an element (Nano's fp32 + nvfp4 mamba2_replay_flush:
+// 89 MUFU, 81 FCHK, 89 calls; 17, 17, 41 with the reciprocal).
 // nv_quotient returns a float with RN(v/d)'s e2m1 code, given x = v*sc and
 // d2 = d*sc (sc a power of two that puts d2 in [2^-90, 2^90], 1 for every
 // d but absurd matrices) and rd = RN(1/d2): q0 = RN(x*rd) is within an
@@ -1058,9 +1057,13 @@ __device__ __forceinline__ void init_e2m1_lut(float* lut)
 // 1/4, below e2m1's first midpoint), and q0 has that sign: this also
 // covers the remainder's underflow. A NaN remainder (v infinite or NaN)
 // keeps q0, which __fdiv_rn gives then too. TestNVFP4Quotient checks the
-// same arithmetic in Go against float32 division, bit for bit.
+// same arithmetic in Go against float32 division, bit for bit, and
+// TestReplayReadCopyIsNumerics the copies' bytes against package numeric.
+// H200, batch 256, aligned nvfp4 flush (session 34): 1-3% faster on every
+// shape (122B bf16 1795 -> 1745 us, Super bf16 1695 -> 1653, Nano fp32
+// 1364 -> 1355); the flush's time is elsewhere (NOTES.md, session 34).
 #ifndef NV_QDIV
-#define NV_QDIV 0
+#define NV_QDIV 1
 #endif
 __device__ __forceinline__ float nv_quotient(float x, float d2, float rd)
 {
