@@ -43,6 +43,7 @@
 #   tools/gpu_check.sh nansel2 # the conversion's own NaN code (NAN_SELECT=2, the default since): the codec test, the three settings (session 33)
 #   tools/gpu_check.sh readcopy # the read-copy conformance test and the nvfp4 quotients by reciprocal (NV_QDIV): first next session (session 33)
 #   tools/gpu_check.sh bf16nan # bf16 stores without their NaN branch (BF16_NAN_BRANCH=0): second next session (session 33)
+#   tools/gpu_check.sh nvpipe # the nvfp4 flush: the lean quantiser (NV_LEAN) and Mamba-2's on the pipelined fold (FOLDS=pipe), then bench256: after `tests`, next session (session 34)
 #   tools/gpu_check.sh m2stages # the Mamba-2 pipelined folds' stages (FOLD_STAGES 2, 4) on fp8 and bf16 checkpoints (session 33)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
@@ -582,6 +583,21 @@ readcopy)
 	# where its time goes, with the defaults (check its Duration: the
 	# 16th launch should be the first aligned flush).
 	LAUNCH_SKIP=15 profile nvfp4flush mamba2_replay_flush --batch 256 --shapes nemotron-3-nano-4b --state-dtype fp32 --modes replay-nvfp4
+	;;
+nvpipe)
+	# Session 34, written after its device time (run `tests` first: the
+	# whole package has not run under NV_QDIV=1 and BF16_NAN_BRANCH=0, nor
+	# the read-copy test's new non-finite cases). The nvfp4 flush: the
+	# read-copy test under the lean quantiser (NV_LEAN) and with the
+	# Mamba-2 nvfp4 flush on the pipelined fold (FOLDS=pipe; it lost in
+	# session 11, 2320 against 1521 us, before the tensor-core folds; its
+	# planned registers now let bf16 + nvfp4 run two blocks an SM); then
+	# both against the defaults on the nvfp4 rows; then docs/PERF.md's
+	# batch-256 table under session 34's defaults.
+	REPLAYSSM_CUDA_DEFINES=-DNV_LEAN=1 some_tests readcopy_lean 200 'TestReplayReadCopyIsNumerics'
+	REPLAYSSM_CUDA_FOLDS=pipe some_tests readcopy_pipe 200 'TestReplayReadCopyIsNumerics/mamba2'
+	experiment nvpipe all replay-nvfp4,verify-nvfp4 REPLAYSSM_CUDA_DEFINES=-DNV_LEAN=1 REPLAYSSM_CUDA_FOLDS=pipe
+	bench 256 b256.jsonl
 	;;
 m2stages)
 	# Session 33, written after its device time: ncu of the Nano fp8

@@ -182,6 +182,12 @@ func TestReplayModulesCompile(t *testing.T) {
 			tuning{defines: []string{"-DNV_QDIV=0"}}},
 		{"replay/bf16+nvfp4/quotients by division", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
 			tuning{defines: []string{"-DNV_QDIV=0"}}},
+		// The lean quantiser (NV_LEAN: maxima by predicate, quotients masked
+		// rather than branched around; session 34, off until measured).
+		{"replay/fp32+nvfp4/lean quantiser", replay.Options{Mode: replay.Replay, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DNV_LEAN=1"}}},
+		{"replay/bf16+nvfp4/lean quantiser", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4},
+			tuning{defines: []string{"-DNV_LEAN=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's

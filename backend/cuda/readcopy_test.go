@@ -20,9 +20,12 @@ import (
 // store: amax/448 and numeric.EncodeE4M3) and bf16. The CPU cache writes
 // its copies so; the reference tests bound only what reads of the copy
 // give. At batch 2 the small-batch step flushes by default; the "split
-// kernels" cases take the flush kernels. REPLAYSSM_CUDA_DEFINES reaches
-// the kernels, so the quantiser's variants (-DNV_QDIV=0, -DNAN_SELECT=0)
-// run through the same check.
+// kernels" cases take the flush kernels. The "non-finite" cases put
+// infinities and NaNs into an nvfp4 cache's checkpoint before a second
+// flush (the quantiser's maxima, saturation, NaN codes and zero-scale
+// blocks). REPLAYSSM_CUDA_DEFINES reaches the kernels, so the quantiser's
+// variants (-DNV_QDIV=0, -DNV_LEAN=1, -DNAN_SELECT=0) run through the same
+// check.
 func TestReplayReadCopyIsNumerics(t *testing.T) {
 	d := gpu(t)
 	const L, batch = 4, 2
@@ -37,10 +40,23 @@ func TestReplayReadCopyIsNumerics(t *testing.T) {
 			{"fp32+e4m3", numeric.E4M3},
 			{"fp32+bf16", numeric.BF16},
 		} {
-			for _, split := range []bool{false, true} {
+			for _, variant := range []struct {
+				split, nonFinite bool
+			}{{false, false}, {true, false}, {false, true}, {true, true}} {
+				split := variant.split
 				kernels := "small step"
 				if split {
 					kernels = "split kernels"
+				}
+				if variant.nonFinite {
+					if tc.read != numeric.NVFP4 {
+						// e4m3's matrix scale counts infinities (replay's
+						// store) and its NaN codes are the GPU's; bf16's
+						// NaN codes too (BF16_NAN_BRANCH): nvfp4 alone
+						// has one answer for them.
+						continue
+					}
+					kernels += "/non-finite"
 				}
 				t.Run(l.name+"/"+tc.name+"/"+kernels, func(t *testing.T) {
 					t.Parallel()
@@ -78,12 +94,42 @@ func TestReplayReadCopyIsNumerics(t *testing.T) {
 					// L+1 steps: every slot has flushed once, and its
 					// checkpoint and copy are that flush's.
 					rng := rand.New(rand.NewPCG(seed, uint64(li)))
-					for range L + 1 {
-						st.upload(t, d, s, slots, l.draw(rng, batch))
-						must(t, c.step(s, batch, st.slots, st.in, st.y))
+					steps := func(n int) {
+						for range n {
+							st.upload(t, d, s, slots, l.draw(rng, batch))
+							must(t, c.step(s, batch, st.slots, st.in, st.y))
+						}
+						must(t, s.Synchronize())
 					}
-					must(t, s.Synchronize())
+					steps(L + 1)
 					E := rc.elems
+					if variant.nonFinite {
+						// Infinities and NaNs in the first slot's
+						// checkpoint, then L more steps: its next flush
+						// folds them into the new checkpoint (Mamba-2 in
+						// place; GDN through its rows' S·k, whole rows),
+						// and the quantiser must leave them out of its
+						// maxima, saturate the infinities and give NaNs
+						// code 0, and give the blocks they fill scale 0,
+						// as numeric does.
+						inf, nan := float32(math.Inf(1)), float32(math.NaN())
+						for h := range min(rc.heads, 2) {
+							m := int(slots[0])*rc.heads + h
+							ck := make([]float32, E)
+							b := slice(t, rc.state, m*4*E, 4*E)
+							must(t, d.CopyFromDeviceF32(ck, b))
+							if h == 0 {
+								ck[5], ck[37], ck[100], ck[E-1] = inf, -inf, nan, inf
+								ck[E/2+3] = math.Float32frombits(0xffc00000) // a negative NaN
+							} else {
+								for i := 32; i < 48; i++ {
+									ck[i], ck[i+32] = nan, inf // a block of each
+								}
+							}
+							must(t, d.CopyToDeviceF32(b, ck))
+						}
+						steps(L)
+					}
 					for _, slot := range slots {
 						for h := range rc.heads {
 							m := int(slot)*rc.heads + h

@@ -120,13 +120,15 @@ func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tun
 	stage := (mat+15)/16*16 + 4*(R*P+R*brow+N)
 	static := 4*(P*parts+threads/32) + 256
 	// ptxas (sm_90): 128-144 registers at 160 threads (Nano), 85-96 at 256
-	// (Super); an nvfp4 read copy's quantiser takes up to 220.
+	// (Super); an nvfp4 read copy's quantiser takes up to 168 (NVRTC 13,
+	// session 34: Nano 168 fp32, 157 bf16; Super 131, 137; 220 in session
+	// 11, before the tensor-core folds).
 	regs := 96
 	if threads <= 160 {
 		regs = 144
 	}
 	if opt.ReadCopy == numeric.NVFP4 {
-		regs = 224
+		regs = 168
 	}
 	// On by default but with an nvfp4 read copy: its quantiser's block
 	// maxima in the one consumer group a block has took Nano's aligned
