@@ -23,7 +23,7 @@ type exportHeader struct {
 	Mode     uint8
 	State    uint8
 	Read     uint8
-	_        uint8
+	Ring     uint8 // Options.Ring: 0 (fp32) in blobs from before it existed
 	Window   int32
 	MaxDraft int32
 	ConvCh   int32
@@ -36,7 +36,7 @@ type exportHeader struct {
 func (c *core) header(s Slot) exportHeader {
 	h := exportHeader{
 		Version: exportVersion, Dims: c.dims,
-		Mode: uint8(c.opt.Mode), State: uint8(c.opt.State), Read: uint8(c.opt.ReadCopy),
+		Mode: uint8(c.opt.Mode), State: uint8(c.opt.State), Read: uint8(c.opt.ReadCopy), Ring: uint8(c.opt.Ring),
 		Window: int32(c.opt.Window), MaxDraft: int32(c.opt.MaxDraft),
 		Hist: c.slots.hist[s], Cur: c.slots.cur[s], Flushes: c.slots.flushes[s],
 	}
@@ -108,9 +108,9 @@ func (c *core) importInto(s Slot, blob []byte) error {
 	want := c.header(s)
 	want.Hist, want.Cur, want.Flushes = h.Hist, h.Cur, h.Flushes
 	if h != want {
-		return fmt.Errorf("slot state from a different cache (kind %q dims %v mode %d state %d read %d window %d drafts %d), this one is kind %q dims %v mode %d state %d read %d window %d drafts %d",
-			bytes.TrimRight(h.Kind[:], "\x00"), h.Dims, h.Mode, h.State, h.Read, h.Window, h.MaxDraft,
-			c.kind, want.Dims, want.Mode, want.State, want.Read, want.Window, want.MaxDraft)
+		return fmt.Errorf("slot state from a different cache (kind %q dims %v mode %d state %d read %d ring %d window %d drafts %d), this one is kind %q dims %v mode %d state %d read %d ring %d window %d drafts %d",
+			bytes.TrimRight(h.Kind[:], "\x00"), h.Dims, h.Mode, h.State, h.Read, h.Ring, h.Window, h.MaxDraft,
+			c.kind, want.Dims, want.Mode, want.State, want.Read, want.Ring, want.Window, want.MaxDraft)
 	}
 	nb := c.opt.stateBuffers()
 	if h.Hist < 0 || int(h.Hist) > c.opt.ring() || h.Cur < 0 || int(h.Cur) >= nb {

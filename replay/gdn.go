@@ -169,7 +169,13 @@ func (c *GDNCache) prepare(sc *gdnScratch, kh, r0, n int) {
 	for k := 0; k < n; k++ {
 		r := r0 + k
 		l2norm(sc.q[k*dk:(k+1)*dk], c.opIn.Q[(r*Hk+kh)*dk:][:dk], qs)
-		l2norm(sc.k[k*dk:(k+1)*dk], c.opIn.K[(r*Hk+kh)*dk:][:dk], 1)
+		kIn := c.opIn.K[(r*Hk+kh)*dk:][:dk]
+		if c.opt.roundsRing() {
+			// The ring's k is the normalised bf16 k (Options.Ring).
+			roundBF16(sc.k[k*dk:(k+1)*dk], kIn)
+			kIn = sc.k[k*dk : (k+1)*dk]
+		}
+		l2norm(sc.k[k*dk:(k+1)*dk], kIn, 1)
 	}
 }
 
@@ -185,7 +191,11 @@ func (c *GDNCache) appendRing(sc *gdnScratch, s Slot, kh, k, r, e int) {
 	copy(c.ringKey(s, kh, e), sc.k[k*dk:(k+1)*dk])
 	vpk := Hv / Hk
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
-		copy(c.ringVec(c.ringV, s, j, e, dv), c.opIn.V[(r*Hv+j)*dv:][:dv])
+		if c.opt.roundsRing() {
+			roundBF16(c.ringVec(c.ringV, s, j, e, dv), c.opIn.V[(r*Hv+j)*dv:][:dv])
+		} else {
+			copy(c.ringVec(c.ringV, s, j, e, dv), c.opIn.V[(r*Hv+j)*dv:][:dv])
+		}
 		g := float32(c.negA[j] * ssm.Softplus(float64(c.opIn.A[r*Hv+j])+c.dtb[j]))
 		c.ringA[c.at(s, j, e)] = float32(math.Exp(float64(g)))
 		c.ringBeta[c.at(s, j, e)] = float32(ssm.Sigmoid(float64(c.opIn.B[r*Hv+j])))

@@ -89,6 +89,18 @@ type Options struct {
 	// written by each flush. The zero value, fp32, means no read copy: the
 	// outputs read the checkpoint.
 	ReadCopy numeric.Format
+	// Ring is the format of the per-token inputs the ring keeps: Mamba-2's
+	// x and B, Gated DeltaNet's k and v (its scalars, Δ and the decays, g
+	// and β, and the cached u stay fp32). The zero value, fp32, keeps them
+	// as given. bf16 rounds them to bf16 as the cache takes them in (GDN's
+	// k before its l2 normalisation), as a bf16 model's activations already
+	// are, and everything the cache computes from them (outputs, flushes,
+	// verifies) sees the rounded values: the cache is then exactly the fp32
+	// ring's on inputs rounded beforehand. A ring of half the bytes is what
+	// the GPU's non-flush steps need to reach their targets (docs/PERF.md);
+	// the CPU cache keeps the rounded values in float32. Replay only: a
+	// baseline keeps no ring.
+	Ring numeric.Format
 	// ExactFold makes every Gated DeltaNet flush recompute the corrected
 	// updates u from the ring's raw k, v, g, β on the checkpoint (the exact
 	// fold of DESIGN.md 2.2) even without a read copy. By default a flush
@@ -143,7 +155,28 @@ func (o Options) validate() error {
 	if o.ReadCopy != numeric.F32 && o.Mode != Replay {
 		return fmt.Errorf("a read copy needs replay mode")
 	}
+	switch o.Ring {
+	case numeric.F32:
+	case numeric.BF16:
+		if o.Mode != Replay {
+			return fmt.Errorf("a bf16 ring needs replay mode (a baseline keeps no ring)")
+		}
+	default:
+		return fmt.Errorf("ring format %v not supported (want fp32 or bf16)", o.Ring)
+	}
 	return nil
+}
+
+// roundsRing reports whether the ring's inputs are rounded to bf16 as the
+// cache takes them (Options.Ring).
+func (o Options) roundsRing() bool { return o.Ring == numeric.BF16 }
+
+// roundBF16 writes src rounded to bf16 (to nearest even, as
+// numeric.BF16FromF32) into dst, as float32.
+func roundBF16(dst, src []float32) {
+	for i, v := range src {
+		dst[i] = numeric.F32FromBF16(numeric.BF16FromF32(v))
+	}
 }
 
 // FoldsCachedU reports whether a Gated DeltaNet cache with these options

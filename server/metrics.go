@@ -174,6 +174,7 @@ func newMetrics(s *Server) *metrics {
 			"state_mode":       opt.Mode.String(),
 			"state_format":     opt.State.String(),
 			"read_copy_format": opt.ReadCopy.String(),
+			"ring_format":      opt.Ring.String(),
 			"window":           strconv.Itoa(window),
 		},
 	})

@@ -1083,6 +1083,11 @@ func replayDefaults(opt replay.Options) (replay.Options, error) {
 	if opt.Stochastic {
 		return opt, fmt.Errorf("%w: stochastic rounding", ErrReplayOptions)
 	}
+	if opt.Ring != numeric.F32 {
+		// The kernels' rings are fp32 (a bf16 ring is the CPU cache's
+		// for now: replay.Options.Ring).
+		return opt, fmt.Errorf("%w: a %v ring (the GPU caches keep an fp32 ring)", ErrReplayOptions, opt.Ring)
+	}
 	return opt, nil
 }
 

@@ -1407,6 +1407,7 @@ func TestReplayCacheOptions(t *testing.T) {
 		{"baseline read copy", replay.Options{Mode: replay.Baseline, ReadCopy: numeric.NVFP4}, false},
 		{"ring too long", replay.Options{Window: 64}, false},
 		{"stochastic", replay.Options{Stochastic: true}, false},
+		{"bf16 ring", replay.Options{Ring: numeric.BF16}, false},
 	}
 	for _, tt := range tests {
 		_, err := replayDefaults(tt.opt)

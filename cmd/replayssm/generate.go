@@ -30,6 +30,7 @@ type stateFlags struct {
 	window   *int
 	dtype    *string
 	readCopy *string
+	ring     *string
 	exact    *bool
 }
 
@@ -39,6 +40,7 @@ func addStateFlags(fs *flag.FlagSet) stateFlags {
 		window:   fs.Int("window", replay.DefaultWindow, "replay window L (ring entries before a flush)"),
 		dtype:    fs.String("state-dtype", "fp32", "SSM state (checkpoint) format: fp32, fp16, bf16 or fp8"),
 		readCopy: fs.String("read-copy", "none", "replay read copy of the checkpoint: none, bf16, fp8 or nvfp4"),
+		ring:     fs.String("ring-dtype", "fp32", "replay ring's inputs (x and B, or k and v): fp32, or bf16 (rounded as the cache takes them, as a bf16 model's activations are; the CUDA kernels keep fp32 rings for now)"),
 		exact:    fs.Bool("exact-fold", false, "Gated DeltaNet flushes recompute every corrected update from the raw inputs even without a read copy (default: fold the cached ones, which that checkpoint formed)"),
 	}
 }
@@ -58,17 +60,31 @@ func (f stateFlags) options() (replay.Options, error) {
 			return replay.Options{}, fmt.Errorf("%w: --read-copy: %v", errUsage, err)
 		}
 	}
+	ring, err := numeric.ParseFormat(*f.ring)
+	if err != nil {
+		return replay.Options{}, fmt.Errorf("%w: --ring-dtype: %v", errUsage, err)
+	}
+	if ring != numeric.F32 && ring != numeric.BF16 {
+		return replay.Options{}, fmt.Errorf("%w: --ring-dtype %s: want fp32 or bf16", errUsage, *f.ring)
+	}
+	if ring != numeric.F32 && mode != replay.Replay {
+		return replay.Options{}, fmt.Errorf("%w: --ring-dtype %s needs --state-mode replay (a baseline keeps no ring)", errUsage, *f.ring)
+	}
 	if *f.window < 1 || *f.window > 256 {
 		return replay.Options{}, fmt.Errorf("%w: --window %d out of range [1, 256]", errUsage, *f.window)
 	}
-	return replay.Options{Mode: mode, Window: *f.window, State: st, ReadCopy: rc, ExactFold: *f.exact}, nil
+	return replay.Options{Mode: mode, Window: *f.window, State: st, ReadCopy: rc, Ring: ring, ExactFold: *f.exact}, nil
 }
 
-// precision names the state formats of opt, e.g. "fp32" or "fp32+nvfp4-read".
+// precision names the state formats of opt, e.g. "fp32", "fp32+nvfp4-read"
+// or "bf16+nvfp4-read+bf16-ring".
 func precision(opt replay.Options) string {
 	s := opt.State.String()
 	if opt.ReadCopy != numeric.F32 {
 		s += "+" + opt.ReadCopy.String() + "-read"
+	}
+	if opt.Ring != numeric.F32 {
+		s += "+" + opt.Ring.String() + "-ring"
 	}
 	return s
 }

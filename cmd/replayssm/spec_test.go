@@ -38,6 +38,8 @@ func TestGenerateSpeculative(t *testing.T) {
 		{[]string{"--speculative", "ngram", "--draft-tokens", "16"}, "--draft-tokens"},
 		{[]string{"--speculative", "ngram", "--accept", "lenient"}, "lenient"},
 		{[]string{"--speculative", "ngram", "--spec-mode", "fast"}, "--spec-mode"},
+		{[]string{"--ring-dtype", "fp16"}, "--ring-dtype"},
+		{[]string{"--ring-dtype", "bf16", "--state-mode", "baseline"}, "--ring-dtype"},
 	} {
 		args := append([]string{"generate", "--model", nemotronFixture, "--prompt-ids", "1"}, tc.args...)
 		code, _, stderr := runCLI(args...)

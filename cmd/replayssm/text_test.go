@@ -106,6 +106,7 @@ func TestGenerateText(t *testing.T) {
 	for _, args := range [][]string{
 		{"--chat", "--state-mode", "baseline", "Hi"},
 		{"--state-dtype", "bf16", "--read-copy", "nvfp4", "--window", "4", "Hi"},
+		{"--ring-dtype", "bf16", "--window", "4", "Hi"},
 	} {
 		if code, _, stderr := runCLI(append(base, args...)...); code != 0 {
 			t.Errorf("%v: exit %d: %s", args, code, stderr)
