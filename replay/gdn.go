@@ -191,11 +191,7 @@ func (c *GDNCache) appendRing(sc *gdnScratch, s Slot, kh, k, r, e int) {
 	copy(c.ringKey(s, kh, e), sc.k[k*dk:(k+1)*dk])
 	vpk := Hv / Hk
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
-		if c.opt.roundsRing() {
-			roundBF16(c.ringVec(c.ringV, s, j, e, dv), c.opIn.V[(r*Hv+j)*dv:][:dv])
-		} else {
-			copy(c.ringVec(c.ringV, s, j, e, dv), c.opIn.V[(r*Hv+j)*dv:][:dv])
-		}
+		c.opt.toRing(c.ringVec(c.ringV, s, j, e, dv), c.opIn.V[(r*Hv+j)*dv:][:dv])
 		g := float32(c.negA[j] * ssm.Softplus(float64(c.opIn.A[r*Hv+j])+c.dtb[j]))
 		c.ringA[c.at(s, j, e)] = float32(math.Exp(float64(g)))
 		c.ringBeta[c.at(s, j, e)] = float32(ssm.Sigmoid(float64(c.opIn.B[r*Hv+j])))

@@ -219,11 +219,7 @@ func (c *Mamba2Cache) appendRing(s Slot, r, g, e int) {
 // appendB writes input row r's B of group g into ring entry e of slot s.
 func (c *Mamba2Cache) appendB(s Slot, r, g, e int) {
 	N, G := c.shape.StateSize, c.shape.Groups
-	if c.opt.roundsRing() {
-		roundBF16(c.bAt(s, g, e), c.opIn.B[(r*G+g)*N:(r*G+g+1)*N])
-		return
-	}
-	copy(c.bAt(s, g, e), c.opIn.B[(r*G+g)*N:(r*G+g+1)*N])
+	c.opt.toRing(c.bAt(s, g, e), c.opIn.B[(r*G+g)*N:(r*G+g+1)*N])
 }
 
 // appendHead writes input row r's x, Δ and decay of head h into ring entry e
@@ -236,11 +232,7 @@ func (c *Mamba2Cache) appendHead(s Slot, r, h, e int) {
 // appendX writes input row r's x of head h into ring entry e of slot s.
 func (c *Mamba2Cache) appendX(s Slot, r, h, e int) {
 	H, P := c.shape.Heads, c.shape.HeadDim
-	if c.opt.roundsRing() {
-		roundBF16(c.xAt(s, h, e), c.opIn.X[(r*H+h)*P:(r*H+h+1)*P])
-		return
-	}
-	copy(c.xAt(s, h, e), c.opIn.X[(r*H+h)*P:(r*H+h+1)*P])
+	c.opt.toRing(c.xAt(s, h, e), c.opIn.X[(r*H+h)*P:(r*H+h+1)*P])
 }
 
 // appendDecay writes input row r's Δ and decay of head h into ring entry e

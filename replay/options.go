@@ -171,6 +171,16 @@ func (o Options) validate() error {
 // cache takes them (Options.Ring).
 func (o Options) roundsRing() bool { return o.Ring == numeric.BF16 }
 
+// toRing writes input row src into ring row dst in the ring's format
+// (Options.Ring): a copy, or rounded to bf16.
+func (o Options) toRing(dst, src []float32) {
+	if o.roundsRing() {
+		roundBF16(dst, src)
+		return
+	}
+	copy(dst, src)
+}
+
 // roundBF16 writes src rounded to bf16 (to nearest even, as
 // numeric.BF16FromF32) into dst, as float32.
 func roundBF16(dst, src []float32) {
