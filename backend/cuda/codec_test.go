@@ -165,4 +165,37 @@ func TestReplayCodecs(t *testing.T) {
 	if bad > 0 {
 		t.Fatalf("%d of %d floats encoded otherwise than numeric", bad, n)
 	}
+
+	// round_bf16, which rounds a bf16 ring's inputs (replay.Options.Ring),
+	// on the same floats: numeric's bf16 value bit for bit, NaNs included
+	// (f32_to_bf16 keeps numeric's NaN code). Odd counts and a grid of
+	// fewer threads than elements exercise its tail and its stride.
+	fn, err = m.Function("round_bf16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cnt := range []int{n, n - 3} {
+		must(t, d.Memset32(backB, poisonF32))
+		a.Reset()
+		a.Ptr(backB)
+		a.Ptr(inB)
+		a.I32(int32(cnt))
+		must(t, d.Launch(fn, [3]uint32{3, 1, 1}, [3]uint32{64, 1, 1}, 0, s, &a))
+		must(t, s.Synchronize())
+		must(t, d.CopyFromDeviceF32(back, backB))
+		for i, f := range in {
+			want := numeric.F32FromBF16(numeric.BF16FromF32(f))
+			if i >= cnt {
+				want = math.Float32frombits(poisonF32)
+			}
+			if math.Float32bits(back[i]) != math.Float32bits(want) {
+				if bad++; bad <= 10 {
+					t.Errorf("round_bf16 of %v (%#08x), %d elements: %#08x; want %#08x", f, math.Float32bits(f), cnt, math.Float32bits(back[i]), math.Float32bits(want))
+				}
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("round_bf16: %d floats otherwise than numeric", bad)
+	}
 }

@@ -25,6 +25,7 @@ import (
 //	REPLAYSSM_DUMP_STATE  fp32 (default), bf16, fp16, fp8-e4m3
 //	REPLAYSSM_DUMP_READ   none (default), bf16, fp8-e4m3, nvfp4
 //	REPLAYSSM_DUMP_MODE   replay (default) or baseline
+//	REPLAYSSM_DUMP_RING   fp32 (default) or bf16 (replay.Options.Ring)
 //
 // (with REPLAYSSM_CUDA_HEAD_SPLIT, the small-batch module of split heads)
 // and the REPLAYSSM_CUDA_* knobs. ptxas 11.8 does not know the Hopper
@@ -77,6 +78,9 @@ func TestDumpReplayModule(t *testing.T) {
 	}
 	if os.Getenv("REPLAYSSM_DUMP_MODE") == "baseline" {
 		opt.Mode = replay.Baseline
+	}
+	if r := os.Getenv("REPLAYSSM_DUMP_RING"); r != "" {
+		opt.Ring = format(r, "fp32")
 	}
 	opt, err := replayDefaults(opt)
 	if err != nil {

@@ -71,6 +71,7 @@ type tuning struct {
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
 	carveout    int      // REPLAYSSM_CUDA_CARVEOUT: the group and stream kernels' shared-memory carveout, percent (0: the driver's choice)
 	m2TCFold    string   // REPLAYSSM_CUDA_M2_TC_FOLD: "1" or "0" forces the Mamba-2 pipelined folds' rank update on the tensor cores on or off where it applies ("": mamba2TCDefault)
+	ringBF16    bool     // REPLAYSSM_CUDA_RING_BF16=1: Mamba-2 caches take a bf16 ring (written in session 35 without a GPU; refused until a device run validates it)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -124,6 +125,7 @@ func envTuning(getenv func(string) string) tuning {
 		tn.flFew = strconv.Itoa(v)
 	}
 	tn.wholeVerify = getenv("REPLAYSSM_CUDA_SPLIT_VERIFY") == "0"
+	tn.ringBF16 = getenv("REPLAYSSM_CUDA_RING_BF16") == "1"
 	if v := getenv("REPLAYSSM_CUDA_M2_TC_FOLD"); v == "0" || v == "1" {
 		tn.m2TCFold = v
 	}
@@ -593,6 +595,8 @@ func planPipeline(d *Device, stageBytes, scratchBytes int, opt replay.Options, r
 		p.reasonDisabled = fmt.Sprintf("compute capability %d < 9 (no bulk copies)", major)
 	case !shapeOK:
 		p.reasonDisabled = "state rows, ring entries or nvfp4 scale rows are not 16-byte multiples"
+	case opt.Ring != numeric.F32:
+		p.reasonDisabled = "a bf16 ring (the pipelined kernels copy fp32 ring rows)"
 	}
 	if p.reasonDisabled != "" {
 		return p, nil
@@ -1083,10 +1087,11 @@ func replayDefaults(opt replay.Options) (replay.Options, error) {
 	if opt.Stochastic {
 		return opt, fmt.Errorf("%w: stochastic rounding", ErrReplayOptions)
 	}
-	if opt.Ring != numeric.F32 {
-		// The kernels' rings are fp32 (a bf16 ring is the CPU cache's
-		// for now: replay.Options.Ring).
-		return opt, fmt.Errorf("%w: a %v ring (the GPU caches keep an fp32 ring)", ErrReplayOptions, opt.Ring)
+	switch {
+	case opt.Ring != numeric.F32 && opt.Ring != numeric.BF16:
+		return opt, fmt.Errorf("%w: a %v ring (want fp32 or bf16)", ErrReplayOptions, opt.Ring)
+	case opt.Ring != numeric.F32 && opt.Mode != replay.Replay:
+		return opt, fmt.Errorf("%w: a %v ring needs replay mode (a baseline keeps no ring)", ErrReplayOptions, opt.Ring)
 	}
 	return opt, nil
 }
@@ -1335,6 +1340,9 @@ func replayModuleOptions(opt replay.Options, rows, cols, stateMats int, defines 
 	}, defines...)
 	if opt.State == numeric.E4M3 {
 		opts = append(opts, fmt.Sprintf("-DSTATE_MATS=%d", stateMats))
+	}
+	if opt.Ring == numeric.BF16 {
+		opts = append(opts, "-DRING_BF16=1")
 	}
 	return append(opts, tn.defines...)
 }

@@ -354,6 +354,11 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if err != nil {
 		return nil, err
 	}
+	if opt.Ring != numeric.F32 {
+		// NOTES.md, session 35: GDN's ring keeps k normalised, which is
+		// not a bf16 value; its kernels need the raw k and a factor.
+		return nil, fmt.Errorf("%w: a %v ring (the GDN kernels keep an fp32 ring; Mamba-2 caches take a bf16 one)", ErrReplayOptions, opt.Ring)
+	}
 	Hk, Hv, dk, dv := shape.KeyHeads, shape.ValueHeads, shape.KeyDim, shape.ValueDim
 	if err := checkMatrix(dv, dk, Hv); err != nil {
 		return nil, err

@@ -40,8 +40,9 @@ type Mamba2Input struct {
 //     scale per matrix [slot][head]), or nvfp4 codes [slot][head][P·N/2]
 //     (element 2i in the low nibble of byte i), block scales
 //     [slot][head][P·N/16] (e4m3), global scales [slot][head] (float32);
-//   - ring [slot][L+MaxDraft entries]: x [H·P], B [G·N]; ring scalars
-//     [slot][head][L+MaxDraft rounded up to 4]: Δ, exp(Δ·A).
+//   - ring [slot][L+MaxDraft entries]: x [H·P], B [G·N] in float32, or
+//     bf16 with Options.Ring bf16; ring scalars [slot][head][L+MaxDraft
+//     rounded up to 4]: Δ, exp(Δ·A) in float32.
 //
 // A cache is driven by one goroutine at a time.
 type Mamba2Cache struct {
@@ -52,6 +53,11 @@ type Mamba2Cache struct {
 
 	ringX, ringB  Buffer
 	ringDt, ringA Buffer
+
+	// With a bf16 ring: the op's x and B rounded to bf16 (round_bf16),
+	// which the kernels read in place of the caller's.
+	roundFn        *Function
+	roundX, roundB Buffer
 }
 
 // NewMamba2Cache compiles the kernels for the shape and options and
@@ -198,6 +204,11 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	if err != nil {
 		return nil, err
 	}
+	if opt.Ring == numeric.BF16 && !tn.ringBF16 {
+		// The kernels' bf16 ring was written without a GPU (NOTES.md,
+		// session 35); TestReplayRingBF16IsRoundedInputs checks it on one.
+		return nil, fmt.Errorf("%w: a bf16 ring on the GPU has not run on a device yet (REPLAYSSM_CUDA_RING_BF16=1 takes it anyway)", ErrReplayOptions)
+	}
 	H, P, N, G := shape.Heads, shape.HeadDim, shape.StateSize, shape.Groups
 	if err := checkMatrix(P, N, H); err != nil {
 		return nil, err
@@ -267,11 +278,11 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 		return fail(err)
 	}
 	if opt.Mode == replay.Replay {
-		R := c.ring()
-		if c.ringX, err = c.alloc(4 * capacity * R * H * P); err != nil {
+		R, e := c.ring(), ringElemBytes(opt)
+		if c.ringX, err = c.alloc(e * capacity * R * H * P); err != nil {
 			return fail(err)
 		}
-		if c.ringB, err = c.alloc(4 * capacity * R * G * N); err != nil {
+		if c.ringB, err = c.alloc(e * capacity * R * G * N); err != nil {
 			return fail(err)
 		}
 		if c.ringDt, err = c.alloc(4 * capacity * H * ringScalars(R)); err != nil {
@@ -281,7 +292,57 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 			return fail(err)
 		}
 	}
+	if opt.Ring == numeric.BF16 {
+		if c.roundFn, err = c.mod.Function("round_bf16"); err != nil {
+			return fail(err)
+		}
+		rows := capacity * max(1, opt.MaxDraft)
+		if c.roundX, err = c.alloc(4 * rows * H * P); err != nil {
+			return fail(err)
+		}
+		if c.roundB, err = c.alloc(4 * rows * G * N); err != nil {
+			return fail(err)
+		}
+	}
 	return c, nil
+}
+
+// ringElemBytes is the size of one of a ring's x or B (GDN: k or v)
+// elements: 4, or 2 with a bf16 ring.
+func ringElemBytes(opt replay.Options) int {
+	if opt.Ring == numeric.BF16 {
+		return 2
+	}
+	return 4
+}
+
+// ringInputs returns the op's x and B as the kernels are to read them:
+// the caller's, or with a bf16 ring the cache's copies of rows·T rows
+// rounded to bf16 (round_bf16), queued on s before the op. Every value the
+// kernels then take from the op or the ring is what the ring holds, so the
+// cache computes what an fp32 ring fed rounded inputs computes, as the CPU
+// cache's contract says (replay.Options.Ring).
+func (c *Mamba2Cache) ringInputs(s *Stream, rows int, in Mamba2Input) (x, b Buffer, err error) {
+	if c.roundFn == nil {
+		return in.X, in.B, nil
+	}
+	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
+	for _, r := range []struct {
+		dst, src Buffer
+		n        int
+	}{{c.roundX, in.X, rows * H * P}, {c.roundB, in.B, rows * G * N}} {
+		a := &c.args
+		a.Reset()
+		a.Ptr(r.dst)
+		a.Ptr(r.src)
+		a.I32(int32(r.n))
+		const threads = 256
+		blocks := min((r.n+4*threads-1)/(4*threads), 8*c.d.Multiprocessors())
+		if err := c.d.Launch(c.roundFn, [3]uint32{uint32(max(1, blocks)), 1, 1}, [3]uint32{threads, 1, 1}, 0, s, a); err != nil {
+			return Buffer{}, Buffer{}, err
+		}
+	}
+	return c.roundX, c.roundB, nil
 }
 
 // mamba2PipeBytes is the size of one stage of the pipelined kernels
@@ -337,13 +398,17 @@ func (c *Mamba2Cache) Step(s *Stream, batch int, in Mamba2Input, y Buffer) error
 	if c.opt.Mode == replay.Baseline {
 		return c.launchBaseline(s, batch, 1, false, in, y)
 	}
+	x, bIn, err := c.ringInputs(s, batch, in)
+	if err != nil {
+		return fmt.Errorf("cuda: mamba2 cache: step: %w", err)
+	}
 	a := &c.args
 	a.Reset()
 	c.replayArgs(a)
 	a.Ptr(c.hist)
 	a.Ptr(in.Slots)
-	a.Ptr(in.X)
-	a.Ptr(in.B)
+	a.Ptr(x)
+	a.Ptr(bIn)
 	a.Ptr(in.C)
 	a.Ptr(in.Dt)
 	a.Ptr(y)
@@ -403,6 +468,10 @@ func (c *Mamba2Cache) Verify(s *Stream, batch, T int, in Mamba2Input, y Buffer) 
 	if c.opt.Mode == replay.Baseline {
 		return c.launchBaseline(s, batch, T, true, in, y)
 	}
+	x, bIn, err := c.ringInputs(s, batch*T, in)
+	if err != nil {
+		return fmt.Errorf("cuda: mamba2 cache: verify: %w", err)
+	}
 	a := &c.args
 	a.Reset()
 	c.replayArgs(a)
@@ -410,8 +479,8 @@ func (c *Mamba2Cache) Verify(s *Stream, batch, T int, in Mamba2Input, y Buffer) 
 	a.Ptr(in.Slots)
 	a.Ptr(in.Counts)
 	a.I32(int32(T))
-	a.Ptr(in.X)
-	a.Ptr(in.B)
+	a.Ptr(x)
+	a.Ptr(bIn)
 	a.Ptr(in.C)
 	a.Ptr(in.Dt)
 	a.Ptr(y)

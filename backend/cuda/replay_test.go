@@ -31,8 +31,11 @@ type gpuLayer struct {
 	width    int   // output floats per row
 	perRow   []int // input floats per row, one per input field
 	refState func() []float64
-	draw     func(rng *rand.Rand, rows int) [][]float32
-	ref      func(state []float64, in [][]float32, r int) []float64
+	// ringFields are the input fields a bf16 ring keeps rounded
+	// (replay.Options.Ring): Mamba-2's x and B, GDN's k and v.
+	ringFields []int
+	draw       func(rng *rand.Rand, rows int) [][]float32
+	ref        func(state []float64, in [][]float32, r int) []float64
 	// buildWith makes a cache with the kernel knobs given; build with the
 	// environment's (REPLAYSSM_CUDA_*, so device runs can try -D switches).
 	buildWith func(d *Device, opt replay.Options, capacity int, tn tuning) (*gpuCache, error)
@@ -101,10 +104,11 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 	}
 	ref := ssm.Mamba2Params{ALog: to64(prm.ALog), DtBias: to64(prm.DtBias), D: to64(prm.D)}
 	return gpuLayer{
-		name:     fmt.Sprintf("mamba2-H%dP%dN%dG%d", H, P, N, G),
-		width:    H * P,
-		perRow:   []int{H * P, G * N, G * N, H},
-		refState: func() []float64 { return make([]float64, shape.StateElems()) },
+		name:       fmt.Sprintf("mamba2-H%dP%dN%dG%d", H, P, N, G),
+		width:      H * P,
+		perRow:     []int{H * P, G * N, G * N, H},
+		ringFields: []int{0, 1},
+		refState:   func() []float64 { return make([]float64, shape.StateElems()) },
 		draw: func(rng *rand.Rand, rows int) [][]float32 {
 			x, b, c, dt := make([]float32, rows*H*P), make([]float32, rows*G*N), make([]float32, rows*G*N), make([]float32, rows*H)
 			sn := 1 / math.Sqrt(float64(N))
@@ -176,10 +180,11 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 	}
 	ref := ssm.GDNParams{ALog: to64(prm.ALog), DtBias: to64(prm.DtBias)}
 	return gpuLayer{
-		name:     fmt.Sprintf("gdn-Hk%dHv%ddk%ddv%d", Hk, Hv, dk, dv),
-		width:    Hv * dv,
-		perRow:   []int{Hk * dk, Hk * dk, Hv * dv, Hv, Hv},
-		refState: func() []float64 { return make([]float64, shape.StateElems()) },
+		name:       fmt.Sprintf("gdn-Hk%dHv%ddk%ddv%d", Hk, Hv, dk, dv),
+		width:      Hv * dv,
+		perRow:     []int{Hk * dk, Hk * dk, Hv * dv, Hv, Hv},
+		ringFields: []int{1, 2},
+		refState:   func() []float64 { return make([]float64, shape.StateElems()) },
 		draw: func(rng *rand.Rand, rows int) [][]float32 {
 			f := [][]float32{make([]float32, rows*Hk*dk), make([]float32, rows*Hk*dk), make([]float32, rows*Hv*dv),
 				make([]float32, rows*Hv), make([]float32, rows*Hv)}
@@ -1251,6 +1256,12 @@ func admitBoth(t *testing.T, s *Stream, ca, cb *gpuCache, n int) []replay.Slot {
 // the same 40 random rounds of steps, verifies (random draft counts) and
 // commits (random acceptance) and requires bit-identical outputs.
 func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, nameA, nameB string) {
+	sameOutputsOf(t, d, li, l, ca, cb, nameA, nameB, nil)
+}
+
+// sameOutputsOf is sameOutputs with cache b fed inB(in) where a is fed in
+// (inB nil: the same inputs).
+func sameOutputsOf(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, nameA, nameB string, inB func([][]float32) [][]float32) {
 	const nslots, T = pairSlots, 3
 	s := stream(t, d)
 	sa := newStaging(t, d, l, nslots*T, nslots)
@@ -1302,7 +1313,11 @@ func sameOutputs(t *testing.T, d *Device, li int, l gpuLayer, ca, cb *gpuCache, 
 		}
 		in := l.draw(rng, rows)
 		sa.upload(t, d, s, sub, in)
-		sb.upload(t, d, s, sub, in)
+		if inB != nil {
+			sb.upload(t, d, s, sub, inB(in))
+		} else {
+			sb.upload(t, d, s, sub, in)
+		}
 		if verify {
 			counts, acc := make([]int, batch), make([]int, batch)
 			for i := range counts {
@@ -1407,7 +1422,10 @@ func TestReplayCacheOptions(t *testing.T) {
 		{"baseline read copy", replay.Options{Mode: replay.Baseline, ReadCopy: numeric.NVFP4}, false},
 		{"ring too long", replay.Options{Window: 64}, false},
 		{"stochastic", replay.Options{Stochastic: true}, false},
-		{"bf16 ring", replay.Options{Ring: numeric.BF16}, false},
+		{"bf16 ring", replay.Options{Ring: numeric.BF16}, true},
+		{"bf16 ring, bf16 state, nvfp4 read copy", replay.Options{Ring: numeric.BF16, State: numeric.BF16, ReadCopy: numeric.NVFP4}, true},
+		{"fp16 ring", replay.Options{Ring: numeric.F16}, false},
+		{"baseline bf16 ring", replay.Options{Mode: replay.Baseline, Ring: numeric.BF16}, false},
 	}
 	for _, tt := range tests {
 		_, err := replayDefaults(tt.opt)

@@ -279,6 +279,56 @@ __device__ __forceinline__ u32 f32_to_bf16(float f)
 #endif
 }
 
+// ---- the ring's inputs ----
+//
+// RING_BF16=1 (replay.Options.Ring bf16; Mamba-2 only so far) keeps the
+// ring's input rows (Mamba-2 x and B) as bf16 codes, half the bytes of an
+// fp32 ring; the scalars (Δ, decay) stay fp32. The contract is the CPU
+// cache's: the cache behaves as an fp32 ring fed the inputs rounded to
+// bf16. The host rounds the op's x and B rows first (round_bf16, into the
+// cache's own buffers), so every value a kernel takes from the op's inputs
+// or from the ring is the same float, and the kernels' arithmetic is the
+// fp32 ring's. ring_e is a struct there, not a u16, so that a read of a
+// code as a number does not compile: every access goes through ring_ld /
+// ring_st and the overloads of the gathers below (gather_rows, gather_rows4,
+// cp_rows). With RING_BF16=0 ring_e is float and those are the identity:
+// the fp32 modules compile to what they did before it.
+#ifndef RING_BF16
+#define RING_BF16 0
+#endif
+#if RING_BF16
+struct ring_e {
+    u16 code;
+};
+__device__ __forceinline__ float ring_ld(const ring_e* p) { return __uint_as_float((u32)p->code << 16); }
+__device__ __forceinline__ void ring_st(ring_e* p, float v) { p->code = (u16)f32_to_bf16(v); }
+// ring_ld4 widens the four codes at p (8-byte aligned).
+__device__ __forceinline__ float4 ring_ld4(const ring_e* p)
+{
+    const uint2 w = *reinterpret_cast<const uint2*>(p);
+    return make_float4(bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y));
+}
+#else
+typedef float ring_e;
+__device__ __forceinline__ float ring_ld(const float* p) { return *p; }
+__device__ __forceinline__ void ring_st(float* p, float v) { *p = v; }
+#endif
+
+// round_bf16 rounds n floats of src to bf16 (to nearest even) into dst, as
+// floats: the op's ring inputs as a bf16 ring keeps them (RING_BF16),
+// before the step or verify reads them. Four elements a thread, grid-stride.
+extern "C" __global__ void round_bf16(float* __restrict__ dst, const float* __restrict__ src, int n)
+{
+    for (int i = 4 * (blockIdx.x * blockDim.x + threadIdx.x); i < n; i += 4 * gridDim.x * blockDim.x) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (i + k < n) {
+                dst[i + k] = __uint_as_float(f32_to_bf16(src[i + k]) << 16);
+            }
+        }
+    }
+}
+
 // ---- asynchronous global -> shared copies (sm_80+) ----
 //
 // The non-flush step kernels gather the ring with these, so the gather holds
@@ -298,6 +348,26 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem)
 }
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+#if RING_BF16
+// A bf16 ring's codes are not floats: its rows go through cp_rows' and the
+// gathers' overloads, which widen them (a byte copy would compile).
+__device__ void cp_async16(void* smem, const ring_e* gmem) = delete;
+__device__ void cp_async4(void* smem, const ring_e* gmem) = delete;
+#endif
+
+// cp_ring4 and cp_ring16 copy one ring element, or four (16-byte aligned in
+// shared memory), to shared memory as floats: by cp.async from an fp32 ring,
+// widened through registers from a bf16 one.
+#if RING_BF16
+__device__ __forceinline__ void cp_ring4(float* smem, const ring_e* gmem) { *smem = ring_ld(gmem); }
+__device__ __forceinline__ void cp_ring16(float* smem, const ring_e* gmem)
+{
+    *reinterpret_cast<float4*>(smem) = ring_ld4(gmem);
+}
+#else
+__device__ __forceinline__ void cp_ring4(float* smem, const float* gmem) { cp_async4(smem, gmem); }
+__device__ __forceinline__ void cp_ring16(float* smem, const float* gmem) { cp_async16(smem, gmem); }
+#endif
 
 // cp_async_commit closes this thread's group of cp.async copies issued
 // since the last one; cp_async_wait_group<K> waits until at most K of its
@@ -2460,6 +2530,62 @@ __device__ __forceinline__ void cp_rows(float* dst, const float* src, u64 stride
 {
     cp_rows<LEN>(dst, LEN, src, stride, rows, ti, nth);
 }
+
+#if RING_BF16
+// The bf16 ring's gathers: what gather_rows, gather_rows4 and cp_rows do
+// for float rows, for rows of bf16 codes widened to floats. cp.async cannot
+// widen, so cp_rows loads into registers and stores to shared memory (four
+// codes a load where LEN is a multiple of 4: 8-byte rows, aligned as the
+// fp32 ring's 16-byte ones); the stores are in place before the barrier
+// that follows the caller's cp.async wait, like the copies they replace.
+template <int IT>
+__device__ __forceinline__ void gather_rows(float (&v)[IT], const ring_e* __restrict__ base, u64 stride, int width,
+                                            int s, int n)
+{
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = threadIdx.x + it * NT;
+        v[it] = idx < width * n ? ring_ld(base + ring_at(s, idx / width) * stride + idx % width) : 0.0f;
+    }
+}
+
+template <int IT>
+__device__ __forceinline__ void gather_rows4(float4 (&v)[IT], const ring_e* __restrict__ base, u64 stride, int width,
+                                             int s, int n)
+{
+    const int w4 = width / 4;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = threadIdx.x + it * NT;
+        v[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (idx < w4 * n) {
+            v[it] = ring_ld4(base + ring_at(s, idx / w4) * stride + 4 * (idx % w4));
+        }
+    }
+}
+
+template <int LEN>
+__device__ __forceinline__ void cp_rows(float* dst, int dstride, const ring_e* src, u64 stride, int rows, int ti, int nth)
+{
+    if (LEN % 4 == 0) {
+        for (int q = ti; q < rows * (LEN / 4); q += nth) {
+            const int j = q / (LEN / 4), e = 4 * (q % (LEN / 4));
+            *reinterpret_cast<float4*>(dst + j * dstride + e) = ring_ld4(src + j * stride + e);
+        }
+    } else {
+        for (int q = ti; q < rows * LEN; q += nth) {
+            const int j = q / LEN, e = q % LEN;
+            dst[j * dstride + e] = ring_ld(src + j * stride + e);
+        }
+    }
+}
+
+template <int LEN>
+__device__ __forceinline__ void cp_rows(float* dst, const ring_e* src, u64 stride, int rows, int ti, int nth)
+{
+    cp_rows<LEN>(dst, LEN, src, stride, rows, ti, nth);
+}
+#endif
 
 // cp_table copies the first cols floats of rows rows by cp.async, 4 bytes
 // a copy: dst[i*dstride + j] = src[i*sstride + j] (the ring's per-head

@@ -348,7 +348,7 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
 // kernel moves the cursors (step_done).
 template <int MODE>
 __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, float* rglobal,
-                                            float* __restrict__ ringX, float* __restrict__ ringB,
+                                            ring_e* __restrict__ ringX, ring_e* __restrict__ ringB,
                                             float* __restrict__ ringDt, float* __restrict__ ringA,
                                             const int* __restrict__ hist, const int* __restrict__ slots,
                                             const float* __restrict__ x, const float* __restrict__ B,
@@ -427,7 +427,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
             const int idx = tid + it * NT;
             xv[it] = 0.0f;
             if (idx < P * ngather) {
-                xv[it] = ringX[(ring_at(s, idx / P) * NHEADS + h) * P + idx % P];
+                xv[it] = ring_ld(ringX + (ring_at(s, idx / P) * NHEADS + h) * P + idx % P);
             }
         }
 #pragma unroll
@@ -435,7 +435,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
             const int idx = tid + it * NT;
             bv[it] = 0.0f;
             if (idx < N * ngather) {
-                bv[it] = ringB[(ring_at(s, idx / N) * NGROUPS + g) * N + idx % N];
+                bv[it] = ring_ld(ringB + (ring_at(s, idx / N) * NGROUPS + g) * N + idx % N);
             }
         }
     }
@@ -461,7 +461,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         if (p < P) {
             sX[p * CSTRIDE + n] = xtv[it];
             if (!FLUSH) {
-                ringX[(ring_at(s, n) * NHEADS + h) * P + p] = xtv[it];
+                ring_st(ringX + (ring_at(s, n) * NHEADS + h) * P + p, xtv[it]);
             }
         }
     }
@@ -471,7 +471,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         if (i < N) {
             sB[n * N + i] = btv[it];
             if (!FLUSH && h % HPG == 0) {
-                ringB[(ring_at(s, n) * NGROUPS + g) * N + i] = btv[it];
+                ring_st(ringB + (ring_at(s, n) * NGROUPS + g) * N + i, btv[it]);
             }
             sC[i] = ctv[it];
         }
@@ -573,7 +573,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
 // trip; the current token's x, B, dt (which depend on the batch row only) are
 // loaded before slots[b]. Dependent chain: slots -> hist -> {state, ring} ->
 // y, one global round trip shorter than v3 (slots -> hist -> ring -> state).
-__device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict__ ringX, float* __restrict__ ringB,
+__device__ __forceinline__ void mamba2_nonflush_pf(ST* state, ring_e* __restrict__ ringX, ring_e* __restrict__ ringB,
                                                    float* __restrict__ ringDt, float* __restrict__ ringA,
                                                    const int* __restrict__ hist, const int* __restrict__ slots,
                                                    const float* __restrict__ x, const float* __restrict__ B,
@@ -640,11 +640,11 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
     }
     for (int q = tid; q < n * (N / 4); q += NT) {
         const int j = q / (N / 4), i = 4 * (q % (N / 4));
-        cp_async16(sB + j * N + i, ringB + (ring_at(s, j) * NGROUPS + g) * N + i);
+        cp_ring16(sB + j * N + i, ringB + (ring_at(s, j) * NGROUPS + g) * N + i);
     }
     for (int idx = tid; idx < P * n; idx += NT) {
         const int j = idx / P, p = idx % P;
-        cp_async4(sX + p * CSTRIDE + j, ringX + (ring_at(s, j) * NHEADS + h) * P + p);
+        cp_ring4(sX + p * CSTRIDE + j, ringX + (ring_at(s, j) * NHEADS + h) * P + p);
     }
     for (int j = tid; j < n; j += NT) {
         cp_async4(sDelta + j, ringDt + rs_at(s, h, j));
@@ -656,7 +656,7 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
         const int p = tid + it * NT;
         if (p < P) {
             sX[p * CSTRIDE + n] = xc[it];
-            ringX[(ring_at(s, n) * NHEADS + h) * P + p] = xc[it];
+            ring_st(ringX + (ring_at(s, n) * NHEADS + h) * P + p, xc[it]);
         }
     }
 #pragma unroll
@@ -665,7 +665,7 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
         if (i < N) {
             sB[n * N + i] = bc[it];
             if (h % HPG == 0) {
-                ringB[(ring_at(s, n) * NGROUPS + g) * N + i] = bc[it];
+                ring_st(ringB + (ring_at(s, n) * NGROUPS + g) * N + i, bc[it]);
             }
         }
     }
@@ -729,7 +729,7 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, float* __restrict_
 }
 
 #define MAMBA2_STEP_PARAMS                                                                                        \
-    ST *state, u8 *rcodes, u8 *rscales, float *rglobal, float *__restrict__ ringX, float *__restrict__ ringB,     \
+    ST *state, u8 *rcodes, u8 *rscales, float *rglobal, ring_e *__restrict__ ringX, ring_e *__restrict__ ringB,     \
         float *__restrict__ ringDt, float *__restrict__ ringA, int *__restrict__ hist,                             \
         const int *__restrict__ slots, const float *__restrict__ x, const float *__restrict__ B,                  \
         const float *__restrict__ C, const float *__restrict__ dt, float *__restrict__ y,                         \
@@ -787,8 +787,8 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_step_small(MAMBA2
 // mamba2_stage_ring puts the first n ring entries of head h of slot s into
 // shared memory for a fold or a verify: x_j[p] at sX[p*CSTRIDE + j], B_j at
 // sB[j*N..], every load of both in flight at once (gather_rows).
-__device__ __forceinline__ void mamba2_stage_ring(float* sX, float* sB, const float* __restrict__ ringX,
-                                                  const float* __restrict__ ringB, int s, int h, int n)
+__device__ __forceinline__ void mamba2_stage_ring(float* sX, float* sB, const ring_e* __restrict__ ringX,
+                                                  const ring_e* __restrict__ ringB, int s, int h, int n)
 {
     constexpr int XIT = (P * RMAX + NT - 1) / NT;
     constexpr int BIT = (N * RMAX + NT - 1) / NT;
@@ -826,7 +826,7 @@ __device__ __forceinline__ void mamba2_stage_ring(float* sX, float* sB, const fl
 template <int PART, bool VEARLY = false>
 __device__ __forceinline__ void
 mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
-                     float* __restrict__ ringX, float* __restrict__ ringB, float* __restrict__ ringDt,
+                     ring_e* __restrict__ ringX, ring_e* __restrict__ ringB, float* __restrict__ ringDt,
                      float* __restrict__ ringA, const int* __restrict__ hist, const int* __restrict__ slots,
                      const int* __restrict__ counts, int T,
                      const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
@@ -960,7 +960,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
             const int idx = tid + it * NT;
             if (idx < cnt * P) {
                 const int k = idx / P, p = idx % P;
-                ringX[(ring_at(s, n + k) * NHEADS + h) * P + p] = xd[it];
+                ring_st(ringX + (ring_at(s, n + k) * NHEADS + h) * P + p, xd[it]);
                 sCoef[p * CSTRIDE + n + k] = xd[it];
             }
         }
@@ -970,7 +970,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
             if (idx < cnt * N) {
                 const int k = idx / N, i = idx % N;
                 if (h % HPG == 0) {
-                    ringB[(ring_at(s, n + k) * NGROUPS + g) * N + i] = bcd[it].x;
+                    ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + i, bcd[it].x);
                 }
                 sB[(n + k) * N + i] = bcd[it].x;
                 sCk[idx] = bcd[it].y;
@@ -982,7 +982,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
             cnt * P, [&](int idx) { return x[(((u64)b * T + idx / P) * NHEADS + h) * P + idx % P]; },
             [&](int idx, float xv) {
                 const int k = idx / P, p = idx % P;
-                ringX[(ring_at(s, n + k) * NHEADS + h) * P + p] = xv;
+                ring_st(ringX + (ring_at(s, n + k) * NHEADS + h) * P + p, xv);
                 sCoef[p * CSTRIDE + n + k] = xv;
             });
         load_then_store<(TMAX * N + NT - 1) / NT, NT>(
@@ -994,7 +994,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
             [&](int idx, float2 bc) {
                 const int k = idx / N, i = idx % N;
                 if (h % HPG == 0) {
-                    ringB[(ring_at(s, n + k) * NGROUPS + g) * N + i] = bc.x;
+                    ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + i, bc.x);
                 }
                 sB[(n + k) * N + i] = bc.x;
                 sCk[idx] = bc.y;
@@ -1004,14 +1004,14 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     for (int idx = tid; idx < cnt * P; idx += NT) {
         const int k = idx / P, p = idx % P;
         const float xv = x[(((u64)b * T + k) * NHEADS + h) * P + p];
-        ringX[(ring_at(s, n + k) * NHEADS + h) * P + p] = xv;
+        ring_st(ringX + (ring_at(s, n + k) * NHEADS + h) * P + p, xv);
         sCoef[p * CSTRIDE + n + k] = xv;
     }
     for (int idx = tid; idx < cnt * N; idx += NT) {
         const int k = idx / N, i = idx % N;
         const float bv = B[(((u64)b * T + k) * NGROUPS + g) * N + i];
         if (h % HPG == 0) {
-            ringB[(ring_at(s, n + k) * NGROUPS + g) * N + i] = bv;
+            ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + i, bv);
         }
         sB[(n + k) * N + i] = bv;
     }
@@ -1062,7 +1062,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
 }
 
 #define MAMBA2_VERIFY_PARAMS                                                                                      \
-    ST *state, u8 *rcodes, u8 *rscales, float *rglobal, float *__restrict__ ringX, float *__restrict__ ringB,     \
+    ST *state, u8 *rcodes, u8 *rscales, float *rglobal, ring_e *__restrict__ ringX, ring_e *__restrict__ ringB,     \
         float *__restrict__ ringDt, float *__restrict__ ringA, const int *__restrict__ hist,                       \
         const int *__restrict__ slots, const int *__restrict__ counts, int T, const float *__restrict__ x,        \
         const float *__restrict__ B, const float *__restrict__ C, const float *__restrict__ dt,                   \
@@ -1336,6 +1336,9 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_verify(MAMBA2_B
 // SCR_BYTES (checked against the layout below).
 
 #ifdef NSTAGE
+#if RING_BF16
+#error "the pipelined step and verify copy fp32 ring rows (a bf16 ring takes the group and v4 kernels)"
+#endif
 #define ST_X (((SMAT_BYTES) + 15) / 16 * 16)
 #define ST_B (ST_X + RMAX * P * 4)
 #define ST_C (ST_B + RMAX * N * 4)
@@ -1360,7 +1363,7 @@ static_assert(sizeof(M2Scratch) <= SCR_BYTES, "scratch larger than SCR_BYTES");
 template <bool VERIFY>
 __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const u8* __restrict__ rcodes,
                                             const u8* __restrict__ rscales, const float* __restrict__ rglobal,
-                                            float* __restrict__ ringX, float* __restrict__ ringB,
+                                            ring_e* __restrict__ ringX, ring_e* __restrict__ ringB,
                                             float* __restrict__ ringDt, float* __restrict__ ringA,
                                             const int* __restrict__ hist, const int* __restrict__ slots,
                                             const int* __restrict__ counts, int T, const float* __restrict__ x,
@@ -1533,12 +1536,12 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
         // Append the new tokens to the ring.
         for (int idx = ct; idx < cnt * P; idx += GCT) {
             const int k = idx / P, p = idx % P;
-            ringX[(ring_at(s, n + k) * NHEADS + h) * P + p] = sX[(n + k) * P + p];
+            ring_st(ringX + (ring_at(s, n + k) * NHEADS + h) * P + p, sX[(n + k) * P + p]);
         }
         if (h % HPG == 0) {
             for (int idx = ct; idx < cnt * N; idx += GCT) {
                 const int k = idx / N, e = idx % N;
-                ringB[(ring_at(s, n + k) * NGROUPS + g) * N + e] = sB[(n + k) * N + e];
+                ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + e, sB[(n + k) * N + e]);
             }
         }
         if (ct < cnt) {
@@ -1601,8 +1604,8 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) mamba2_p
 // (mamba2_replay_verify_fold takes the others); R is the ring size.
 #if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB)
-mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __restrict__ ringX,
-                   float* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
+mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* __restrict__ ringX,
+                   ring_e* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
                    const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
                    const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
                    const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
@@ -1753,7 +1756,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         const int sN = next < items ? slots[bN] : 0; // needed after the stream
         const bool nonflush = n + 1 < L;             // else mamba2_replay_flush took the slot
         const u64 m0 = (u64)s * NHEADS + h0;
-        const float* xr = ringX + (u64)h0 * P;
+        const ring_e* xr = ringX + (u64)h0 * P;
         const int xs = min(n, xcap); // ring x entries staged in shared memory
         if (nonflush) {
             // The ring straight to shared memory: B rows, the heads' delta
@@ -1773,13 +1776,13 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             for (int e = tid; e < N; e += GNT) {
                 const float v = Bt[e];
                 sB[n * N + e] = v;
-                ringB[(ring_at(s, n) * NGROUPS + g) * N + e] = v;
+                ring_st(ringB + (ring_at(s, n) * NGROUPS + g) * N + e, v);
             }
 #pragma unroll
             for (int k = 0; k < OUTS; k++) {
                 const int o = tid + k * GNT;
                 if (o < GROWS) {
-                    ringX[(ring_at(s, n) * NHEADS + h0) * P + o] = xc[k];
+                    ring_st(ringX + (ring_at(s, n) * NHEADS + h0) * P + o, xc[k]);
                 }
             }
             if (tid < HPG) {
@@ -1860,7 +1863,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                         yv = fmaf(sW[hh * RMAX + j] * sBC[j], sXr[j * GROWS + o], yv);
                     }
                     for (int j = xs; j < n; j++) {
-                        yv = fmaf(sW[hh * RMAX + j] * sBC[j], xr[ring_at(s, j) * (NHEADS * P) + o], yv);
+                        yv = fmaf(sW[hh * RMAX + j] * sBC[j], ring_ld(xr + ring_at(s, j) * (NHEADS * P) + o), yv);
                     }
                     yv = fmaf(sW[hh * RMAX + n] * sBC[n], xc[k], yv);
                     y[((u64)b * NHEADS + h0) * P + o] = yv;
@@ -1916,7 +1919,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 #define GVB_FLOATS (RMAX * N)
 #endif
 __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8* rscales, float* rglobal,
-                                                      float* __restrict__ ringX, float* __restrict__ ringB,
+                                                      ring_e* __restrict__ ringX, ring_e* __restrict__ ringB,
                                                       float* __restrict__ ringDt, float* __restrict__ ringA,
                                                       const int* __restrict__ hist, const int* __restrict__ slots,
                                                       const int* __restrict__ counts, int T,
@@ -1958,7 +1961,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     }
     const int ne = n + cnt;
     const int xs = min(n, (int)(dynamic_smem_bytes() / (GROWS * 4)));
-    const float* xr = ringX + (u64)h0 * P;
+    const ring_e* xr = ringX + (u64)h0 * P;
     // The ring: B rows and the heads' delta / decay (one cp.async group),
     // then the x rows (a second, waited for after the stream).
     cp_rows<N>(sB, ringB + (ring_at(s, 0) * NGROUPS + g) * N, NGROUPS * N, n, tid, GNT);
@@ -1979,7 +1982,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         [&](int idx, float2 bc) {
             const int k = idx / N, e = idx % N;
             sB[(n + k) * N + e] = bc.x;
-            ringB[(ring_at(s, n + k) * NGROUPS + g) * N + e] = bc.x;
+            ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + e, bc.x);
             sCk[idx] = bc.y;
         });
 #else
@@ -1988,7 +1991,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         const u64 row = ((u64)b * T + k) * NGROUPS + g;
         const float bv = B[row * N + e];
         sB[(n + k) * N + e] = bv;
-        ringB[(ring_at(s, n + k) * NGROUPS + g) * N + e] = bv;
+        ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + e, bv);
         sCk[k * N + e] = C[row * N + e];
     }
 #endif
@@ -2115,7 +2118,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         for (int k = 0; k < TMAX; k++) {
             if (k < cnt) {
                 yv[k] = sE[hh * TMAX + k] * sDot[k * GROWS + o] + D[h0 + hh] * xdk[u][k];
-                ringX[(ring_at(s, n + k) * NHEADS + h0) * P + o] = xdk[u][k];
+                ring_st(ringX + (ring_at(s, n + k) * NHEADS + h0) * P + o, xdk[u][k]);
             }
         }
         auto term = [&](int j, float xj) {
@@ -2131,7 +2134,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         }
 #pragma unroll 4
         for (int j = xs; j < n; j++) {
-            term(j, xr[ring_at(s, j) * (NHEADS * P) + o]);
+            term(j, ring_ld(xr + ring_at(s, j) * (NHEADS * P) + o));
         }
 #pragma unroll
         for (int e = 0; e < TMAX; e++) {
@@ -2150,8 +2153,8 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
 
 #if HSPLIT == 1 // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GMINB)
-mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* __restrict__ ringX,
-                    float* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
+mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* __restrict__ ringX,
+                    ring_e* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
                     const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
                     const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
                     const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
@@ -2195,6 +2198,9 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, float* _
 // the weights formed by one consumer thread and a coefficient table, took
 // 1063 us for Nano's aligned flush against the work_items kernel's 758).
 #ifdef FNSTAGE
+#if RING_BF16
+#error "the pipelined folds copy fp32 ring rows (a bf16 ring takes the work_items kernels)"
+#endif
 #define FS_X (((SMAT_STATE_BYTES) + 15) / 16 * 16)
 #define FS_B (FS_X + RMAX * P * 4)
 #define FS_C (FS_B + RMAX * M2_BROW * 4)
@@ -2221,8 +2227,8 @@ struct M2Fold {
 
 template <bool FLUSH>
 __device__ __forceinline__ void
-mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const float* __restrict__ ringX,
-                      const float* __restrict__ ringB, const float* __restrict__ ringDt, const float* __restrict__ ringA,
+mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const ring_e* __restrict__ ringX,
+                      const ring_e* __restrict__ ringB, const float* __restrict__ ringDt, const float* __restrict__ ringA,
                       const int* __restrict__ hist, const int* __restrict__ slots, const int* __restrict__ counts, int T,
                       const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
                       const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
