@@ -156,7 +156,8 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 	L := cfg.Window
 	opt := modeOptions(mode, dt, cfg)
 	T := opt.MaxDraft
-	row := Row{Layer: sh.Layer, Shape: sh.Name, Mode: mode, StateDtype: dt.String(), Batch: batch, Window: L, Drafts: T}
+	row := Row{Layer: sh.Layer, Shape: sh.Name, Mode: mode, StateDtype: dt.String(), Batch: batch, Window: L, Drafts: T,
+		RingDtype: ringDtype(opt)}
 	if opt.Mode == replay.Baseline {
 		row.Window = 1
 	}
@@ -580,7 +581,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 			close:     func() error { b.s.Synchronize(); return c.Close() },
 			trace:     c,
 			stateSize: c.StateBytes,
-			ring:      mamba2Ring(H, P, G, N),
+			ring:      mamba2Ring(H, P, G, N, ringElemBytes(opt.Ring)),
 			kernels:   kernelNames(c),
 		}, nil
 	case "gdn":
@@ -645,6 +646,9 @@ func modeOptions(mode string, dt numeric.Format, cfg KernelConfig) replay.Option
 		opt.ReadCopy = numeric.NVFP4
 	case "replay-fp8", "verify-fp8":
 		opt.ReadCopy = numeric.E4M3
+	}
+	if opt.Mode == replay.Replay {
+		opt.Ring = cfg.Ring
 	}
 	if strings.HasPrefix(mode, "verify") {
 		opt.MaxDraft = cfg.Drafts

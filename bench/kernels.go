@@ -49,6 +49,9 @@ type Row struct {
 	// NonflushVsReplay, on replay-nvfp4 and replay-fp8 rows, is the plain
 	// replay row's non-flush time over this row's (same checkpoint dtype).
 	NonflushVsReplay float64 `json:"nonflush_vs_replay,omitempty"`
+	// RingDtype is a replay row's ring format where it is not fp32
+	// (KernelConfig.Ring).
+	RingDtype string `json:"ring_dtype,omitempty"`
 	// Kernels names the GPU kernels of a replay row's step and verify
 	// ("step v6, verify v5"; backend/cuda NOTES.md has the versions).
 	Kernels string `json:"kernels,omitempty"`
@@ -63,6 +66,9 @@ type KernelConfig struct {
 	Window  int
 	Drafts  int // T for verify rows
 	Threads int
+	// Ring is the replay rows' ring format (replay.Options.Ring): fp32
+	// (the zero value) or bf16. Baseline rows keep no ring.
+	Ring numeric.Format
 	// MinTime is the least time spent timing each row; more windows are
 	// run until it is reached.
 	MinTime time.Duration
@@ -182,7 +188,8 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 	// clock starts, so no concurrent mark phase takes one of the workers'
 	// cores during this row (seen as 20-30% jumps on a 2-core machine).
 	runtime.GC()
-	row := Row{Layer: sh.Layer, Shape: sh.Name, Mode: mode, StateDtype: dt.String(), Batch: batch, Window: cfg.Window, Drafts: T, Threads: opt.Threads}
+	row := Row{Layer: sh.Layer, Shape: sh.Name, Mode: mode, StateDtype: dt.String(), Batch: batch, Window: cfg.Window, Drafts: T,
+		Threads: opt.Threads, RingDtype: ringDtype(opt)}
 	if opt.Mode == replay.Baseline {
 		row.Window = 1
 	}

@@ -3,6 +3,8 @@ package bench
 import (
 	"math"
 	"testing"
+
+	"github.com/replayssm/replayssm/numeric"
 )
 
 // TestRatiosFill checks a group's derived figures against sums done by hand:
@@ -68,7 +70,10 @@ func TestRingTraffic(t *testing.T) {
 		want ringTraffic
 	}{
 		// Nemotron-3-Nano-4B: x 96x80, B 8x128, Δ and decay 96 each.
-		{"nano", mamba2Ring(96, 80, 8, 128), ringTraffic{4 * (7680 + 1024 + 192), 4 * (7680 + 1024 + 192), 4 * (7680 + 1024 + 192)}},
+		{"nano", mamba2Ring(96, 80, 8, 128, 4), ringTraffic{4 * (7680 + 1024 + 192), 4 * (7680 + 1024 + 192), 4 * (7680 + 1024 + 192)}},
+		// A bf16 ring on the GPU: x and B in 2 bytes, Δ and the decay in 4.
+		{"nano/bf16 ring", mamba2Ring(96, 80, 8, 128, ringElemBytes(numeric.BF16)),
+			ringTraffic{2*(7680+1024) + 4*192, 2*(7680+1024) + 4*192, 2*(7680+1024) + 4*192}},
 		// Qwen3.5-4B: k 16x128; v, u 32x128; gate, β 32 each. Read: k, u,
 		// gate; fold: k, v, gate, β.
 		{"qwen3.5-4b", gdnRing(16, 32, 128, 128), ringTraffic{4 * (2048 + 8192 + 64), 4 * (2048 + 4096 + 32), 4 * (2048 + 4096 + 64)}},

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 )
 
@@ -99,7 +100,7 @@ func (m *mamba2Bench) verify(slots []replay.Slot, set, T int) error {
 func (m *mamba2Bench) commit(slots []replay.Slot, acc []int) error { return m.c.Commit(slots, acc) }
 func (m *mamba2Bench) stats() replay.Stats                         { return m.c.Stats() }
 func (m *mamba2Bench) close()                                      { m.c.Close() }
-func (m *mamba2Bench) ring() ringTraffic                           { return mamba2Ring(m.H, m.P, m.G, m.N) }
+func (m *mamba2Bench) ring() ringTraffic                           { return mamba2Ring(m.H, m.P, m.G, m.N, 4) }
 
 type gdnBench struct {
 	c  *replay.GDNCache
@@ -138,9 +139,29 @@ type ringTraffic struct{ write, read, fold int }
 
 // mamba2Ring: every step appends x (H*P), B (G*N, once per group), Δ and
 // the decay (H each); the output path and the fold read all of them.
-func mamba2Ring(H, P, G, N int) ringTraffic {
-	e := 4 * (H*P + G*N + 2*H)
+func mamba2Ring(H, P, G, N, rowBytes int) ringTraffic {
+	e := rowBytes*(H*P+G*N) + 4*2*H
 	return ringTraffic{write: e, read: e, fold: e}
+}
+
+// ringDtype is a row's RingDtype: the ring format of a replay cache whose
+// ring is not fp32, else "".
+func ringDtype(opt replay.Options) string {
+	if opt.Mode != replay.Replay || opt.Ring == numeric.F32 {
+		return ""
+	}
+	return opt.Ring.String()
+}
+
+// ringElemBytes is the bytes of one element of a GPU ring's input rows in
+// format f: 2 for bf16 codes, else 4. (The CPU caches keep a bf16 ring's
+// rounded values as float32s: their rows move 4 bytes an element either
+// way.)
+func ringElemBytes(f numeric.Format) int {
+	if f == numeric.BF16 {
+		return 2
+	}
+	return 4
 }
 
 // gdnRing: every step appends k (Hk*dk), v and u (Hv*dv each), the gate and

@@ -44,6 +44,7 @@
 #   tools/gpu_check.sh readcopy # the read-copy conformance test and the nvfp4 quotients by reciprocal (NV_QDIV): first next session (session 33)
 #   tools/gpu_check.sh bf16nan # bf16 stores without their NaN branch (BF16_NAN_BRANCH=0): second next session (session 33)
 #   tools/gpu_check.sh nvpipe # the nvfp4 flush: the lean quantiser (NV_LEAN) and Mamba-2's on the pipelined fold (FOLDS=pipe), then bench256: after `tests`, next session (session 34)
+#   tools/gpu_check.sh ring # the Mamba-2 bf16 ring (session 35, written without a GPU): its tests, then batch 256 against the fp32 ring
 #   tools/gpu_check.sh m2stages # the Mamba-2 pipelined folds' stages (FOLD_STAGES 2, 4) on fp8 and bf16 checkpoints (session 33)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
@@ -598,6 +599,24 @@ nvpipe)
 	REPLAYSSM_CUDA_FOLDS=pipe some_tests readcopy_pipe 200 'TestReplayReadCopyIsNumerics/mamba2'
 	experiment nvpipe all replay-nvfp4,verify-nvfp4 REPLAYSSM_CUDA_DEFINES=-DNV_LEAN=1 REPLAYSSM_CUDA_FOLDS=pipe
 	bench 256 b256.jsonl
+	;;
+ring)
+	# Session 35, written without a GPU: the Mamba-2 bf16 ring (RING_BF16,
+	# REPLAYSSM_CUDA_RING_BF16=1 until this runs clean). Its metamorphic
+	# test against an fp32 ring fed rounded inputs (bit for bit, the small,
+	# group and v4 paths), the codec test (round_bf16 against numeric), the
+	# refusals; then the Mamba-2 rows at batch 256 with an fp32 ring and with
+	# a bf16 one, in the same call (the bf16 ring runs the work_items flush:
+	# compare its flush with the fp32 ring's under REPLAYSSM_CUDA_FOLDS=items
+	# too, to see what the ring bought apart from the lost pipelined folds).
+	some_tests ring 300 'TestReplayRingBF16IsRoundedInputs|TestReplayCodecs|TestReplayRingRefusals'
+	for r in fp32 fp32-items bf16; do
+		REPLAYSSM_CUDA_FOLDS=$([[ $r == fp32-items ]] && echo items) REPLAYSSM_CUDA_RING_BF16=1 "$cli" bench kernels --device cuda \
+			--batch 256 --shapes mamba2 --state-dtype fp32,bf16 --ring-dtype "${r%-items}" \
+			--modes baseline,replay,replay-nvfp4,verify-baseline,verify,verify-nvfp4 --min-time 30ms >"$out/ring_$r.txt" 2>&1
+		echo "== ring $r: exit $?"
+		cat "$out/ring_$r.txt"
+	done
 	;;
 m2stages)
 	# Session 33, written after its device time: ncu of the Nano fp8

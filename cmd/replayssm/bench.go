@@ -112,6 +112,7 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per row")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	trace := fs.String("trace", "", "cuda: write each replay row's block timeline (CSV) into this directory; needs REPLAYSSM_CUDA_DEFINES=-DTRACE=1")
+	ring := fs.String("ring-dtype", "fp32", "replay rows' ring inputs: fp32 or bf16 (cuda: Mamba-2 shapes only, with REPLAYSSM_CUDA_RING_BF16=1 until validated on a device)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -139,6 +140,9 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	}
 	cfg := bench.KernelConfig{Window: *window, Drafts: *drafts, Threads: *threads, MinTime: *minTime, Modes: splitList(*modes), TraceDir: *trace}
 	var err error
+	if cfg.Ring, err = numeric.ParseFormat(*ring); err != nil || cfg.Ring != numeric.F32 && cfg.Ring != numeric.BF16 {
+		return fmt.Errorf("%w: --ring-dtype %s: want fp32 or bf16", errUsage, *ring)
+	}
 	if cfg.Shapes, err = bench.SelectShapes(splitList(*shapes)); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
@@ -172,7 +176,7 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w: drafts %d out of range [1, 8]", errUsage, *drafts)
 	}
 	return run(ctx, cfg, rowPrinter(e, *asJSON, func(r bench.Row) {
-		fmt.Fprint(e.stdout, kernelsHeader(r, *window, *drafts))
+		fmt.Fprint(e.stdout, kernelsHeader(r, *window, *drafts, cfg.Ring))
 	}, func(r bench.Row) error {
 		_, err := fmt.Fprintln(e.stdout, kernelsLine(r))
 		return err
@@ -182,7 +186,7 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 // kernelsHeader is the text table's heading: the machine, the bandwidths
 // measured in the same run (read-only where it was measured), and the
 // column names.
-func kernelsHeader(r bench.Row, window, drafts int) string {
+func kernelsHeader(r bench.Row, window, drafts int, ring numeric.Format) string {
 	where := fmt.Sprintf("cpu (%d threads)", r.Threads)
 	if r.Device != "cpu" {
 		where = r.Device
@@ -191,7 +195,11 @@ func kernelsHeader(r bench.Row, window, drafts int) string {
 	if r.ReadGBps > 0 {
 		read = fmt.Sprintf(", read-only %.1f GB/s", r.ReadGBps)
 	}
-	return fmt.Sprintf("device %s, copy bandwidth %.1f GB/s (read+write)%s, window L=%d, verify T=%d\n", where, r.CopyGBps, read, window, drafts) +
+	rings := ""
+	if ring != numeric.F32 {
+		rings = fmt.Sprintf(", replay rings in %v", ring)
+	}
+	return fmt.Sprintf("device %s, copy bandwidth %.1f GB/s (read+write)%s, window L=%d, verify T=%d%s\n", where, r.CopyGBps, read, window, drafts, rings) +
 		fmt.Sprintf("%-20s %-5s %5s %-16s %9s %9s %9s %8s %7s %6s %8s\n",
 			"shape", "dtype", "batch", "mode", "us/step", "nonflush", "flush", "MB/step", "GB/s", "%copy", "vs base")
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/replayssm/replayssm/bench"
+	"github.com/replayssm/replayssm/numeric"
 )
 
 // TestKernelsText checks the text table of bench kernels: small times keep
@@ -20,9 +21,11 @@ func TestKernelsText(t *testing.T) {
 		want []string
 		not  []string
 	}{
-		{"gpu header", kernelsHeader(bench.Row{Device: "cuda", CopyGBps: 4262.4}, 16, 4),
-			[]string{"device cuda, copy bandwidth 4262.4 GB/s (read+write), window L=16, verify T=4\n", "us/step"}, []string{"read-only"}},
-		{"cpu header", kernelsHeader(bench.Row{Device: "cpu", Threads: 2, CopyGBps: 61.2, ReadGBps: 47.9}, 8, 2),
+		{"gpu header", kernelsHeader(bench.Row{Device: "cuda", CopyGBps: 4262.4}, 16, 4, numeric.F32),
+			[]string{"device cuda, copy bandwidth 4262.4 GB/s (read+write), window L=16, verify T=4\n", "us/step"}, []string{"read-only", "rings"}},
+		{"bf16 ring header", kernelsHeader(bench.Row{Device: "cuda", CopyGBps: 4262.4}, 16, 4, numeric.BF16),
+			[]string{"window L=16, verify T=4, replay rings in bf16\n"}, nil},
+		{"cpu header", kernelsHeader(bench.Row{Device: "cpu", Threads: 2, CopyGBps: 61.2, ReadGBps: 47.9}, 8, 2, numeric.F32),
 			[]string{"device cpu (2 threads), copy bandwidth 61.2 GB/s (read+write), read-only 47.9 GB/s, window L=8, verify T=2\n"}, nil},
 		{"batch 1 row", kernelsLine(gpu),
 			[]string{"qwen3.5-4b", "      7.5       6.5      24.6", "0.76x"}, []string{" 7 ", "\n"}},

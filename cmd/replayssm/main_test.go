@@ -32,6 +32,7 @@ func TestCLIDispatch(t *testing.T) {
 		{[]string{"bench", "kernels", "--state-dtype", "fp7"}, 2, "fp7"},
 		{[]string{"bench", "kernels", "--window", "0"}, 2, "window"},
 		{[]string{"bench", "kernels", "--trace", "t"}, 2, "--trace needs --device cuda"},
+		{[]string{"bench", "kernels", "--ring-dtype", "fp16"}, 2, "--ring-dtype fp16: want fp32 or bf16"},
 		{[]string{"bench", "nosuch"}, 2, "unknown benchmark"},
 		{[]string{"bench", "copy", "--device", "tpu"}, 2, `device "tpu"`},
 		{[]string{"bench", "copy", "--mib", "-1"}, 2, "--mib -1"},
