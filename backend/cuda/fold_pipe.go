@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 
-	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 )
 
@@ -60,8 +59,6 @@ func planFoldPipe(d *Device, opt replay.Options, stageBytes, staticBytes, static
 		f.why = fmt.Sprintf("compute capability %d < 9 (no bulk copies)", major)
 	case rows%4 != 0 || cols%4 != 0 || rows*cols*elemBytes(opt.State)%16 != 0:
 		f.why = "state rows, ring entries or the checkpoint are not 16-byte multiples"
-	case opt.Ring != numeric.F32:
-		f.why = "a bf16 ring (the pipelined folds copy fp32 ring rows)"
 	}
 	if f.why != "" {
 		return f, nil

@@ -595,8 +595,6 @@ func planPipeline(d *Device, stageBytes, scratchBytes int, opt replay.Options, r
 		p.reasonDisabled = fmt.Sprintf("compute capability %d < 9 (no bulk copies)", major)
 	case !shapeOK:
 		p.reasonDisabled = "state rows, ring entries or nvfp4 scale rows are not 16-byte multiples"
-	case opt.Ring != numeric.F32:
-		p.reasonDisabled = "a bf16 ring (the pipelined kernels copy fp32 ring rows)"
 	}
 	if p.reasonDisabled != "" {
 		return p, nil

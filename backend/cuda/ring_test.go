@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/replayssm/replayssm/numeric"
@@ -38,11 +37,12 @@ func roundRingFields(l gpuLayer, in [][]float32) [][]float32 {
 // is the same float. (The fp32 ring's outputs are checked against the
 // float64 reference by TestReplayCacheMatchesReference, so this makes the
 // bf16 ring's the reference's on rounded inputs, as on the CPU.) Each
-// kernel path a bf16 ring takes is run: the one-kernel small step and
-// verify, the group step and group verify, and the v4 kernels, all with the
-// work_items flush and early folds (the pipelined kernels copy fp32 ring
-// rows and are off with a bf16 ring). The rounding must change some of the
-// drawn inputs, else the comparison could not tell the rings apart.
+// kernel path is run: the one-kernel small step and verify, the group step
+// and group verify, the pipelined step and verify (v5) and the v4 kernels,
+// with the work_items flush and early folds or the pipelined ones (whose
+// producers widen the bf16 rows: Piece.widen). The rounding must change
+// some of the drawn inputs, else the comparison could not tell the rings
+// apart.
 func TestReplayRingBF16IsRoundedInputs(t *testing.T) {
 	d := gpu(t)
 	formats := []struct {
@@ -56,12 +56,15 @@ func TestReplayRingBF16IsRoundedInputs(t *testing.T) {
 	}
 	variants := []struct {
 		name  string
-		small int // the largest batch whose step is one kernel
+		small int    // the largest batch whose step is one kernel
+		folds string // the fold kernels ("items", "v7": the pipelined folds)
 		tune  func(*tuning)
 	}{
-		{"small", pairSlots, func(*tuning) {}},
-		{"group", 0, func(tn *tuning) { tn.groupAll = true }},
-		{"v4", 0, func(tn *tuning) { tn.v4 = true }},
+		{"small", pairSlots, "items", func(*tuning) {}},
+		{"group", 0, "items", func(tn *tuning) { tn.groupAll = true }},
+		{"group+pipelined-folds", 0, "v7", func(tn *tuning) { tn.groupAll = true }},
+		{"v5+pipelined-folds", 0, "v7", func(tn *tuning) { tn.v5 = true }},
+		{"v4", 0, "items", func(tn *tuning) { tn.v4 = true }},
 	}
 	layers := []gpuLayer{smallLayers()[0], largeLayers()[0]}
 	for li, l := range layers {
@@ -71,6 +74,9 @@ func TestReplayRingBF16IsRoundedInputs(t *testing.T) {
 					t.Parallel()
 					tn := envTuning(os.Getenv)
 					tn.folds, tn.ringBF16 = "items", true
+					if v.folds == "v7" {
+						tn.folds = "pipe"
+					}
 					v.tune(&tn)
 					build := func(ring numeric.Format) *gpuCache {
 						opt := f.opt
@@ -81,8 +87,8 @@ func TestReplayRingBF16IsRoundedInputs(t *testing.T) {
 						}
 						t.Cleanup(func() { must(t, c.close()) })
 						c.setSmallBatch(v.small)
-						if got, why := c.foldKernel(); got != "items" {
-							t.Fatalf("%v ring: fold kernels %s (%s), want items", ring, got, why)
+						if got, why := c.foldKernel(); got != v.folds {
+							t.Fatalf("%v ring: fold kernels %s (%s), want %s", ring, got, why, v.folds)
 						}
 						// Both sides take the same kernels, so even a
 						// tensor-core stream sums in the same order.
@@ -90,15 +96,11 @@ func TestReplayRingBF16IsRoundedInputs(t *testing.T) {
 						return c
 					}
 					a, b := build(numeric.BF16), build(numeric.F32)
-					// Where the fp32 ring takes a pipelined kernel, the
-					// bf16 ring takes v4, whose outputs the pipelined
-					// ones equal bit for bit (TestReplayPipelineMatchesV4).
-					v4 := func(k string) string { return strings.Replace(k, "v5", "v4", 1) }
 					for batch := 1; batch <= pairSlots; batch++ {
-						if sa, sb := a.stepKernel(batch), v4(b.stepKernel(batch)); sa != sb {
+						if sa, sb := a.stepKernel(batch), b.stepKernel(batch); sa != sb {
 							t.Fatalf("batch %d: step kernels %s (bf16 ring) and %s (fp32 ring)", batch, sa, sb)
 						}
-						if va, vb := a.verifyKernel(batch), v4(b.verifyKernel(batch)); va != vb {
+						if va, vb := a.verifyKernel(batch), b.verifyKernel(batch); va != vb {
 							t.Fatalf("batch %d: verify kernels %s (bf16 ring) and %s (fp32 ring)", batch, va, vb)
 						}
 					}

@@ -2006,11 +2006,15 @@ __device__ __forceinline__ void base_stream(const typename IO::T* stage, u64* ba
 // swizzles a cp.async piece's 16-byte units: unit f lands at f ^ ((f >> 3)
 // & swz), the layout a reader of rows that spreads each lane's VEC floats
 // over 16-byte loads asks for (bsw_unit; the Mamba-2 folds' B rows).
+// widen (RING_BF16) marks a bf16 ring's row: src holds bytes/4 bf16 codes,
+// which land in dst as bytes/4 floats (produce_stage widens them through
+// registers, since neither cp.async nor a bulk copy converts).
 struct Piece {
     unsigned char* dst;
     const void* src;
     u32 bytes;
     u32 swz;
+    u32 widen;
 };
 
 // bsw_unit is the 16-byte unit where unit f of a row swizzled by mask swz
@@ -2053,10 +2057,34 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
 {
     const int lane = threadIdx.x & 31;
     u32 tx = 0;
+#if RING_BF16 && !defined(PIPE_NOCOPY)
+    // A bf16 ring's rows first, widened through registers (four codes a
+    // load, a float4 store; the ring pieces' unit order and swizzle): the
+    // stores are the warp's before __syncwarp, and lane 0's arrival below
+    // (release) publishes them with the phase the consumers wait for.
+    {
+        const int sub = lane % PIPE_LANES, grp = lane / PIPE_LANES;
+        for (int ci = nmat + grp; ci < npieces; ci += 32 / PIPE_LANES) {
+            const Piece pc = piece(ci);
+            if (pc.widen) {
+                for (u32 f = sub; f < pc.bytes / 16; f += PIPE_LANES) {
+                    *reinterpret_cast<float4*>(pc.dst + 16 * bsw_unit(f, pc.swz)) =
+                        ring_ld4(static_cast<const ring_e*>(pc.src) + 4 * f);
+                }
+            }
+        }
+        __syncwarp();
+    }
+#endif
 #ifndef PIPE_NOCOPY
     for (int ci = lane; ci < npieces; ci += 32) {
         if (ci < nmat ? PIPE_STATE == 0 : PIPE_RING == 0) {
+#if RING_BF16
+            const Piece pc = piece(ci);
+            tx += pc.widen ? 0 : pc.bytes;
+#else
             tx += piece(ci).bytes;
+#endif
         }
     }
 #endif
@@ -2073,6 +2101,11 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
     const int sub = lane % PIPE_LANES, grp = lane / PIPE_LANES;
     for (int ci = grp; ci < npieces; ci += 32 / PIPE_LANES) {
         const Piece pc = piece(ci);
+#if RING_BF16
+        if (pc.widen) {
+            continue; // widened above
+        }
+#endif
         if (ci < nmat ? PIPE_STATE == 0 : PIPE_RING == 0) {
             if (sub == 0) {
                 bulk_g2s(pc.dst, pc.src, pc.bytes, bar);

@@ -1336,9 +1336,6 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_verify(MAMBA2_B
 // SCR_BYTES (checked against the layout below).
 
 #ifdef NSTAGE
-#if RING_BF16
-#error "the pipelined step and verify copy fp32 ring rows (a bf16 ring takes the group and v4 kernels)"
-#endif
 #define ST_X (((SMAT_BYTES) + 15) / 16 * 16)
 #define ST_B (ST_X + RMAX * P * 4)
 #define ST_C (ST_B + RMAX * N * 4)
@@ -1486,16 +1483,18 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
 #endif
                     }
                     int c = ci - NS;
+                    // Entries before kn from the ring (widened from a bf16
+                    // ring), the new tokens' from the op.
                     if (c < ne) {
-                        const float* src = c < kn ? ringX + (ring_at(ks, c) * NHEADS + kh) * P
-                                                  : x + (((u64)kb * T1 + (c - kn)) * NHEADS + kh) * P;
-                        return Piece{sg + ST_X + c * P * 4, src, P * 4};
+                        const void* src = c < kn ? (const void*)(ringX + (ring_at(ks, c) * NHEADS + kh) * P)
+                                                 : (const void*)(x + (((u64)kb * T1 + (c - kn)) * NHEADS + kh) * P);
+                        return Piece{sg + ST_X + c * P * 4, src, P * 4, 0, RING_BF16 && c < kn};
                     }
                     c -= ne;
                     if (c < ne) {
-                        const float* src = c < kn ? ringB + (ring_at(ks, c) * NGROUPS + g) * N
-                                                  : B + (((u64)kb * T1 + (c - kn)) * NGROUPS + g) * N;
-                        return Piece{sg + ST_B + c * N * 4, src, N * 4};
+                        const void* src = c < kn ? (const void*)(ringB + (ring_at(ks, c) * NGROUPS + g) * N)
+                                                 : (const void*)(B + (((u64)kb * T1 + (c - kn)) * NGROUPS + g) * N);
+                        return Piece{sg + ST_B + c * N * 4, src, N * 4, 0, RING_BF16 && c < kn};
                     }
                     c -= ne;
                     if (c < kc) {
@@ -2198,9 +2197,6 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* 
 // the weights formed by one consumer thread and a coefficient table, took
 // 1063 us for Nano's aligned flush against the work_items kernel's 758).
 #ifdef FNSTAGE
-#if RING_BF16
-#error "the pipelined folds copy fp32 ring rows (a bf16 ring takes the work_items kernels)"
-#endif
 #define FS_X (((SMAT_STATE_BYTES) + 15) / 16 * 16)
 #define FS_B (FS_X + RMAX * P * 4)
 #define FS_C (FS_B + RMAX * M2_BROW * 4)
@@ -2279,16 +2275,18 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
                     return Piece{sg, state + ((u64)m.s * NHEADS + m.h) * (P * N), SMAT_STATE_BYTES};
                 }
                 int c = ci - 1;
+                // The ring's entries (widened from a bf16 ring), then the
+                // current token's from the op.
                 if (c < m.t) {
-                    const float* src = c < m.n ? ringX + (ring_at(m.s, c) * NHEADS + m.h) * P
-                                               : x + ((u64)m.b * NHEADS + m.h) * P;
-                    return Piece{sg + FS_X + c * P * 4, src, P * 4};
+                    const void* src = c < m.n ? (const void*)(ringX + (ring_at(m.s, c) * NHEADS + m.h) * P)
+                                              : (const void*)(x + ((u64)m.b * NHEADS + m.h) * P);
+                    return Piece{sg + FS_X + c * P * 4, src, P * 4, 0, RING_BF16 && c < m.n};
                 }
                 c -= m.t;
                 if (c < m.t) {
-                    const float* src = c < m.n ? ringB + (ring_at(m.s, c) * NGROUPS + g) * N
-                                               : B + ((u64)m.b * NGROUPS + g) * N;
-                    return Piece{sg + FS_B + c * M2_BROW * 4, src, N * 4, M2_B_SWZ};
+                    const void* src = c < m.n ? (const void*)(ringB + (ring_at(m.s, c) * NGROUPS + g) * N)
+                                              : (const void*)(B + ((u64)m.b * NGROUPS + g) * N);
+                    return Piece{sg + FS_B + c * M2_BROW * 4, src, N * 4, M2_B_SWZ, RING_BF16 && c < m.n};
                 }
                 return Piece{sg + FS_C, C + ((u64)m.b * NGROUPS + g) * N, N * 4, M2_FOLD_BSW ? SM::VEC / 4 - 1 : 0};
             });
