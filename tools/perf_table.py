@@ -14,6 +14,12 @@ def us(v):
     return f"{v:.1f}" if v < 100 else f"{v:.0f}"
 
 
+def label(r):
+    """A row's mode, with its ring format where that is not fp32
+    (`bench kernels --ring-dtype bf16`: "replay+bf16-ring")."""
+    return r["mode"] + (f"+{r['ring_dtype']}-ring" if r.get("ring_dtype") else "")
+
+
 def pct(r):
     """% of copy on state bytes, and on state + ring where the row has a ring."""
     if r.get("pct_copy_with_ring"):
@@ -41,7 +47,7 @@ def main(path):
         extra = ""
         if r.get("nonflush_vs_replay"):
             extra = f" (non-flush {r['nonflush_vs_replay']:.2f}x replay's)"
-        print(f"| {r['shape']} | {r['state_dtype']} | {r['batch']} | {r['mode']} | {us(r['us_per_step'])} | "
+        print(f"| {r['shape']} | {r['state_dtype']} | {r['batch']} | {label(r)} | {us(r['us_per_step'])} | "
               f"{us(r['us_nonflush'])} | {us(r['us_flush'])} | {r['bytes_per_step']/1e6:.1f} | {r['gbps']:.1f} | "
               f"{pct(r)} | {r['speedup_vs_baseline']:.2f}x{extra} |")
 
@@ -55,25 +61,26 @@ def wide(path):
         sys.exit(f"{path}: no rows")
     modes = []
     for r in rows:
-        if r["mode"] not in modes:
-            modes.append(r["mode"])
+        if label(r) not in modes:
+            modes.append(label(r))
     by = {}
     for r in rows:
-        by.setdefault((r["shape"], r["state_dtype"], r["batch"]), {})[r["mode"]] = r
+        by.setdefault((r["shape"], r["state_dtype"], r["batch"]), {})[label(r)] = r
     head = ["shape", "state"]
     if len({k[2] for k in by}) > 1:
         head.append("batch")
     for m in modes:
-        if m == "baseline":
+        base = m.split("+")[0]  # the mode without its ring format
+        if base == "baseline":
             head.append("baseline")
-        elif m == "verify-baseline":
+        elif base == "verify-baseline":
             head.append("verify-baseline")
-        elif m == "verify":
-            head += ["verify T=%d" % max(r.get("t", 0) for r in rows), "verify vs baseline"]
-        elif m.startswith("verify-"):
+        elif base == "verify":
+            head += [m.replace("verify", "verify T=%d" % max(r.get("t", 0) for r in rows), 1), f"{m} vs baseline"]
+        elif base.startswith("verify-"):
             head += [m, f"{m} vs baseline"]
-        elif m == "replay":
-            head += ["replay (non-flush / flush)", "replay vs baseline"]
+        elif base == "replay":
+            head += [f"{m} (non-flush / flush)", f"{m} vs baseline"]
         else:
             head += [f"{m} (non-flush / flush)", f"{m} vs baseline (non-flush vs replay's)"]
     print("| " + " | ".join(head) + " |")
@@ -82,12 +89,13 @@ def wide(path):
         cells = [shape, state] + ([str(batch)] if "batch" in head else [])
         for m in modes:
             r = ms.get(m)
+            base = m.split("+")[0]
             if r is None:
-                cells += ["-"] * (2 if m not in ("baseline", "verify-baseline") else 1)
+                cells += ["-"] * (2 if base not in ("baseline", "verify-baseline") else 1)
                 continue
-            if m in ("baseline", "verify-baseline"):
+            if base in ("baseline", "verify-baseline"):
                 cells.append(f"{us(r['us_per_step'])} ({r['pct_copy']:.0f}%)")
-            elif m.startswith("verify"):
+            elif base.startswith("verify"):
                 cells += [us(r["us_per_step"]), f"{r['speedup_vs_baseline']:.2f}x"]
             else:
                 cells.append(f"{us(r['us_per_step'])} ({us(r['us_nonflush'])} / {us(r['us_flush'])})")
