@@ -135,22 +135,6 @@ __device__ __forceinline__ void load_then_store(int count, Load load, Store stor
     }
 }
 
-// gather_rows loads this thread's elements of the first n ring entries' rows
-// of `width` floats (element idx = tid + it*NT: entry idx / width, column
-// idx % width; entry e's row at base + ring_at(s, e) * stride), every load
-// in flight at once; zeros past n rows. A loop that stores each element
-// where it goes as it loads it waits a round trip per element.
-template <int IT>
-__device__ __forceinline__ void gather_rows(float (&v)[IT], const float* __restrict__ base, u64 stride, int width,
-                                            int s, int n)
-{
-#pragma unroll
-    for (int it = 0; it < IT; it++) {
-        const int idx = threadIdx.x + it * NT;
-        v[it] = idx < width * n ? base[ring_at(s, idx / width) * stride + idx % width] : 0.0f;
-    }
-}
-
 // ring_scalars puts the first n ring entries' two per-head scalars of a
 // slot (Mamba-2 delta and decay, GDN exp(g) and beta; entry i of each at
 // at(i) in ra, rb) in shared memory a, b: with early, from ea and eb,
@@ -183,25 +167,6 @@ __device__ __forceinline__ void row_regs(float (&v)[IT], const float* __restrict
     for (int it = 0; it < IT; it++) {
         const int i = threadIdx.x + it * NT;
         v[it] = i < len ? src[i] : 0.0f;
-    }
-}
-
-// gather_rows4 is gather_rows 16 bytes at a time (width and the rows'
-// offsets multiples of 4 floats): a quarter of the load instructions and
-// of their address arithmetic, which the one-kernel small step issues
-// before its first barrier (RING_V4).
-template <int IT>
-__device__ __forceinline__ void gather_rows4(float4 (&v)[IT], const float* __restrict__ base, u64 stride, int width,
-                                             int s, int n)
-{
-    const int w4 = width / 4;
-#pragma unroll
-    for (int it = 0; it < IT; it++) {
-        const int idx = threadIdx.x + it * NT;
-        v[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (idx < w4 * n) {
-            v[it] = *reinterpret_cast<const float4*>(base + ring_at(s, idx / w4) * stride + 4 * (idx % w4));
-        }
     }
 }
 
@@ -290,19 +255,23 @@ __device__ __forceinline__ u32 f32_to_bf16(float f)
 // or from the ring is the same float, and the kernels' arithmetic is the
 // fp32 ring's. ring_e is a struct there, not a u16, so that a read of a
 // code as a number does not compile: every access goes through ring_ld /
-// ring_st and the overloads of the gathers below (gather_rows, gather_rows4,
-// cp_rows). With RING_BF16=0 ring_e is float and those are the identity:
-// the fp32 modules compile to what they did before it.
+// ring_st, the gathers below (gather_rows and gather_rows4 take either
+// element), cp_rows' bf16 overload and cp_ring4 / cp_ring16. With
+// RING_BF16=0 ring_e is float and those are plain loads, stores and
+// cp.async copies: the fp32 modules compile to what they did before it.
 #ifndef RING_BF16
 #define RING_BF16 0
 #endif
+// ring_ld reads one element of a ring row as a float, ring_ld4 four
+// (16-byte aligned floats, or 8-byte aligned codes), ring_st stores one.
+__device__ __forceinline__ float ring_ld(const float* p) { return *p; }
+__device__ __forceinline__ float4 ring_ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 #if RING_BF16
 struct ring_e {
     u16 code;
 };
 __device__ __forceinline__ float ring_ld(const ring_e* p) { return __uint_as_float((u32)p->code << 16); }
 __device__ __forceinline__ void ring_st(ring_e* p, float v) { p->code = (u16)f32_to_bf16(v); }
-// ring_ld4 widens the four codes at p (8-byte aligned).
 __device__ __forceinline__ float4 ring_ld4(const ring_e* p)
 {
     const uint2 w = *reinterpret_cast<const uint2*>(p);
@@ -310,9 +279,44 @@ __device__ __forceinline__ float4 ring_ld4(const ring_e* p)
 }
 #else
 typedef float ring_e;
-__device__ __forceinline__ float ring_ld(const float* p) { return *p; }
 __device__ __forceinline__ void ring_st(float* p, float v) { *p = v; }
 #endif
+
+// gather_rows loads this thread's elements of the first n ring entries' rows
+// of `width` elements E (float, or a bf16 ring's codes; element idx = tid +
+// it*NT: entry idx / width, column idx % width; entry e's row at base +
+// ring_at(s, e) * stride), every load in flight at once; zeros past n rows.
+// A loop that stores each element where it goes as it loads it waits a
+// round trip per element.
+template <int IT, typename E>
+__device__ __forceinline__ void gather_rows(float (&v)[IT], const E* __restrict__ base, u64 stride, int width, int s,
+                                            int n)
+{
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = threadIdx.x + it * NT;
+        v[it] = idx < width * n ? ring_ld(base + ring_at(s, idx / width) * stride + idx % width) : 0.0f;
+    }
+}
+
+// gather_rows4 is gather_rows four elements at a time (width and the rows'
+// offsets multiples of 4): a quarter of the load instructions and of their
+// address arithmetic, which the one-kernel small step issues before its
+// first barrier (RING_V4).
+template <int IT, typename E>
+__device__ __forceinline__ void gather_rows4(float4 (&v)[IT], const E* __restrict__ base, u64 stride, int width, int s,
+                                             int n)
+{
+    const int w4 = width / 4;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = threadIdx.x + it * NT;
+        v[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (idx < w4 * n) {
+            v[it] = ring_ld4(base + ring_at(s, idx / w4) * stride + 4 * (idx % w4));
+        }
+    }
+}
 
 // round_bf16 rounds n floats of src to bf16 (to nearest even) into dst, as
 // floats: the op's ring inputs as a bf16 ring keeps them (RING_BF16),
@@ -2565,38 +2569,11 @@ __device__ __forceinline__ void cp_rows(float* dst, const float* src, u64 stride
 }
 
 #if RING_BF16
-// The bf16 ring's gathers: what gather_rows, gather_rows4 and cp_rows do
-// for float rows, for rows of bf16 codes widened to floats. cp.async cannot
-// widen, so cp_rows loads into registers and stores to shared memory (four
+// cp_rows for a bf16 ring's rows, widened to floats. cp.async cannot
+// widen, so it loads into registers and stores to shared memory (four
 // codes a load where LEN is a multiple of 4: 8-byte rows, aligned as the
 // fp32 ring's 16-byte ones); the stores are in place before the barrier
 // that follows the caller's cp.async wait, like the copies they replace.
-template <int IT>
-__device__ __forceinline__ void gather_rows(float (&v)[IT], const ring_e* __restrict__ base, u64 stride, int width,
-                                            int s, int n)
-{
-#pragma unroll
-    for (int it = 0; it < IT; it++) {
-        const int idx = threadIdx.x + it * NT;
-        v[it] = idx < width * n ? ring_ld(base + ring_at(s, idx / width) * stride + idx % width) : 0.0f;
-    }
-}
-
-template <int IT>
-__device__ __forceinline__ void gather_rows4(float4 (&v)[IT], const ring_e* __restrict__ base, u64 stride, int width,
-                                             int s, int n)
-{
-    const int w4 = width / 4;
-#pragma unroll
-    for (int it = 0; it < IT; it++) {
-        const int idx = threadIdx.x + it * NT;
-        v[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (idx < w4 * n) {
-            v[it] = ring_ld4(base + ring_at(s, idx / w4) * stride + 4 * (idx % w4));
-        }
-    }
-}
-
 template <int LEN>
 __device__ __forceinline__ void cp_rows(float* dst, int dstride, const ring_e* src, u64 stride, int rows, int ti, int nth)
 {
