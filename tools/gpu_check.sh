@@ -603,15 +603,16 @@ nvpipe)
 ring)
 	# Session 35, written without a GPU: the Mamba-2 bf16 ring (RING_BF16,
 	# REPLAYSSM_CUDA_RING_BF16=1 until this runs clean). Its metamorphic
-	# test against an fp32 ring fed rounded inputs (bit for bit, the small,
-	# group and v4 paths), the codec test (round_bf16 against numeric), the
-	# refusals; then the Mamba-2 rows at batch 256 with an fp32 ring and with
-	# a bf16 one, in the same call (the bf16 ring runs the work_items flush:
-	# compare its flush with the fp32 ring's under REPLAYSSM_CUDA_FOLDS=items
-	# too, to see what the ring bought apart from the lost pipelined folds).
+	# test against an fp32 ring fed rounded inputs (bit for bit: the small,
+	# group and v4 paths, the items and the pipelined folds), the codec test
+	# (round_bf16 against numeric), the refusals; then the Mamba-2 rows at
+	# batch 256 with an fp32 ring and with a bf16 one, each on the pipelined
+	# folds (the default; with a bf16 ring their producer widens the rows
+	# through registers, Piece.widen) and on the items flush
+	# (REPLAYSSM_CUDA_FOLDS=items), in the same call.
 	some_tests ring 300 'TestReplayRingBF16IsRoundedInputs|TestReplayCodecs|TestReplayRingRefusals'
-	for r in fp32 fp32-items bf16; do
-		REPLAYSSM_CUDA_FOLDS=$([[ $r == fp32-items ]] && echo items) REPLAYSSM_CUDA_RING_BF16=1 "$cli" bench kernels --device cuda \
+	for r in fp32 fp32-items bf16 bf16-items; do
+		REPLAYSSM_CUDA_FOLDS=$([[ $r == *-items ]] && echo items) REPLAYSSM_CUDA_RING_BF16=1 "$cli" bench kernels --device cuda \
 			--batch 256 --shapes mamba2 --state-dtype fp32,bf16 --ring-dtype "${r%-items}" \
 			--modes baseline,replay,replay-nvfp4,verify-baseline,verify,verify-nvfp4 --min-time 30ms >"$out/ring_$r.txt" 2>&1
 		echo "== ring $r: exit $?"

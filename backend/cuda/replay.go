@@ -595,6 +595,10 @@ func planPipeline(d *Device, stageBytes, scratchBytes int, opt replay.Options, r
 		p.reasonDisabled = fmt.Sprintf("compute capability %d < 9 (no bulk copies)", major)
 	case !shapeOK:
 		p.reasonDisabled = "state rows, ring entries or nvfp4 scale rows are not 16-byte multiples"
+	case opt.Ring != numeric.F32:
+		// Widening a bf16 ring's rows in the producer spilled at these
+		// kernels' register bound (replay_mamba2.cu, NSTAGE).
+		p.reasonDisabled = "a bf16 ring (the pipelined step and verify copy fp32 ring rows)"
 	}
 	if p.reasonDisabled != "" {
 		return p, nil

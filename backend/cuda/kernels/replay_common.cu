@@ -2062,18 +2062,41 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
     const int lane = threadIdx.x & 31;
     u32 tx = 0;
 #if RING_BF16 && !defined(PIPE_NOCOPY)
-    // A bf16 ring's rows first, widened through registers (four codes a
-    // load, a float4 store; the ring pieces' unit order and swizzle): the
-    // stores are the warp's before __syncwarp, and lane 0's arrival below
-    // (release) publishes them with the phase the consumers wait for.
+    // A bf16 ring's rows first, widened through registers: the warp takes
+    // WB pieces at a time, lane l unit l (+32, ...) of each (four codes an
+    // 8-byte load, coalesced across the lanes, then a float4 store where the
+    // piece's unit goes, swizzle included), every load of the WB pieces in
+    // flight before the first store. The loads wait here, where cp.async
+    // would not; WB bounds how many round trips an item's rows take (Nano's
+    // flush of 16 entries: 32 rows, four). The stores are the warp's before
+    // __syncwarp, and lane 0's arrival below (release) publishes them with
+    // the phase the consumers wait for.
     {
-        const int sub = lane % PIPE_LANES, grp = lane / PIPE_LANES;
-        for (int ci = nmat + grp; ci < npieces; ci += 32 / PIPE_LANES) {
-            const Piece pc = piece(ci);
-            if (pc.widen) {
-                for (u32 f = sub; f < pc.bytes / 16; f += PIPE_LANES) {
-                    *reinterpret_cast<float4*>(pc.dst + 16 * bsw_unit(f, pc.swz)) =
-                        ring_ld4(static_cast<const ring_e*>(pc.src) + 4 * f);
+        constexpr int WU = ((ROWS > COLS ? ROWS : COLS) / 4 + 31) / 32; // a ring row's units a lane
+        constexpr int WB = 8;
+        for (int c0 = nmat; c0 < npieces; c0 += WB) {
+            uint2 w[WB][WU];
+#pragma unroll
+            for (int k = 0; k < WB; k++) {
+                const Piece pc = c0 + k < npieces ? piece(c0 + k) : Piece{};
+#pragma unroll
+                for (int u = 0; u < WU; u++) {
+                    const u32 f = lane + 32 * u;
+                    if (pc.widen && f < pc.bytes / 16) {
+                        w[k][u] = *reinterpret_cast<const uint2*>(static_cast<const ring_e*>(pc.src) + 4 * f);
+                    }
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < WB; k++) {
+                const Piece pc = c0 + k < npieces ? piece(c0 + k) : Piece{};
+#pragma unroll
+                for (int u = 0; u < WU; u++) {
+                    const u32 f = lane + 32 * u;
+                    if (pc.widen && f < pc.bytes / 16) {
+                        *reinterpret_cast<float4*>(pc.dst + 16 * bsw_unit(f, pc.swz)) =
+                            make_float4(bf16_lo(w[k][u].x), bf16_hi(w[k][u].x), bf16_lo(w[k][u].y), bf16_hi(w[k][u].y));
+                    }
                 }
             }
         }
@@ -2570,22 +2593,50 @@ __device__ __forceinline__ void cp_rows(float* dst, const float* src, u64 stride
 
 #if RING_BF16
 // cp_rows for a bf16 ring's rows, widened to floats. cp.async cannot
-// widen, so it loads into registers and stores to shared memory (four
-// codes a load where LEN is a multiple of 4: 8-byte rows, aligned as the
-// fp32 ring's 16-byte ones); the stores are in place before the barrier
-// that follows the caller's cp.async wait, like the copies they replace.
+// widen, so it loads into registers and stores to shared memory: four
+// codes a load where LEN is a multiple of 4 (8-byte units, aligned as the
+// fp32 ring's 16-byte ones), CPK loads of a thread in flight before its
+// stores. The stores are in place before the barrier that follows the
+// caller's cp.async wait, like the copies they replace.
 template <int LEN>
 __device__ __forceinline__ void cp_rows(float* dst, int dstride, const ring_e* src, u64 stride, int rows, int ti, int nth)
 {
-    if (LEN % 4 == 0) {
-        for (int q = ti; q < rows * (LEN / 4); q += nth) {
-            const int j = q / (LEN / 4), e = 4 * (q % (LEN / 4));
-            *reinterpret_cast<float4*>(dst + j * dstride + e) = ring_ld4(src + j * stride + e);
-        }
-    } else {
-        for (int q = ti; q < rows * LEN; q += nth) {
-            const int j = q / LEN, e = q % LEN;
-            dst[j * dstride + e] = ring_ld(src + j * stride + e);
+    constexpr int U = LEN % 4 == 0 ? LEN / 4 : LEN; // units a row: 4 codes each, or 1
+    constexpr int CPK = 4;
+    const int units = rows * U;
+    for (int q0 = ti; q0 < units; q0 += CPK * nth) {
+        if constexpr (LEN % 4 == 0) {
+            float4 v[CPK];
+#pragma unroll
+            for (int k = 0; k < CPK; k++) {
+                const int q = q0 + k * nth;
+                if (q < units) {
+                    v[k] = ring_ld4(src + (q / U) * stride + 4 * (q % U));
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < CPK; k++) {
+                const int q = q0 + k * nth;
+                if (q < units) {
+                    *reinterpret_cast<float4*>(dst + (q / U) * dstride + 4 * (q % U)) = v[k];
+                }
+            }
+        } else {
+            float v[CPK];
+#pragma unroll
+            for (int k = 0; k < CPK; k++) {
+                const int q = q0 + k * nth;
+                if (q < units) {
+                    v[k] = ring_ld(src + (q / U) * stride + q % U);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < CPK; k++) {
+                const int q = q0 + k * nth;
+                if (q < units) {
+                    dst[(q / U) * dstride + q % U] = v[k];
+                }
+            }
         }
     }
 }

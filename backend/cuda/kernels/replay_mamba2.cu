@@ -1336,6 +1336,12 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_verify(MAMBA2_B
 // SCR_BYTES (checked against the layout below).
 
 #ifdef NSTAGE
+#if RING_BF16
+// Its producer, widening a bf16 ring's rows, spilled at the kernels'
+// register bound (ptxas sm_90, Nano bf16 + nvfp4 verify at 56 registers:
+// 48 -> 128-248 bytes); a bf16 ring takes the group and v4 kernels.
+#error "the pipelined step and verify copy fp32 ring rows"
+#endif
 #define ST_X (((SMAT_BYTES) + 15) / 16 * 16)
 #define ST_B (ST_X + RMAX * P * 4)
 #define ST_C (ST_B + RMAX * N * 4)
@@ -1483,18 +1489,16 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
 #endif
                     }
                     int c = ci - NS;
-                    // Entries before kn from the ring (widened from a bf16
-                    // ring), the new tokens' from the op.
                     if (c < ne) {
-                        const void* src = c < kn ? (const void*)(ringX + (ring_at(ks, c) * NHEADS + kh) * P)
-                                                 : (const void*)(x + (((u64)kb * T1 + (c - kn)) * NHEADS + kh) * P);
-                        return Piece{sg + ST_X + c * P * 4, src, P * 4, 0, RING_BF16 && c < kn};
+                        const float* src = c < kn ? ringX + (ring_at(ks, c) * NHEADS + kh) * P
+                                                  : x + (((u64)kb * T1 + (c - kn)) * NHEADS + kh) * P;
+                        return Piece{sg + ST_X + c * P * 4, src, P * 4};
                     }
                     c -= ne;
                     if (c < ne) {
-                        const void* src = c < kn ? (const void*)(ringB + (ring_at(ks, c) * NGROUPS + g) * N)
-                                                 : (const void*)(B + (((u64)kb * T1 + (c - kn)) * NGROUPS + g) * N);
-                        return Piece{sg + ST_B + c * N * 4, src, N * 4, 0, RING_BF16 && c < kn};
+                        const float* src = c < kn ? ringB + (ring_at(ks, c) * NGROUPS + g) * N
+                                                  : B + (((u64)kb * T1 + (c - kn)) * NGROUPS + g) * N;
+                        return Piece{sg + ST_B + c * N * 4, src, N * 4};
                     }
                     c -= ne;
                     if (c < kc) {
