@@ -272,13 +272,14 @@ func groupBlockSize(rows, lanes int) int {
 // planGroup plans a group step over heads matrices of rows × cols per
 // group whose static tables take tables bytes: on unless the mode, the
 // knobs or the shape rule it out. Its dynamic shared memory holds the
-// ring's per-head rows of the group (rows floats a head and entry) for the
-// L-2 entries a non-flush step reads, up to 64 KiB (three blocks per SM);
-// the kernels read the rest from global memory.
-func planGroup(opt replay.Options, tn tuning, heads, rows, cols, tables int) groupStep {
+// ring's per-head rows of the group (rows elements of elem bytes a head and
+// entry, as the ring keeps them) for the L-2 entries a non-flush step
+// reads, up to 64 KiB (three blocks per SM); the kernels read the rest from
+// global memory.
+func planGroup(opt replay.Options, tn tuning, heads, rows, cols, elem, tables int) groupStep {
 	vec := 16 / max(1, readElemBytes(opt)) // elements per 16-byte chunk (nvfp4: per 8 bytes of codes)
 	chunks := cols / vec
-	rowBytes := 4 * heads * rows
+	rowBytes := elem * heads * rows
 	threads := groupBlockSize(heads*rows, min(chunks, 8))
 	if tn.groupNT > 0 {
 		threads = tn.groupNT

@@ -316,7 +316,7 @@ func gdnGroupPlan(shape ssm.GDNShape, opt replay.Options, tn tuning) groupStep {
 	dk, dv := shape.KeyDim, shape.ValueDim
 	vpk, R := shape.ValueHeads/shape.KeyHeads, replayRing(opt)
 	tables := 4 * ((R+2)*dk + 2*(R+1) + 3*vpk*(R+1) + 2*vpk + 2*vpk*dv + 32)
-	g := planGroup(opt, tn, vpk, dv, dk, tables)
+	g := planGroup(opt, tn, vpk, dv, dk, 4, tables) // the cached u rows: fp32 whatever the ring
 	g.groups = shape.KeyHeads
 	// An fp32 step in 64-thread blocks (eight an SM; Qwen3.5-4B) stages
 	// at most gdnStaged64 ring entries, reading the rest from global

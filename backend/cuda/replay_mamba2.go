@@ -180,7 +180,7 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	P, N, G := shape.HeadDim, shape.StateSize, shape.Groups
 	hpg, R := shape.Heads/G, replayRing(opt)
 	tables := 4 * (N + R*N + hpg*P + 3*hpg*R + R + 2*hpg + 16)
-	g := planGroup(opt, tn, hpg, P, N, tables)
+	g := planGroup(opt, tn, hpg, P, N, ringElemBytes(opt), tables) // the ring's x rows
 	g.groups = G
 	if tn.v5 {
 		g.on, g.why = false, "REPLAYSSM_CUDA_KERNELS=v5"

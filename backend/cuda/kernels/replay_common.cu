@@ -2648,6 +2648,32 @@ __device__ __forceinline__ void cp_rows(float* dst, const ring_e* src, u64 strid
 }
 #endif
 
+// cp_rows_as_kept copies rows of LEN ring elements to shared memory as the
+// ring keeps them, by cp.async: an fp32 ring's with cp_rows, a bf16 ring's
+// codes 16 bytes (8 codes) a copy where a row is a multiple of 8 codes,
+// else 4 (2 codes). The group steps stage their x rows so, and widen them
+// where they read them (ring_ld): the copy stays asynchronous and takes
+// half the shared memory.
+template <int LEN>
+__device__ __forceinline__ void cp_rows_as_kept(ring_e* dst, const ring_e* src, u64 stride, int rows, int ti, int nth)
+{
+#if RING_BF16
+    static_assert(LEN % 2 == 0, "a bf16 row of an odd number of codes");
+    constexpr int PER = LEN % 8 == 0 ? 8 : 2; // codes a copy
+    for (int q = ti; q < rows * (LEN / PER); q += nth) {
+        const int j = q / (LEN / PER), e = PER * (q % (LEN / PER));
+        const void* from = src + j * stride + e; // the codes as they are (cp_async of a ring_e* is deleted)
+        if (PER == 8) {
+            cp_async16(dst + j * LEN + e, from);
+        } else {
+            cp_async4(dst + j * LEN + e, from);
+        }
+    }
+#else
+    cp_rows<LEN>(dst, src, stride, rows, ti, nth);
+#endif
+}
+
 // cp_table copies the first cols floats of rows rows by cp.async, 4 bytes
 // a copy: dst[i*dstride + j] = src[i*sstride + j] (the ring's per-head
 // scalars of a group of heads).

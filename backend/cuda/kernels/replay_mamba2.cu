@@ -1698,17 +1698,18 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     __shared__ float sE[HPG];
     __shared__ float sGs[HPG];
     __shared__ float sLut[16];
-    // The ring's x rows of the group, entries [0, xcap): as many as the
-    // launch's dynamic shared memory holds (the host sizes it for a whole
-    // window); entries past it are read from global memory.
-    extern __shared__ __align__(16) float sXr[];
+    // The ring's x rows of the group, entries [0, xcap), as the ring keeps
+    // them (a bf16 ring's codes copied as they are, widened where read): as
+    // many as the launch's dynamic shared memory holds (the host sizes it
+    // for a whole window); entries past it are read from global memory.
+    extern __shared__ __align__(16) ring_e sXr[];
     static_assert(HPG <= GNT, "one thread per head of a group");
 
     TRACE_START();
     int traced = 0; // the block's items (TRACE)
     const int tid = threadIdx.x, items = batch * NGROUPS;
     constexpr int OUTS = (GROWS + GNT - 1) / GNT;
-    const int xcap = (int)(dynamic_smem_bytes() / (GROWS * 4));
+    const int xcap = (int)(dynamic_smem_bytes() / (u32)(GROWS * sizeof(ring_e)));
 #if READ_FMT == FMT_NVFP4 && !MTC_ON
     init_e2m1_lut(sLut);
 #endif
@@ -1772,7 +1773,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             cp_table(sDelta, RMAX, ringDt + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
             cp_table(sDecay, RMAX, ringA + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
             cp_async_commit();
-            cp_rows<GROWS>(sXr, xr + ring_at(s, 0) * (NHEADS * P), NHEADS * P, xs, tid, GNT);
+            cp_rows_as_kept<GROWS>(sXr, xr + ring_at(s, 0) * (NHEADS * P), NHEADS * P, xs, tid, GNT);
             cp_async_commit();
             // The current token appended to the ring.
             const float* Bt = B + ((u64)b * NGROUPS + g) * N;
@@ -1863,7 +1864,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                     const int hh = o / P;
                     float yv = sE[hh] * sDot[o] + D[h0 + hh] * xc[k];
                     for (int j = 0; j < xs; j++) {
-                        yv = fmaf(sW[hh * RMAX + j] * sBC[j], sXr[j * GROWS + o], yv);
+                        yv = fmaf(sW[hh * RMAX + j] * sBC[j], ring_ld(&sXr[j * GROWS + o]), yv);
                     }
                     for (int j = xs; j < n; j++) {
                         yv = fmaf(sW[hh * RMAX + j] * sBC[j], ring_ld(xr + ring_at(s, j) * (NHEADS * P) + o), yv);
@@ -1943,7 +1944,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     __shared__ float sDecay[HPG * RMAX];
     __shared__ float sGs[HPG];
     __shared__ float sLut[16];
-    extern __shared__ __align__(16) float sXr[]; // the ring's x rows, entries [0, xcap)
+    extern __shared__ __align__(16) ring_e sXr[]; // the ring's x rows, entries [0, xcap), as the ring keeps them
 
     const int tid = threadIdx.x, h0 = g * HPG;
     const int s = slots[b];
@@ -1963,7 +1964,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         n = 0; // mamba2_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
     }
     const int ne = n + cnt;
-    const int xs = min(n, (int)(dynamic_smem_bytes() / (GROWS * 4)));
+    const int xs = min(n, (int)(dynamic_smem_bytes() / (u32)(GROWS * sizeof(ring_e))));
     const ring_e* xr = ringX + (u64)h0 * P;
     // The ring: B rows and the heads' delta / decay (one cp.async group),
     // then the x rows (a second, waited for after the stream).
@@ -1971,7 +1972,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     cp_table(sDelta, RMAX, ringDt + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
     cp_table(sDecay, RMAX, ringA + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
     cp_async_commit();
-    cp_rows<GROWS>(sXr, xr + ring_at(s, 0) * (NHEADS * P), NHEADS * P, xs, tid, GNT);
+    cp_rows_as_kept<GROWS>(sXr, xr + ring_at(s, 0) * (NHEADS * P), NHEADS * P, xs, tid, GNT);
     cp_async_commit();
     // The drafts appended to the ring at entries n.., their C and B kept
     // (their x rows go to the ring with y, below).
@@ -2133,7 +2134,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
             }
         };
         for (int j = 0; j < xs; j++) {
-            term(j, sXr[j * GROWS + o]);
+            term(j, ring_ld(&sXr[j * GROWS + o]));
         }
 #pragma unroll 4
         for (int j = xs; j < n; j++) {
