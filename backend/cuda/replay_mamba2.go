@@ -64,7 +64,8 @@ type Mamba2Cache struct {
 // allocates a cache of capacity slots on d. Options are package replay's;
 // the GPU supports every state and read-copy format of package replay but
 // the naive nvfp4 baseline, no stochastic rounding, and window + max
-// drafts ≤ 32.
+// drafts ≤ 32. A bf16 ring (Options.Ring) needs REPLAYSSM_CUDA_RING_BF16=1
+// until its kernels have run on a device.
 func NewMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm replay.Mamba2Params, capacity int, opt replay.Options) (*Mamba2Cache, error) {
 	return newMamba2Cache(ctx, d, shape, prm, capacity, opt, envTuning(os.Getenv))
 }
@@ -316,9 +317,10 @@ func ringElemBytes(opt replay.Options) int {
 	return 4
 }
 
-// ringInputs returns the op's x and B as the kernels are to read them:
-// the caller's, or with a bf16 ring the cache's copies of rows·T rows
-// rounded to bf16 (round_bf16), queued on s before the op. Every value the
+// ringInputs returns the op's x and B (rows input rows: the batch, times T
+// for a verify) as the kernels are to read them: the caller's, or with a
+// bf16 ring the cache's copies rounded to bf16 (round_bf16), queued on s
+// before the op. Every value the
 // kernels then take from the op or the ring is what the ring holds, so the
 // cache computes what an fp32 ring fed rounded inputs computes, as the CPU
 // cache's contract says (replay.Options.Ring).
