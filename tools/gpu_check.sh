@@ -44,7 +44,8 @@
 #   tools/gpu_check.sh readcopy # the read-copy conformance test and the nvfp4 quotients by reciprocal (NV_QDIV): first next session (session 33)
 #   tools/gpu_check.sh bf16nan # bf16 stores without their NaN branch (BF16_NAN_BRANCH=0): second next session (session 33)
 #   tools/gpu_check.sh nvpipe # the nvfp4 flush: the lean quantiser (NV_LEAN) and Mamba-2's on the pipelined fold (FOLDS=pipe), then bench256: after `tests`, next session (session 34)
-#   tools/gpu_check.sh ring # the Mamba-2 bf16 ring (session 35, written without a GPU): its tests, then batch 256 against the fp32 ring
+#   tools/gpu_check.sh ring # the Mamba-2 bf16 ring's tests (session 35, written without a GPU)
+#   tools/gpu_check.sh ringbench # batch 256, Mamba-2, bf16 ring against fp32 ring (ringitems: both on the items flush)
 #   tools/gpu_check.sh m2stages # the Mamba-2 pipelined folds' stages (FOLD_STAGES 2, 4) on fp8 and bf16 checkpoints (session 33)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
@@ -605,18 +606,25 @@ ring)
 	# REPLAYSSM_CUDA_RING_BF16=1 until this runs clean). Its metamorphic
 	# test against an fp32 ring fed rounded inputs (bit for bit: the small,
 	# group and v4 paths, the items and the pipelined folds), the codec test
-	# (round_bf16 against numeric), the refusals; then the Mamba-2 rows at
-	# batch 256 with an fp32 ring and with a bf16 one, each on the pipelined
-	# folds (the default; with a bf16 ring their producer widens the rows
-	# through registers, Piece.widen) and on the items flush
-	# (REPLAYSSM_CUDA_FOLDS=items), in the same call.
-	some_tests ring 300 'TestReplayRingBF16IsRoundedInputs|TestReplayCodecs|TestReplayRingRefusals'
-	for r in fp32 fp32-items bf16 bf16-items; do
-		REPLAYSSM_CUDA_FOLDS=$([[ $r == *-items ]] && echo items) REPLAYSSM_CUDA_RING_BF16=1 "$cli" bench kernels --device cuda \
-			--batch 256 --shapes mamba2 --state-dtype fp32,bf16 --ring-dtype "${r%-items}" \
-			--modes baseline,replay,replay-nvfp4,verify-baseline,verify,verify-nvfp4 --min-time 30ms >"$out/ring_$r.txt" 2>&1
-		echo "== ring $r: exit $?"
-		cat "$out/ring_$r.txt"
+	# (round_bf16 against numeric), the refusals. Then `ringbench`.
+	some_tests ring 400 'TestReplayRingBF16IsRoundedInputs|TestReplayCodecs|TestReplayRingRefusals'
+	;;
+ringbench | ringitems)
+	# The Mamba-2 rows at batch 256 with an fp32 ring and with a bf16 one
+	# in the same call: ringbench on the pipelined folds (the default; with
+	# a bf16 ring their producer widens the rows through registers,
+	# Piece.widen), ringitems on the items flush (REPLAYSSM_CUDA_FOLDS=items:
+	# whether the producer's widening holds the folds back).
+	folds=
+	[[ $1 == ringitems ]] && folds=items
+	for r in fp32 bf16; do
+		REPLAYSSM_CUDA_FOLDS=$folds REPLAYSSM_CUDA_RING_BF16=1 "$cli" bench kernels --device cuda \
+			--batch 256 --shapes mamba2 --state-dtype fp32,bf16 --ring-dtype "$r" \
+			--modes baseline,replay,replay-nvfp4,verify-baseline,verify,verify-nvfp4 --min-time 30ms --json \
+			>"$out/$1_$r.jsonl" 2>"$out/$1_$r.err"
+		echo "== $1 ring $r: exit $?"
+		tail -3 "$out/$1_$r.err"
+		python3 tools/perf_table.py --wide "$out/$1_$r.jsonl"
 	done
 	;;
 m2stages)
