@@ -419,6 +419,15 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 				tn.defines = append(slices.Clip(tn.defines), "-DTC_FOLD="+on)
 				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + name})
 			}
+			if strings.HasPrefix(l.name, "mamba2") && (tc.name == "replay/fp32" || tc.name == "replay/bf16+nvfp4") {
+				// A bf16 ring (Mamba-2's): the reference is fed the
+				// inputs rounded as the ring keeps them.
+				tc := tc
+				tc.opt.Ring = numeric.BF16
+				tn := envTuning(os.Getenv)
+				tn.ringBF16 = true
+				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + "/bf16-ring"})
+			}
 			if l.name == m2TCLayer && tc.opt.Mode == replay.Replay {
 				// The Mamba-2 pipelined folds both ways: on the tensor
 				// cores and by FMA (one is the default).
@@ -479,8 +488,12 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 				st.upload(t, d, s, slots, in)
 				must(t, c.step(s, len(slots), st.slots, st.in, st.y))
 				y := st.download(t, s, len(slots)*l.width)
+				refIn := in
+				if tc.opt.Ring == numeric.BF16 {
+					refIn = roundRingFields(l, in)
+				}
 				for i, slot := range slots {
-					e := relErr(y[i*l.width:(i+1)*l.width], l.ref(refs[slot], in, i))
+					e := relErr(y[i*l.width:(i+1)*l.width], l.ref(refs[slot], refIn, i))
 					worst = max(worst, e)
 					if e > bound {
 						t.Fatalf("step %d slot %d: relative error %.3g > %.3g", step, slot, e, bound)
@@ -534,6 +547,9 @@ func TestReplayCacheSpeculative(t *testing.T) {
 		{"replay-L4-exact-fold", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5, ExactFold: true}, gdnLayers, nil},
 		{"replay-bf16-exact-fold", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.BF16, ExactFold: true}, gdnLayers, nil},
 		{"replay-e4m3-exact-fold", replay.Options{Mode: replay.Replay, Window: 6, MaxDraft: 4, State: numeric.E4M3, ExactFold: true}, gdnLayers, nil},
+		// Mamba-2's bf16 ring against the reference fed rounded inputs.
+		{"replay-L4-bf16-ring", replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 5, Ring: numeric.BF16},
+			[]gpuLayer{smallLayers()[0], largeLayers()[0]}, nil},
 	}
 	for si, sp := range specs {
 		for li, l := range sp.layers {
@@ -552,6 +568,15 @@ func TestReplayCacheSpeculative(t *testing.T) {
 				const nslots = 4
 				tn := envTuning(os.Getenv)
 				tn.defines = append(slices.Clip(tn.defines), sp.defines...)
+				tn.ringBF16 = true
+				// ref is the layer's reference on the inputs as the
+				// cache's ring keeps them.
+				ref := func(state []float64, in [][]float32, r int) []float64 {
+					if sp.opt.Ring == numeric.BF16 {
+						in = roundRingFields(l, in)
+					}
+					return l.ref(state, in, r)
+				}
 				c, err := l.buildWith(d, sp.opt, nslots, tn)
 				if err != nil {
 					t.Fatal(err)
@@ -580,7 +605,7 @@ func TestReplayCacheSpeculative(t *testing.T) {
 						must(t, c.step(s, len(slots), st.slots, st.in, st.y))
 						y := st.download(t, s, len(slots)*w)
 						for i, slot := range slots {
-							if e := relErr(y[i*w:(i+1)*w], l.ref(refs[slot], in, i)); e > bound {
+							if e := relErr(y[i*w:(i+1)*w], ref(refs[slot], in, i)); e > bound {
 								t.Fatalf("round %d step slot %d: error %.3g", round, slot, e)
 							}
 						}
@@ -606,7 +631,7 @@ func TestReplayCacheSpeculative(t *testing.T) {
 							if k < acc[i] {
 								state = refs[slot]
 							}
-							want := l.ref(state, in, r)
+							want := ref(state, in, r)
 							if k < acc[i] {
 								copy(scratch, refs[slot])
 							}
@@ -645,25 +670,38 @@ func TestReplayCacheGraph(t *testing.T) {
 		// kernels (for GDN on two streams, OVERLAP: the fork and join are
 		// the graph's edges).
 		for _, mode := range []string{"small", "split"} {
-			t.Run(l.name+"/"+mode, func(t *testing.T) {
-				t.Parallel()
-				graphRounds(t, d, l, mode == "split")
-			})
+			// A bf16 ring (Mamba-2's) adds round_bf16's launches to the
+			// captured step and verify.
+			for _, ring := range []numeric.Format{numeric.F32, numeric.BF16} {
+				if ring == numeric.BF16 && l.name[:3] == "gdn" {
+					continue
+				}
+				name := l.name + "/" + mode
+				if ring != numeric.F32 {
+					name += "/" + ring.String() + "-ring"
+				}
+				t.Run(name, func(t *testing.T) {
+					t.Parallel()
+					graphRounds(t, d, l, mode == "split", ring)
+				})
+			}
 		}
 	}
 }
 
-// graphRounds is TestReplayCacheGraph for one layer: every step through the
-// split kernels where split.
-func graphRounds(t *testing.T, d *Device, l gpuLayer, split bool) {
-	opt := replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 2, ReadCopy: numeric.NVFP4}
+// graphRounds is TestReplayCacheGraph for one layer and ring format: every
+// step through the split kernels where split.
+func graphRounds(t *testing.T, d *Device, l gpuLayer, split bool, ring numeric.Format) {
+	opt := replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 2, ReadCopy: numeric.NVFP4, Ring: ring}
 	const nslots, T = 3, 2
-	direct, err := l.build(d, opt, nslots)
+	tn := envTuning(os.Getenv)
+	tn.ringBF16 = true
+	direct, err := l.buildWith(d, opt, nslots, tn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { must(t, direct.close()) }()
-	graphed, err := l.build(d, opt, nslots)
+	graphed, err := l.buildWith(d, opt, nslots, tn)
 	if err != nil {
 		t.Fatal(err)
 	}
