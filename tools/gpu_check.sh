@@ -606,8 +606,13 @@ ring)
 	# REPLAYSSM_CUDA_RING_BF16=1 until this runs clean). Its metamorphic
 	# test against an fp32 ring fed rounded inputs (bit for bit: the small,
 	# group and v4 paths, the items and the pipelined folds), the codec test
-	# (round_bf16 against numeric), the refusals. Then `ringbench`.
-	some_tests ring 400 'TestReplayRingBF16IsRoundedInputs|TestReplayCodecs|TestReplayRingRefusals'
+	# (round_bf16 against numeric), the refusals; the bf16-ring cases of
+	# the reference, speculative and graph tests (a -test.run pattern splits
+	# at every slash, so one call each). Then `ringbench`.
+	some_tests ring 300 'TestReplayRingBF16IsRoundedInputs|TestReplayCodecs|TestReplayRingRefusals'
+	some_tests ring_ref 120 'TestReplayCacheMatchesReference/mamba2.*/bf16-ring'
+	some_tests ring_spec 120 'TestReplayCacheSpeculative/mamba2.*bf16-ring'
+	some_tests ring_graph 60 'TestReplayCacheGraph/mamba2.*/bf16-ring'
 	;;
 ringbench | ringitems)
 	# The Mamba-2 rows at batch 256 with an fp32 ring and with a bf16 one
