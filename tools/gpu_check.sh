@@ -610,9 +610,9 @@ ring)
 	# the reference, speculative and graph tests (a -test.run pattern splits
 	# at every slash, so one call each). Then `ringbench`.
 	some_tests ring 300 'TestReplayRingBF16IsRoundedInputs|TestReplayCodecs|TestReplayRingRefusals'
-	some_tests ring_ref 120 'TestReplayCacheMatchesReference/mamba2.*/bf16-ring'
-	some_tests ring_spec 120 'TestReplayCacheSpeculative/mamba2.*bf16-ring'
-	some_tests ring_graph 60 'TestReplayCacheGraph/mamba2.*/bf16-ring'
+	some_tests ring_ref 120 'TestReplayCacheMatchesReference/mamba2/replay/.*/bf16-ring'
+	some_tests ring_spec 120 'TestReplayCacheSpeculative/mamba2/bf16-ring'
+	some_tests ring_graph 60 'TestReplayCacheGraph/mamba2/.*/bf16-ring'
 	;;
 ringbench | ringitems)
 	# The Mamba-2 rows at batch 256 with an fp32 ring and with a bf16 one
