@@ -353,8 +353,10 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem)
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 #if RING_BF16
-// A bf16 ring's codes are not floats: its rows go through cp_rows' and the
-// gathers' overloads, which widen them (a byte copy would compile).
+// A bf16 ring's codes are not floats: its rows go through the gathers,
+// cp_rows' bf16 overload and cp_ring4 / cp_ring16, which widen them, or
+// cp_rows_as_kept, which copies them as codes on purpose (a byte copy of a
+// ring_e* would compile here and land codes where floats are read).
 __device__ void cp_async16(void* smem, const ring_e* gmem) = delete;
 __device__ void cp_async4(void* smem, const ring_e* gmem) = delete;
 #endif
