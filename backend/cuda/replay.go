@@ -1521,6 +1521,24 @@ func need(name string, b Buffer, n int) error {
 	if b.bytes < n || b.ptr == 0 {
 		return fmt.Errorf("%s: %d bytes, want %d", name, b.bytes, n)
 	}
+	if b.ptr%4 != 0 {
+		return fmt.Errorf("%s: device address %#x is not 4-byte aligned", name, b.ptr)
+	}
+	return nil
+}
+
+// needRows is need for a buffer of float rows (a layer's inputs and
+// outputs), which the kernels move 16 bytes at a time (vector loads,
+// cp.async, bulk copies): its address must be 16-byte aligned as well. A
+// Buffer.Slice at another offset would fault on the device, and a faulted
+// context loses every cache on it; here it is an error that names it.
+func needRows(name string, b Buffer, n int) error {
+	if err := need(name, b, n); err != nil {
+		return err
+	}
+	if b.ptr%16 != 0 {
+		return fmt.Errorf("%s: device address %#x is not 16-byte aligned (its rows move 16 bytes at a time)", name, b.ptr)
+	}
 	return nil
 }
 

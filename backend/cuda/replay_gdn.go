@@ -456,8 +456,8 @@ func (c *GDNCache) checkInput(batch, T int, in GDNInput, o Buffer) error {
 	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
 	rows := batch * T
 	for _, e := range []error{
-		need("q", in.Q, 4*rows*Hk*dk), need("k", in.K, 4*rows*Hk*dk), need("v", in.V, 4*rows*Hv*dv),
-		need("a", in.A, 4*rows*Hv), need("b", in.B, 4*rows*Hv), need("o", o, 4*rows*Hv*dv),
+		needRows("q", in.Q, 4*rows*Hk*dk), needRows("k", in.K, 4*rows*Hk*dk), needRows("v", in.V, 4*rows*Hv*dv),
+		need("a", in.A, 4*rows*Hv), need("b", in.B, 4*rows*Hv), needRows("o", o, 4*rows*Hv*dv),
 	} {
 		if e != nil {
 			return e

@@ -368,8 +368,8 @@ func (c *Mamba2Cache) checkInput(batch, T int, in Mamba2Input, y Buffer) error {
 	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
 	rows := batch * T
 	for _, e := range []error{
-		need("x", in.X, 4*rows*H*P), need("B", in.B, 4*rows*G*N), need("C", in.C, 4*rows*G*N),
-		need("dt", in.Dt, 4*rows*H), need("y", y, 4*rows*H*P),
+		needRows("x", in.X, 4*rows*H*P), needRows("B", in.B, 4*rows*G*N), needRows("C", in.C, 4*rows*G*N),
+		need("dt", in.Dt, 4*rows*H), needRows("y", y, 4*rows*H*P),
 	} {
 		if e != nil {
 			return e

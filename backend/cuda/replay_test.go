@@ -1729,3 +1729,55 @@ func TestReplayKernelResources(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayInputAlignment checks, without a device, that the caches refuse
+// input and output buffers whose addresses the kernels cannot read (a
+// Buffer.Slice at an odd offset): float rows must be 16-byte aligned (they
+// move 16 bytes at a time), scalars and slot lists 4-byte aligned. On the
+// device such an address faults and the context, with every cache on it,
+// is lost; here the error names the buffer.
+func TestReplayInputAlignment(t *testing.T) {
+	const base = 0x7f0000000000 // a made-up device address, 256-byte aligned
+	buf := func(off uint64) Buffer { return Buffer{ptr: base + off, bytes: 1 << 20} }
+	m := &Mamba2Cache{shape: ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 16, Groups: 2}}
+	m.capacity = 4
+	g := &GDNCache{shape: ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}}
+	g.capacity = 4
+	m2 := func(f func(*Mamba2Input, *Buffer)) error {
+		in, y := Mamba2Input{Slots: buf(0), X: buf(0), B: buf(0), C: buf(0), Dt: buf(0)}, buf(0)
+		f(&in, &y)
+		return m.checkInput(2, 3, in, y)
+	}
+	gdn := func(f func(*GDNInput, *Buffer)) error {
+		in, o := GDNInput{Slots: buf(0), Q: buf(0), K: buf(0), V: buf(0), A: buf(0), B: buf(0)}, buf(0)
+		f(&in, &o)
+		return g.checkInput(2, 3, in, o)
+	}
+	tests := []struct {
+		name string
+		err  error
+		want string // "" for no error
+	}{
+		{"mamba2 aligned", m2(func(*Mamba2Input, *Buffer) {}), ""},
+		{"mamba2 x at +4", m2(func(in *Mamba2Input, _ *Buffer) { in.X = buf(4) }), "x: device address 0x7f0000000004 is not 16-byte aligned"},
+		{"mamba2 C at +8", m2(func(in *Mamba2Input, _ *Buffer) { in.C = buf(8) }), "C: device address"},
+		{"mamba2 y at +12", m2(func(_ *Mamba2Input, y *Buffer) { *y = buf(12) }), "y: device address"},
+		{"mamba2 dt at +4", m2(func(in *Mamba2Input, _ *Buffer) { in.Dt = buf(4) }), ""},
+		{"mamba2 dt at +2", m2(func(in *Mamba2Input, _ *Buffer) { in.Dt = buf(2) }), "dt: device address 0x7f0000000002 is not 4-byte aligned"},
+		{"mamba2 slots at +2", m2(func(in *Mamba2Input, _ *Buffer) { in.Slots = buf(2) }), "slots: device address"},
+		{"mamba2 slots at +4", m2(func(in *Mamba2Input, _ *Buffer) { in.Slots = buf(4) }), ""},
+		{"gdn aligned", gdn(func(*GDNInput, *Buffer) {}), ""},
+		{"gdn k at +4", gdn(func(in *GDNInput, _ *Buffer) { in.K = buf(4) }), "k: device address"},
+		{"gdn o at +8", gdn(func(_ *GDNInput, o *Buffer) { *o = buf(8) }), "o: device address"},
+		{"gdn a at +4", gdn(func(in *GDNInput, _ *Buffer) { in.A = buf(4) }), ""},
+		{"gdn b at +1", gdn(func(in *GDNInput, _ *Buffer) { in.B = buf(1) }), "b: device address"},
+	}
+	for _, tc := range tests {
+		switch {
+		case tc.want == "" && tc.err != nil:
+			t.Errorf("%s: %v", tc.name, tc.err)
+		case tc.want != "" && (tc.err == nil || !strings.Contains(tc.err.Error(), tc.want)):
+			t.Errorf("%s: error %v, want one containing %q", tc.name, tc.err, tc.want)
+		}
+	}
+}

@@ -320,14 +320,19 @@ __device__ __forceinline__ void gather_rows4(float4 (&v)[IT], const E* __restric
 
 // round_bf16 rounds n floats of src to bf16 (to nearest even) into dst, as
 // floats: the op's ring inputs as a bf16 ring keeps them (RING_BF16),
-// before the step or verify reads them. Four elements a thread, grid-stride.
+// before the step or verify reads them. Four elements a thread, one
+// 16-byte load and store (src and dst are whole device allocations,
+// 16-byte aligned), grid-stride; the last n % 4 one at a time.
 extern "C" __global__ void round_bf16(float* __restrict__ dst, const float* __restrict__ src, int n)
 {
+    const auto r = [](float v) { return __uint_as_float(f32_to_bf16(v) << 16); };
     for (int i = 4 * (blockIdx.x * blockDim.x + threadIdx.x); i < n; i += 4 * gridDim.x * blockDim.x) {
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (i + k < n) {
-                dst[i + k] = __uint_as_float(f32_to_bf16(src[i + k]) << 16);
+        if (i + 3 < n) {
+            const float4 v = *reinterpret_cast<const float4*>(src + i);
+            *reinterpret_cast<float4*>(dst + i) = make_float4(r(v.x), r(v.y), r(v.z), r(v.w));
+        } else {
+            for (int k = i; k < n; k++) {
+                dst[k] = r(src[k]);
             }
         }
     }
