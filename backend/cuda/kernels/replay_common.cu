@@ -2063,6 +2063,27 @@ __device__ __forceinline__ int bsw_unit(int f, int swz) { return f ^ ((f >> 3) &
 #define PIPE_LANES 2
 #endif
 static_assert(PIPE_LANES == 1 || PIPE_LANES == 2 || PIPE_LANES == 4, "PIPE_LANES: 1, 2 or 4");
+#if RING_BF16
+// widen_units calls body(piece, k, u, f) for each widened unit f of the
+// pieces c0 .. c0+WB-1 (piece(c0+k)) that lane takes: units lane + 32u,
+// u < WU, within the piece's bytes.
+template <int WB, int WU, typename F, typename Body>
+__device__ __forceinline__ void widen_units(int c0, int npieces, int lane, F& piece, Body body)
+{
+#pragma unroll
+    for (int k = 0; k < WB; k++) {
+        const Piece pc = c0 + k < npieces ? piece(c0 + k) : Piece{};
+#pragma unroll
+        for (int u = 0; u < WU; u++) {
+            const u32 f = lane + 32 * u;
+            if (pc.widen && f < pc.bytes / 16) {
+                body(pc, k, u, f);
+            }
+        }
+    }
+}
+#endif
+
 template <typename F>
 __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F piece)
 {
@@ -2083,29 +2104,13 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
         constexpr int WB = 8;
         for (int c0 = nmat; c0 < npieces; c0 += WB) {
             uint2 w[WB][WU];
-#pragma unroll
-            for (int k = 0; k < WB; k++) {
-                const Piece pc = c0 + k < npieces ? piece(c0 + k) : Piece{};
-#pragma unroll
-                for (int u = 0; u < WU; u++) {
-                    const u32 f = lane + 32 * u;
-                    if (pc.widen && f < pc.bytes / 16) {
-                        w[k][u] = *reinterpret_cast<const uint2*>(static_cast<const ring_e*>(pc.src) + 4 * f);
-                    }
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < WB; k++) {
-                const Piece pc = c0 + k < npieces ? piece(c0 + k) : Piece{};
-#pragma unroll
-                for (int u = 0; u < WU; u++) {
-                    const u32 f = lane + 32 * u;
-                    if (pc.widen && f < pc.bytes / 16) {
-                        *reinterpret_cast<float4*>(pc.dst + 16 * bsw_unit(f, pc.swz)) =
-                            make_float4(bf16_lo(w[k][u].x), bf16_hi(w[k][u].x), bf16_lo(w[k][u].y), bf16_hi(w[k][u].y));
-                    }
-                }
-            }
+            widen_units<WB, WU>(c0, npieces, lane, piece, [&](const Piece& pc, int k, int u, u32 f) {
+                w[k][u] = *reinterpret_cast<const uint2*>(static_cast<const ring_e*>(pc.src) + 4 * f);
+            });
+            widen_units<WB, WU>(c0, npieces, lane, piece, [&](const Piece& pc, int k, int u, u32 f) {
+                *reinterpret_cast<float4*>(pc.dst + 16 * bsw_unit(f, pc.swz)) =
+                    make_float4(bf16_lo(w[k][u].x), bf16_hi(w[k][u].x), bf16_lo(w[k][u].y), bf16_hi(w[k][u].y));
+            });
         }
         __syncwarp();
     }
