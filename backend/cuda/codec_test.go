@@ -167,33 +167,55 @@ func TestReplayCodecs(t *testing.T) {
 	}
 
 	// round_bf16, which rounds a bf16 ring's inputs (replay.Options.Ring),
-	// on the same floats: numeric's bf16 value bit for bit, NaNs included
-	// (f32_to_bf16 keeps numeric's NaN code). Odd counts and a grid of
-	// fewer threads than elements exercise its tail and its stride.
+	// on the same floats, as its two arrays: the first n0 into one buffer,
+	// the rest into another. numeric's bf16 value bit for bit, NaNs
+	// included (f32_to_bf16 keeps numeric's NaN code); untouched past each
+	// count. Counts that are not multiples of four and a grid of fewer
+	// threads than elements exercise its tails and its stride.
 	fn, err = m.Function("round_bf16")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, cnt := range []int{n, n - 3} {
+	second := alloc(t, d, 4*n)
+	back2 := make([]float32, n)
+	for _, n0 := range []int{n / 2, n/2 - 3, n - 5} {
+		n1 := n - n0 - 2 // the second array stops two short
+		src1, err := inB.Slice(4*n0, 4*(n-n0))
+		must(t, err)
+		if n0%4 != 0 {
+			// the second source must be 16-byte aligned (checkInput
+			// asks the same of the caches' inputs): copy it to its own.
+			src1 = alloc(t, d, 4*(n-n0))
+			must(t, d.CopyToDeviceF32(src1, in[n0:]))
+		}
 		must(t, d.Memset32(backB, poisonF32))
+		must(t, d.Memset32(second, poisonF32))
 		a.Reset()
 		a.Ptr(backB)
 		a.Ptr(inB)
-		a.I32(int32(cnt))
-		must(t, d.Launch(fn, [3]uint32{3, 1, 1}, [3]uint32{64, 1, 1}, 0, s, &a))
+		a.I32(int32(n0))
+		a.Ptr(second)
+		a.Ptr(src1)
+		a.I32(int32(n1))
+		must(t, d.Launch(fn, [3]uint32{3, 2, 1}, [3]uint32{64, 1, 1}, 0, s, &a))
 		must(t, s.Synchronize())
 		must(t, d.CopyFromDeviceF32(back, backB))
-		for i, f := range in {
-			want := numeric.F32FromBF16(numeric.BF16FromF32(f))
-			if i >= cnt {
-				want = math.Float32frombits(poisonF32)
-			}
-			if math.Float32bits(back[i]) != math.Float32bits(want) {
-				if bad++; bad <= 10 {
-					t.Errorf("round_bf16 of %v (%#08x), %d elements: %#08x; want %#08x", f, math.Float32bits(f), cnt, math.Float32bits(back[i]), math.Float32bits(want))
+		must(t, d.CopyFromDeviceF32(back2, second))
+		check := func(got []float32, vals []float32, cnt int, which string) {
+			for i, f := range vals {
+				want := numeric.F32FromBF16(numeric.BF16FromF32(f))
+				if i >= cnt {
+					want = math.Float32frombits(poisonF32)
+				}
+				if math.Float32bits(got[i]) != math.Float32bits(want) {
+					if bad++; bad <= 10 {
+						t.Errorf("round_bf16 %s of %v (%#08x), %d elements: %#08x; want %#08x", which, f, math.Float32bits(f), cnt, math.Float32bits(got[i]), math.Float32bits(want))
+					}
 				}
 			}
 		}
+		check(back, in, n0, "first array")
+		check(back2, in[n0:], n1, "second array")
 	}
 	if bad > 0 {
 		t.Fatalf("round_bf16: %d floats otherwise than numeric", bad)

@@ -329,20 +329,21 @@ func (c *Mamba2Cache) ringInputs(s *Stream, rows int, in Mamba2Input) (x, b Buff
 		return in.X, in.B, nil
 	}
 	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
-	for _, r := range []struct {
-		dst, src Buffer
-		n        int
-	}{{c.roundX, in.X, rows * H * P}, {c.roundB, in.B, rows * G * N}} {
-		a := &c.args
-		a.Reset()
-		a.Ptr(r.dst)
-		a.Ptr(r.src)
-		a.I32(int32(r.n))
-		const threads = 256
-		blocks := min((r.n+4*threads-1)/(4*threads), 8*c.d.Multiprocessors())
-		if err := c.d.Launch(c.roundFn, [3]uint32{uint32(max(1, blocks)), 1, 1}, [3]uint32{threads, 1, 1}, 0, s, a); err != nil {
-			return Buffer{}, Buffer{}, err
-		}
+	nx, nb := rows*H*P, rows*G*N
+	a := &c.args
+	a.Reset()
+	a.Ptr(c.roundX)
+	a.Ptr(in.X)
+	a.I32(int32(nx))
+	a.Ptr(c.roundB)
+	a.Ptr(in.B)
+	a.I32(int32(nb))
+	// Blocks for the larger array, four elements a thread; blockIdx.y
+	// picks the array (the smaller one's extra blocks find no work).
+	const threads = 256
+	blocks := min((max(nx, nb)+4*threads-1)/(4*threads), 8*c.d.Multiprocessors())
+	if err := c.d.Launch(c.roundFn, [3]uint32{uint32(max(1, blocks)), 2, 1}, [3]uint32{threads, 1, 1}, 0, s, a); err != nil {
+		return Buffer{}, Buffer{}, err
 	}
 	return c.roundX, c.roundB, nil
 }

@@ -320,11 +320,19 @@ __device__ __forceinline__ void gather_rows4(float4 (&v)[IT], const E* __restric
 
 // round_bf16 rounds n floats of src to bf16 (to nearest even) into dst, as
 // floats: the op's ring inputs as a bf16 ring keeps them (RING_BF16),
-// before the step or verify reads them. Four elements a thread, one
-// 16-byte load and store (src and dst are whole device allocations,
-// 16-byte aligned), grid-stride; the last n % 4 one at a time.
-extern "C" __global__ void round_bf16(float* __restrict__ dst, const float* __restrict__ src, int n)
+// before the step or verify reads them. Two arrays in one launch (Mamba-2's
+// x and B): blockIdx.y 0 takes (dst, src, n), 1 (dst1, src1, n1). Four
+// elements a thread, one 16-byte load and store (the caches check that
+// src and dst are 16-byte aligned), grid-stride; the last n % 4 one at a
+// time.
+extern "C" __global__ void round_bf16(float* __restrict__ dst, const float* __restrict__ src, int n,
+                                      float* __restrict__ dst1, const float* __restrict__ src1, int n1)
 {
+    if (blockIdx.y == 1) {
+        dst = dst1;
+        src = src1;
+        n = n1;
+    }
     const auto r = [](float v) { return __uint_as_float(f32_to_bf16(v) << 16); };
     for (int i = 4 * (blockIdx.x * blockDim.x + threadIdx.x); i < n; i += 4 * gridDim.x * blockDim.x) {
         if (i + 3 < n) {
