@@ -142,6 +142,7 @@ var (
 // 16-byte cp.async, a CTA fence): for resource estimates only.
 func hopperCompat(ptx string) string {
 	ptx = strings.ReplaceAll(ptx, "fence.mbarrier_init.release.cluster;", "membar.cta;")
+	ptx = strings.ReplaceAll(ptx, "fence.proxy.async.shared::cta;", "membar.cta;")
 	ptx = expectTx.ReplaceAllString(ptx, "mbarrier.arrive.shared::cta.b64 _, [$1]; add.u32 $2, $2, 0;")
 	return bulkCopy.ReplaceAllString(ptx, "cp.async.ca.shared.global [$1], [$2], 16; add.u32 $3, $3, $4;")
 }
@@ -149,9 +150,11 @@ func hopperCompat(ptx string) string {
 // TestHopperCompat checks the rewrite on the instructions the kernels emit.
 func TestHopperCompat(t *testing.T) {
 	in := "\tfence.mbarrier_init.release.cluster;\n" +
+		"\tfence.proxy.async.shared::cta;\n" +
 		"\tmbarrier.arrive.expect_tx.shared::cta.b64 _, [%r12], %r13;\n" +
 		"\tcp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2], %r3, [%r4];\n"
 	want := "\tmembar.cta;\n" +
+		"\tmembar.cta;\n" +
 		"\tmbarrier.arrive.shared::cta.b64 _, [%r12]; add.u32 %r13, %r13, 0;\n" +
 		"\tcp.async.ca.shared.global [%r1], [%rd2], 16; add.u32 %r3, %r3, %r4;\n"
 	if got := hopperCompat(in); got != want {

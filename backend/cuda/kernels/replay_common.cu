@@ -263,7 +263,9 @@ __device__ __forceinline__ u32 f32_to_bf16(float f)
 #define RING_BF16 0
 #endif
 // ring_ld reads one element of a ring row as a float, ring_ld4 four
-// (16-byte aligned floats, or 8-byte aligned codes), ring_st stores one.
+// (16-byte aligned floats, or 8-byte aligned codes), ring_st stores one
+// (at p, or at p[i]: an fp32 ring's indexed store compiles as the array
+// store it replaced, where p + i moved the group kernels' SASS a little).
 __device__ __forceinline__ float ring_ld(const float* p) { return *p; }
 __device__ __forceinline__ float4 ring_ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 #if RING_BF16
@@ -272,6 +274,7 @@ struct ring_e {
 };
 __device__ __forceinline__ float ring_ld(const ring_e* p) { return __uint_as_float((u32)p->code << 16); }
 __device__ __forceinline__ void ring_st(ring_e* p, float v) { p->code = (u16)f32_to_bf16(v); }
+__device__ __forceinline__ void ring_st(ring_e* p, int i, float v) { p[i].code = (u16)f32_to_bf16(v); }
 __device__ __forceinline__ float4 ring_ld4(const ring_e* p)
 {
     const uint2 w = *reinterpret_cast<const uint2*>(p);
@@ -280,6 +283,7 @@ __device__ __forceinline__ float4 ring_ld4(const ring_e* p)
 #else
 typedef float ring_e;
 __device__ __forceinline__ void ring_st(float* p, float v) { *p = v; }
+__device__ __forceinline__ void ring_st(float* p, int i, float v) { p[i] = v; }
 #endif
 
 // gather_rows loads this thread's elements of the first n ring entries' rows
@@ -1638,9 +1642,10 @@ __device__ __forceinline__ void prefetch_read(const typename StateIO<STATE_FMT>:
 // ---- many short dot products at once ----
 //
 // dot_pairs computes write(pr, a(pr) . b(pr)) for every pair pr in
-// [0, npairs) of n-float vectors (n a multiple of 4, 16-byte aligned; a(pr)
-// may return nullptr to skip a pair; b(pr) is asked right after a(pr), on
-// the same thread), 8 lanes per pair: lane l of the eight
+// [0, npairs) of n-element vectors (n a multiple of 4, 16-byte aligned
+// floats; a(pr) may also give a bf16 ring's codes, 8-byte aligned, widened
+// as read, ring_ld4; a(pr) may return nullptr to skip a pair; b(pr) is
+// asked right after a(pr), on the same thread), 8 lanes per pair: lane l of the eight
 // sums float4 chunks l, l+8, ... in order, then the eight reduce by xor
 // shuffles (a fixed order: deterministic). nthreads threads (a multiple of
 // 32) call it with thread index ti; the loop is warp-uniform, so the
@@ -1653,11 +1658,11 @@ __device__ __forceinline__ void dot_pairs(int npairs, int n, int ti, int nthread
     for (int base = 4 * (ti >> 5); base < npairs; base += nthreads / 8) {
         const int pr = base + ((ti & 31) >> 3);
         float acc = 0.0f;
-        const float* pa = pr < npairs ? a(pr) : nullptr;
+        const auto pa = pr < npairs ? a(pr) : nullptr;
         if (pa != nullptr) {
             const float* pb = b(pr);
             for (int e = 4 * sub; e < n; e += 32) {
-                const float4 x = *reinterpret_cast<const float4*>(pa + e);
+                const float4 x = ring_ld4(pa + e);
                 const float4 y = *reinterpret_cast<const float4*>(pb + e);
                 acc = fmaf(x.x, y.x, acc);
                 acc = fmaf(x.y, y.y, acc);
@@ -2120,6 +2125,15 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
                     make_float4(bf16_lo(w[k][u].x), bf16_hi(w[k][u].x), bf16_lo(w[k][u].y), bf16_hi(w[k][u].y));
             });
         }
+#if PIPE_RING == 0
+        // Bulk copies for the ring pieces: a stage's x and B slots then take
+        // these generic stores (ring rows) and bulk copies (the current
+        // token's rows, the async proxy) in turn, as items' entry counts
+        // differ; the proxy fence orders the stores before a later copy
+        // into the same bytes (PTX: accesses to one location through two
+        // proxies are ordered only by a proxy fence).
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
         __syncwarp();
     }
 #endif

@@ -1689,7 +1689,10 @@ __device__ __forceinline__ void group_x(const float* x, int b, int g, float (&xc
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA2_STEP_PARAMS)
 {
     __shared__ __align__(16) float sC[N];
-    __shared__ __align__(16) float sB[RMAX * N];
+    // The ring's B rows as the ring keeps them (a bf16 ring's codes, by
+    // cp.async, widened where dot_pairs reads them), then the current
+    // token's, which round_bf16 rounded (so a bf16 code holds it exactly).
+    __shared__ __align__(16) ring_e sB[RMAX * N];
     __shared__ float sDot[GROWS];
     __shared__ float sW[HPG * RMAX];
     __shared__ float sDelta[HPG * RMAX];
@@ -1769,7 +1772,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             for (int q = tid; q < N / 4; q += GNT) {
                 cp_async16(sC + 4 * q, Ct + 4 * q);
             }
-            cp_rows<N>(sB, ringB + (ring_at(s, 0) * NGROUPS + g) * N, NGROUPS * N, n, tid, GNT);
+            cp_rows_as_kept<N>(sB, ringB + (ring_at(s, 0) * NGROUPS + g) * N, NGROUPS * N, n, tid, GNT);
             cp_table(sDelta, RMAX, ringDt + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
             cp_table(sDecay, RMAX, ringA + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
             cp_async_commit();
@@ -1779,7 +1782,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             const float* Bt = B + ((u64)b * NGROUPS + g) * N;
             for (int e = tid; e < N; e += GNT) {
                 const float v = Bt[e];
-                sB[n * N + e] = v;
+                ring_st(sB, n * N + e, v);
                 ring_st(ringB + (ring_at(s, n) * NGROUPS + g) * N + e, v);
             }
 #pragma unroll
@@ -1851,7 +1854,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                 sE[hh] = decay_weights(sDelta + hh * RMAX, sDecay + hh * RMAX, t, sW + hh * RMAX);
             }
             dot_pairs(
-                t, N, tid, GNT, [&](int j) -> const float* { return sB + j * N; },
+                t, N, tid, GNT, [&](int j) -> const ring_e* { return sB + j * N; },
                 [&](int) { return (const float*)sC; }, [&](int j, float v) { sBC[j] = v; });
             cp_async_wait_all();
             __syncthreads();
@@ -1934,7 +1937,12 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
                                                       float dtMin, int R, int g, int b)
 {
     __shared__ __align__(16) float sCk[TMAX * N];
-    __shared__ __align__(16) float sB[GVB_FLOATS]; // the ring's B rows, then the drafts'
+    // The ring's B rows, then the drafts', as the ring keeps them (sBr: a
+    // bf16 ring's codes, by cp.async, widened where dot_pairs reads them;
+    // the drafts' rows round_bf16 rounded, so a code holds each exactly);
+    // then (GVTC_ON) the tensor cores' operands, floats.
+    __shared__ __align__(16) float sB[GVB_FLOATS];
+    ring_e* const sBr = reinterpret_cast<ring_e*>(sB);
     __shared__ float sDot[TMAX * GROWS];          // S0 . C_k
     // per head: W[j][k] = Delta_j prod_{j<m<=n+k} a_m, then times B_j . C_k
     __shared__ __align__(16) float sW[HPG * RMAX * TMAX];
@@ -1968,7 +1976,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     const ring_e* xr = ringX + (u64)h0 * P;
     // The ring: B rows and the heads' delta / decay (one cp.async group),
     // then the x rows (a second, waited for after the stream).
-    cp_rows<N>(sB, ringB + (ring_at(s, 0) * NGROUPS + g) * N, NGROUPS * N, n, tid, GNT);
+    cp_rows_as_kept<N>(sBr, ringB + (ring_at(s, 0) * NGROUPS + g) * N, NGROUPS * N, n, tid, GNT);
     cp_table(sDelta, RMAX, ringDt + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
     cp_table(sDecay, RMAX, ringA + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
     cp_async_commit();
@@ -1985,7 +1993,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         },
         [&](int idx, float2 bc) {
             const int k = idx / N, e = idx % N;
-            sB[(n + k) * N + e] = bc.x;
+            ring_st(sBr, (n + k) * N + e, bc.x);
             ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + e, bc.x);
             sCk[idx] = bc.y;
         });
@@ -1994,7 +2002,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         const int k = idx / N, e = idx % N;
         const u64 row = ((u64)b * T + k) * NGROUPS + g;
         const float bv = B[row * N + e];
-        sB[(n + k) * N + e] = bv;
+        ring_st(sBr, (n + k) * N + e, bv);
         ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + e, bv);
         sCk[k * N + e] = C[row * N + e];
     }
@@ -2034,7 +2042,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     }
     dot_pairs(
         cnt * ne, N, tid, GNT,
-        [&](int pr) -> const float* { return pr % ne <= n + pr / ne ? sB + (pr % ne) * N : nullptr; },
+        [&](int pr) -> const ring_e* { return pr % ne <= n + pr / ne ? sBr + (pr % ne) * N : nullptr; },
         [&](int pr) -> const float* { return sCk + (pr / ne) * N; },
         [&](int pr, float v) { sBC[(pr / ne) * RMAX + pr % ne] = v; });
     // The outputs' ring weights W[j][k] (B_j . C_k), once an item: every
