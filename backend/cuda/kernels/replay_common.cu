@@ -256,7 +256,7 @@ __device__ __forceinline__ u32 f32_to_bf16(float f)
 // fp32 ring's. ring_e is a struct there, not a u16, so that a read of a
 // code as a number does not compile: every access goes through ring_ld /
 // ring_st, the gathers below (gather_rows and gather_rows4 take either
-// element), cp_rows' bf16 overload and cp_ring4 / cp_ring16. With
+// element), cp_ring4 / cp_ring16 and cp_rows_as_kept. With
 // RING_BF16=0 ring_e is float and those are plain loads, stores and
 // cp.async copies: the fp32 modules compile to what they did before it.
 #ifndef RING_BF16
@@ -370,10 +370,10 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem)
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 #if RING_BF16
-// A bf16 ring's codes are not floats: its rows go through the gathers,
-// cp_rows' bf16 overload and cp_ring4 / cp_ring16, which widen them, or
-// cp_rows_as_kept, which copies them as codes on purpose (a byte copy of a
-// ring_e* would compile here and land codes where floats are read).
+// A bf16 ring's codes are not floats: its rows go through the gathers and
+// cp_ring4 / cp_ring16, which widen them, or cp_rows_as_kept, which copies
+// them as codes on purpose (a byte copy of a ring_e* would compile here and
+// land codes where floats are read; cp_rows takes floats only).
 __device__ void cp_async16(void* smem, const ring_e* gmem) = delete;
 __device__ void cp_async4(void* smem, const ring_e* gmem) = delete;
 #endif
@@ -2625,69 +2625,13 @@ __device__ __forceinline__ void cp_rows(float* dst, const float* src, u64 stride
     cp_rows<LEN>(dst, LEN, src, stride, rows, ti, nth);
 }
 
-#if RING_BF16
-// cp_rows for a bf16 ring's rows, widened to floats. cp.async cannot
-// widen, so it loads into registers and stores to shared memory: four
-// codes a load where LEN is a multiple of 4 (8-byte units, aligned as the
-// fp32 ring's 16-byte ones), CPK loads of a thread in flight before its
-// stores. The stores are in place before the barrier that follows the
-// caller's cp.async wait, like the copies they replace.
-template <int LEN>
-__device__ __forceinline__ void cp_rows(float* dst, int dstride, const ring_e* src, u64 stride, int rows, int ti, int nth)
-{
-    constexpr int U = LEN % 4 == 0 ? LEN / 4 : LEN; // units a row: 4 codes each, or 1
-    constexpr int CPK = 4;
-    const int units = rows * U;
-    for (int q0 = ti; q0 < units; q0 += CPK * nth) {
-        if constexpr (LEN % 4 == 0) {
-            float4 v[CPK];
-#pragma unroll
-            for (int k = 0; k < CPK; k++) {
-                const int q = q0 + k * nth;
-                if (q < units) {
-                    v[k] = ring_ld4(src + (q / U) * stride + 4 * (q % U));
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < CPK; k++) {
-                const int q = q0 + k * nth;
-                if (q < units) {
-                    *reinterpret_cast<float4*>(dst + (q / U) * dstride + 4 * (q % U)) = v[k];
-                }
-            }
-        } else {
-            float v[CPK];
-#pragma unroll
-            for (int k = 0; k < CPK; k++) {
-                const int q = q0 + k * nth;
-                if (q < units) {
-                    v[k] = ring_ld(src + (q / U) * stride + q % U);
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < CPK; k++) {
-                const int q = q0 + k * nth;
-                if (q < units) {
-                    dst[(q / U) * dstride + q % U] = v[k];
-                }
-            }
-        }
-    }
-}
-
-template <int LEN>
-__device__ __forceinline__ void cp_rows(float* dst, const ring_e* src, u64 stride, int rows, int ti, int nth)
-{
-    cp_rows<LEN>(dst, LEN, src, stride, rows, ti, nth);
-}
-#endif
-
 // cp_rows_as_kept copies rows of LEN ring elements to shared memory as the
 // ring keeps them, by cp.async: an fp32 ring's with cp_rows, a bf16 ring's
 // codes 16 bytes (8 codes) a copy where a row is a multiple of 8 codes,
-// else 4 (2 codes). The group steps stage their x rows so, and widen them
-// where they read them (ring_ld): the copy stays asynchronous and takes
-// half the shared memory.
+// else 4 (2 codes). The group step and verify stage their x and B rows so,
+// and widen them where they read them (ring_ld, dot_pairs' ring_ld4): the
+// copy stays asynchronous (a widening through registers waits a round trip
+// where the copy is issued) and takes half the shared memory.
 template <int LEN>
 __device__ __forceinline__ void cp_rows_as_kept(ring_e* dst, const ring_e* src, u64 stride, int rows, int ti, int nth)
 {
