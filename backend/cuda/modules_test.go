@@ -198,6 +198,11 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/bf16 ring, loads in loops", replay.Options{Mode: replay.Replay, Ring: numeric.BF16}, tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16/bf16 ring, bulk ring copies", replay.Options{Mode: replay.Replay, State: numeric.BF16, Ring: numeric.BF16},
 			tuning{folds: "pipe", defines: []string{"-DPIPE_RING=0"}}},
+		// The Mamba-2 group step's per-token inputs by cp.async before its
+		// stream (GROUP_EARLY), with either ring.
+		{"replay/fp32/group inputs early", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DGROUP_EARLY=1"}}},
+		{"replay/bf16+nvfp4/bf16 ring, group inputs early", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4, Ring: numeric.BF16},
+			tuning{defines: []string{"-DGROUP_EARLY=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -215,7 +220,7 @@ func TestReplayModulesCompile(t *testing.T) {
 				continue
 			}
 			if layer != "gdn" && gdnOnly(o.opt, o.tn) || layer != "mamba2" && o.tn.m2TCFold != "" ||
-				layer == "gdn" && o.opt.Ring != numeric.F32 {
+				layer == "gdn" && (o.opt.Ring != numeric.F32 || slices.Contains(o.tn.defines, "-DGROUP_EARLY=1")) {
 				continue
 			}
 			t.Run(layer+"/"+o.name, func(t *testing.T) {

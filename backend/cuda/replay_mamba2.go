@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
@@ -181,6 +183,11 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	P, N, G := shape.HeadDim, shape.StateSize, shape.Groups
 	hpg, R := shape.Heads/G, replayRing(opt)
 	tables := 4 * (N + R*N + hpg*P + 3*hpg*R + R + 2*hpg + 16)
+	if slices.ContainsFunc(tn.defines, func(d string) bool {
+		return strings.HasPrefix(d, "-DGROUP_EARLY") && d != "-DGROUP_EARLY=0"
+	}) {
+		tables += 4*N + 24*hpg // the token's B row; dt, D and the float64 dt_bias, A a head
+	}
 	g := planGroup(opt, tn, hpg, P, N, ringElemBytes(opt), tables) // the ring's x rows
 	g.groups = G
 	if tn.v5 {

@@ -1005,6 +1005,27 @@ func TestReplayVerifyEarlyMatchesLate(t *testing.T) {
 	}
 }
 
+// TestReplayGroupEarlyMatches checks GROUP_EARLY (the Mamba-2 group step
+// asks for a token's B row, dt, dt_bias, A and D by cp.async before its
+// stream and uses them after it) against the default group step bit for
+// bit: the same values and operations in the same order. Both take the
+// group step at every batch; the Mamba-2 layers only (GDN's kernels do not
+// read the define).
+func TestReplayGroupEarlyMatches(t *testing.T) {
+	d := gpu(t)
+	with := func(v string) tuning {
+		tn := envTuning(os.Getenv)
+		tn.groupAll = true
+		tn.defines = append(slices.DeleteFunc(slices.Clone(tn.defines), func(d string) bool {
+			return strings.HasPrefix(d, "-DGROUP_EARLY")
+		}), "-DGROUP_EARLY="+v)
+		return tn
+	}
+	early, plain := with("1"), with("0")
+	comparePairsIn(t, d, pairVariant{"early", early, 0, ""}, pairVariant{"default", plain, 0, ""},
+		[]gpuLayer{smallLayers()[0], largeLayers()[0]}, nil)
+}
+
 // TestReplayFoldPipeMatchesItems checks the pipelined folds (v7: the
 // step's flushes and the verify's early folds, each item's checkpoint and
 // ring rows staged by a producer warp) against the work_items kernels

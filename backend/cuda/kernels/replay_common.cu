@@ -368,6 +368,12 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem)
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(sa), "l"(gmem) : "memory");
 }
 
+__device__ __forceinline__ void cp_async8(void* smem, const void* gmem)
+{
+    const u32 sa = (u32)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(sa), "l"(gmem) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 #if RING_BF16
 // A bf16 ring's codes are not floats: its rows go through the gathers and
@@ -376,6 +382,7 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 // land codes where floats are read; cp_rows takes floats only).
 __device__ void cp_async16(void* smem, const ring_e* gmem) = delete;
 __device__ void cp_async4(void* smem, const ring_e* gmem) = delete;
+__device__ void cp_async8(void* smem, const ring_e* gmem) = delete;
 #endif
 
 // cp_ring4 and cp_ring16 copy one ring element, or four (16-byte aligned in

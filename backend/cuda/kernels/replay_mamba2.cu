@@ -1667,6 +1667,26 @@ typedef GRaw<GM> GR;
 #define MTC_ON 0
 #endif
 
+// GROUP_EARLY=1 (session 36, written without a GPU, off until measured):
+// the group step asks for an item's per-token inputs with the ring's first
+// cp.async group, before its stream, and uses them after it: the current
+// token's B row (sBt, appended to sB and the ring after the stream), the
+// heads' dt, dt_bias and A (the float64 delta / decay chain after the
+// stream) and D (the outputs). Without it each is a global load that its
+// use waits for where it is asked: the B row's append (a round trip), the
+// chain's dt and dt_bias (a second) and its A, asked for halfway through
+// the chain (a third), all before the stream's first barrier, and D in the
+// output loop (a fourth, after the stream): cuobjdump of Nano's fp32 group
+// step shows each load's first use a few instructions after it. Meanwhile
+// the block has only its first GPF passes in flight (32 KB of a Nano fp32
+// item's 491, issued during the previous item), so each wait is streaming
+// lost; at ~1 us a loaded round trip against ~35 us an item (Nano fp32,
+// batch 256) or ~21 (bf16), three or four of them are several percent of
+// the step. The same values and operations in the same order: bit for bit.
+#ifndef GROUP_EARLY
+#define GROUP_EARLY 0
+#endif
+
 // group_x loads the current token's x rows of group g, batch row b (xc[k]:
 // output tid + k*GNT).
 template <int OUTS>
@@ -1701,6 +1721,13 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     __shared__ float sE[HPG];
     __shared__ float sGs[HPG];
     __shared__ float sLut[16];
+#if GROUP_EARLY
+    // An item's per-token inputs (GROUP_EARLY): the current token's B row,
+    // the heads' dt, dt_bias, A and D, by cp.async with the ring's.
+    __shared__ __align__(16) float sBt[N];
+    __shared__ double sDtb[HPG], sA[HPG];
+    __shared__ float sDt[HPG], sD[HPG];
+#endif
     // The ring's x rows of the group, entries [0, xcap), as the ring keeps
     // them (a bf16 ring's codes copied as they are, widened where read): as
     // many as the launch's dynamic shared memory holds (the host sizes it
@@ -1775,9 +1802,23 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             cp_rows_as_kept<N>(sB, ringB + (ring_at(s, 0) * NGROUPS + g) * N, NGROUPS * N, n, tid, GNT);
             cp_table(sDelta, RMAX, ringDt + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
             cp_table(sDecay, RMAX, ringA + rs_at(s, h0, 0), RMAXP, HPG, n, tid, GNT);
+#if GROUP_EARLY
+            // This item's per-token inputs with the ring's first group; each
+            // thread reads after the stream what it copied (its wait makes
+            // its own copies visible to it).
+            cp_rows<N>(sBt, B + ((u64)b * NGROUPS + g) * N, 0, 1, tid, GNT);
+            if (tid < HPG) {
+                const int h = h0 + tid;
+                cp_async4(sDt + tid, dt + (u64)b * NHEADS + h);
+                cp_async8(sDtb + tid, dtb + h);
+                cp_async8(sA + tid, A + h);
+                cp_async4(sD + tid, D + h);
+            }
+#endif
             cp_async_commit();
             cp_rows_as_kept<GROWS>(sXr, xr + ring_at(s, 0) * (NHEADS * P), NHEADS * P, xs, tid, GNT);
             cp_async_commit();
+#if !GROUP_EARLY
             // The current token appended to the ring.
             const float* Bt = B + ((u64)b * NGROUPS + g) * N;
             for (int e = tid; e < N; e += GNT) {
@@ -1785,6 +1826,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                 ring_st(sB, n * N + e, v);
                 ring_st(ringB + (ring_at(s, n) * NGROUPS + g) * N + e, v);
             }
+#endif
 #pragma unroll
             for (int k = 0; k < OUTS; k++) {
                 const int o = tid + k * GNT;
@@ -1793,6 +1835,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                 }
             }
             if (tid < HPG) {
+#if !GROUP_EARLY
                 const int h = h0 + tid;
                 const float delta = fmaxf((float)softplus_d((double)dt[(u64)b * NHEADS + h] + dtb[h]), dtMin);
                 const float a = (float)exp((double)delta * A[h]);
@@ -1800,6 +1843,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                 sDecay[tid * RMAX + n] = a;
                 ringDt[rs_at(s, h, n)] = delta;
                 ringA[rs_at(s, h, n)] = a;
+#endif
                 sGs[tid] = gs;
             }
             __syncthreads(); // sGs, sLut
@@ -1845,6 +1889,32 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         }
         if (nonflush) {
             cp_async_wait_group<1>();
+#if GROUP_EARLY
+            // The current token appended to the ring, and its heads' delta
+            // and decay, from what this thread copied before the stream
+            // (cp_rows' units: four floats a thread where N allows).
+            {
+                constexpr int U = N % 4 == 0 ? 4 : 1;
+                for (int q = tid; q < N / U; q += GNT) {
+#pragma unroll
+                    for (int k = 0; k < U; k++) {
+                        const int e = U * q + k;
+                        const float v = sBt[e];
+                        ring_st(sB, n * N + e, v);
+                        ring_st(ringB + (ring_at(s, n) * NGROUPS + g) * N + e, v);
+                    }
+                }
+            }
+            if (tid < HPG) {
+                const int h = h0 + tid;
+                const float delta = fmaxf((float)softplus_d((double)sDt[tid] + sDtb[tid]), dtMin);
+                const float a = (float)exp((double)delta * sA[tid]);
+                sDelta[tid * RMAX + n] = delta;
+                sDecay[tid * RMAX + n] = a;
+                ringDt[rs_at(s, h, n)] = delta;
+                ringA[rs_at(s, h, n)] = a;
+            }
+#endif
             __syncthreads();
             // Decay products (float64, mamba2_step's order), one thread per
             // head from the last warp down, while the first warps form
@@ -1865,7 +1935,11 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                 const int o = tid + k * GNT;
                 if (o < GROWS) {
                     const int hh = o / P;
+#if GROUP_EARLY
+                    float yv = sE[hh] * sDot[o] + sD[hh] * xc[k];
+#else
                     float yv = sE[hh] * sDot[o] + D[h0 + hh] * xc[k];
+#endif
                     for (int j = 0; j < xs; j++) {
                         yv = fmaf(sW[hh * RMAX + j] * sBC[j], ring_ld(&sXr[j * GROWS + o]), yv);
                     }
