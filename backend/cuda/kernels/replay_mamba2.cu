@@ -1672,7 +1672,8 @@ typedef GRaw<GM> GR;
 // cp.async group, before its stream, and uses them after it: the current
 // token's B row (sBt, appended to sB and the ring after the stream), the
 // heads' dt, dt_bias and A (the float64 delta / decay chain after the
-// stream) and D (the outputs). Without it each is a global load that its
+// stream, on the threads that form the decay weights, beside B_j . C) and
+// D (the outputs). Without it each is a global load that its
 // use waits for where it is asked: the B row's append (a round trip), the
 // chain's dt and dt_bias (a second) and its A, asked for halfway through
 // the chain (a third), all before the stream's first barrier, and D in the
@@ -1890,9 +1891,9 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         if (nonflush) {
             cp_async_wait_group<1>();
 #if GROUP_EARLY
-            // The current token appended to the ring, and its heads' delta
-            // and decay, from what this thread copied before the stream
-            // (cp_rows' units: four floats a thread where N allows).
+            // The current token's B row appended, from what this thread
+            // copied before the stream (cp_rows' units: four floats a
+            // thread where N allows; its wait made them visible to it).
             {
                 constexpr int U = N % 4 == 0 ? 4 : 1;
                 for (int q = tid; q < N / U; q += GNT) {
@@ -1905,22 +1906,26 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                     }
                 }
             }
-            if (tid < HPG) {
-                const int h = h0 + tid;
-                const float delta = fmaxf((float)softplus_d((double)sDt[tid] + sDtb[tid]), dtMin);
-                const float a = (float)exp((double)delta * sA[tid]);
-                sDelta[tid * RMAX + n] = delta;
-                sDecay[tid * RMAX + n] = a;
-                ringDt[rs_at(s, h, n)] = delta;
-                ringA[rs_at(s, h, n)] = a;
-            }
 #endif
             __syncthreads();
             // Decay products (float64, mamba2_step's order), one thread per
             // head from the last warp down, while the first warps form
-            // B_j . C for the group, eight lanes per entry.
+            // B_j . C for the group, eight lanes per entry. With
+            // GROUP_EARLY each of those threads first forms its head's
+            // delta and decay from the copies (the float64 chain beside
+            // the dots, not before the barrier), which its weights then
+            // read in its own program order.
             const int t = n + 1;
             for (int hh = GNT - 1 - tid; hh < HPG; hh += GNT) {
+#if GROUP_EARLY
+                const int h = h0 + hh;
+                const float delta = fmaxf((float)softplus_d((double)sDt[hh] + sDtb[hh]), dtMin);
+                const float a = (float)exp((double)delta * sA[hh]);
+                sDelta[hh * RMAX + n] = delta;
+                sDecay[hh * RMAX + n] = a;
+                ringDt[rs_at(s, h, n)] = delta;
+                ringA[rs_at(s, h, n)] = a;
+#endif
                 sE[hh] = decay_weights(sDelta + hh * RMAX, sDecay + hh * RMAX, t, sW + hh * RMAX);
             }
             dot_pairs(
