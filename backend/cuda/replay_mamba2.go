@@ -183,9 +183,10 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	P, N, G := shape.HeadDim, shape.StateSize, shape.Groups
 	hpg, R := shape.Heads/G, replayRing(opt)
 	tables := 4 * (N + R*N + hpg*P + 3*hpg*R + R + 2*hpg + 16)
-	if slices.ContainsFunc(tn.defines, func(d string) bool {
+	early := slices.ContainsFunc(tn.defines, func(d string) bool {
 		return strings.HasPrefix(d, "-DGROUP_EARLY") && d != "-DGROUP_EARLY=0"
-	}) {
+	})
+	if early {
 		tables += 4*N + 24*hpg // the token's B row; dt, D and the float64 dt_bias, A a head
 	}
 	g := planGroup(opt, tn, hpg, P, N, ringElemBytes(opt), tables) // the ring's x rows
@@ -198,6 +199,9 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	// weights per head and draft (mamba2_group_verify_item).
 	T := opt.MaxDraft
 	verifyTables := 4 * (T*N + max(R*N, 16*N+8) + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
+	if early {
+		verifyTables += 4*T*N + 20*hpg*T + 4*hpg // the drafts' B rows; dt and the float64 dt_bias, A a (head, draft); D
+	}
 	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10
 	g.verifySmem = g.smem // the ring's x rows, as the step stages them
 	return g
