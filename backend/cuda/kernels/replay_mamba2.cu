@@ -1691,6 +1691,21 @@ typedef GRaw<GM> GR;
 #define GROUP_EARLY 0
 #endif
 
+// group_scalars forms a token's delta and decay for one head from its dt,
+// the head's dt_bias and A (float64, mamba2_step's order) and writes both
+// to the item's tables (del, dec: the head's row at the token's entry) and
+// to the ring (rs: rs_at of the slot, head and entry).
+__device__ __forceinline__ void group_scalars(float dtv, double dtbv, double av, float dtMin, float* del, float* dec,
+                                              float* __restrict__ ringDt, float* __restrict__ ringA, u64 rs)
+{
+    const float delta = fmaxf((float)softplus_d((double)dtv + dtbv), dtMin);
+    const float a = (float)exp((double)delta * av);
+    *del = delta;
+    *dec = a;
+    ringDt[rs] = delta;
+    ringA[rs] = a;
+}
+
 // group_x loads the current token's x rows of group g, batch row b (xc[k]:
 // output tid + k*GNT).
 template <int OUTS>
@@ -1841,12 +1856,8 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             if (tid < HPG) {
 #if !GROUP_EARLY
                 const int h = h0 + tid;
-                const float delta = fmaxf((float)softplus_d((double)dt[(u64)b * NHEADS + h] + dtb[h]), dtMin);
-                const float a = (float)exp((double)delta * A[h]);
-                sDelta[tid * RMAX + n] = delta;
-                sDecay[tid * RMAX + n] = a;
-                ringDt[rs_at(s, h, n)] = delta;
-                ringA[rs_at(s, h, n)] = a;
+                group_scalars(dt[(u64)b * NHEADS + h], dtb[h], A[h], dtMin, sDelta + tid * RMAX + n,
+                              sDecay + tid * RMAX + n, ringDt, ringA, rs_at(s, h, n));
 #endif
                 sGs[tid] = gs;
             }
@@ -1921,13 +1932,8 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
             const int t = n + 1;
             for (int hh = GNT - 1 - tid; hh < HPG; hh += GNT) {
 #if GROUP_EARLY
-                const int h = h0 + hh;
-                const float delta = fmaxf((float)softplus_d((double)sDt[hh] + sDtb[hh]), dtMin);
-                const float a = (float)exp((double)delta * sA[hh]);
-                sDelta[hh * RMAX + n] = delta;
-                sDecay[hh * RMAX + n] = a;
-                ringDt[rs_at(s, h, n)] = delta;
-                ringA[rs_at(s, h, n)] = a;
+                group_scalars(sDt[hh], sDtb[hh], sA[hh], dtMin, sDelta + hh * RMAX + n, sDecay + hh * RMAX + n,
+                              ringDt, ringA, rs_at(s, h0 + hh, n));
 #endif
                 sE[hh] = decay_weights(sDelta + hh * RMAX, sDecay + hh * RMAX, t, sW + hh * RMAX);
             }
@@ -2120,12 +2126,8 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
 #if !GROUP_EARLY
     for (int idx = tid; idx < HPG * cnt; idx += GNT) {
         const int hh = idx / cnt, k = idx % cnt, h = h0 + hh;
-        const float delta = fmaxf((float)softplus_d((double)dt[((u64)b * T + k) * NHEADS + h] + dtb[h]), dtMin);
-        const float a = (float)exp((double)delta * A[h]);
-        sDelta[hh * RMAX + n + k] = delta;
-        sDecay[hh * RMAX + n + k] = a;
-        ringDt[rs_at(s, h, n + k)] = delta;
-        ringA[rs_at(s, h, n + k)] = a;
+        group_scalars(dt[((u64)b * T + k) * NHEADS + h], dtb[h], A[h], dtMin, sDelta + hh * RMAX + n + k,
+                      sDecay + hh * RMAX + n + k, ringDt, ringA, rs_at(s, h, n + k));
     }
 #endif
     if (tid < HPG) {
@@ -2155,12 +2157,8 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     for (int idx = tid; idx < HPG * T; idx += GNT) {
         const int hh = idx / T, k = idx % T, h = h0 + hh;
         if (k < cnt) {
-            const float delta = fmaxf((float)softplus_d((double)sDtv[idx] + sDtbv[idx]), dtMin);
-            const float a = (float)exp((double)delta * sAv[idx]);
-            sDelta[hh * RMAX + n + k] = delta;
-            sDecay[hh * RMAX + n + k] = a;
-            ringDt[rs_at(s, h, n + k)] = delta;
-            ringA[rs_at(s, h, n + k)] = a;
+            group_scalars(sDtv[idx], sDtbv[idx], sAv[idx], dtMin, sDelta + hh * RMAX + n + k,
+                          sDecay + hh * RMAX + n + k, ringDt, ringA, rs_at(s, h, n + k));
         }
     }
 #endif
