@@ -614,6 +614,8 @@ ring)
 	some_tests ring_ref 120 'TestReplayCacheMatchesReference/mamba2/replay/.*/bf16-ring'
 	some_tests ring_spec 120 'TestReplayCacheSpeculative/mamba2/bf16-ring'
 	some_tests ring_graph 60 'TestReplayCacheGraph/mamba2/.*/bf16-ring'
+	# Session 36: the folds' producer widening from the stage (WIDEN_ASYNC).
+	REPLAYSSM_CUDA_DEFINES=-DWIDEN_ASYNC=1 some_tests ring_wa 300 'TestReplayRingBF16IsRoundedInputs'
 	;;
 ringbench | ringitems)
 	# The Mamba-2 rows at batch 256 with an fp32 ring and with a bf16 one
@@ -621,11 +623,17 @@ ringbench | ringitems)
 	# a bf16 ring their producer widens the rows through registers,
 	# Piece.widen), ringitems on the items flush (REPLAYSSM_CUDA_FOLDS=items:
 	# whether the producer's widening holds the folds back).
+	# ringbench also takes the bf16 ring with its codes widened from the
+	# stage (WIDEN_ASYNC, session 36): "bf16wa".
 	folds=
 	[[ $1 == ringitems ]] && folds=items
-	for r in fp32 bf16; do
-		REPLAYSSM_CUDA_FOLDS=$folds REPLAYSSM_CUDA_RING_BF16=1 "$cli" bench kernels --device cuda \
-			--batch 256 --shapes mamba2 --state-dtype fp32,bf16 --ring-dtype "$r" \
+	rings="fp32 bf16"
+	[[ $1 == ringbench ]] && rings="fp32 bf16 bf16wa"
+	for r in $rings; do
+		defs=
+		[[ $r == bf16wa ]] && defs=-DWIDEN_ASYNC=1
+		REPLAYSSM_CUDA_DEFINES=$defs REPLAYSSM_CUDA_FOLDS=$folds REPLAYSSM_CUDA_RING_BF16=1 "$cli" bench kernels --device cuda \
+			--batch 256 --shapes mamba2 --state-dtype fp32,bf16 --ring-dtype "${r%wa}" \
 			--modes baseline,replay,replay-nvfp4,verify-baseline,verify,verify-nvfp4 --min-time 30ms --json \
 			>"$out/$1_$r.jsonl" 2>"$out/$1_$r.err"
 		echo "== $1 ring $r: exit $?"

@@ -198,6 +198,9 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/bf16 ring, loads in loops", replay.Options{Mode: replay.Replay, Ring: numeric.BF16}, tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16/bf16 ring, bulk ring copies", replay.Options{Mode: replay.Replay, State: numeric.BF16, Ring: numeric.BF16},
 			tuning{folds: "pipe", defines: []string{"-DPIPE_RING=0"}}},
+		// A bf16 ring's codes widened from the stage (WIDEN_ASYNC).
+		{"replay/bf16/bf16 ring, widened in the stage", replay.Options{Mode: replay.Replay, State: numeric.BF16, Ring: numeric.BF16},
+			tuning{folds: "pipe", defines: []string{"-DWIDEN_ASYNC=1"}}},
 		// The Mamba-2 group step's per-token inputs by cp.async before its
 		// stream (GROUP_EARLY), with either ring.
 		{"replay/fp32/group inputs early", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DGROUP_EARLY=1"}}},
