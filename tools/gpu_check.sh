@@ -46,7 +46,7 @@
 #   tools/gpu_check.sh nvpipe # the nvfp4 flush: the lean quantiser (NV_LEAN) and Mamba-2's on the pipelined fold (FOLDS=pipe), then bench256: after `tests`, next session (session 34)
 #   tools/gpu_check.sh ring # the Mamba-2 bf16 ring's tests (session 35, written without a GPU)
 #   tools/gpu_check.sh ringbench # batch 256, Mamba-2, bf16 ring against fp32 ring (ringitems: both on the items flush)
-#   tools/gpu_check.sh early # the Mamba-2 group step's per-token inputs by cp.async (GROUP_EARLY, session 36, written without a GPU): tests, against the defaults
+#   tools/gpu_check.sh early # the Mamba-2 group kernels' per-token inputs by cp.async (GROUP_EARLY, session 36, written without a GPU): tests (earlybench: the rows against the defaults)
 #   tools/gpu_check.sh m2stages # the Mamba-2 pipelined folds' stages (FOLD_STAGES 2, 4) on fp8 and bf16 checkpoints (session 33)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
@@ -650,11 +650,14 @@ early)
 	# tests under it (REPLAYSSM_CUDA_DEFINES reaches every cache the tests
 	# build); then the non-flush rows against the defaults at 256 and 64,
 	# fp32 and bf16 rings (the bf16 ring's test runs only if `ring` passed).
+	# The rows are `earlybench`, a call of their own.
 	some_tests early 200 'TestReplayGroupEarlyMatches'
 	REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=1 some_tests early_ref 200 'TestReplayCacheMatchesReference/mamba2/replay'
 	REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=1 REPLAYSSM_CUDA_RING_BF16=1 some_tests early_ring 200 'TestReplayRingBF16IsRoundedInputs'
-	experiment early mamba2 replay,replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=1
-	BATCH=64 experiment early64 mamba2 replay,replay-nvfp4 REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=1
+	;;
+earlybench)
+	experiment early mamba2 replay,replay-nvfp4,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=1
+	BATCH=64 experiment early64 mamba2 replay,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=1
 	;;
 m2stages)
 	# Session 33, written after its device time: ncu of the Nano fp8
