@@ -269,6 +269,13 @@ func TestGroupStepPlan(t *testing.T) {
 		{"128 threads: 32 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 128}, 8 * 12 * 80 * 4, ""},
 		{"64 threads: 16 KiB of x rows", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 64}, 4 * 12 * 80 * 4, ""},
 		{"64 threads, 80 heads of 64 in one group", ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{groupNT: 64}, 0, "80 heads per group (more than 64 threads)"},
+		// GROUP_EARLY's per-token arrays count in the tables: Nano's fit,
+		// the one-group layer's 80 heads tip it past the bound.
+		{"nano, GROUP_EARLY", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{defines: []string{"-DGROUP_EARLY=1"}}, 14 * 12 * 80 * 4, ""},
+		{"80 heads of 64 in one group, GROUP_EARLY", ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16},
+			tuning{defines: []string{"-DGROUP_EARLY=1"}}, 0, "shared memory"},
+		{"80 heads of 64 in one group, GROUP_EARLY=0", ssm.Mamba2Shape{Heads: 80, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16},
+			tuning{defines: []string{"-DGROUP_EARLY=0"}}, 3 * 80 * 64 * 4, ""},
 		{"baseline", nano, replay.Options{Mode: replay.Baseline, Window: 16}, tuning{}, 0, "baseline"},
 		{"v5 asked for", nano, replay.Options{Mode: replay.Replay, Window: 16}, tuning{v5: true}, 0, "v5"},
 		{"one group of 128 heads of 64", ssm.Mamba2Shape{Heads: 128, HeadDim: 64, StateSize: 128, Groups: 1}, replay.Options{Mode: replay.Replay, Window: 16}, tuning{}, 0, "shared memory"},
