@@ -201,11 +201,13 @@ func TestReplayModulesCompile(t *testing.T) {
 		// A bf16 ring's codes widened from the stage (WIDEN_ASYNC).
 		{"replay/bf16/bf16 ring, widened in the stage", replay.Options{Mode: replay.Replay, State: numeric.BF16, Ring: numeric.BF16},
 			tuning{folds: "pipe", defines: []string{"-DWIDEN_ASYNC=1"}}},
-		// The Mamba-2 group step's per-token inputs by cp.async before its
-		// stream (GROUP_EARLY), with either ring.
-		{"replay/fp32/group inputs early", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DGROUP_EARLY=1"}}},
-		{"replay/bf16+nvfp4/bf16 ring, group inputs early", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4, Ring: numeric.BF16},
-			tuning{defines: []string{"-DGROUP_EARLY=1"}}},
+		// The Mamba-2 group step's per-token inputs where they are used
+		// (GROUP_EARLY=0, the default before session 36), and the group
+		// verify's by cp.async before its cursor (GVERIFY_EARLY, off), with
+		// either ring.
+		{"replay/fp32/group inputs late", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DGROUP_EARLY=0"}}},
+		{"replay/bf16+nvfp4/bf16 ring, group verify inputs early", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4, Ring: numeric.BF16},
+			tuning{defines: []string{"-DGVERIFY_EARLY=1"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -223,7 +225,7 @@ func TestReplayModulesCompile(t *testing.T) {
 				continue
 			}
 			if layer != "gdn" && gdnOnly(o.opt, o.tn) || layer != "mamba2" && o.tn.m2TCFold != "" ||
-				layer == "gdn" && (o.opt.Ring != numeric.F32 || slices.Contains(o.tn.defines, "-DGROUP_EARLY=1")) {
+				layer == "gdn" && (o.opt.Ring != numeric.F32 || definesName(o.tn.defines, "GROUP_EARLY") || definesName(o.tn.defines, "GVERIFY_EARLY")) {
 				continue
 			}
 			t.Run(layer+"/"+o.name, func(t *testing.T) {

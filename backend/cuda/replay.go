@@ -200,6 +200,7 @@ func residentBlocks(d *Device, f *Function, threads, bound int) (int, error) {
 // ring's B), a GDN key head's value heads (k, q, the ring's keys).
 type groupStep struct {
 	on       bool
+	early    bool // Mamba-2: the step's per-token inputs by cp.async (GROUP_EARLY), planned with its tables
 	threads  int
 	groups   int    // groups per batch row
 	blocks   int    // the grid: as many blocks as the GPU holds at once

@@ -277,6 +277,19 @@ func tcFold(opt replay.Options) bool {
 }
 
 // definesName reports whether defines (NVRTC options) define name.
+// defineOn says whether the defines set name to a value other than 0
+// (a bare -DNAME counts as on), and whether they name it at all.
+func defineOn(defines []string, name string) (on, named bool) {
+	for _, d := range defines {
+		if d == "-D"+name {
+			on, named = true, true
+		} else if v, ok := strings.CutPrefix(d, "-D"+name+"="); ok {
+			on, named = v != "0", true
+		}
+	}
+	return on, named
+}
+
 func definesName(defines []string, name string) bool {
 	for _, d := range defines {
 		if d == "-D"+name || strings.HasPrefix(d, "-D"+name+"=") {

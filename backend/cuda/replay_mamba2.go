@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"slices"
-	"strings"
 
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
@@ -90,6 +88,14 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 		p.stepOn = false
 	}
 	p, g, defines := useGroup(p, mamba2GroupPlan(shape, opt, tn), defines)
+	// The group step's per-token inputs by cp.async (GROUP_EARLY): H200,
+	// session 36, batch 256, against it off in the same run: non-flush
+	// 2.6-5.2% faster (Nano fp32 270 -> 263 us, bf16 163 -> 156; Super
+	// 287 -> 279, 172 -> 163), nvfp4 read copies 5-7% (112 -> 106,
+	// 118 -> 110).
+	if g.on && g.early && !definesName(tn.defines, "GROUP_EARLY") {
+		defines = append(defines, "-DGROUP_EARLY=1")
+	}
 	g, defines = useGroupTC(d, g, P, N, opt, tn, defines)
 	g, defines = useVerifyTC(d, g, P, N, opt.MaxDraft, opt, tn, defines)
 	// The early verify's drafts' scalars with its early loads
@@ -183,13 +189,23 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	P, N, G := shape.HeadDim, shape.StateSize, shape.Groups
 	hpg, R := shape.Heads/G, replayRing(opt)
 	tables := 4 * (N + R*N + hpg*P + 3*hpg*R + R + 2*hpg + 16)
-	early := slices.ContainsFunc(tn.defines, func(d string) bool {
-		return strings.HasPrefix(d, "-DGROUP_EARLY") && d != "-DGROUP_EARLY=0"
-	})
-	if early {
-		tables += 4*N + 24*hpg // the token's B row; dt, D and the float64 dt_bias, A a head
+	// GROUP_EARLY (replay_mamba2.cu): on unless the defines say otherwise,
+	// and, unless asked for, only where its arrays leave the tables within
+	// bounds (the token's B row; dt, D and the float64 dt_bias, A a head).
+	early, named := defineOn(tn.defines, "GROUP_EARLY")
+	if !named {
+		early = true
 	}
-	g := planGroup(opt, tn, hpg, P, N, ringElemBytes(opt), tables) // the ring's x rows
+	earlyTables := tables
+	if early {
+		earlyTables += 4*N + 24*hpg
+	}
+	g := planGroup(opt, tn, hpg, P, N, ringElemBytes(opt), earlyTables) // the ring's x rows
+	if early && !named && !g.on {
+		early = false
+		g = planGroup(opt, tn, hpg, P, N, ringElemBytes(opt), tables)
+	}
+	g.early = early
 	g.groups = G
 	if tn.v5 {
 		g.on, g.why = false, "REPLAYSSM_CUDA_KERNELS=v5"
@@ -199,7 +215,7 @@ func mamba2GroupPlan(shape ssm.Mamba2Shape, opt replay.Options, tn tuning) group
 	// weights per head and draft (mamba2_group_verify_item).
 	T := opt.MaxDraft
 	verifyTables := 4 * (T*N + max(R*N, 16*N+8) + T*hpg*P + hpg*T*R + T*R + hpg*T + 2*hpg*R + hpg + 16)
-	if early {
+	if on, _ := defineOn(tn.defines, "GVERIFY_EARLY"); on {
 		verifyTables += 4*T*N + 20*hpg*T + 4*hpg // the drafts' B rows; dt and the float64 dt_bias, A a (head, draft); D
 	}
 	g.verifyOn = g.on && T > 1 && verifyTables <= 46<<10

@@ -1005,20 +1005,21 @@ func TestReplayVerifyEarlyMatchesLate(t *testing.T) {
 	}
 }
 
-// TestReplayGroupEarlyMatches checks GROUP_EARLY (the Mamba-2 group step
-// asks for a token's B row, dt, dt_bias, A and D by cp.async before its
-// stream and uses them after it) against the default group step bit for
-// bit: the same values and operations in the same order. Both take the
-// group step at every batch; the Mamba-2 layers only (GDN's kernels do not
-// read the define).
+// TestReplayGroupEarlyMatches checks GROUP_EARLY and GVERIFY_EARLY (the
+// Mamba-2 group step asks for a token's B row, dt, dt_bias, A and D by
+// cp.async before its stream and uses them after it; the group verify its
+// drafts' before its cursor) against both off, bit for bit: the same
+// values and operations in the same order. Both take the group step and
+// verify at every batch; the Mamba-2 layers only (GDN's kernels do not
+// read the defines).
 func TestReplayGroupEarlyMatches(t *testing.T) {
 	d := gpu(t)
 	with := func(v string) tuning {
 		tn := envTuning(os.Getenv)
 		tn.groupAll = true
 		tn.defines = append(slices.DeleteFunc(slices.Clone(tn.defines), func(d string) bool {
-			return strings.HasPrefix(d, "-DGROUP_EARLY")
-		}), "-DGROUP_EARLY="+v)
+			return strings.HasPrefix(d, "-DGROUP_EARLY") || strings.HasPrefix(d, "-DGVERIFY_EARLY")
+		}), "-DGROUP_EARLY="+v, "-DGVERIFY_EARLY="+v)
 		return tn
 	}
 	early, plain := with("1"), with("0")

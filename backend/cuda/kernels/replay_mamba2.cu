@@ -1667,7 +1667,7 @@ typedef GRaw<GM> GR;
 #define MTC_ON 0
 #endif
 
-// GROUP_EARLY=1 (session 36, written without a GPU, off until measured):
+// GROUP_EARLY=1 (session 36; the default where the tables fit):
 // the group step asks for an item's per-token inputs with the ring's first
 // cp.async group, before its stream, and uses them after it: the current
 // token's B row (sBt, appended to sB and the ring after the stream), the
@@ -1683,12 +1683,25 @@ typedef GRaw<GM> GR;
 // item's 491, issued during the previous item), so each wait is streaming
 // lost; at ~1 us a loaded round trip against ~35 us an item (Nano fp32,
 // batch 256) or ~21 (bf16), three or four of them are several percent of
-// the step. The group verify (mamba2_group_verify_item) likewise asks for
-// its drafts' B and C rows, dt, dt_bias, A and D before its cursor, where
-// the drafts' rows and the chain's inputs waited two round trips after
-// it. The same values and operations in the same order: bit for bit.
+// the step. The same values and operations in the same order: bit for
+// bit. H200, batch 256, against GROUP_EARLY=0 in the same run (session
+// 36): non-flush Nano fp32 270 -> 263 us, bf16 163 -> 156, Super 287 ->
+// 279, 172 -> 163; with an nvfp4 read copy 112 -> 106 (Nano), 117-118 ->
+// 109-110 (Super); windows 1-4% faster. mamba2Module sets it where the
+// group step's tables still fit (mamba2GroupPlan).
+//
+// GVERIFY_EARLY=1 (off: measured slower) does the same for the group
+// verify (mamba2_group_verify_item): its drafts' B and C rows, dt,
+// dt_bias, A and D asked for before its cursor, where the drafts' rows and
+// the chain's inputs waited two round trips after it. Same run: verify
+// Nano fp32 459 -> 475 us, bf16 296 -> 306, Super 486 -> 491, 319 -> 326
+// (all T drafts' rows copied whatever the count, and the chain after the
+// ring's wait instead of beside it).
 #ifndef GROUP_EARLY
 #define GROUP_EARLY 0
+#endif
+#ifndef GVERIFY_EARLY
+#define GVERIFY_EARLY 0
 #endif
 
 // group_scalars forms a token's delta and decay for one head from its dt,
@@ -2040,8 +2053,8 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     __shared__ float sDecay[HPG * RMAX];
     __shared__ float sGs[HPG];
     __shared__ float sLut[16];
-#if GROUP_EARLY
-    // The drafts' per-token inputs (GROUP_EARLY, as the group step's): the
+#if GVERIFY_EARLY
+    // The drafts' per-token inputs (GVERIFY_EARLY, as the group step's): the
     // T drafts' B rows, each (head, draft)'s dt with its head's dt_bias and
     // A (idx = hh*T + k), the heads' D; C goes straight to sCk.
     __shared__ __align__(16) float sBd[TMAX * N];
@@ -2052,7 +2065,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
 
     const int tid = threadIdx.x, h0 = g * HPG;
     const int s = slots[b];
-#if GROUP_EARLY
+#if GVERIFY_EARLY
     // Asked for before the cursor (none depends on the slot): all T drafts'
     // rows, whatever the slot's count (rows past it are the op's and go
     // unused), in a cp.async group of their own that the wait below for
@@ -2098,7 +2111,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     cp_async_commit();
     // The drafts appended to the ring at entries n.., their C and B kept
     // (their x rows go to the ring with y, below).
-#if GROUP_EARLY
+#if GVERIFY_EARLY
     // (After the wait below, from the copies.)
 #elif LOAD_FIRST
     load_then_store<(TMAX * N + GNT - 1) / GNT, GNT>(
@@ -2123,7 +2136,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         sCk[k * N + e] = C[row * N + e];
     }
 #endif
-#if !GROUP_EARLY
+#if !GVERIFY_EARLY
     for (int idx = tid; idx < HPG * cnt; idx += GNT) {
         const int hh = idx / cnt, k = idx % cnt, h = h0 + hh;
         group_scalars(dt[((u64)b * T + k) * NHEADS + h], dtb[h], A[h], dtMin, sDelta + hh * RMAX + n + k,
@@ -2137,7 +2150,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     init_e2m1_lut(sLut);
 #endif
     cp_async_wait_group<1>();
-#if GROUP_EARLY
+#if GVERIFY_EARLY
     // The drafts' B rows to sB and the ring, and each (head, draft)'s delta
     // and decay, from what this thread copied (its wait made them visible
     // to it; cp_rows' units, four floats where N allows).
@@ -2268,7 +2281,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
 #pragma unroll
         for (int k = 0; k < TMAX; k++) {
             if (k < cnt) {
-#if GROUP_EARLY
+#if GVERIFY_EARLY
                 yv[k] = sE[hh * TMAX + k] * sDot[k * GROWS + o] + sD[hh] * xdk[u][k];
 #else
                 yv[k] = sE[hh * TMAX + k] * sDot[k * GROWS + o] + D[h0 + hh] * xdk[u][k];
