@@ -44,9 +44,9 @@
 #   tools/gpu_check.sh readcopy # the read-copy conformance test and the nvfp4 quotients by reciprocal (NV_QDIV): first next session (session 33)
 #   tools/gpu_check.sh bf16nan # bf16 stores without their NaN branch (BF16_NAN_BRANCH=0): second next session (session 33)
 #   tools/gpu_check.sh nvpipe # the nvfp4 flush: the lean quantiser (NV_LEAN) and Mamba-2's on the pipelined fold (FOLDS=pipe), then bench256: after `tests`, next session (session 34)
-#   tools/gpu_check.sh ring # the Mamba-2 bf16 ring's tests (session 35, written without a GPU)
+#   tools/gpu_check.sh ring # the Mamba-2 bf16 ring's tests (session 35; first run clean in session 36)
 #   tools/gpu_check.sh ringbench # batch 256, Mamba-2, bf16 ring against fp32 ring (ringitems: both on the items flush)
-#   tools/gpu_check.sh early # the Mamba-2 group kernels' per-token inputs by cp.async (GROUP_EARLY, session 36, written without a GPU): tests (earlybench: the rows against the defaults)
+#   tools/gpu_check.sh early # the Mamba-2 group step's per-token inputs by cp.async (GROUP_EARLY, session 36's default): tests (earlybench: the rows against GROUP_EARLY=0)
 #   tools/gpu_check.sh m2stages # the Mamba-2 pipelined folds' stages (FOLD_STAGES 2, 4) on fp8 and bf16 checkpoints (session 33)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
@@ -607,8 +607,8 @@ nvpipe)
 	bench 256 b256.jsonl
 	;;
 ring)
-	# Session 35, written without a GPU: the Mamba-2 bf16 ring (RING_BF16,
-	# REPLAYSSM_CUDA_RING_BF16=1 until this runs clean). Its metamorphic
+	# Session 35, written without a GPU (first run clean in session 36):
+	# the Mamba-2 bf16 ring (RING_BF16). Its metamorphic
 	# test against an fp32 ring fed rounded inputs (bit for bit: the small,
 	# group and v4 paths, the items and the pipelined folds), the codec test
 	# (round_bf16 against numeric), the refusals; the bf16-ring cases of
@@ -618,8 +618,6 @@ ring)
 	some_tests ring_ref 120 'TestReplayCacheMatchesReference/mamba2/replay/.*/bf16-ring'
 	some_tests ring_spec 120 'TestReplayCacheSpeculative/mamba2/bf16-ring'
 	some_tests ring_graph 60 'TestReplayCacheGraph/mamba2/.*/bf16-ring'
-	# Session 36: the folds' producer widening from the stage (WIDEN_ASYNC).
-	REPLAYSSM_CUDA_DEFINES=-DWIDEN_ASYNC=1 some_tests ring_wa 300 'TestReplayRingBF16IsRoundedInputs'
 	;;
 ringbench | ringitems)
 	# The Mamba-2 rows at batch 256 with an fp32 ring and with a bf16 one
@@ -627,17 +625,11 @@ ringbench | ringitems)
 	# a bf16 ring their producer widens the rows through registers,
 	# Piece.widen), ringitems on the items flush (REPLAYSSM_CUDA_FOLDS=items:
 	# whether the producer's widening holds the folds back).
-	# ringbench also takes the bf16 ring with its codes widened from the
-	# stage (WIDEN_ASYNC, session 36): "bf16wa".
 	folds=
 	[[ $1 == ringitems ]] && folds=items
-	rings="fp32 bf16"
-	[[ $1 == ringbench ]] && rings="fp32 bf16 bf16wa"
-	for r in $rings; do
-		defs=
-		[[ $r == bf16wa ]] && defs=-DWIDEN_ASYNC=1
-		REPLAYSSM_CUDA_DEFINES=$defs REPLAYSSM_CUDA_FOLDS=$folds REPLAYSSM_CUDA_RING_BF16=1 "$cli" bench kernels --device cuda \
-			--batch 256 --shapes mamba2 --state-dtype fp32,bf16 --ring-dtype "${r%wa}" \
+	for r in fp32 bf16; do
+		REPLAYSSM_CUDA_FOLDS=$folds "$cli" bench kernels --device cuda \
+			--batch 256 --shapes mamba2 --state-dtype fp32,bf16 --ring-dtype "$r" \
 			--modes baseline,replay,replay-nvfp4,verify-baseline,verify,verify-nvfp4 --min-time 30ms --json \
 			>"$out/$1_$r.jsonl" 2>"$out/$1_$r.err"
 		echo "== $1 ring $r: exit $?"
@@ -646,22 +638,20 @@ ringbench | ringitems)
 	done
 	;;
 early)
-	# Session 36, written without a GPU: the Mamba-2 group step asks for an
-	# item's per-token inputs (B row, dt, dt_bias, A, D) by cp.async before
-	# its stream instead of loading each where it is used (three round
-	# trips before the stream's first barrier, one in the output loop).
-	# Bit for bit against the default group step; the ring and reference
-	# tests under it (REPLAYSSM_CUDA_DEFINES reaches every cache the tests
-	# build); then the non-flush rows against the defaults at 256 and 64,
-	# fp32 and bf16 rings (the bf16 ring's test runs only if `ring` passed).
-	# The rows are `earlybench`, a call of their own.
+	# Session 36: the Mamba-2 group step asks for an item's per-token
+	# inputs (B row, dt, dt_bias, A, D) by cp.async before its stream
+	# (GROUP_EARLY, the default since) instead of loading each where it is
+	# used. Bit for bit against GROUP_EARLY=0; the ring and reference tests
+	# under the old setting (REPLAYSSM_CUDA_DEFINES reaches every cache the
+	# tests build). The rows against GROUP_EARLY=0 are `earlybench`, a call
+	# of their own.
 	some_tests early 200 'TestReplayGroupEarlyMatches'
-	REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=1 some_tests early_ref 200 'TestReplayCacheMatchesReference/mamba2/replay'
-	REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=1 REPLAYSSM_CUDA_RING_BF16=1 some_tests early_ring 200 'TestReplayRingBF16IsRoundedInputs'
+	REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0 some_tests early_ref 200 'TestReplayCacheMatchesReference/mamba2/replay'
+	REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0 some_tests early_ring 200 'TestReplayRingBF16IsRoundedInputs'
 	;;
 earlybench)
-	experiment early mamba2 replay,replay-nvfp4,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=1
-	BATCH=64 experiment early64 mamba2 replay,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=1
+	experiment early mamba2 replay,replay-nvfp4,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0
+	BATCH=64 experiment early64 mamba2 replay,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0
 	;;
 m2stages)
 	# Session 33, written after its device time: ncu of the Nano fp8

@@ -198,16 +198,11 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/bf16 ring, loads in loops", replay.Options{Mode: replay.Replay, Ring: numeric.BF16}, tuning{defines: []string{"-DLOAD_FIRST=0"}}},
 		{"replay/bf16/bf16 ring, bulk ring copies", replay.Options{Mode: replay.Replay, State: numeric.BF16, Ring: numeric.BF16},
 			tuning{folds: "pipe", defines: []string{"-DPIPE_RING=0"}}},
-		// A bf16 ring's codes widened from the stage (WIDEN_ASYNC).
-		{"replay/bf16/bf16 ring, widened in the stage", replay.Options{Mode: replay.Replay, State: numeric.BF16, Ring: numeric.BF16},
-			tuning{folds: "pipe", defines: []string{"-DWIDEN_ASYNC=1"}}},
 		// The Mamba-2 group step's per-token inputs where they are used
-		// (GROUP_EARLY=0, the default before session 36), and the group
-		// verify's by cp.async before its cursor (GVERIFY_EARLY, off), with
-		// either ring.
+		// (GROUP_EARLY=0, the default before session 36), with either ring.
 		{"replay/fp32/group inputs late", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DGROUP_EARLY=0"}}},
-		{"replay/bf16+nvfp4/bf16 ring, group verify inputs early", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4, Ring: numeric.BF16},
-			tuning{defines: []string{"-DGVERIFY_EARLY=1"}}},
+		{"replay/bf16+nvfp4/bf16 ring, group inputs late", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4, Ring: numeric.BF16},
+			tuning{defines: []string{"-DGROUP_EARLY=0"}}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -225,7 +220,7 @@ func TestReplayModulesCompile(t *testing.T) {
 				continue
 			}
 			if layer != "gdn" && gdnOnly(o.opt, o.tn) || layer != "mamba2" && o.tn.m2TCFold != "" ||
-				layer == "gdn" && (o.opt.Ring != numeric.F32 || definesName(o.tn.defines, "GROUP_EARLY") || definesName(o.tn.defines, "GVERIFY_EARLY")) {
+				layer == "gdn" && (o.opt.Ring != numeric.F32 || definesName(o.tn.defines, "GROUP_EARLY")) {
 				continue
 			}
 			t.Run(layer+"/"+o.name, func(t *testing.T) {

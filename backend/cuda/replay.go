@@ -71,7 +71,6 @@ type tuning struct {
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
 	carveout    int      // REPLAYSSM_CUDA_CARVEOUT: the group and stream kernels' shared-memory carveout, percent (0: the driver's choice)
 	m2TCFold    string   // REPLAYSSM_CUDA_M2_TC_FOLD: "1" or "0" forces the Mamba-2 pipelined folds' rank update on the tensor cores on or off where it applies ("": mamba2TCDefault)
-	ringBF16    bool     // REPLAYSSM_CUDA_RING_BF16=1: Mamba-2 caches take a bf16 ring (written in session 35 without a GPU; refused until a device run validates it)
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -125,7 +124,6 @@ func envTuning(getenv func(string) string) tuning {
 		tn.flFew = strconv.Itoa(v)
 	}
 	tn.wholeVerify = getenv("REPLAYSSM_CUDA_SPLIT_VERIFY") == "0"
-	tn.ringBF16 = getenv("REPLAYSSM_CUDA_RING_BF16") == "1"
 	if v := getenv("REPLAYSSM_CUDA_M2_TC_FOLD"); v == "0" || v == "1" {
 		tn.m2TCFold = v
 	}

@@ -425,7 +425,6 @@ func TestReplayCacheMatchesReference(t *testing.T) {
 				tc := tc
 				tc.opt.Ring = numeric.BF16
 				tn := envTuning(os.Getenv)
-				tn.ringBF16 = true
 				runs = append(runs, variant{li, ci, l, tc, tn, l.name + "/" + tc.name + "/bf16-ring"})
 			}
 			if l.name == m2TCLayer && tc.opt.Mode == replay.Replay {
@@ -568,7 +567,6 @@ func TestReplayCacheSpeculative(t *testing.T) {
 				const nslots = 4
 				tn := envTuning(os.Getenv)
 				tn.defines = append(slices.Clip(tn.defines), sp.defines...)
-				tn.ringBF16 = true
 				// ref is the layer's reference on the inputs as the
 				// cache's ring keeps them.
 				ref := func(state []float64, in [][]float32, r int) []float64 {
@@ -695,7 +693,6 @@ func graphRounds(t *testing.T, d *Device, l gpuLayer, split bool, ring numeric.F
 	opt := replay.Options{Mode: replay.Replay, Window: 4, MaxDraft: 2, ReadCopy: numeric.NVFP4, Ring: ring}
 	const nslots, T = 3, 2
 	tn := envTuning(os.Getenv)
-	tn.ringBF16 = true
 	direct, err := l.buildWith(d, opt, nslots, tn)
 	if err != nil {
 		t.Fatal(err)
@@ -1005,21 +1002,20 @@ func TestReplayVerifyEarlyMatchesLate(t *testing.T) {
 	}
 }
 
-// TestReplayGroupEarlyMatches checks GROUP_EARLY and GVERIFY_EARLY (the
-// Mamba-2 group step asks for a token's B row, dt, dt_bias, A and D by
-// cp.async before its stream and uses them after it; the group verify its
-// drafts' before its cursor) against both off, bit for bit: the same
-// values and operations in the same order. Both take the group step and
-// verify at every batch; the Mamba-2 layers only (GDN's kernels do not
-// read the defines).
+// TestReplayGroupEarlyMatches checks GROUP_EARLY (the default since
+// session 36: the Mamba-2 group step asks for a token's B row, dt,
+// dt_bias, A and D by cp.async before its stream and uses them after it)
+// against it off, bit for bit: the same values and operations in the same
+// order. Both take the group step at every batch; the Mamba-2 layers only
+// (GDN's kernels do not read the define).
 func TestReplayGroupEarlyMatches(t *testing.T) {
 	d := gpu(t)
 	with := func(v string) tuning {
 		tn := envTuning(os.Getenv)
 		tn.groupAll = true
 		tn.defines = append(slices.DeleteFunc(slices.Clone(tn.defines), func(d string) bool {
-			return strings.HasPrefix(d, "-DGROUP_EARLY") || strings.HasPrefix(d, "-DGVERIFY_EARLY")
-		}), "-DGROUP_EARLY="+v, "-DGVERIFY_EARLY="+v)
+			return strings.HasPrefix(d, "-DGROUP_EARLY")
+		}), "-DGROUP_EARLY="+v)
 		return tn
 	}
 	early, plain := with("1"), with("0")

@@ -73,7 +73,7 @@ func TestReplayRingBF16IsRoundedInputs(t *testing.T) {
 				t.Run(l.name+"/"+f.name+"/"+v.name, func(t *testing.T) {
 					t.Parallel()
 					tn := envTuning(os.Getenv)
-					tn.folds, tn.ringBF16 = "items", true
+					tn.folds = "items"
 					if v.folds == "v7" {
 						tn.folds = "pipe"
 					}
@@ -133,9 +133,9 @@ func TestReplayRingBF16IsRoundedInputs(t *testing.T) {
 // TestReplayRingRefusals checks the ring formats the GPU caches refuse,
 // before any device work: GDN caches keep an fp32 ring (their ring holds
 // the normalised k, which is not a bf16 value; NOTES.md, session 35),
-// neither cache takes an fp16 ring or a ring in baseline mode, and a
-// Mamba-2 cache takes a bf16 one only with REPLAYSSM_CUDA_RING_BF16=1
-// until a device run has validated its kernels.
+// and neither cache takes an fp16 ring or a ring in baseline mode. (A
+// Mamba-2 cache's bf16 ring needed REPLAYSSM_CUDA_RING_BF16=1 until its
+// first device run, session 36.)
 func TestReplayRingRefusals(t *testing.T) {
 	ctx := context.Background()
 	shape := ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}
@@ -151,7 +151,6 @@ func TestReplayRingRefusals(t *testing.T) {
 	for _, opt := range []replay.Options{
 		{Mode: replay.Replay, Ring: numeric.F16},
 		{Mode: replay.Baseline, Ring: numeric.BF16},
-		{Mode: replay.Replay, Ring: numeric.BF16}, // until REPLAYSSM_CUDA_RING_BF16=1
 	} {
 		if _, err := newMamba2Cache(ctx, nil, m2, m2prm, 2, opt, tuning{}); !errors.Is(err, ErrReplayOptions) {
 			t.Errorf("Mamba-2 cache, %v ring, mode %v: error %v, want ErrReplayOptions", opt.Ring, opt.Mode, err)

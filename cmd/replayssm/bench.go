@@ -112,7 +112,7 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per row")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
 	trace := fs.String("trace", "", "cuda: write each replay row's block timeline (CSV) into this directory; needs REPLAYSSM_CUDA_DEFINES=-DTRACE=1")
-	ring := fs.String("ring-dtype", "fp32", "replay rows' ring inputs: fp32 or bf16 (cuda: Mamba-2 shapes only, with REPLAYSSM_CUDA_RING_BF16=1 until validated on a device)")
+	ring := fs.String("ring-dtype", "fp32", "replay rows' ring inputs: fp32 or bf16 (cuda: Mamba-2 shapes only)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ func addStateFlags(fs *flag.FlagSet) stateFlags {
 		window:   fs.Int("window", replay.DefaultWindow, "replay window L (ring entries before a flush)"),
 		dtype:    fs.String("state-dtype", "fp32", "SSM state (checkpoint) format: fp32, fp16, bf16 or fp8"),
 		readCopy: fs.String("read-copy", "none", "replay read copy of the checkpoint: none, bf16, fp8 or nvfp4"),
-		ring:     fs.String("ring-dtype", "fp32", "replay ring's inputs (x and B, or k and v): fp32, or bf16 (rounded as the cache takes them, as a bf16 model's activations are; on CUDA Mamba-2 layers only, with REPLAYSSM_CUDA_RING_BF16=1 until validated on a device)"),
+		ring:     fs.String("ring-dtype", "fp32", "replay ring's inputs (x and B, or k and v): fp32, or bf16 (rounded as the cache takes them, as a bf16 model's activations are; on CUDA Mamba-2 layers only)"),
 		exact:    fs.Bool("exact-fold", false, "Gated DeltaNet flushes recompute every corrected update from the raw inputs even without a read copy (default: fold the cached ones, which that checkpoint formed)"),
 	}
 }

@@ -2084,19 +2084,6 @@ __device__ __forceinline__ int bsw_unit(int f, int swz) { return f ^ ((f >> 3) &
 #endif
 static_assert(PIPE_LANES == 1 || PIPE_LANES == 2 || PIPE_LANES == 4, "PIPE_LANES: 1, 2 or 4");
 #if RING_BF16
-// WIDEN_ASYNC=1 (session 36, written without a GPU, off until measured):
-// the producer asks for a bf16 ring's codes by cp.async into the back half
-// of each widened piece's slot in the stage (a row of n floats holds its n
-// codes in its last 2n bytes), all of the item's rows at once, waits for
-// them once, and widens them in place from shared memory: one round trip
-// an item where the loads through registers took one a batch of WB pieces
-// (four for a Nano flush item), at the same registers. Where a ring row is
-// not a multiple of eight codes (16-byte copies), the loads through
-// registers remain.
-#ifndef WIDEN_ASYNC
-#define WIDEN_ASYNC 0
-#endif
-#define WIDEN_STAGED (WIDEN_ASYNC && ROWS % 8 == 0 && COLS % 8 == 0)
 // widen_units calls body(piece, k, u, f) for each widened unit f of the
 // pieces c0 .. c0+WB-1 (piece(c0+k)) that lane takes: units lane + 32u,
 // u < WU, within the piece's bytes.
@@ -2135,39 +2122,11 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
     {
         constexpr int WU = ((ROWS > COLS ? ROWS : COLS) / 4 + 31) / 32; // a ring row's units a lane
         constexpr int WB = 8;
-#if WIDEN_STAGED
-        // WIDEN_ASYNC: every widened row's codes into the back half of its
-        // slot, 16 bytes a copy, all in flight at once; each lane waits for
-        // its own copies (and any earlier ones of its, the previous items'
-        // pieces, which the consumers need first anyway), __syncwarp shares
-        // them with the warp.
-        for (int c = nmat; c < npieces; c++) {
-            const Piece pc = piece(c);
-            if (pc.widen) {
-                const u32 half = pc.bytes / 2;
-                for (u32 f = lane; f < half / 16; f += 32) {
-                    cp_async16(pc.dst + half + 16 * f, static_cast<const unsigned char*>(pc.src) + 16 * f);
-                }
-            }
-        }
-        cp_async_commit();
-        cp_async_wait_all();
-        __syncwarp();
-#endif
         for (int c0 = nmat; c0 < npieces; c0 += WB) {
             uint2 w[WB][WU];
             widen_units<WB, WU>(c0, npieces, lane, piece, [&](const Piece& pc, int k, int u, u32 f) {
-#if WIDEN_STAGED
-                w[k][u] = *reinterpret_cast<const uint2*>(pc.dst + pc.bytes / 2 + 8 * f);
-#else
                 w[k][u] = *reinterpret_cast<const uint2*>(static_cast<const ring_e*>(pc.src) + 4 * f);
-#endif
             });
-#if WIDEN_STAGED
-            // In place: every code of these pieces read before any float
-            // lands on its bytes.
-            __syncwarp();
-#endif
             widen_units<WB, WU>(c0, npieces, lane, piece, [&](const Piece& pc, int k, int u, u32 f) {
                 *reinterpret_cast<float4*>(pc.dst + 16 * bsw_unit(f, pc.swz)) =
                     make_float4(bf16_lo(w[k][u].x), bf16_hi(w[k][u].x), bf16_lo(w[k][u].y), bf16_hi(w[k][u].y));

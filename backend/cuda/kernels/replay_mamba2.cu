@@ -1690,18 +1690,14 @@ typedef GRaw<GM> GR;
 // 109-110 (Super); windows 1-4% faster. mamba2Module sets it where the
 // group step's tables still fit (mamba2GroupPlan).
 //
-// GVERIFY_EARLY=1 (off: measured slower) does the same for the group
-// verify (mamba2_group_verify_item): its drafts' B and C rows, dt,
-// dt_bias, A and D asked for before its cursor, where the drafts' rows and
-// the chain's inputs waited two round trips after it. Same run: verify
-// Nano fp32 459 -> 475 us, bf16 296 -> 306, Super 486 -> 491, 319 -> 326
-// (all T drafts' rows copied whatever the count, and the chain after the
-// ring's wait instead of beside it).
+// The same for the group verify (its drafts' B and C rows, dt, dt_bias,
+// A and D by cp.async before its cursor, the chain after the ring's wait;
+// GVERIFY_EARLY, session 36) measured slower in the same run: verify Nano
+// fp32 459 -> 475 us, bf16 296 -> 306, Super 486 -> 491, 319 -> 326 (all
+// T drafts' rows copied whatever the count, and the chain no longer beside
+// the drafts' loads); removed.
 #ifndef GROUP_EARLY
 #define GROUP_EARLY 0
-#endif
-#ifndef GVERIFY_EARLY
-#define GVERIFY_EARLY 0
 #endif
 
 // group_scalars forms a token's delta and decay for one head from its dt,
@@ -2053,36 +2049,10 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     __shared__ float sDecay[HPG * RMAX];
     __shared__ float sGs[HPG];
     __shared__ float sLut[16];
-#if GVERIFY_EARLY
-    // The drafts' per-token inputs (GVERIFY_EARLY, as the group step's): the
-    // T drafts' B rows, each (head, draft)'s dt with its head's dt_bias and
-    // A (idx = hh*T + k), the heads' D; C goes straight to sCk.
-    __shared__ __align__(16) float sBd[TMAX * N];
-    __shared__ double sDtbv[HPG * TMAX], sAv[HPG * TMAX];
-    __shared__ float sDtv[HPG * TMAX], sD[HPG];
-#endif
     extern __shared__ __align__(16) ring_e sXr[]; // the ring's x rows, entries [0, xcap), as the ring keeps them
 
     const int tid = threadIdx.x, h0 = g * HPG;
     const int s = slots[b];
-#if GVERIFY_EARLY
-    // Asked for before the cursor (none depends on the slot): all T drafts'
-    // rows, whatever the slot's count (rows past it are the op's and go
-    // unused), in a cp.async group of their own that the wait below for
-    // the ring's first group covers.
-    cp_rows<N>(sBd, B + ((u64)b * T * NGROUPS + g) * N, NGROUPS * N, T, tid, GNT);
-    cp_rows<N>(sCk, C + ((u64)b * T * NGROUPS + g) * N, NGROUPS * N, T, tid, GNT);
-    for (int idx = tid; idx < HPG * T; idx += GNT) {
-        const int hh = idx / T, k = idx % T, h = h0 + hh;
-        cp_async4(sDtv + idx, dt + ((u64)b * T + k) * NHEADS + h);
-        cp_async8(sDtbv + idx, dtb + h);
-        cp_async8(sAv + idx, A + h);
-    }
-    if (tid < HPG) {
-        cp_async4(sD + tid, D + h0 + tid);
-    }
-    cp_async_commit();
-#endif
     const u64 m0 = (u64)s * NHEADS + h0;
     const void* mat;
     const u8* scl;
@@ -2111,9 +2081,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     cp_async_commit();
     // The drafts appended to the ring at entries n.., their C and B kept
     // (their x rows go to the ring with y, below).
-#if GVERIFY_EARLY
-    // (After the wait below, from the copies.)
-#elif LOAD_FIRST
+#if LOAD_FIRST
     load_then_store<(TMAX * N + GNT - 1) / GNT, GNT>(
         cnt * N,
         [&](int idx) {
@@ -2136,13 +2104,11 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         sCk[k * N + e] = C[row * N + e];
     }
 #endif
-#if !GVERIFY_EARLY
     for (int idx = tid; idx < HPG * cnt; idx += GNT) {
         const int hh = idx / cnt, k = idx % cnt, h = h0 + hh;
         group_scalars(dt[((u64)b * T + k) * NHEADS + h], dtb[h], A[h], dtMin, sDelta + hh * RMAX + n + k,
                       sDecay + hh * RMAX + n + k, ringDt, ringA, rs_at(s, h, n + k));
     }
-#endif
     if (tid < HPG) {
         sGs[tid] = group_scale<HPG>(state, rglobal, m0, tid);
     }
@@ -2150,31 +2116,6 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     init_e2m1_lut(sLut);
 #endif
     cp_async_wait_group<1>();
-#if GVERIFY_EARLY
-    // The drafts' B rows to sB and the ring, and each (head, draft)'s delta
-    // and decay, from what this thread copied (its wait made them visible
-    // to it; cp_rows' units, four floats where N allows).
-    {
-        constexpr int U = N % 4 == 0 ? 4 : 1;
-        for (int q = tid; q < cnt * (N / U); q += GNT) {
-            const int k = q / (N / U);
-#pragma unroll
-            for (int c = 0; c < U; c++) {
-                const int e = U * (q % (N / U)) + c;
-                const float v = sBd[k * N + e];
-                ring_st(sBr, (n + k) * N + e, v);
-                ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + e, v);
-            }
-        }
-    }
-    for (int idx = tid; idx < HPG * T; idx += GNT) {
-        const int hh = idx / T, k = idx % T, h = h0 + hh;
-        if (k < cnt) {
-            group_scalars(sDtv[idx], sDtbv[idx], sAv[idx], dtMin, sDelta + hh * RMAX + n + k,
-                          sDecay + hh * RMAX + n + k, ringDt, ringA, rs_at(s, h, n + k));
-        }
-    }
-#endif
     __syncthreads();
     // Decay weights (mamba2_pipe's products, in its order), per head and
     // draft, on the last threads: one running suffix product a (head,
@@ -2281,11 +2222,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
 #pragma unroll
         for (int k = 0; k < TMAX; k++) {
             if (k < cnt) {
-#if GVERIFY_EARLY
-                yv[k] = sE[hh * TMAX + k] * sDot[k * GROWS + o] + sD[hh] * xdk[u][k];
-#else
                 yv[k] = sE[hh * TMAX + k] * sDot[k * GROWS + o] + D[h0 + hh] * xdk[u][k];
-#endif
                 ring_st(ringX + (ring_at(s, n + k) * NHEADS + h0) * P + o, xdk[u][k]);
             }
         }
