@@ -22,23 +22,7 @@ import argparse
 import collections
 import re
 
-FUNC = re.compile(r"\s*Function : (\S+)")
-INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
-
-
-def functions(path):
-    out, cur = {}, None
-    with open(path) as f:
-        for line in f:
-            m = FUNC.match(line)
-            if m:
-                cur = m.group(1)
-                out[cur] = []
-                continue
-            m = INSN.search(line)
-            if cur is not None and m:
-                out[cur].append(re.sub(r"\s+", " ", m.group(1)))
-    return out
+from sass_listing import functions
 
 
 def renamed(ins):

@@ -23,26 +23,10 @@ import argparse
 import re
 import sys
 
-FUNC = re.compile(r"\s*Function : (\S+)")
-INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+from sass_listing import functions
+
 LOAD = re.compile(r"^(@!?U?P\w+ )?(LDG\S*) (R\d+), \[")
 REG = re.compile(r"\bR(\d+)\b(\.64)?")
-
-
-def functions(path):
-    """The instructions of each function in a cuobjdump -sass listing."""
-    out, cur = {}, None
-    with open(path) as f:
-        for line in f:
-            m = FUNC.match(line)
-            if m:
-                cur = m.group(1)
-                out[cur] = []
-                continue
-            m = INSN.search(line)
-            if cur is not None and m:
-                out[cur].append(re.sub(r"\s+", " ", m.group(1)))
-    return out
 
 
 def registers(text):
