@@ -276,9 +276,9 @@ func tcFold(opt replay.Options) bool {
 	return opt.ReadCopy == numeric.F32 && (elemBytes(opt.State) == 2 || opt.State == numeric.F32 && opt.FoldsCachedU())
 }
 
-// definesName reports whether defines (NVRTC options) define name.
-// defineOn says whether the defines set name to a value other than 0
-// (a bare -DNAME counts as on), and whether they name it at all.
+// defineOn says whether defines (NVRTC options) set name to a value other
+// than 0 (a bare -DNAME counts as on; the last one wins), and whether they
+// name it at all.
 func defineOn(defines []string, name string) (on, named bool) {
 	for _, d := range defines {
 		if d == "-D"+name {
@@ -290,13 +290,10 @@ func defineOn(defines []string, name string) (on, named bool) {
 	return on, named
 }
 
+// definesName reports whether defines (NVRTC options) define name.
 func definesName(defines []string, name string) bool {
-	for _, d := range defines {
-		if d == "-D"+name || strings.HasPrefix(d, "-D"+name+"=") {
-			return true
-		}
-	}
-	return false
+	_, named := defineOn(defines, name)
+	return named
 }
 
 // gdnFoldPlan plans the pipelined folds (gdn_flush_pipe, gdn_fold_pipe): a
