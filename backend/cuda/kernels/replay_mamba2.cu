@@ -1696,6 +1696,20 @@ typedef GRaw<GM> GR;
 // fp32 459 -> 475 us, bf16 296 -> 306, Super 486 -> 491, 319 -> 326 (all
 // T drafts' rows copied whatever the count, and the chain no longer beside
 // the drafts' loads); removed.
+// GROUP_X_LATE=1 (session 37): the group step stores the current token's
+// x rows to the ring in its output loop, not before its stream. They are
+// the previous item's last loads (group_x, after its y), and the store
+// was their first use: cuobjdump of Nano's fp32 group step shows the four
+// LDG.E.CONSTANT of group_x ~300 instructions (the next item's cp.async
+// issue loops) before the STG that reads them, before the stream's
+// barrier, so each item began with a round trip with only its first GPF
+// passes in flight. Nothing in the step reads entry n of a non-flush
+// slot's ring (the staged and global x loops stop at n), so the ring is
+// the same at the kernel's end: bit for bit.
+#ifndef GROUP_X_LATE
+#define GROUP_X_LATE 0
+#endif
+
 #ifndef GROUP_EARLY
 #define GROUP_EARLY 0
 #endif
@@ -1855,6 +1869,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                 ring_st(ringB + (ring_at(s, n) * NGROUPS + g) * N + e, v);
             }
 #endif
+#if !GROUP_X_LATE
 #pragma unroll
             for (int k = 0; k < OUTS; k++) {
                 const int o = tid + k * GNT;
@@ -1862,6 +1877,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                     ring_st(ringX + (ring_at(s, n) * NHEADS + h0) * P + o, xc[k]);
                 }
             }
+#endif
             if (tid < HPG) {
 #if !GROUP_EARLY
                 const int h = h0 + tid;
@@ -1971,6 +1987,9 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                     }
                     yv = fmaf(sW[hh * RMAX + n] * sBC[n], xc[k], yv);
                     y[((u64)b * NHEADS + h0) * P + o] = yv;
+#if GROUP_X_LATE
+                    ring_st(ringX + (ring_at(s, n) * NHEADS + h0) * P + o, xc[k]);
+#endif
                 }
             }
         }
@@ -2008,6 +2027,25 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 // The default since session 6 from two items per SM (groupStep.verifyMin;
 // below that the pipelined verify spreads the heads over more blocks).
 #if TMAX > 1
+// GV_NEXT=1 (session 37, off): each group verify item asks for the next
+// item's slot at its start and that slot's cursor after its stream, and
+// hands both on (the kernel's loop passes them to the next call), so an
+// item starts with its state's first passes, its ring copies and its
+// drafts' loads at once. Without it an item begins with two dependent
+// round trips (slots[b], then hist[s]) before its ring copies can be
+// asked for, with nothing else of the block in flight (the previous item
+// ended with its y). Not with VPART (its rows are skipped in the loop).
+#ifndef GV_NEXT
+#define GV_NEXT 0
+#endif
+#if GV_NEXT && VPART
+#error "GV_NEXT takes the items in order; VPART skips rows"
+#endif
+#if GV_NEXT
+#define GV_NEXT_PARAMS , int s, int n, int bN, int &sN, int &nN
+#else
+#define GV_NEXT_PARAMS
+#endif
 // GVTC_ON: the stream on the tensor cores (VERIFY_TC; gtw_stream in
 // replay_common.cu), the drafts' C as B's columns. Its sums are not
 // mamba2_pipe_verify's order of operations.
@@ -2031,7 +2069,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
                                                       const float* __restrict__ C, const float* __restrict__ dt,
                                                       float* __restrict__ y, const double* __restrict__ A,
                                                       const double* __restrict__ dtb, const float* __restrict__ D,
-                                                      float dtMin, int R, int g, int b)
+                                                      float dtMin, int R, int g, int b GV_NEXT_PARAMS)
 {
     __shared__ __align__(16) float sCk[TMAX * N];
     // The ring's B rows, then the drafts', as the ring keeps them (sBr: a
@@ -2052,7 +2090,11 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     extern __shared__ __align__(16) ring_e sXr[]; // the ring's x rows, entries [0, xcap), as the ring keeps them
 
     const int tid = threadIdx.x, h0 = g * HPG;
+#if GV_NEXT
+    const int sNext = bN >= 0 ? slots[bN] : 0; // needed after the stream
+#else
     const int s = slots[b];
+#endif
     const u64 m0 = (u64)s * NHEADS + h0;
     const void* mat;
     const u8* scl;
@@ -2063,7 +2105,9 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     GR raw[GPF];
     group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
 #endif
+#if !GV_NEXT
     int n = hist[s];
+#endif
     const int cnt = counts ? counts[b] : T;
     if (FOLDS_EARLY(n, cnt, R)) {
         n = 0; // mamba2_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
@@ -2191,6 +2235,10 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         }
     }
 #endif
+#if GV_NEXT
+    sN = sNext;
+    nN = bN >= 0 ? hist[sNext] : 0;
+#endif
     // The drafts' x rows, a thread's rows for every draft, asked for at once
     // (they go to the ring below, and into y): one round trip per item.
     constexpr int OUTS = (GROWS + GNT - 1) / GNT;
@@ -2268,7 +2316,25 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* 
 {
     TRACE_START();
     int traced = 0; // the block's items (TRACE)
+#if GV_NEXT
+    // The first item's slot and cursor; each item asks for the next one's.
+    int s = 0, n = 0;
+    if (blockIdx.x < batch * NGROUPS) {
+        s = slots[blockIdx.x / NGROUPS];
+        n = hist[s];
+    }
+#endif
     for (int i = blockIdx.x; i < batch * NGROUPS; i += gridDim.x) {
+#if GV_NEXT
+        const int next = i + gridDim.x;
+        int sN = 0, nN = 0;
+        traced++;
+        mamba2_group_verify_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x,
+                                 B, C, dt, y, A, dtb, D, dtMin, R, i % NGROUPS, i / NGROUPS, s, n,
+                                 next < batch * NGROUPS ? next / NGROUPS : -1, sN, nN);
+        s = sN;
+        n = nN;
+#else
 #if VPART
         if (vpart_skip(part, hist, slots, counts, T, R, i / NGROUPS)) {
             continue;
@@ -2277,6 +2343,7 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* 
         traced++;
         mamba2_group_verify_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x,
                                  B, C, dt, y, A, dtb, D, dtMin, R, i % NGROUPS, i / NGROUPS);
+#endif
         __syncthreads(); // the item's tables are read before the next one's
     }
     TRACE_STOP(TRACE_M2_GROUP_VERIFY, traced);
