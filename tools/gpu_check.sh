@@ -670,6 +670,7 @@ s37)
 	# and cursor), against the defaults at batch 256.
 	some_tests knobs 300 'TestReplayGroupEarlyMatches'
 	experiment s37 mamba2 replay,replay-nvfp4,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_X_LATE=1 REPLAYSSM_CUDA_DEFINES=-DGV_NEXT=1
+	experiment s37gdn gdn verify REPLAYSSM_CUDA_DEFINES=-DGV_NEXT=1
 	;;
 earlybench)
 	experiment early mamba2 replay,replay-nvfp4,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0

@@ -1009,12 +1009,16 @@ func TestReplayVerifyEarlyMatchesLate(t *testing.T) {
 // dt_bias, A and D by cp.async before its stream and uses them after it);
 // GROUP_X_LATE (session 37: the token's x rows go to the ring in the
 // output loop, not before the stream); GV_NEXT (session 37: a group
-// verify item asks for the next item's slot and cursor). Both sides take
-// the group step at every batch; the Mamba-2 layers only (GDN's kernels
-// do not read these defines).
+// verify item asks for the next item's slot and cursor, in both layers).
+// Both sides take the group kernels at every batch; the Mamba-2 layers
+// only but for GV_NEXT (GDN's kernels read no other of these defines).
 func TestReplayGroupEarlyMatches(t *testing.T) {
 	d := gpu(t)
 	for _, knob := range []string{"GROUP_EARLY", "GROUP_X_LATE", "GV_NEXT"} {
+		layers := []gpuLayer{smallLayers()[0], largeLayers()[0]}
+		if knob == "GV_NEXT" {
+			layers = append(smallLayers(), largeLayers()...)
+		}
 		t.Run(knob, func(t *testing.T) {
 			with := func(v string) tuning {
 				tn := envTuning(os.Getenv)
@@ -1024,8 +1028,7 @@ func TestReplayGroupEarlyMatches(t *testing.T) {
 				}), "-D"+knob+"="+v)
 				return tn
 			}
-			comparePairsIn(t, d, pairVariant{"on", with("1"), 0, ""}, pairVariant{"off", with("0"), 0, ""},
-				[]gpuLayer{smallLayers()[0], largeLayers()[0]}, nil)
+			comparePairsIn(t, d, pairVariant{"on", with("1"), 0, ""}, pairVariant{"off", with("0"), 0, ""}, layers, nil)
 		})
 	}
 }
