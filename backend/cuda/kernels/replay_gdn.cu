@@ -2825,11 +2825,11 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 #else
 #define GVK_FLOATS GVK_MAX(RMAX * DK, GV2 * GVP)
 #endif
-// GV_NEXT=1 (session 37, off): each item asks for the next item's slot at
-// its start and that slot's cursor after its stream and hands both on, as
-// mamba2_group_verify's (replay_mamba2.cu): without it an item starts with
-// two dependent round trips (slots[b], then hist[s]) before its ring
-// copies. Not with VPART.
+// GV_NEXT=1 (session 37, off): each item asks for the next item's slot and
+// draft count at its start and that slot's cursor after its stream and
+// hands them on, as mamba2_group_verify's (replay_mamba2.cu): without it
+// an item starts with two dependent round trips (slots[b], then hist[s])
+// before its ring copies. Not with VPART.
 #ifndef GV_NEXT
 #define GV_NEXT 0
 #endif
@@ -2837,7 +2837,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 #error "GV_NEXT takes the items in order; VPART skips rows"
 #endif
 #if GV_NEXT
-#define GV_NEXT_PARAMS , int s, int n, int bN, int &sN, int &nN
+#define GV_NEXT_PARAMS , int s, int n, int cnt, int bN, int &sN, int &nN, int &cN
 #else
 #define GV_NEXT_PARAMS
 #endif
@@ -2864,6 +2864,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     const int j0 = kh * VPK;
 #if GV_NEXT
     const int sNext = bN >= 0 ? slots[bN] : 0; // needed after the stream
+    const int cNext = bN >= 0 && counts ? counts[bN] : T;
 #else
     const int s = slots[b];
 #endif
@@ -2879,8 +2880,8 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
 #endif
 #if !GV_NEXT
     int n = hist[s];
-#endif
     const int cnt = counts ? counts[b] : T;
+#endif
     if (FOLDS_EARLY(n, cnt, R)) {
         n = 0; // gdn_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
     }
@@ -3008,6 +3009,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
 #if GV_NEXT
     sN = sNext;
     nN = bN >= 0 ? hist[sNext] : 0;
+    cN = cNext;
 #endif
     __syncthreads();
     // u'_d and o_d in order (gdn_replay_verify's): the ring's u and the
@@ -3084,20 +3086,23 @@ extern "C" __global__ void __launch_bounds__(GNT, GVMINB) gdn_group_verify(GDN_V
     int traced = 0; // the block's items (TRACE)
 #if GV_NEXT
     // The first item's slot and cursor; each item asks for the next one's.
-    int s = 0, n = 0;
+    int s = 0, n = 0, cnt = T;
     if (blockIdx.x < batch * NKH) {
         s = slots[blockIdx.x / NKH];
         n = hist[s];
+        cnt = counts ? counts[blockIdx.x / NKH] : T;
     }
 #endif
     for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
 #if GV_NEXT
         const int next = i + gridDim.x;
-        int sN = 0, nN = 0;
+        int sN = 0, nN = 0, cN = T;
         traced++;
-        gdn_group_verify_item(GDN_VERIFY_ARGS, i % NKH, i / NKH, s, n, next < batch * NKH ? next / NKH : -1, sN, nN);
+        gdn_group_verify_item(GDN_VERIFY_ARGS, i % NKH, i / NKH, s, n, cnt, next < batch * NKH ? next / NKH : -1, sN, nN,
+                              cN);
         s = sN;
         n = nN;
+        cnt = cN;
 #else
 #if VPART
         if (vpart_skip(part, hist, slots, counts, T, R, i / NKH)) {

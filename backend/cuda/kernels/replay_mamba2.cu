@@ -2028,13 +2028,14 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 // below that the pipelined verify spreads the heads over more blocks).
 #if TMAX > 1
 // GV_NEXT=1 (session 37, off): each group verify item asks for the next
-// item's slot at its start and that slot's cursor after its stream, and
-// hands both on (the kernel's loop passes them to the next call), so an
-// item starts with its state's first passes, its ring copies and its
-// drafts' loads at once. Without it an item begins with two dependent
-// round trips (slots[b], then hist[s]) before its ring copies can be
-// asked for, with nothing else of the block in flight (the previous item
-// ended with its y). Not with VPART (its rows are skipped in the loop).
+// item's slot and draft count at its start and that slot's cursor after
+// its stream, and hands them on (the kernel's loop passes them to the
+// next call), so an item starts with its state's first passes, its ring
+// copies and its drafts' loads at once. Without it an item begins with
+// two dependent round trips (slots[b], then hist[s]; counts[b] beside
+// the first) before its ring copies can be asked for, with nothing else
+// of the block in flight (the previous item ended with its y). Not with
+// VPART (its rows are skipped in the loop).
 #ifndef GV_NEXT
 #define GV_NEXT 0
 #endif
@@ -2042,7 +2043,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 #error "GV_NEXT takes the items in order; VPART skips rows"
 #endif
 #if GV_NEXT
-#define GV_NEXT_PARAMS , int s, int n, int bN, int &sN, int &nN
+#define GV_NEXT_PARAMS , int s, int n, int cnt, int bN, int &sN, int &nN, int &cN
 #else
 #define GV_NEXT_PARAMS
 #endif
@@ -2092,6 +2093,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     const int tid = threadIdx.x, h0 = g * HPG;
 #if GV_NEXT
     const int sNext = bN >= 0 ? slots[bN] : 0; // needed after the stream
+    const int cNext = bN >= 0 && counts ? counts[bN] : T;
 #else
     const int s = slots[b];
 #endif
@@ -2107,8 +2109,8 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
 #endif
 #if !GV_NEXT
     int n = hist[s];
-#endif
     const int cnt = counts ? counts[b] : T;
+#endif
     if (FOLDS_EARLY(n, cnt, R)) {
         n = 0; // mamba2_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
     }
@@ -2238,6 +2240,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
 #if GV_NEXT
     sN = sNext;
     nN = bN >= 0 ? hist[sNext] : 0;
+    cN = cNext;
 #endif
     // The drafts' x rows, a thread's rows for every draft, asked for at once
     // (they go to the ring below, and into y): one round trip per item.
@@ -2318,22 +2321,24 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* 
     int traced = 0; // the block's items (TRACE)
 #if GV_NEXT
     // The first item's slot and cursor; each item asks for the next one's.
-    int s = 0, n = 0;
+    int s = 0, n = 0, cnt = T;
     if (blockIdx.x < batch * NGROUPS) {
         s = slots[blockIdx.x / NGROUPS];
         n = hist[s];
+        cnt = counts ? counts[blockIdx.x / NGROUPS] : T;
     }
 #endif
     for (int i = blockIdx.x; i < batch * NGROUPS; i += gridDim.x) {
 #if GV_NEXT
         const int next = i + gridDim.x;
-        int sN = 0, nN = 0;
+        int sN = 0, nN = 0, cN = T;
         traced++;
         mamba2_group_verify_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x,
-                                 B, C, dt, y, A, dtb, D, dtMin, R, i % NGROUPS, i / NGROUPS, s, n,
-                                 next < batch * NGROUPS ? next / NGROUPS : -1, sN, nN);
+                                 B, C, dt, y, A, dtb, D, dtMin, R, i % NGROUPS, i / NGROUPS, s, n, cnt,
+                                 next < batch * NGROUPS ? next / NGROUPS : -1, sN, nN, cN);
         s = sN;
         n = nN;
+        cnt = cN;
 #else
 #if VPART
         if (vpart_skip(part, hist, slots, counts, T, R, i / NGROUPS)) {
