@@ -2825,22 +2825,6 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 #else
 #define GVK_FLOATS GVK_MAX(RMAX * DK, GV2 * GVP)
 #endif
-// GV_NEXT=1 (session 37, off): each item asks for the next item's slot and
-// draft count at its start and that slot's cursor after its stream and
-// hands them on, as mamba2_group_verify's (replay_mamba2.cu): without it
-// an item starts with two dependent round trips (slots[b], then hist[s])
-// before its ring copies. Not with VPART.
-#ifndef GV_NEXT
-#define GV_NEXT 0
-#endif
-#if GV_NEXT && VPART
-#error "GV_NEXT takes the items in order; VPART skips rows"
-#endif
-#if GV_NEXT
-#define GV_NEXT_PARAMS , int s, int n, int cnt, int bN, int &sN, int &nN, int &cN
-#else
-#define GV_NEXT_PARAMS
-#endif
 __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, int b GV_NEXT_PARAMS)
 {
     // k_d, q_d of the drafts, then the ring's keys; once the gram dots are

@@ -2027,26 +2027,6 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 // The default since session 6 from two items per SM (groupStep.verifyMin;
 // below that the pipelined verify spreads the heads over more blocks).
 #if TMAX > 1
-// GV_NEXT=1 (session 37, off): each group verify item asks for the next
-// item's slot and draft count at its start and that slot's cursor after
-// its stream, and hands them on (the kernel's loop passes them to the
-// next call), so an item starts with its state's first passes, its ring
-// copies and its drafts' loads at once. Without it an item begins with
-// two dependent round trips (slots[b], then hist[s]; counts[b] beside
-// the first) before its ring copies can be asked for, with nothing else
-// of the block in flight (the previous item ended with its y). Not with
-// VPART (its rows are skipped in the loop).
-#ifndef GV_NEXT
-#define GV_NEXT 0
-#endif
-#if GV_NEXT && VPART
-#error "GV_NEXT takes the items in order; VPART skips rows"
-#endif
-#if GV_NEXT
-#define GV_NEXT_PARAMS , int s, int n, int cnt, int bN, int &sN, int &nN, int &cN
-#else
-#define GV_NEXT_PARAMS
-#endif
 // GVTC_ON: the stream on the tensor cores (VERIFY_TC; gtw_stream in
 // replay_common.cu), the drafts' C as B's columns. Its sums are not
 // mamba2_pipe_verify's order of operations.
