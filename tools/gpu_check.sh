@@ -661,17 +661,6 @@ early)
 	REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0 some_tests early_ref 200 'TestReplayCacheMatchesReference/mamba2/replay'
 	REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0 some_tests early_ring 200 'TestReplayRingBF16IsRoundedInputs'
 	;;
-s37)
-	# Session 37: two knobs that only move work in time (bit for bit, the
-	# first line's test): GROUP_X_LATE (the Mamba-2 group step's token x
-	# rows to the ring in its output loop: cuobjdump showed their store,
-	# before the stream's barrier, waiting for the previous item's last
-	# loads) and GV_NEXT (a group verify item asks for the next item's slot
-	# and cursor), against the defaults at batch 256.
-	some_tests knobs 300 'TestReplayGroupEarlyMatches'
-	experiment s37 mamba2 replay,replay-nvfp4,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_X_LATE=1 REPLAYSSM_CUDA_DEFINES=-DGV_NEXT=1
-	experiment s37gdn gdn verify REPLAYSSM_CUDA_DEFINES=-DGV_NEXT=1
-	;;
 earlybench)
 	experiment early mamba2 replay,replay-nvfp4,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0
 	BATCH=64 experiment early64 mamba2 replay,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0

@@ -1002,35 +1002,25 @@ func TestReplayVerifyEarlyMatchesLate(t *testing.T) {
 	}
 }
 
-// TestReplayGroupEarlyMatches checks the Mamba-2 group kernels' knobs
-// that only move work in time against their other setting, bit for bit:
-// the same values and operations in the same order. GROUP_EARLY (the
-// default since session 36: the group step asks for a token's B row, dt,
-// dt_bias, A and D by cp.async before its stream and uses them after it);
-// GROUP_X_LATE (session 37: the token's x rows go to the ring in the
-// output loop, not before the stream); GV_NEXT (session 37: a group
-// verify item asks for the next item's slot and cursor, in both layers).
-// Both sides take the group kernels at every batch; the Mamba-2 layers
-// only but for GV_NEXT (GDN's kernels read no other of these defines).
+// TestReplayGroupEarlyMatches checks GROUP_EARLY (the default since
+// session 36: the Mamba-2 group step asks for a token's B row, dt,
+// dt_bias, A and D by cp.async before its stream and uses them after it)
+// against it off, bit for bit: the same values and operations in the same
+// order. Both take the group step at every batch; the Mamba-2 layers only
+// (GDN's kernels do not read the define).
 func TestReplayGroupEarlyMatches(t *testing.T) {
 	d := gpu(t)
-	for _, knob := range []string{"GROUP_EARLY", "GROUP_X_LATE", "GV_NEXT"} {
-		layers := []gpuLayer{smallLayers()[0], largeLayers()[0]}
-		if knob == "GV_NEXT" {
-			layers = append(smallLayers(), largeLayers()...)
-		}
-		t.Run(knob, func(t *testing.T) {
-			with := func(v string) tuning {
-				tn := envTuning(os.Getenv)
-				tn.groupAll = true
-				tn.defines = append(slices.DeleteFunc(slices.Clone(tn.defines), func(d string) bool {
-					return strings.HasPrefix(d, "-D"+knob+"=")
-				}), "-D"+knob+"="+v)
-				return tn
-			}
-			comparePairsIn(t, d, pairVariant{"on", with("1"), 0, ""}, pairVariant{"off", with("0"), 0, ""}, layers, nil)
-		})
+	with := func(v string) tuning {
+		tn := envTuning(os.Getenv)
+		tn.groupAll = true
+		tn.defines = append(slices.DeleteFunc(slices.Clone(tn.defines), func(d string) bool {
+			return strings.HasPrefix(d, "-DGROUP_EARLY")
+		}), "-DGROUP_EARLY="+v)
+		return tn
 	}
+	early, plain := with("1"), with("0")
+	comparePairsIn(t, d, pairVariant{"early", early, 0, ""}, pairVariant{"default", plain, 0, ""},
+		[]gpuLayer{smallLayers()[0], largeLayers()[0]}, nil)
 }
 
 // TestReplayFoldPipeMatchesItems checks the pipelined folds (v7: the

@@ -3526,26 +3526,6 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
 #ifndef VPART
 #define VPART 0
 #endif
-// GV_NEXT=1 (session 37, off): each group verify item (both layers) asks
-// for the next item's slot and draft count at its start and that slot's
-// cursor after its stream, and hands them on (the kernel's loop passes
-// them to the next call), so an item starts with its state's first
-// passes, its ring copies and its drafts' loads at once. Without it an
-// item begins with two dependent round trips (slots[b], then hist[s];
-// counts[b] beside the first) before its ring copies can be asked for,
-// with nothing else of the block in flight (the previous item ended with
-// its outputs). Not with VPART (its rows are skipped in the loop).
-#ifndef GV_NEXT
-#define GV_NEXT 0
-#endif
-#if GV_NEXT && VPART
-#error "GV_NEXT takes the items in order; VPART skips rows"
-#endif
-#if GV_NEXT
-#define GV_NEXT_PARAMS , int s, int n, int cnt, int bN, int &sN, int &nN, int &cN
-#else
-#define GV_NEXT_PARAMS
-#endif
 // FL_FEW=n (REPLAYSSM_CUDA_FL_FEW; 0 off): a flush kernel's blocks count
 // the step's flushing slots first (flushing_slots) and, when their items
 // are fewer than n a block of the grid (a staggered step's sixteenth of

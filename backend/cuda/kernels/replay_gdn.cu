@@ -2825,7 +2825,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 #else
 #define GVK_FLOATS GVK_MAX(RMAX * DK, GV2 * GVP)
 #endif
-__device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, int b GV_NEXT_PARAMS)
+__device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, int b)
 {
     // k_d, q_d of the drafts, then the ring's keys; once the gram dots are
     // formed, the ring keys' rows hold the drafts' vectors again, padded
@@ -2846,12 +2846,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
 
     const int tid = threadIdx.x, warp = tid >> 5;
     const int j0 = kh * VPK;
-#if GV_NEXT
-    const int sNext = bN >= 0 ? slots[bN] : 0; // needed after the stream
-    const int cNext = bN >= 0 && counts ? counts[bN] : T;
-#else
     const int s = slots[b];
-#endif
     const u64 m0 = (u64)s * NVH + j0;
     const void* mat;
     const u8* scl;
@@ -2862,10 +2857,8 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     GR raw[GPF];
     group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
 #endif
-#if !GV_NEXT
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
-#endif
     if (FOLDS_EARLY(n, cnt, R)) {
         n = 0; // gdn_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
     }
@@ -2990,11 +2983,6 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
         }
     }
 #endif
-#if GV_NEXT
-    sN = sNext;
-    nN = bN >= 0 ? hist[sNext] : 0;
-    cN = cNext;
-#endif
     __syncthreads();
     // u'_d and o_d in order (gdn_replay_verify's): the ring's u and the
     // earlier drafts' u' in registers (loops unrolled, indices fixed).
@@ -3068,26 +3056,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GVMINB) gdn_group_verify(GDN_V
 {
     TRACE_START();
     int traced = 0; // the block's items (TRACE)
-#if GV_NEXT
-    // The first item's slot and cursor; each item asks for the next one's.
-    int s = 0, n = 0, cnt = T;
-    if (blockIdx.x < batch * NKH) {
-        s = slots[blockIdx.x / NKH];
-        n = hist[s];
-        cnt = counts ? counts[blockIdx.x / NKH] : T;
-    }
-#endif
     for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
-#if GV_NEXT
-        const int next = i + gridDim.x;
-        int sN = 0, nN = 0, cN = T;
-        traced++;
-        gdn_group_verify_item(GDN_VERIFY_ARGS, i % NKH, i / NKH, s, n, cnt, next < batch * NKH ? next / NKH : -1, sN, nN,
-                              cN);
-        s = sN;
-        n = nN;
-        cnt = cN;
-#else
 #if VPART
         if (vpart_skip(part, hist, slots, counts, T, R, i / NKH)) {
             continue;
@@ -3095,7 +3064,6 @@ extern "C" __global__ void __launch_bounds__(GNT, GVMINB) gdn_group_verify(GDN_V
 #endif
         traced++;
         gdn_group_verify_item(GDN_VERIFY_ARGS, i % NKH, i / NKH);
-#endif
         __syncthreads(); // the item's tables are read before the next one's
     }
     TRACE_STOP(TRACE_GROUP_VERIFY, traced);

@@ -1636,11 +1636,12 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* _
 //
 // Order of work for an item: the ring's B rows and per-head scalars by
 // cp.async (one group), its x rows into dynamic shared memory (a second),
-// the current token appended to the ring, the stream and its row dots (its
-// first GPF passes were issued during the previous item), then the next
-// item's cursor, first passes and C, and only then, while those are in
-// flight, the decay weights, B_j . C and y. A flush slot's item skips all
-// but the next item's loads (mamba2_replay_flush took it).
+// the stream and its row dots (its first GPF passes were issued during the
+// previous item), then the next item's cursor, first passes and C, and
+// only then, while those are in flight, the decay weights, B_j . C and y,
+// the current token going to the ring on the way (GROUP_EARLY's B row and
+// scalars after the stream, its x rows with y). A flush slot's item skips
+// all but the next item's loads (mamba2_replay_flush took it).
 //
 // Defines from the host: GNT (threads per block). GPF (passes in flight per
 // thread) and GMINB (blocks per SM for the register bound) have defaults.
@@ -1696,20 +1697,6 @@ typedef GRaw<GM> GR;
 // fp32 459 -> 475 us, bf16 296 -> 306, Super 486 -> 491, 319 -> 326 (all
 // T drafts' rows copied whatever the count, and the chain no longer beside
 // the drafts' loads); removed.
-// GROUP_X_LATE=1 (session 37): the group step stores the current token's
-// x rows to the ring in its output loop, not before its stream. They are
-// the previous item's last loads (group_x, after its y), and the store
-// was their first use: cuobjdump of Nano's fp32 group step shows the four
-// LDG.E.CONSTANT of group_x ~300 instructions (the next item's cp.async
-// issue loops) before the STG that reads them, before the stream's
-// barrier, so each item began with a round trip with only its first GPF
-// passes in flight. Nothing in the step reads entry n of a non-flush
-// slot's ring (the staged and global x loops stop at n), so the ring is
-// the same at the kernel's end: bit for bit.
-#ifndef GROUP_X_LATE
-#define GROUP_X_LATE 0
-#endif
-
 #ifndef GROUP_EARLY
 #define GROUP_EARLY 0
 #endif
@@ -1869,15 +1856,6 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                 ring_st(ringB + (ring_at(s, n) * NGROUPS + g) * N + e, v);
             }
 #endif
-#if !GROUP_X_LATE
-#pragma unroll
-            for (int k = 0; k < OUTS; k++) {
-                const int o = tid + k * GNT;
-                if (o < GROWS) {
-                    ring_st(ringX + (ring_at(s, n) * NHEADS + h0) * P + o, xc[k]);
-                }
-            }
-#endif
             if (tid < HPG) {
 #if !GROUP_EARLY
                 const int h = h0 + tid;
@@ -1987,9 +1965,12 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                     }
                     yv = fmaf(sW[hh * RMAX + n] * sBC[n], xc[k], yv);
                     y[((u64)b * NHEADS + h0) * P + o] = yv;
-#if GROUP_X_LATE
+                    // The current token's x to the ring here, not before
+                    // the stream: xc is the previous item's last load
+                    // (group_x), and a store before the stream's barrier
+                    // waited for it (session 37). Nothing in this kernel
+                    // reads entry n of a non-flush slot's ring.
                     ring_st(ringX + (ring_at(s, n) * NHEADS + h0) * P + o, xc[k]);
-#endif
                 }
             }
         }
@@ -2050,7 +2031,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
                                                       const float* __restrict__ C, const float* __restrict__ dt,
                                                       float* __restrict__ y, const double* __restrict__ A,
                                                       const double* __restrict__ dtb, const float* __restrict__ D,
-                                                      float dtMin, int R, int g, int b GV_NEXT_PARAMS)
+                                                      float dtMin, int R, int g, int b)
 {
     __shared__ __align__(16) float sCk[TMAX * N];
     // The ring's B rows, then the drafts', as the ring keeps them (sBr: a
@@ -2071,12 +2052,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     extern __shared__ __align__(16) ring_e sXr[]; // the ring's x rows, entries [0, xcap), as the ring keeps them
 
     const int tid = threadIdx.x, h0 = g * HPG;
-#if GV_NEXT
-    const int sNext = bN >= 0 ? slots[bN] : 0; // needed after the stream
-    const int cNext = bN >= 0 && counts ? counts[bN] : T;
-#else
     const int s = slots[b];
-#endif
     const u64 m0 = (u64)s * NHEADS + h0;
     const void* mat;
     const u8* scl;
@@ -2087,10 +2063,8 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     GR raw[GPF];
     group_start<GM, GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
 #endif
-#if !GV_NEXT
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
-#endif
     if (FOLDS_EARLY(n, cnt, R)) {
         n = 0; // mamba2_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
     }
@@ -2217,11 +2191,6 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         }
     }
 #endif
-#if GV_NEXT
-    sN = sNext;
-    nN = bN >= 0 ? hist[sNext] : 0;
-    cN = cNext;
-#endif
     // The drafts' x rows, a thread's rows for every draft, asked for at once
     // (they go to the ring below, and into y): one round trip per item.
     constexpr int OUTS = (GROWS + GNT - 1) / GNT;
@@ -2299,27 +2268,7 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* 
 {
     TRACE_START();
     int traced = 0; // the block's items (TRACE)
-#if GV_NEXT
-    // The first item's slot and cursor; each item asks for the next one's.
-    int s = 0, n = 0, cnt = T;
-    if (blockIdx.x < batch * NGROUPS) {
-        s = slots[blockIdx.x / NGROUPS];
-        n = hist[s];
-        cnt = counts ? counts[blockIdx.x / NGROUPS] : T;
-    }
-#endif
     for (int i = blockIdx.x; i < batch * NGROUPS; i += gridDim.x) {
-#if GV_NEXT
-        const int next = i + gridDim.x;
-        int sN = 0, nN = 0, cN = T;
-        traced++;
-        mamba2_group_verify_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x,
-                                 B, C, dt, y, A, dtb, D, dtMin, R, i % NGROUPS, i / NGROUPS, s, n, cnt,
-                                 next < batch * NGROUPS ? next / NGROUPS : -1, sN, nN, cN);
-        s = sN;
-        n = nN;
-        cnt = cN;
-#else
 #if VPART
         if (vpart_skip(part, hist, slots, counts, T, R, i / NGROUPS)) {
             continue;
@@ -2328,7 +2277,6 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* 
         traced++;
         mamba2_group_verify_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x,
                                  B, C, dt, y, A, dtb, D, dtMin, R, i % NGROUPS, i / NGROUPS);
-#endif
         __syncthreads(); // the item's tables are read before the next one's
     }
     TRACE_STOP(TRACE_M2_GROUP_VERIFY, traced);
