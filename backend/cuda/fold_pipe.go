@@ -27,6 +27,7 @@ type foldPipe struct {
 	flush, fold *Function
 	why         string
 	tc          bool // the rank update on the tensor cores (Mamba-2's M2_TC_FOLD): sums in another order than the other fold kernels'
+	verifyDots  bool // a verify's early folds form the drafts' dots for the group verify (Mamba-2's VFOLD_DOTS): summed in the fold's order
 }
 
 // foldStagesMax bounds the stages of one block: beyond a few items ahead
@@ -122,7 +123,13 @@ func (c *replayCommon) bindFoldPipe(boundBlocks int) error {
 			return err
 		}
 		if blocks == 0 {
-			*f = foldPipe{why: fmt.Sprintf("%s: %d bytes of static and %d of dynamic shared memory, %d registers", k.name, r.StaticSharedBytes, f.smem, r.Registers)}
+			why := fmt.Sprintf("%s: %d bytes of static and %d of dynamic shared memory, %d registers", k.name, r.StaticSharedBytes, f.smem, r.Registers)
+			if f.verifyDots {
+				// The module's group verify takes the folding slots' dots
+				// from this kernel: no other fold kernel writes them.
+				return fmt.Errorf("cuda: REPLAYSSM_CUDA_VFOLD_DOTS needs the pipelined folds, which do not fit (%s)", why)
+			}
+			*f = foldPipe{why: why}
 			return nil
 		}
 		if f.blocks == 0 || blocks < f.blocks {

@@ -435,7 +435,7 @@ func TestMamba2TCFoldPlan(t *testing.T) {
 		{"nano/bf16/off", nanoShape, bf16, off, false},
 		{"nano/bf16+nvfp4", nanoShape, nvfp4, on, false},
 	} {
-		f, defines := mamba2FoldPlan(h200, c.shape, c.opt, c.tn)
+		f, defines := mamba2FoldPlan(h200, c.shape, c.opt, c.tn, false)
 		if f.tc != c.want || slices.Contains(defines, "-DM2_TC_FOLD=1") != c.want {
 			t.Errorf("%s: tc %v, defines %v; want %v", c.name, f.tc, defines, c.want)
 		}
@@ -492,9 +492,9 @@ func TestFoldPipePlan(t *testing.T) {
 			threads int
 			gdn     bool
 		}{
-			{"nano", func() (foldPipe, []string) { return mamba2FoldPlan(h200, nanoShape, opt, tuning{folds: "pipe"}) },
+			{"nano", func() (foldPipe, []string) { return mamba2FoldPlan(h200, nanoShape, opt, tuning{folds: "pipe"}, false) },
 				80*128*max(1, elemBytes(opt.State)) + 4*(20*80+20*128+128), replayThreads(80, 128, opt.State), false},
-			{"super", func() (foldPipe, []string) { return mamba2FoldPlan(h200, superShape, opt, tuning{folds: "pipe"}) },
+			{"super", func() (foldPipe, []string) { return mamba2FoldPlan(h200, superShape, opt, tuning{folds: "pipe"}, false) },
 				64*128*max(1, elemBytes(opt.State)) + 4*(20*64+20*128+128), replayThreads(64, 128, opt.State), false},
 			{"qwen3.5-4b", func() (foldPipe, []string) { return gdnFoldPlan(h200, qwen4bShape, opt, tuning{folds: "pipe"}) },
 				128*128*max(1, elemBytes(opt.State)) + 4*(21*128+2*128+20*128+2*20), replayThreads(128, 128, opt.State), true},
@@ -529,12 +529,12 @@ func TestFoldPipePlan(t *testing.T) {
 	on := tuning{folds: "pipe"}
 	// Asked for nothing, Mamba-2 folds pipelined (but with an nvfp4 read
 	// copy) and GDN by items.
-	if f, _ := mamba2FoldPlan(h200, nanoShape, fp32, tuning{}); !f.on {
+	if f, _ := mamba2FoldPlan(h200, nanoShape, fp32, tuning{}, false); !f.on {
 		t.Errorf("Mamba-2 folds by default: off (%s), want on", f.why)
 	}
 	nvfp4 := fp32
 	nvfp4.ReadCopy = numeric.NVFP4
-	if f, _ := mamba2FoldPlan(h200, nanoShape, nvfp4, tuning{}); f.on {
+	if f, _ := mamba2FoldPlan(h200, nanoShape, nvfp4, tuning{}, false); f.on {
 		t.Error("Mamba-2 folds with an nvfp4 read copy by default: on, want off")
 	}
 	if f, _ := gdnFoldPlan(h200, qwen4bShape, fp32, tuning{}); f.on || !strings.Contains(f.why, "REPLAYSSM_CUDA_FOLDS=pipe") {
@@ -560,7 +560,7 @@ func TestFoldPipePlan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, defines := mamba2FoldPlan(tc.d, tc.shape, opt, tc.tn)
+			f, defines := mamba2FoldPlan(tc.d, tc.shape, opt, tc.tn, false)
 			if f.on || defines != nil || !strings.Contains(f.why, tc.reason) {
 				t.Errorf("on %v, defines %v, reason %q; want off with %q", f.on, defines, f.why, tc.reason)
 			}

@@ -79,8 +79,13 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 	defines := []string{fmt.Sprintf("-DNHEADS=%d", shape.Heads), fmt.Sprintf("-DNGROUPS=%d", shape.Groups)}
 	stage, scratch := mamba2PipeBytes(P, N, opt, replayRing(opt))
 	p, defines := replayPipeline(d, opt, stage, scratch, P, N, tn, defines)
-	f, fd := mamba2FoldPlan(d, shape, opt, tn)
+	gp := mamba2GroupPlan(shape, opt, tn)
+	vdots := mamba2VerifyFoldDots(opt, gp, tn)
+	f, fd := mamba2FoldPlan(d, shape, opt, tn, vdots)
 	defines = append(defines, fd...)
+	if f.verifyDots = vdots && f.on; f.verifyDots {
+		defines = append(defines, "-DVFOLD_DOTS=1")
+	}
 	// A 2-byte matrix read whole by the step (bf16 or fp16 checkpoint, or a
 	// bf16 read copy): the v4 kernel measured as fast (Nano) or 14% faster
 	// (Super) than v5 with bf16, whose per-item latency a 20 KB matrix does
@@ -88,7 +93,7 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 	if readElemBytes(opt) == 2 {
 		p.stepOn = false
 	}
-	p, g, defines := useGroup(p, mamba2GroupPlan(shape, opt, tn), defines)
+	p, g, defines := useGroup(p, gp, defines)
 	// The group step's per-token inputs by cp.async (GROUP_EARLY): H200,
 	// session 36, batch 256, against it off in the same run: non-flush
 	// 2.6-5.2% faster (Nano fp32 270 -> 263 us, bf16 163 -> 156; Super
@@ -121,7 +126,7 @@ func mamba2Module(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tunin
 // mamba2_fold_pipe): a stage holds the checkpoint, R entries of x and B
 // and C (FS_* in replay_mamba2.cu); the static tables the row dots and per
 // stage an item (with its R weights) and two barriers.
-func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tuning) (foldPipe, []string) {
+func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tuning, verifyDots bool) (foldPipe, []string) {
 	P, N, R := shape.HeadDim, shape.StateSize, replayRing(opt)
 	threads := replayThreads(P, N, opt.State)
 	tc := mamba2TCFolds(P, N, threads) && (tn.m2TCFold == "1" || tn.m2TCFold == "" && mamba2TCDefault(P, threads, opt.State))
@@ -133,7 +138,11 @@ func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tun
 		brow, parts = N+8, threads/32/(P/16)
 	}
 	mat := P * N * max(1, elemBytes(opt.State))
-	stage := (mat+15)/16*16 + 4*(R*P+R*brow+N)
+	crows := 1 // C: the token's (a flush), or with verifyDots every draft's
+	if verifyDots {
+		crows = max(1, opt.MaxDraft)
+	}
+	stage := (mat+15)/16*16 + 4*(R*P+R*brow+crows*N)
 	static := 4*(P*parts+threads/32) + 256
 	// ptxas (sm_90): 128-144 registers at 160 threads (Nano), 85-96 at 256
 	// (Super); an nvfp4 read copy's quantiser takes up to 168 (NVRTC 13,
@@ -156,6 +165,19 @@ func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tun
 		defines = append(defines, "-DM2_TC_FOLD=1")
 	}
 	return f, defines
+}
+
+// mamba2VerifyFoldDots reports whether a verify's early folds, on the
+// pipelined folds, should also form the folding slots' S'_p . C_k for the
+// group verify (VFOLD_DOTS in replay_mamba2.cu), which then reads no state
+// for those slots: where REPLAYSSM_CUDA_VFOLD_DOTS=1 asks (off by default,
+// session 37: not yet measured), for fp32 checkpoints without a read copy
+// (the group verify streams the checkpoint as stored, and an fp32 fold
+// keeps its values exactly) with drafts, a group verify and no VPART (whose
+// parts split the verify by these slots).
+func mamba2VerifyFoldDots(opt replay.Options, g groupStep, tn tuning) bool {
+	return tn.vfoldDots && opt.Mode == replay.Replay && opt.State == numeric.F32 && opt.ReadCopy == numeric.F32 &&
+		opt.MaxDraft > 1 && g.verifyOn && !tn.overlapVer
 }
 
 // mamba2TCDefault reports whether the pipelined folds of a Mamba-2 module

@@ -148,7 +148,7 @@ func mamba2TestLayerWith(seed uint64, shape ssm.Mamba2Shape, tweak func(*replay.
 				foldKernel:    c.FoldKernel,
 				streamFold:    func() bool { return false },
 				streamFlush:   func() bool { return false },
-				inexact:       func() bool { return c.group.tc || c.group.verifyTC || c.folds.tc },
+				inexact:       func() bool { return c.group.tc || c.group.verifyTC || c.folds.tc || c.folds.verifyDots },
 				common:        func() *replayCommon { return &c.replayCommon },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)

@@ -97,10 +97,10 @@ __device__ __forceinline__ float mamba2_fold_dot(const float (&e)[FM::PASSES][FM
     return lanes_sum<FM::LANES>(acc);
 }
 
-template <bool OUT, bool BSW = false, typename Coef, typename Sink>
+template <bool OUT, bool BSW = false, int NOUT = 1, typename Coef, typename Sink>
 __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                             u64 mat, int t, float decay, const float* sB, Coef coef, const float* sC,
-                                            Sink sink, float* scratch)
+                                            Sink sink, float* scratch, int nout = 1)
 {
     constexpr int VEC = SM::VEC;
     constexpr int QSW = BSW ? VEC / 4 - 1 : 0;
@@ -136,9 +136,19 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
             const int r = SM::row(pass);
-            const float acc = mamba2_fold_dot<SM, QSW>(e, pass, sC);
-            if (r < ROWS && SM::lane() == 0) {
-                sink(r, acc);
+#pragma unroll
+            for (int k = 0; k < NOUT; k++) {
+                if (k < nout) {
+                    // NOUT > 1 (VFOLD_DOTS): C_k rows N floats apart.
+                    const float acc = mamba2_fold_dot<SM, QSW>(e, pass, sC + k * N);
+                    if (r < ROWS && SM::lane() == 0) {
+                        if constexpr (NOUT == 1) {
+                            sink(r, acc);
+                        } else {
+                            sink(r, k, acc);
+                        }
+                    }
+                }
             }
         }
     }
@@ -161,6 +171,18 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
 // in the last bits.
 #ifndef M2_TC_FOLD
 #define M2_TC_FOLD 0
+#endif
+// VFOLD_DOTS=1 (session 37; the host sets it, REPLAYSSM_CUDA_VFOLD_DOTS=1,
+// only for fp32 checkpoints without a read copy whose verify's early folds
+// run on mamba2_fold_pipe and whose group verify follows): a verify's early
+// fold also forms S'_p . C_k for the slot's cnt drafts from the folded
+// matrix in its registers and writes them to y, where
+// mamba2_group_verify_item takes them instead of streaming S' again (in the
+// bench's staggered verify a quarter of the slots fold, so a quarter of
+// the group verify's state reads). The fold's stage then holds TMAX rows
+// of C. Its dots sum in the fold's order, not the group verify's.
+#ifndef VFOLD_DOTS
+#define VFOLD_DOTS 0
 #endif
 // (Nested tests: no division in an #if whose divisor may be zero.)
 #define M2_TC_FOLD_ON 0
@@ -270,10 +292,10 @@ __device__ __forceinline__ void load_state_rot(const ST* S, float sc, float (&v)
 // four lanes: one partial dot a part, sink(p, part, dot)) and the stores.
 // BSW: C swizzled by SM's unit mask, as the producer wrote it; B rows
 // M2_BROW floats apart, unswizzled.
-template <bool OUT, bool BSW, typename Coef, typename Sink>
+template <bool OUT, bool BSW, int NOUT = 1, typename Coef, typename Sink>
 __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state, u8* rcodes, u8* rscales,
                                                float* rglobal, u64 mat, int t, float decay, const float* sB,
-                                               Coef coef, const float* sC, Sink sink, float* scratch)
+                                               Coef coef, const float* sC, Sink sink, float* scratch, int nout = 1)
 {
     typedef M2TCMap TM;
     constexpr int QSW = BSW ? SM::VEC / 4 - 1 : 0;
@@ -320,9 +342,18 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
     if (OUT) {
 #pragma unroll
         for (int pass = 0; pass < TM::PASSES; pass++) {
-            const float acc = mamba2_fold_dot<TM, QSW>(e, pass, sC);
-            if (lt == 0) {
-                sink(TM::row(pass), TM::part(), acc);
+#pragma unroll
+            for (int k = 0; k < NOUT; k++) {
+                if (k < nout) {
+                    const float acc = mamba2_fold_dot<TM, QSW>(e, pass, sC + k * N);
+                    if (lt == 0) {
+                        if constexpr (NOUT == 1) {
+                            sink(TM::row(pass), TM::part(), acc);
+                        } else {
+                            sink(TM::row(pass), TM::part(), k, acc);
+                        }
+                    }
+                }
             }
         }
     }
@@ -2065,6 +2096,8 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
 #endif
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
+    // VFOLD_DOTS: mamba2_fold_pipe wrote a folding slot's S'_p . C_k to y.
+    const bool foldDots = VFOLD_DOTS && FOLDS_EARLY(n, cnt, R);
     if (FOLDS_EARLY(n, cnt, R)) {
         n = 0; // mamba2_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
     }
@@ -2178,7 +2211,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         }
     }
 #pragma unroll 1
-    for (int base = 0; base < ((GV_SKIP & 1) ? 0 : GM::PASSES); base += GPF) {
+    for (int base = 0; base < ((GV_SKIP & 1) || foldDots ? 0 : GM::PASSES); base += GPF) {
 #pragma unroll
         for (int p = 0; p < GPF; p++) {
             const int pass = base + p;
@@ -2188,6 +2221,14 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
                     group_load<GM, GROWS>(mat, scl, pass + GPF, raw[p]);
                 }
             }
+        }
+    }
+    if (foldDots) {
+        // The fold's dots in place of the stream's (its first passes,
+        // asked for above, go unused).
+        for (int i = tid; i < cnt * GROWS; i += GNT) {
+            const int k = i / GROWS, o = i % GROWS;
+            sDot[k * GROWS + o] = y[(((u64)b * T + k) * NHEADS + h0) * P + o];
         }
     }
 #endif
@@ -2303,10 +2344,13 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* 
 // the weights formed by one consumer thread and a coefficient table, took
 // 1063 us for Nano's aligned flush against the work_items kernel's 758).
 #ifdef FNSTAGE
+#if VFOLD_DOTS && (STATE_FMT != FMT_F32 || READ_FMT != FMT_F32 || TMAX < 2)
+#error "VFOLD_DOTS: fp32 checkpoints without a read copy, and drafts"
+#endif
 #define FS_X (((SMAT_STATE_BYTES) + 15) / 16 * 16)
 #define FS_B (FS_X + RMAX * P * 4)
 #define FS_C (FS_B + RMAX * M2_BROW * 4)
-#define FS_END (FS_C + N * 4)
+#define FS_END (FS_C + (VFOLD_DOTS ? TMAX : 1) * N * 4)
 static_assert(FS_END <= FSTAGE_BYTES, "fold stage layout larger than FSTAGE_BYTES");
 // M2_BSWZ: the stage's B rows and C swizzled for mamba2_fold's loads (its BSW);
 // only where the producer moves ring pieces by cp.async (a bulk copy
@@ -2325,7 +2369,21 @@ struct M2Fold {
     int s, n, b, h, t;
     float sc, dh, e;
     float w[RMAX];
+#if VFOLD_DOTS
+    int k; // the verify's drafts (at the end: the default layout's copies stay vector stores)
+#endif
 };
+
+// m2_drafts is a verify fold item's drafts whose dots it forms (VFOLD_DOTS),
+// else 0.
+__device__ __forceinline__ int m2_drafts(const M2Fold& m)
+{
+#if VFOLD_DOTS
+    return m.k;
+#else
+    return 0;
+#endif
+}
 
 template <bool FLUSH>
 __device__ __forceinline__ void
@@ -2338,7 +2396,10 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
                       int& folded)
 {
     extern __shared__ __align__(128) unsigned char dsm[];
-    __shared__ float sDot[P * M2_TC_PARTS]; // a partial dot a column part (M2_TC_FOLD)
+    // A partial dot a column part (M2_TC_FOLD), a vector (VFOLD_DOTS: the
+    // drafts' C_k): sDot[(k * M2_TC_PARTS + part) * P + p].
+    constexpr int NOUT = FLUSH || !VFOLD_DOTS ? 1 : TMAX;
+    __shared__ float sDot[P * M2_TC_PARTS * NOUT];
     __shared__ float sScratch[NWARPS];
     __shared__ M2Fold items[FNSTAGE];
     __shared__ u64 full[FNSTAGE], empty[FNSTAGE];
@@ -2371,10 +2432,13 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
                     }
                     m.e = decay_weights(dl, dc, m.t, m.w);
                     m.sc = state_scale(state, (u64)m.s * NHEADS + m.h);
+#if VFOLD_DOTS
+                    m.k = FLUSH ? 0 : counts ? counts[m.b] : T;
+#endif
                 }
                 return fold;
             },
-            [&](const M2Fold& m) { return 1 + 2 * m.t + (FLUSH ? 1 : 0); },
+            [&](const M2Fold& m) { return 1 + 2 * m.t + (FLUSH ? 1 : m2_drafts(m)); },
             [&](const M2Fold& m, unsigned char* sg, int ci) -> Piece {
                 const int g = m.h / HPG;
                 if (ci == 0) {
@@ -2394,7 +2458,12 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
                                               : (const void*)(B + ((u64)m.b * NGROUPS + g) * N);
                     return Piece{sg + FS_B + c * M2_BROW * 4, src, N * 4, M2_B_SWZ, RING_BF16 && c < m.n};
                 }
-                return Piece{sg + FS_C, C + ((u64)m.b * NGROUPS + g) * N, N * 4, M2_FOLD_BSW ? SM::VEC / 4 - 1 : 0};
+                if (FLUSH || !VFOLD_DOTS) { // the token's C (a flush)
+                    return Piece{sg + FS_C, C + ((u64)m.b * NGROUPS + g) * N, N * 4, M2_FOLD_BSW ? SM::VEC / 4 - 1 : 0};
+                }
+                c -= m.t; // draft c's C (VFOLD_DOTS)
+                return Piece{sg + FS_C + c * N * 4, C + (((u64)m.b * T + c) * NGROUPS + g) * N, N * 4,
+                             M2_FOLD_BSW ? SM::VEC / 4 - 1 : 0};
             });
         return;
     }
@@ -2404,17 +2473,49 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
         float* yh = y + ((u64)m.b * NHEADS + m.h) * P;
 #if M2_TC_FOLD_ON
         // One partial dot a column part: sDot[part * P + p].
-        mamba2_fold_tc<FLUSH, M2_FOLD_BSW>(
-            reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
-            reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
-            reinterpret_cast<const float*>(sg + FS_C), [&](int p, int part, float d) { sDot[part * P + p] = d; },
-            sScratch);
+        if constexpr (NOUT == 1) {
+            mamba2_fold_tc<FLUSH, M2_FOLD_BSW>(
+                reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
+                reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
+                reinterpret_cast<const float*>(sg + FS_C), [&](int p, int part, float d) { sDot[part * P + p] = d; },
+                sScratch);
+        } else {
+            mamba2_fold_tc<true, M2_FOLD_BSW, NOUT>(
+                reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
+                reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
+                reinterpret_cast<const float*>(sg + FS_C),
+                [&](int p, int part, int k, float d) { sDot[(k * M2_TC_PARTS + part) * P + p] = d; }, sScratch, m2_drafts(m));
+        }
 #else
-        mamba2_fold<FLUSH, M2_FOLD_BSW>(
-            reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
-            reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
-            reinterpret_cast<const float*>(sg + FS_C), [&](int p, float d) { sDot[p] = d; }, sScratch);
+        if constexpr (NOUT == 1) {
+            mamba2_fold<FLUSH, M2_FOLD_BSW>(
+                reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
+                reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
+                reinterpret_cast<const float*>(sg + FS_C), [&](int p, float d) { sDot[p] = d; }, sScratch);
+        } else {
+            mamba2_fold<true, M2_FOLD_BSW, NOUT>(
+                reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
+                reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
+                reinterpret_cast<const float*>(sg + FS_C), [&](int p, int k, float d) { sDot[k * P + p] = d; },
+                sScratch, m2_drafts(m));
+        }
 #endif
+        if (NOUT > 1) {
+            // The drafts' S'_p . C_k to y, where the group verify takes
+            // them (its item of this slot reads no state); the second
+            // barrier as the flush's below.
+            cta_sync();
+            for (int i = threadIdx.x; i < m2_drafts(m) * P; i += NT) {
+                const int k = i / P, p = i % P;
+                float dot = sDot[k * M2_TC_PARTS * P + p];
+#pragma unroll
+                for (int part = 1; part < M2_TC_PARTS; part++) {
+                    dot += sDot[(k * M2_TC_PARTS + part) * P + p];
+                }
+                y[(((u64)m.b * T + k) * NHEADS + m.h) * P + p] = dot;
+            }
+            cta_sync();
+        }
         if (FLUSH) {
             // The fold's row dots to every thread; the second barrier keeps
             // the next item's fold from writing sDot before all are read.
