@@ -661,6 +661,16 @@ early)
 	REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0 some_tests early_ref 200 'TestReplayCacheMatchesReference/mamba2/replay'
 	REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0 some_tests early_ring 200 'TestReplayRingBF16IsRoundedInputs'
 	;;
+vfolddots)
+	# Session 37, written after its last device call: a Mamba-2 verify's
+	# pipelined early folds form the folding slots' drafts' dots for the
+	# group verify (REPLAYSSM_CUDA_VFOLD_DOTS=1; fp32 checkpoints without a
+	# read copy). The fold-pipe and reference tests under it (the pipe side
+	# against the items kernels, to sameBound), then the fp32 verify rows.
+	REPLAYSSM_CUDA_VFOLD_DOTS=1 some_tests vdots 240 'TestReplayFoldPipeMatchesItems|TestReplayCacheMatchesReference/mamba2|TestReplayCacheSpeculative/mamba2'
+	DTYPES=fp32 experiment vdots mamba2 verify REPLAYSSM_CUDA_VFOLD_DOTS=1
+	DTYPES=fp32 BATCH=512 experiment vdots512 mamba2 verify REPLAYSSM_CUDA_VFOLD_DOTS=1
+	;;
 earlybench)
 	experiment early mamba2 replay,replay-nvfp4,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0
 	BATCH=64 experiment early64 mamba2 replay,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0
