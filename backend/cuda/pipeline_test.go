@@ -485,6 +485,7 @@ func TestFoldPipePlan(t *testing.T) {
 		{Mode: replay.Replay, Window: 16, MaxDraft: 4, ReadCopy: numeric.NVFP4},
 		{Mode: replay.Replay, Window: 16, MaxDraft: 4, State: numeric.E4M3},
 	} {
+		pipe := tuning{folds: "pipe"}
 		for _, tc := range []struct {
 			name    string
 			plan    func() (foldPipe, []string)
@@ -492,11 +493,9 @@ func TestFoldPipePlan(t *testing.T) {
 			threads int
 			gdn     bool
 		}{
-			{"nano", func() (foldPipe, []string) { return mamba2FoldPlan(h200, nanoShape, opt, tuning{folds: "pipe"}, false) },
+			{"nano", func() (foldPipe, []string) { return mamba2FoldPlan(h200, nanoShape, opt, pipe, false) },
 				80*128*max(1, elemBytes(opt.State)) + 4*(20*80+20*128+128), replayThreads(80, 128, opt.State), false},
-			{"super", func() (foldPipe, []string) {
-				return mamba2FoldPlan(h200, superShape, opt, tuning{folds: "pipe"}, false)
-			},
+			{"super", func() (foldPipe, []string) { return mamba2FoldPlan(h200, superShape, opt, pipe, false) },
 				64*128*max(1, elemBytes(opt.State)) + 4*(20*64+20*128+128), replayThreads(64, 128, opt.State), false},
 			{"qwen3.5-4b", func() (foldPipe, []string) { return gdnFoldPlan(h200, qwen4bShape, opt, tuning{folds: "pipe"}) },
 				128*128*max(1, elemBytes(opt.State)) + 4*(21*128+2*128+20*128+2*20), replayThreads(128, 128, opt.State), true},
