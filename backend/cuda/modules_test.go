@@ -203,6 +203,11 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/group inputs late", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DGROUP_EARLY=0"}}},
 		{"replay/bf16+nvfp4/bf16 ring, group inputs late", replay.Options{Mode: replay.Replay, State: numeric.BF16, ReadCopy: numeric.NVFP4, Ring: numeric.BF16},
 			tuning{defines: []string{"-DGROUP_EARLY=0"}}},
+		// A Mamba-2 verify's early folds forming the group verify's dots
+		// (VFOLD_DOTS, session 37): Nano's folds on the tensor cores, and
+		// on the FMA update.
+		{"replay/fp32/verify fold dots", replay.Options{Mode: replay.Replay}, tuning{vfoldDots: true}},
+		{"replay/fp32/verify fold dots, fma fold", replay.Options{Mode: replay.Replay}, tuning{vfoldDots: true, m2TCFold: "0"}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -219,7 +224,7 @@ func TestReplayModulesCompile(t *testing.T) {
 			if layer == "mamba2-1group" && o.name != "replay/fp32" && o.name != "replay/bf16+nvfp4" {
 				continue
 			}
-			if layer != "gdn" && gdnOnly(o.opt, o.tn) || layer != "mamba2" && o.tn.m2TCFold != "" ||
+			if layer != "gdn" && gdnOnly(o.opt, o.tn) || layer != "mamba2" && (o.tn.m2TCFold != "" || o.tn.vfoldDots) ||
 				layer == "gdn" && (o.opt.Ring != numeric.F32 || definesName(o.tn.defines, "GROUP_EARLY")) {
 				continue
 			}

@@ -471,6 +471,50 @@ func TestMamba2TCFoldPlan(t *testing.T) {
 	}
 }
 
+// TestVerifyFoldDotsPlan checks where a Mamba-2 verify's early folds form
+// the group verify's dots (VFOLD_DOTS): asked for, fp32 checkpoints
+// without a read copy, with drafts, a group verify and no VPART; and that
+// the fold's stage then holds every draft's C row.
+func TestVerifyFoldDotsPlan(t *testing.T) {
+	h200 := h200Props()
+	fp32 := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
+	bf16, nvfp4, noDrafts := fp32, fp32, fp32
+	bf16.State = numeric.BF16
+	nvfp4.ReadCopy = numeric.NVFP4
+	noDrafts.MaxDraft = 1
+	asked := tuning{vfoldDots: true}
+	vpart := asked
+	vpart.overlapVer = true
+	for _, c := range []struct {
+		name string
+		opt  replay.Options
+		tn   tuning
+		want bool
+	}{
+		{"fp32", fp32, asked, true},
+		{"not asked", fp32, tuning{}, false},
+		{"bf16", bf16, asked, false},
+		{"nvfp4 read copy", nvfp4, asked, false},
+		{"one draft", noDrafts, asked, false},
+		{"vpart", fp32, vpart, false},
+	} {
+		for _, shape := range []ssm.Mamba2Shape{nanoShape, superShape} {
+			g := mamba2GroupPlan(shape, c.opt, c.tn)
+			if got := mamba2VerifyFoldDots(c.opt, g, c.tn); got != c.want {
+				t.Errorf("%s, %d heads: %v, want %v", c.name, shape.Heads, got, c.want)
+			}
+		}
+	}
+	for _, shape := range []ssm.Mamba2Shape{nanoShape, superShape} {
+		plain, _ := mamba2FoldPlan(h200, shape, fp32, asked, false)
+		dots, _ := mamba2FoldPlan(h200, shape, fp32, asked, true)
+		if !dots.on || dots.stageBytes < plain.stageBytes+4*(fp32.MaxDraft-1)*shape.StateSize {
+			t.Errorf("%d heads: stage of %d bytes with the drafts' C rows against %d without (on %v)",
+				shape.Heads, dots.stageBytes, plain.stageBytes, dots.on)
+		}
+	}
+}
+
 // TestFoldPipePlan checks the launch plan of the pipelined folds for the
 // target shapes on an H200-like device (no GPU needed), asked for: the stages
 // hold the fold's layout, a block's and the SM's shared memory and
