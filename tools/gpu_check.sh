@@ -47,6 +47,7 @@
 #   tools/gpu_check.sh ring # the Mamba-2 bf16 ring's tests (session 35; first run clean in session 36)
 #   tools/gpu_check.sh ringbench # batch 256, Mamba-2, bf16 ring against fp32 ring (ringitems: both on the items flush)
 #   tools/gpu_check.sh early # the Mamba-2 group step's per-token inputs by cp.async (GROUP_EARLY, session 36's default): tests (earlybench: the rows against GROUP_EARLY=0)
+#   tools/gpu_check.sh vfolddots # a Mamba-2 verify's early folds forming the group verify's dots (REPLAYSSM_CUDA_VFOLD_DOTS=1, session 37, written without a GPU): tests, then the fp32 verify rows against the defaults
 #   tools/gpu_check.sh m2stages # the Mamba-2 pipelined folds' stages (FOLD_STAGES 2, 4) on fp8 and bf16 checkpoints (session 33)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)

@@ -173,11 +173,10 @@ func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tun
 // for those slots: where REPLAYSSM_CUDA_VFOLD_DOTS=1 asks (off by default,
 // session 37: not yet measured), for fp32 checkpoints without a read copy
 // (the group verify streams the checkpoint as stored, and an fp32 fold
-// keeps its values exactly) with drafts, a group verify and no VPART (whose
-// parts split the verify by these slots).
+// keeps its values exactly) with a group verify (which takes replay mode
+// and drafts) and no VPART (whose parts split the verify by these slots).
 func mamba2VerifyFoldDots(opt replay.Options, g groupStep, tn tuning) bool {
-	return tn.vfoldDots && opt.Mode == replay.Replay && opt.State == numeric.F32 && opt.ReadCopy == numeric.F32 &&
-		opt.MaxDraft > 1 && g.verifyOn && !tn.overlapVer
+	return tn.vfoldDots && opt.State == numeric.F32 && opt.ReadCopy == numeric.F32 && g.verifyOn && !tn.overlapVer
 }
 
 // mamba2TCDefault reports whether the pipelined folds of a Mamba-2 module

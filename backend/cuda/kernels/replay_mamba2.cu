@@ -64,9 +64,10 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
 // src (in the state format, scale sc0: matrix mat of the state buffer, or
 // its copy in a stage of the pipelined fold), writes S (matrix mat of the
 // state buffer) back in the state format and, with a read copy, rewrites
-// the copy. With OUT it also writes sDot[p] = S_new[p] . sC (the
-// fp32 S, before any rounding) through sink(p, dot), called by one lane a
-// row. Barriers inside: every thread calls it.
+// the copy. With OUT it also writes S_new[p] . C_k for the first nout of
+// NOUT vectors C_k (sC + k*N; the fp32 S, before any rounding) through
+// sink(p, k, dot), called by one lane a row. Barriers inside: every thread
+// calls it.
 // FOLD_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DFOLD_SKIP=4; the
 // outputs are then wrong): bit 4 skips the rank-t update, so a flush's time
 // can be split into the update and the rest.
@@ -142,11 +143,7 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
                     // NOUT > 1 (VFOLD_DOTS): C_k rows N floats apart.
                     const float acc = mamba2_fold_dot<SM, QSW>(e, pass, sC + k * N);
                     if (r < ROWS && SM::lane() == 0) {
-                        if constexpr (NOUT == 1) {
-                            sink(r, acc);
-                        } else {
-                            sink(r, k, acc);
-                        }
+                        sink(r, k, acc);
                     }
                 }
             }
@@ -289,7 +286,8 @@ __device__ __forceinline__ void load_state_rot(const ST* S, float sc, float (&v)
 // (update_tc_tile: A[r][j] = coef(r, j) for 16 rows a warp, B = B_j at
 // the tile's columns of the warp's part, K the t entries in steps of 8,
 // zeros past t), then the dot with C (each lane's columns, then its row's
-// four lanes: one partial dot a part, sink(p, part, dot)) and the stores.
+// four lanes: one partial dot a part and vector, sink(p, part, k, dot);
+// nout of NOUT vectors as mamba2_fold's) and the stores.
 // BSW: C swizzled by SM's unit mask, as the producer wrote it; B rows
 // M2_BROW floats apart, unswizzled.
 template <bool OUT, bool BSW, int NOUT = 1, typename Coef, typename Sink>
@@ -347,11 +345,7 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
                 if (k < nout) {
                     const float acc = mamba2_fold_dot<TM, QSW>(e, pass, sC + k * N);
                     if (lt == 0) {
-                        if constexpr (NOUT == 1) {
-                            sink(TM::row(pass), TM::part(), acc);
-                        } else {
-                            sink(TM::row(pass), TM::part(), k, acc);
-                        }
+                        sink(TM::row(pass), TM::part(), k, acc);
                     }
                 }
             }
@@ -576,7 +570,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     }
     __syncthreads();
     mamba2_fold<true>(state + mat * (P * N), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, t, sE, sB,
-                      [&](int p, int j) { return sX[p * CSTRIDE + j]; }, sC, [&](int p, float d) { sDot[p] = d; },
+                      [&](int p, int j) { return sX[p * CSTRIDE + j]; }, sC, [&](int p, int, float d) { sDot[p] = d; },
                       sScratch);
     __syncthreads();
     if (TOKEN_ROWS && MODE != 1) {
@@ -953,7 +947,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         }
         __syncthreads();
         mamba2_fold<false>(state + mat * (P * N), state_scale(state, mat), state, rcodes, rscales, rglobal, mat, n, sEk[0],
-                           sB, [&](int p, int j) { return sCoef[p * CSTRIDE + j]; }, nullptr, [](int, float) {},
+                           sB, [&](int p, int j) { return sCoef[p * CSTRIDE + j]; }, nullptr, [](int, int, float) {},
                            sScratch);
         if (PART == 2) {
             return; // mamba2_group_verify reads the new checkpoint like any other slot's
@@ -2385,6 +2379,18 @@ __device__ __forceinline__ int m2_drafts(const M2Fold& m)
 #endif
 }
 
+// m2_parts_sum is row p's dot from its column parts' partial dots
+// (d[part * P + p], M2_TC_FOLD), in part order.
+__device__ __forceinline__ float m2_parts_sum(const float* d, int p)
+{
+    float dot = d[p];
+#pragma unroll
+    for (int part = 1; part < M2_TC_PARTS; part++) {
+        dot += d[part * P + p];
+    }
+    return dot;
+}
+
 template <bool FLUSH>
 __device__ __forceinline__ void
 mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const ring_e* __restrict__ ringX,
@@ -2471,48 +2477,31 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
         const float* sX = reinterpret_cast<const float*>(sg + FS_X);
         const int t = m.t;
         float* yh = y + ((u64)m.b * NHEADS + m.h) * P;
+        // A flush's one vector (the token's C), a verify's drafts' C_k
+        // (VFOLD_DOTS), or none.
+        constexpr bool OUT = FLUSH || NOUT > 1;
+        const int nout = FLUSH ? 1 : m2_drafts(m);
 #if M2_TC_FOLD_ON
-        // One partial dot a column part: sDot[part * P + p].
-        if constexpr (NOUT == 1) {
-            mamba2_fold_tc<FLUSH, M2_FOLD_BSW>(
-                reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
-                reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
-                reinterpret_cast<const float*>(sg + FS_C), [&](int p, int part, float d) { sDot[part * P + p] = d; },
-                sScratch);
-        } else {
-            mamba2_fold_tc<true, M2_FOLD_BSW, NOUT>(
-                reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
-                reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
-                reinterpret_cast<const float*>(sg + FS_C),
-                [&](int p, int part, int k, float d) { sDot[(k * M2_TC_PARTS + part) * P + p] = d; }, sScratch, m2_drafts(m));
-        }
+        mamba2_fold_tc<OUT, M2_FOLD_BSW, NOUT>(
+            reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
+            reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
+            reinterpret_cast<const float*>(sg + FS_C),
+            [&](int p, int part, int k, float d) { sDot[(k * M2_TC_PARTS + part) * P + p] = d; }, sScratch, nout);
 #else
-        if constexpr (NOUT == 1) {
-            mamba2_fold<FLUSH, M2_FOLD_BSW>(
-                reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
-                reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
-                reinterpret_cast<const float*>(sg + FS_C), [&](int p, float d) { sDot[p] = d; }, sScratch);
-        } else {
-            mamba2_fold<true, M2_FOLD_BSW, NOUT>(
-                reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
-                reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
-                reinterpret_cast<const float*>(sg + FS_C), [&](int p, int k, float d) { sDot[k * P + p] = d; },
-                sScratch, m2_drafts(m));
-        }
+        mamba2_fold<OUT, M2_FOLD_BSW, NOUT>(
+            reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
+            reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
+            reinterpret_cast<const float*>(sg + FS_C), [&](int p, int k, float d) { sDot[k * P + p] = d; }, sScratch,
+            nout);
 #endif
         if (NOUT > 1) {
             // The drafts' S'_p . C_k to y, where the group verify takes
             // them (its item of this slot reads no state); the second
             // barrier as the flush's below.
             cta_sync();
-            for (int i = threadIdx.x; i < m2_drafts(m) * P; i += NT) {
+            for (int i = threadIdx.x; i < nout * P; i += NT) {
                 const int k = i / P, p = i % P;
-                float dot = sDot[k * M2_TC_PARTS * P + p];
-#pragma unroll
-                for (int part = 1; part < M2_TC_PARTS; part++) {
-                    dot += sDot[(k * M2_TC_PARTS + part) * P + p];
-                }
-                y[(((u64)m.b * T + k) * NHEADS + m.h) * P + p] = dot;
+                y[(((u64)m.b * T + k) * NHEADS + m.h) * P + p] = m2_parts_sum(sDot + k * M2_TC_PARTS * P, p);
             }
             cta_sync();
         }
@@ -2524,12 +2513,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
             // 573 -> 604 us Nano, 578 -> 617 Super; session 30.)
             cta_sync();
             for (int p = threadIdx.x; p < P; p += NT) {
-                float dot = sDot[p];
-#pragma unroll
-                for (int part = 1; part < M2_TC_PARTS; part++) {
-                    dot += sDot[part * P + p];
-                }
-                yh[p] = dot + m.dh * sX[m.n * P + p];
+                yh[p] = m2_parts_sum(sDot, p) + m.dh * sX[m.n * P + p];
             }
             cta_sync();
         }
