@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/replayssm/replayssm/replay"
@@ -104,6 +105,12 @@ func planFoldPipe(d *Device, opt replay.Options, stageBytes, staticBytes, static
 	}
 }
 
+// errFoldDotsFit is bindFoldPipe's error where a module's group verify
+// takes the folding slots' dots from pipelined folds (VFOLD_DOTS) that
+// leave no block resident: no other fold kernel writes them, so the module
+// is built again without them (newMamba2Cache) unless they were required.
+var errFoldDotsFit = errors.New("cuda: the verify's fold dots (REPLAYSSM_CUDA_VFOLD_DOTS) need the pipelined folds, which do not fit")
+
 // bindFoldPipe looks up the pipelined fold kernels (kind + "_flush_pipe",
 // kind + "_fold_pipe"), allows their shared memory and sizes their grid
 // (bindResident; bounded by boundBlocks when positive, for tests). A kernel whose
@@ -125,9 +132,7 @@ func (c *replayCommon) bindFoldPipe(boundBlocks int) error {
 		if blocks == 0 {
 			why := fmt.Sprintf("%s: %d bytes of static and %d of dynamic shared memory, %d registers", k.name, r.StaticSharedBytes, f.smem, r.Registers)
 			if f.verifyDots {
-				// The module's group verify takes the folding slots' dots
-				// from this kernel: no other fold kernel writes them.
-				return fmt.Errorf("cuda: REPLAYSSM_CUDA_VFOLD_DOTS needs the pipelined folds, which do not fit (%s)", why)
+				return fmt.Errorf("%w (%s)", errFoldDotsFit, why)
 			}
 			*f = foldPipe{why: why}
 			return nil

@@ -206,8 +206,8 @@ func TestReplayModulesCompile(t *testing.T) {
 		// A Mamba-2 verify's early folds forming the group verify's dots
 		// (VFOLD_DOTS, session 37): Nano's folds on the tensor cores, and
 		// on the FMA update.
-		{"replay/fp32/verify fold dots", replay.Options{Mode: replay.Replay}, tuning{vfoldDots: true}},
-		{"replay/fp32/verify fold dots, fma fold", replay.Options{Mode: replay.Replay}, tuning{vfoldDots: true, m2TCFold: "0"}},
+		{"replay/fp32/no verify fold dots", replay.Options{Mode: replay.Replay}, tuning{vfoldDots: "0"}},
+		{"replay/fp32/verify fold dots, fma fold", replay.Options{Mode: replay.Replay}, tuning{m2TCFold: "0"}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -224,7 +224,7 @@ func TestReplayModulesCompile(t *testing.T) {
 			if layer == "mamba2-1group" && o.name != "replay/fp32" && o.name != "replay/bf16+nvfp4" {
 				continue
 			}
-			if layer != "gdn" && gdnOnly(o.opt, o.tn) || layer != "mamba2" && (o.tn.m2TCFold != "" || o.tn.vfoldDots) ||
+			if layer != "gdn" && gdnOnly(o.opt, o.tn) || layer != "mamba2" && (o.tn.m2TCFold != "" || o.tn.vfoldDots != "") ||
 				layer == "gdn" && (o.opt.Ring != numeric.F32 || definesName(o.tn.defines, "GROUP_EARLY")) {
 				continue
 			}

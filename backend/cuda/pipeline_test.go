@@ -472,7 +472,7 @@ func TestMamba2TCFoldPlan(t *testing.T) {
 }
 
 // TestVerifyFoldDotsPlan checks where a Mamba-2 verify's early folds form
-// the group verify's dots (VFOLD_DOTS): asked for, fp32 checkpoints
+// the group verify's dots (VFOLD_DOTS): by default or asked for, fp32 checkpoints
 // without a read copy, with drafts, a group verify and no VPART; and that
 // the fold's stage then holds every draft's C row.
 func TestVerifyFoldDotsPlan(t *testing.T) {
@@ -482,7 +482,7 @@ func TestVerifyFoldDotsPlan(t *testing.T) {
 	bf16.State = numeric.BF16
 	nvfp4.ReadCopy = numeric.NVFP4
 	noDrafts.MaxDraft = 1
-	asked := tuning{vfoldDots: true}
+	asked := tuning{vfoldDots: "1"}
 	vpart := asked
 	vpart.overlapVer = true
 	for _, c := range []struct {
@@ -492,7 +492,8 @@ func TestVerifyFoldDotsPlan(t *testing.T) {
 		want bool
 	}{
 		{"fp32", fp32, asked, true},
-		{"not asked", fp32, tuning{}, false},
+		{"default", fp32, tuning{}, true},
+		{"turned off", fp32, tuning{vfoldDots: "0"}, false},
 		{"bf16", bf16, asked, false},
 		{"nvfp4 read copy", nvfp4, asked, false},
 		{"one draft", noDrafts, asked, false},

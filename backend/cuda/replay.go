@@ -71,7 +71,7 @@ type tuning struct {
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
 	carveout    int      // REPLAYSSM_CUDA_CARVEOUT: the group and stream kernels' shared-memory carveout, percent (0: the driver's choice)
 	m2TCFold    string   // REPLAYSSM_CUDA_M2_TC_FOLD: "1" or "0" forces the Mamba-2 pipelined folds' rank update on the tensor cores on or off where it applies ("": mamba2TCDefault)
-	vfoldDots   bool     // REPLAYSSM_CUDA_VFOLD_DOTS=1: a Mamba-2 verify's pipelined early folds form the folding slots' drafts' dots for the group verify (mamba2VerifyFoldDots)
+	vfoldDots   string   // REPLAYSSM_CUDA_VFOLD_DOTS: "0" turns off a Mamba-2 verify's pipelined early folds forming the folding slots' drafts' dots for the group verify (mamba2VerifyFoldDots), "1" requires it (an error where the pipelined folds do not fit); "": on where it applies and the folds fit
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -128,7 +128,9 @@ func envTuning(getenv func(string) string) tuning {
 	if v := getenv("REPLAYSSM_CUDA_M2_TC_FOLD"); v == "0" || v == "1" {
 		tn.m2TCFold = v
 	}
-	tn.vfoldDots = getenv("REPLAYSSM_CUDA_VFOLD_DOTS") == "1"
+	if v := getenv("REPLAYSSM_CUDA_VFOLD_DOTS"); v == "0" || v == "1" {
+		tn.vfoldDots = v
+	}
 	if v := getenv("REPLAYSSM_CUDA_VERIFY_EARLY"); v == "0" || v == "1" {
 		tn.verifyEarly = v
 	}
