@@ -208,6 +208,8 @@ func TestReplayModulesCompile(t *testing.T) {
 		// on the FMA update.
 		{"replay/fp32/no verify fold dots", replay.Options{Mode: replay.Replay}, tuning{vfoldDots: "0"}},
 		{"replay/fp32/verify fold dots, fma fold", replay.Options{Mode: replay.Replay}, tuning{m2TCFold: "0"}},
+		{"replay/bf16/verify fold dots", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{vfoldDots: "1"}},
+		{"replay/fp16/verify fold dots", replay.Options{Mode: replay.Replay, State: numeric.F16}, tuning{vfoldDots: "1"}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's

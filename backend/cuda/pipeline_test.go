@@ -472,14 +472,16 @@ func TestMamba2TCFoldPlan(t *testing.T) {
 }
 
 // TestVerifyFoldDotsPlan checks where a Mamba-2 verify's early folds form
-// the group verify's dots (VFOLD_DOTS): by default or asked for, fp32 checkpoints
-// without a read copy, with drafts, a group verify and no VPART; and that
-// the fold's stage then holds every draft's C row.
+// the group verify's dots (VFOLD_DOTS): fp32 checkpoints by default, bf16
+// ones asked for, never fp8; without a read copy, with drafts, a group
+// verify and no VPART; and that the fold's stage then holds every draft's
+// C row.
 func TestVerifyFoldDotsPlan(t *testing.T) {
 	h200 := h200Props()
 	fp32 := replay.Options{Mode: replay.Replay, Window: 16, MaxDraft: 4}
-	bf16, nvfp4, noDrafts := fp32, fp32, fp32
+	bf16, fp8, nvfp4, noDrafts := fp32, fp32, fp32, fp32
 	bf16.State = numeric.BF16
+	fp8.State = numeric.E4M3
 	nvfp4.ReadCopy = numeric.NVFP4
 	noDrafts.MaxDraft = 1
 	asked := tuning{vfoldDots: "1"}
@@ -494,7 +496,9 @@ func TestVerifyFoldDotsPlan(t *testing.T) {
 		{"fp32", fp32, asked, true},
 		{"default", fp32, tuning{}, true},
 		{"turned off", fp32, tuning{vfoldDots: "0"}, false},
-		{"bf16", bf16, asked, false},
+		{"bf16", bf16, asked, true},
+		{"bf16 by default", bf16, tuning{}, false},
+		{"fp8", fp8, asked, false},
 		{"nvfp4 read copy", nvfp4, asked, false},
 		{"one draft", noDrafts, asked, false},
 		{"vpart", fp32, vpart, false},

@@ -171,16 +171,19 @@ func mamba2FoldPlan(d *Device, shape ssm.Mamba2Shape, opt replay.Options, tn tun
 // mamba2VerifyFoldDots reports whether a verify's early folds, on the
 // pipelined folds, should also form the folding slots' S'_p . C_k for the
 // group verify (VFOLD_DOTS in replay_mamba2.cu), which then reads no state
-// for those slots: by default (REPLAYSSM_CUDA_VFOLD_DOTS=0 turns it off)
-// for fp32 checkpoints without a read copy (the group verify streams the
-// checkpoint as stored, and an fp32 fold keeps its values exactly) with a
-// group verify (which takes replay mode and drafts) and no VPART (whose
-// parts split the verify by these slots). H100, session 38, against it off
+// for those slots: with a group verify (which takes replay mode and
+// drafts), no read copy (the group verify streams the checkpoint as
+// stored) and no VPART (whose parts split the verify by these slots); by
+// default for fp32 checkpoints (REPLAYSSM_CUDA_VFOLD_DOTS=0 turns it off),
+// and with =1 for bf16 or fp16 ones too (the dots from S' rounded as
+// stored; session 38, not yet measured). H100, session 38, against it off
 // in the same run, fp32 verify: B=256 Nano 610 -> 552 us, Super 649 -> 580;
 // B=512 1200 -> 1078, 1283 -> 1141 (a quarter of the group verify's items
 // no longer stream the checkpoints the folds just wrote).
 func mamba2VerifyFoldDots(opt replay.Options, g groupStep, tn tuning) bool {
-	return tn.vfoldDots != "0" && opt.State == numeric.F32 && opt.ReadCopy == numeric.F32 && g.verifyOn && !tn.overlapVer
+	format := opt.State == numeric.F32 && tn.vfoldDots != "0" ||
+		(opt.State == numeric.BF16 || opt.State == numeric.F16) && tn.vfoldDots == "1"
+	return format && opt.ReadCopy == numeric.F32 && g.verifyOn && !tn.overlapVer
 }
 
 // mamba2TCDefault reports whether the pipelined folds of a Mamba-2 module

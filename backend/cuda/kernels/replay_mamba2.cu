@@ -56,6 +56,27 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
     return (float)suf;
 }
 
+// m2_as_stored rounds a folded matrix's share in registers to the
+// checkpoint's format (bf16 or fp16; fp32 as it is), so that a verify
+// fold's drafts' dots (VFOLD_DOTS) read what the group verify would. The
+// store's rounding of a rounded value leaves it as it is.
+template <int A, int B, int C>
+__device__ __forceinline__ void m2_as_stored(float (&e)[A][B][C])
+{
+    if constexpr (STATE_FMT == FMT_BF16 || STATE_FMT == FMT_F16) {
+#pragma unroll
+        for (int a = 0; a < A; a++) {
+#pragma unroll
+            for (int b = 0; b < B; b++) {
+#pragma unroll
+                for (int c = 0; c < C; c++) {
+                    e[a][b][c] = Fmt<STATE_FMT>::dec(Fmt<STATE_FMT>::enc(e[a][b][c], 1.0f), 1.0f);
+                }
+            }
+        }
+    }
+}
+
 // mamba2_fold applies the flush of DESIGN.md 2.1 to the matrix S of one head:
 //
 //	S <- decay*S + sum_{j<t} coef[p][j] * B_j        coef[p][j] = Delta_j e^{L_t-L_j} x_j[p]
@@ -65,7 +86,8 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
 // its copy in a stage of the pipelined fold), writes S (matrix mat of the
 // state buffer) back in the state format and, with a read copy, rewrites
 // the copy. With OUT it also writes S_new[p] . C_k for the first nout of
-// NOUT vectors C_k (sC + k*N; the fp32 S, before any rounding) through
+// NOUT vectors C_k (sC + k*N; the fp32 S, before any rounding; with
+// NOUT > 1, S as stored: m2_as_stored) through
 // sink(p, k, dot), called by one lane a row. Barriers inside: every thread
 // calls it.
 // FOLD_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DFOLD_SKIP=4; the
@@ -134,6 +156,9 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
         }
     }
     if (OUT) {
+        if (NOUT > 1) {
+            m2_as_stored(e);
+        }
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
             const int r = SM::row(pass);
@@ -169,15 +194,18 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
 #ifndef M2_TC_FOLD
 #define M2_TC_FOLD 0
 #endif
-// VFOLD_DOTS=1 (session 37; the host sets it, REPLAYSSM_CUDA_VFOLD_DOTS=1,
-// only for fp32 checkpoints without a read copy whose verify's early folds
-// run on mamba2_fold_pipe and whose group verify follows): a verify's early
+// VFOLD_DOTS=1 (session 37, default since 38; the host sets it for fp32
+// checkpoints without a read copy, and with REPLAYSSM_CUDA_VFOLD_DOTS=1 for
+// bf16 or fp16 ones, whose verify's early folds run on mamba2_fold_pipe and
+// whose group verify follows): a verify's early
 // fold also forms S'_p . C_k for the slot's cnt drafts from the folded
 // matrix in its registers and writes them to y, where
 // mamba2_group_verify_item takes them instead of streaming S' again (in the
 // bench's staggered verify a quarter of the slots fold, so a quarter of
 // the group verify's state reads). The fold's stage then holds TMAX rows
-// of C. Its dots sum in the fold's order, not the group verify's.
+// of C. Its dots sum in the fold's order, not the group verify's; with a
+// 2-byte checkpoint they take S' as stored (m2_as_stored), as the group
+// verify would have read it.
 #ifndef VFOLD_DOTS
 #define VFOLD_DOTS 0
 #endif
@@ -338,6 +366,9 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
         }
     }
     if (OUT) {
+        if (NOUT > 1) {
+            m2_as_stored(e);
+        }
 #pragma unroll
         for (int pass = 0; pass < TM::PASSES; pass++) {
 #pragma unroll
@@ -2183,7 +2214,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     gtw_vectors(sCk, N, cnt, sB);
     weights();
     __syncthreads();
-    if (!(GV_SKIP & 1)) {
+    if (!(GV_SKIP & 1) && !foldDots) {
         gtw_stream<GROWS, P>(mat, scl, raw, sB, cnt, sGs, sDot);
     }
 #else
@@ -2217,6 +2248,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
             }
         }
     }
+#endif
     if (foldDots) {
         // The fold's dots in place of the stream's (its first passes,
         // asked for above, go unused).
@@ -2225,7 +2257,6 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
             sDot[k * GROWS + o] = y[(((u64)b * T + k) * NHEADS + h0) * P + o];
         }
     }
-#endif
     // The drafts' x rows, a thread's rows for every draft, asked for at once
     // (they go to the ring below, and into y): one round trip per item.
     constexpr int OUTS = (GROWS + GNT - 1) / GNT;
@@ -2338,8 +2369,8 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* 
 // the weights formed by one consumer thread and a coefficient table, took
 // 1063 us for Nano's aligned flush against the work_items kernel's 758).
 #ifdef FNSTAGE
-#if VFOLD_DOTS && (STATE_FMT != FMT_F32 || READ_FMT != FMT_F32 || TMAX < 2)
-#error "VFOLD_DOTS: fp32 checkpoints without a read copy, and drafts"
+#if VFOLD_DOTS && (STATE_FMT == FMT_E4M3 || READ_FMT != FMT_F32 || TMAX < 2)
+#error "VFOLD_DOTS: fp32, bf16 or fp16 checkpoints without a read copy, and drafts"
 #endif
 #define FS_X (((SMAT_STATE_BYTES) + 15) / 16 * 16)
 #define FS_B (FS_X + RMAX * P * 4)
