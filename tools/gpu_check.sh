@@ -47,7 +47,7 @@
 #   tools/gpu_check.sh ring # the Mamba-2 bf16 ring's tests (session 35; first run clean in session 36)
 #   tools/gpu_check.sh ringbench # batch 256, Mamba-2, bf16 ring against fp32 ring (ringitems: both on the items flush)
 #   tools/gpu_check.sh early # the Mamba-2 group step's per-token inputs by cp.async (GROUP_EARLY, session 36's default): tests (earlybench: the rows against GROUP_EARLY=0)
-#   tools/gpu_check.sh vfolddots # a Mamba-2 verify's early folds forming the group verify's dots (VFOLD_DOTS, session 37; fp32 default since 38, bf16 with =1): tests, then fp32 and bf16 rows with it off and on
+#   tools/gpu_check.sh vfolddots # a verify's early folds forming the group verify's dots (VFOLD_DOTS, session 37; Mamba-2 fp32 default since 38; Mamba-2 bf16 and GDN with =1, session 38): tests, then the rows with it off and on
 #   tools/gpu_check.sh m2stages # the Mamba-2 pipelined folds' stages (FOLD_STAGES 2, 4) on fp8 and bf16 checkpoints (session 33)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
@@ -664,14 +664,18 @@ early)
 	;;
 vfolddots)
 	# Session 37 wrote it, 38 measured it (H100: fp32 verify 9-11% faster)
-	# and made it the default for fp32 checkpoints: a Mamba-2 verify's
-	# pipelined early folds form the folding slots' drafts' dots for the
-	# group verify. =1 takes bf16 and fp16 checkpoints too (the dots from S'
-	# rounded as stored; session 38). The fold-pipe and reference tests
-	# under =1, then fp32 and bf16 rows against it off and on (the fold's
+	# and made it the default for Mamba-2 fp32 checkpoints: a verify's
+	# early folds form the folding slots' drafts' dots for the group
+	# verify. =1 takes Mamba-2 bf16 and fp16 checkpoints too (the dots from
+	# S' rounded as stored) and GDN's streamed folds (gdn_fold_stream: S'^T
+	# k_d to ringU, S'^T q_d to o), both written in session 38 without a
+	# GPU. The fold tests (each against the items kernels; their "fold
+	# dots" cases ask for it themselves) and the reference and speculative
+	# tests under =1, then the rows with it off and on (the Mamba-2 fold's
 	# stage holds the drafts' C rows: the flush's stages too).
-	REPLAYSSM_CUDA_VFOLD_DOTS=1 some_tests vdots 240 'TestReplayFoldPipeMatchesItems|TestReplayCacheMatchesReference/mamba2|TestReplayCacheSpeculative/mamba2'
+	REPLAYSSM_CUDA_VFOLD_DOTS=1 some_tests vdots 300 'TestReplayFoldPipeMatchesItems|TestReplayFoldStreamMatchesItems|TestReplayCacheMatchesReference|TestReplayCacheSpeculative'
 	DTYPES=fp32,bf16 experiment vdots mamba2 replay,verify REPLAYSSM_CUDA_VFOLD_DOTS=0 REPLAYSSM_CUDA_VFOLD_DOTS=1
+	DTYPES=fp32,bf16 experiment gdnvdots gdn verify REPLAYSSM_CUDA_VFOLD_DOTS=1
 	;;
 earlybench)
 	experiment early mamba2 replay,replay-nvfp4,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0

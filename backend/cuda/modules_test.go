@@ -210,6 +210,11 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/verify fold dots, fma fold", replay.Options{Mode: replay.Replay}, tuning{m2TCFold: "0"}},
 		{"replay/bf16/verify fold dots", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{vfoldDots: "1"}},
 		{"replay/fp16/verify fold dots", replay.Options{Mode: replay.Replay, State: numeric.F16}, tuning{vfoldDots: "1"}},
+		// GDN's streamed early folds forming the group verify's dots
+		// (VFOLD_DOTS, session 38; asked for).
+		{"replay/fp32/gdn verify fold dots", replay.Options{Mode: replay.Replay}, tuning{foldItems: true, foldStream: true, flushStream: true, vfoldDots: "1"}},
+		{"replay/bf16/gdn verify fold dots", replay.Options{Mode: replay.Replay, State: numeric.BF16},
+			tuning{foldItems: true, foldStream: true, flushStream: true, vfoldDots: "1"}},
 	}
 	const capacity = 8
 	// Mamba-2 2.7B's layer: 80 heads of 64 in one group (the group step's
@@ -226,7 +231,8 @@ func TestReplayModulesCompile(t *testing.T) {
 			if layer == "mamba2-1group" && o.name != "replay/fp32" && o.name != "replay/bf16+nvfp4" {
 				continue
 			}
-			if layer != "gdn" && gdnOnly(o.opt, o.tn) || layer != "mamba2" && (o.tn.m2TCFold != "" || o.tn.vfoldDots != "") ||
+			gdnRow := strings.Contains(o.name, "/gdn ")
+			if layer != "gdn" && (gdnOnly(o.opt, o.tn) || gdnRow) || layer != "mamba2" && (o.tn.m2TCFold != "" || o.tn.vfoldDots != "" && !gdnRow) ||
 				layer == "gdn" && (o.opt.Ring != numeric.F32 || definesName(o.tn.defines, "GROUP_EARLY")) {
 				continue
 			}
@@ -279,6 +285,11 @@ func TestReplayModulesCompile(t *testing.T) {
 				// turned off.
 				if tc := slices.Contains(defines, "-DM2_TC_FOLD=1"); layer == "mamba2" && foldsOn && tc != (o.tn.m2TCFold != "0") {
 					t.Fatalf("the tensor-core folds planned %v (defines %v): this test would not compile the module it means to", tc, defines)
+				}
+				// The verify's fold dots where asked for (Mamba-2 fp32 has
+				// them by default).
+				if dots := slices.Contains(defines, "-DVFOLD_DOTS=1"); o.tn.vfoldDots == "1" && !dots {
+					t.Fatalf("the verify's fold dots are not planned (defines %v): this test would not compile them", defines)
 				}
 				ptx, err := n.build(file, src, args, false)
 				if err != nil {

@@ -510,6 +510,39 @@ func TestVerifyFoldDotsPlan(t *testing.T) {
 			}
 		}
 	}
+	// GDN: asked for, where the verify's early folds stream (the module's
+	// knobs as envTuning gives them; not the pipelined folds), without a
+	// read copy or VPART.
+	streamed := envTuning(func(string) string { return "" })
+	gdnAsked := streamed
+	gdnAsked.vfoldDots = "1"
+	gdnVpart := gdnAsked
+	gdnVpart.overlapVer = true
+	noStream := gdnAsked
+	noStream.foldStream = false
+	pipeFolds := gdnAsked
+	pipeFolds.folds = "pipe"
+	for _, c := range []struct {
+		name string
+		opt  replay.Options
+		tn   tuning
+		want bool
+	}{
+		{"gdn fp32", fp32, gdnAsked, true},
+		{"gdn bf16", bf16, gdnAsked, true},
+		{"gdn by default", fp32, streamed, false},
+		{"gdn nvfp4 read copy", nvfp4, gdnAsked, false},
+		{"gdn vpart", fp32, gdnVpart, false},
+		{"gdn folds not streamed", fp32, noStream, false},
+		{"gdn pipelined folds", fp32, pipeFolds, false},
+	} {
+		for _, shape := range []ssm.GDNShape{qwen4bShape, qwen122bShape} {
+			_, g, _, defines := gdnModule(h200, shape, c.opt, c.tn)
+			if g.foldDots != c.want || slices.Contains(defines, "-DVFOLD_DOTS=1") != c.want {
+				t.Errorf("%s, %d value heads: %v (defines %v), want %v", c.name, shape.ValueHeads, g.foldDots, defines, c.want)
+			}
+		}
+	}
 	for _, shape := range []ssm.Mamba2Shape{nanoShape, superShape} {
 		plain, _ := mamba2FoldPlan(h200, shape, fp32, asked, false)
 		dots, _ := mamba2FoldPlan(h200, shape, fp32, asked, true)

@@ -71,7 +71,7 @@ type tuning struct {
 	headSplit   int      // REPLAYSSM_CUDA_HEAD_SPLIT: the small step's heads split in this many parts (1: whole; 0: planHeadSplit's choice)
 	carveout    int      // REPLAYSSM_CUDA_CARVEOUT: the group and stream kernels' shared-memory carveout, percent (0: the driver's choice)
 	m2TCFold    string   // REPLAYSSM_CUDA_M2_TC_FOLD: "1" or "0" forces the Mamba-2 pipelined folds' rank update on the tensor cores on or off where it applies ("": mamba2TCDefault)
-	vfoldDots   string   // REPLAYSSM_CUDA_VFOLD_DOTS: "0" turns off a Mamba-2 verify's pipelined early folds forming the folding slots' drafts' dots for the group verify (mamba2VerifyFoldDots), "1" requires it (an error where the pipelined folds do not fit); "": on where it applies and the folds fit
+	vfoldDots   string   // REPLAYSSM_CUDA_VFOLD_DOTS: "0" turns off a verify's early folds forming the folding slots' drafts' dots for the group verify (mamba2VerifyFoldDots: Mamba-2 fp32 by default); "1" asks for it where it applies (bf16 and fp16 Mamba-2 checkpoints, GDN's streamed folds: gdnVerifyFoldDots), an error where the Mamba-2 pipelined folds do not fit; "": the defaults
 }
 
 // envTuning reads the knobs through getenv (os.Getenv); unset or malformed
@@ -225,6 +225,7 @@ type groupStep struct {
 	// planFoldStream), on streamBlocks blocks of streamThreads threads with
 	// streamSmem bytes of dynamic shared memory each.
 	streamFold    bool
+	foldDots      bool // GDN: the streamed folds form the folding slots' drafts' dots for the group verify (VFOLD_DOTS, gdnVerifyFoldDots)
 	stream        *Function
 	streamThreads int
 	streamBlocks  int

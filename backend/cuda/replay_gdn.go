@@ -85,6 +85,9 @@ func gdnModule(d *Device, shape ssm.GDNShape, opt replay.Options, tn tuning) (pi
 		defines = append(defines, fc)
 	}
 	g.streamFold = planFoldStream(d, shape, opt, g, tn)
+	if g.foldDots = gdnVerifyFoldDots(opt, g, f, tn); g.foldDots {
+		defines = append(defines, "-DVFOLD_DOTS=1")
+	}
 	g.streamFlush = planFlushStream(d, shape, opt, tn)
 	if g.streamFold || g.streamFlush {
 		w, fw := tn.foldWarps(), tn.flushWarps(opt.State, dv)
@@ -229,6 +232,19 @@ func (tn tuning) flushWarps(state numeric.Format, dv int) int {
 // REPLAYSSM_CUDA_FOLD_STREAM=0.
 func planFoldStream(d *Device, shape ssm.GDNShape, opt replay.Options, g groupStep, tn tuning) bool {
 	return tn.foldStream && tn.foldItems && g.verifyOn && streamable(d, shape, opt, tn, tn.foldWarps())
+}
+
+// gdnVerifyFoldDots reports whether a GDN verify's streamed early folds
+// (gdn_fold_stream) also form the folding slots' drafts' S'^T k_d and
+// S'^T q_d for the group verify, which then reads no state for those slots
+// (VFOLD_DOTS in replay_gdn.cu; Mamba-2's mamba2VerifyFoldDots took its
+// fp32 verify 9-11% faster on an H100): with REPLAYSSM_CUDA_VFOLD_DOTS=1
+// (session 38, written without a GPU), where the folds stream (and not
+// the pipelined folds f, which would take them: REPLAYSSM_CUDA_FOLDS=pipe),
+// without a read copy (the group verify streams the checkpoint as stored)
+// and without VPART (whose parts split the verify by these slots).
+func gdnVerifyFoldDots(opt replay.Options, g groupStep, f foldPipe, tn tuning) bool {
+	return tn.vfoldDots == "1" && g.streamFold && !f.on && opt.ReadCopy == numeric.F32 && !tn.overlapVer
 }
 
 // planFlushStream reports whether a GDN replay step flushes with

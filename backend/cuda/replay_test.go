@@ -225,7 +225,7 @@ func gdnTestLayerWith(seed uint64, shape ssm.GDNShape, tweak func(*replay.GDNPar
 				ringU:         func() Buffer { return c.ringU },
 				streamFold:    func() bool { return c.group.stream != nil },
 				streamFlush:   func() bool { return c.group.flushFn != nil },
-				inexact:       func() bool { return c.group.tc || c.group.verifyTC },
+				inexact:       func() bool { return c.group.tc || c.group.verifyTC || c.group.foldDots },
 				common:        func() *replayCommon { return &c.replayCommon },
 				step: func(s *Stream, batch int, slots Buffer, b []Buffer, y Buffer) error {
 					return c.Step(s, batch, in(slots, Buffer{}, b), y)
@@ -1041,10 +1041,19 @@ func TestReplayFoldPipeMatchesItems(t *testing.T) {
 	items := envTuning(os.Getenv)
 	items.folds, items.groupAll = "items", true
 	// Bit for bit with the FMA rank update (mamba2TCDefault puts Nano-like
-	// layers' on the tensor cores).
+	// layers' on the tensor cores) and the group verify's own dots.
 	fma := pipe
-	fma.m2TCFold = "0"
+	fma.m2TCFold, fma.vfoldDots = "0", "0"
 	comparePairs(t, d, pairVariant{"v7", fma, 0, "v7"}, pairVariant{"items", items, 0, "items"})
+	// The verify's early folds forming the group verify's dots of the
+	// slots they fold (VFOLD_DOTS: fp32 by default, bf16 and fp16 asked
+	// for): the same checkpoints, the dots summed in the fold's order,
+	// within sameBound (the cache reports itself inexact).
+	t.Run("fold dots", func(t *testing.T) {
+		dots := pipe
+		dots.m2TCFold, dots.vfoldDots = "0", "1"
+		comparePairs(t, d, pairVariant{"v7-dots", dots, 0, "v7"}, pairVariant{"items", items, 0, "items"})
+	})
 	// The rank update on the tensor cores (M2_TC_FOLD: 80 rows on 160
 	// threads, one column part; 64 rows on 256, two) sums in another
 	// order: within sameBound of the items kernels (the cache reports
@@ -1083,6 +1092,13 @@ func TestReplayFoldStreamMatchesItems(t *testing.T) {
 		stream.fsDB = db
 		compareStreams(t, d, "db="+db, stream, items, func(c *gpuCache) bool { return c.streamFold() })
 	}
+	// The streamed folds forming the group verify's dots of the slots they
+	// fold (VFOLD_DOTS, asked for): the same checkpoints, the dots summed
+	// in the fold's order, within sameBound (the cache reports itself
+	// inexact).
+	dots := streamTuning()
+	dots.vfoldDots = "1"
+	compareStreams(t, d, "fold dots", dots, items, func(c *gpuCache) bool { return c.streamFold() && c.common().group.foldDots })
 }
 
 // TestReplayFlushStreamMatchesItems checks the GDN flush by strips

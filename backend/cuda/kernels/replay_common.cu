@@ -707,6 +707,17 @@ template <> struct Fmt<FMT_E4M3> {
     __device__ static __forceinline__ float dec(u32 c, float sc) { return __fmul_rn(f32_from_e4m3(c), sc); }
 };
 
+// state_as_stored is v rounded to the checkpoint's format where it is a
+// 2-byte one (bf16, fp16), else v: a fold's value as a later read of the
+// checkpoint sees it (VFOLD_DOTS). Rounding a rounded value leaves it.
+__device__ __forceinline__ float state_as_stored(float v)
+{
+    if constexpr (STATE_FMT == FMT_BF16 || STATE_FMT == FMT_F16) {
+        return Fmt<STATE_FMT>::dec(Fmt<STATE_FMT>::enc(v, 1.0f), 1.0f);
+    }
+    return v;
+}
+
 // Chunk holds VEC elements of format F packed little-endian (element k at
 // bit k·BITS): 1, 2, 4 or a multiple of 4 words.
 template <int F, int VEC>

@@ -1266,6 +1266,9 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #ifndef FOLD_STREAM
 #define FOLD_STREAM 0
 #endif
+#ifndef VFOLD_DOTS
+#define VFOLD_DOTS 0 // gdn_fold_stream forming the group verify's dots (below)
+#endif
 #ifndef FLUSH_STREAM
 #define FLUSH_STREAM 0
 #endif
@@ -1405,13 +1408,20 @@ __device__ __forceinline__ int fs_list(int base, int batch, const int* __restric
     return total;
 }
 
+// FSNoDots is fs_update_strip's default chunk hook: nothing.
+struct FSNoDots {
+    __device__ __forceinline__ void operator()(int, float (&)[2][4]) const {}
+};
+
 // fs_update_strip is the rank-t update of a warp's strip (gdn_update_tc's
 // operands and order: S0 <- gt S0, then update_tc_tile over the entries in
 // steps of 8, keys the rows of k_i) from its shared-memory copy, stored to
-// rows row0.. of the matrix at dst.
-template <bool P>
+// rows row0.. of the matrix at dst. chunk(cc, x) sees each updated chunk
+// (rows g and g+8, columns 16cc + 4lt..) before its store (VFOLD_DOTS).
+template <bool P, typename Chunk = FSNoDots>
 __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* dst, int row0, const float* keys,
-                                                int t, float gt, const u32 (&ahi)[FS_KS][4], const u32 (&alo)[FS_KS][4])
+                                                int t, float gt, const u32 (&ahi)[FS_KS][4], const u32 (&alo)[FS_KS][4],
+                                                Chunk chunk = Chunk{})
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
     const int bcol = 4 * (g >> 1) + 2 * (g & 1);
@@ -1435,6 +1445,7 @@ __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* 
                                keys + (in1 ? i1 : 0) * FS_KROW(P) + bcol + 16 * cc, in0, in1, ahi[ks], alo[ks]);
             }
         }
+        chunk(cc, x);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             store_chunk<STATE_FMT, 4>(dst, (u64)(row0 + g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f, 1.0f);
@@ -1551,7 +1562,55 @@ __device__ __forceinline__ FSItem fs_ahead(const int* sSlot, const int* sN, int 
     return it;
 }
 
+// VFOLD_DOTS=1 (session 38, written without a GPU; the host sets it with
+// REPLAYSSM_CUDA_VFOLD_DOTS=1 where gdn_fold_stream folds a verify's early
+// history, the group verify follows and there is no read copy): the fold
+// also forms the group verify's S'^T k_d and S'^T q_d of the slot's cnt
+// drafts, from each updated chunk in its registers (as stored: a 2-byte
+// checkpoint's values rounded first), and the group verify's item of a
+// folding slot reads no state. The drafts' k and q rows come by cp.async
+// with the item's keys; each dot sums the row against the vector as given
+// (the lanes' columns, then the four lanes of a row) and then takes the
+// vector's l2 scale, which every warp forms as l2norm_warp does (the same
+// float64 sum): the group verify's dots with the vectors normalised first,
+// in another order. They go where the group verify
+// writes its outputs afterwards: S'^T k_d to ringU at entry d (the
+// drafts' u' after a fold, which starts them at entry 0), S'^T q_d to o.
+// Mamba-2's VFOLD_DOTS (replay_mamba2.cu) is the same idea.
+#if VFOLD_DOTS && !FOLD_STREAM
+#error "VFOLD_DOTS: a GDN module's early folds on gdn_fold_stream"
+#endif
+
 #if FOLD_STREAM
+#if VFOLD_DOTS
+// fs_drafts asks for batch row bq's drafts' k rows (key head kh) into vd's
+// rows 0.., its q rows into rows TMAX.., by the block's cp.async (a group of
+// its own: the item's wait for its keys takes it).
+__device__ __forceinline__ void fs_drafts(float* vd, int bq, int kh, int T, const float* __restrict__ k,
+                                          const float* __restrict__ q, int tid, int nth)
+{
+    const u64 row0 = ((u64)bq * T * NKH + kh) * DK;
+    cp_rows<DK>(vd, k + row0, (u64)NKH * DK, min(T, TMAX), tid, nth);
+    cp_rows<DK>(vd + TMAX * DK, q + row0, (u64)NKH * DK, min(T, TMAX), tid, nth);
+    cp_async_commit();
+}
+
+// fs_l2scale is l2norm_warp's factor for the vector at v (shared memory):
+// float32(1/sqrt(sum v^2 + eps)) * scale, the sum in float64 in its order.
+// One warp calls it.
+__device__ __forceinline__ float fs_l2scale(const float* v, float scale)
+{
+    const int lane = threadIdx.x & 31;
+    double ss = 0.0;
+    for (int i = lane; i < DK; i += 32) {
+        const double x = (double)v[i];
+        ss += x * x;
+    }
+    ss = warp_sum_d(ss);
+    return (float)(1.0 / sqrt(ss + L2EPS)) * scale;
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_stream(GDN_VERIFY_PARAMS, int batch)
 {
     constexpr int NTH = 32 * FS_WARPS;
@@ -1561,6 +1620,13 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     __shared__ __align__(8) u64 sBar[FS_NB][FS_WARPS];
     __shared__ int sSlot[NTH], sN[NTH]; // the chunk's folding slots and their histories
     __shared__ int sCount[FS_WARPS];
+#if VFOLD_DOTS
+    __shared__ __align__(16) float sVd[FS_NB][2 * TMAX * DK]; // the items' drafts' k, q as given (fs_drafts)
+    __shared__ int sBq[NTH], sCnt[NTH];                        // the folding slots' batch rows and draft counts
+#define FS_BQ sBq
+#else
+#define FS_BQ nullptr
+#endif
     if (GV_SKIP & 4) {
         return;
     }
@@ -1578,14 +1644,30 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     for (int base = 0; base < batch; base += FS_CHUNK_OF(FS_WARPS)) {
         const int total = fs_list<FS_WARPS>(
             base, batch, slots, hist, [&](int bq, int n) { return FOLDS_EARLY(n, counts ? counts[bq] : T, R); }, sSlot,
-            sN, nullptr, sCount);
+            sN, FS_BQ, sCount);
+#if VFOLD_DOTS
+        for (int i = tid; i < total; i += NTH) {
+            sCnt[i] = counts ? counts[sBq[i]] : T;
+        }
+        __syncthreads();
+#endif
         const int items = total * PER;
         const int grid = (int)gridDim.x;
+        // Item li's copies into buffer b (fs_ahead; with VFOLD_DOTS its
+        // drafts' vectors too).
+        auto ahead = [&](int li, int b) {
+            const FSItem it =
+                fs_ahead<FS_WARPS, false>(sSlot, sN, li, b, state, ringA, ringU, ringK, fs_dyn, sK[b], sBar);
+#if VFOLD_DOTS
+            fs_drafts(sVd[b], sBq[li / PER], it.j / VPK, T, k, q, tid, NTH);
+#endif
+            return it;
+        };
         int li = ((int)blockIdx.x - seen % grid + grid) % grid;
         int kb = 0; // the buffer of the block's next item
         FSItem next;
         if (li < items) {
-            next = fs_ahead<FS_WARPS, false>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
+            next = ahead(li, 0);
         }
         for (; li < items; li += grid) {
             traced++;
@@ -1595,8 +1677,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             cp_async_wait_all();
             __syncthreads(); // its keys; every warp is done with the item before
             if (FS_NB == 2 && more) {
-                next = fs_ahead<FS_WARPS, false>(sSlot, sN, li + grid, cb ^ 1, state, ringA, ringU, ringK, fs_dyn,
-                                                 sK[cb ^ 1], sBar);
+                next = ahead(li + grid, cb ^ 1);
             }
             // gdn_fold's float64 chains, in its order: coef_i (lane i) and
             // g_n (every lane).
@@ -1623,12 +1704,64 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             parity ^= 1u << cb;
             const unsigned char* const strip =
                 fs_dyn + cb * (FS_WARPS * FS_STRIP_BYTES(false)) + warp * FS_STRIP_BYTES(false);
+#if VFOLD_DOTS
+            // The drafts' dots (VFOLD_DOTS above): vector a is k_d (a = d)
+            // or q_d (a = TMAX + d) as given; acc[h][a] row g + 8h's
+            // partial dot over the lane's columns, times the vector's l2
+            // scale once summed (its registers not held through the fold).
+            const int bq = sBq[li / PER], cnt = sCnt[li / PER];
+            const float* vd = sVd[cb];
+            float acc[2][2 * TMAX];
+#pragma unroll
+            for (int a = 0; a < 2 * TMAX; a++) {
+                acc[0][a] = acc[1][a] = 0.0f;
+            }
+            fs_update_strip<false>(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp,
+                                   sK[cb], n, gt, ahi, alo, [&](int cc, float (&x)[2][4]) {
+#pragma unroll
+                                       for (int h = 0; h < 2; h++) {
+#pragma unroll
+                                           for (int e = 0; e < 4; e++) {
+                                               x[h][e] = state_as_stored(x[h][e]);
+                                           }
+                                       }
+#pragma unroll
+                                       for (int a = 0; a < 2 * TMAX; a++) {
+                                           if (a % TMAX < cnt) {
+                                               const float4 w =
+                                                   *reinterpret_cast<const float4*>(vd + a * DK + 16 * cc + 4 * lt);
+                                               acc[0][a] = fma4(x[0], w, acc[0][a]);
+                                               acc[1][a] = fma4(x[1], w, acc[1][a]);
+                                           }
+                                       }
+                                   });
+#pragma unroll
+            for (int a = 0; a < 2 * TMAX; a++) {
+                const float r = a % TMAX < cnt ? fs_l2scale(vd + a * DK, a < TMAX ? 1.0f : qscale) : 0.0f;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    acc[h][a] += __shfl_xor_sync(FULL_MASK, acc[h][a], 1);
+                    acc[h][a] += __shfl_xor_sync(FULL_MASK, acc[h][a], 2);
+                    acc[h][a] *= r;
+                }
+            }
+            if (lt < 2) { // lane lt writes row g + 8lt's dots
+                const int row = it.part * FS_ROWS + 16 * warp + g + 8 * lt;
+#pragma unroll
+                for (int d = 0; d < TMAX; d++) {
+                    if (d < cnt) {
+                        ringU[(ring_at(it.s, d) * NVH + it.j) * DV + row] = lt == 0 ? acc[0][d] : acc[1][d];
+                        o[(((u64)bq * T + d) * NVH + it.j) * DV + row] = lt == 0 ? acc[0][TMAX + d] : acc[1][TMAX + d];
+                    }
+                }
+            }
+#else
             fs_update_strip<false>(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp,
                                    sK[cb], n, gt, ahi, alo);
+#endif
             if (FS_NB == 1 && more) {
                 __syncthreads(); // the keys and strips read before the next item's copies
-                next =
-                    fs_ahead<FS_WARPS, false>(sSlot, sN, li + grid, 0, state, ringA, ringU, ringK, fs_dyn, sK[0], sBar);
+                next = ahead(li + grid, 0);
             }
             kb = (kb + 1) % FS_NB;
         }
@@ -1637,6 +1770,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     }
     TRACE_STOP(TRACE_FOLD_STREAM, traced);
 }
+#undef FS_BQ
 #endif // FOLD_STREAM
 
 #if FLUSH_STREAM
@@ -2859,6 +2993,9 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
 #endif
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
+    // VFOLD_DOTS: gdn_fold_stream wrote a folding slot's S'^T k_d to ringU
+    // at entry d and S'^T q_d to o.
+    const bool foldDots = VFOLD_DOTS && FOLDS_EARLY(n, cnt, R);
     if (FOLDS_EARLY(n, cnt, R)) {
         n = 0; // gdn_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
     }
@@ -2942,7 +3079,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     // or the tensor cores' B operands there
     gtw_vectors(sVec, DK, 2 * cnt, sRingK);
     __syncthreads();
-    if (!(GV_SKIP & 1)) {
+    if (!(GV_SKIP & 1) && !foldDots) {
         gtw_stream<GROWS, DV>(mat, scl, raw, sRingK, 2 * cnt, sGs, sProj);
     }
 #else
@@ -2955,7 +3092,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     // The stream: S0^T k_d and S0^T q_d for the VPK*DV rows; with GV_PAIR
     // two passes at a time, each vector chunk read once for both.
 #pragma unroll 1
-    for (int base = 0; base < ((GV_SKIP & 1) ? 0 : GM::PASSES); base += GPF) {
+    for (int base = 0; base < ((GV_SKIP & 1) || foldDots ? 0 : GM::PASSES); base += GPF) {
 #pragma unroll
         for (int p = 0; p < GPF; p++) {
             const int pass = base + p;
@@ -2983,6 +3120,16 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
         }
     }
 #endif
+    if (foldDots) {
+        // The fold's dots in place of the stream's (its first passes,
+        // asked for above, go unused); read before the loop below writes
+        // u' and o over them.
+        for (int i = tid; i < 2 * cnt * GROWS; i += GNT) {
+            const int a = i / GROWS, o1 = i % GROWS, d = a % cnt;
+            sProj[i] = a < cnt ? ringU[(ring_at(s, d) * NVH + j0) * DV + o1]
+                               : o[(((u64)b * T + d) * NVH + j0) * DV + o1];
+        }
+    }
     __syncthreads();
     // u'_d and o_d in order (gdn_replay_verify's): the ring's u and the
     // earlier drafts' u' in registers (loops unrolled, indices fixed).

@@ -63,15 +63,13 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
 template <int A, int B, int C>
 __device__ __forceinline__ void m2_as_stored(float (&e)[A][B][C])
 {
-    if constexpr (STATE_FMT == FMT_BF16 || STATE_FMT == FMT_F16) {
 #pragma unroll
-        for (int a = 0; a < A; a++) {
+    for (int a = 0; a < A; a++) {
 #pragma unroll
-            for (int b = 0; b < B; b++) {
+        for (int b = 0; b < B; b++) {
 #pragma unroll
-                for (int c = 0; c < C; c++) {
-                    e[a][b][c] = Fmt<STATE_FMT>::dec(Fmt<STATE_FMT>::enc(e[a][b][c], 1.0f), 1.0f);
-                }
+            for (int c = 0; c < C; c++) {
+                e[a][b][c] = state_as_stored(e[a][b][c]);
             }
         }
     }
