@@ -487,12 +487,13 @@ func TestVerifyFoldDotsPlan(t *testing.T) {
 	asked := tuning{vfoldDots: "1"}
 	vpart := asked
 	vpart.overlapVer = true
-	for _, c := range []struct {
+	type dotsCase struct {
 		name string
 		opt  replay.Options
 		tn   tuning
 		want bool
-	}{
+	}
+	for _, c := range []dotsCase{
 		{"fp32", fp32, asked, true},
 		{"default", fp32, tuning{}, true},
 		{"turned off", fp32, tuning{vfoldDots: "0"}, false},
@@ -522,12 +523,7 @@ func TestVerifyFoldDotsPlan(t *testing.T) {
 	noStream.foldStream = false
 	pipeFolds := gdnAsked
 	pipeFolds.folds = "pipe"
-	for _, c := range []struct {
-		name string
-		opt  replay.Options
-		tn   tuning
-		want bool
-	}{
+	for _, c := range []dotsCase{
 		{"gdn fp32", fp32, gdnAsked, true},
 		{"gdn bf16", bf16, gdnAsked, true},
 		{"gdn by default", fp32, streamed, false},

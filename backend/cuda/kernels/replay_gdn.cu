@@ -1596,18 +1596,13 @@ __device__ __forceinline__ void fs_drafts(float* vd, int bq, int kh, int T, cons
 }
 
 // fs_l2scale is l2norm_warp's factor for the vector at v (shared memory):
-// float32(1/sqrt(sum v^2 + eps)) * scale, the sum in float64 in its order.
-// One warp calls it.
+// float32(1/sqrt(sum v^2 + eps)) * scale, the sum in float64 in its order
+// (l2norm_scale's). One warp calls it.
 __device__ __forceinline__ float fs_l2scale(const float* v, float scale)
 {
-    const int lane = threadIdx.x & 31;
-    double ss = 0.0;
-    for (int i = lane; i < DK; i += 32) {
-        const double x = (double)v[i];
-        ss += x * x;
-    }
-    ss = warp_sum_d(ss);
-    return (float)(1.0 / sqrt(ss + L2EPS)) * scale;
+    float xv[L2V];
+    l2norm_load(v, xv);
+    return l2norm_scale(xv, scale);
 }
 #endif
 
