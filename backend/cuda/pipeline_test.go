@@ -166,6 +166,10 @@ func TestEnvTuning(t *testing.T) {
 			tuning{verifyEarly: "0", foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"whole heads", map[string]string{"REPLAYSSM_CUDA_HEAD_SPLIT": "1"},
 			tuning{headSplit: 1, foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
+		{"verify fold dots off", map[string]string{"REPLAYSSM_CUDA_VFOLD_DOTS": "0"},
+			tuning{vfoldDots: "0", foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
+		{"verify fold dots asked for", map[string]string{"REPLAYSSM_CUDA_VFOLD_DOTS": "1", "REPLAYSSM_CUDA_M2_TC_FOLD": "0"},
+			tuning{vfoldDots: "1", m2TCFold: "0", foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 		{"malformed", map[string]string{
 			"REPLAYSSM_CUDA_KERNELS": "v6", "REPLAYSSM_CUDA_PIPE_GROUPS": "two",
 			"REPLAYSSM_CUDA_GROUP_THREADS": "96", "REPLAYSSM_CUDA_GROUP_STAGED": "0", "REPLAYSSM_CUDA_PIPE_BLOCKS": "-1", "REPLAYSSM_CUDA_FOLD_ITEMS": "yes",
@@ -173,6 +177,7 @@ func TestEnvTuning(t *testing.T) {
 			"REPLAYSSM_CUDA_BASE_STAGE": "yes", "REPLAYSSM_CUDA_OVERLAP": "on", "REPLAYSSM_CUDA_OVERLAP_BLOCKS": "-2", "REPLAYSSM_CUDA_VERIFY_OVERLAP": "yes", "REPLAYSSM_CUDA_HEAD_SPLIT": "0", "REPLAYSSM_CUDA_SPLIT_VERIFY": "off", "REPLAYSSM_CUDA_VERIFY_EARLY": "auto",
 			"REPLAYSSM_CUDA_FOLD_STREAM": "no", "REPLAYSSM_CUDA_FLUSH_STREAM": "yes", "REPLAYSSM_CUDA_FS_WARPS": "3", "REPLAYSSM_CUDA_FS_DB": "2", "REPLAYSSM_CUDA_FL_PAD": "yes", "REPLAYSSM_CUDA_CARVEOUT": "101", "REPLAYSSM_CUDA_OVERLAP_PRIORITY": "low",
 			"REPLAYSSM_CUDA_OVERLAP_ORDER": "group", "REPLAYSSM_CUDA_FL_QUEUE": "on", "REPLAYSSM_CUDA_FL_FEW": "65",
+			"REPLAYSSM_CUDA_VFOLD_DOTS": "on", "REPLAYSSM_CUDA_M2_TC_FOLD": "yes",
 		}, tuning{foldItems: true, foldStream: true, flushStream: true, smallBatch: defaultSmallBatch}},
 	}
 	for _, tc := range tests {
