@@ -302,6 +302,9 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	}
 	if err := c.bindFoldPipe(tn.pipeBlocks); err != nil {
 		if errors.Is(err, errFoldDotsFit) && tn.vfoldDots == "" {
+			// The default's dots need the pipelined folds, which this GPU
+			// cannot hold: the module again without them, its group
+			// verify streaming every slot.
 			c.close()
 			tn.vfoldDots = "0"
 			return newMamba2Cache(ctx, d, shape, prm, capacity, opt, tn)

@@ -195,9 +195,9 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
 // VFOLD_DOTS=1 (session 37, default since 38; the host sets it for fp32
 // checkpoints without a read copy, and with REPLAYSSM_CUDA_VFOLD_DOTS=1 for
 // bf16 or fp16 ones, whose verify's early folds run on mamba2_fold_pipe and
-// whose group verify follows): a verify's early
-// fold also forms S'_p . C_k for the slot's cnt drafts from the folded
-// matrix in its registers and writes them to y, where
+// whose group verify follows): a verify's early fold also forms S'_p . C_k
+// for the slot's cnt drafts from the folded matrix in its registers and
+// writes them to y, where
 // mamba2_group_verify_item takes them instead of streaming S' again (in the
 // bench's staggered verify a quarter of the slots fold, so a quarter of
 // the group verify's state reads). The fold's stage then holds TMAX rows
