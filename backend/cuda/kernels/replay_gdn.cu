@@ -1573,9 +1573,9 @@ __device__ __forceinline__ FSItem fs_ahead(const int* sSlot, const int* sN, int 
 // (the lanes' columns, then the four lanes of a row) and then takes the
 // vector's l2 scale, which every warp forms as l2norm_warp does (the same
 // float64 sum): the group verify's dots with the vectors normalised first,
-// in another order. They go where the group verify
-// writes its outputs afterwards: S'^T k_d to ringU at entry d (the
-// drafts' u' after a fold, which starts them at entry 0), S'^T q_d to o.
+// in another order (fs_dots_add, fs_dots_store). They go where the group verify writes its
+// outputs afterwards: S'^T k_d to ringU at entry d (the drafts' u' after a
+// fold, which starts them at entry 0), S'^T q_d to o.
 // Mamba-2's VFOLD_DOTS (replay_mamba2.cu) is the same idea.
 #if VFOLD_DOTS && !FOLD_STREAM
 #error "VFOLD_DOTS: a GDN module's early folds on gdn_fold_stream"
@@ -1603,6 +1603,64 @@ __device__ __forceinline__ float fs_l2scale(const float* v, float scale)
     float xv[L2V];
     l2norm_load(v, xv);
     return l2norm_scale(xv, scale);
+}
+
+// fs_dots_add and fs_dots_store are a warp's drafts' dots for one item of
+// gdn_fold_stream (VFOLD_DOTS above): vector a is k_d (a = d) or q_d (a =
+// TMAX + d) as given at vd, acc[h][a] row g + 8h's partial dot over the
+// lane's columns; each vector's l2 scale comes once the dot is summed (its
+// registers not held through the fold). fs_dots_add takes updated chunk cc
+// (fs_update_strip's hook), rounded as stored.
+__device__ __forceinline__ void fs_dots_add(float (&acc)[2][2 * TMAX], float (&x)[2][4], const float* vd, int cc,
+                                            int cnt)
+{
+    const int lt = threadIdx.x & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            x[h][e] = state_as_stored(x[h][e]);
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 2 * TMAX; a++) {
+        if (a % TMAX < cnt) {
+            const float4 w = *reinterpret_cast<const float4*>(vd + a * DK + 16 * cc + 4 * lt);
+            acc[0][a] = fma4(x[0], w, acc[0][a]);
+            acc[1][a] = fma4(x[1], w, acc[1][a]);
+        }
+    }
+}
+
+// fs_dots_store sums the four lanes of each row, applies the vectors' l2
+// scales and writes rows row0 + g and row0 + g + 8 of value head j: S'^T
+// k_d to ringU at slot s's entry d, S'^T q_d to o at batch row bq (lanes
+// lt = 0, 1 a row each).
+__device__ __forceinline__ void fs_dots_store(float (&acc)[2][2 * TMAX], const float* vd, int cnt, float qscale,
+                                              float* __restrict__ ringU, float* __restrict__ o, int s, int j, int bq,
+                                              int T, int row0)
+{
+    const int lane = threadIdx.x & 31, lt = lane & 3;
+#pragma unroll
+    for (int a = 0; a < 2 * TMAX; a++) {
+        const float r = a % TMAX < cnt ? fs_l2scale(vd + a * DK, a < TMAX ? 1.0f : qscale) : 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            acc[h][a] += __shfl_xor_sync(FULL_MASK, acc[h][a], 1);
+            acc[h][a] += __shfl_xor_sync(FULL_MASK, acc[h][a], 2);
+            acc[h][a] *= r;
+        }
+    }
+    if (lt < 2) {
+        const int row = row0 + (lane >> 2) + 8 * lt;
+#pragma unroll
+        for (int d = 0; d < TMAX; d++) {
+            if (d < cnt) {
+                ringU[(ring_at(s, d) * NVH + j) * DV + row] = lt == 0 ? acc[0][d] : acc[1][d];
+                o[(((u64)bq * T + d) * NVH + j) * DV + row] = lt == 0 ? acc[0][TMAX + d] : acc[1][TMAX + d];
+            }
+        }
+    }
 }
 #endif
 
@@ -1700,10 +1758,6 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             const unsigned char* const strip =
                 fs_dyn + cb * (FS_WARPS * FS_STRIP_BYTES(false)) + warp * FS_STRIP_BYTES(false);
 #if VFOLD_DOTS
-            // The drafts' dots (VFOLD_DOTS above): vector a is k_d (a = d)
-            // or q_d (a = TMAX + d) as given; acc[h][a] row g + 8h's
-            // partial dot over the lane's columns, times the vector's l2
-            // scale once summed (its registers not held through the fold).
             const int bq = sBq[li / PER], cnt = sCnt[li / PER];
             const float* vd = sVd[cb];
             float acc[2][2 * TMAX];
@@ -1711,48 +1765,14 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             for (int a = 0; a < 2 * TMAX; a++) {
                 acc[0][a] = acc[1][a] = 0.0f;
             }
-            fs_update_strip<false>(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp,
-                                   sK[cb], n, gt, ahi, alo, [&](int cc, float (&x)[2][4]) {
-#pragma unroll
-                                       for (int h = 0; h < 2; h++) {
-#pragma unroll
-                                           for (int e = 0; e < 4; e++) {
-                                               x[h][e] = state_as_stored(x[h][e]);
-                                           }
-                                       }
-#pragma unroll
-                                       for (int a = 0; a < 2 * TMAX; a++) {
-                                           if (a % TMAX < cnt) {
-                                               const float4 w =
-                                                   *reinterpret_cast<const float4*>(vd + a * DK + 16 * cc + 4 * lt);
-                                               acc[0][a] = fma4(x[0], w, acc[0][a]);
-                                               acc[1][a] = fma4(x[1], w, acc[1][a]);
-                                           }
-                                       }
-                                   });
-#pragma unroll
-            for (int a = 0; a < 2 * TMAX; a++) {
-                const float r = a % TMAX < cnt ? fs_l2scale(vd + a * DK, a < TMAX ? 1.0f : qscale) : 0.0f;
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    acc[h][a] += __shfl_xor_sync(FULL_MASK, acc[h][a], 1);
-                    acc[h][a] += __shfl_xor_sync(FULL_MASK, acc[h][a], 2);
-                    acc[h][a] *= r;
-                }
-            }
-            if (lt < 2) { // lane lt writes row g + 8lt's dots
-                const int row = it.part * FS_ROWS + 16 * warp + g + 8 * lt;
-#pragma unroll
-                for (int d = 0; d < TMAX; d++) {
-                    if (d < cnt) {
-                        ringU[(ring_at(it.s, d) * NVH + it.j) * DV + row] = lt == 0 ? acc[0][d] : acc[1][d];
-                        o[(((u64)bq * T + d) * NVH + it.j) * DV + row] = lt == 0 ? acc[0][TMAX + d] : acc[1][TMAX + d];
-                    }
-                }
-            }
+            auto hook = [&](int cc, float (&x)[2][4]) { fs_dots_add(acc, x, vd, cc, cnt); };
 #else
+            FSNoDots hook;
+#endif
             fs_update_strip<false>(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp,
-                                   sK[cb], n, gt, ahi, alo);
+                                   sK[cb], n, gt, ahi, alo, hook);
+#if VFOLD_DOTS
+            fs_dots_store(acc, vd, cnt, qscale, ringU, o, it.s, it.j, bq, T, it.part * FS_ROWS + 16 * warp);
 #endif
             if (FS_NB == 1 && more) {
                 __syncthreads(); // the keys and strips read before the next item's copies
