@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -77,6 +78,10 @@ type KernelConfig struct {
 	// aligned flush step, the staggered window, a verify round), from
 	// kernels built with -DTRACE=1 (REPLAYSSM_CUDA_DEFINES).
 	TraceDir string
+	// Log, where set, receives notes on the run that are not rows (the
+	// CUDA bench: the modules it compiled before timing, and how long
+	// that took).
+	Log io.Writer
 }
 
 // Modes lists the benchmark modes in the order rows are printed.

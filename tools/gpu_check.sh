@@ -10,6 +10,10 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
+#
+# Every call starts from gpu/kcache.tar.xz where there is one and leaves
+# its kernel cache in $OUT/kcache.tar.xz (kcache_save below): copy that
+# into gpu/ before the next call.
 #   tools/gpu_check.sh fold_phases  # the GDN flush by phase (FOLD_SKIP), FMA and tensor-core folds
 #   tools/gpu_check.sh base_skip  # the GDN baselines without their arithmetic (BASE_SKIP)
 #   tools/gpu_check.sh fold_exact  # the GDN exact fold where the default folds cached u (FOLD_CACHED=0): tests, then against the defaults
@@ -93,6 +97,53 @@ mkdir -p "$out"
 test_bin=gpu/cuda.test
 cli=gpu/replayssm
 
+# The kernel cache from one device call to the next. A call's machine may be
+# a fresh one whose NVRTC has compiled nothing (the four shapes' bench
+# compiles ~60 modules, the tests hundreds), so the cache a call leaves goes
+# back as $OUT/kcache.tar.xz (newest entries first, at most KCACHE_MB, 6 MiB:
+# the carried tree's limit is 64 MiB, and the repository and binaries take
+# ~56), and a call that finds it in gpu/ (copy it there from the last call's
+# files; carry ["gpu"]) starts from it. An entry is named by its source,
+# options, architecture and NVRTC version (nvrtc.go's cacheKey): a changed
+# kernel, or another machine's NVRTC, just misses. KCACHE_MB=0 keeps none.
+kcache=${REPLAYSSM_KERNEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/replayssm/kernels}
+kcache_restore() {
+	local f
+	for f in gpu/kcache.tar.xz gpu/kcache.tgz gpu/kcache.tar; do
+		[[ -f $f ]] || continue
+		mkdir -p "$kcache" && tar -xf "$f" -C "$kcache" &&
+			echo "kernel cache: $(ls "$kcache" | wc -l) entries from $f"
+		return
+	done
+}
+kcache_save() {
+	local mb=${KCACHE_MB:-6} f="$out/kcache.tar.xz" z=-J n
+	[[ -n ${OUT:-} && -d $kcache && $mb -gt 0 ]] || return 0
+	command -v xz >/dev/null || { f="$out/kcache.tgz" z=-z; }
+	local files size raw=0 ratio=8
+	[[ $z == -z ]] && ratio=3
+	mapfile -t files < <(cd "$kcache" && ls -t)
+	# Cubins compress 7x (Nano's fp32 module alone) to 14x (26 modules in
+	# one archive) by xz, 3.7x by gzip: the newest entries of up to ratio x
+	# KCACHE_MB first, then fewer in proportion until the archive fits.
+	for ((n = 0; n < ${#files[@]}; n++)); do
+		raw=$((raw + $(stat -c %s "$kcache/${files[n]}")))
+		((raw > ratio * (mb << 20))) && break
+	done
+	while ((n > 0)); do
+		(cd "$kcache" && XZ_OPT=-T0 tar -c $z -f "$f" "${files[@]:0:n}") || return 0
+		size=$(stat -c %s "$f")
+		((size <= mb << 20)) && break
+		n=$((n * (mb << 20) / size * 9 / 10 < n - 1 ? n * (mb << 20) / size * 9 / 10 : n - 1))
+	done
+	((n > 0)) || rm -f "$f"
+	echo "kernel cache: $n of ${#files[@]} entries to $(basename "$f")"
+}
+kcache_restore
+trap kcache_save EXIT
+# The test binary uses it too (TestMain; without it, a cache of its own).
+export REPLAYSSM_KERNEL_CACHE=$kcache
+
 # tests_rest: the package's last tests (resources, traces), which `tests`
 # leaves to the target of that name so that each fits a device call.
 tests_rest='TestReplayKernelResources|TestReplayTraceRecordsBlocks|TestReplayTraceMamba2|TestDecodeTrace|TestReplayInputAlignment'
@@ -112,6 +163,7 @@ tests() {
 		-test.skip "${TESTS_SKIP-^(TestReplayRingBF16IsRoundedInputs|TestReplayGroupEarlyMatches|$tests_rest)\$}" >"$out/tests.log" 2>&1
 	local rc=$?
 	echo "tests: exit $rc in $((SECONDS - t0)) s, $(grep -c -- '--- PASS' "$out/tests.log") passed, $(grep -c -- '--- SKIP' "$out/tests.log") skipped"
+	grep -m1 '^kernels:' "$out/tests.log"
 	grep -E -- '--- FAIL|^panic|^FAIL' "$out/tests.log" | head -20
 	return $rc
 }
@@ -164,6 +216,7 @@ some_tests() {
 	local f="$out/tests_$1.log"
 	"$test_bin" -test.v -test.parallel "$(nproc)" -test.timeout "$2s" -test.run "$3" >"$f" 2>&1
 	echo "$1 tests: exit $?, $(grep -c -- '--- PASS' "$f") passed"
+	grep -m1 '^kernels:' "$f"
 	grep -E -- '--- FAIL|^FAIL|panic|inexact step' "$f" | sort | uniq -c | head -40
 }
 

@@ -81,6 +81,7 @@ type Device struct {
 	blas     *blasAPI
 	blasErr  error
 	kernels  map[string]*Module // embedded kernel modules, by file name
+	compiled CompileStats
 }
 
 // Open loads the CUDA driver, retains the primary context of GPU

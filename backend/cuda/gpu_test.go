@@ -23,12 +23,20 @@ var shared struct {
 	skip string
 }
 
+// TestMain opens the shared Device with a kernel cache of its own (removed
+// at the end), or the one $REPLAYSSM_KERNEL_CACHE names (kept: gpu_check.sh
+// carries it from one device call to the next), and reports on stderr how
+// many modules the tests compiled.
 func TestMain(m *testing.M) {
 	flag.Parse()
-	cache, err := os.MkdirTemp("", "replayssm-kernels-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	cache, keep := os.Getenv(EnvKernelCache), true
+	if cache == "" {
+		var err error
+		if cache, err = os.MkdirTemp("", "replayssm-kernels-"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		keep = false
 	}
 	d, err := Open(context.Background(), Options{KernelCache: cache})
 	switch {
@@ -41,12 +49,15 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if d != nil {
+		fmt.Fprintln(os.Stderr, "kernels:", d.CompileStats())
 		if err := d.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "close:", err)
 			code = 1
 		}
 	}
-	os.RemoveAll(cache)
+	if !keep {
+		os.RemoveAll(cache)
+	}
 	os.Exit(code)
 }
 

@@ -295,13 +295,46 @@ func TestReplayModulesCompile(t *testing.T) {
 				if err != nil {
 					t.Fatalf("NVRTC %d.%d: %v", n.major, n.minor, err)
 				}
-				// The small batches' early verify, which bindEarlyVerify
-				// looks up in every module.
-				early := map[string]string{"mamba2": "mamba2_replay_verify_small_early", "gdn": "gdn_replay_verify_early"}[layerKind]
-				if !bytes.Contains(ptx, []byte(".entry "+early+"(")) {
-					t.Errorf("no %s in the module", early)
-				}
+				checkModeKernels(t, ptx, layerKind, opt.Mode)
 			})
+		}
+	}
+}
+
+// checkModeKernels checks that a module of a layerKind cache in mode holds
+// what the constructors look up in it (bindKernels' modeKernels, commit and
+// cursor_verify; a replay module's small batches' early verify, which
+// bindEarlyVerify looks up, and Mamba-2's one-kernel verify) and none of
+// the other mode's kernels (CACHE_MODE: a baseline module compiles its two
+// kernels alone).
+func checkModeKernels(t *testing.T, ptx []byte, layerKind string, mode replay.Mode) {
+	t.Helper()
+	kernels := func(m replay.Mode) []string {
+		c := replayCommon{kind: layerKind, opt: replay.Options{Mode: m}}
+		var names []string
+		for _, k := range c.modeKernels() {
+			names = append(names, k.name)
+		}
+		if m == replay.Replay {
+			names = append(names, map[string][]string{
+				"mamba2": {"mamba2_replay_verify_small", "mamba2_replay_verify_small_early"},
+				"gdn":    {"gdn_replay_verify_early"},
+			}[layerKind]...)
+		}
+		return names
+	}
+	other := replay.Replay
+	if mode == replay.Replay {
+		other = replay.Baseline
+	}
+	for _, name := range append(kernels(mode), "commit", "cursor_verify") {
+		if !bytes.Contains(ptx, []byte(".entry "+name+"(")) {
+			t.Errorf("no %s in the %v module", name, mode)
+		}
+	}
+	for _, name := range kernels(other) {
+		if bytes.Contains(ptx, []byte(".entry "+name+"(")) {
+			t.Errorf("%s in the %v module (CACHE_MODE: its mode's kernels alone)", name, mode)
 		}
 	}
 }

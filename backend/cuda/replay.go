@@ -886,27 +886,43 @@ func (c *replayCommon) launchReplayVerify(s *Stream, a *Args, slots, counts Buff
 	return c.launchCursorVerify(s, slots, counts, batch, T)
 }
 
-// bindKernels looks up the layer's v4 kernels, named kind + "_replay_nonflush"
-// and so on, and its pipelined ones (verify "" when it has none), and sizes
-// the flush kernel's grid (bounded by boundBlocks when positive, for tests).
+// modeKernel is a kernel that every module of a cache's mode holds (beside
+// commit and cursor_verify), and the field bindKernels keeps it in.
+type modeKernel struct {
+	dst  **Function
+	name string
+}
+
+// modeKernels are the kernels of the cache's mode that bindKernels looks
+// up: a baseline cache's step and verify, or a replay cache's v4 kernels,
+// named kind + "_replay_nonflush" and so on. A module holds its mode's
+// kernels alone (replayModuleOptions' CACHE_MODE).
+func (c *replayCommon) modeKernels() []modeKernel {
+	if c.opt.Mode == replay.Baseline {
+		return []modeKernel{{&c.baselineStep, c.kind + "_baseline_step"}, {&c.baselineVerify, c.kind + "_baseline_verify"}}
+	}
+	return []modeKernel{
+		{&c.nonflush, c.kind + "_replay_nonflush"}, {&c.flush, c.kind + "_replay_flush"}, {&c.verify, c.kind + "_replay_verify"},
+		{&c.stepSmall, c.kind + "_replay_step_small"},
+	}
+}
+
+// bindKernels looks up the kernels of the cache's mode (modeKernels); for
+// a replay cache also its pipelined ones (verify "" when it has none), and
+// sizes the flush kernel's grid (bounded by boundBlocks when positive, for
+// tests).
 func (c *replayCommon) bindKernels(pipeStep, pipeVerify, pipeVerifyFold string, boundBlocks int) error {
-	for _, f := range []struct {
-		dst  **Function
-		name string
-	}{
-		{&c.nonflush, "_replay_nonflush"}, {&c.flush, "_replay_flush"}, {&c.verify, "_replay_verify"},
-		{&c.stepSmall, "_replay_step_small"},
-		{&c.baselineStep, "_baseline_step"}, {&c.baselineVerify, "_baseline_verify"},
-	} {
+	for _, k := range c.modeKernels() {
 		var err error
-		if *f.dst, err = c.mod.Function(c.kind + f.name); err != nil {
+		if *k.dst, err = c.mod.Function(k.name); err != nil {
 			return err
 		}
 	}
-	if c.base.on {
-		if err := c.baselineStep.SetMaxDynamicSharedMemory(c.base.smem); err != nil {
-			return err
+	if c.opt.Mode == replay.Baseline {
+		if c.base.on {
+			return c.baselineStep.SetMaxDynamicSharedMemory(c.base.smem)
 		}
+		return nil
 	}
 	var err error
 	if c.flushBlocks, err = residentBlocks(c.d, c.flush, c.threads, boundBlocks); err != nil {
@@ -1333,9 +1349,10 @@ func replaySource(file string) (string, error) {
 }
 
 // replayModuleOptions are the NVRTC options of a replay module: the matrix
-// shape, formats, ring and draft sizes, the layer's and pipeline's defines
-// (defines), and last the experiment switches of tn (-D switches such as
-// -DPIPE_RING=0, NOTES.md) so they override without rebuilding the program.
+// shape, formats, ring and draft sizes, the cache's mode, the layer's and
+// pipeline's defines (defines), and last the experiment switches of tn (-D
+// switches such as -DPIPE_RING=0, NOTES.md) so they override without
+// rebuilding the program.
 // stateMats is the number of state matrices (an fp8 checkpoint's scales
 // follow all of their codes).
 func replayModuleOptions(opt replay.Options, rows, cols, stateMats int, defines []string, tn tuning) []string {
@@ -1344,6 +1361,7 @@ func replayModuleOptions(opt replay.Options, rows, cols, stateMats int, defines 
 		fmt.Sprintf("-DROWS=%d", rows), fmt.Sprintf("-DCOLS=%d", cols), fmt.Sprintf("-DNT=%d", moduleThreads(opt, rows, cols, tn)),
 		fmt.Sprintf("-DSTATE_FMT=%d", fmtDefine(opt.State)), fmt.Sprintf("-DREAD_FMT=%d", fmtDefine(opt.ReadCopy)),
 		fmt.Sprintf("-DRMAX=%d", replayRing(opt)), fmt.Sprintf("-DTMAX=%d", max(1, opt.MaxDraft)),
+		fmt.Sprintf("-DCACHE_MODE=%d", cacheMode(opt.Mode)),
 	}, defines...)
 	if opt.State == numeric.E4M3 {
 		opts = append(opts, fmt.Sprintf("-DSTATE_MATS=%d", stateMats))
@@ -1352,6 +1370,15 @@ func replayModuleOptions(opt replay.Options, rows, cols, stateMats int, defines 
 		opts = append(opts, "-DRING_BF16=1")
 	}
 	return append(opts, tn.defines...)
+}
+
+// cacheMode is a module's CACHE_MODE (replay_common.cu): which mode's
+// kernels it holds.
+func cacheMode(m replay.Mode) int {
+	if m == replay.Baseline {
+		return 0
+	}
+	return 1
 }
 
 // init compiles the module (replay_common.cu + file) with the shape defines

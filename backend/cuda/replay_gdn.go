@@ -409,8 +409,12 @@ func newGDNCache(ctx context.Context, d *Device, shape ssm.GDNShape, prm replay.
 	if err := c.bindKernels("gdn_pipe_step", "", "", tn.pipeBlocks); err != nil {
 		return fail(err)
 	}
-	if c.early, err = bindEarlyVerify(d, c.mod, "gdn_replay_verify_early", c.threads, tn); err != nil {
-		return fail(err)
+	// (A baseline module has no replay kernel, and plans no group step,
+	// folds or split heads: the binds below do nothing.)
+	if opt.Mode == replay.Replay {
+		if c.early, err = bindEarlyVerify(d, c.mod, "gdn_replay_verify_early", c.threads, tn); err != nil {
+			return fail(err)
+		}
 	}
 	step, verify := "gdn_group_step", ""
 	if c.group.verifyOn {

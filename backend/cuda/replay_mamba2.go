@@ -286,12 +286,15 @@ func newMamba2Cache(ctx context.Context, d *Device, shape ssm.Mamba2Shape, prm r
 	// 1.1-1.6x less time than the early folds, the pipelined verify and
 	// the cursor kernel (H200, session 14). GDN has none: its v4 verify
 	// and cursor kernel were 0.2-1 us faster than the same verify ending
-	// in verify_done.
-	if c.verifySmall, err = c.mod.Function("mamba2_replay_verify_small"); err != nil {
-		return fail(err)
-	}
-	if c.early, err = bindEarlyVerify(d, c.mod, "mamba2_replay_verify_small_early", c.threads, tn); err != nil {
-		return fail(err)
+	// in verify_done. (A baseline module has no replay kernel, and plans
+	// no group step, folds or split heads: the binds below do nothing.)
+	if opt.Mode == replay.Replay {
+		if c.verifySmall, err = c.mod.Function("mamba2_replay_verify_small"); err != nil {
+			return fail(err)
+		}
+		if c.early, err = bindEarlyVerify(d, c.mod, "mamba2_replay_verify_small_early", c.threads, tn); err != nil {
+			return fail(err)
+		}
 	}
 	step, verify := "mamba2_group_step", ""
 	if c.group.verifyOn {

@@ -138,7 +138,7 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	default:
 		return fmt.Errorf("%w: device %q (want cpu or cuda)", errUsage, *device)
 	}
-	cfg := bench.KernelConfig{Window: *window, Drafts: *drafts, Threads: *threads, MinTime: *minTime, Modes: splitList(*modes), TraceDir: *trace}
+	cfg := bench.KernelConfig{Window: *window, Drafts: *drafts, Threads: *threads, MinTime: *minTime, Modes: splitList(*modes), TraceDir: *trace, Log: e.stderr}
 	var err error
 	if cfg.Ring, err = numeric.ParseFormat(*ring); err != nil || cfg.Ring != numeric.F32 && cfg.Ring != numeric.BF16 {
 		return fmt.Errorf("%w: --ring-dtype %s: want fp32 or bf16", errUsage, *ring)

@@ -15,6 +15,8 @@
 //                scales follow the codes of all of them
 //   RMAX         ring entries per slot (window L + max drafts)
 //   TMAX         largest number of drafts of one verify (>= 1)
+//   CACHE_MODE   0: a baseline cache's module, 1: a replay cache's
+//                (BASELINE_KERNELS, REPLAY_KERNELS below)
 //
 // Number formats follow package numeric bit for bit where it matters: bf16
 // and fp16 round to nearest even, fp8 matrices as replay's store (scale =
@@ -34,6 +36,24 @@ typedef unsigned long long u64;
 #define FMT_E4M3 4
 
 #define FULL_MASK 0xffffffffu
+
+// A module holds the kernels of its cache's mode: a baseline cache launches
+// the baseline step and verify (and commit) and nothing else, a replay cache
+// everything but those two, and the modules of the two modes differ in
+// their defines anyway (a baseline module plans no pipeline, group step or
+// folds). A module's build time is its kernels': a baseline module with
+// the replay ones took NVRTC 11.8 2.6 s (Nano fp32, to PTX) and ptxas sm_90
+// 2.1 s, without them 0.37 and 0.17 s (GDN 3.8 / 2.4 -> 0.39 / 0.19 s); a
+// replay module is two kernels lighter (within 10%). The kernels each keeps
+// are the same SASS. Without CACHE_MODE a module holds both. WHOLE_REPLAY:
+// the replay kernels a module of split heads (HSPLIT > 1, replay_mamba2.cu
+// and replay_gdn.cu) leaves out.
+#ifndef CACHE_MODE
+#define CACHE_MODE 2
+#endif
+#define BASELINE_KERNELS (CACHE_MODE != 1 && HSPLIT == 1)
+#define REPLAY_KERNELS (CACHE_MODE != 0)
+#define WHOLE_REPLAY (REPLAY_KERNELS && HSPLIT == 1)
 
 // TRACE=1 (REPLAYSSM_CUDA_DEFINES=-DTRACE=1; a measuring build, never the
 // default) has the instrumented kernels' blocks record when they ran:

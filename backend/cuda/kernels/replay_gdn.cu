@@ -838,7 +838,7 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
 // As for Mamba-2: the flush kernel first, then the non-flush kernel (this
 // one or gdn_pipe_step), whose last block moves the cursors; one kernel
 // below a few slots.
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_nonflush(GDN_STEP_PARAMS)
 {
     gdn_step<0>(GDN_STEP_ARGS, blockIdx.x, blockIdx.y);
@@ -859,7 +859,7 @@ __device__ __noinline__ void gdn_flush_item(GDN_STEP_PARAMS, int j, int b)
     gdn_step<1>(GDN_STEP_ARGS, j, b);
 }
 
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_flush(GDN_STEP_PARAMS)
 {
     flush_items(slots, hist, batch, NVH, L, [&](int j, int b) {
@@ -870,11 +870,13 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_flush(GD
 }
 #endif
 
+#if REPLAY_KERNELS
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_PARAMS)
 {
     const bool last = gdn_step<2>(GDN_STEP_ARGS, blockIdx.x, blockIdx.y);
     step_finish(last, hist, pending, done, slots, batch, L);
 }
+#endif
 
 // gdn_replay_verify computes the outputs of cnt = counts[b] (or T) drafts per
 // slot from the checkpoint (or read copy) and the ring (DESIGN.md 2.3: the UT
@@ -1186,7 +1188,7 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
 
 // With SPLIT_VERIFY the split module has gdn_replay_verify too (the
 // drafts' a, b, A and dt_bias by the real head, as in the small step).
-#if HSPLIT == 1 || SPLIT_VERIFY
+#if REPLAY_KERNELS && (HSPLIT == 1 || SPLIT_VERIFY)
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify(GDN_VERIFY_PARAMS)
 {
     gdn_verify_impl<false>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
@@ -1200,7 +1202,7 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify_early(GDN_VER
 }
 #endif
 
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_fold_early(GDN_VERIFY_PARAMS)
 {
     if (GV_SKIP & 4) {
@@ -1222,7 +1224,7 @@ __device__ __noinline__ void gdn_fold_early_item(GDN_VERIFY_PARAMS, int j, int b
     gdn_verify_impl<true>(GDN_VERIFY_ARGS, j, b);
 }
 
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_items(GDN_VERIFY_PARAMS, int batch)
 {
     if (GV_SKIP & 4) {
@@ -2294,7 +2296,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
 
 // The baseline kernels also set the slots' pending drafts (0 after a step,
 // the count after a verify; commit reads them): one launch per operation.
-#if HSPLIT == 1 // the split module takes only the small step
+#if BASELINE_KERNELS // baseline modules alone, never split
 extern "C" __global__ void BASE_BOUNDS gdn_baseline_step(GDN_BASELINE_PARAMS, int* __restrict__ pending)
 {
     gdn_baseline<false>(GDN_BASELINE_ARGS);
@@ -2304,7 +2306,7 @@ extern "C" __global__ void BASE_BOUNDS gdn_baseline_step(GDN_BASELINE_PARAMS, in
 }
 #endif
 
-#if HSPLIT == 1 // the split module takes only the small step
+#if BASELINE_KERNELS // baseline modules alone, never split
 extern "C" __global__ void __launch_bounds__(NT) gdn_baseline_verify(GDN_BASELINE_PARAMS, int* __restrict__ pending)
 {
     gdn_baseline<true>(GDN_BASELINE_ARGS);
@@ -2550,7 +2552,7 @@ gdn_pipe(const ST* __restrict__ state, const u8* __restrict__ rcodes, const u8* 
 
 // gdn_pipe_step: the non-flush slots of a decode step, after
 // gdn_replay_flush; its last block moves the cursors.
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe_step(GDN_STEP_PARAMS)
 {
     gdn_pipe(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb, o, negA,
@@ -2855,7 +2857,7 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
 #define GDN_PF 0
 #endif
 
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP_PARAMS)
 {
     TRACE_START();
@@ -3213,7 +3215,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
 #ifndef GVMINB
 #define GVMINB (GNT == 128 ? 5 : GMINB)
 #endif
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GVMINB) gdn_group_verify(GDN_VERIFY_PARAMS, int batch VPART_PARAM)
 {
     TRACE_START();
@@ -3371,7 +3373,7 @@ gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const flo
 
 // gdn_flush_pipe: the flush of a decode step (in place of gdn_replay_flush,
 // before the non-flush kernel); L is the window.
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_flush_pipe(GDN_STEP_PARAMS)
 {
     gdn_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots,
@@ -3382,7 +3384,7 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_flush_pipe(GDN_
 
 // gdn_fold_pipe: a verify's early folds (in place of gdn_replay_fold_items,
 // before the group verify); R is the ring size.
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_fold_pipe(GDN_VERIFY_PARAMS, int batch)
 {
     if (GV_SKIP & 4) {

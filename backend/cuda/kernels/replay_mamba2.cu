@@ -794,7 +794,7 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, ring_e* __restrict
 // The decode step's kernels share one parameter list: the flush kernel runs
 // first, then the non-flush kernel (this one, or mamba2_pipe_step), whose
 // last block moves the cursors; below a few slots one kernel does all three.
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_nonflush(MAMBA2_STEP_PARAMS)
 {
 #if READ_FMT != FMT_F32 || NF_VARIANT != 4 || STATE_FMT == FMT_E4M3
@@ -821,7 +821,7 @@ __device__ __noinline__ void mamba2_flush_item(MAMBA2_STEP_PARAMS, int h, int b)
     mamba2_step<1>(MAMBA2_STEP_ARGS, h, b);
 }
 
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_flush(MAMBA2_STEP_PARAMS)
 {
     flush_items(slots, hist, batch, NHEADS, L, [&](int h, int b) {
@@ -832,11 +832,13 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_flush
 }
 #endif
 
+#if REPLAY_KERNELS
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_step_small(MAMBA2_STEP_PARAMS)
 {
     const bool last = mamba2_step<2>(MAMBA2_STEP_ARGS, blockIdx.x, blockIdx.y);
     step_finish(last, hist, pending, done, slots, batch, L);
 }
+#endif
 
 // mamba2_stage_ring puts the first n ring entries of head h of slot s into
 // shared memory for a fold or a verify: x_j[p] at sX[p*CSTRIDE + j], B_j at
@@ -1124,7 +1126,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
         const float *__restrict__ D, float dtMin, int R
 #define MAMBA2_VERIFY_ARGS state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x, B, C, dt, y, A, dtb, D, dtMin, R
 
-#if HSPLIT == 1 // the split module takes only the small step (and verify)
+#if WHOLE_REPLAY // the split module takes only the small step (and verify)
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify(MAMBA2_VERIFY_PARAMS)
 {
     mamba2_verify_impl<0>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
@@ -1135,7 +1137,7 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify(MAMBA2_VER
 // mamba2_replay_verify, then its last block moves the cursors (verify_done).
 // With SPLIT_VERIFY the split module has it too (the drafts' dt, dt_bias,
 // A and D by the real head, as in the small step).
-#if HSPLIT == 1 || SPLIT_VERIFY
+#if REPLAY_KERNELS && (HSPLIT == 1 || SPLIT_VERIFY)
 extern "C" __global__ void __launch_bounds__(NT)
     mamba2_replay_verify_small(MAMBA2_VERIFY_PARAMS, int* __restrict__ pending, int* __restrict__ done, int batch)
 {
@@ -1155,7 +1157,7 @@ extern "C" __global__ void __launch_bounds__(NT)
 
 // mamba2_replay_verify_fold is mamba2_replay_verify for the slots that fold
 // their history early; the others return at once (mamba2_pipe_verify's).
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify_fold(MAMBA2_VERIFY_PARAMS)
 {
     mamba2_verify_impl<1>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
@@ -1167,7 +1169,7 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify_fold(MAMBA
 // from their new checkpoint (read back from L2 or memory: cheaper than the
 // one-block-per-head verify after the fold; Super bf16 verify 723 -> 595 us
 // at B=256, T=4 on the H200, NOTES.md session 7).
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_fold_early(MAMBA2_VERIFY_PARAMS)
 {
     if (GV_SKIP & 4) {
@@ -1186,7 +1188,7 @@ __device__ __noinline__ void mamba2_fold_early_item(MAMBA2_VERIFY_PARAMS, int h,
     mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS, h, b);
 }
 
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_fold_items(MAMBA2_VERIFY_PARAMS, int batch)
 {
     fold_items(slots, hist, counts, T, R, batch, NHEADS, [&](int h, int b) { mamba2_fold_early_item(MAMBA2_VERIFY_ARGS, h, b); });
@@ -1351,7 +1353,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
 
 // The baseline kernels also set the slots' pending drafts (0 after a step,
 // the count after a verify; commit reads them): one launch per operation.
-#if HSPLIT == 1 // the split module takes only the small step
+#if BASELINE_KERNELS // baseline modules alone, never split
 extern "C" __global__ void BASE_BOUNDS mamba2_baseline_step(MAMBA2_BASELINE_PARAMS, int* __restrict__ pending)
 {
     mamba2_baseline<false>(MAMBA2_BASELINE_ARGS);
@@ -1361,7 +1363,7 @@ extern "C" __global__ void BASE_BOUNDS mamba2_baseline_step(MAMBA2_BASELINE_PARA
 }
 #endif
 
-#if HSPLIT == 1 // the split module takes only the small step
+#if BASELINE_KERNELS // baseline modules alone, never split
 extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_verify(MAMBA2_BASELINE_PARAMS, int* __restrict__ pending)
 {
     mamba2_baseline<true>(MAMBA2_BASELINE_ARGS);
@@ -1648,7 +1650,7 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
 // mamba2_pipe_step: the non-flush slots of a decode step (mamba2_replay_flush
 // takes the others, before it); L is the window. Its last block moves the
 // cursors.
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) mamba2_pipe_step(MAMBA2_STEP_PARAMS)
 {
     mamba2_pipe<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1, x, B, C,
@@ -1659,7 +1661,7 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) mamba2_p
 
 // mamba2_pipe_verify: the verify of slots with no early fold
 // (mamba2_replay_verify_fold takes the others); R is the ring size.
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB)
 mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* __restrict__ ringX,
                    ring_e* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
@@ -1788,7 +1790,7 @@ __device__ __forceinline__ void group_x(const float* x, int b, int g, float (&xc
 // b), i = g + NGROUPS*b, in turn (i = blockIdx.x + k*gridDim.x). While an
 // item's y is formed, the next item's cursors, first passes and C are
 // already in flight, so a block's stream does not stop between items.
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA2_STEP_PARAMS)
 {
     __shared__ __align__(16) float sC[N];
@@ -2320,7 +2322,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     }
 }
 
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GMINB)
 mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* __restrict__ ringX,
                     ring_e* __restrict__ ringB, float* __restrict__ ringDt, float* __restrict__ ringA,
@@ -2551,7 +2553,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
 
 // mamba2_flush_pipe: the flush of a decode step (in place of
 // mamba2_replay_flush, before the non-flush kernel); L is the window.
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 //
 // Session 31 measured gdn_flush_stream's FL_FEW here too (a staggered
 // step's few items on one block an SM beside the group step, with
@@ -2570,7 +2572,7 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(M
 
 // mamba2_fold_pipe: a verify's early folds (in place of
 // mamba2_replay_fold_items, before the group verify); R is the ring size.
-#if HSPLIT == 1 // the split module takes only the small step
+#if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_fold_pipe(MAMBA2_VERIFY_PARAMS, int batch)
 {
     TRACE_START();
