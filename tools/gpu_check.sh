@@ -10,10 +10,6 @@
 #   tools/gpu_check.sh bench256   # docs/PERF.md's batch-256 table (fp32, bf16; every mode)
 #   tools/gpu_check.sh bench1     # the batch-1 table
 #   tools/gpu_check.sh all        # the three, in this order
-#
-# Every call starts from gpu/kcache.tar.xz where there is one and leaves
-# its kernel cache in $OUT/kcache.tar.xz (kcache_save below): copy that
-# into gpu/ before the next call.
 #   tools/gpu_check.sh fold_phases  # the GDN flush by phase (FOLD_SKIP), FMA and tensor-core folds
 #   tools/gpu_check.sh base_skip  # the GDN baselines without their arithmetic (BASE_SKIP)
 #   tools/gpu_check.sh fold_exact  # the GDN exact fold where the default folds cached u (FOLD_CACHED=0): tests, then against the defaults
@@ -90,7 +86,10 @@
 #
 # Results go to $OUT (the device tool's folder) or /tmp/gpu_check: a summary
 # on stdout, the logs and the --json rows in files (tools/perf_table.py turns
-# the rows into markdown). Benchmarks run alone, after the tests.
+# the rows into markdown). Benchmarks run alone, after the tests. Every
+# call starts from gpu/kcache.tar.xz where there is one and leaves its
+# kernel cache in $OUT/kcache.tar.xz (kcache_save below): copy that into
+# gpu/ before the next call.
 set -u
 out=${OUT:-/tmp/gpu_check}
 mkdir -p "$out"
