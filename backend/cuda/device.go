@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"golang.org/x/sync/singleflight"
 )
 
 // Options configures Open. The zero value opens GPU 0 with the default
@@ -82,6 +83,7 @@ type Device struct {
 	blasErr  error
 	kernels  map[string]*Module // embedded kernel modules, by file name
 	compiled CompileStats
+	builds   singleflight.Group // Compile's NVRTC runs in flight, by cache key
 }
 
 // Open loads the CUDA driver, retains the primary context of GPU

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -59,6 +60,14 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(cache)
 	}
 	os.Exit(code)
+}
+
+// btoi is 1 for true.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // gpu returns the shared Device, or skips the test without one.
@@ -723,6 +732,38 @@ func TestKernelCache(t *testing.T) {
 	}
 	if st, err := os.Stat(i1.CachePath); err != nil || st.Size() <= int64(len("garbage")) {
 		t.Errorf("damaged entry not rewritten: %v", err)
+	}
+	// Callers asking for one new image at once share one NVRTC run: one
+	// compiles, the others join it (or, arriving after it, hit the
+	// cache), and each gets a module of its own.
+	src5 := src + "// concurrent\n"
+	before := d.CompileStats()
+	const callers = 8
+	ms := make([]*Module, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() { ms[i], errs[i] = d.Compile(ctx, "saxpy.cu", src5) })
+	}
+	wg.Wait()
+	compiled := 0
+	for i, m := range ms {
+		must(t, errs[i])
+		info := m.Info()
+		if info.Compile > 0 {
+			compiled++
+		}
+		if n := btoi(info.Compile > 0) + btoi(info.Joined) + btoi(info.CacheHit); n != 1 {
+			t.Errorf("caller %d: %+v: want exactly one of compiled, joined, cache hit", i, info)
+		}
+		if _, err := m.Function("saxpy_f32"); err != nil {
+			t.Errorf("caller %d's module: %v", i, err)
+		}
+		must(t, m.Close())
+	}
+	after := d.CompileStats()
+	if compiled != 1 || after.Compiled-before.Compiled != 1 || after.Joined+after.FromCache-before.Joined-before.FromCache != callers-1 {
+		t.Errorf("%d callers: %d compiled (stats %v -> %v), want 1", callers, compiled, before, after)
 	}
 	for _, m := range []*Module{m1, m2, m3, m4} {
 		must(t, m.Close())

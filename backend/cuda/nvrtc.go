@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sync/singleflight"
 )
 
 // EnvKernelCache names the environment variable that overrides the
@@ -38,7 +40,10 @@ type CompileInfo struct {
 	CacheHit  bool          // loaded from the disk cache without compiling
 	CachePath string        // the cache file, "" without a cache
 	CacheErr  error         // why the result could not be cached, if it could not
-	Compile   time.Duration // NVRTC time; 0 on a cache hit
+	Compile   time.Duration // NVRTC time; 0 on a cache hit and where Joined
+	// Joined: another caller was compiling the same image at the same time;
+	// this one waited for its result instead of running NVRTC again.
+	Joined bool
 }
 
 // CompileStats counts a Device's module builds (Compile): those NVRTC
@@ -48,6 +53,7 @@ type CompileStats struct {
 	Compiled  int
 	NVRTC     time.Duration // summed over the compiles, which may overlap
 	FromCache int
+	Joined    int // took another caller's build of the same image (CompileInfo.Joined)
 }
 
 // CompileStats reports the modules this Device has built so far.
@@ -58,9 +64,10 @@ func (d *Device) CompileStats() CompileStats {
 }
 
 // String is the counts in words: "12 modules compiled (NVRTC 41.2 s), 3
-// from the kernel cache".
+// from the kernel cache, 2 from builds in flight".
 func (s CompileStats) String() string {
-	return fmt.Sprintf("%d modules compiled (NVRTC %.1f s), %d from the kernel cache", s.Compiled, s.NVRTC.Seconds(), s.FromCache)
+	return fmt.Sprintf("%d modules compiled (NVRTC %.1f s), %d from the kernel cache, %d from builds in flight",
+		s.Compiled, s.NVRTC.Seconds(), s.FromCache, s.Joined)
 }
 
 // nvrtcLib loads NVRTC on first use.
@@ -212,6 +219,7 @@ func (d *Device) Compile(ctx context.Context, name, source string, options ...st
 	info := CompileInfo{Arch: arch, NVRTC: fmt.Sprintf("%d.%d", n.major, n.minor), Options: opts}
 
 	dir := d.kernelCacheDir()
+	damaged := false
 	if dir != "" {
 		info.CachePath = filepath.Join(dir, cacheKey(source, opts, arch, n.major, n.minor))
 		if image, err := os.ReadFile(info.CachePath); err == nil {
@@ -228,28 +236,82 @@ func (d *Device) Compile(ctx context.Context, name, source string, options ...st
 			}
 			// An unloadable cache entry (truncated by a crash of another
 			// writer's filesystem, say) is rebuilt and replaced below.
+			damaged = true
 		}
 	}
 
-	start := time.Now()
-	image, err := n.build(name, source, opts, cubin)
-	if err != nil {
-		return nil, err
+	// One NVRTC run for the callers that ask for the same image at once
+	// (the tests' parallel subtests, the bench's prewarm): the first
+	// builds it and caches it, the others wait for its bytes (Joined) and
+	// load modules of their own. A caller that gives up waiting leaves the
+	// build to finish for the rest and the cache.
+	key := cacheKey(source, opts, arch, n.major, n.minor)
+	leader := false
+	ch := d.builds.DoChan(key, func() (any, error) {
+		leader = true
+		// A build that finished between this caller's cache miss and its
+		// flight left the image on disk.
+		if info.CachePath != "" && !damaged {
+			if image, err := os.ReadFile(info.CachePath); err == nil {
+				if !cubin {
+					image = nulTerminated(image)
+				}
+				return builtImage{image: image, cached: true}, nil
+			}
+		}
+		start := time.Now()
+		image, err := n.build(name, source, opts, cubin)
+		if err != nil {
+			return nil, err
+		}
+		b := builtImage{image: image, took: time.Since(start)}
+		d.mu.Lock()
+		d.compiled.Compiled++
+		d.compiled.NVRTC += b.took
+		d.mu.Unlock()
+		if info.CachePath != "" {
+			b.cacheErr = writeAtomic(info.CachePath, image)
+		}
+		return b, nil
+	})
+	var r singleflight.Result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	info.Compile = time.Since(start)
-	d.mu.Lock()
-	d.compiled.Compiled++
-	d.compiled.NVRTC += info.Compile
-	d.mu.Unlock()
-	if info.CachePath != "" {
-		info.CacheErr = writeAtomic(info.CachePath, image)
+	if r.Err != nil {
+		return nil, r.Err
 	}
-	m, err := d.loadModule(name, image)
+	b := r.Val.(builtImage)
+	switch {
+	case b.cached:
+		info.CacheHit = true
+		d.mu.Lock()
+		d.compiled.FromCache++
+		d.mu.Unlock()
+	case leader:
+		info.Compile, info.CacheErr = b.took, b.cacheErr
+	default:
+		info.Joined = true
+		d.mu.Lock()
+		d.compiled.Joined++
+		d.mu.Unlock()
+	}
+	m, err := d.loadModule(name, b.image)
 	if err != nil {
 		return nil, err
 	}
 	m.info = info
 	return m, nil
+}
+
+// builtImage is a single-flight build's result (Compile).
+type builtImage struct {
+	image    []byte
+	took     time.Duration
+	cacheErr error
+	cached   bool // read from the disk cache, not built
 }
 
 // build runs NVRTC and returns the cubin, or the NUL-terminated PTX.
