@@ -199,12 +199,40 @@ func cacheKey(source string, options []string, arch string, major, minor int) st
 // automatic choice (e.g. "--gpu-architecture=sm_90a" for wgmma). A
 // compilation error carries NVRTC's log.
 func (d *Device) Compile(ctx context.Context, name, source string, options ...string) (*Module, error) {
-	if err := ctx.Err(); err != nil {
+	image, info, err := d.compileImage(ctx, name, source, options, false)
+	if err != nil {
 		return nil, err
+	}
+	m, err := d.loadModule(name, image)
+	if err != nil && info.CacheHit {
+		// An unloadable cache entry (truncated by a crash of another
+		// writer's filesystem, say) is rebuilt and replaced.
+		if image, info, err = d.compileImage(ctx, name, source, options, true); err != nil {
+			return nil, err
+		}
+		m, err = d.loadModule(name, image)
+	}
+	if err != nil {
+		return nil, err
+	}
+	m.info = info
+	return m, nil
+}
+
+// compileImage is Compile's image (the cubin, or the NUL-terminated PTX)
+// and what it took: from the disk cache unless damaged (its entry did not
+// load), else from NVRTC, once for the callers that ask for the same image
+// at once (the tests' parallel subtests, the bench's prewarm): the first
+// builds and caches it, the others wait for its bytes (Joined). A caller
+// whose context ends stops waiting; the build finishes for the rest and
+// the cache.
+func (d *Device) compileImage(ctx context.Context, name, source string, options []string, damaged bool) ([]byte, CompileInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, CompileInfo{}, err
 	}
 	n, err := d.nvrtcLib()
 	if err != nil {
-		return nil, err
+		return nil, CompileInfo{}, err
 	}
 	arch, cubin := chooseArch(10*d.ccMajor+d.ccMinor, n.archs)
 	opts := slices.Clone(options)
@@ -217,47 +245,41 @@ func (d *Device) Compile(ctx context.Context, name, source string, options ...st
 		opts = append([]string{"--gpu-architecture=" + arch}, opts...)
 	}
 	info := CompileInfo{Arch: arch, NVRTC: fmt.Sprintf("%d.%d", n.major, n.minor), Options: opts}
-
-	dir := d.kernelCacheDir()
-	damaged := false
-	if dir != "" {
-		info.CachePath = filepath.Join(dir, cacheKey(source, opts, arch, n.major, n.minor))
-		if image, err := os.ReadFile(info.CachePath); err == nil {
-			if !cubin {
-				image = nulTerminated(image)
-			}
-			if m, err := d.loadModule(name, image); err == nil {
-				info.CacheHit = true
-				m.info = info
-				d.mu.Lock()
-				d.compiled.FromCache++
-				d.mu.Unlock()
-				return m, nil
-			}
-			// An unloadable cache entry (truncated by a crash of another
-			// writer's filesystem, say) is rebuilt and replaced below.
-			damaged = true
-		}
-	}
-
-	// One NVRTC run for the callers that ask for the same image at once
-	// (the tests' parallel subtests, the bench's prewarm): the first
-	// builds it and caches it, the others wait for its bytes (Joined) and
-	// load modules of their own. A caller that gives up waiting leaves the
-	// build to finish for the rest and the cache.
 	key := cacheKey(source, opts, arch, n.major, n.minor)
+	if dir := d.kernelCacheDir(); dir != "" {
+		info.CachePath = filepath.Join(dir, key)
+	}
+	// cached reads the disk cache's entry, if there is one to trust.
+	cached := func() ([]byte, bool) {
+		if info.CachePath == "" || damaged {
+			return nil, false
+		}
+		image, err := os.ReadFile(info.CachePath)
+		if err != nil {
+			return nil, false
+		}
+		if !cubin {
+			image = nulTerminated(image)
+		}
+		return image, true
+	}
+	count := func(f func(s *CompileStats)) {
+		d.mu.Lock()
+		f(&d.compiled)
+		d.mu.Unlock()
+	}
+	if image, ok := cached(); ok {
+		info.CacheHit = true
+		count(func(s *CompileStats) { s.FromCache++ })
+		return image, info, nil
+	}
 	leader := false
 	ch := d.builds.DoChan(key, func() (any, error) {
 		leader = true
 		// A build that finished between this caller's cache miss and its
 		// flight left the image on disk.
-		if info.CachePath != "" && !damaged {
-			if image, err := os.ReadFile(info.CachePath); err == nil {
-				if !cubin {
-					image = nulTerminated(image)
-				}
-				return builtImage{image: image, cached: true}, nil
-			}
+		if image, ok := cached(); ok {
+			return builtImage{image: image, cached: true}, nil
 		}
 		start := time.Now()
 		image, err := n.build(name, source, opts, cubin)
@@ -265,10 +287,7 @@ func (d *Device) Compile(ctx context.Context, name, source string, options ...st
 			return nil, err
 		}
 		b := builtImage{image: image, took: time.Since(start)}
-		d.mu.Lock()
-		d.compiled.Compiled++
-		d.compiled.NVRTC += b.took
-		d.mu.Unlock()
+		count(func(s *CompileStats) { s.Compiled++; s.NVRTC += b.took })
 		if info.CachePath != "" {
 			b.cacheErr = writeAtomic(info.CachePath, image)
 		}
@@ -278,32 +297,23 @@ func (d *Device) Compile(ctx context.Context, name, source string, options ...st
 	select {
 	case r = <-ch:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, CompileInfo{}, ctx.Err()
 	}
 	if r.Err != nil {
-		return nil, r.Err
+		return nil, CompileInfo{}, r.Err
 	}
 	b := r.Val.(builtImage)
 	switch {
 	case b.cached:
 		info.CacheHit = true
-		d.mu.Lock()
-		d.compiled.FromCache++
-		d.mu.Unlock()
+		count(func(s *CompileStats) { s.FromCache++ })
 	case leader:
 		info.Compile, info.CacheErr = b.took, b.cacheErr
 	default:
 		info.Joined = true
-		d.mu.Lock()
-		d.compiled.Joined++
-		d.mu.Unlock()
+		count(func(s *CompileStats) { s.Joined++ })
 	}
-	m, err := d.loadModule(name, b.image)
-	if err != nil {
-		return nil, err
-	}
-	m.info = info
-	return m, nil
+	return b.image, info, nil
 }
 
 // builtImage is a single-flight build's result (Compile).
