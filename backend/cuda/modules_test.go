@@ -825,3 +825,40 @@ func TestUtilityKernelsCompile(t *testing.T) {
 		}
 	}
 }
+
+// TestBaselinePlansNoReplayKernels checks what lets a baseline cache bind
+// its two kernels alone (its module has nothing else: CACHE_MODE): under
+// every knob that turns a replay kernel on, a baseline module plans no
+// pipelined step, group step, group verify, streamed fold or flush,
+// pipelined folds or split heads, so no bind looks one up.
+func TestBaselinePlansNoReplayKernels(t *testing.T) {
+	d := h200Props()
+	for _, tn := range []tuning{
+		{}, {folds: "pipe"}, {v5: true}, {groupAll: true}, {foldItems: true, foldStream: true, flushStream: true},
+		{headSplit: 2}, {vfoldDots: "1"}, {overlap: "1", overlapVer: true},
+	} {
+		for _, f := range []numeric.Format{numeric.F32, numeric.BF16} {
+			opt, err := replayDefaults(replay.Options{Mode: replay.Baseline, State: f, MaxDraft: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, layer := range []string{"mamba2", "gdn"} {
+				var p pipeline
+				var g groupStep
+				var fp foldPipe
+				heads, rows := nanoShape.Heads, nanoShape.HeadDim
+				if layer == "mamba2" {
+					p, g, fp, _ = mamba2Module(d, nanoShape, opt, tn)
+				} else {
+					p, g, fp, _ = gdnModule(d, qwen4bShape, opt, tn)
+					heads, rows = qwen4bShape.ValueHeads, qwen4bShape.ValueDim
+				}
+				split, _ := planHeadSplit(opt, heads, rows, d.smCount, tn)
+				if p.on || g.on || g.verifyOn || g.streamFold || g.streamFlush || fp.on || split != 1 {
+					t.Errorf("%s %v baseline, knobs %+v: pipeline %v, group step %v, group verify %v, streams %v/%v, folds %v, split %d; want none",
+						layer, f, tn, p.on, g.on, g.verifyOn, g.streamFold, g.streamFlush, fp.on, split)
+				}
+			}
+		}
+	}
+}
