@@ -42,12 +42,12 @@ typedef unsigned long long u64;
 // everything but those two, and the modules of the two modes differ in
 // their defines anyway (a baseline module plans no pipeline, group step or
 // folds). A module's build time is its kernels': a baseline module with
-// the replay ones took NVRTC 11.8 2.6 s (Nano fp32, to PTX) and ptxas sm_90
-// 2.1 s, without them 0.37 and 0.17 s (GDN 3.8 / 2.4 -> 0.39 / 0.19 s); a
-// replay module is two kernels lighter (within 10%). The kernels each keeps
-// are the same SASS. Without CACHE_MODE a module holds both. WHOLE_REPLAY:
-// the replay kernels a module of split heads (HSPLIT > 1, replay_mamba2.cu
-// and replay_gdn.cu) leaves out.
+// the replay ones took NVRTC 11.8 2.6 s (Nano fp32, to PTX, a 2-core Xeon
+// VM) and ptxas sm_90 2.1 s, without them 0.37 and 0.17 s (GDN 3.8 / 2.4
+// -> 0.39 / 0.19 s); a replay module is two kernels lighter (within 10%).
+// The kernels each keeps are the same SASS. Without CACHE_MODE a module
+// holds both. WHOLE_REPLAY: the replay kernels a module of split heads
+// (HSPLIT > 1, replay_mamba2.cu and replay_gdn.cu) leaves out.
 #ifndef CACHE_MODE
 #define CACHE_MODE 2
 #endif
