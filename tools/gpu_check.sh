@@ -118,6 +118,13 @@ kcache_restore() {
 kcache_save() {
 	local mb=${KCACHE_MB:-6} f="$out/kcache.tar.xz" z=-J n
 	[[ -n ${OUT:-} && -d $kcache && $mb -gt 0 ]] || return 0
+	# At most 8 files come back from $OUT: the results first.
+	local have
+	have=$(find "$out" -maxdepth 3 -type f ! -name 'kcache.*' | wc -l)
+	if ((have >= 8)); then
+		echo "kernel cache: not saved ($have result files in \$OUT; 8 come back)"
+		return 0
+	fi
 	command -v xz >/dev/null || { f="$out/kcache.tgz" z=-z; }
 	local files size raw=0 ratio=8
 	[[ $z == -z ]] && ratio=3
