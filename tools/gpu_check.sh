@@ -48,6 +48,7 @@
 #   tools/gpu_check.sh ringbench # batch 256, Mamba-2, bf16 ring against fp32 ring (ringitems: both on the items flush)
 #   tools/gpu_check.sh early # the Mamba-2 group step's per-token inputs by cp.async (GROUP_EARLY, session 36's default): tests (earlybench: the rows against GROUP_EARLY=0)
 #   tools/gpu_check.sh vfolddots # a verify's early folds forming the group verify's dots (VFOLD_DOTS, session 37; Mamba-2 fp32 default since 38; Mamba-2 bf16 and GDN with =1, session 38): tests, then the rows with it off and on
+#   tools/gpu_check.sh step_own  # the small step's last block moving its own row's cursor without a load (STEP_OWN, session 39): tests, then batches 1 and 4 against the defaults
 #   tools/gpu_check.sh m2stages # the Mamba-2 pipelined folds' stages (FOLD_STAGES 2, 4) on fp8 and bf16 checkpoints (session 33)
 #   tools/gpu_check.sh m2overlap  # Mamba-2's flush beside the step (OVERLAP=1) and its timelines (session 31)
 #   tools/gpu_check.sh carveout  # replay under REPLAYSSM_CUDA_CARVEOUT=100, with and without FL_PAD (session 28)
@@ -735,6 +736,18 @@ vfolddots)
 	REPLAYSSM_CUDA_VFOLD_DOTS=1 some_tests vdots 300 'TestReplayFoldPipeMatchesItems|TestReplayFoldStreamMatchesItems|TestReplayCacheMatchesReference|TestReplayCacheSpeculative'
 	DTYPES=fp32,bf16 experiment vdots mamba2 replay,verify REPLAYSSM_CUDA_VFOLD_DOTS=0 REPLAYSSM_CUDA_VFOLD_DOTS=1
 	DTYPES=fp32,bf16 experiment gdnvdots gdn verify REPLAYSSM_CUDA_VFOLD_DOTS=1
+	;;
+step_own)
+	# Session 39, written without a GPU: the small step's last block moves
+	# its own batch row's cursor from the slot and cursor its block read at
+	# its start (no load: a batch-1 step's tail without the slots -> hist
+	# round trips), the other rows' with every slot, then every cursor,
+	# asked for at once (STEP_OWN=1). The small step's tests under it (its
+	# cursors decide every later step's outputs), then batches 1 and 4
+	# against the defaults.
+	REPLAYSSM_CUDA_DEFINES=-DSTEP_OWN=1 some_tests step_own 300 'TestReplayStepSmallMatchesSplit|TestReplayCacheMatchesReference|TestReplayCacheSpeculative'
+	BATCH=1 experiment step_own1 all replay REPLAYSSM_CUDA_DEFINES=-DSTEP_OWN=1
+	BATCH=4 experiment step_own4 all replay REPLAYSSM_CUDA_DEFINES=-DSTEP_OWN=1
 	;;
 earlybench)
 	experiment early mamba2 replay,replay-nvfp4,verify REPLAYSSM_CUDA_DEFINES=-DGROUP_EARLY=0

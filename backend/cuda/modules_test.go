@@ -210,6 +210,9 @@ func TestReplayModulesCompile(t *testing.T) {
 		{"replay/fp32/verify fold dots, fma fold", replay.Options{Mode: replay.Replay}, tuning{m2TCFold: "0"}},
 		{"replay/bf16/verify fold dots", replay.Options{Mode: replay.Replay, State: numeric.BF16}, tuning{vfoldDots: "1"}},
 		{"replay/fp16/verify fold dots", replay.Options{Mode: replay.Replay, State: numeric.F16}, tuning{vfoldDots: "1"}},
+		// The small step's last block moving its own row's cursor from
+		// the slot and cursor it read (STEP_OWN, session 39; off).
+		{"replay/fp32/step tail from its own cursor", replay.Options{Mode: replay.Replay}, tuning{defines: []string{"-DSTEP_OWN=1"}}},
 		// GDN's streamed early folds forming the group verify's dots
 		// (VFOLD_DOTS, session 38; asked for).
 		{"replay/fp32/gdn verify fold dots", replay.Options{Mode: replay.Replay}, tuning{foldItems: true, foldStream: true, flushStream: true, vfoldDots: "1"}},

@@ -3498,15 +3498,8 @@ __device__ __forceinline__ void gt_start(const typename StateIO<STATE_FMT>::T* s
 
 // move_cursors advances the cursors of a replay decode step's slots
 // (cursor_step's rule) and resets the block counters; one block calls it.
-__device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done, const int* slots, int batch, int L,
-                                             int first = threadIdx.x, int stride = blockDim.x)
+__device__ __forceinline__ void reset_done(int* done)
 {
-    for (int b = first; b < batch; b += stride) {
-        const int s = slots[b];
-        const int t = hist[s] + 1;
-        hist[s] = t >= L ? 0 : t;
-        pending[s] = 0;
-    }
     if (threadIdx.x == 0) {
         *done = 0;
         if (OVERLAP) {
@@ -3518,6 +3511,53 @@ __device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done,
         done[4] = 0; // gdn_flush_stream's item counter
 #endif
     }
+}
+
+__device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done, const int* slots, int batch, int L,
+                                             int first = threadIdx.x, int stride = blockDim.x)
+{
+    for (int b = first; b < batch; b += stride) {
+        const int s = slots[b];
+        const int t = hist[s] + 1;
+        hist[s] = t >= L ? 0 : t;
+        pending[s] = 0;
+    }
+    reset_done(done);
+}
+
+// move_cursors_own is move_cursors on one thread of the block of batch row
+// ob, which read slot os's cursor on at its start (STEP_OWN): that cursor
+// moves with no load (a batch-1 step's tail has no round trip), the other
+// rows' CH at a time, every slot, then every cursor asked for at once
+// (unconditional loads at clamped rows: ptxas waited at each predicated
+// one; move_cursors' loop asks for them a row after another, each row's
+// stores before the next row's loads). The slots are distinct, so a row's
+// stores leave the other rows' cursors as read.
+template <int CH = 4>
+__device__ __forceinline__ void move_cursors_own(int* hist, int* pending, int* done, const int* slots, int batch,
+                                                 int L, int ob, int os, int on)
+{
+    hist[os] = on + 1 >= L ? 0 : on + 1;
+    pending[os] = 0;
+    for (int b0 = 0; batch > 1 && b0 < batch; b0 += CH) {
+        int ss[CH], hv[CH];
+#pragma unroll
+        for (int k = 0; k < CH; k++) {
+            ss[k] = slots[min(b0 + k, batch - 1)];
+        }
+#pragma unroll
+        for (int k = 0; k < CH; k++) {
+            hv[k] = hist[ss[k]];
+        }
+#pragma unroll
+        for (int k = 0; k < CH; k++) {
+            if (b0 + k < batch && b0 + k != ob) {
+                hist[ss[k]] = hv[k] + 1 >= L ? 0 : hv[k] + 1;
+                pending[ss[k]] = 0;
+            }
+        }
+    }
+    reset_done(done);
 }
 
 // step_done moves the cursors of a replay decode step's slots (cursor_step's
@@ -3860,6 +3900,15 @@ __device__ __forceinline__ void fold_items(const int* slots, const int* hist, co
 #ifndef STEP_TAIL
 #define STEP_TAIL 1
 #endif
+// STEP_OWN=1 (off; session 39, written without a GPU): with STEP_TAIL the
+// last block's thread 0 moves the cursors by move_cursors_own, its own
+// batch row's from the slot and cursor the step read at its start (own:
+// {slot, cursor}), so a batch-1 step ends without the slots -> hist round
+// trips the default's tail waits for (cuobjdump, Nano bf16 split module:
+// the chain of dependent loads at the end of mamba2_replay_step_small).
+#ifndef STEP_OWN
+#define STEP_OWN 0
+#endif
 
 __device__ __forceinline__ bool step_count(int* done)
 {
@@ -3870,7 +3919,7 @@ __device__ __forceinline__ bool step_count(int* done)
 }
 
 __device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, int* done, const int* slots,
-                                            int batch, int L)
+                                            int batch, int L, int ob, const int (&own)[2])
 {
     if (!STEP_EARLY) {
         step_done(hist, pending, done, slots, batch, L);
@@ -3878,7 +3927,11 @@ __device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, 
     }
     if (STEP_TAIL) {
         if (last) {
-            move_cursors(hist, pending, done, slots, batch, L, 0, 1);
+            if (STEP_OWN) {
+                move_cursors_own(hist, pending, done, slots, batch, L, ob, own[0], own[1]);
+            } else {
+                move_cursors(hist, pending, done, slots, batch, L, 0, 1);
+            }
         }
         return;
     }

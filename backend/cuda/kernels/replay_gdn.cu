@@ -605,7 +605,8 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
                                          const float* __restrict__ k, const float* __restrict__ v,
                                          const float* __restrict__ a, const float* __restrict__ bb,
                                          float* __restrict__ o, const double* __restrict__ negA,
-                                         const double* __restrict__ dtb, float qscale, int L, int* done, int j, int b)
+                                         const double* __restrict__ dtb, float qscale, int L, int* done, int j, int b,
+                                         int* own = nullptr)
 {
     __shared__ __align__(16) GDNShared sh;
     const int kh = j / VPK;
@@ -638,6 +639,10 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
         prefetch_read(state, rcodes, rscales, mat);
     }
     const int n = hist[s];
+    if (own) { // STEP_OWN: the slot and cursor read, for step_finish
+        own[0] = s;
+        own[1] = n;
+    }
     const int t = n + 1;
     const int ngather = EARLY ? RMAX : n;
     const bool FLUSH = MODE == 2 ? t >= L : MODE == 1;
@@ -873,8 +878,9 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_flush(GD
 #if REPLAY_KERNELS
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_PARAMS)
 {
-    const bool last = gdn_step<2>(GDN_STEP_ARGS, blockIdx.x, blockIdx.y);
-    step_finish(last, hist, pending, done, slots, batch, L);
+    int own[2] = {-1, 0}; // STEP_OWN: the block's slot and cursor
+    const bool last = gdn_step<2>(GDN_STEP_ARGS, blockIdx.x, blockIdx.y, STEP_OWN ? own : nullptr);
+    step_finish(last, hist, pending, done, slots, batch, L, blockIdx.y, own);
 }
 #endif
 

@@ -409,7 +409,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
                                             const float* __restrict__ C, const float* __restrict__ dt,
                                             float* __restrict__ y, const double* __restrict__ A,
                                             const double* __restrict__ dtb, const float* __restrict__ D,
-                                            float dtMin, int L, int* done, int h, int b)
+                                            float dtMin, int L, int* done, int h, int b, int* own = nullptr)
 {
     __shared__ __align__(16) float sC[N];
     __shared__ __align__(16) float sB[RMAX * N];
@@ -456,6 +456,10 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         prefetch_read(state, rcodes, rscales, mat);
     }
     const int n = hist[s];
+    if (own) { // STEP_OWN: the slot and cursor read, for step_finish
+        own[0] = s;
+        own[1] = n;
+    }
     const int t = n + 1;
     const int ngather = EARLY ? RMAX : n;
     const bool FLUSH = MODE == 2 ? t >= L : MODE == 1;
@@ -835,8 +839,9 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_flush
 #if REPLAY_KERNELS
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_step_small(MAMBA2_STEP_PARAMS)
 {
-    const bool last = mamba2_step<2>(MAMBA2_STEP_ARGS, blockIdx.x, blockIdx.y);
-    step_finish(last, hist, pending, done, slots, batch, L);
+    int own[2] = {-1, 0}; // STEP_OWN: the block's slot and cursor
+    const bool last = mamba2_step<2>(MAMBA2_STEP_ARGS, blockIdx.x, blockIdx.y, STEP_OWN ? own : nullptr);
+    step_finish(last, hist, pending, done, slots, batch, L, blockIdx.y, own);
 }
 #endif
 
