@@ -220,12 +220,12 @@ func (d *Device) Compile(ctx context.Context, name, source string, options ...st
 }
 
 // compileImage is Compile's image (the cubin, or the NUL-terminated PTX)
-// and what it took: from the disk cache unless damaged (its entry did not
-// load), else from NVRTC, once for the callers that ask for the same image
-// at once (the tests' parallel subtests, the bench's prewarm): the first
-// builds and caches it, the others wait for its bytes (Joined). A caller
-// whose context ends stops waiting; the build finishes for the rest and
-// the cache.
+// and what it took, once for the callers that ask for the same image at
+// once (the tests' parallel subtests, the bench's prewarm): the first reads
+// the disk cache, unless damaged (its entry did not load; a rebuild is a
+// flight of its own), or builds and caches it, and the others wait for its
+// bytes (Joined, or CacheHit where it was read). A caller whose context
+// ends stops waiting; the build finishes for the rest and the cache.
 func (d *Device) compileImage(ctx context.Context, name, source string, options []string, damaged bool) ([]byte, CompileInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, CompileInfo{}, err
@@ -249,37 +249,25 @@ func (d *Device) compileImage(ctx context.Context, name, source string, options 
 	if dir := d.kernelCacheDir(); dir != "" {
 		info.CachePath = filepath.Join(dir, key)
 	}
-	// cached reads the disk cache's entry, if there is one to trust.
-	cached := func() ([]byte, bool) {
-		if info.CachePath == "" || damaged {
-			return nil, false
-		}
-		image, err := os.ReadFile(info.CachePath)
-		if err != nil {
-			return nil, false
-		}
-		if !cubin {
-			image = nulTerminated(image)
-		}
-		return image, true
-	}
 	count := func(f func(s *CompileStats)) {
 		d.mu.Lock()
 		f(&d.compiled)
 		d.mu.Unlock()
 	}
-	if image, ok := cached(); ok {
-		info.CacheHit = true
-		count(func(s *CompileStats) { s.FromCache++ })
-		return image, info, nil
+	flight := key
+	if damaged {
+		flight += " rebuilt"
 	}
 	leader := false
-	ch := d.builds.DoChan(key, func() (any, error) {
+	ch := d.builds.DoChan(flight, func() (any, error) {
 		leader = true
-		// A build that finished between this caller's cache miss and its
-		// flight left the image on disk.
-		if image, ok := cached(); ok {
-			return builtImage{image: image, cached: true}, nil
+		if info.CachePath != "" && !damaged {
+			if image, err := os.ReadFile(info.CachePath); err == nil {
+				if !cubin {
+					image = nulTerminated(image)
+				}
+				return builtImage{image: image, cached: true}, nil
+			}
 		}
 		start := time.Now()
 		image, err := n.build(name, source, opts, cubin)

@@ -3513,14 +3513,19 @@ __device__ __forceinline__ void reset_done(int* done)
     }
 }
 
+// advance_cursor is cursor_step's rule for slot s, whose cursor was n.
+__device__ __forceinline__ void advance_cursor(int* hist, int* pending, int s, int n, int L)
+{
+    hist[s] = n + 1 >= L ? 0 : n + 1;
+    pending[s] = 0;
+}
+
 __device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done, const int* slots, int batch, int L,
                                              int first = threadIdx.x, int stride = blockDim.x)
 {
     for (int b = first; b < batch; b += stride) {
         const int s = slots[b];
-        const int t = hist[s] + 1;
-        hist[s] = t >= L ? 0 : t;
-        pending[s] = 0;
+        advance_cursor(hist, pending, s, hist[s], L);
     }
     reset_done(done);
 }
@@ -3537,8 +3542,7 @@ template <int CH = 4>
 __device__ __forceinline__ void move_cursors_own(int* hist, int* pending, int* done, const int* slots, int batch,
                                                  int L, int ob, int os, int on)
 {
-    hist[os] = on + 1 >= L ? 0 : on + 1;
-    pending[os] = 0;
+    advance_cursor(hist, pending, os, on, L);
     for (int b0 = 0; batch > 1 && b0 < batch; b0 += CH) {
         int ss[CH], hv[CH];
 #pragma unroll
@@ -3552,8 +3556,7 @@ __device__ __forceinline__ void move_cursors_own(int* hist, int* pending, int* d
 #pragma unroll
         for (int k = 0; k < CH; k++) {
             if (b0 + k < batch && b0 + k != ob) {
-                hist[ss[k]] = hv[k] + 1 >= L ? 0 : hv[k] + 1;
-                pending[ss[k]] = 0;
+                advance_cursor(hist, pending, ss[k], hv[k], L);
             }
         }
     }
