@@ -32,7 +32,7 @@ type Row struct {
 	UsPerStep  float64 `json:"us_per_step"`
 	UsNonflush float64 `json:"us_nonflush"`
 	UsFlush    float64 `json:"us_flush"`
-	// BytesPerStep counts state traffic (DESIGN.md 3): what the step must
+	// BytesPerStep counts state traffic (docs/DESIGN.md 3): what the step must
 	// read and write of checkpoints, read copies and state buffers.
 	BytesPerStep float64 `json:"bytes_per_step"`
 	// RingBytesPerStep is the ring traffic on top (replay only).

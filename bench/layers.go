@@ -167,7 +167,7 @@ func ringElemBytes(f numeric.Format) int {
 // gdnRing: every step appends k (Hk*dk), v and u (Hv*dv each), the gate and
 // β (Hv each); the output path reads k, u and the gates (β only of the
 // current token), the fold k, v, the gates and β (never the cached u:
-// DESIGN.md 2.2).
+// docs/DESIGN.md 2.2).
 func gdnRing(Hk, Hv, dk, dv int) ringTraffic {
 	return ringTraffic{
 		write: 4 * (Hk*dk + 2*Hv*dv + 2*Hv),

@@ -1,5 +1,5 @@
 // Package numeric converts float32 to and from the number formats the state
-// cache stores checkpoints and read copies in (DESIGN.md 2.4): fp16, bf16, fp8
+// cache stores checkpoints and read copies in (docs/DESIGN.md 2.4): fp16, bf16, fp8
 // (e4m3fn and e5m2) and NVFP4, with round-to-nearest-even or stochastic
 // rounding. It also names those formats (Format) for the rest of the project.
 //
@@ -42,7 +42,7 @@
 //
 // # NVFP4
 //
-// NVFP4 (DESIGN.md 2.4) stores a tensor as e2m1 codes in blocks of 16
+// NVFP4 (docs/DESIGN.md 2.4) stores a tensor as e2m1 codes in blocks of 16
 // contiguous elements, one positive e4m3 scale per block and one float32
 // global scale per tensor:
 //

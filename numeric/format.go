@@ -9,7 +9,7 @@ import (
 // Format names a number format a tensor is stored in. The zero value is F32.
 type Format uint8
 
-// The formats the state cache can store (DESIGN.md 2.4).
+// The formats the state cache can store (docs/DESIGN.md 2.4).
 const (
 	F32   Format = iota // IEEE 754 binary32
 	F16                 // IEEE 754 binary16

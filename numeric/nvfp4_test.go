@@ -112,7 +112,7 @@ func unpack(packed []byte, i int) uint8 {
 	return packed[i/2] >> 4
 }
 
-// refQuantizeNVFP4 follows DESIGN.md 2.4 step by step with the reference
+// refQuantizeNVFP4 follows docs/DESIGN.md 2.4 step by step with the reference
 // roundings, in float32 arithmetic as the package documents, and returns
 // unpacked codes.
 func refQuantizeNVFP4(src []float32) (codes, scales []uint8, global float32) {

@@ -27,7 +27,7 @@ func (w ConvWeights) validate() error {
 }
 
 // convWindow keeps, per slot, the last K-1 committed raw conv inputs plus room
-// for MaxDraft draft inputs (DESIGN.md 2.3): rows [0, K-1) are the committed
+// for MaxDraft draft inputs (docs/DESIGN.md 2.3): rows [0, K-1) are the committed
 // window, oldest first; a verify writes its drafts after them, and a commit
 // of n shifts the window by n. Rejected drafts are simply overwritten later.
 type convWindow struct {

@@ -238,7 +238,7 @@ func (c *core) finishStep(slots []Slot) {
 
 // beginVerify records each slot's pending drafts and decides, before the
 // parallel section so every head of a slot sees the same decision, whether
-// the committed history is folded first (DESIGN.md 2.3's early flush: when
+// the committed history is folded first (docs/DESIGN.md 2.3's early flush: when
 // history + 2T would overflow the ring).
 func (c *core) beginVerify(slots []Slot, T int, counts []int) {
 	sb := c.stateBytes()

@@ -11,7 +11,7 @@ import (
 )
 
 // foldStudy is one value head of the Gated DeltaNet replay cache written
-// out plainly (DESIGN.md 2.2, float32 as the kernels compute it): a
+// out plainly (docs/DESIGN.md 2.2, float32 as the kernels compute it): a
 // checkpoint S₀ [dv][dk] and a ring of the steps since it (normalised k,
 // v, the decay exp(g), β and the cached u). Each step forms u_t and o_t
 // from S₀ (or its read copy) and the ring; when the ring is full the step
@@ -160,7 +160,7 @@ func (f *foldStudy) fold(q []float32) []float32 {
 // as close to float64 as each other (within 2x and an absolute 2e-6 of the
 // exact fold's worst errors); with a low-precision read copy (nvfp4) the
 // cached u carry its error into the checkpoint, which the exact fold
-// avoids (DESIGN.md 2.2): there the cached fold's checkpoint must be
+// avoids (docs/DESIGN.md 2.2): there the cached fold's checkpoint must be
 // further off by more than 10x, the reason the contract exists, and
 // FOLD_CACHED applies only where there is no read copy.
 func TestGDNFoldCachedNoDrift(t *testing.T) {

@@ -30,7 +30,7 @@ type GDNInput struct {
 // (with dv, dk in the roles of P, N).
 //
 // The delta rule is not additive in v but it is in the corrected update u
-// (DESIGN.md 2.2), so the ring stores the raw k, v, g, β of each step and
+// (docs/DESIGN.md 2.2), so the ring stores the raw k, v, g, β of each step and
 // caches u for the output path. With a read copy (or Options.ExactFold) a
 // flush never folds cached u, which would carry the read copy's error: it
 // recomputes every u from the raw inputs on the high-precision checkpoint
@@ -239,7 +239,7 @@ func (c *GDNCache) at(s Slot, j, e int) int {
 // outputs computes, for nd entries appended at ring positions n..n+nd-1 of
 // slot s (their q in scratch drafts 0..nd-1, op rows r0..), the corrected
 // updates u (cached in the ring) and the outputs, from the read copy (or
-// checkpoint) S₀ and the ring (DESIGN.md 2.2):
+// checkpoint) S₀ and the ring (docs/DESIGN.md 2.2):
 //
 //	u_t = β_t·(v_t − [γ_t·S₀ᵀk_t + Σ_{i<t} (γ_t/γ_i)(k_i·k_t)·u_i])
 //	o_t = γ_t·S₀ᵀq_t + Σ_{i≤t} (γ_t/γ_i)(k_i·q_t)·u_i
@@ -352,7 +352,7 @@ func (c *GDNCache) prefetchHead(b, j int) {
 // fold is the flush of slot s's ring entries 0..t-1 into the checkpoint
 // for key head kh's value heads, of which entries 0..cached-1 hold their
 // corrected update u in the ring (the step's own token, entry t-1 of a
-// step's flush, does not). The exact fold (DESIGN.md 2.2; with a read copy
+// step's flush, does not). The exact fold (docs/DESIGN.md 2.2; with a read copy
 // or Options.ExactFold) recomputes every corrected update from the raw
 // k, v, g, β on the high-precision checkpoint S₀, never from the cached u:
 //

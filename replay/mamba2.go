@@ -299,7 +299,7 @@ func (c *Mamba2Cache) suffix(sc *mamba2Scratch, s Slot, h, t int) {
 }
 
 // flushGroup folds ring entries 1..t of slot s into the checkpoint for the
-// heads of group g (DESIGN.md 2.1):
+// heads of group g (docs/DESIGN.md 2.1):
 //
 //	S₀ ← e^{Λ_t}·S₀ + Σ_j Δ_j·e^{Λ_t−Λ_j}·x_j ⊗ B_j
 //
@@ -359,7 +359,7 @@ func (c *Mamba2Cache) storeState(sc *mamba2Scratch, s Slot, mat int, S []float32
 
 // outputsGroup computes outputs for op rows r0..r0+T-1 of slot s (row r0+k
 // at ring position tFirst+k, 1-based) from the checkpoint or its read copy
-// and the ring (DESIGN.md 2.1):
+// and the ring (docs/DESIGN.md 2.1):
 //
 //	y_t = e^{Λ_t}·(S₀·C_t) + Σ_{j≤t} Δ_j·e^{Λ_t−Λ_j}·(B_j·C_t)·x_j + D·x_t
 //
@@ -513,7 +513,7 @@ func (c *Mamba2Cache) halfStep(sc *mamba2Scratch, b, g, h, mat int) bool {
 
 // Verify computes the outputs of T draft inputs per slot (rows [slot][T] of
 // in and y; counts, if not nil, gives each slot's own number of drafts ≤ T)
-// without writing any checkpoint (DESIGN.md 2.3). In replay mode the drafts
+// without writing any checkpoint (docs/DESIGN.md 2.3). In replay mode the drafts
 // are appended to the ring; if the committed history plus 2T would overflow
 // the ring, the history is folded first (early flush). In baseline mode each
 // draft's state is written to its own buffer. Commit then accepts a prefix.

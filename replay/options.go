@@ -4,12 +4,12 @@
 //
 // A plain decode step reads the whole state, updates it and writes it back.
 // The cache instead computes each step's output from the checkpoint and the
-// ring (DESIGN.md 2.1, 2.2) and writes the state only when the ring is full
+// ring (docs/DESIGN.md 2.1, 2.2) and writes the state only when the ring is full
 // (a flush), so a step moves about half the bytes. Speculative drafts are
 // appended to the ring and verified against the same checkpoint; accepting a
-// prefix is a cursor move (DESIGN.md 2.3). Outputs may read a low-precision
+// prefix is a cursor move (docs/DESIGN.md 2.3). Outputs may read a low-precision
 // read copy of the checkpoint while the recurrence keeps its own precision, so
-// quantisation error never compounds (DESIGN.md 2.4).
+// quantisation error never compounds (docs/DESIGN.md 2.4).
 //
 // The baseline modes live behind the same API: in-place update every step,
 // and a speculative path that stores one state per draft token. Every mode is
@@ -80,7 +80,7 @@ type Options struct {
 	MaxDraft int
 	// State is the format of the recurrence: the replay checkpoint, or the
 	// baseline state itself. A baseline in a low format rounds the state
-	// after every update ("naive low precision", DESIGN.md 2.4).
+	// after every update ("naive low precision", docs/DESIGN.md 2.4).
 	// Replay checkpoints take fp32, fp16, bf16 or fp8-e4m3 (with one scale
 	// per slot and head); a baseline state also takes nvfp4.
 	State numeric.Format
@@ -103,7 +103,7 @@ type Options struct {
 	Ring numeric.Format
 	// ExactFold makes every Gated DeltaNet flush recompute the corrected
 	// updates u from the ring's raw k, v, g, β on the checkpoint (the exact
-	// fold of DESIGN.md 2.2) even without a read copy. By default a flush
+	// fold of docs/DESIGN.md 2.2) even without a read copy. By default a flush
 	// without a read copy folds the u that the steps since the checkpoint
 	// cached, recomputing only the flush's own token: each was formed from
 	// this same checkpoint, so it is the exact fold's value up to the order

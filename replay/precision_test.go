@@ -10,7 +10,7 @@ import (
 
 // longMemory returns layers whose state remembers hundreds of steps (slow
 // decay, small updates), where rounding the state after every update
-// compounds: the regime of long generations (DESIGN.md 2.4).
+// compounds: the regime of long generations (docs/DESIGN.md 2.4).
 func longMemory() []layer {
 	m := newMamba2Fixture(21, ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 16, Groups: 2})
 	for h := range m.prm.ALog {

@@ -9,12 +9,12 @@ type Mamba2Params struct {
 	D      []float64 // skip connection
 	// DtMin clamps Δ from below when positive: transformers' multi-token
 	// (prefill, verify) path clamps Δ ≥ time_step_min; single-token decode
-	// does not (DESIGN.md 1.1).
+	// does not (docs/DESIGN.md 1.1).
 	DtMin float64
 }
 
 // Mamba2Step64 runs one decode step of a Mamba-2 SSM core for a batch of
-// sequences, in float64 (DESIGN.md 1.1):
+// sequences, in float64 (docs/DESIGN.md 1.1):
 //
 //	Δ    = softplus(dt + dt_bias)
 //	S[h] = exp(Δ·A)·S[h] + Δ·x[h] ⊗ B[g(h)]
@@ -53,7 +53,7 @@ type GDNParams struct {
 }
 
 // GDNStep64 runs one decode step of a Gated DeltaNet recurrence for a batch of
-// sequences, in float64 (DESIGN.md 1.2). q and k arrive after the convolution
+// sequences, in float64 (docs/DESIGN.md 1.2). q and k arrive after the convolution
 // and its activation, before the l2 normalisation, which this function applies:
 //
 //	q, k = l2norm(q)/√dk, l2norm(k)

@@ -107,6 +107,6 @@ func TestShapesValidate(t *testing.T) {
 		t.Error("4 value heads over 3 key heads accepted")
 	}
 	if got := (GDNShape{KeyHeads: 16, ValueHeads: 64, KeyDim: 128, ValueDim: 128}).StateElems(); got != 1048576 {
-		t.Errorf("Qwen3.5-122B GDN state elements %d, want 1048576 (DESIGN.md 3)", got)
+		t.Errorf("Qwen3.5-122B GDN state elements %d, want 1048576 (docs/DESIGN.md 3)", got)
 	}
 }

@@ -1,6 +1,6 @@
 // Package ssm holds the math of the two recurrent layer kinds replayssm runs,
 // Mamba-2 and Gated DeltaNet: their shapes and a plain float64 reference for one
-// decode step over a batch of sequences (DESIGN.md 1.1 and 1.2).
+// decode step over a batch of sequences (docs/DESIGN.md 1.1 and 1.2).
 //
 // The references are the ground truth every fast path is checked against, on
 // the CPU and on the GPU. They are written for clarity, not speed: one loop per
@@ -13,7 +13,7 @@ import (
 	"math"
 )
 
-// Mamba2Shape is the shape of one Mamba-2 SSM core (DESIGN.md 1.1): H heads of
+// Mamba2Shape is the shape of one Mamba-2 SSM core (docs/DESIGN.md 1.1): H heads of
 // dimension P, state size N, G groups (head h uses group h/(H/G)).
 type Mamba2Shape struct {
 	Heads     int // H
@@ -39,7 +39,7 @@ func (s Mamba2Shape) StateElems() int { return s.Heads * s.HeadDim * s.StateSize
 // Group returns the group of head h.
 func (s Mamba2Shape) Group(h int) int { return h / (s.Heads / s.Groups) }
 
-// GDNShape is the shape of one Gated DeltaNet core (DESIGN.md 1.2): Hk key heads
+// GDNShape is the shape of one Gated DeltaNet core (docs/DESIGN.md 1.2): Hk key heads
 // and Hv value heads (value head j reads key head j/(Hv/Hk)), key dimension dk
 // and value dimension dv. Each value head carries a dk×dv state.
 type GDNShape struct {

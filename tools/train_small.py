@@ -383,7 +383,7 @@ def ssd_scan(x, dt, A, B, C, chunk):
 
 
 def fast_mamba_forward(self, hidden_states, cache_params=None, attention_mask=None, **kwargs):
-    """NemotronH Mamba-2 mixer (DESIGN.md 1.1) without a cache: in_proj -> [z | xBC | dt], causal conv + silu,
+    """NemotronH Mamba-2 mixer (docs/DESIGN.md 1.1) without a cache: in_proj -> [z | xBC | dt], causal conv + silu,
     SSD scan, + D x, the mixer's own gated norm, out_proj."""
     import torch
     import torch.nn.functional as F

@@ -16,7 +16,7 @@ import (
 // This file holds what the GPU state caches (Mamba2Cache, GDNCache) share:
 // options, the compiled module, the host-side slot table and the device-side
 // cursors. The caches mirror package replay's semantics and data layout on
-// device buffers (DESIGN.md 2, 2.3): every per-slot decision of a step (flush
+// device buffers (docs/DESIGN.md 2, 2.3): every per-slot decision of a step (flush
 // or not, early fold before a verify) is taken by the kernels from cursors in
 // device memory, and small kernels move the cursors afterwards, so a decode
 // step queues a fixed sequence of launches with no host round trip and can be

@@ -29,7 +29,7 @@ type GDNInput struct {
 // exp(g) and β [Hv] of each step and caches the corrected update u [Hv·dv] for the
 // output path. A flush folds the cached u where there is no read copy
 // (replay.Options.FoldsCachedU), and is otherwise the exact fold from the
-// raw k, v, g, β on the checkpoint (DESIGN.md 2.2), as on the CPU.
+// raw k, v, g, β on the checkpoint (docs/DESIGN.md 2.2), as on the CPU.
 type GDNCache struct {
 	replayCommon
 	shape ssm.GDNShape

@@ -517,7 +517,7 @@ func (c *Mamba2Cache) launchBaseline(s *Stream, batch, T int, verify bool, in Ma
 
 // Verify queues the outputs of T draft inputs per slot (rows [slot][T] of in
 // and y; rows past a slot's count are not written) without writing any
-// checkpoint (DESIGN.md 2.3). Replay mode appends the drafts to the ring,
+// checkpoint (docs/DESIGN.md 2.3). Replay mode appends the drafts to the ring,
 // folding the committed history first where history + 2·count would overflow
 // it; baseline mode writes one state per draft. Commit accepts a prefix.
 func (c *Mamba2Cache) Verify(s *Stream, batch, T int, in Mamba2Input, y Buffer) error {

@@ -6,7 +6,7 @@
 // The engine (engine.GenerateSpeculative) runs the loop: drafters propose up
 // to T tokens per sequence, one batched verify forward of the target scores
 // them (nn.Decoder.Verify: SSM layers verify all drafts from one checkpoint,
-// DESIGN.md 2.3), Accept picks how many to keep and the token after them, and
+// docs/DESIGN.md 2.3), Accept picks how many to keep and the token after them, and
 // nn.Decoder.Commit keeps that prefix.
 package spec
 

@@ -42,7 +42,7 @@ func parseNemotronH(c *Config, o *object) error {
 	m.TimeStepFloor = o.float(1e-4, "time_step_floor", "mamba_dt_init_floor")
 	m.TimeStepLimit = timeStepLimit(o, "time_step_limit", "mamba_dt_limit")
 	// NemotronH sizes the mixer from heads×head_dim, not expand×hidden, and
-	// normalises y·silu(z) per group (DESIGN.md 1.1).
+	// normalises y·silu(z) per group (docs/DESIGN.md 1.1).
 	m.InnerSize = m.NumHeads * m.HeadDim
 	if m.NumGroups > 0 {
 		m.NormGroupSize = m.InnerSize / m.NumGroups

@@ -89,9 +89,9 @@ type LayerKind uint8
 // NemotronH or Mamba-2 layer).
 const (
 	None          LayerKind = iota
-	Mamba                   // Mamba-2 mixer (DESIGN.md 1.1)
+	Mamba                   // Mamba-2 mixer (docs/DESIGN.md 1.1)
 	Attention               // softmax attention, GQA
-	GatedDeltaNet           // Gated DeltaNet, "linear_attention" in Qwen configs (DESIGN.md 1.2)
+	GatedDeltaNet           // Gated DeltaNet, "linear_attention" in Qwen configs (docs/DESIGN.md 1.2)
 	MLP                     // dense MLP: relu² (NemotronH) or SwiGLU (Qwen)
 	MoE                     // mixture of experts
 )
@@ -166,7 +166,7 @@ type Config struct {
 	MTP       MTPConfig
 }
 
-// MambaConfig holds the Mamba-2 mixer's sizes (DESIGN.md 1.1 names: H heads,
+// MambaConfig holds the Mamba-2 mixer's sizes (docs/DESIGN.md 1.1 names: H heads,
 // P head dim, N state, G groups, K conv width, I = H·P).
 type MambaConfig struct {
 	NumHeads   int // H
@@ -197,7 +197,7 @@ func (m MambaConfig) InProjSize() int { return 2*m.InnerSize + 2*m.NumGroups*m.S
 // StateElements returns the recurrent state per sequence, H·P·N.
 func (m MambaConfig) StateElements() int { return m.NumHeads * m.HeadDim * m.StateSize }
 
-// GDNConfig holds the Gated DeltaNet mixer's sizes (DESIGN.md 1.2).
+// GDNConfig holds the Gated DeltaNet mixer's sizes (docs/DESIGN.md 1.2).
 type GDNConfig struct {
 	NumKeyHeads   int // Hk
 	NumValueHeads int // Hv; value head j uses key head j/(Hv/Hk)

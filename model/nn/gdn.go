@@ -9,7 +9,7 @@ import (
 	"github.com/replayssm/replayssm/tensor"
 )
 
-// GDNMixer is a Gated DeltaNet layer (DESIGN.md 1.2):
+// GDNMixer is a Gated DeltaNet layer (docs/DESIGN.md 1.2):
 //
 //	[q | k | v | z | b | a] = in_proj(x)
 //	q, k, v = split(silu(conv([q | k | v])))

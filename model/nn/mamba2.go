@@ -10,7 +10,7 @@ import (
 	"github.com/replayssm/replayssm/tensor"
 )
 
-// Mamba2Mixer is a Mamba-2 layer (DESIGN.md 1.1):
+// Mamba2Mixer is a Mamba-2 layer (docs/DESIGN.md 1.1):
 //
 //	[z | xBC | dt] = in_proj(x)
 //	xBC  = silu(conv(xBC));  x, B, C = split(xBC)

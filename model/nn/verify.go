@@ -10,7 +10,7 @@ import (
 )
 
 // verifier is a block with a speculative verify path of its own: the SSM
-// mixers, whose caches verify drafts against one checkpoint (DESIGN.md 2.3).
+// mixers, whose caches verify drafts against one checkpoint (docs/DESIGN.md 2.3).
 // Blocks without it (attention, MLP, MoE) run their plain forward over the
 // verify rows: attention appends the rows' keys and values, which Commit
 // truncates.
@@ -55,7 +55,7 @@ func newVerifyPlan(rows []Row, capacity int) *verifyPlan {
 	return vp
 }
 
-// Verify runs a speculative verify forward (DESIGN.md 2.3) and writes the
+// Verify runs a speculative verify forward (docs/DESIGN.md 2.3) and writes the
 // logits of the rows that ask for them, in row order. rows hold, for each
 // sequence, up to State.Options().MaxDraft tokens that follow its committed
 // history, in order: in speculative decoding, its newest token and the

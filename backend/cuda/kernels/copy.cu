@@ -1,6 +1,6 @@
 // copy.cu: a device-to-device copy, 16 bytes per access, used to measure the
 // machine's copy bandwidth, the ceiling every memory-bound kernel is judged
-// against (DESIGN.md section 3: bytes read + bytes written over time).
+// against (docs/DESIGN.md section 3: bytes read + bytes written over time).
 
 // COPY_UNROLL is the number of 16-byte words each thread moves and
 // COPY_THREADS the block size; both can be set with -D to compare variants.

@@ -211,7 +211,7 @@ __device__ __forceinline__ void row_regs(float (&v)[IT], const float* __restrict
 #define RING_V4 1
 #endif
 
-// FOLDS_EARLY is the verify's rule (DESIGN.md 2.3): a slot whose committed
+// FOLDS_EARLY is the verify's rule (docs/DESIGN.md 2.3): a slot whose committed
 // history n plus 2*cnt drafts would overflow the ring of r entries folds
 // its history into the checkpoint first. Every verify kernel and the cursor
 // kernel take it from here, so they agree on which slots fold. (A macro: as

@@ -101,7 +101,7 @@ struct GDNShared {
     float scratch[NWARPS];
 };
 
-// gdn_fold is the exact flush (DESIGN.md 2.2, replay.GDNCache.fold) of the t
+// gdn_fold is the exact flush (docs/DESIGN.md 2.2, replay.GDNCache.fold) of the t
 // ring entries whose normalised keys are vec[0..t-1] (rows of DK; and, when
 // q_slot >= 0, q in row q_slot) into the checkpoint of one value head,
 // read from S (in the state format, scale sc0: matrix mat of the state
@@ -322,7 +322,7 @@ __device__ __forceinline__ void gdn_update_tc(float (&reg)[TCMap::PASSES][TCMap:
 // same checkpoint (every non-flush step and verify reads the checkpoint
 // itself), so they equal the recomputed ones up to the order of float32
 // sums (replay's TestGDNFoldCachedNoDrift: 1024 steps, checkpoint error
-// 4.6e-7 against the exact fold's 3.2e-7); DESIGN.md 2.2's exact fold
+// 4.6e-7 against the exact fold's 3.2e-7); docs/DESIGN.md 2.2's exact fold
 // exists because a read copy's error would otherwise enter the
 // checkpoint, and with a read copy (FOLD_CACHED_ON off) the fold stays
 // exact. The pipelined folds (gdn_fold_pipe) stage the ring's u rows in
@@ -589,7 +589,7 @@ __device__ __forceinline__ void gdn_scalars(float a, float b, double negA, doubl
 // CTAs of its kind (see mamba2_replay_step for why two):
 //   - gdn_replay_nonflush: normalises q and k, appends k, v, exp(g), beta at
 //     ring entry n, and writes u_t = beta (v - [g_t S0^T k + sum_{i<t} (g_t/g_i)(k_i.k) u_i]),
-//     o = g_t S0^T q + sum_{i<=t} (g_t/g_i)(k_i.q) u_i (DESIGN.md 2.2), S0 read
+//     o = g_t S0^T q + sum_{i<=t} (g_t/g_i)(k_i.q) u_i (docs/DESIGN.md 2.2), S0 read
 //     from the read copy if there is one; u_t is cached in the ring;
 //   - gdn_replay_flush: the exact fold of the whole window, current token
 //     included, and o = S_new^T q.
@@ -885,7 +885,7 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_
 #endif
 
 // gdn_replay_verify computes the outputs of cnt = counts[b] (or T) drafts per
-// slot from the checkpoint (or read copy) and the ring (DESIGN.md 2.3: the UT
+// slot from the checkpoint (or read copy) and the ring (docs/DESIGN.md 2.3: the UT
 // transform solved by forward substitution), appending them at ring entries
 // n.., without writing the checkpoint. An early fold of the committed history
 // runs first when n + 2*cnt would overflow the ring. FOLD_ONLY (the kernel
@@ -2093,7 +2093,7 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
 #define BASE_SKIP 0
 #endif
 
-// gdn_baseline is the in-place recurrence every step (DESIGN.md 1.2):
+// gdn_baseline is the in-place recurrence every step (docs/DESIGN.md 1.2):
 // u = beta (v - exp(g) S^T k); S = exp(g) S + k (x) u; o = S^T q, row by row
 // (u[m] depends on row m only). With verify, draft k's state goes to buffer
 // (cur+1+k) % nb. A bf16 state is rounded after every update.

@@ -75,7 +75,7 @@ __device__ __forceinline__ void m2_as_stored(float (&e)[A][B][C])
     }
 }
 
-// mamba2_fold applies the flush of DESIGN.md 2.1 to the matrix S of one head:
+// mamba2_fold applies the flush of docs/DESIGN.md 2.1 to the matrix S of one head:
 //
 //	S <- decay*S + sum_{j<t} coef[p][j] * B_j        coef[p][j] = Delta_j e^{L_t-L_j} x_j[p]
 //
@@ -574,7 +574,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
 #endif
     __syncthreads();
     const bool last = MODE == 2 && step_count(done);
-    // Decay products from each entry to the current one (DESIGN.md 2.1),
+    // Decay products from each entry to the current one (docs/DESIGN.md 2.1),
     // as products of the per-step decays in float64 like the CPU cache.
     if (tid == 0) {
         sE = decay_weights(sDelta, sDecay, t, sW);
@@ -874,7 +874,7 @@ __device__ __forceinline__ void mamba2_stage_ring(float* sX, float* sB, const ri
 
 // mamba2_replay_verify computes the outputs of cnt = counts[b] (or T) draft
 // inputs per slot from the checkpoint (or read copy) and the ring, without
-// writing the checkpoint (DESIGN.md 2.3). Draft k of batch row b is input
+// writing the checkpoint (docs/DESIGN.md 2.3). Draft k of batch row b is input
 // row b*T+k and goes to ring entry n+k. If the committed history n plus 2*cnt
 // would overflow the ring, the history is folded first (early flush) and the
 // drafts start a new window. cursor_verify then moves the cursors; commit
@@ -1200,7 +1200,7 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_fold_
 }
 #endif
 
-// mamba2_baseline is the in-place recurrence every step (DESIGN.md 1.1):
+// mamba2_baseline is the in-place recurrence every step (docs/DESIGN.md 1.1):
 // S = exp(Delta A) S + Delta x (x) B; y = S . C + D x. With verify it runs cnt
 // drafts from the state buffer cur[s] and writes draft k's state to buffer
 // (cur+1+k) % nb (one full state per draft, as vLLM and SGLang do); commit
