@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -138,16 +136,8 @@ type gpuLayer struct {
 	stateSize func() (state, read int)
 	ring      ringTraffic // the ring's bytes per entry (as the CPU bench counts them)
 	// kernels names the step's, the verify's and the folds' kernels at a
-	// batch ("step v6, verify v6, folds v7").
+	// batch ("step group, verify group, folds pipelined").
 	kernels func(batch int) string
-	trace   tracer
-}
-
-// tracer is the trace of a cache's module built with -DTRACE=1
-// (cuda.GDNCache, cuda.Mamba2Cache).
-type tracer interface {
-	ResetTrace(s *cuda.Stream) error
-	ReadTrace(s *cuda.Stream) ([]cuda.TraceRecord, int, error)
 }
 
 // kernelNames is gpuLayer.kernels for a cache of either layer.
@@ -218,7 +208,7 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 	}
 	stateB, readB := lc.stateSize()
 	row.Kernels = lc.kernels(batch)
-	if opt.Mode != replay.Replay { // the baseline has one step kernel (v4 or the group baseline, v6)
+	if opt.Mode != replay.Replay { // the baseline has one step kernel
 		row.Kernels = strings.SplitN(row.Kernels, ",", 2)[0]
 	}
 	graph := func(enqueue func() error) (*cuda.GraphExec, error) {
@@ -312,9 +302,6 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		if err != nil {
 			return row, err
 		}
-		if err := b.traceGraph(lc, x, row, "verify"); err != nil {
-			return row, err
-		}
 		row.UsPerStep = us(d) / rounds
 		row.UsNonflush, row.UsFlush = row.UsPerStep, row.UsPerStep
 		if opt.Mode == replay.Baseline {
@@ -389,12 +376,6 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		if L > 1 {
 			row.UsNonflush = median(nf)
 		}
-		if err := b.traceGraph(lc, nonflush, row, "nonflush"); err != nil {
-			return row, err
-		}
-		if err := b.traceGraph(lc, flush, row, "flush"); err != nil {
-			return row, err
-		}
 		// Staggered phases: slot i sits i mod L steps into its window.
 		if err := stagger(L, func(n int, sub cuda.Buffer) error { return lc.step(n, 0, sub) }); err != nil {
 			return row, err
@@ -415,52 +396,12 @@ func (b *cudaBench) measure(ctx context.Context, sh LayerShape, dt numeric.Forma
 		if err != nil {
 			return row, err
 		}
-		if err := b.traceGraph(lc, window, row, "window"); err != nil {
-			return row, err
-		}
 		row.UsPerStep = us(d) / float64(L)
 		fL := float64(L)
 		row.BytesPerStep = float64(batch) * ((fL-1)/fL*float64(readB) + (2*float64(stateB)+float64(copyBytes(readB, stateB)))/fL)
 		row.RingBytesPerStep = float64(batch) * lc.ring.perStep(L)
 	}
 	return row, b.s.Synchronize()
-}
-
-// traceGraph, where cfg.TraceDir is set and the row is a replay mode's,
-// runs x once more with the module's trace emptied first and writes the
-// blocks it recorded to TraceDir as CSV: the kernel, block, SM, items
-// taken, and start and end in microseconds from the first block's start.
-func (b *cudaBench) traceGraph(lc *gpuLayer, x *cuda.GraphExec, row Row, graph string) error {
-	if b.cfg.TraceDir == "" || row.Mode == "baseline" || row.Mode == "verify-baseline" || lc.trace == nil {
-		return nil
-	}
-	if err := lc.trace.ResetTrace(b.s); err != nil {
-		return err
-	}
-	if err := x.Launch(b.s); err != nil {
-		return err
-	}
-	recs, dropped, err := lc.trace.ReadTrace(b.s)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(b.cfg.TraceDir, 0o755); err != nil {
-		return err
-	}
-	var t0 uint64
-	for i, r := range recs {
-		if i == 0 || r.Start < t0 {
-			t0 = r.Start
-		}
-	}
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "# %s %s %s batch %d, graph %s: %d blocks recorded, %d dropped\n", row.Shape, row.StateDtype, row.Mode, row.Batch, graph, len(recs), dropped)
-	sb.WriteString("kernel,block,sm,items,start_us,end_us\n")
-	for _, r := range recs {
-		fmt.Fprintf(&sb, "%s,%d,%d,%d,%.3f,%.3f\n", r.Kind, r.Block, r.SM, r.Items, float64(r.Start-t0)/1e3, float64(r.End-t0)/1e3)
-	}
-	name := fmt.Sprintf("trace_%s_%s_%s_b%d_%s.csv", row.Shape, row.StateDtype, row.Mode, row.Batch, graph)
-	return os.WriteFile(filepath.Join(b.cfg.TraceDir, name), []byte(sb.String()), 0o644)
 }
 
 // foldPeriod is how many verifies of T drafts, all accepted, a replay slot
@@ -546,7 +487,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 		s := sh.Mamba2
 		H, P, N, G := s.Heads, s.HeadDim, s.StateSize, s.Groups
 		prm := randomMamba2Params(r, H)
-		c, err := cuda.NewMamba2Cache(ctx, b.dev, s, prm, capacity, opt)
+		c, err := cuda.NewMamba2Cache(ctx, b.s, s, prm, replay.ConvWeights{}, capacity, opt)
 		if err != nil {
 			return nil, err
 		}
@@ -578,20 +519,15 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 			return nil, err
 		}
 		return &gpuLayer{
-			admit: func() error { _, err := c.Admit(b.s); return err },
+			admit: func() error { _, err := c.Admit(); return err },
 			step: func(batch, set int, slots cuda.Buffer) error {
-				in := sets[set]
-				in.Slots = slots
-				return c.Step(b.s, batch, in, y)
+				return c.QueueStep(slots, batch, sets[set], y)
 			},
 			verify: func(batch, set, T int, slots cuda.Buffer) error {
-				in := sets[set]
-				in.Slots = slots
-				return c.Verify(b.s, batch, T, in, y)
+				return c.QueueVerify(slots, cuda.Buffer{}, batch, T, sets[set], y)
 			},
-			commit:    func(batch int, slots, acc cuda.Buffer) error { return c.Commit(b.s, batch, slots, acc) },
+			commit:    func(batch int, slots, acc cuda.Buffer) error { return c.QueueCommit(slots, acc, batch) },
 			close:     func() error { b.s.Synchronize(); return c.Close() },
-			trace:     c,
 			stateSize: c.StateBytes,
 			ring:      mamba2Ring(H, P, G, N, ringElemBytes(opt.Ring)),
 			kernels:   kernelNames(c),
@@ -600,7 +536,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 		s := sh.GDN
 		Hk, Hv, dk, dv := s.KeyHeads, s.ValueHeads, s.KeyDim, s.ValueDim
 		prm := randomGDNParams(r, Hv)
-		c, err := cuda.NewGDNCache(ctx, b.dev, s, prm, capacity, opt)
+		c, err := cuda.NewGDNCache(ctx, b.s, s, prm, replay.ConvWeights{}, capacity, opt)
 		if err != nil {
 			return nil, err
 		}
@@ -626,20 +562,15 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 			return nil, err
 		}
 		return &gpuLayer{
-			admit: func() error { _, err := c.Admit(b.s); return err },
+			admit: func() error { _, err := c.Admit(); return err },
 			step: func(batch, set int, slots cuda.Buffer) error {
-				in := sets[set]
-				in.Slots = slots
-				return c.Step(b.s, batch, in, o)
+				return c.QueueStep(slots, batch, sets[set], o)
 			},
 			verify: func(batch, set, T int, slots cuda.Buffer) error {
-				in := sets[set]
-				in.Slots = slots
-				return c.Verify(b.s, batch, T, in, o)
+				return c.QueueVerify(slots, cuda.Buffer{}, batch, T, sets[set], o)
 			},
-			commit:    func(batch int, slots, acc cuda.Buffer) error { return c.Commit(b.s, batch, slots, acc) },
+			commit:    func(batch int, slots, acc cuda.Buffer) error { return c.QueueCommit(slots, acc, batch) },
 			close:     func() error { b.s.Synchronize(); return c.Close() },
-			trace:     c,
 			stateSize: c.StateBytes,
 			ring:      gdnRing(Hk, Hv, dk, dv),
 			kernels:   kernelNames(c),
@@ -691,13 +622,13 @@ func (b *cudaBench) prewarm(ctx context.Context) error {
 					case "mamba2":
 						prm := replay.Mamba2Params{ALog: make([]float32, sh.Mamba2.Heads), DtBias: make([]float32, sh.Mamba2.Heads), D: make([]float32, sh.Mamba2.Heads)}
 						var c *cuda.Mamba2Cache
-						if c, err = cuda.NewMamba2Cache(ctx, b.dev, sh.Mamba2, prm, 1, opt); err == nil {
+						if c, err = cuda.NewMamba2Cache(ctx, b.s, sh.Mamba2, prm, replay.ConvWeights{}, 1, opt); err == nil {
 							err = c.Close()
 						}
 					case "gdn":
 						prm := replay.GDNParams{ALog: make([]float32, sh.GDN.ValueHeads), DtBias: make([]float32, sh.GDN.ValueHeads)}
 						var c *cuda.GDNCache
-						if c, err = cuda.NewGDNCache(ctx, b.dev, sh.GDN, prm, 1, opt); err == nil {
+						if c, err = cuda.NewGDNCache(ctx, b.s, sh.GDN, prm, replay.ConvWeights{}, 1, opt); err == nil {
 							err = c.Close()
 						}
 					}

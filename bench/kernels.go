@@ -73,11 +73,6 @@ type KernelConfig struct {
 	// MinTime is the least time spent timing each row; more windows are
 	// run until it is reached.
 	MinTime time.Duration
-	// TraceDir, where set (CUDA only), receives each replay row's block
-	// timeline: one CSV per graph (the aligned non-flush window, the
-	// aligned flush step, the staggered window, a verify round), from
-	// kernels built with -DTRACE=1 (REPLAYSSM_CUDA_DEFINES).
-	TraceDir string
 	// Log, where set, receives notes on the run that are not rows (the
 	// CUDA bench: the modules it compiled before timing, and how long
 	// that took).

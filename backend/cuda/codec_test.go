@@ -4,8 +4,6 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"os"
-	"slices"
 	"testing"
 
 	"github.com/replayssm/replayssm/numeric"
@@ -74,23 +72,22 @@ func codecInputs(rng *rand.Rand) []float32 {
 }
 
 // TestReplayCodecs checks the kernels' e4m3 and bf16 encoders
-// (encode_chunk: the hardware conversions FP8_ENC_CVT and BF16_CVT where the
-// GPU has them) against numeric's, code for code, and the values they leave
+// (encode_chunk: the hardware conversions where the GPU has them) against numeric's, code for code, and the values they leave
 // behind against numeric's decoders, bit for bit (NaN for NaN, of either
 // sign in e4m3): the CPU cache and the conformance suite take numeric's
 // codes as the truth.
 func TestReplayCodecs(t *testing.T) {
 	d := gpu(t)
 	ctx := context.Background()
-	opt, err := replayDefaults(replay.Options{Mode: replay.Replay, State: numeric.E4M3})
+	plan, err := planMamba2(nanoShape, replay.Options{Mode: replay.Replay, State: numeric.E4M3}, d.props())
 	if err != nil {
 		t.Fatal(err)
 	}
-	file, src, args, _, _, err := replayModuleSource(d, "mamba2", nanoShape, qwen4bShape, opt, envTuning(os.Getenv), 4)
+	src, err := replaySource(plan.file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := d.Compile(ctx, file, src+codecKernel, args...)
+	m, err := d.Compile(ctx, plan.file, src+codecKernel, plan.options(4)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,11 +118,8 @@ func TestReplayCodecs(t *testing.T) {
 	bf := make([]byte, 2*n)
 	must(t, d.CopyFromDevice(bf, bfB))
 	bad := 0
-	nanCodes := map[byte]int{} // the e4m3 codes of NaN inputs (NAN_SELECT)
+	nanCodes := map[byte]int{} // the e4m3 codes of NaN inputs
 	bfNaNCodes := map[uint16]int{}
-	// bf16 NaNs keep numeric's code only under -DBF16_NAN_BRANCH=1; by
-	// default they are stored as the conversion makes them.
-	anyBF16NaN := !slices.Contains(envTuning(os.Getenv).defines, "-DBF16_NAN_BRANCH=1")
 	for i, f := range in {
 		want := numeric.E4M3FromF32(f)
 		wantBack := numeric.F32FromE4M3(want)
@@ -136,9 +130,7 @@ func TestReplayCodecs(t *testing.T) {
 		if math.IsNaN(float64(f)) {
 			// A NaN code of either sign: the kernels scale before they
 			// encode (v times the inverse scale), and the GPU's multiply
-			// returns the canonical, positive NaN (so did the software
-			// encoder; the first H200 run, session 32, had every negative
-			// NaN at 0x7f and nothing else amiss).
+			// returns the canonical, positive NaN.
 			sameCode = e4[i]&0x7f == 0x7f
 			nanCodes[e4[i]]++
 		}
@@ -152,8 +144,8 @@ func TestReplayCodecs(t *testing.T) {
 		if math.IsNaN(float64(f)) {
 			bfNaNCodes[got]++
 		}
-		if anyBF16NaN && math.IsNaN(float64(f)) && got&0x7f80 == 0x7f80 && got&0x7f != 0 {
-			continue // the conversion's own NaN code (BF16_NAN_BRANCH=0, the default)
+		if math.IsNaN(float64(f)) && got&0x7f80 == 0x7f80 && got&0x7f != 0 {
+			continue // a NaN is stored with the conversion's own NaN code
 		}
 		if got != wantBF {
 			if bad++; bad <= 10 {

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/ssm"
 )
 
 // TestReplayReadCopyIsNumerics checks the read copy a flush writes against
@@ -23,15 +23,16 @@ import (
 // kernels" cases take the flush kernels. The "non-finite" cases put
 // infinities and NaNs into an nvfp4 cache's checkpoint before a second
 // flush (the quantiser's maxima, saturation, NaN codes and zero-scale
-// blocks). REPLAYSSM_CUDA_DEFINES reaches the kernels, so the quantiser's
-// variants (-DNV_QDIV=0, -DNV_LEAN=1, -DNAN_SELECT=0) run through the same
-// check.
+// blocks).
 func TestReplayReadCopyIsNumerics(t *testing.T) {
 	d := gpu(t)
 	const L, batch = 4, 2
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	for li, l := range largeLayers() {
+	for li, l := range []pathLayer{
+		mamba2PathLayer(13, ssm.Mamba2Shape{Heads: 4, HeadDim: 80, StateSize: 128, Groups: 2}),
+		gdnPathLayer(14, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 128, ValueDim: 128}),
+	} {
 		for _, tc := range []struct {
 			name string
 			read numeric.Format
@@ -61,32 +62,37 @@ func TestReplayReadCopyIsNumerics(t *testing.T) {
 				t.Run(l.name+"/"+tc.name+"/"+kernels, func(t *testing.T) {
 					t.Parallel()
 					opt := replay.Options{Mode: replay.Replay, Window: L, MaxDraft: 2, ReadCopy: tc.read}
-					c, err := l.buildWith(d, opt, batch, envTuning(os.Getenv))
+					s := stream(t, d)
+					c, err := l.build(s, opt, batch, func(p *cachePlan) {
+						if split {
+							// The flush kernels rather than the
+							// small-batch step's own.
+							p.smallBatch = 0
+						}
+					})
 					if err != nil {
 						t.Fatal(err)
 					}
-					defer func() { must(t, c.close()) }()
-					if split {
-						// The flush kernels (work_items, or the pipelined
-						// folds) rather than the small-batch step's own.
-						c.setSmallBatch(0)
-					}
-					s := stream(t, d)
-					st := newStaging(t, d, l, batch, batch)
+					rc := c.common
+					defer func() { must(t, rc.Close()) }()
 					var slots []replay.Slot
 					for range batch {
-						slot, err := c.admit(s)
+						slot, err := rc.Admit()
 						if err != nil {
 							t.Fatal(err)
 						}
 						slots = append(slots, slot)
 					}
+					in := make([]Buffer, len(l.perRow))
+					for i, n := range l.perRow {
+						in[i] = alloc(t, d, 4*batch*n)
+					}
+					y := alloc(t, d, 4*batch*l.width)
 					// The copy poisoned (0xa5 bytes), so that what the
 					// flush leaves unwritten fails the comparison. With a
 					// read copy both layers fold from the checkpoint and
 					// the raw inputs (the exact fold), so the poison the
 					// non-flush steps read does not reach the checkpoint.
-					rc := c.common()
 					must(t, s.Synchronize()) // the admissions' clears first
 					for _, b := range []Buffer{rc.codes, rc.scales, rc.scale} {
 						must(t, d.Memset32(b, 0xa5a5a5a5))
@@ -96,8 +102,10 @@ func TestReplayReadCopyIsNumerics(t *testing.T) {
 					rng := rand.New(rand.NewPCG(seed, uint64(li)))
 					steps := func(n int) {
 						for range n {
-							st.upload(t, d, s, slots, l.draw(rng, batch))
-							must(t, c.step(s, batch, st.slots, st.in, st.y))
+							for i, v := range l.draw(rng, batch) {
+								must(t, s.CopyToDevice(in[i], f32Bytes(v)))
+							}
+							must(t, c.step(slots, in, y))
 						}
 						must(t, s.Synchronize())
 					}

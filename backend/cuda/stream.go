@@ -170,6 +170,23 @@ func (s *Stream) CopyToDevice(dst Buffer, src []byte) error {
 	})
 }
 
+// Upload queues on s a copy of src into the start of dst and returns once
+// src may be reused: from pageable memory the driver stages the bytes (or
+// waits for the stream) before it returns, and the copy lands in dst in
+// s's order. It cannot be captured in a graph.
+func (s *Stream) Upload(dst Buffer, src []byte) error {
+	if len(src) > dst.bytes {
+		return fmt.Errorf("cuda: copy %d bytes into a %d-byte buffer", len(src), dst.bytes)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	return s.d.cold(func() error {
+		return s.d.drv.check(call(s.d.drv.memcpyHtoDAsync, uintptr(dst.ptr), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.h),
+			"cuMemcpyHtoDAsync_v2(%d bytes)", len(src))
+	})
+}
+
 // Event marks a point in a stream's work, for timing and cross-stream waits.
 type Event struct {
 	d *Device

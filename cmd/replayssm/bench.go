@@ -111,13 +111,9 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	minTime := fs.Duration("min-time", 300*time.Millisecond, "least time spent timing each row")
 	asJSON := fs.Bool("json", false, "print one JSON object per row")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile to this file")
-	trace := fs.String("trace", "", "cuda: write each replay row's block timeline (CSV) into this directory; needs REPLAYSSM_CUDA_DEFINES=-DTRACE=1")
 	ring := fs.String("ring-dtype", "fp32", "replay rows' ring inputs: fp32 or bf16 (cuda: Mamba-2 shapes only)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if *trace != "" && *device != "cuda" {
-		return fmt.Errorf("%w: --trace needs --device cuda", errUsage)
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -138,7 +134,7 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 	default:
 		return fmt.Errorf("%w: device %q (want cpu or cuda)", errUsage, *device)
 	}
-	cfg := bench.KernelConfig{Window: *window, Drafts: *drafts, Threads: *threads, MinTime: *minTime, Modes: splitList(*modes), TraceDir: *trace, Log: e.stderr}
+	cfg := bench.KernelConfig{Window: *window, Drafts: *drafts, Threads: *threads, MinTime: *minTime, Modes: splitList(*modes), Log: e.stderr}
 	var err error
 	if cfg.Ring, err = numeric.ParseFormat(*ring); err != nil || cfg.Ring != numeric.F32 && cfg.Ring != numeric.BF16 {
 		return fmt.Errorf("%w: --ring-dtype %s: want fp32 or bf16", errUsage, *ring)
