@@ -45,9 +45,11 @@ type pathLayer struct {
 // testCache is either GPU cache with inputs as device buffers in field
 // order.
 type testCache struct {
-	common *replayCommon
-	step   func(slots []replay.Slot, in []Buffer, y Buffer) error
-	verify func(slots []replay.Slot, T int, counts []int, in []Buffer, y Buffer) error
+	common      *replayCommon
+	step        func(slots []replay.Slot, in []Buffer, y Buffer) error
+	verify      func(slots []replay.Slot, T int, counts []int, in []Buffer, y Buffer) error
+	queueStep   func(slots Buffer, batch int, in []Buffer, y Buffer) error
+	queueVerify func(slots, counts Buffer, batch, T int, in []Buffer, y Buffer) error
 }
 
 func mamba2PathLayer(seed uint64, shape ssm.Mamba2Shape) pathLayer {
@@ -339,4 +341,112 @@ func comparePaths(t *testing.T, d *Device, l pathLayer, opt replay.Options, pc p
 		t.Errorf("stats %+v, per-head %+v", sa, sb)
 	}
 	t.Logf("worst difference %.3g of the row's largest output", worst)
+}
+
+// TestReplayGraph checks that a cache's operations captured in a CUDA
+// graph (QueueStep, QueueVerify, QueueCommit on device slot lists) give
+// the outputs of the same operations called directly, bit for bit, over
+// two windows of steps and verify rounds.
+func TestReplayGraph(t *testing.T) {
+	d := gpu(t)
+	for li, l := range []pathLayer{
+		mamba2PathLayer(17, ssm.Mamba2Shape{Heads: 4, HeadDim: 80, StateSize: 128, Groups: 2}),
+		gdnPathLayer(18, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 128, ValueDim: 128}),
+	} {
+		t.Run(l.name, func(t *testing.T) {
+			t.Parallel()
+			const batch, T = 6, 2
+			opt := replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: T}
+			s := stream(t, d)
+			direct, err := l.build(s, opt, batch, nil)
+			must(t, err)
+			defer func() { must(t, direct.common.Close()) }()
+			graphed, err := l.build(s, opt, batch, nil)
+			must(t, err)
+			defer func() { must(t, graphed.common.Close()) }()
+			var slots []replay.Slot
+			ids, all := make([]int32, batch), make([]int32, batch)
+			for i := range batch {
+				a, err := direct.common.Admit()
+				must(t, err)
+				_, err = graphed.common.Admit()
+				must(t, err)
+				slots = append(slots, a)
+				ids[i], all[i] = int32(a), T
+			}
+			slotsDev, accDev := alloc(t, d, 4*batch), alloc(t, d, 4*batch)
+			must(t, s.CopyToDevice(slotsDev, f32Bytes(i32AsF32(ids))))
+			must(t, s.CopyToDevice(accDev, f32Bytes(i32AsF32(all))))
+			rows := batch * T
+			in := make([]Buffer, len(l.perRow))
+			for i, n := range l.perRow {
+				in[i] = alloc(t, d, 4*rows*n)
+			}
+			ya, yb := alloc(t, d, 4*rows*l.width), alloc(t, d, 4*rows*l.width)
+			gc := graphed.common
+			queueStep := func() error { return graphed.queueStep(slotsDev, batch, in, yb) }
+			queueVerify := func() error {
+				if err := graphed.queueVerify(slotsDev, Buffer{}, batch, T, in, yb); err != nil {
+					return err
+				}
+				return gc.QueueCommit(slotsDev, accDev, batch)
+			}
+			capture := func(f func() error) *GraphExec {
+				must(t, s.BeginCapture())
+				ferr := f()
+				g, err := s.EndCapture()
+				must(t, ferr)
+				must(t, err)
+				defer g.Close()
+				x, err := g.Instantiate()
+				must(t, err)
+				return x
+			}
+			stepGraph, verifyGraph := capture(queueStep), capture(queueVerify)
+			defer stepGraph.Close()
+			defer verifyGraph.Close()
+			rng := rand.New(rand.NewPCG(uint64(li), 3))
+			accepted := make([]int, batch)
+			for i := range accepted {
+				accepted[i] = T
+			}
+			for round := range 14 {
+				verify := round%3 == 2
+				n := batch
+				if verify {
+					n = rows
+				}
+				for i, v := range l.draw(rng, n) {
+					must(t, s.CopyToDevice(in[i], f32Bytes(v)))
+				}
+				must(t, s.Memset32(ya, poisonF32))
+				must(t, s.Memset32(yb, poisonF32))
+				if verify {
+					must(t, direct.verify(slots, T, nil, in, ya))
+					must(t, direct.common.Commit(slots, accepted))
+					must(t, verifyGraph.Launch(s))
+				} else {
+					must(t, direct.step(slots, in, ya))
+					must(t, stepGraph.Launch(s))
+				}
+				a, b := make([]float32, n*l.width), make([]float32, n*l.width)
+				must(t, s.CopyFromDevice(f32Bytes(a), ya))
+				must(t, s.CopyFromDevice(f32Bytes(b), yb))
+				for i := range a {
+					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+						t.Fatalf("round %d (verify %v) output %d: direct %v, graph %v", round, verify, i, a[i], b[i])
+					}
+				}
+			}
+			must(t, gc.CommitErrors())
+		})
+	}
+}
+
+func i32AsF32(v []int32) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = math.Float32frombits(uint32(x))
+	}
+	return out
 }
