@@ -53,8 +53,9 @@ type Row struct {
 	// RingDtype is a replay row's ring format where it is not fp32
 	// (KernelConfig.Ring).
 	RingDtype string `json:"ring_dtype,omitempty"`
-	// Kernels names the GPU kernels of a replay row's step and verify
-	// ("step v6, verify v5"; backend/cuda NOTES.md has the versions).
+	// Kernels names the GPU kernels of a replay row's step, verify and
+	// folds ("step group, verify pipelined, folds items";
+	// backend/cuda/KERNELS.md).
 	Kernels string `json:"kernels,omitempty"`
 }
 

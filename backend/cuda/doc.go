@@ -19,8 +19,8 @@
 // two goroutine switches and usually a futex wake of the owner thread
 // (microseconds, the order of a launch itself; estimated, not measured),
 // while the lock, the thread pin and cuCtxSetCurrent together cost 115 ns on
-// the H200 host, against about 4 µs of driver time per cuLaunchKernel
-// (NOTES.md). It also lets goroutines share a Device freely. Every Device uses
+// the H200 host, against about 4 µs of driver time per cuLaunchKernel.
+// It also lets goroutines share a Device freely. Every Device uses
 // the device's primary context (cuDevicePrimaryCtxRetain), the same one the
 // CUDA runtime inside cuBLAS attaches to, so handles can be shared with it.
 //

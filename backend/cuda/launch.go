@@ -130,21 +130,6 @@ func (f *Function) SetMaxDynamicSharedMemory(bytes int) error {
 	})
 }
 
-// SetSharedCarveout asks the driver to configure an SM running f with
-// percent (1-100) of its unified L1/shared capacity as shared memory (by
-// default the driver chooses it for the most resident blocks).
-// An SM changes its split only when idle, which matters for kernels run
-// side by side (REPLAYSSM_CUDA_CARVEOUT; NOTES.md, session 28).
-func (f *Function) SetSharedCarveout(percent int) error {
-	const attrCarveout = 9 // CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
-	if percent < 1 || percent > 100 {
-		return fmt.Errorf("cuda: %s: shared-memory carveout %d%%, want 1-100", f.name, percent)
-	}
-	return f.d.cold(func() error {
-		return f.d.drv.check(call(f.d.drv.funcSetAttribute, f.h, attrCarveout, uintptr(percent)), "cuFuncSetAttribute(%s, carveout %d%%)", f.name, percent)
-	})
-}
-
 // Launch queues fn on s (nil: the legacy default stream) over grid blocks of
 // block threads with sharedBytes of dynamic shared memory. The arguments are
 // copied into the Device's pinned parameter buffer, from which the driver

@@ -10,14 +10,13 @@ import (
 	"github.com/replayssm/replayssm/numeric"
 )
 
-// The nvfp4 quantiser's quotients by one reciprocal a chunk (NV_QDIV in
+// The nvfp4 quantiser's quotients by one reciprocal a chunk (in
 // replay_common.cu: nvfp4_write's chunk setup and nv_quotient) are checked
 // here, on the CPU, as float32 arithmetic: nvQuotient below is the
 // kernel's sequence operation for operation, each rounded once to float32
 // (the fused multiply-adds through big.Float, so nothing rounds twice),
-// against Go's float32 division, which is IEEE's. The kernel's own build
-// runs in TestReplayReadCopyIsNumerics under the define
-// (tools/gpu_check.sh readcopy).
+// against Go's float32 division, which is IEEE's. The kernel's own codes
+// are checked against numeric's by TestReplayReadCopyIsNumerics on a GPU.
 
 // roundF32 is x rounded to the nearest float32, ties to even (subnormals
 // too: big.Float.Float32 rounds so).
