@@ -3,7 +3,6 @@ package cuda
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -1104,48 +1103,6 @@ func checkCopy16(t *testing.T, d *Device, fn *Function, unroll, threads int, rng
 	}
 }
 
-// TestCopyVariants compares copy16 shapes (words in flight per thread,
-// block size) against the driver's copy, so kernels written later can start
-// from the access pattern that reaches the bandwidth ceiling.
-func TestCopyVariants(t *testing.T) {
-	d := gpu(t)
-	if testing.Short() {
-		t.Skip("slow")
-	}
-	ctx := context.Background()
-	rng := newRand(t)
-	src, err := KernelSource("copy.cu")
-	must(t, err)
-	s := stream(t, d)
-	const size = 1 << 30
-	sb, db := alloc(t, d, size), alloc(t, d, size)
-	must(t, d.FillUniform(ctx, s, sb, Float32, 3, -1, 1))
-	timer, err := d.NewTimer(s)
-	must(t, err)
-	defer timer.Close()
-	driver, err := timer.Median(ctx, 20, func() error { return s.CopyDevice(db, sb) })
-	must(t, err)
-	t.Logf("cuMemcpyDtoDAsync: %.0f GB/s (median %v)", driver.GBps(2*size), driver.Median)
-	for _, v := range []struct{ unroll, threads int }{
-		{1, 256}, {2, 256}, {4, 256}, {8, 256}, {16, 256}, {4, 512}, {8, 512}, {4, 1024}, {8, 128}, {16, 128},
-	} {
-		m, err := d.Compile(ctx, "copy.cu", src, fmt.Sprintf("-DCOPY_UNROLL=%d", v.unroll), fmt.Sprintf("-DCOPY_THREADS=%d", v.threads))
-		must(t, err)
-		fn, err := m.Function("copy16")
-		must(t, err)
-		checkCopy16(t, d, fn, v.unroll, v.threads, rng)
-		grid, block, a, err := copyLaunch(db, sb, v.unroll, v.threads)
-		must(t, err)
-		tm, err := timer.Median(ctx, 20, func() error { return d.Launch(fn, grid, block, 0, s, a) })
-		must(t, err)
-		res, err := fn.Resources()
-		must(t, err)
-		t.Logf("copy16 unroll %2d, %4d threads: %.0f GB/s (median %v, min %v, max %v), %d registers",
-			v.unroll, v.threads, tm.GBps(2*size), tm.Median, tm.Min, tm.Max, res.Registers)
-		must(t, m.Close())
-	}
-}
-
 func TestCopyBandwidth(t *testing.T) {
 	d := gpu(t)
 	size := 1 << 30
@@ -1328,101 +1285,4 @@ func BenchmarkEventRecord(b *testing.B) {
 		}
 	}
 	must(b, s.Synchronize())
-}
-
-// TestReadPatterns measures copy.cu's read_items, the replay group steps'
-// access pattern alone (whole items of contiguous state read by one block
-// each, in passes with a few in flight in registers), against read16 over
-// the same GiB: how near the read-only bandwidth a stream of items can come,
-// and with which items, blocks and passes in flight. Each variant's XOR over
-// its sink must equal the buffer's (every word read once).
-func TestReadPatterns(t *testing.T) {
-	d := gpu(t)
-	if testing.Short() {
-		t.Skip("slow")
-	}
-	ctx := context.Background()
-	src, err := KernelSource("copy.cu")
-	must(t, err)
-	s := stream(t, d)
-	const size = 1 << 30
-	sb := alloc(t, d, size)
-	must(t, d.FillUniform(ctx, s, sb, Float32, 7, -1, 1))
-	must(t, s.Synchronize())
-	host := make([]byte, size)
-	must(t, d.CopyFromDevice(host, sb))
-	var want [4]uint32
-	for i := 0; i < size; i += 4 {
-		want[i/4%4] ^= binary.LittleEndian.Uint32(host[i:])
-	}
-	timer, err := d.NewTimer(s)
-	must(t, err)
-	defer timer.Close()
-	read, err := d.Kernel(ctx, "copy.cu", "read16")
-	must(t, err)
-	sink := alloc(t, d, 8<<20)
-	grid, block, a, err := copyLaunch(sb, sb, 1, 256) // read16's sink: written only on an all-ones XOR
-	must(t, err)
-	tm, err := timer.Median(ctx, 20, func() error { return d.Launch(read, grid, block, 0, s, a) })
-	must(t, err)
-	t.Logf("read16: %.0f GB/s (median %v)", tm.GBps(size), tm.Median)
-	// sums: 0, the loads alone; 1 and 2, with an fp32 or a bf16 group
-	// step's dots, row sums and shared stores (ITEM_SUMS). lanes: 0, each
-	// warp load one 512-byte piece; 8 or 4, the group steps' row map
-	// (ITEM_LANES: the 4B bf16 step's rows are 8 lanes of 2 words, fp32's
-	// 8 of 4; session 27's GLANES=4 put bf16's in 4 lanes of 4). smemKB:
-	// dynamic shared memory a block asks for and does not use, as the
-	// group steps' staged ring rows (4B: 27 KiB a block, eight blocks an
-	// SM) take from the SM's L1 share (session 28's question: whether a
-	// smaller L1 bounds the loads in flight).
-	for _, v := range []struct{ threads, cpl, pf, minb, itemKB, sums, lanes, smemKB int }{
-		{64, 4, 2, 8, 128, 0, 0, 0}, {64, 4, 2, 8, 128, 1, 0, 0}, {64, 4, 2, 8, 128, 1, 8, 0}, {64, 4, 4, 8, 128, 0, 0, 0},
-		{64, 4, 2, 8, 64, 0, 0, 0}, {64, 4, 2, 8, 32, 0, 0, 0}, {64, 4, 2, 16, 128, 0, 0, 0}, {64, 2, 2, 8, 128, 0, 0, 0},
-		{64, 2, 4, 8, 128, 0, 0, 0}, {64, 2, 4, 8, 64, 0, 0, 0}, {64, 2, 4, 8, 64, 2, 0, 0}, {64, 2, 4, 8, 64, 0, 8, 0},
-		{64, 2, 4, 8, 64, 2, 8, 0}, {64, 4, 2, 8, 64, 2, 0, 0}, {64, 4, 2, 8, 64, 2, 4, 0}, {64, 8, 2, 8, 128, 0, 0, 0},
-		{64, 4, 2, 4, 128, 0, 0, 0}, {128, 4, 2, 4, 128, 0, 0, 0}, {128, 4, 2, 8, 128, 0, 0, 0}, {128, 4, 4, 4, 128, 0, 0, 0},
-		{256, 4, 2, 4, 128, 0, 0, 0}, {256, 2, 4, 4, 128, 0, 0, 0}, {256, 1, 1, 8, 4, 0, 0, 0},
-		{64, 4, 2, 8, 128, 0, 0, 27}, {64, 4, 2, 8, 128, 0, 0, 12}, {64, 4, 2, 8, 128, 1, 8, 27}, {64, 2, 4, 8, 64, 2, 8, 27},
-	} {
-		m, err := d.Compile(ctx, "copy.cu", src, fmt.Sprintf("-DITEM_THREADS=%d", v.threads), fmt.Sprintf("-DITEM_CPL=%d", v.cpl),
-			fmt.Sprintf("-DITEM_PF=%d", v.pf), fmt.Sprintf("-DITEM_MINB=%d", v.minb), fmt.Sprintf("-DITEM_SUMS=%d", v.sums),
-			fmt.Sprintf("-DITEM_LANES=%d", v.lanes))
-		must(t, err)
-		fn, err := m.Function("read_items")
-		must(t, err)
-		item16 := v.itemKB << 10 / 16
-		items := size / 16 / item16
-		blocks := min(items, d.Multiprocessors()*v.minb)
-		if blocks*v.threads*16 > sink.bytes {
-			t.Fatalf("sink of %d bytes too small for %d blocks", sink.bytes, blocks)
-		}
-		a := new(Args)
-		a.Ptr(sink)
-		a.Ptr(sb)
-		a.U64(uint64(items))
-		a.I32(int32(item16))
-		must(t, fn.SetMaxDynamicSharedMemory(v.smemKB<<10))
-		run := func() error {
-			return d.Launch(fn, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{uint32(v.threads), 1, 1}, uint32(v.smemKB<<10), s, a)
-		}
-		must(t, d.Memset(sink, 0))
-		must(t, run())
-		must(t, s.Synchronize())
-		got := make([]byte, blocks*v.threads*16)
-		must(t, d.CopyFromDevice(got, sink))
-		var x [4]uint32
-		for i := 0; i < len(got); i += 4 {
-			x[i/4%4] ^= binary.LittleEndian.Uint32(got[i:])
-		}
-		if x != want {
-			t.Errorf("%+v: sink XOR %x, buffer XOR %x: not every word was read once", v, x, want)
-		}
-		tm, err := timer.Median(ctx, 20, run)
-		must(t, err)
-		res, err := fn.Resources()
-		must(t, err)
-		t.Logf("read_items %3d threads, %d words a pass a thread, %d passes in flight, %2d blocks an SM, %3d KiB items, sums %d, lanes %d, %2d KiB shared: %.0f GB/s (median %v), %d registers",
-			v.threads, v.cpl, v.pf, v.minb, v.itemKB, v.sums, v.lanes, v.smemKB, tm.GBps(size), tm.Median, res.Registers)
-		must(t, m.Close())
-	}
 }
