@@ -300,10 +300,13 @@ func (c *replayCommon) slotParts(s replay.Slot) []Buffer {
 	return parts
 }
 
-// Close frees the cache's device memory and modules. Work queued on it must
-// have finished.
+// Close waits for the work queued on the cache's stream and frees the
+// cache's device memory and modules.
 func (c *replayCommon) Close() error {
 	var errs []error
+	if c.s != nil {
+		errs = append(errs, c.s.Synchronize())
+	}
 	for _, b := range c.bufs {
 		if err := c.d.Free(b); err != nil {
 			errs = append(errs, err)

@@ -66,20 +66,22 @@ func NewMamba2Cache(ctx context.Context, s *Stream, shape ssm.Mamba2Shape, prm r
 // a path forced at a small size) where it is not nil.
 func newMamba2Cache(ctx context.Context, s *Stream, shape ssm.Mamba2Shape, prm replay.Mamba2Params, conv replay.ConvWeights,
 	capacity int, opt replay.Options, adjust func(*cachePlan)) (*Mamba2Cache, error) {
-	plan, err := planMamba2(shape, opt, s.d.props())
-	if err != nil {
-		return nil, fmt.Errorf("cuda: mamba2 cache: %w", err)
+	build := func(dots bool) (*Mamba2Cache, error) {
+		plan, err := planMamba2Dots(shape, opt, s.d.props(), dots)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: mamba2 cache: %w", err)
+		}
+		if adjust != nil {
+			adjust(&plan)
+		}
+		return buildMamba2(ctx, s, shape, prm, conv, capacity, plan)
 	}
-	if adjust != nil {
-		adjust(&plan)
-	}
-	c, err := buildMamba2(ctx, s, shape, prm, conv, capacity, plan)
+	c, err := build(true)
 	if errors.Is(err, errFoldDotsFit) {
 		// The verify's dots need the pipelined folds, which this GPU
 		// cannot hold: the module again without them, its group verify
 		// streaming every slot.
-		plan.folds.verifyDots = false
-		c, err = buildMamba2(ctx, s, shape, prm, conv, capacity, plan)
+		c, err = build(false)
 	}
 	return c, err
 }

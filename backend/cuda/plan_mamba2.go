@@ -11,6 +11,13 @@ import (
 // planMamba2 plans a Mamba-2 cache's kernels (replay_mamba2.cu) for the
 // shape and options on a GPU of properties p.
 func planMamba2(shape ssm.Mamba2Shape, opt replay.Options, p gpuProps) (cachePlan, error) {
+	return planMamba2Dots(shape, opt, p, true)
+}
+
+// planMamba2Dots is planMamba2, with the verify's dots from the early folds
+// only where dots allows them (a GPU whose folds cannot hold them plans
+// again without).
+func planMamba2Dots(shape ssm.Mamba2Shape, opt replay.Options, p gpuProps, dots bool) (cachePlan, error) {
 	if err := shape.Validate(); err != nil {
 		return cachePlan{}, err
 	}
@@ -31,7 +38,7 @@ func planMamba2(shape ssm.Mamba2Shape, opt replay.Options, p gpuProps) (cachePla
 	// B=256 Nano 610 -> 552 us, Super 649 -> 580; B=512 1200 -> 1078,
 	// 1283 -> 1141 (a quarter of the group verify's items no longer
 	// stream the checkpoints the folds just wrote).
-	dots := opt.State == numeric.F32 && opt.ReadCopy == numeric.F32 && g.verifyOn
+	dots = dots && opt.State == numeric.F32 && opt.ReadCopy == numeric.F32 && g.verifyOn
 	cp.folds = mamba2FoldPlan(p, shape, opt, dots)
 	cp.folds.verifyDots = dots && cp.folds.on
 	// A 2-byte matrix read whole by the step (bf16 or fp16 checkpoint, or a
