@@ -24,30 +24,6 @@ func axpy(y []float32, a float32, x []float32) {
 	axpyGo(y, a, x)
 }
 
-// updateRowDot does row[i] = a·row[i] + c·B[i] and returns Σ row[i]·C[i]
-// over the updated row: one in-place recurrence row and its output.
-func updateRowDot(row []float32, a, c float32, B, C []float32) float32 {
-	if simd {
-		return updateRowDotSIMD(row, a, c, B, C)
-	}
-	return updateRowDotGo(row, a, c, B, C)
-}
-
-// rankUpdateDot does row[i] = decay·row[i] + Σ_j coef[j]·V[j·stride+i] and
-// returns Σ row[i]·C[i] over the updated row (0 when C is nil): a rank-t
-// update of one state row, as a flush applies it.
-func rankUpdateDot(row []float32, decay float32, coef []float32, V []float32, stride int, C []float32) float32 {
-	if simd {
-		rankUpdateSIMD(row, decay, coef, V, stride)
-	} else {
-		rankUpdateGo(row, decay, coef, V, stride)
-	}
-	if C == nil {
-		return 0
-	}
-	return dot(row, C)
-}
-
 func dotGo(a, b []float32) float32 { return vec.DotGo(a, b) }
 
 func axpyGo(y []float32, a float32, x []float32) { vec.AxpyGo(y, a, x) }
@@ -90,14 +66,6 @@ func rankUpdateGo(row []float32, decay float32, coef []float32, V []float32, str
 			r += c * V[j*stride+i]
 		}
 		row[i] = r
-	}
-}
-
-// dots writes out[k] = Σ row[i]·V[k·stride+i] for each k < len(out): one row
-// against several vectors, read once.
-func dots(row []float32, V []float32, stride int, out []float32) {
-	for k := range out {
-		out[k] = dot(row, V[k*stride:k*stride+len(row)])
 	}
 }
 
