@@ -9,6 +9,10 @@ import (
 	"github.com/replayssm/replayssm/numeric"
 )
 
+// The rows-of-128 AVX-512 kernels are generated: edit the generators.
+//go:generate python3 ../tools/gen_dot128_asm.py write dot128_amd64.s
+//go:generate python3 ../tools/gen_nvfp4_asm.py write nvfp4_128_amd64.s
+
 // simd reports whether the AVX2+FMA kernels run on this machine. It is fixed
 // at start-up; the plain-Go kernels are used where it is false.
 var simd = cpu.X86.HasAVX2 && cpu.X86.HasFMA
