@@ -35,8 +35,8 @@ while read -r shape state read ring; do
 	[[ -z $shape ]] && continue
 	d="$out/$shape-$state-$read-$ring"
 	mkdir -p "$d"
-	# (REPLAYSSM_CUDA_RING_BF16=1: the gate a bf16 ring needed before
-	# session 36, for dumping older revisions.)
+	# (REPLAYSSM_CUDA_RING_BF16=1: older revisions gate a bf16 ring behind
+	# it, so that they dump the same modules.)
 	(cd "$repo" && REPLAYSSM_CUDA_RING_BF16=1 REPLAYSSM_DUMP_DIR="$d" REPLAYSSM_DUMP_SHAPE="$shape" \
 		REPLAYSSM_DUMP_STATE="$state" REPLAYSSM_DUMP_READ="$read" REPLAYSSM_DUMP_RING="$ring" \
 		go test ./backend/cuda -run '^TestDumpReplayModule$' -count=1 >"$d/log.txt" 2>&1)

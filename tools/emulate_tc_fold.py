@@ -11,7 +11,7 @@ mask QSW) from each lane's indices as the kernel computes them, multiplies
 exactly, and compares the registers with S + coef B, for one and two
 column parts (M2TCMap: Super's rows split over two warps). Pure Python,
 no GPU: `python3 tools/emulate_tc_fold.py` prints the worst difference
-for each case (rounding only, ~1e-15). Session 31.
+for each case (rounding only, ~1e-15).
 """
 import random
 

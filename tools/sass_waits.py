@@ -12,8 +12,9 @@ later by design) and cp.async (LDGSTS) are left out.
 
     python3 tools/sass_waits.py module.sass mamba2_group_step [--within 15]
 
-Session 36 found the Mamba-2 group step's and group verify's per-token
-inputs so (backend/cuda/NOTES.md, "Session 36"). A heuristic: the index
+It found the Mamba-2 group step's and group verify's per-token inputs
+loaded so (the waits GROUP_EARLY's cp.async staging takes out). A
+heuristic: the index
 is a position in the listing, not in time, and a hit in a branch taken
 rarely (the output loops' rows past the staged ring entries) waits only
 when taken.
