@@ -62,7 +62,9 @@ type Cache[Buf, In any] interface {
 
 // Mamba2Batch is one batch of a Mamba-2 layer's SSM-core inputs on a
 // backend, after the convolution and its activation: row r holds x [H·P],
-// B and C [G·N] and the raw dt [H] (before dt_bias and the softplus).
+// B and C [G·N] and the raw dt [H] (before dt_bias and the softplus). For
+// Step, row i belongs to slots[i]; for Verify with T drafts, row i·T+s is
+// draft s of slots[i].
 type Mamba2Batch[Buf any] struct {
 	X, B, C, Dt Buf
 	// DtMin, when positive, clamps Δ = softplus(dt + dt_bias) from below.
@@ -75,7 +77,8 @@ type Mamba2Batch[Buf any] struct {
 // GDNBatch is one batch of a Gated DeltaNet layer's recurrence inputs on a
 // backend, after the convolution and its activation, before the q/k
 // normalisation: row r holds q and k [Hk·dk], v [Hv·dv], and the raw a and
-// b [Hv] (g = −exp(A_log)·softplus(a+dt_bias), β = sigmoid(b)).
+// b [Hv] (g = −exp(A_log)·softplus(a+dt_bias), β = sigmoid(b)). Rows are
+// laid out as in Mamba2Batch.
 type GDNBatch[Buf any] struct {
 	Q, K, V, A, B Buf
 }

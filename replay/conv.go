@@ -85,11 +85,11 @@ func (c *convWindow) reset(s Slot) { clear(c.slot(s)) }
 
 func (c *convWindow) copySlot(dst, src Slot) { copy(c.slot(dst), c.slot(src)) }
 
-func convStep(c *convWindow, st *slotTable, slots []Slot, in, out []float32) error {
+func convStep(c *convWindow, l *Ledger, slots []Slot, in, out []float32) error {
 	if c == nil {
 		return fmt.Errorf("conv: cache built without conv weights")
 	}
-	if err := st.checkBatch(slots); err != nil {
+	if err := l.CheckBatch(slots); err != nil {
 		return fmt.Errorf("conv: %w", err)
 	}
 	C := c.w.Channels
@@ -106,14 +106,14 @@ func convStep(c *convWindow, st *slotTable, slots []Slot, in, out []float32) err
 	return nil
 }
 
-func convVerify(c *convWindow, st *slotTable, maxDraft int, slots []Slot, T int, in, out []float32) error {
+func convVerify(c *convWindow, l *Ledger, maxDraft int, slots []Slot, T int, in, out []float32) error {
 	if c == nil {
 		return fmt.Errorf("conv: cache built without conv weights")
 	}
 	if err := checkDrafts(nil, len(slots), T, maxDraft); err != nil {
 		return fmt.Errorf("conv: %w", err)
 	}
-	if err := st.checkBatch(slots); err != nil {
+	if err := l.CheckBatch(slots); err != nil {
 		return fmt.Errorf("conv: %w", err)
 	}
 	C := c.w.Channels

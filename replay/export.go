@@ -34,11 +34,12 @@ type exportHeader struct {
 }
 
 func (c *core) header(s Slot) exportHeader {
+	hist, cur, flushes := c.ledger.Cursors(s)
 	h := exportHeader{
 		Version: exportVersion, Dims: c.dims,
 		Mode: uint8(c.opt.Mode), State: uint8(c.opt.State), Read: uint8(c.opt.ReadCopy), Ring: uint8(c.opt.Ring),
 		Window: int32(c.opt.Window), MaxDraft: int32(c.opt.MaxDraft),
-		Hist: c.slots.hist[s], Cur: c.slots.cur[s], Flushes: c.slots.flushes[s],
+		Hist: hist, Cur: cur, Flushes: flushes,
 	}
 	copy(h.Kind[:], c.kind)
 	if c.conv != nil {
@@ -51,7 +52,7 @@ func (c *core) header(s Slot) exportHeader {
 // state buffers and read copy in their stored formats, the committed ring,
 // cursors and conv window. Pending drafts are not exported.
 func (c *core) Export(s Slot) ([]byte, error) {
-	if err := c.slots.check(s); err != nil {
+	if err := c.ledger.Check(s); err != nil {
 		return nil, fmt.Errorf("%s cache: export: %w", c.kind, err)
 	}
 	var buf bytes.Buffer
@@ -87,7 +88,7 @@ func (c *core) Export(s Slot) ([]byte, error) {
 // Import overwrites live slot s with a blob from Export of a cache with the
 // same kind, shape and options.
 func (c *core) Import(s Slot, blob []byte) error {
-	if err := c.slots.check(s); err != nil {
+	if err := c.ledger.Check(s); err != nil {
 		return fmt.Errorf("%s cache: import: %w", c.kind, err)
 	}
 	if err := c.importInto(s, blob); err != nil {
@@ -150,6 +151,5 @@ func (c *core) importInto(s Slot, blob []byte) error {
 			dst[j], rest = readF32(rest)
 		}
 	}
-	c.slots.hist[s], c.slots.cur[s], c.slots.flushes[s], c.slots.pending[s] = h.Hist, h.Cur, h.Flushes, 0
-	return nil
+	return c.ledger.SetCursors(s, h.Hist, h.Cur, h.Flushes)
 }

@@ -15,13 +15,9 @@ type GDNParams struct {
 	DtBias []float32
 }
 
-// GDNInput is one batch of recurrence inputs after the convolution and its
-// activation, before the q/k normalisation: row r holds q and k [Hk·dk],
-// v [Hv·dv], and the raw a and b [Hv] (g = −exp(A_log)·softplus(a+dt_bias),
-// β = sigmoid(b)). Rows are laid out as in Mamba2Input.
-type GDNInput struct {
-	Q, K, V, A, B []float32
-}
+// GDNInput is a batch of Gated DeltaNet inputs in host memory, the CPU
+// cache's GDNBatch.
+type GDNInput = GDNBatch[[]float32]
 
 // GDNCache is the state cache of one Gated DeltaNet layer. The state of value
 // head j, S[i][m] (i < dk, m < dv), is stored transposed: dv rows of dk, row m
@@ -75,10 +71,15 @@ type gdnScratch struct {
 	sr   *numeric.Stochastic
 }
 
+var _ GDNState[[]float32] = (*GDNCache)(nil)
+
 // NewGDN builds a cache of capacity slots for one Gated DeltaNet layer. conv
 // may have zero Channels when the caller runs the convolution itself.
 func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, opt Options) (*GDNCache, error) {
-	opt = opt.withDefaults()
+	opt, err := opt.Check("gdn", CPUCapabilities())
+	if err != nil {
+		return nil, err
+	}
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}
@@ -130,7 +131,7 @@ func NewGDN(shape ssm.GDNShape, prm GDNParams, conv ConvWeights, capacity int, o
 func (c *GDNCache) Shape() ssm.GDNShape { return c.shape }
 
 func (c *GDNCache) checkIO(slots []Slot, T int, in GDNInput, o []float32) error {
-	if err := c.slots.checkBatch(slots); err != nil {
+	if err := c.ledger.CheckBatch(slots); err != nil {
 		return err
 	}
 	Hk, Hv, dk, dv := c.shape.KeyHeads, c.shape.ValueHeads, c.shape.KeyDim, c.shape.ValueDim
@@ -153,10 +154,9 @@ func (c *GDNCache) Step(slots []Slot, in GDNInput, o []float32) error {
 	if err := c.checkIO(slots, 1, in, o); err != nil {
 		return fmt.Errorf("gdn cache: step: %w", err)
 	}
-	c.beginStep(slots)
+	c.recordStep(slots)
 	c.opSlots, c.opIn, c.opOut, c.opT, c.opCounts = slots, in, o, 1, nil
 	c.work.run(len(slots)*c.shape.KeyHeads, c.taskStep)
-	c.finishStep(slots)
 	c.opSlots, c.opIn, c.opOut = nil, GDNInput{}, nil
 	return nil
 }
@@ -208,7 +208,7 @@ func (c *GDNCache) stepTask(worker, i int) {
 		return
 	}
 	s := c.opSlots[b]
-	n := int(c.slots.hist[s])
+	n := int(c.opHist[s])
 	c.appendRing(sc, s, kh, 0, b, n)
 	if n+1 >= c.opt.Window {
 		c.fold(sc, s, kh, n+1, n, b)
@@ -321,7 +321,7 @@ func (c *GDNCache) prefetchHead(b, j int) {
 	s := c.opSlots[b]
 	R := c.opt.ring()
 	T := c.opT
-	n := int(c.slots.hist[s])
+	n := int(c.opHist[s])
 	if n+T > R {
 		return
 	}
@@ -444,7 +444,7 @@ func (c *GDNCache) fold(sc *gdnScratch, s Slot, kh, t, cached, r int) {
 		rankUpdateDotRows(S, dv, dk, gt, W, dv, t, keys, dk, q, o)
 		if c.state.raw(mat) == nil {
 			sr := sc.sr
-			c.reseed(sr, s, mat, int64(c.slots.flushes[s]))
+			c.reseed(sr, s, mat, int64(c.opFlushes[s]))
 			c.state.store(mat, S, sr)
 		}
 		if c.read != nil {
@@ -475,7 +475,7 @@ func (c *GDNCache) baselineGroup(sc *gdnScratch, b, kh, T, nd int, verify bool) 
 	vpk := Hv / Hk
 	nb := c.opt.stateBuffers()
 	s := c.opSlots[b]
-	cur := int(c.slots.cur[s])
+	cur := c.cur(s)
 	sk := sc.proj[:dv]
 	for j := kh * vpk; j < (kh+1)*vpk; j++ {
 		src := (int(s)*nb+cur)*Hv + j
@@ -513,7 +513,7 @@ func (c *GDNCache) baselineGroup(sc *gdnScratch, b, kh, T, nd int, verify bool) 
 				}
 			} else {
 				sr := sc.sr
-				c.reseed(sr, s, dst, int64(c.stats.Steps+int64(k)))
+				c.reseed(sr, s, dst, c.opSteps+int64(k))
 				c.state.store(dst, S, sr)
 				c.state.load(dst, S)
 			}
@@ -558,9 +558,8 @@ func (c *GDNCache) Verify(slots []Slot, T int, counts []int, in GDNInput, o []fl
 		return fmt.Errorf("gdn cache: verify: %w", err)
 	}
 	c.opSlots, c.opIn, c.opOut, c.opT, c.opCounts = slots, in, o, T, counts
-	c.beginVerify(slots, T, counts)
+	c.recordVerify(slots, T, counts)
 	c.work.run(len(slots)*c.shape.KeyHeads, c.taskVer)
-	c.finishVerify(slots)
 	c.opSlots, c.opIn, c.opOut, c.opCounts = nil, GDNInput{}, nil, nil
 	return nil
 }
@@ -580,8 +579,8 @@ func (c *GDNCache) verifyTask(worker, i int) {
 		return
 	}
 	s := c.opSlots[b]
-	n := int(c.slots.hist[s])
-	if c.slots.fold[s] {
+	n := int(c.opHist[s])
+	if c.opFold[s] {
 		c.fold(sc, s, kh, n, n, -1)
 		n = 0
 	}

@@ -42,8 +42,8 @@ func BenchmarkGDNNonflush(b *testing.B) {
 					b.Fatal(err)
 				}
 				for _, s := range slots {
-					if int(c.slots.hist[s]) >= L-1 {
-						c.slots.hist[s] = 0
+					if int(c.ledger.slots.hist[s]) >= L-1 {
+						c.ledger.slots.hist[s] = 0
 					}
 				}
 			}

@@ -34,7 +34,7 @@ type cache interface {
 	Fork(Slot) (Slot, error)
 	Commit([]Slot, []int) error
 	Stats() Stats
-	Close()
+	Close() error
 	step([]Slot, input, []float32) error
 	verify([]Slot, int, []int, input, []float32) error
 	export(Slot) ([]byte, error)

@@ -16,20 +16,11 @@ type Mamba2Params struct {
 	D      []float32
 }
 
-// Mamba2Input is one batch of SSM-core inputs, after the convolution and its
-// activation: row r holds x [H·P], B and C [G·N] and the raw dt [H] (before
-// dt_bias and the softplus). For Step, row i belongs to slots[i]; for Verify
-// with T drafts, row i·T+s is draft s of slots[i].
-type Mamba2Input struct {
-	X, B, C, Dt []float32
-	// DtMin, when positive, clamps Δ = softplus(dt + dt_bias) from below.
-	// transformers' NemotronH clamps Δ ≥ time_step_min on its multi-token
-	// path (prefill, and a multi-token forward on a cache) and not in
-	// single-token decode; a model sets DtMin to match.
-	DtMin float32
-}
+// Mamba2Input is a batch of Mamba-2 inputs in host memory, the CPU cache's
+// Mamba2Batch.
+type Mamba2Input = Mamba2Batch[[]float32]
 
-// Mamba2Cache is the state cache of one Mamba-2 layer.
+// Mamba2Cache is the state cache of one Mamba-2 layer in host memory.
 type Mamba2Cache struct {
 	core
 	shape ssm.Mamba2Shape
@@ -70,10 +61,15 @@ type mamba2Scratch struct {
 	sr   *numeric.Stochastic
 }
 
+var _ Mamba2State[[]float32] = (*Mamba2Cache)(nil)
+
 // NewMamba2 builds a cache of capacity slots for one Mamba-2 layer.
 // conv may have zero Channels when the caller runs the convolution itself.
 func NewMamba2(shape ssm.Mamba2Shape, prm Mamba2Params, conv ConvWeights, capacity int, opt Options) (*Mamba2Cache, error) {
-	opt = opt.withDefaults()
+	opt, err := opt.Check("mamba2", CPUCapabilities())
+	if err != nil {
+		return nil, err
+	}
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}
@@ -133,16 +129,15 @@ func (c *Mamba2Cache) Step(slots []Slot, in Mamba2Input, y []float32) error {
 	if err := c.checkIO(slots, 1, in, y); err != nil {
 		return fmt.Errorf("mamba2 cache: step: %w", err)
 	}
-	c.beginStep(slots)
+	c.recordStep(slots)
 	c.opSlots, c.opIn, c.opOut, c.opT = slots, in, y, 1
 	c.work.run(len(slots)*c.shape.Groups, c.taskStep)
-	c.finishStep(slots)
 	c.opSlots, c.opIn, c.opOut = nil, Mamba2Input{}, nil
 	return nil
 }
 
 func (c *Mamba2Cache) checkIO(slots []Slot, T int, in Mamba2Input, y []float32) error {
-	if err := c.slots.checkBatch(slots); err != nil {
+	if err := c.ledger.CheckBatch(slots); err != nil {
 		return err
 	}
 	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
@@ -168,7 +163,7 @@ func (c *Mamba2Cache) stepTask(worker, i int) {
 		return
 	}
 	s := c.opSlots[b]
-	n := int(c.slots.hist[s])
+	n := int(c.opHist[s])
 	sc := &c.scratch[worker]
 	t := n + 1
 	C := c.groupVec(c.opIn.C, b, g)
@@ -261,7 +256,7 @@ func (c *Mamba2Cache) prefetchHead(b, h int) {
 	s := c.opSlots[b]
 	R := c.opt.ring()
 	T := c.opT
-	cnt := int(c.slots.hist[s]) + T
+	cnt := int(c.opHist[s]) + T
 	if cnt > R {
 		return
 	}
@@ -353,7 +348,7 @@ func (c *Mamba2Cache) storeState(sc *mamba2Scratch, s Slot, mat int, S []float32
 		return
 	}
 	sr := sc.sr
-	c.reseed(sr, s, mat, int64(c.slots.flushes[s]))
+	c.reseed(sr, s, mat, int64(c.opFlushes[s]))
 	c.state.store(mat, S, sr)
 }
 
@@ -433,7 +428,7 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 	nb := c.opt.stateBuffers()
 	sc := &c.scratch[worker]
 	s := c.opSlots[b]
-	cur := int(c.slots.cur[s])
+	cur := c.cur(s)
 	count := T
 	if c.opCounts != nil {
 		count = c.opCounts[b]
@@ -475,7 +470,7 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 				}
 			} else {
 				sr := sc.sr
-				c.reseed(sr, s, dst, int64(c.stats.Steps+int64(k)))
+				c.reseed(sr, s, dst, c.opSteps+int64(k))
 				c.state.store(dst, S, sr)
 				// Naive low precision: the next update starts from the
 				// rounded state, as it would in a real low-precision cache.
@@ -525,9 +520,8 @@ func (c *Mamba2Cache) Verify(slots []Slot, T int, counts []int, in Mamba2Input, 
 		return fmt.Errorf("mamba2 cache: verify: %w", err)
 	}
 	c.opSlots, c.opIn, c.opOut, c.opT, c.opCounts = slots, in, y, T, counts
-	c.beginVerify(slots, T, counts)
+	c.recordVerify(slots, T, counts)
 	c.work.run(len(slots)*c.shape.Groups, c.taskVer)
-	c.finishVerify(slots)
 	c.opSlots, c.opIn, c.opOut, c.opCounts = nil, Mamba2Input{}, nil, nil
 	return nil
 }
@@ -542,8 +536,8 @@ func (c *Mamba2Cache) verifyTask(worker, i int) {
 	}
 	s := c.opSlots[b]
 	sc := &c.scratch[worker]
-	n := int(c.slots.hist[s])
-	if c.slots.fold[s] {
+	n := int(c.opHist[s])
+	if c.opFold[s] {
 		c.flushGroup(sc, s, g, n, nil, nil, 0, false)
 		n = 0
 	}

@@ -58,8 +58,8 @@ func benchMamba2Nonflush(b *testing.B, name string, shape ssm.Mamba2Shape, opt O
 				b.Fatal(err)
 			}
 			for _, s := range slots {
-				if int(c.slots.hist[s]) >= L-1 {
-					c.slots.hist[s] = 0
+				if int(c.ledger.slots.hist[s]) >= L-1 {
+					c.ledger.slots.hist[s] = 0
 				}
 			}
 		}

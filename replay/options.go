@@ -22,6 +22,8 @@ package replay
 import (
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 
 	"github.com/replayssm/replayssm/numeric"
 )
@@ -121,6 +123,153 @@ type Options struct {
 	Threads int
 }
 
+// Capabilities describes what one backend's caches take: the state and
+// read-copy formats its kernels store, the ring formats of each layer kind,
+// how long a ring may be and whether state writes can round
+// stochastically. Options.Check holds options against it.
+//
+// A format list names the formats taken besides fp32 where fp32 means "as
+// given" (no read copy, a ring kept as given), which every backend takes.
+type Capabilities struct {
+	// Backend names the backend in errors: "cpu", "cuda".
+	Backend string
+	// ReplayStates are the checkpoint formats of a replay cache.
+	ReplayStates []numeric.Format
+	// BaselineStates are the state formats of a baseline cache.
+	BaselineStates []numeric.Format
+	// ReadCopies are the read-copy formats of a replay cache, besides
+	// none (fp32).
+	ReadCopies []numeric.Format
+	// Rings are the ring formats of a replay cache per layer kind
+	// ("mamba2", "gdn"), besides fp32.
+	Rings map[string][]numeric.Format
+	// MaxWindow bounds Window, and MaxRing the ring, Window + MaxDraft
+	// entries. MaxDraft is at most MaxDraftLimit on every backend.
+	MaxWindow, MaxRing int
+	// Stochastic reports whether low-precision state writes can round
+	// stochastically (Options.Stochastic).
+	Stochastic bool
+}
+
+// CPUCapabilities returns what the caches of this package take: replay
+// checkpoints in fp32, fp16, bf16 or fp8-e4m3 and baseline states in those
+// or nvfp4 (the naive comparison point), read copies in bf16, fp8-e4m3 or
+// nvfp4, a bf16 ring for either layer, windows up to 256 and stochastic
+// rounding.
+func CPUCapabilities() Capabilities {
+	return Capabilities{
+		Backend:        "cpu",
+		ReplayStates:   []numeric.Format{numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3},
+		BaselineStates: []numeric.Format{numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3, numeric.NVFP4},
+		ReadCopies:     []numeric.Format{numeric.BF16, numeric.E4M3, numeric.NVFP4},
+		Rings:          map[string][]numeric.Format{"mamba2": {numeric.BF16}, "gdn": {numeric.BF16}},
+		MaxWindow:      256,
+		MaxRing:        256 + MaxDraftLimit,
+		Stochastic:     true,
+	}
+}
+
+// An OptionsError reports options that a backend's caches do not take.
+type OptionsError struct {
+	Backend string // Capabilities.Backend
+	Kind    string // the layer kind, "mamba2" or "gdn"; "" for every kind
+	// Option is the field of Options at fault: Mode, Window, MaxDraft,
+	// State, ReadCopy, Ring or Stochastic.
+	Option string
+	Reason string // what is wrong, e.g. "window 0 out of range [1, 256]"
+}
+
+func (e *OptionsError) Error() string {
+	if e.Kind == "" {
+		return fmt.Sprintf("%s caches: %s", e.Backend, e.Reason)
+	}
+	return fmt.Sprintf("%s %s cache: %s", e.Backend, e.Kind, e.Reason)
+}
+
+// Check returns o with its defaults filled in (Window, Threads), or an
+// *OptionsError if a cache of the layer kind ("mamba2" or "gdn"; "" for
+// options every kind must take) on a backend with capabilities caps cannot
+// take it. The rules that hold on every backend are checked here too: a
+// read copy and a low-precision ring need replay mode, and an nvfp4
+// checkpoint is refused (docs/DESIGN.md 2.4).
+func (o Options) Check(kind string, caps Capabilities) (Options, error) {
+	o = o.withDefaults()
+	fail := func(option, format string, args ...any) (Options, error) {
+		return o, &OptionsError{Backend: caps.Backend, Kind: kind, Option: option, Reason: fmt.Sprintf(format, args...)}
+	}
+	var rings []numeric.Format
+	switch kind {
+	case "mamba2", "gdn":
+		rings = caps.Rings[kind]
+	case "":
+		// A ring format every kind takes.
+		for _, f := range caps.Rings["mamba2"] {
+			if slices.Contains(caps.Rings["gdn"], f) {
+				rings = append(rings, f)
+			}
+		}
+	default:
+		return fail("Kind", "unknown layer kind %q (want mamba2 or gdn)", kind)
+	}
+	if o.Mode != Replay && o.Mode != Baseline {
+		return fail("Mode", "mode %v not supported (want replay or baseline)", o.Mode)
+	}
+	if o.Window < 1 || o.Window > caps.MaxWindow {
+		return fail("Window", "window %d out of range [1, %d]", o.Window, caps.MaxWindow)
+	}
+	if o.MaxDraft < 0 || o.MaxDraft > MaxDraftLimit {
+		return fail("MaxDraft", "max draft %d out of range [0, %d]", o.MaxDraft, MaxDraftLimit)
+	}
+	if o.Window+o.MaxDraft > caps.MaxRing {
+		return fail("MaxDraft", "window %d + max draft %d = %d ring entries, more than the %d this backend takes",
+			o.Window, o.MaxDraft, o.Window+o.MaxDraft, caps.MaxRing)
+	}
+	states := caps.ReplayStates
+	if o.Mode == Baseline {
+		states = caps.BaselineStates
+	}
+	switch {
+	case o.Mode == Replay && o.State == numeric.NVFP4:
+		return fail("State", "an nvfp4 checkpoint would feed quantisation error into the recurrence; use it as a read copy, or as a naive baseline state")
+	case !slices.Contains(states, o.State):
+		return fail("State", "%v state format %v not supported (want %s)", o.Mode, o.State, formatList(states, ""))
+	}
+	switch {
+	case o.ReadCopy == numeric.F32:
+	case o.Mode != Replay:
+		return fail("ReadCopy", "a read copy needs replay mode")
+	case !slices.Contains(caps.ReadCopies, o.ReadCopy):
+		return fail("ReadCopy", "read copy format %v not supported (want %s)", o.ReadCopy, formatList(caps.ReadCopies, "none"))
+	}
+	switch {
+	case o.Ring == numeric.F32:
+	case o.Mode != Replay:
+		return fail("Ring", "a %v ring needs replay mode (a baseline keeps no ring)", o.Ring)
+	case !slices.Contains(rings, o.Ring):
+		return fail("Ring", "ring format %v not supported (want %s)", o.Ring, formatList(rings, "fp32"))
+	}
+	if o.Stochastic && !caps.Stochastic {
+		return fail("Stochastic", "stochastic rounding not supported")
+	}
+	return o, nil
+}
+
+// formatList names formats for an error: "fp32, bf16 or nvfp4", with first
+// (when not "") before them.
+func formatList(fs []numeric.Format, first string) string {
+	var names []string
+	if first != "" {
+		names = append(names, first)
+	}
+	for _, f := range fs {
+		names = append(names, f.String())
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
 func (o Options) withDefaults() Options {
 	if o.Window == 0 {
 		o.Window = DefaultWindow
@@ -129,42 +278,6 @@ func (o Options) withDefaults() Options {
 		o.Threads = runtime.GOMAXPROCS(0)
 	}
 	return o
-}
-
-func (o Options) validate() error {
-	if o.Window < 1 || o.Window > 256 {
-		return fmt.Errorf("window %d out of range [1, 256]", o.Window)
-	}
-	if o.MaxDraft < 0 || o.MaxDraft > MaxDraftLimit {
-		return fmt.Errorf("max draft %d out of range [0, %d]", o.MaxDraft, MaxDraftLimit)
-	}
-	switch o.State {
-	case numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3:
-	case numeric.NVFP4:
-		if o.Mode != Baseline {
-			return fmt.Errorf("an nvfp4 checkpoint would feed quantisation error into the recurrence; use it as a read copy, or as a naive baseline state")
-		}
-	default:
-		return fmt.Errorf("state format %v not supported (want fp32, fp16, bf16 or fp8-e4m3)", o.State)
-	}
-	switch o.ReadCopy {
-	case numeric.F32, numeric.BF16, numeric.E4M3, numeric.NVFP4:
-	default:
-		return fmt.Errorf("read copy format %v not supported (want bf16, fp8-e4m3 or nvfp4)", o.ReadCopy)
-	}
-	if o.ReadCopy != numeric.F32 && o.Mode != Replay {
-		return fmt.Errorf("a read copy needs replay mode")
-	}
-	switch o.Ring {
-	case numeric.F32:
-	case numeric.BF16:
-		if o.Mode != Replay {
-			return fmt.Errorf("a bf16 ring needs replay mode (a baseline keeps no ring)")
-		}
-	default:
-		return fmt.Errorf("ring format %v not supported (want fp32 or bf16)", o.Ring)
-	}
-	return nil
 }
 
 // roundsRing reports whether the ring's inputs are rounded to bf16 as the

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/replayssm/replayssm/numeric"
-	"github.com/replayssm/replayssm/ssm"
 )
 
 // exportRingOffset is the offset of exportHeader.Ring in an exported
@@ -162,34 +161,6 @@ func TestRingBF16IsRoundedInputs(t *testing.T) {
 				st := caches[0].Stats()
 				t.Logf("%d outputs differ from the unrounded ring's; flushes %d, verifies %d", differ, st.Flushes, st.Verifies)
 			})
-		}
-	}
-}
-
-// TestRingOptions checks Options.Ring's validation: bf16 in replay mode
-// only, no other format.
-func TestRingOptions(t *testing.T) {
-	shape := ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 16, Groups: 2}
-	f := newMamba2Fixture(3, shape)
-	for _, tc := range []struct {
-		name string
-		opt  Options
-		ok   bool
-	}{
-		{"replay bf16", Options{Mode: Replay, Ring: numeric.BF16}, true},
-		{"replay fp32", Options{Mode: Replay}, true},
-		{"baseline bf16", Options{Mode: Baseline, Ring: numeric.BF16}, false},
-		{"replay fp16", Options{Mode: Replay, Ring: numeric.F16}, false},
-		{"replay e4m3", Options{Mode: Replay, Ring: numeric.E4M3}, false},
-	} {
-		c, err := NewMamba2(shape, f.prm, ConvWeights{}, 2, tc.opt)
-		if (err == nil) != tc.ok {
-			t.Errorf("%s: error %v", tc.name, err)
-		}
-		if err == nil {
-			c.Close()
-		} else {
-			t.Logf("%s: %v", tc.name, err)
 		}
 	}
 }

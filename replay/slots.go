@@ -45,7 +45,6 @@ type slotTable struct {
 	cur     []int32
 	pending []int32
 	flushes []uint32
-	fold    []bool   // set during a verify: fold the history before the drafts
 	mark    []uint32 // batch-duplicate detection
 	epoch   uint32
 }
@@ -57,7 +56,6 @@ func newSlotTable(capacity int) slotTable {
 		cur:     make([]int32, capacity),
 		pending: make([]int32, capacity),
 		flushes: make([]uint32, capacity),
-		fold:    make([]bool, capacity),
 		mark:    make([]uint32, capacity),
 	}
 	for i := capacity - 1; i >= 0; i-- {
