@@ -64,16 +64,30 @@ func (f stateFlags) options() (replay.Options, error) {
 	if err != nil {
 		return replay.Options{}, fmt.Errorf("%w: --ring-dtype: %v", errUsage, err)
 	}
-	if ring != numeric.F32 && ring != numeric.BF16 {
-		return replay.Options{}, fmt.Errorf("%w: --ring-dtype %s: want fp32 or bf16", errUsage, *f.ring)
+	// Options take a zero window as the default; a flag of 0 is a mistake.
+	if *f.window < 1 {
+		return replay.Options{}, fmt.Errorf("%w: --window %d: want a positive window", errUsage, *f.window)
 	}
-	if ring != numeric.F32 && mode != replay.Replay {
-		return replay.Options{}, fmt.Errorf("%w: --ring-dtype %s needs --state-mode replay (a baseline keeps no ring)", errUsage, *f.ring)
+	opt := replay.Options{Mode: mode, Window: *f.window, State: st, ReadCopy: rc, Ring: ring, ExactFold: *f.exact}
+	if _, err := opt.Check("", replay.CPUCapabilities()); err != nil {
+		return replay.Options{}, fmt.Errorf("%w: %s", errUsage, flagError(err))
 	}
-	if *f.window < 1 || *f.window > 256 {
-		return replay.Options{}, fmt.Errorf("%w: --window %d out of range [1, 256]", errUsage, *f.window)
+	return opt, nil
+}
+
+// stateFlagNames are the flags that set each field of replay.Options.
+var stateFlagNames = map[string]string{
+	"Mode": "--state-mode", "Window": "--window", "State": "--state-dtype", "ReadCopy": "--read-copy", "Ring": "--ring-dtype",
+}
+
+// flagError words an error of replay.Options.Check in terms of the flag that
+// set the option at fault.
+func flagError(err error) string {
+	var oe *replay.OptionsError
+	if errors.As(err, &oe) && stateFlagNames[oe.Option] != "" {
+		return stateFlagNames[oe.Option] + ": " + oe.Reason
 	}
-	return replay.Options{Mode: mode, Window: *f.window, State: st, ReadCopy: rc, Ring: ring, ExactFold: *f.exact}, nil
+	return err.Error()
 }
 
 // precision names the state formats of opt, e.g. "fp32", "fp32+nvfp4-read"

@@ -31,7 +31,6 @@ func TestCLIDispatch(t *testing.T) {
 		{[]string{"bench", "kernels", "--modes", "fast"}, 2, "unknown mode"},
 		{[]string{"bench", "kernels", "--state-dtype", "fp7"}, 2, "fp7"},
 		{[]string{"bench", "kernels", "--window", "0"}, 2, "window"},
-		{[]string{"bench", "kernels", "--trace", "t"}, 2, "--trace needs --device cuda"},
 		{[]string{"bench", "kernels", "--ring-dtype", "fp16"}, 2, "--ring-dtype fp16: want fp32 or bf16"},
 		{[]string{"bench", "nosuch"}, 2, "unknown benchmark"},
 		{[]string{"bench", "copy", "--device", "tpu"}, 2, `device "tpu"`},
@@ -41,7 +40,10 @@ func TestCLIDispatch(t *testing.T) {
 		{[]string{"bench", "decode", "--max-tokens", "1"}, 2, "max-tokens"},
 		{[]string{"bench", "decode", "--state-dtype", "fp7"}, 2, "fp7"},
 		{[]string{"version"}, 0, ""},
-		{[]string{"generate", "--window", "0", "x"}, 2, "--window 0 out of range"},
+		{[]string{"generate", "--window", "0", "x"}, 2, "--window 0: want a positive window"},
+		{[]string{"generate", "--window", "300", "x"}, 2, "--window: window 300 out of range [1, 256]"},
+		{[]string{"generate", "--read-copy", "fp16", "x"}, 2, "--read-copy: read copy format fp16 not supported"},
+		{[]string{"generate", "--state-mode", "baseline", "--read-copy", "nvfp4", "x"}, 2, "--read-copy: a read copy needs replay mode"},
 		{[]string{"generate", "--state-mode", "sideways", "x"}, 2, "--state-mode"},
 	}
 	for _, tt := range tests {
