@@ -185,45 +185,33 @@ func (cp *cachePlan) splitMaxBatch(p gpuProps) int {
 	return splitBatches(cp.heads, cp.split.parts, p.sms)
 }
 
-// checkOptions fills in package replay's defaults and checks what the GPU
-// kernels support.
+// Capabilities is what the GPU caches take (replay.Options.Check): replay
+// checkpoints and baseline states in fp32, fp16, bf16 or fp8-e4m3 (the
+// naive nvfp4 state is CPU-only), read copies in bf16, fp8-e4m3 or nvfp4,
+// a bf16 ring for Mamba-2 layers (the GDN ring keeps k normalised, which
+// is not a bf16 value), at most replayRingMax ring entries, and no
+// stochastic rounding.
+func Capabilities() replay.Capabilities {
+	states := []numeric.Format{numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3}
+	return replay.Capabilities{
+		Backend:        "cuda",
+		ReplayStates:   states,
+		BaselineStates: states,
+		ReadCopies:     []numeric.Format{numeric.BF16, numeric.E4M3, numeric.NVFP4},
+		Rings:          map[string][]numeric.Format{"mamba2": {numeric.BF16}},
+		MaxWindow:      replayRingMax,
+		MaxRing:        replayRingMax,
+	}
+}
+
+// checkOptions fills in package replay's defaults and checks the options
+// against what the GPU kernels take.
 func checkOptions(kind string, opt replay.Options) (replay.Options, error) {
-	if opt.Window == 0 {
-		opt.Window = replay.DefaultWindow
+	o, err := opt.Check(kind, Capabilities())
+	if err != nil {
+		return opt, fmt.Errorf("%w: %w", ErrReplayOptions, err)
 	}
-	if opt.Window < 1 || opt.MaxDraft < 0 || opt.MaxDraft > replay.MaxDraftLimit {
-		return opt, fmt.Errorf("%w: window %d, max draft %d", ErrReplayOptions, opt.Window, opt.MaxDraft)
-	}
-	if opt.Window+opt.MaxDraft > replayRingMax {
-		return opt, fmt.Errorf("%w: window %d + max draft %d exceeds %d ring entries", ErrReplayOptions, opt.Window, opt.MaxDraft, replayRingMax)
-	}
-	switch opt.State {
-	case numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3:
-	default:
-		return opt, fmt.Errorf("%w: state format %v (want fp32, fp16, bf16 or fp8-e4m3)", ErrReplayOptions, opt.State)
-	}
-	switch opt.ReadCopy {
-	case numeric.F32, numeric.BF16, numeric.E4M3, numeric.NVFP4:
-	default:
-		return opt, fmt.Errorf("%w: read copy %v (want none, bf16, fp8-e4m3 or nvfp4)", ErrReplayOptions, opt.ReadCopy)
-	}
-	if opt.ReadCopy != numeric.F32 && opt.Mode != replay.Replay {
-		return opt, fmt.Errorf("%w: a read copy needs replay mode", ErrReplayOptions)
-	}
-	if opt.Stochastic {
-		return opt, fmt.Errorf("%w: stochastic rounding", ErrReplayOptions)
-	}
-	switch {
-	case opt.Ring != numeric.F32 && opt.Ring != numeric.BF16:
-		return opt, fmt.Errorf("%w: a %v ring (want fp32 or bf16)", ErrReplayOptions, opt.Ring)
-	case opt.Ring != numeric.F32 && opt.Mode != replay.Replay:
-		return opt, fmt.Errorf("%w: a %v ring needs replay mode (a baseline keeps no ring)", ErrReplayOptions, opt.Ring)
-	case opt.Ring != numeric.F32 && kind == "gdn":
-		// The GDN ring keeps k normalised, which is not a bf16 value: its
-		// kernels would need the raw k and a factor.
-		return opt, fmt.Errorf("%w: a %v ring (the GDN kernels keep an fp32 ring; Mamba-2 caches take a bf16 one)", ErrReplayOptions, opt.Ring)
-	}
-	return opt, nil
+	return o, nil
 }
 
 // replayRingMax bounds window + max drafts: the ring's per-entry tables live

@@ -212,13 +212,13 @@ func TestPlanRefusals(t *testing.T) {
 		plan func() (cachePlan, error)
 		want string
 	}{
-		{"window + drafts over 32", func() (cachePlan, error) { return planMamba2(m2, replay.Options{Window: 24, MaxDraft: 9}, h200) }, "32 ring entries"},
+		{"window + drafts over 32", func() (cachePlan, error) { return planMamba2(m2, replay.Options{Window: 24, MaxDraft: 9}, h200) }, "more than the 32"},
 		{"stochastic", func() (cachePlan, error) { return planMamba2(m2, replay.Options{Stochastic: true}, h200) }, "stochastic"},
-		{"nvfp4 state", func() (cachePlan, error) { return planMamba2(m2, replay.Options{State: numeric.NVFP4}, h200) }, "state format"},
+		{"nvfp4 state", func() (cachePlan, error) { return planMamba2(m2, replay.Options{State: numeric.NVFP4}, h200) }, "nvfp4 checkpoint"},
 		{"read copy in baseline", func() (cachePlan, error) {
 			return planMamba2(m2, replay.Options{Mode: replay.Baseline, ReadCopy: numeric.BF16}, h200)
 		}, "replay mode"},
-		{"gdn bf16 ring", func() (cachePlan, error) { return planGDN(g, replay.Options{Ring: numeric.BF16}, h200) }, "fp32 ring"},
+		{"gdn bf16 ring", func() (cachePlan, error) { return planGDN(g, replay.Options{Ring: numeric.BF16}, h200) }, "ring format bf16"},
 		{"fp16 ring", func() (cachePlan, error) { return planMamba2(m2, replay.Options{Ring: numeric.F16}, h200) }, "ring"},
 		{"state rows of 36", func() (cachePlan, error) {
 			return planMamba2(ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 36, Groups: 1}, replay.Options{}, h200)
