@@ -117,7 +117,22 @@ func (c *core) importInto(s Slot, blob []byte) error {
 	if h.Hist < 0 || int(h.Hist) > c.opt.ring() || h.Cur < 0 || int(h.Cur) >= nb {
 		return fmt.Errorf("cursors out of range (history %d, buffer %d)", h.Hist, h.Cur)
 	}
+	// The whole length first: a blob refused leaves the slot as it was.
 	rest := blob[len(blob)-r.Len():]
+	R := c.opt.ring()
+	need := c.state.encodedBytes(nb * c.heads)
+	if c.read != nil {
+		need += c.read.encodedBytes(c.heads)
+	}
+	for _, w := range c.widths {
+		need += 4 * w * R
+	}
+	if c.conv != nil {
+		need += 4 * (c.conv.w.Kernel - 1) * c.conv.w.Channels
+	}
+	if len(rest) != need {
+		return fmt.Errorf("slot state holds %d bytes after its header, want %d", len(rest), need)
+	}
 	var err error
 	if rest, err = c.state.readBytes(rest, int(s)*nb*c.heads, nb*c.heads); err != nil {
 		return err
@@ -126,17 +141,6 @@ func (c *core) importInto(s Slot, blob []byte) error {
 		if rest, err = c.read.readBytes(rest, int(s)*c.heads, c.heads); err != nil {
 			return err
 		}
-	}
-	R := c.opt.ring()
-	need := 0
-	for _, w := range c.widths {
-		need += 4 * w * R
-	}
-	if c.conv != nil {
-		need += 4 * (c.conv.w.Kernel - 1) * c.conv.w.Channels
-	}
-	if len(rest) != need {
-		return fmt.Errorf("ring and conv sections hold %d bytes, want %d", len(rest), need)
 	}
 	for i, ring := range c.rings {
 		w := c.widths[i]

@@ -187,20 +187,26 @@ func (m *matrices) appendBytes(dst []byte, first, n int) []byte {
 	return dst
 }
 
+// encodedBytes is the length of n matrices as appendBytes writes them.
+func (m *matrices) encodedBytes(n int) int {
+	e := m.elems
+	switch m.format {
+	case numeric.F32:
+		return 4 * n * e
+	case numeric.F16, numeric.BF16:
+		return 2 * n * e
+	case numeric.E4M3:
+		return n*e + 4*n
+	case numeric.NVFP4:
+		return n*e/2 + n*e/16 + 4*n
+	}
+	return 0
+}
+
 // readBytes is the inverse of appendBytes; it returns the rest of src.
 func (m *matrices) readBytes(src []byte, first, n int) ([]byte, error) {
 	e := m.elems
-	need := 0
-	switch m.format {
-	case numeric.F32:
-		need = 4 * n * e
-	case numeric.F16, numeric.BF16:
-		need = 2 * n * e
-	case numeric.E4M3:
-		need = n*e + 4*n
-	case numeric.NVFP4:
-		need = n*e/2 + n*e/16 + 4*n
-	}
+	need := m.encodedBytes(n)
 	if len(src) < need {
 		return nil, fmt.Errorf("state blob holds %d bytes, want %d for %d %v matrices", len(src), need, n, m.format)
 	}
