@@ -294,7 +294,7 @@ func TestGDNFoldReadsCachedU(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer cc.Close()
-				c := cc.(gdnCache).GDNCache
+				c := cc.impl.(*GDNCache)
 				s, err := c.Admit()
 				if err != nil {
 					t.Fatal(err)

@@ -151,15 +151,15 @@ func runOperations(t *testing.T, ops []byte) {
 					}
 					continue
 				}
-				blob, err := c.export(s)
+				blob, err := c.Export(s)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := c.import_(s, blob[:len(blob)-1]); err == nil {
+				if err := c.Import(s, blob[:len(blob)-1]); err == nil {
 					t.Fatal("truncated import accepted")
 				}
 				d := slots[(int(op>>4)+1)%len(slots)]
-				if err := c.import_(d, blob); err != nil {
+				if err := c.Import(d, blob); err != nil {
 					t.Fatal(err)
 				}
 				refs[d] = slices.Clone(refs[s])

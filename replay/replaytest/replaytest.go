@@ -1,0 +1,116 @@
+// Package replaytest is the conformance suite of the replay.Cache contract:
+// every check a backend's Mamba-2 and Gated DeltaNet caches must pass,
+// against the float64 references of package ssm. A backend runs it from its
+// own tests through a small Backend adapter, as the CPU caches do in
+// package replay's tests; only test code imports this package.
+//
+// Every output is compared with an independent reference on fresh random
+// inputs (never zeros), with output buffers poisoned (NaN) before each call
+// and every element the call writes checked: the layer references of
+// package ssm in float64, a direct convolution over each slot's accepted
+// inputs, and a model of the contract's cursor and counter rules
+// (docs/DESIGN.md 2, 2.3, 3) kept apart from any backend's.
+//
+// Each distinct (layer shape, Options) may cost a backend a kernel build
+// (several seconds on the GPU), so the suite uses a fixed table of them,
+// about twenty per layer kind over two shapes per kind (one small, one
+// with the target models' head dimensions), and runs every check on one
+// cache per entry, admitting fresh slots or resetting them between checks.
+// Entries whose options the backend's Capabilities refuse are skipped.
+package replaytest
+
+import (
+	"testing"
+
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/ssm"
+)
+
+// Backend is what the suite needs of a backend: its caches and its buffers
+// of float32 values.
+type Backend[Buf any] interface {
+	// Name names the backend in test names ("cpu", "cuda").
+	Name() string
+	// Capabilities is what the backend's caches take; the suite skips
+	// options that Options.Check refuses under it, and checks that the
+	// constructors refuse those too.
+	Capabilities() replay.Capabilities
+	NewMamba2(shape ssm.Mamba2Shape, prm replay.Mamba2Params, conv replay.ConvWeights, capacity int, opt replay.Options) (replay.Mamba2State[Buf], error)
+	NewGDN(shape ssm.GDNShape, prm replay.GDNParams, conv replay.ConvWeights, capacity int, opt replay.Options) (replay.GDNState[Buf], error)
+	// Upload returns a new buffer holding v.
+	Upload(v []float32) (Buf, error)
+	// Poisoned returns a new buffer of n NaNs.
+	Poisoned(n int) (Buf, error)
+	// Download copies the first len(dst) values of b into dst.
+	Download(b Buf, dst []float32) error
+	// Free releases a buffer from Upload or Poisoned.
+	Free(Buf)
+}
+
+// Run runs the whole suite: RunMamba2 and RunGDN.
+func Run[Buf any](t *testing.T, b Backend[Buf]) {
+	t.Run("mamba2", func(t *testing.T) { RunMamba2(t, b) })
+	t.Run("gdn", func(t *testing.T) { RunGDN(t, b) })
+}
+
+// RunMamba2 checks the backend's Mamba-2 caches: every mode and precision
+// the backend takes against the float64 reference through random sequences
+// of admissions, evictions, resets, forks, exports and imports, steps,
+// verifies and commits; early folds; every error case; a bf16 ring against
+// an fp32 ring fed rounded inputs; replay with a window of 1 against the
+// baseline; and the refusal of options the backend does not take.
+func RunMamba2[Buf any](t *testing.T, b Backend[Buf]) {
+	runKind(t, b, mamba2Layers(), mamba2Cases())
+}
+
+// RunGDN is RunMamba2 for the Gated DeltaNet caches, whose cases add the
+// exact fold (replay.Options.ExactFold) next to the fold of cached updates.
+func RunGDN[Buf any](t *testing.T, b Backend[Buf]) {
+	runKind(t, b, gdnLayers(), gdnCases())
+}
+
+// runKind runs the cases of one layer kind, each on one cache kept for the
+// checks that compare two caches, then those checks and the refusals.
+func runKind[Buf any](t *testing.T, b Backend[Buf], layers [2]*layer, cases []testCase) {
+	caps := b.Capabilities()
+	built := map[string]*harness[Buf]{}
+	defer func() {
+		for _, h := range built {
+			if err := h.c.Close(); err != nil {
+				t.Errorf("%s: close: %v", h.name, err)
+			}
+		}
+	}()
+	var lastBlob []byte // a slot exported by the previous case: another cache's
+	for _, tc := range cases {
+		l := layers[tc.shape]
+		name := l.name + "/" + tc.name
+		t.Run(name, func(t *testing.T) {
+			opt, err := tc.opt.Check(l.kind, caps)
+			if err != nil {
+				t.Skipf("not taken by %s: %v", b.Name(), err)
+			}
+			h := newHarness(t, b, l, name, tc.opt, opt)
+			built[name] = h
+			h.run(t, lastBlob)
+			lastBlob = h.blob
+		})
+	}
+	t.Run("pairs", func(t *testing.T) {
+		for _, tc := range cases {
+			if tc.twin == "" {
+				continue
+			}
+			l := layers[tc.shape]
+			a, b := built[l.name+"/"+tc.name], built[l.name+"/"+tc.twin]
+			if a == nil || b == nil {
+				t.Logf("%s against %s: not built", tc.name, tc.twin)
+				continue
+			}
+			t.Run(tc.name+"~"+tc.twin, func(t *testing.T) { lockstep(t, a, b) })
+		}
+	})
+	for _, l := range layers {
+		t.Run(l.name+"/refusals", func(t *testing.T) { refusals(t, b, l) })
+	}
+}
