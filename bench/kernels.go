@@ -159,29 +159,18 @@ func (g *ratios) fill(row *Row, copyGBps float64) {
 	}
 }
 
-// layerCache is what the benchmark drives, for either layer kind.
-type layerCache interface {
-	admit() (replay.Slot, error)
-	step(slots []replay.Slot, set int) error
-	verify(slots []replay.Slot, set, T int) error
-	commit(slots []replay.Slot, acc []int) error
-	stats() replay.Stats
-	close()
-	ring() ringTraffic
-}
-
 func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, mode string, cfg KernelConfig) (Row, error) {
 	opt := modeOptions(mode, dt, cfg)
 	opt.Threads = cfg.Threads
 	T := opt.MaxDraft
-	lc, err := newLayerCache(sh, batch, opt, T)
+	lc, err := NewDriver(sh, batch, batch*max(1, T), opt, 0, newRand(uint64(batch)))
 	if err != nil {
 		return Row{}, err
 	}
-	defer lc.close()
+	defer lc.Close()
 	slots := make([]replay.Slot, batch)
 	for i := range slots {
-		if slots[i], err = lc.admit(); err != nil {
+		if slots[i], err = lc.Admit(); err != nil {
 			return Row{}, err
 		}
 	}
@@ -202,7 +191,7 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 		err := fn()
 		return float64(time.Since(start).Nanoseconds()) / 1e3, err
 	}
-	before := lc.stats()
+	before := lc.Stats()
 	switch {
 	case T > 0:
 		// Each verify carries T drafts; all are accepted, so replay slots
@@ -218,10 +207,10 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 				return row, err
 			}
 			us, err := timed(func() error {
-				if err := lc.verify(slots, next(), T); err != nil {
+				if err := lc.Verify(slots, next(), T); err != nil {
 					return err
 				}
-				return lc.commit(slots, acc)
+				return lc.Commit(slots, acc)
 			})
 			if err != nil {
 				return row, err
@@ -230,7 +219,7 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 		}
 		row.UsPerStep = mean(times)
 		row.UsNonflush, row.UsFlush = row.UsPerStep, row.UsPerStep
-		st := lc.stats()
+		st := lc.Stats()
 		row.BytesPerStep = float64(st.StateBytesRead+st.StateBytesWritten-before.StateBytesRead-before.StateBytesWritten) / float64(len(times))
 	case opt.Mode == replay.Baseline:
 		var times []float64
@@ -239,7 +228,7 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 			if err := ctx.Err(); err != nil {
 				return row, err
 			}
-			us, err := timed(func() error { return lc.step(slots, next()) })
+			us, err := timed(func() error { return lc.Step(slots, next()) })
 			if err != nil {
 				return row, err
 			}
@@ -247,7 +236,7 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 		}
 		row.UsPerStep = median(times)
 		row.UsNonflush, row.UsFlush = row.UsPerStep, row.UsPerStep
-		st := lc.stats()
+		st := lc.Stats()
 		row.BytesPerStep = float64(st.StateBytesRead+st.StateBytesWritten-before.StateBytesRead-before.StateBytesWritten) / float64(len(times))
 	default:
 		// Aligned phases: every slot flushes on the window's last step, so
@@ -256,7 +245,7 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 		deadline := time.Now().Add(cfg.MinTime / 2)
 		for rounds := 0; rounds < 2 || time.Now().Before(deadline); rounds++ {
 			for k := 0; k < L; k++ {
-				us, err := timed(func() error { return lc.step(slots, next()) })
+				us, err := timed(func() error { return lc.Step(slots, next()) })
 				if err != nil {
 					return row, err
 				}
@@ -282,12 +271,12 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 				}
 			}
 			if len(sub) > 0 {
-				if err := lc.step(sub, 0); err != nil {
+				if err := lc.Step(sub, 0); err != nil {
 					return row, err
 				}
 			}
 		}
-		before = lc.stats()
+		before = lc.Stats()
 		var windows []float64
 		deadline = time.Now().Add(cfg.MinTime / 2)
 		for len(windows) < 2 || time.Now().Before(deadline) {
@@ -296,7 +285,7 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 			}
 			us, err := timed(func() error {
 				for k := 0; k < L; k++ {
-					if err := lc.step(slots, next()); err != nil {
+					if err := lc.Step(slots, next()); err != nil {
 						return err
 					}
 				}
@@ -308,10 +297,10 @@ func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, m
 			windows = append(windows, us/float64(L))
 		}
 		row.UsPerStep = median(windows)
-		st := lc.stats()
+		st := lc.Stats()
 		steps := float64(len(windows) * L)
 		row.BytesPerStep = float64(st.StateBytesRead+st.StateBytesWritten-before.StateBytesRead-before.StateBytesWritten) / steps
-		row.RingBytesPerStep = float64(batch) * lc.ring().perStep(L)
+		row.RingBytesPerStep = float64(batch) * ringOf(sh).perStep(L)
 	}
 	return row, nil
 }

@@ -1,62 +1,12 @@
 package bench
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 )
-
-// newLayerCache builds a cache of the shape with random constants and
-// inputSets batches of random inputs (rows for T drafts when T > 0).
-func newLayerCache(sh LayerShape, batch int, opt replay.Options, T int) (layerCache, error) {
-	r := newRand(uint64(batch))
-	rows := batch * max(1, T)
-	switch sh.Layer {
-	case "mamba2":
-		s := sh.Mamba2
-		H, P, N, G := s.Heads, s.HeadDim, s.StateSize, s.Groups
-		prm := randomMamba2Params(r, H)
-		c, err := replay.NewMamba2(s, prm, replay.ConvWeights{}, batch, opt)
-		if err != nil {
-			return nil, err
-		}
-		m := &mamba2Bench{c: c, H: H, P: P, N: N, G: G}
-		for i := 0; i < inputSets; i++ {
-			in := replay.Mamba2Input{X: make([]float32, rows*H*P), B: make([]float32, rows*G*N), C: make([]float32, rows*G*N), Dt: make([]float32, rows*H)}
-			fill(r, in.X, 1, 0)
-			fill(r, in.B, float32(1/math.Sqrt(float64(N))), 0)
-			fill(r, in.C, float32(1/math.Sqrt(float64(N))), 0)
-			fill(r, in.Dt, 1, 0)
-			m.in = append(m.in, in)
-		}
-		m.y = make([]float32, rows*H*P)
-		return m, nil
-	case "gdn":
-		s := sh.GDN
-		Hk, Hv, dk, dv := s.KeyHeads, s.ValueHeads, s.KeyDim, s.ValueDim
-		prm := randomGDNParams(r, Hv)
-		c, err := replay.NewGDN(s, prm, replay.ConvWeights{}, batch, opt)
-		if err != nil {
-			return nil, err
-		}
-		g := &gdnBench{c: c, s: s}
-		for i := 0; i < inputSets; i++ {
-			in := replay.GDNInput{Q: make([]float32, rows*Hk*dk), K: make([]float32, rows*Hk*dk), V: make([]float32, rows*Hv*dv), A: make([]float32, rows*Hv), B: make([]float32, rows*Hv)}
-			fill(r, in.Q, 1, 0)
-			fill(r, in.K, 1, 0)
-			fill(r, in.V, 1, 0)
-			fill(r, in.A, 1, 0)
-			fill(r, in.B, 1, 0)
-			g.in = append(g.in, in)
-		}
-		g.o = make([]float32, rows*Hv*dv)
-		return g, nil
-	}
-	return nil, fmt.Errorf("unknown layer kind %q", sh.Layer)
-}
 
 // randomMamba2Params draws a layer's constants as the benchmarks use them:
 // A in [-16, -1], Δ around softplus(-2), D standard normal.
@@ -80,56 +30,15 @@ func randomGDNParams(r *rand.Rand, Hv int) replay.GDNParams {
 	return prm
 }
 
-type mamba2Bench struct {
-	c          *replay.Mamba2Cache
-	H, P, N, G int
-	in         []replay.Mamba2Input
-	y          []float32
-}
-
-func (m *mamba2Bench) admit() (replay.Slot, error) { return m.c.Admit() }
-func (m *mamba2Bench) step(slots []replay.Slot, set int) error {
-	in := m.in[set]
-	n := len(slots)
-	sub := replay.Mamba2Input{X: in.X[:n*m.H*m.P], B: in.B[:n*m.G*m.N], C: in.C[:n*m.G*m.N], Dt: in.Dt[:n*m.H]}
-	return m.c.Step(slots, sub, m.y[:n*m.H*m.P])
-}
-func (m *mamba2Bench) verify(slots []replay.Slot, set, T int) error {
-	return m.c.Verify(slots, T, nil, m.in[set], m.y)
-}
-func (m *mamba2Bench) commit(slots []replay.Slot, acc []int) error { return m.c.Commit(slots, acc) }
-func (m *mamba2Bench) stats() replay.Stats                         { return m.c.Stats() }
-func (m *mamba2Bench) close()                                      { m.c.Close() }
-func (m *mamba2Bench) ring() ringTraffic                           { return mamba2Ring(m.H, m.P, m.G, m.N, 4) }
-
-type gdnBench struct {
-	c  *replay.GDNCache
-	s  interface{ StateElems() int }
-	in []replay.GDNInput
-	o  []float32
-}
-
-func (g *gdnBench) dims() (int, int, int, int) {
-	sh := g.c.Shape()
-	return sh.KeyHeads, sh.ValueHeads, sh.KeyDim, sh.ValueDim
-}
-func (g *gdnBench) admit() (replay.Slot, error) { return g.c.Admit() }
-func (g *gdnBench) step(slots []replay.Slot, set int) error {
-	Hk, Hv, dk, dv := g.dims()
-	in := g.in[set]
-	n := len(slots)
-	sub := replay.GDNInput{Q: in.Q[:n*Hk*dk], K: in.K[:n*Hk*dk], V: in.V[:n*Hv*dv], A: in.A[:n*Hv], B: in.B[:n*Hv]}
-	return g.c.Step(slots, sub, g.o[:n*Hv*dv])
-}
-func (g *gdnBench) verify(slots []replay.Slot, set, T int) error {
-	return g.c.Verify(slots, T, nil, g.in[set], g.o)
-}
-func (g *gdnBench) commit(slots []replay.Slot, acc []int) error { return g.c.Commit(slots, acc) }
-func (g *gdnBench) stats() replay.Stats                         { return g.c.Stats() }
-func (g *gdnBench) close()                                      { g.c.Close() }
-func (g *gdnBench) ring() ringTraffic {
-	Hk, Hv, dk, dv := g.dims()
-	return gdnRing(Hk, Hv, dk, dv)
+// ringOf is the ring traffic of a CPU cache of the shape (rows of 4-byte
+// elements).
+func ringOf(sh LayerShape) ringTraffic {
+	if sh.Layer == "mamba2" {
+		s := sh.Mamba2
+		return mamba2Ring(s.Heads, s.HeadDim, s.Groups, s.StateSize, 4)
+	}
+	s := sh.GDN
+	return gdnRing(s.KeyHeads, s.ValueHeads, s.KeyDim, s.ValueDim)
 }
 
 // ringTraffic is a layer's ring bytes per entry, slot and step: what a step

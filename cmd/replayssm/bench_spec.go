@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"runtime"
@@ -18,7 +17,6 @@ import (
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
-	"github.com/replayssm/replayssm/ssm"
 )
 
 // specRow is one line of bench spec. Its JSON field names are a contract:
@@ -517,11 +515,18 @@ func measureShape(ctx context.Context, sh bench.LayerShape, B, T int, opt replay
 		runtime.GC()
 		debug.FreeOSMemory()
 	}()
-	lc, err := newShapeCache(sh, B, T, opt)
+	// The caches of the target models: conv width 4, every slot in each call.
+	lc, err := bench.NewDriver(sh, B, B*(T+1), opt, 4, rand.New(rand.NewPCG(uint64(B), 99)))
 	if err != nil {
 		return shapeResult{}, err
 	}
-	defer lc.close()
+	defer lc.Close()
+	slots := make([]replay.Slot, B)
+	for i := range slots {
+		if slots[i], err = lc.Admit(); err != nil {
+			return shapeResult{}, err
+		}
+	}
 	// Timed steps come in whole cycles of the pattern, so every mode
 	// accepts exactly the same drafts.
 	const patternSteps = 16
@@ -545,15 +550,21 @@ func measureShape(ctx context.Context, sh bench.LayerShape, B, T int, opt replay
 		}
 		start := time.Now()
 		n := int64(B)
+		set := step % bench.InputSets
 		if T == 0 {
-			err = lc.step(step % shapeInputSets)
+			if err = lc.Conv(slots, set); err == nil {
+				err = lc.Step(slots, set)
+			}
 		} else {
 			acc := pattern[step%patternSteps]
 			for i, a := range acc {
 				commit[i] = a + 1
 			}
-			if err = lc.verify(step%shapeInputSets, T+1); err == nil {
-				err = lc.commit(commit)
+			if err = lc.ConvVerify(slots, set, T+1); err == nil {
+				err = lc.Verify(slots, set, T+1)
+			}
+			if err == nil {
+				err = lc.Commit(slots, commit)
 			}
 			n = 0
 			for _, a := range acc {
@@ -580,149 +591,3 @@ func measureShape(ctx context.Context, sh bench.LayerShape, B, T int, opt replay
 	}
 	return r, nil
 }
-
-const shapeInputSets = 3
-
-// shapeCache drives one layer's cache for a whole batch of slots.
-type shapeCache interface {
-	step(set int) error
-	verify(set, positions int) error
-	commit(accepted []int) error
-	close()
-}
-
-func newShapeCache(sh bench.LayerShape, B, T int, opt replay.Options) (shapeCache, error) {
-	r := rand.New(rand.NewPCG(uint64(B), 99))
-	rows := B * (T + 1)
-	fill := func(n int, scale, shift float64) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64()*scale + shift)
-		}
-		return x
-	}
-	const K = 4
-	switch sh.Layer {
-	case "mamba2":
-		s := sh.Mamba2
-		H, P, N, G := s.Heads, s.HeadDim, s.StateSize, s.Groups
-		C := H*P + 2*G*N
-		prm := replay.Mamba2Params{ALog: make([]float32, H), DtBias: fill(H, 0.5, -2), D: fill(H, 1, 0)}
-		for h := range H {
-			prm.ALog[h] = float32(math.Log(1 + 15*r.Float64()))
-		}
-		conv := replay.ConvWeights{Channels: C, Kernel: K, Weight: fill(C*K, 0.5, 0), Bias: fill(C, 0.1, 0)}
-		c, err := replay.NewMamba2(s, prm, conv, B, opt)
-		if err != nil {
-			return nil, err
-		}
-		m := &mamba2Shape{c: c, s: s, C: C}
-		for range B {
-			sl, err := c.Admit()
-			if err != nil {
-				c.Close()
-				return nil, err
-			}
-			m.slots = append(m.slots, sl)
-		}
-		for range shapeInputSets {
-			m.conv = append(m.conv, fill(rows*C, 1, 0))
-			m.in = append(m.in, replay.Mamba2Input{X: fill(rows*H*P, 1, 0), B: fill(rows*G*N, 1/math.Sqrt(float64(N)), 0),
-				C: fill(rows*G*N, 1/math.Sqrt(float64(N)), 0), Dt: fill(rows*H, 1, 0)})
-		}
-		m.cout = make([]float32, rows*C)
-		m.y = make([]float32, rows*H*P)
-		return m, nil
-	case "gdn":
-		s := sh.GDN
-		Hk, Hv, dk, dv := s.KeyHeads, s.ValueHeads, s.KeyDim, s.ValueDim
-		C := 2*Hk*dk + Hv*dv
-		prm := replay.GDNParams{ALog: make([]float32, Hv), DtBias: fill(Hv, 0.5, -2)}
-		for j := range Hv {
-			prm.ALog[j] = float32(math.Log(1 + 15*r.Float64()))
-		}
-		conv := replay.ConvWeights{Channels: C, Kernel: K, Weight: fill(C*K, 0.5, 0)}
-		c, err := replay.NewGDN(s, prm, conv, B, opt)
-		if err != nil {
-			return nil, err
-		}
-		g := &gdnShape{c: c, s: s, C: C}
-		for range B {
-			sl, err := c.Admit()
-			if err != nil {
-				c.Close()
-				return nil, err
-			}
-			g.slots = append(g.slots, sl)
-		}
-		for range shapeInputSets {
-			g.conv = append(g.conv, fill(rows*C, 1, 0))
-			g.in = append(g.in, replay.GDNInput{Q: fill(rows*Hk*dk, 1, 0), K: fill(rows*Hk*dk, 1, 0), V: fill(rows*Hv*dv, 1, 0),
-				A: fill(rows*Hv, 1, 0), B: fill(rows*Hv, 1, 0)})
-		}
-		g.cout = make([]float32, rows*C)
-		g.o = make([]float32, rows*Hv*dv)
-		return g, nil
-	}
-	return nil, fmt.Errorf("unknown layer kind %q", sh.Layer)
-}
-
-type mamba2Shape struct {
-	c     *replay.Mamba2Cache
-	s     ssm.Mamba2Shape
-	C     int
-	slots []replay.Slot
-	conv  [][]float32
-	in    []replay.Mamba2Input
-	cout  []float32
-	y     []float32
-}
-
-func (m *mamba2Shape) step(set int) error {
-	B, H, P, N, G := len(m.slots), m.s.Heads, m.s.HeadDim, m.s.StateSize, m.s.Groups
-	if err := m.c.Conv(m.slots, m.conv[set][:B*m.C], m.cout[:B*m.C]); err != nil {
-		return err
-	}
-	in := m.in[set]
-	return m.c.Step(m.slots, replay.Mamba2Input{X: in.X[:B*H*P], B: in.B[:B*G*N], C: in.C[:B*G*N], Dt: in.Dt[:B*H]}, m.y[:B*H*P])
-}
-
-func (m *mamba2Shape) verify(set, n int) error {
-	if err := m.c.ConvVerify(m.slots, n, m.conv[set], m.cout); err != nil {
-		return err
-	}
-	return m.c.Verify(m.slots, n, nil, m.in[set], m.y)
-}
-
-func (m *mamba2Shape) commit(acc []int) error { return m.c.Commit(m.slots, acc) }
-func (m *mamba2Shape) close()                 { m.c.Close() }
-
-type gdnShape struct {
-	c     *replay.GDNCache
-	s     ssm.GDNShape
-	C     int
-	slots []replay.Slot
-	conv  [][]float32
-	in    []replay.GDNInput
-	cout  []float32
-	o     []float32
-}
-
-func (g *gdnShape) step(set int) error {
-	B, Hk, Hv, dk, dv := len(g.slots), g.s.KeyHeads, g.s.ValueHeads, g.s.KeyDim, g.s.ValueDim
-	if err := g.c.Conv(g.slots, g.conv[set][:B*g.C], g.cout[:B*g.C]); err != nil {
-		return err
-	}
-	in := g.in[set]
-	return g.c.Step(g.slots, replay.GDNInput{Q: in.Q[:B*Hk*dk], K: in.K[:B*Hk*dk], V: in.V[:B*Hv*dv], A: in.A[:B*Hv], B: in.B[:B*Hv]}, g.o[:B*Hv*dv])
-}
-
-func (g *gdnShape) verify(set, n int) error {
-	if err := g.c.ConvVerify(g.slots, n, g.conv[set], g.cout); err != nil {
-		return err
-	}
-	return g.c.Verify(g.slots, n, nil, g.in[set], g.o)
-}
-
-func (g *gdnShape) commit(acc []int) error { return g.c.Commit(g.slots, acc) }
-func (g *gdnShape) close()                 { g.c.Close() }
