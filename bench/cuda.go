@@ -581,22 +581,7 @@ func (b *cudaBench) newLayer(ctx context.Context, sh LayerShape, capacity, rows 
 
 // modeOptions are the cache options of a benchmark mode.
 func modeOptions(mode string, dt numeric.Format, cfg KernelConfig) replay.Options {
-	opt := replay.Options{Window: cfg.Window, State: dt}
-	switch mode {
-	case "baseline", "verify-baseline":
-		opt.Mode = replay.Baseline
-	case "replay-nvfp4", "verify-nvfp4":
-		opt.ReadCopy = numeric.NVFP4
-	case "replay-fp8", "verify-fp8":
-		opt.ReadCopy = numeric.E4M3
-	}
-	if opt.Mode == replay.Replay {
-		opt.Ring = cfg.Ring
-	}
-	if strings.HasPrefix(mode, "verify") {
-		opt.MaxDraft = cfg.Drafts
-	}
-	return opt
+	return kernelOptions(mode, dt, cfg)
 }
 
 // prewarm compiles every module the run needs concurrently (NVRTC runs on

@@ -80,12 +80,6 @@ type KernelConfig struct {
 	Log io.Writer
 }
 
-// Modes lists the benchmark modes in the order rows are printed.
-// replay-nvfp4 and replay-fp8 are replay with a read copy in that format,
-// verify-nvfp4 and verify-fp8 verify with a read copy in that format
-// (against verify-baseline).
-var Modes = []string{"baseline", "replay", "replay-nvfp4", "replay-fp8", "verify-baseline", "verify", "verify-nvfp4", "verify-fp8"}
-
 // RunKernels measures every selected row on the CPU and calls emit for each,
 // in order. The copy bandwidth is measured first, in the same run.
 func RunKernels(ctx context.Context, cfg KernelConfig, emit func(Row) error) error {
@@ -142,25 +136,27 @@ func (g *ratios) fill(row *Row, copyGBps float64) {
 	if row.RingBytesPerStep > 0 {
 		row.PctCopyWithRing = 100 * (row.BytesPerStep + row.RingBytesPerStep) / row.UsPerStep / 1e3 / copyGBps
 	}
-	switch row.Mode {
-	case "baseline", "verify-baseline":
+	m, _ := ParseMode(row.Mode)
+	switch {
+	case m.State == replay.Baseline:
 		g.base = *row
 		row.SpeedupVsBaseline = 1
-	default:
-		if g.base.UsPerStep > 0 {
-			row.SpeedupVsBaseline = g.base.UsPerStep / row.UsPerStep
-		}
+	case g.base.UsPerStep > 0:
+		row.SpeedupVsBaseline = g.base.UsPerStep / row.UsPerStep
 	}
 	switch {
-	case row.Mode == "replay":
+	case m == Mode{State: replay.Replay}:
 		g.plain = *row
-	case (row.Mode == "replay-nvfp4" || row.Mode == "replay-fp8") && g.plain.UsNonflush > 0:
+	case m.State == replay.Replay && !m.Verify && m.ReadCopy != numeric.F32 && g.plain.UsNonflush > 0:
 		row.NonflushVsReplay = g.plain.UsNonflush / row.UsNonflush
 	}
 }
 
 func measure(ctx context.Context, sh LayerShape, dt numeric.Format, batch int, mode string, cfg KernelConfig) (Row, error) {
-	opt := modeOptions(mode, dt, cfg)
+	if _, err := ParseMode(mode); err != nil {
+		return Row{}, err
+	}
+	opt := kernelOptions(mode, dt, cfg)
 	opt.Threads = cfg.Threads
 	T := opt.MaxDraft
 	lc, err := NewDriver(sh, batch, batch*max(1, T), opt, 0, newRand(uint64(batch)))

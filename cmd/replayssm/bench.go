@@ -157,12 +157,8 @@ func runBenchKernels(ctx context.Context, e *env, args []string) error {
 		cfg.Dtypes = append(cfg.Dtypes, f)
 	}
 	for _, m := range cfg.Modes {
-		known := false
-		for _, k := range bench.Modes {
-			known = known || k == m
-		}
-		if !known {
-			return fmt.Errorf("%w: unknown mode %q (want %v)", errUsage, m, bench.Modes)
+		if _, err := bench.ParseMode(m); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
 		}
 	}
 	if *window < 1 || *window > 256 {

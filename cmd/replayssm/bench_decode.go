@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/replayssm/replayssm/bench"
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/numeric"
@@ -44,7 +45,8 @@ type decodeRow struct {
 	Repeats int `json:"repeats"`
 }
 
-// decodeModes lists the bench decode modes in the order rows are printed.
+// decodeModes lists the bench decode modes (bench.Mode names) in the order
+// rows are printed.
 var decodeModes = []string{"baseline", "replay", "replay-nvfp4"}
 
 // runBenchDecode times whole decode steps of a model (the forward pass and
@@ -105,20 +107,6 @@ func runBenchDecode(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// decodeOptions returns the state options of a bench decode mode.
-func decodeOptions(base replay.Options, mode string) replay.Options {
-	opt := base
-	switch mode {
-	case "baseline":
-		opt.Mode, opt.ReadCopy = replay.Baseline, numeric.F32
-	case "replay":
-		opt.Mode, opt.ReadCopy = replay.Replay, numeric.F32
-	case "replay-nvfp4":
-		opt.Mode, opt.ReadCopy = replay.Replay, numeric.NVFP4
-	}
-	return opt
-}
-
 // benchDecodeBatch measures one batch size in every mode, the modes of one
 // repeat back to back so that paired ratios cancel the machine's drifts.
 func benchDecodeBatch(ctx context.Context, d *nn.Decoder, name string, B int, modes []string, base replay.Options, maxTokens, promptLen, repeat int) ([]decodeRow, error) {
@@ -131,7 +119,11 @@ func benchDecodeBatch(ctx context.Context, d *nn.Decoder, name string, B int, mo
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			opt := decodeOptions(base, m)
+			mode, err := bench.ParseMode(m)
+			if err != nil {
+				return nil, err
+			}
+			opt := mode.Options(base, 0)
 			eng, err := engine.New(d, B, opt)
 			if err != nil {
 				return nil, err

@@ -169,22 +169,18 @@ func intList(s string, lo, hi int, name string) ([]int, error) {
 	return out, nil
 }
 
-// modeOptions returns the state options of a bench mode with T drafts.
+// specMode is the benchmark mode a bench spec mode runs: nospec steps
+// replay caches, nospec-baseline baseline ones, spec-baseline and
+// spec-replay verify T drafts and the last token (T+1 positions).
+func specMode(name string) bench.Mode {
+	kernel := map[string]string{"nospec": "replay", "nospec-baseline": "baseline", "spec-baseline": "verify-baseline", "spec-replay": "verify"}[name]
+	m, _ := bench.ParseMode(kernel) // names come from specModes
+	return m
+}
+
+// modeOptions returns the state options of a bench spec mode with T drafts.
 func modeOptions(base replay.Options, mode string, T int) replay.Options {
-	opt := base
-	switch mode {
-	case "nospec":
-		opt.Mode = replay.Replay
-	case "nospec-baseline":
-		opt.Mode, opt.ReadCopy = replay.Baseline, numeric.F32
-	case "spec-baseline":
-		opt.Mode, opt.ReadCopy = replay.Baseline, numeric.F32
-		opt = engine.StateOptions(opt, T)
-	case "spec-replay":
-		opt.Mode = replay.Replay
-		opt = engine.StateOptions(opt, T)
-	}
-	return opt
+	return specMode(mode).Options(base, T+1)
 }
 
 // requestBytes returns what one request needs and what replay allocates:
@@ -192,7 +188,7 @@ func modeOptions(base replay.Options, mode string, T int) replay.Options {
 // allocates 1+MaxDraft.
 func requestBytes(sb nn.StateBytes, opt replay.Options, mode string, T int) (need, alloc int64) {
 	alloc = sb.Total()
-	if mode == "spec-baseline" {
+	if m := specMode(mode); m.Verify && m.State == replay.Baseline {
 		sb.States = sb.States / int64(1+opt.MaxDraft) * int64(1+T)
 	}
 	return sb.Total(), alloc
@@ -295,14 +291,14 @@ type benchKey struct {
 // the baseline and replay rows back to back.
 func benchKeys(cfg specBenchConfig) []benchKey {
 	var keys []benchKey
-	for _, m := range []string{"nospec", "nospec-baseline"} {
-		if slices.Contains(cfg.modes, m) {
+	for _, m := range specModes {
+		if !specMode(m).Verify && slices.Contains(cfg.modes, m) {
 			keys = append(keys, benchKey{m, 0})
 		}
 	}
 	for _, T := range cfg.drafts {
-		for _, m := range []string{"spec-baseline", "spec-replay"} {
-			if slices.Contains(cfg.modes, m) {
+		for _, m := range specModes {
+			if specMode(m).Verify && slices.Contains(cfg.modes, m) {
 				keys = append(keys, benchKey{m, T})
 			}
 		}
