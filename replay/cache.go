@@ -12,7 +12,11 @@ package replay
 //
 // Row i of a Step's inputs and outputs belongs to slots[i]; row i·T+s of a
 // Verify's is draft s of slots[i]. Slots in one call must be live and
-// distinct. A cache is driven by one goroutine at a time.
+// distinct, and buffers must hold the rows the call covers. A call that
+// breaks the contract (a dead or repeated slot, a buffer too short, T or a
+// count out of range, a blob of another cache) returns an error, never
+// panics, and changes nothing. A cache is driven by one goroutine at a
+// time.
 type Cache[Buf, In any] interface {
 	// Options returns the options in force (defaults filled in).
 	Options() Options

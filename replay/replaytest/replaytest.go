@@ -29,7 +29,7 @@ import (
 // Backend is what the suite needs of a backend: its caches and its buffers
 // of float32 values.
 type Backend[Buf any] interface {
-	// Name names the backend in test names ("cpu", "cuda").
+	// Name names the backend in the suite's messages ("cpu", "cuda").
 	Name() string
 	// Capabilities is what the backend's caches take; the suite skips
 	// options that Options.Check refuses under it, and checks that the
