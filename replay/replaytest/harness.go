@@ -116,13 +116,9 @@ type harness[Buf any] struct {
 	ok                bool   // every check passed
 }
 
-// newHarness builds the cache of a case with options opt (given) and
-// checked (opt with defaults, from Options.Check).
-func newHarness[Buf any](t *testing.T, b Backend[Buf], l *layer, name string, opt, checked replay.Options) *harness[Buf] {
-	c, err := newCache(b, l, capacity, opt, true)
-	if err != nil {
-		t.Fatalf("Options.Check takes %+v, the constructor refuses it: %v", opt, err)
-	}
+// newHarness drives cache c of a case, built with options that
+// Options.Check returned as checked.
+func newHarness[Buf any](b Backend[Buf], l *layer, name string, c *cache[Buf], checked replay.Options) *harness[Buf] {
 	seed := fnv.New64a()
 	seed.Write([]byte(name))
 	h := &harness[Buf]{b: b, l: l, name: name, c: c, opt: checked, bound: bound(l.kind, checked),

@@ -20,6 +20,8 @@
 package replaytest
 
 import (
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/replayssm/replayssm/replay"
@@ -35,6 +37,10 @@ type Backend[Buf any] interface {
 	// options that Options.Check refuses under it, and checks that the
 	// constructors refuse those too.
 	Capabilities() replay.Capabilities
+	// NewMamba2 and NewGDN build caches. The suite calls them from several
+	// goroutines at once, to build a layer kind's caches together (a
+	// backend that compiles kernels for them compiles them in parallel);
+	// it makes every other call from the test's goroutine.
 	NewMamba2(shape ssm.Mamba2Shape, prm replay.Mamba2Params, conv replay.ConvWeights, capacity int, opt replay.Options) (replay.Mamba2State[Buf], error)
 	NewGDN(shape ssm.GDNShape, prm replay.GDNParams, conv replay.ConvWeights, capacity int, opt replay.Options) (replay.GDNState[Buf], error)
 	// Upload returns a new buffer holding v.
@@ -70,19 +76,43 @@ func RunGDN[Buf any](t *testing.T, b Backend[Buf]) {
 }
 
 // runKind runs the cases of one layer kind, each on one cache kept for the
-// checks that compare two caches, then those checks and the refusals.
+// checks that compare two caches, then those checks and the refusals. The
+// caches are built first, all at once: a backend that compiles kernels for
+// them compiles them in parallel.
 func runKind[Buf any](t *testing.T, b Backend[Buf], layers [2]*layer, cases []testCase) {
 	caps := b.Capabilities()
+	type build struct {
+		c   *cache[Buf]
+		err error
+	}
+	builds := make([]build, len(cases))
+	var wg sync.WaitGroup
+	for i, tc := range cases {
+		if _, err := tc.opt.Check(layers[tc.shape].kind, caps); err != nil {
+			continue
+		}
+		wg.Go(func() {
+			defer func() {
+				if r := recover(); r != nil {
+					builds[i].err = fmt.Errorf("panic: %v", r)
+				}
+			}()
+			builds[i].c, builds[i].err = newCache(b, layers[tc.shape], capacity, tc.opt, true)
+		})
+	}
+	wg.Wait()
 	built := map[string]*harness[Buf]{}
 	defer func() {
-		for _, h := range built {
-			if err := h.c.Close(); err != nil {
-				t.Errorf("%s: close: %v", h.name, err)
+		for _, bd := range builds {
+			if bd.c != nil {
+				if err := bd.c.Close(); err != nil {
+					t.Errorf("close: %v", err)
+				}
 			}
 		}
 	}()
 	var lastBlob []byte // a slot exported by the previous case: another cache's
-	for _, tc := range cases {
+	for i, tc := range cases {
 		l := layers[tc.shape]
 		name := l.name + "/" + tc.name
 		t.Run(name, func(t *testing.T) {
@@ -90,7 +120,10 @@ func runKind[Buf any](t *testing.T, b Backend[Buf], layers [2]*layer, cases []te
 			if err != nil {
 				t.Skipf("not taken by %s: %v", b.Name(), err)
 			}
-			h := newHarness(t, b, l, name, tc.opt, opt)
+			if err := builds[i].err; err != nil {
+				t.Fatalf("Options.Check takes %+v, the constructor refuses it: %v", tc.opt, err)
+			}
+			h := newHarness(b, l, name, builds[i].c, opt)
 			built[name] = h
 			h.run(t, lastBlob)
 			lastBlob = h.blob
