@@ -174,7 +174,8 @@ type OptionsError struct {
 	Backend string // Capabilities.Backend
 	Kind    string // the layer kind, "mamba2" or "gdn"; "" for every kind
 	// Option is the field of Options at fault: Mode, Window, MaxDraft,
-	// State, ReadCopy, Ring or Stochastic.
+	// State, ReadCopy, Ring or Stochastic ("Kind" for an unknown layer
+	// kind).
 	Option string
 	Reason string // what is wrong, e.g. "window 0 out of range [1, 256]"
 }
