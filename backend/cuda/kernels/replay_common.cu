@@ -4,25 +4,51 @@
 // as -D defines, so every loop over a state matrix has compile-time bounds and
 // a flush keeps its share of the new state in registers.
 //
-// Defines every module gets:
+// The defines the Go planner passes (the layers' own in their files'
+// headers). Every module:
 //   ROWS, COLS   one state matrix per CTA: Mamba-2 P x N, GDN dv x dk (the
 //                transposed layout of package replay: COLS contiguous)
 //   NT           threads per CTA (a multiple of 32)
 //   STATE_FMT    checkpoint / baseline state: 0 fp32, 1 bf16, 3 fp16,
 //                4 fp8 e4m3 (one float32 scale per matrix, amax/448)
 //   READ_FMT     read copy: 0 none, 1 bf16, 2 nvfp4, 4 fp8 e4m3
-//   STATE_MATS   (fp8 states only) matrices in the state buffer: their
-//                scales follow the codes of all of them
 //   RMAX         ring entries per slot (window L + max drafts)
 //   TMAX         largest number of drafts of one verify (>= 1)
 //   CACHE_MODE   0: a baseline cache's module, 1: a replay cache's
 //                (BASELINE_KERNELS, REPLAY_KERNELS below)
+// Where they apply:
+//   STATE_MATS   (fp8 states) matrices in the state buffer: their scales
+//                follow the codes of all of them
+//   RING_BF16    1: the ring keeps Mamba-2's x and B rows as bf16 codes
+//   HSPLIT       the small-batch module of heads split in HSPLIT parts
+//                (replay_mamba2.cu, replay_gdn.cu)
+//   SPLIT_VERIFY 1: that module has the small batches' verify too
+//   BASE_BULK    1: the baseline step stages its whole matrix in shared
+//                memory (base_stage_begin), BASE_MINB blocks an SM
+//   BASE_REGS    the registers a thread the streaming baseline step's
+//                launch bound asks for
+//   STORE_V4     1: whole chunks stored with one st.global.v4 (store_words)
+//   NCW, GW      the pipelined (v5) kernels' consumer warps, in groups of
+//                GW; NSTAGE stages of STAGE_BYTES, SCR_BYTES of scratch
+//                each; PIPE_MINB blocks an SM for the register bound
+//   FNSTAGE      the pipelined folds' stages, of FSTAGE_BYTES each; FMINB
+//                blocks an SM for the register bound
+//   GNT          the group (v6) step's and verify's threads a block
+//   GROUP_TC     1: the group step's stream on the tensor cores (nvfp4,
+//                e4m3 matrices)
+//   VERIFY_TC    1: the group verify's stream on the tensor cores (nvfp4,
+//                bf16, e4m3 matrices)
+//   SCALARS_EARLY 1: the early verifies form the drafts' scalars early
+//   OVERLAP      1: a decode step's flush runs beside its non-flush kernel
+//   FL_FEW       a staggered step's few flush items go to the first
+//                FL_KEEP blocks, from a batch of FL_FEW_BATCH
 //
 // Number formats follow package numeric bit for bit where it matters: bf16
 // and fp16 round to nearest even, fp8 matrices as replay's store (scale =
-// amax/448, code e4m3(x·(1/scale)), value code·scale), NVFP4 quantises with the same float32 operations as
-// numeric.QuantizeNVFP4 (global = amax/2688, block scale e4m3(amax_b/(6 global)),
-// code e2m1(x/(scale global))), codes packed with element 2i in the low nibble.
+// amax/448, code e4m3(x·(1/scale)), value code·scale), NVFP4 quantises
+// with the same float32 operations as numeric.QuantizeNVFP4 (global =
+// amax/2688, block scale e4m3(amax_b/(6 global)), code e2m1(x/(scale
+// global))), codes packed with element 2i in the low nibble.
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -55,65 +81,6 @@ typedef unsigned long long u64;
 #define REPLAY_KERNELS (CACHE_MODE != 0)
 #define WHOLE_REPLAY (REPLAY_KERNELS && HSPLIT == 1)
 
-// TRACE=1 (REPLAYSSM_CUDA_DEFINES=-DTRACE=1; a measuring build, never the
-// default) has the instrumented kernels' blocks record when they ran:
-// thread 0 reads %globaltimer at the block's start (TRACE_START) and, at
-// its end (TRACE_STOP), appends {start, end, kind << 24 | items, sm |
-// block << 8} to trace_recs, trace_count counting the appends (those past
-// TRACE_CAP are dropped, the count still grows). The Go side reads and
-// resets both (replayCommon.ReadTrace, ResetTrace) to see how a step's
-// kernels share the machine over time, which an event pair around the
-// step cannot show and ncu (one kernel at a time) does not either.
-#ifndef TRACE
-#define TRACE 0
-#endif
-#if TRACE
-#ifndef TRACE_CAP
-#define TRACE_CAP 65536
-#endif
-// The kinds: which kernel a record is from.
-#define TRACE_GROUP_STEP 1
-#define TRACE_FLUSH_STREAM 2
-#define TRACE_FOLD_STREAM 3
-#define TRACE_GROUP_VERIFY 4
-#define TRACE_M2_GROUP_STEP 5
-#define TRACE_M2_FLUSH_PIPE 6
-#define TRACE_M2_FOLD_PIPE 7
-#define TRACE_M2_GROUP_VERIFY 8
-struct TraceRec {
-    u64 t0, t1;
-    u32 tag, where;
-};
-__device__ TraceRec trace_recs[TRACE_CAP];
-__device__ u32 trace_count;
-__device__ __forceinline__ u64 trace_now()
-{
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-__device__ __forceinline__ u32 trace_sm()
-{
-    u32 s;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
-    return s;
-}
-#define TRACE_START() const u64 trace_t0 = threadIdx.x == 0 ? trace_now() : 0
-#define TRACE_STOP(kind, items)                                                                                        \
-    do {                                                                                                               \
-        if (threadIdx.x == 0) {                                                                                        \
-            const u32 trace_i = atomicAdd(&trace_count, 1u);                                                           \
-            if (trace_i < TRACE_CAP) {                                                                                 \
-                trace_recs[trace_i] =                                                                                  \
-                    TraceRec{trace_t0, trace_now(), ((u32)(kind) << 24) | ((u32)(items) & 0xffffffu),                 \
-                             trace_sm() | ((u32)blockIdx.x << 8)};                                                     \
-            }                                                                                                          \
-        }                                                                                                              \
-    } while (0)
-#else
-#define TRACE_START()
-#define TRACE_STOP(kind, items)
-#endif
 // RMAXP is RMAX rounded up to 4: the ring's per-head scalar rows are 16-byte
 // multiples, so bulk copies can move them.
 #define RMAXP ((RMAX + 3) & ~3)
@@ -127,16 +94,12 @@ __device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e;
 // loads an element and stores it, one per iteration, waits a memory round
 // trip per iteration (the store needs its load, the next load comes after
 // the store); IT * STRIDE must cover count; load may return a float2 (two
-// arrays read at once, one round trip for both). LOAD_FIRST=1 (the default
-// since session 10; 0 keeps the loops) uses it for the drafts' inputs in the
-// group verify (Mamba-2 B, C: 2 round trips an item), the v4 / early-fold
-// verify of both layers (x, B, C; v) and takes the v4 verify's y inputs
-// from shared memory. On the H200 (B=256, T=4, session 9) the Mamba-2
-// verify took 1-5% less (Nano bf16 412 -> 392 us), the GDN verify the same
-// within 0.5%; session 10 ran the reference and v4-equivalence tests under it.
-#ifndef LOAD_FIRST
-#define LOAD_FIRST 1
-#endif
+// arrays read at once, one round trip for both). The drafts' inputs of
+// the group verify (Mamba-2 B, C: 2 round trips an item) and of the v4 /
+// early-fold verify of both layers (x, B, C; v) move so, and the v4
+// verify takes its y inputs from shared memory. Against the loops, H200,
+// B=256, T=4: the Mamba-2 verify 1-5% faster (Nano bf16 412 -> 392 us),
+// the GDN verify the same within 0.5%.
 template <int IT, int STRIDE, typename Load, typename Store>
 __device__ __forceinline__ void load_then_store(int count, Load load, Store store)
 {
@@ -190,26 +153,15 @@ __device__ __forceinline__ void row_regs(float (&v)[IT], const float* __restrict
     }
 }
 
-// TOKEN_ROWS=1 (the default since session 13) has the decode steps
-// (mamba2_step, gdn_step: the small step and the v4 non-flush; not the
-// work_items flush items, where ptxas 11.8 then spills 16-36 bytes) ask for
-// the last of the token's inputs with the others, before the cursor:
-// Mamba-2's D[h] (and x, for the small step's flush), GDN's v row. With
-// TOKEN_ROWS=0 their loads sit after the step's last barrier (cuobjdump,
-// and the batch-1 ncu profile of session 12: the small step's output waited
-// on D[h], 72 stall samples after the barrier), one more round trip at the
-// end of every step. H200, batch 1, against TOKEN_ROWS=0 in the same run
-// (session 13): replay Qwen3.5-4B 6.1 -> 5.7 us (fp32), 6.1 -> 5.9 (bf16),
+// The decode steps (mamba2_step, gdn_step: the small step and the v4
+// non-flush; not the work_items flush items, where ptxas 11.8 then spills
+// 16-36 bytes) ask for the last of the token's inputs with the others,
+// before the cursor: Mamba-2's D[h] (and x, for the small step's flush),
+// GDN's v row. Loaded after the step's last barrier they cost one more
+// round trip at the end of every step (batch-1 ncu: the small step's
+// output waited on D[h]). H200, batch 1, loads after the barrier -> before
+// the cursor: replay Qwen3.5-4B 6.1 -> 5.7 us (fp32), 6.1 -> 5.9 (bf16),
 // 122B 6.1 -> 5.7, 6.1 -> 5.8; Mamba-2 within 0.1 us.
-#ifndef TOKEN_ROWS
-#define TOKEN_ROWS 1
-#endif
-
-// RING_V4 (default 1) lets the one-kernel small-batch step gather its ring
-// rows with gather_rows4 where the rows are 16-byte multiples.
-#ifndef RING_V4
-#define RING_V4 1
-#endif
 
 // FOLDS_EARLY is the verify's rule (docs/DESIGN.md 2.3): a slot whose committed
 // history n plus 2*cnt drafts would overflow the ring of r entries folds
@@ -225,23 +177,17 @@ __device__ __forceinline__ float bf16_lo(u32 w) { return __uint_as_float(w << 16
 __device__ __forceinline__ float bf16_hi(u32 w) { return __uint_as_float(w & 0xffff0000u); }
 
 // f32_to_bf16 rounds to nearest even; NaN becomes the canonical quiet NaN
-// with its sign (numeric.EncodeBF16). BF16_CVT=1 (the default on sm_80+)
-// rounds with the hardware conversion, two elements per instruction in
-// encode_chunk, instead of integer arithmetic: the bf16 baseline step went
-// from 77% to 89% of copy bandwidth on the H200 (NOTES.md, session 4).
-// encode_chunk's pair conversion stores a NaN as the conversion makes it
-// (0x7fff, whatever the input's sign: still a NaN, read back as one)
-// by default. BF16_NAN_BRANCH=1 (REPLAYSSM_CUDA_DEFINES=-DBF16_NAN_BRANCH=1)
-// puts back the branch that gives a NaN f32_to_bf16's code (sign | 0x7fc0,
-// numeric.BF16FromF32's, byte for byte the CPU backend's). The branch is in
-// every bf16 store, the baselines' included; without it, H200, batch 256
-// (session 34): the bf16 baselines 91 -> 93% of copy bandwidth (Nano,
-// Super), 84 -> 85% (Qwen3.5-4B), 87 -> 88% (122B); Nano's bf16 aligned
-// flush 384 -> 350 us, Qwen3.5-4B's 278 -> 269. TestReplayCodecs takes any
-// bf16 NaN code unless the branch is asked for.
-#ifndef BF16_NAN_BRANCH
-#define BF16_NAN_BRANCH 0
-#endif
+// with its sign (numeric.EncodeBF16). BF16_CVT=1 (sm_80+) rounds with the
+// hardware conversion, two elements per instruction in encode_chunk,
+// instead of integer arithmetic: the bf16 baseline step went from 77% to
+// 89% of copy bandwidth on the H200. encode_chunk's pair conversion stores
+// a NaN as the conversion makes it (0x7fff, whatever the input's sign:
+// still a NaN, read back as one), not f32_to_bf16's code (sign | 0x7fc0,
+// numeric.BF16FromF32's): a branch for it in every bf16 store cost, H200,
+// batch 256, the bf16 baselines 93 -> 91% of copy bandwidth (Nano, Super),
+// 85 -> 84% (Qwen3.5-4B), 88 -> 87% (122B), Nano's bf16 aligned flush 350
+// -> 384 us, Qwen3.5-4B's 269 -> 278. TestReplayCodecs takes any bf16 NaN
+// code.
 #ifndef BF16_CVT
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define BF16_CVT 1
@@ -326,7 +272,7 @@ __device__ __forceinline__ void gather_rows(float (&v)[IT], const E* __restrict_
 // gather_rows4 is gather_rows four elements at a time (width and the rows'
 // offsets multiples of 4): a quarter of the load instructions and of their
 // address arithmetic, which the one-kernel small step issues before its
-// first barrier (RING_V4).
+// first barrier where the rows are 16-byte multiples.
 template <int IT, typename E>
 __device__ __forceinline__ void gather_rows4(float4 (&v)[IT], const E* __restrict__ base, u64 stride, int width, int s,
                                              int n)
@@ -429,13 +375,6 @@ __device__ __forceinline__ void cp_async_wait_group()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(K) : "memory");
 }
-
-// NF_VARIANT (a -D define, default 4) picks the Mamba-2 non-flush step
-// kernel: 3 = v3 (ring gather, then the state), 4 = v4 (state prefetched
-// into registers first, ring by cp.async). See NOTES.md.
-#ifndef NF_VARIANT
-#define NF_VARIANT 4
-#endif
 
 // ---- thread-to-element mapping of one ROWS x COLS matrix ----
 //
@@ -575,11 +514,10 @@ __device__ __forceinline__ u32 e4m3_from_f32(float f)
     return sign | ((a >> 20) & 0xffu);
 }
 
-// FP8_CVT=1 (the default on sm_89+) decodes fp8 with the hardware
-// conversion to f16x2 instead of bit arithmetic (fp8 read-copy non-flush
-// step 280 -> 208 us, Nano, H200; every e4m3 value is an f16, so the two
-// agree on every code but NaN); NaN codes then read as NaN, as
-// numeric.F32FromE4M3 reads them.
+// FP8_CVT=1 (sm_89+) decodes fp8 with the hardware conversion to f16x2 instead
+// of bit arithmetic (fp8 read-copy non-flush step 280 -> 208 us, Nano, H200;
+// every e4m3 value is an f16, so the two agree on every code but NaN); NaN
+// codes then read as NaN, as numeric.F32FromE4M3 reads them.
 #ifndef FP8_CVT
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 #define FP8_CVT 1
@@ -587,46 +525,35 @@ __device__ __forceinline__ u32 e4m3_from_f32(float f)
 #define FP8_CVT 0
 #endif
 #endif
-// FP8_ENC_CVT=1 (the default, with FP8_CVT) encodes e4m3 with the
-// hardware conversion too, two elements per instruction in encode_chunk:
-// ncu of the Nano fp8 aligned flush (session 32) had e4m3_from_f32's bit
-// arithmetic a fifth of the kernel's stall samples, the kernel issue-bound
-// (SM 47%, memory 37%). Round to nearest even and saturation agree with
-// e4m3_from_f32 on every float (TestReplayCodecs checks the codes and
-// read-backs against numeric); a NaN as NAN_SELECT says.
-#ifndef FP8_ENC_CVT
-#define FP8_ENC_CVT 1
-#endif
+// With FP8_CVT, e4m3 is also encoded by the hardware conversion, two
+// elements per instruction in encode_chunk: ncu of the Nano fp8 aligned
+// flush had e4m3_from_f32's bit arithmetic a fifth of the kernel's stall
+// samples, the kernel issue-bound (SM 47%, memory 37%). Round to nearest
+// even and saturation agree with e4m3_from_f32 on every float
+// (TestReplayCodecs checks the codes and read-backs against numeric).
+//
+// A NaN input takes the conversion's own NaN code, not e4m3_from_f32's
+// (0x7f with the input's sign). Every input there is a product or a
+// quotient (v times the inverse scale, an nvfp4 block's maximum over its
+// scale), and a NaN out of the GPU's arithmetic is its canonical positive
+// NaN, which the conversion turns into a NaN code (TestReplayCodecs on the
+// H200: every NaN input of either sign, multiplied by the unit scale, came
+// back 0x7f or 0xff, the codes the test takes). A branch to e4m3_from_f32
+// a pair, exact for a NaN of any sign, had instruction-fetch stalls on
+// that branch 14% of the Nano fp8 flush's samples (its code inline 48
+// times: 4392 instructions, 2840 without it); selects on the input's sign
+// took 3144. H200, B=256, us, aligned flush / verify T=4, branch ->
+// selects -> the conversion alone: Nano fp8 553/272 -> 503/267 ->
+// 420/239; Super fp8 531/275 -> 620/294 -> 527/276; Qwen3.5-4B fp8
+// 628/300 -> 605/295 -> 582/288.
 
-// NAN_SELECT: how encode_chunk's e4m3 pairs (and e4m3_encode) give a NaN
-// input e4m3_from_f32's code (0x7f with the input's sign) after the
-// hardware conversion. 2 (default): the conversion's own NaN code,
-// nothing more. Every input there is a product or a quotient (v times the
-// inverse scale, an nvfp4 block's maximum over its scale), and a NaN out
-// of the GPU's arithmetic is its canonical positive NaN, which the
-// conversion turns into a NaN code (TestReplayCodecs under it, H200,
-// session 33: every NaN input of either sign, multiplied by the unit
-// scale, came back 0x7f or 0xff, the codes the test takes; session 32's
-// run had e4m3_from_f32 give 0x7f after the same multiply). 0: a branch
-// to e4m3_from_f32 a pair (session 32), exact for a NaN of any sign.
-// ncu of Nano's fp8 aligned flush under 0 had instruction-fetch stalls
-// (no_inst) on that branch 14% of the kernel's samples (its code inline
-// 48 times: 4392 instructions, 2840 without it). Session 33 also measured
-// selects that set the code from the input's sign (1, 3144 instructions,
-// removed). H200, B=256, us, aligned flush / verify T=4, 0 -> selects ->
-// 2, same run: Nano fp8 553/272 -> 503/267 -> 420/239; Super fp8 531/275
-// -> 620/294 -> 527/276; Qwen3.5-4B fp8 628/300 -> 605/295 -> 582/288.
-#ifndef NAN_SELECT
-#define NAN_SELECT 2
-#endif
-
-// e4m3_encode is e4m3_from_f32, by the hardware conversion where
-// FP8_ENC_CVT applies (the same code for every float but a negative NaN,
-// which no product of the GPU's is: NAN_SELECT), one element, where
-// encode_chunk's pairs do not apply (an nvfp4 block scale, a VEC of 1).
+// e4m3_encode is e4m3_from_f32, by the hardware conversion with FP8_CVT
+// (the same code for every float but a negative NaN, which no product of
+// the GPU's is), one element, where encode_chunk's pairs do not apply (an
+// nvfp4 block scale, a VEC of 1).
 __device__ __forceinline__ u32 e4m3_encode(float f)
 {
-#if FP8_CVT && FP8_ENC_CVT && NAN_SELECT
+#if FP8_CVT
     unsigned short d;
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(0.0f), "f"(f));
     return d & 0xffu;
@@ -641,7 +568,7 @@ __device__ __forceinline__ float f16_to_f32(u32 c);
 // FP8_CVT). With FP8_CVT one conversion and a widening: the nvfp4 block
 // scales are decoded once per 16 elements, and the bit arithmetic (a
 // branch on subnormals, a select on the sign) was 10% of the nvfp4 group
-// step's instructions (ncu, Qwen3.5-4B, session 20).
+// step's instructions (ncu, Qwen3.5-4B).
 __device__ __forceinline__ float f32_from_e4m3(u32 c)
 {
 #if FP8_CVT
@@ -727,17 +654,6 @@ template <> struct Fmt<FMT_E4M3> {
     __device__ static __forceinline__ float dec(u32 c, float sc) { return __fmul_rn(f32_from_e4m3(c), sc); }
 };
 
-// state_as_stored is v rounded to the checkpoint's format where it is a
-// 2-byte one (bf16, fp16), else v: a fold's value as a later read of the
-// checkpoint sees it (VFOLD_DOTS). Rounding a rounded value leaves it.
-__device__ __forceinline__ float state_as_stored(float v)
-{
-    if constexpr (STATE_FMT == FMT_BF16 || STATE_FMT == FMT_F16) {
-        return Fmt<STATE_FMT>::dec(Fmt<STATE_FMT>::enc(v, 1.0f), 1.0f);
-    }
-    return v;
-}
-
 // Chunk holds VEC elements of format F packed little-endian (element k at
 // bit k·BITS): 1, 2, 4 or a multiple of 4 words.
 template <int F, int VEC>
@@ -771,11 +687,12 @@ __device__ __forceinline__ void load_words(const unsigned char* p, u32* w)
 // the H200), four times the L2 sectors for that chunk (ncu: 42% of the
 // bf16 GDN baseline's L2 sectors were excess). STORE_V4=1 writes every
 // chunk with one st.global.v4; ptxas then needs more registers in some
-// kernels (the GDN bf16 baseline 48 -> 57 without BASE_EARLY, 48 with it;
-// measured slower, session 11), but not in the staged baseline steps
-// (BASE_BULK, below: 47 -> 48 registers for bf16 GDN), whose modules take
-// it by default. The memory clobber keeps the compiler from moving later
-// loads above the store (a fold may read back what it wrote).
+// kernels (the streamed GDN bf16 baseline measured slower with it), but
+// not in the staged baseline steps (BASE_BULK, below: 47 -> 48 registers
+// for bf16 GDN), whose modules take it by default; the Go side also sets
+// it for the pipelined folds of 2-byte Mamba-2 checkpoints. The memory
+// clobber keeps the compiler from moving later loads above the store (a
+// fold may read back what it wrote).
 #ifndef BASE_BULK
 #define BASE_BULK 0 // the baselines' whole-matrix stage (set by the Go side; see base_stage_begin)
 #endif
@@ -840,32 +757,26 @@ __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float i
     constexpr int B = Fmt<F>::BITS;
 #if BF16_CVT
     if constexpr (F == FMT_BF16 && PAIRS) {
-        // Two elements per conversion; a NaN (rare: a branch) takes
-        // f32_to_bf16's exact canonical NaN with its sign (BF16_NAN_BRANCH).
-        // (Selects instead, as session 33 tried for e4m3, were slower:
-        // Nano bf16 aligned flush 384 -> 437 us, Super 458 -> 517; session
-        // 33.)
+        // Two elements per conversion; a NaN as the conversion makes it
+        // (f32_to_bf16's comment). (Selects giving f32_to_bf16's NaN code
+        // were slower: Nano bf16 aligned flush 384 -> 437 us, Super 458 ->
+        // 517.)
 #pragma unroll
         for (int k = 0; k < VEC; k += 2) {
             u32 d;
             asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(v[k + 1]), "f"(v[k]));
-#if BF16_NAN_BRANCH
-            if (v[k] != v[k] || v[k + 1] != v[k + 1]) {
-                d = f32_to_bf16(v[k]) | (f32_to_bf16(v[k + 1]) << 16);
-            }
-#endif
             w[k / 2] = d;
             v[k] = bf16_lo(d);
             v[k + 1] = bf16_hi(d);
         }
     } else
 #endif
-#if FP8_CVT && FP8_ENC_CVT
+#if FP8_CVT
     if constexpr (F == FMT_E4M3 && PAIRS && VEC % 2 == 0) {
         // Two elements per conversion, rounded to nearest even and
         // saturated to +-448 as e4m3_from_f32 does (infinities too); a NaN
-        // as NAN_SELECT says (the conversion's own 0x7f by default). The
-        // read-back is decode_chunk's.
+        // the conversion's own code (e4m3_encode's comment). The read-back
+        // is decode_chunk's.
 #pragma unroll
         for (int i = 0; i < Chunk<F, VEC>::WORDS; i++) {
             w[i] = 0;
@@ -876,11 +787,6 @@ __device__ __forceinline__ void encode_chunk(u32* w, float* v, float sc, float i
             unsigned short d;
             asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(b), "f"(a));
             u32 pair = d;
-#if NAN_SELECT == 0
-            if (a != a || b != b) {
-                pair = e4m3_from_f32(a) | (e4m3_from_f32(b) << 8);
-            }
-#endif
             w[k / 4] |= pair << (8 * (k % 4));
         }
         decode_chunk<F, VEC>(w, v, sc);
@@ -948,49 +854,39 @@ struct StateIO {
     }
 };
 
-// The in-place baseline steps stream their state pass by pass. BASE_PF=1
-// loads pass p+1 before pass p is updated and stored, so two passes' bytes
-// are in flight per thread instead of one. On the H200 (B=256) that took
-// the fp32 Mamba-2 baselines from 91% to 95% (Nano) and 89% to 93% (Super)
-// of copy bandwidth and left GDN fp32 unchanged, but cost bf16 26-35% (the
-// extra registers halve the blocks per SM): the default is 1 for fp32
-// states only (NOTES.md, session 4). Session 10 kept the prefetch raw
-// (16-byte chunks), one or two passes ahead, the first asked for before the
-// prologue: bf16 lost 4-11% (Qwen3.5-4B 167 -> 178-184 us), at 56-78
-// registers where this path takes 48 (5 blocks of 256 threads per SM, not 4).
-// Session 12 also streamed the passes through 2-4 per-thread cp.async
-// buffers in shared memory (BASE_CPA, removed in session 13): slower in
-// every shape (B=256, against the defaults in the same run: GDN bf16
-// Qwen3.5-4B 153 -> 155 us, 122B 296 -> 300; Mamba-2 bf16 259 -> 267; fp32
-// 496 -> 532-544), so the bf16 GDN baseline does not wait on its pass chain.
-#ifndef BASE_PF
+// The in-place baseline steps stream their state pass by pass. BASE_PF
+// (fp32 states, unstaged) loads pass p+1 before pass p is updated and
+// stored, so two passes' bytes are in flight per thread instead of one. On
+// the H200 (B=256) that took the fp32 Mamba-2 baselines from 91% to 95%
+// (Nano) and 89% to 93% (Super) of copy bandwidth and left GDN fp32
+// unchanged, but cost bf16 26-35% (the extra registers halve the blocks
+// per SM). A raw prefetch (16-byte chunks), one or two passes ahead, the
+// first asked for before the prologue, lost bf16 4-11% (Qwen3.5-4B 167 ->
+// 178-184 us), at 56-78 registers where this path takes 48 (5 blocks of
+// 256 threads per SM, not 4). Streaming the passes through 2-4 per-thread
+// cp.async buffers in shared memory was slower in every shape (B=256: GDN
+// bf16 Qwen3.5-4B 153 -> 155 us, 122B 296 -> 300; Mamba-2 bf16 259 -> 267;
+// fp32 496 -> 532-544), so the bf16 GDN baseline does not wait on its pass
+// chain.
 #define BASE_PF (STATE_FMT == FMT_F32 && !BASE_BULK)
-#endif
 
-// BASE_EARLY=1 (written in session 10, the default since session 11) asks
-// for the first pass's chunks of the
-// streaming baselines without a prefetch (BASE_PF=0: the bf16 states) just
-// before the prologue's barrier: the warps with no part in the prologue (the
-// token's vectors to shared memory, the decay in float64, GDN's two l2
-// norms) ask at once, so a block's state is in flight while it prepares.
-// Pass 0 is taken outside the pass loop, whose registers do not change; the
-// step kernels then ask for the blocks per SM that 48 registers a thread
-// give (5 of 256 threads, 8 of 160), or pass 0's chunks, live through the
+// BASE_EARLY_ON: the streaming baselines without a prefetch or a stage
+// (the bf16 states) ask for the first pass's chunks just before the
+// prologue's barrier: the warps with no part in the prologue (the token's
+// vectors to shared memory, the decay in float64, GDN's two l2 norms) ask
+// at once, so a block's state is in flight while it prepares. Pass 0 is
+// taken outside the pass loop, whose registers do not change; the step
+// kernels then ask for the blocks per SM that 48 registers a thread give
+// (5 of 256 threads, 8 of 160), or pass 0's chunks, live through the
 // prologue, take GDN to 54 (not an fp8 state's step, which holds its whole
 // matrix in registers). GDN also asks for each row's v with the row's
-// chunks: by default the load of v[r] is issued after the S.k dot that
+// chunks, where the load of v[r] would be issued after the S.k dot that
 // precedes its use (cuobjdump), a second round trip in every pass. ptxas
-// 11.8 (sm_90): 48 registers in every bf16 shape, no spills (GDN: 4 bytes);
-// with BASE_EARLY=0 the baseline kernels' SASS is what it was before the
-// define existed. Measured on the H200 (B=256, session 11, against
-// BASE_EARLY=0 in the same run): bf16 baselines Qwen3.5-4B 167 -> 156 us
-// (76% -> 81% of copy), Qwen3.5-122B 325 -> 299 (78% -> 84%), Super 324 ->
-// 321, Nano 267 -> 264 (89% -> 90%); fp32 unchanged (BASE_PF); the
-// baseline reference tests pass under it.
-#ifndef BASE_EARLY
-#define BASE_EARLY 1
-#endif
-#define BASE_EARLY_ON (BASE_EARLY && !BASE_PF && !BASE_BULK) // the baselines without a prefetch or a stage
+// 11.8 (sm_90): 48 registers in every bf16 shape, no spills (GDN: 4
+// bytes). H200, B=256, against pass 0 loaded in the loop: bf16 baselines
+// Qwen3.5-4B 167 -> 156 us (76% -> 81% of copy), Qwen3.5-122B 325 -> 299
+// (78% -> 84%), Super 324 -> 321, Nano 267 -> 264 (89% -> 90%).
+#define BASE_EARLY_ON (!BASE_PF && !BASE_BULK)
 // BASE_ROW: the staged baselines take the token's row (GDN v, Mamba-2 x)
 // into shared memory with their prologue (base_row), so a pass does not
 // wait a round trip for its row's value.
@@ -998,7 +894,7 @@ struct StateIO {
 // BASE_REGS sets the registers a thread that bound asks for: 48 gives 5
 // blocks of 256 threads an SM (62.5% occupancy, what ncu found the GDN
 // bf16 baseline limited by); 40 gives 6, 32 gives 8. GDN modules get 40
-// (gdnModule; H200, session 15: 82% -> 84% and 84% -> 87% of copy),
+// (gdnModule; H200: 82% -> 84% and 84% -> 87% of copy),
 // Mamba-2's keep 48 (Nano at 40: 91% -> 77%).
 #ifndef BASE_REGS
 #define BASE_REGS 48
@@ -1013,9 +909,9 @@ struct StateIO {
 
 // stream_passes runs a streaming baseline's passes, update(pass, e, from)
 // each: from 1 takes the prefetched pass (BASE_PF), 0 reads the pass itself,
-// 2 (pass 0 with BASE_EARLY, outside the loop, so the loop holds no more
+// 2 (pass 0 with BASE_EARLY_ON, outside the loop, so the loop holds no more
 // registers) hands it the chunks raw0 asked for before the barrier (unread
-// without BASE_EARLY).
+// without BASE_EARLY_ON).
 template <typename IO, typename MAP, typename U>
 __device__ __forceinline__ void stream_passes(const uint4* raw0, U update)
 {
@@ -1049,17 +945,13 @@ __device__ __forceinline__ void base_row(float* srow, const float* __restrict__ 
 
 // The baselines' token vectors (GDN k and q, Mamba-2 B and C) in shared
 // memory are read by the LANES lanes of a row VEC elements apart: 32 bytes
-// for a 2-byte state, so lanes 0 and 4 of a row fall in the same banks (ncu,
-// session 11: 50% excess shared-memory wavefronts in the bf16 GDN
-// baseline). BASE_VPAD=1 (the default) pads them as the group verify pads
-// its vectors, 4 floats after every 32: element e at bvpad(e), a vector
-// BVLEN(n) floats. A chunk (VEC <= 16 elements, a divisor of 32) never
-// straddles a pad.
-#ifndef BASE_VPAD
-#define BASE_VPAD 1
-#endif
-#define BVLEN(n) (BASE_VPAD ? (n) + ((n) >> 5) * 4 : (n))
-__device__ __forceinline__ int bvpad(int e) { return BASE_VPAD ? e + (e >> 5) * 4 : e; }
+// for a 2-byte state, so lanes 0 and 4 of a row would fall in the same
+// banks (ncu, unpadded: 50% excess shared-memory wavefronts in the bf16 GDN
+// baseline). They are padded as the group verify pads its vectors, 4
+// floats after every 32: element e at bvpad(e), a vector BVLEN(n) floats.
+// A chunk (VEC <= 16 elements, a divisor of 32) never straddles a pad.
+#define BVLEN(n) ((n) + ((n) >> 5) * 4)
+__device__ __forceinline__ int bvpad(int e) { return e + (e >> 5) * 4; }
 
 // raw_pass reads this thread's chunks of pass `pass` of a ROWS x COLS
 // matrix as they are stored (zeros past the last row), for IO::unpack.
@@ -1112,14 +1004,6 @@ __device__ __forceinline__ void next_pass(const typename IO::T* m, int pass, flo
     }
 }
 
-// GV_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DGV_SKIP=n; the
-// outputs are then wrong): bits 1, 2, 4 skip the group verify's stream, its
-// epilogue (GDN: u', o; Mamba-2: y) and the early folds, so a verify's time
-// splits by part (both layers).
-#ifndef GV_SKIP
-#define GV_SKIP 0
-#endif
-
 // Bytes of one ROWS x COLS matrix in an element format (not nvfp4).
 #define FMT_SIZE(f) ((f) == FMT_F32 ? 4 : (f) == FMT_E4M3 ? 1 : 2)
 
@@ -1162,33 +1046,10 @@ __device__ __forceinline__ float finite_abs(float x)
     return a >= 0x7f800000u ? 0.0f : __uint_as_float(a);
 }
 
-// NV_LEAN=1 (REPLAYSSM_CUDA_DEFINES=-DNV_LEAN=1; session 34, written
-// without a GPU, not yet measured): the nvfp4 quantiser with fewer
-// instructions an element, the same bytes. Its maxima skip an infinite or
-// NaN element by a predicate (|x| < inf, then the max under it: two
-// instructions, the absolute value an operand modifier of both) instead of
-// finite_abs's mask, compare and select before the max (four); and, with
-// NV_QDIV, a block whose scale code is 0 has its quotients masked to 0 (one
-// select) instead of branched around (BSSY, BRA, BSYNC an element in
-// Nano's fp32 + nvfp4 flush): d = 0 makes nv_quotient's reciprocal
-// infinite, harmless arithmetic whose result the select drops. Nano's
-// fp32 + nvfp4 mamba2_replay_flush: 6703 -> 6535 instructions with the
-// maxima alone. (The e2m1 code and value from one magic-number rounding
-// were tried too: 15 instructions an element against e2m1_from_f32's 14,
-// the value's decode being dead code in the flush; dropped.)
-#ifndef NV_LEAN
-#define NV_LEAN 0
-#endif
+// finite_max is the running maximum m of finite_abs(x).
 __device__ __forceinline__ float finite_max(float m, float x)
 {
-#if NV_LEAN
-    if (fabsf(x) < __int_as_float(0x7f800000)) {
-        m = fmaxf(m, fabsf(x));
-    }
-    return m;
-#else
     return fmaxf(m, finite_abs(x));
-#endif
 }
 
 // e2m1 magnitudes, signed by code bit 3: the read path decodes through a
@@ -1202,29 +1063,24 @@ __device__ __forceinline__ void init_e2m1_lut(float* lut)
     }
 }
 
-// NV_QDIV=1 (the default since session 34; -DNV_QDIV=0 gives the
-// division) forms nvfp4_write's quotients v/d from one reciprocal a chunk
-// instead of a division an element: the quantiser's __fdiv_rn is a
-// reciprocal (MUFU.RCP), four FMAs, a range check (FCHK) and a branch to a
-// called slow path, an element (Nano's fp32 + nvfp4 mamba2_replay_flush:
-// 89 MUFU, 81 FCHK, 89 calls; 17, 17, 41 with the reciprocal).
-// nv_quotient returns a float with RN(v/d)'s e2m1 code, given x = v*sc and
-// d2 = d*sc (sc a power of two that puts d2 in [2^-90, 2^90], 1 for every
-// d but absurd matrices) and rd = RN(1/d2): q0 = RN(x*rd) is within an
-// ulp of x/d2 = v/d, the remainder x - q0*d2 is exact (one fma), and
-// RN(q0 + rem*rd) is RN(v/d) (Markstein's theorem: rd correctly rounded,
-// no underflow). Where |q0| < 1/8 the code is v's sign alone (|v/d| <
-// 1/4, below e2m1's first midpoint), and q0 has that sign: this also
-// covers the remainder's underflow. A NaN remainder (v infinite or NaN)
-// keeps q0, which __fdiv_rn gives then too. TestNVFP4Quotient checks the
-// same arithmetic in Go against float32 division, bit for bit, and
+// nvfp4_write forms its quotients v/d from one reciprocal a chunk instead of a
+// division an element: the quantiser's __fdiv_rn is a reciprocal (MUFU.RCP),
+// four FMAs, a range check (FCHK) and a branch to a called slow path, an
+// element (Nano's fp32 + nvfp4 mamba2_replay_flush: 89 MUFU, 81 FCHK, 89
+// calls; 17, 17, 41 with the reciprocal). nv_quotient returns a float with
+// RN(v/d)'s e2m1 code, given x = v*sc and d2 = d*sc (sc a power of two that
+// puts d2 in [2^-90, 2^90], 1 for every d but absurd matrices) and rd =
+// RN(1/d2): q0 = RN(x*rd) is within an ulp of x/d2 = v/d, the remainder x -
+// q0*d2 is exact (one fma), and RN(q0 + rem*rd) is RN(v/d) (Markstein's
+// theorem: rd correctly rounded, no underflow). Where |q0| < 1/8 the code is
+// v's sign alone (|v/d| < 1/4, below e2m1's first midpoint), and q0 has that
+// sign: this also covers the remainder's underflow. A NaN remainder (v
+// infinite or NaN) keeps q0, which __fdiv_rn gives then too. TestNVFP4Quotient
+// checks the same arithmetic in Go against float32 division, bit for bit, and
 // TestReplayReadCopyIsNumerics the copies' bytes against package numeric.
-// H200, batch 256, aligned nvfp4 flush (session 34): 1-3% faster on every
-// shape (122B bf16 1795 -> 1745 us, Super bf16 1695 -> 1653, Nano fp32
-// 1364 -> 1355); the flush's time is elsewhere (NOTES.md, session 34).
-#ifndef NV_QDIV
-#define NV_QDIV 1
-#endif
+// H200, batch 256, aligned nvfp4 flush, against the division: 1-3% faster on
+// every shape (122B bf16 1795 -> 1745 us, Super bf16 1695 -> 1653, Nano fp32
+// 1364 -> 1355); the flush's time is elsewhere.
 __device__ __forceinline__ float nv_quotient(float x, float d2, float rd)
 {
     const float q0 = __fmul_rn(x, rd);
@@ -1281,7 +1137,6 @@ __device__ __forceinline__ void nvfp4_write(float (&v)[SM::PASSES][SM::CPL][SM::
                 s = e4m3_encode(__fdiv_rn(bm, sixg));
             }
             const float d = __fmul_rn(f32_from_e4m3(s), g);
-#if NV_QDIV
             // d outside [2^-90, 2^90] (an absurd matrix): the chunk and d
             // scaled by a power of two first (exact for every element whose
             // code is not its sign alone), so nv_quotient's arithmetic stays
@@ -1294,23 +1149,13 @@ __device__ __forceinline__ void nvfp4_write(float (&v)[SM::PASSES][SM::CPL][SM::
                 }
             }
             const float d2 = __fmul_rn(d, qsc), rd = __frcp_rn(d2);
-#endif
             u32 packed = 0;
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
                 u32 q = 0;
-#if NV_QDIV && NV_LEAN
-                const float quot = nv_quotient(v[pass][c][k], d2, rd);
-                q = e2m1_from_f32(s != 0 ? quot : 0.0f);
-#else
                 if (s != 0) {
-#if NV_QDIV
                     q = e2m1_from_f32(nv_quotient(v[pass][c][k], d2, rd));
-#else
-                    q = e2m1_from_f32(__fdiv_rn(v[pass][c][k], d));
-#endif
                 }
-#endif
                 packed |= q << (4 * k);
                 const u32 m = q & 7u;
                 const float mag = m < 2 ? 0.5f * (float)m : __uint_as_float(((m >> 1) + 126u) << 23 | (m & 1u) << 22);
@@ -1643,13 +1488,6 @@ __device__ __forceinline__ void dots_read(const typename StateIO<STATE_FMT>::T* 
 #endif
 }
 
-// SMALL_PF (default 1) lets the one-kernel small-batch step ask for its
-// state in L1 right after slots[b] and load the ring before hist[s] is back
-// (NOTES.md, session 4). 0 restores session 3's order, for comparison.
-#ifndef SMALL_PF
-#define SMALL_PF 1
-#endif
-
 // prefetch_l1 asks for bytes bytes at p in this SM's L1, one request per
 // 128-byte line spread over the CTA's first NT threads.
 __device__ __forceinline__ void prefetch_l1(const void* p, int bytes)
@@ -1740,17 +1578,13 @@ __device__ __forceinline__ void tf32_split(float x, u32& hi, u32& lo)
 // cores read a TF32 operand's upper 19 bits, so lo is truncated there
 // (|e| <= 2^-21 |x|) instead of rounded by a second cvt. cvt.rna.tf32.f32
 // is several instructions on sm_90: the two conversions were a quarter of
-// the bf16 flush's instructions (ncu, session 17). gdn_update_tc takes it
-// (H200, B=256, against -DTF32_RNA=1 in the same run: Qwen3.5-4B bf16
-// aligned flush 587 -> 576 us, 122B 1161 -> 1139); in gdn_project_tc it
-// made ptxas 11.8 spill 456 bytes where it spilled 120. -DTF32_RNA=1 makes
-// it tf32_split.
-#ifndef TF32_RNA
-#define TF32_RNA 0
-#endif
+// the bf16 flush's instructions (ncu). gdn_update_tc takes it (H200,
+// B=256, against tf32_split: Qwen3.5-4B bf16 aligned flush 587 -> 576 us,
+// 122B 1161 -> 1139); in gdn_project_tc it made ptxas 11.8 spill 456 bytes
+// where it spilled 120.
 __device__ __forceinline__ void tf32_split_fast(float x, u32& hi, u32& lo)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !TF32_RNA
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
     lo = __float_as_uint(x - __uint_as_float(hi));
 #else
@@ -1982,15 +1816,15 @@ __device__ __forceinline__ void cp_async_mbar_arrive(u64* bar)
 // norms), and the passes then read it from shared memory. Without it each
 // pass waits a DRAM round trip for its chunks and then runs its chain (the
 // dots, their lane reductions, the update, the stores) with nothing of its
-// own in flight; BASE_EARLY overlaps only pass 0 with the prologue, and a
-// register prefetch (BASE_PF) costs the 2-byte states blocks per SM. With
+// own in flight; BASE_EARLY_ON overlaps only pass 0 with the prologue, and
+// a register prefetch (BASE_PF) costs the 2-byte states blocks per SM. With
 // the stage a block waits one round trip, under its prologue, and its
-// matrix is in flight whole. Measured on the H200 (B=256, session 12): only
-// Gated DeltaNet fp32 gained (Qwen3.5-4B 283 -> 278 us, 122B 555 -> 547);
-// the bf16 steps lost 2-7% (Nano 261 -> 280) and Mamba-2 fp32 2% (a
-// block computes nothing until its whole matrix is in, and the stage's
-// shared memory bounds the blocks per SM), so planBaseStage turns it on for
-// GDN fp32 only (REPLAYSSM_CUDA_BASE_STAGE=1 forces it).
+// matrix is in flight whole. Measured on the H200 (B=256): only Gated
+// DeltaNet fp32 gained (Qwen3.5-4B 283 -> 278 us, 122B 555 -> 547); the
+// bf16 steps lost 2-7% (Nano 261 -> 280) and Mamba-2 fp32 2% (a block
+// computes nothing until its whole matrix is in, and the stage's shared
+// memory bounds the blocks per SM), so planBaseStage turns it on for GDN
+// fp32 only.
 //
 // base_stage_begin starts the copy of the matrix at src into the dynamic
 // shared memory, copies the token's row of ROWS floats that the passes
@@ -2054,16 +1888,6 @@ __device__ __forceinline__ void base_stream(const typename IO::T* stage, u64* ba
 #endif
 }
 
-// PIPE_STATE and PIPE_RING choose how a producer moves a stage's matrix and
-// its ring / input pieces: 0 bulk copies (TMA), 1 16-byte cp.async spread
-// over the producer warp's lanes. Per piece kind, NVRTC -D overrides.
-#ifndef PIPE_STATE
-#define PIPE_STATE 0
-#endif
-#ifndef PIPE_RING
-#define PIPE_RING 1
-#endif
-
 // Piece is one contiguous copy into a stage. swz (0 for a plain copy)
 // swizzles a cp.async piece's 16-byte units: unit f lands at f ^ ((f >> 3)
 // & swz), the layout a reader of rows that spreads each lane's VEC floats
@@ -2090,30 +1914,25 @@ __device__ __forceinline__ int bsw_unit(int f, int swz) { return f ^ ((f >> 3) &
 // pieces 0 .. nmat-1 are the matrix) and arms bar: the producer warp calls it
 // with all lanes; the stage is full once every byte has landed. bar's
 // initial count is 33: lane 0's arrival plus one cp.async arrival per lane.
-// Lanes l .. l+PIPE_LANES-1 issue piece l/PIPE_LANES, then 32/PIPE_LANES
-// on; a matrix moved by cp.async is spread over the whole warp. (Each ring
-// piece copied by the whole warp in turn, 512 contiguous bytes a cp.async
-// rather than 16 from each of 32 rows, was slower: Mamba-2 verify 6-19%,
-// aligned flush up to 38% (Nano fp32's 3% faster); session 30.)
-// PIPE_NOCOPY (an experiment) moves nothing.
+// The matrix pieces go by bulk copies (TMA), the ring and input pieces by
+// 16-byte cp.async: lanes 2l and 2l+1 issue piece l, then 16 on, each
+// every other 16-byte unit of the piece. (Each ring piece copied by the
+// whole warp in turn, 512 contiguous bytes a cp.async rather than 16 from
+// each of 32 rows, was slower: Mamba-2 verify 6-19%, aligned flush up to
+// 38%, Nano fp32's 3% faster.)
 //
-// PIPE_LANES (1, 2 or 4) lanes share a ring piece, each taking every
-// PIPE_LANES-th of its 16-byte units. ncu of the Nano bf16 aligned flush
-// (session 31): with one lane a piece, every lane at the same unit of its
-// own row, each cp.async took twice its ideal L2 sectors (16 bytes of each
-// 32-byte sector) and 6x its shared-memory wavefronts (rows 320 or 512
-// bytes apart, the same banks). The bytes and their places are the same
-// either way. Session 31 (H200, B=256, same run, us, 1 -> 2): verify Nano
-// bf16 342 -> 326, Super bf16 348 -> 336, Super fp32 497 -> 489; windows
-// Super bf16 215 -> 211, fp32 333 -> 330, Nano 1-2 us; aligned flushes
-// Nano fp32 634 -> 614, Super fp32 678 -> 657, bf16 573 -> 549. Starting
-// each piece's lanes at a unit rotated by the piece (spreading the banks
-// further) gained nothing more; four lanes a piece against two, windows
-// and verifies within 1%, fp32 aligned flushes 1-2% faster.
-#ifndef PIPE_LANES
-#define PIPE_LANES 2
-#endif
-static_assert(PIPE_LANES == 1 || PIPE_LANES == 2 || PIPE_LANES == 4, "PIPE_LANES: 1, 2 or 4");
+// Two lanes a ring piece: ncu of the Nano bf16 aligned flush with one lane
+// a piece, every lane at the same unit of its own row, had each cp.async
+// take twice its ideal L2 sectors (16 bytes of each 32-byte sector) and 6x
+// its shared-memory wavefronts (rows 320 or 512 bytes apart, the same
+// banks). The bytes and their places are the same either way. H200, B=256,
+// us, one lane -> two: verify Nano bf16 342 -> 326, Super bf16 348 -> 336,
+// Super fp32 497 -> 489; windows Super bf16 215 -> 211, fp32 333 -> 330,
+// Nano 1-2 us; aligned flushes Nano fp32 634 -> 614, Super fp32 678 ->
+// 657, bf16 573 -> 549. Starting each piece's lanes at a unit rotated by
+// the piece (spreading the banks further) gained nothing more; four lanes
+// a piece against two, windows and verifies within 1%, fp32 aligned
+// flushes 1-2% faster.
 #if RING_BF16
 // widen_units calls body(piece, k, u, f) for each widened unit f of the
 // pieces c0 .. c0+WB-1 (piece(c0+k)) that lane takes: units lane + 32u,
@@ -2140,7 +1959,7 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
 {
     const int lane = threadIdx.x & 31;
     u32 tx = 0;
-#if RING_BF16 && !defined(PIPE_NOCOPY)
+#if RING_BF16
     // A bf16 ring's rows first, widened through registers: the warp takes
     // WB pieces at a time, lane l unit l (+32, ...) of each (four codes an
     // 8-byte load, coalesced across the lanes, then a float4 store where the
@@ -2163,21 +1982,11 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
                     make_float4(bf16_lo(w[k][u].x), bf16_hi(w[k][u].x), bf16_lo(w[k][u].y), bf16_hi(w[k][u].y));
             });
         }
-#if PIPE_RING == 0
-        // Bulk copies for the ring pieces: a stage's x and B slots then take
-        // these generic stores (ring rows) and bulk copies (the current
-        // token's rows, the async proxy) in turn, as items' entry counts
-        // differ; the proxy fence orders the stores before a later copy
-        // into the same bytes (PTX: accesses to one location through two
-        // proxies are ordered only by a proxy fence).
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
         __syncwarp();
     }
 #endif
-#ifndef PIPE_NOCOPY
     for (int ci = lane; ci < npieces; ci += 32) {
-        if (ci < nmat ? PIPE_STATE == 0 : PIPE_RING == 0) {
+        if (ci < nmat) {
 #if RING_BF16
             const Piece pc = piece(ci);
             tx += pc.widen ? 0 : pc.bytes;
@@ -2186,7 +1995,6 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
 #endif
         }
     }
-#endif
     tx = __reduce_add_sync(FULL_MASK, tx);
     if (lane == 0) {
         if (tx > 0) {
@@ -2196,34 +2004,24 @@ __device__ __forceinline__ void produce_stage(u64* bar, int npieces, int nmat, F
         }
     }
     __syncwarp();
-#ifndef PIPE_NOCOPY
-    const int sub = lane % PIPE_LANES, grp = lane / PIPE_LANES;
-    for (int ci = grp; ci < npieces; ci += 32 / PIPE_LANES) {
+    const int sub = lane % 2, grp = lane / 2;
+    for (int ci = grp; ci < npieces; ci += 16) {
         const Piece pc = piece(ci);
 #if RING_BF16
         if (pc.widen) {
             continue; // widened above
         }
 #endif
-        if (ci < nmat ? PIPE_STATE == 0 : PIPE_RING == 0) {
+        if (ci < nmat) {
             if (sub == 0) {
                 bulk_g2s(pc.dst, pc.src, pc.bytes, bar);
             }
-        } else if (ci >= nmat) {
-            for (u32 f = sub; f < pc.bytes / 16; f += PIPE_LANES) {
+        } else {
+            for (u32 f = sub; f < pc.bytes / 16; f += 2) {
                 cp_async16(pc.dst + 16 * bsw_unit(f, pc.swz), static_cast<const unsigned char*>(pc.src) + 16 * f);
             }
         }
     }
-    if (PIPE_STATE != 0) {
-        for (int ci = 0; ci < nmat; ci++) {
-            const Piece pc = piece(ci);
-            for (u32 off = 16u * lane; off < pc.bytes; off += 512u) {
-                cp_async16(pc.dst + off, static_cast<const unsigned char*>(pc.src) + off);
-            }
-        }
-    }
-#endif
     cp_async_mbar_arrive(bar);
 }
 
@@ -2462,15 +2260,6 @@ __device__ __forceinline__ void group_load(const void* mat, const u8* scales, in
 #endif
 }
 
-// GROUP_NODOTS=1 is a measuring knob (REPLAYSSM_CUDA_DEFINES; the outputs
-// are then wrong): group_dots_by neither decodes nor multiplies, it only keeps
-// the loads alive, so a group kernel's time splits into the stream and the
-// decode + dots (the nvfp4 read copy's non-flush step runs at 1.5 TB/s:
-// NOTES.md, session 6).
-#ifndef GROUP_NODOTS
-#define GROUP_NODOTS 0
-#endif
-
 // group_dots_by writes out[a*NROWS + r] = row_r . vec_a for the rows of
 // pass `pass` and the first nv <= NV vectors, vq(a, c, q) giving vector a's
 // four floats at quad q of this thread's chunk c; row r belongs to matrix
@@ -2487,20 +2276,7 @@ __device__ __forceinline__ void group_dots_by(const GRaw<GMAP>& raw, int pass, i
     for (int a = 0; a < NV; a++) {
         acc[a] = 0.0f;
     }
-#if GROUP_NODOTS
-    {
 #if READ_FMT == FMT_NVFP4
-        const u32 bits = raw.w.x ^ raw.w.y ^ raw.sc;
-#else
-        u32 bits = 0;
-#pragma unroll
-        for (int c = 0; c < GMAP::CPL; c++) {
-            bits ^= raw.w[c].x ^ raw.w[c].y ^ raw.w[c].z ^ raw.w[c].w;
-        }
-#endif
-        acc[0] = __uint_as_float(bits & 0x007fffffu); // a denormal: the data dependence, nothing else
-    }
-#elif READ_FMT == FMT_NVFP4
     float x[16];
     nvfp4_chunk(raw.w, lut, x);
     const float d = r < NROWS ? __fmul_rn(f32_from_e4m3(raw.sc), gs[m]) : 0.0f;
@@ -2549,7 +2325,7 @@ __device__ __forceinline__ float4 padded_vec4(const float* vs, int a, int e)
 // pass+1 (raw0, raw1) at once: each vector chunk is read from shared memory
 // once for both rows, which halves the vectors' reads, the GDN group
 // verify's largest shared-memory load. Each row's sums keep group_dots_by's
-// order. Element formats only (not nvfp4, not GROUP_NODOTS); rows past the
+// order. Element formats only (not nvfp4); rows past the
 // end (pass+1 may be) are not written.
 #if READ_FMT != FMT_NVFP4
 template <typename GMAP, int NROWS, int RPM, int NV>
@@ -2761,25 +2537,28 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 #endif
 }
 
-// ---- group streams on the tensor cores (GROUP_TC: nvfp4 read copies) ----
+// ---- group streams on the tensor cores (GROUP_TC, VERIFY_TC) ----
 //
-// With GROUP_TC=1 (the host sets it for nvfp4 read copies on sm_89+) a
-// group step's dots run on the tensor cores. A warp takes 16 rows at a time
-// (a strip) as mma_16816's A operand: lane (g, t) loads rows g and g+8 of the
-// strip, its quarter of the columns (COLS/8 bytes of codes each, 16 for
-// COLS 128, and their block scales), rewrites the e2m1 codes as e4m3
-// (e4m3_of_e2m1), widens them by the hardware conversion and multiplies
-// each by its block scale in f16: e2m1 times e4m3 is exact there (at most
-// six significant bits; 2^-6 times it lies in [2^-16, 42], and f16 holds
-// every multiple of 2^-24 below 2^-14), so A is the read copy's value
-// before its global scale, times 2^-6. B's eight columns are the step's NV
-// <= 4 vectors, each split in two f16 terms (hi, then the remainder lo, of
-// a power of two times the vector: 22 bits; gt_vectors), and zeros; D's
-// columns 2a and 2a+1 sum to row . vector a in float32 to its
-// accumulation. Each lane's pairs of
-// columns are the ones its decode gives (codes 0 and 2 of a word, 4 and 6,
-// 1 and 3, 5 and 7); B takes the same pairs, so the sums are the rows' dots
-// in another order. GT_OK says whether it applies here.
+// With GROUP_TC=1 (the host sets it for nvfp4 and e4m3 matrices on sm_89+) a
+// group step's dots run on the tensor cores. For an nvfp4 read copy, a warp
+// takes 16 rows at a time (a strip) as mma_16816's A operand: lane (g, t)
+// loads rows g and g+8 of the strip, its quarter of the columns (COLS/8 bytes
+// of codes each, 16 for COLS 128, and their block scales), rewrites the e2m1
+// codes as e4m3 (e4m3_of_e2m1), widens them by the hardware conversion and
+// multiplies each by its block scale in f16: e2m1 times e4m3 is exact there
+// (at most six significant bits; 2^-6 times it lies in [2^-16, 42], and f16
+// holds every multiple of 2^-24 below 2^-14), so A is the read copy's value
+// before its global scale, times 2^-6. B's eight columns are the step's NV <=
+// 4 vectors, each split in two f16 terms (hi, then the remainder lo, of a
+// power of two times the vector: 22 bits; gt_vectors), and zeros; D's columns
+// 2a and 2a+1 sum to row . vector a in float32 to its accumulation. Each
+// lane's pairs of columns are the ones its decode gives (codes 0 and 2 of a
+// word, 4 and 6, 1 and 3, 5 and 7); B takes the same pairs, so the sums are
+// the rows' dots in another order. GT_OK says whether it applies here. H200,
+// batch 256, the non-flush step against the FMA stream: nvfp4 read copy
+// Qwen3.5-4B 93.9 -> 64.4 us, 122B 170 -> 98.5, Nano 142 -> 112, Super 147 ->
+// 119; fp8 read copy 4B 81.7 -> 68.1, 122B 132 -> 115, Nano 124 -> 119, Super
+// 131 -> 130.
 #ifndef GROUP_TC
 #define GROUP_TC 0
 #endif
@@ -2805,6 +2584,9 @@ __device__ __forceinline__ float group_scale(const typename StateIO<STATE_FMT>::
 #endif
 #ifndef GT_BF16
 #define GT_BF16 0
+#endif
+#if GROUP_TC && GT_BF16
+#error "GROUP_TC: nvfp4 and e4m3 matrices only (bf16: VERIFY_TC)"
 #endif
 #if GT_NVFP4 || GT_BF16 || GT_E4M3
 #define GT_NWARP (GNT / 32)
@@ -2919,7 +2701,7 @@ __device__ __forceinline__ void gt_run(const void* mat, const u8* scl, GTRaw (&r
 // lanes read them (gtw_vectors: GTW_FLOATS floats), and each strip reads
 // its lane's 8 bytes a tile and term (LDS.64, no bank conflicts). The FMA
 // verify stream read every vector chunk from shared memory for every row
-// chunk, which bounded the bf16 verify (ncu, session 7).
+// chunk, which bounded the bf16 verify (ncu).
 #define GTW_TERMS (GT_BF16 ? 3 : 2)
 #define GTW_MS (COLS / 16) // k16 tiles of a row
 #define GTW_POST (GTW_TERMS * GTW_MS * 64)     // the vectors' factors, after the operands
@@ -3102,7 +2884,7 @@ __device__ __forceinline__ void gt_write(float d0, float d1, float d2, float d3,
 // GTRaw is one lane's share of one strip: rows g and g+8, their codes and
 // block scale codes, each as loaded (combining the scales' loads into one
 // word made every strip wait for its loads where it issued them: ncu,
-// session 21, 19% of the GDN step's stall samples on that line).
+// 19% of the GDN step's stall samples on that line).
 struct GTRaw {
     u32 w[2][GT_NW];
     u32 sc[2];
@@ -3231,31 +3013,21 @@ __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* s
 }
 
 #elif GT_BF16
-// GROUP_TC=1 for a bf16 matrix read as stored (a bf16 checkpoint, or a
-// bf16 read copy; the host sets it only where REPLAYSSM_CUDA_DEFINES asks:
-// H200, B=256, session 22, correct and slower, Nano 166 -> 176 us
-// non-flush, Qwen3.5-4B 97.5 -> 108). The group verify's bf16 stream
-// (VERIFY_TC, gtw_dots below, on by default) takes the same A operands.
-// The stored bf16 pairs are mma_16816's A operand as loaded: no decode. A
-// warp takes a strip of 16 rows in two passes of half its columns each
-// (lane (g, t): rows g and g+8, columns t*COLS/4 + h*COLS/8 + [0, COLS/8)
-// in pass h, COLS/16 words a row); B's columns are each vector split in
-// three bf16 terms (24 bits; bf16 has float32's range, so no scaling) and
-// a zero: vector a's terms in columns 4a..4a+2. D's columns 4a..4a+3 are
-// lanes t = 2a and 2a+1's, summed by one shuffle.
+// The group verify's stream for a bf16 matrix read as stored (a bf16
+// checkpoint, or a bf16 read copy; VERIFY_TC). The stored bf16 pairs are
+// mma_16816's A operand as loaded: no decode. A warp takes a strip of 16
+// rows in two passes of half its columns each (lane (g, t): rows g and
+// g+8, columns t*COLS/4 + h*COLS/8 + [0, COLS/8) in pass h, COLS/16 words
+// a row); B's columns are the vectors, each in three bf16 terms (24 bits;
+// bf16 has float32's range, so no scaling: gtw_vectors). (The group step
+// on this stream, C or k and q as B's columns, was correct and slower:
+// H200, B=256, Nano 166 -> 176 us non-flush, Qwen3.5-4B 97.5 -> 108.)
 #define GT_OK 1
 #define GT_HW (COLS / 16) // words a lane holds of a row in one pass
 
 struct GTRaw {
     u32 w[2][GT_HW];
 };
-
-// GTVec is a lane's B operands, b[2m] and b[2m+1] of tile m (m < COLS/16,
-// the lane's quarter's pairs of columns 4m, 4m+1 and 4m+2, 4m+3).
-struct GTVec {
-    u32 b[COLS / 8];
-};
-
 
 // gt_load issues the loads of this warp's pass i (strip i/2, half i%2) of
 // an NROWS-row bf16 stream at mat (zeros past the rows).
@@ -3265,83 +3037,10 @@ __device__ __forceinline__ void gt_load(const u8* mat, const u8*, int i, GTRaw& 
     gt_load_words<NROWS, 2>(mat, (i & 1) * (COLS / 8), (threadIdx.x >> 5) + GT_NWARP * (i >> 1), raw.w);
 }
 
-// gt_vectors forms this lane's B operands: for g = lane/4 with g/4 < NV and
-// g%4 < 3, term g%4 of vector g/4 (at vec + (g/4)*vstride: shared or
-// global memory), x = hi + mid + lo in bf16 terms each the rounding of
-// what the earlier ones leave; zeros elsewhere.
-template <int NV>
-__device__ __forceinline__ void gt_vectors(const float* vec, int vstride, GTVec& bv)
-{
-    const int lane = threadIdx.x & 31, g = lane >> 2, term = g & 3;
-    const bool on = (g >> 2) < NV && term < 3;
-    const float* v = vec + min(g >> 2, NV - 1) * vstride + (lane & 3) * (COLS / 4);
-#pragma unroll
-    for (int m = 0; m < COLS / 16; m++) {
-        const float4 x4 = *reinterpret_cast<const float4*>(v + 4 * m);
-        float x[4] = {x4.x, x4.y, x4.z, x4.w};
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            // the term-th bf16 term of x[c]: x minus the earlier terms
-#pragma unroll
-            for (int k = 0; k < 2; k++) {
-                if (k < term) {
-                    x[c] -= __uint_as_float(bf16x2_of(x[c], 0.0f) << 16);
-                }
-            }
-        }
-        bv.b[2 * m] = on ? bf16x2_of(x[0], x[1]) : 0u;
-        bv.b[2 * m + 1] = on ? bf16x2_of(x[2], x[3]) : 0u;
-    }
-}
-
-// gt_dots adds this warp's pass i to d (zeroed for a strip's first pass)
-// and, after its second, writes row r . vector a to out[a*NROWS + r] for a
-// < NV (row r's matrix scale gs[r / RPM]).
-template <int NROWS, int RPM, int NV>
-__device__ __forceinline__ void gt_dots(const GTRaw& raw, int i, const GTVec& bv, const float* gs, float* out,
-                                        float (&d)[4])
-{
-    const int lane = threadIdx.x & 31, st = (threadIdx.x >> 5) + GT_NWARP * (i >> 1), half = i & 1;
-    if (st >= NROWS / 16) {
-        return;
-    }
-    if (half == 0) {
-        d[0] = d[1] = d[2] = d[3] = 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < GT_HW / 2; j++) {
-        const int m = half * (GT_HW / 2) + j;
-        mma_16816<true>(d[0], d[1], d[2], d[3], raw.w[0][2 * j], raw.w[1][2 * j], raw.w[0][2 * j + 1], raw.w[1][2 * j + 1],
-                 bv.b[2 * m], bv.b[2 * m + 1]);
-    }
-    if (half == 1) {
-        float x = d[0] + d[1], y = d[2] + d[3];
-        x += __shfl_xor_sync(FULL_MASK, x, 1);
-        y += __shfl_xor_sync(FULL_MASK, y, 1);
-        const int t = lane & 3;
-        if ((t & 1) == 0 && (t >> 1) < NV) {
-            const int r = 16 * st + (lane >> 2);
-            const float sc = gs[(16 * st) / RPM];
-            out[(t >> 1) * NROWS + r] = x * sc;
-            out[(t >> 1) * NROWS + r + 8] = y * sc;
-        }
-    }
-}
-
-// gt_stream runs the dots of every pass of the warp (gt_run; PF even: a
-// strip's two passes in one unrolled step).
-template <int NROWS, int RPM, int NV, int PF>
-__device__ __forceinline__ void gt_stream(const void* mat, const u8* scl, GTRaw (&raw)[PF], const GTVec& bv,
-                                          const float* gs, float* out)
-{
-    static_assert(PF % 2 == 0, "a strip's two passes in one unrolled step");
-    float d[4];
-    gt_run<NROWS>(mat, scl, raw, [&](const GTRaw& r, int i) { gt_dots<NROWS, RPM, NV>(r, i, bv, gs, out, d); });
-}
-
-// gtw_dots is gt_dots for up to eight vectors (gtw_vectors' B operands at
-// sw, nv of them), each vector's three terms one mma each into the same
-// accumulators.
+// gtw_dots adds this warp's pass i, up to eight vectors (gtw_vectors' B
+// operands at sw, nv of them; each vector's three terms one mma each into
+// the same accumulators), to d (zeroed for a strip's first pass) and,
+// after its second, writes the strip's dots (gtw_write).
 template <int NROWS, int RPM>
 __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* sw, int nv, const float* gs, float* out,
                                          float (&d)[4])
@@ -3370,8 +3069,7 @@ __device__ __forceinline__ void gtw_dots(const GTRaw& raw, int i, const float* s
 }
 #elif GT_E4M3
 // GROUP_TC=1 / VERIFY_TC=1 for an e4m3 matrix (an fp8 read copy or
-// checkpoint; written in session 22 after its device time, not yet run on
-// a GPU, and on only where REPLAYSSM_CUDA_DEFINES asks). The codes widen to
+// checkpoint). The codes widen to
 // f16 exactly by the hardware conversion (e4m3's 3 mantissa bits and
 // exponents 2^-9..2^8 lie inside f16) and are mma_16816's A operand; the
 // matrix's scale comes after the mma with the rows' (gs). Lane (g, t)
@@ -3480,9 +3178,8 @@ __device__ __forceinline__ void gt_start(const typename StateIO<STATE_FMT>::T* s
 // so a whole decode step can be captured in a CUDA graph with no host round
 // trip.
 
-// OVERLAP=1 (session 13; the host plans it, replay.go planOverlap: on for
-// Gated DeltaNet, REPLAYSSM_CUDA_OVERLAP forces it) runs a decode step's
-// flush (the *_replay_flush items kernel) on a second stream beside its
+// OVERLAP=1 (the host plans it, replay.go planOverlap: on for Gated
+// DeltaNet) runs a decode step's flush kernel on a second stream beside its
 // non-flush kernel instead of before it: the two take disjoint slots, a
 // flush item is a latency-bound chain (GDN: B=256 staggered windows spent
 // 44 us of a 208 us step in it) and the non-flush stream is
@@ -3496,8 +3193,7 @@ __device__ __forceinline__ void gt_start(const typename StateIO<STATE_FMT>::T* s
 #define OVERLAP 0
 #endif
 
-// move_cursors advances the cursors of a replay decode step's slots
-// (cursor_step's rule) and resets the block counters; one block calls it.
+// reset_done resets the block counters (step_done's, OVERLAP's).
 __device__ __forceinline__ void reset_done(int* done)
 {
     if (threadIdx.x == 0) {
@@ -3507,9 +3203,6 @@ __device__ __forceinline__ void reset_done(int* done)
             done[2] = 0;
             done[3] = 0;
         }
-#if defined(FL_QUEUE) && FL_QUEUE
-        done[4] = 0; // gdn_flush_stream's item counter
-#endif
     }
 }
 
@@ -3520,45 +3213,15 @@ __device__ __forceinline__ void advance_cursor(int* hist, int* pending, int s, i
     pending[s] = 0;
 }
 
+// move_cursors advances the cursors of a replay decode step's slots
+// (cursor_step's rule) and resets the block counters; one block calls it,
+// its threads from first on, stride apart.
 __device__ __forceinline__ void move_cursors(int* hist, int* pending, int* done, const int* slots, int batch, int L,
                                              int first = threadIdx.x, int stride = blockDim.x)
 {
     for (int b = first; b < batch; b += stride) {
         const int s = slots[b];
         advance_cursor(hist, pending, s, hist[s], L);
-    }
-    reset_done(done);
-}
-
-// move_cursors_own is move_cursors on one thread of the block of batch row
-// ob, which read slot os's cursor on at its start (STEP_OWN): that cursor
-// moves with no load (a batch-1 step's tail has no round trip), the other
-// rows' CH at a time, every slot, then every cursor asked for at once
-// (unconditional loads at clamped rows: ptxas waited at each predicated
-// one; move_cursors' loop asks for them a row after another, each row's
-// stores before the next row's loads). The slots are distinct, so a row's
-// stores leave the other rows' cursors as read.
-template <int CH = 4>
-__device__ __forceinline__ void move_cursors_own(int* hist, int* pending, int* done, const int* slots, int batch,
-                                                 int L, int ob, int os, int on)
-{
-    advance_cursor(hist, pending, os, on, L);
-    for (int b0 = 0; batch > 1 && b0 < batch; b0 += CH) {
-        int ss[CH], hv[CH];
-#pragma unroll
-        for (int k = 0; k < CH; k++) {
-            ss[k] = slots[min(b0 + k, batch - 1)];
-        }
-#pragma unroll
-        for (int k = 0; k < CH; k++) {
-            hv[k] = hist[ss[k]];
-        }
-#pragma unroll
-        for (int k = 0; k < CH; k++) {
-            if (b0 + k < batch && b0 + k != ob) {
-                advance_cursor(hist, pending, ss[k], hv[k], L);
-            }
-        }
     }
     reset_done(done);
 }
@@ -3591,23 +3254,14 @@ __device__ __forceinline__ void step_done(int* hist, int* pending, int* done, co
     move_cursors(hist, pending, done, slots, batch, L);
 }
 
-// VPART=1 (REPLAYSSM_CUDA_VERIFY_OVERLAP; off by default, written in
-// session 13 after the device time) splits a verify like OVERLAP splits a
-// step: the early folds and then the group verify of the slots that fold
-// go on the side stream, the group verify of the other slots beside them.
-// The group verify kernels then take one more parameter, part: 0 every
-// slot, 1 the slots that do not fold early, 2 those that do (vpart_skip).
-#ifndef VPART
-#define VPART 0
-#endif
-// FL_FEW=n (REPLAYSSM_CUDA_FL_FEW; 0 off): a flush kernel's blocks count
+// FL_FEW=n (0 off): a flush kernel's blocks count
 // the step's flushing slots first (flushing_slots) and, when their items
 // are fewer than n a block of the grid (a staggered step's sixteenth of
 // the slots, not an aligned flush), leave the items to the first FL_KEEP
 // blocks (the Go side: one an SM) and end at once, so that the non-flush
 // kernel beside them (OVERLAP) starts on the SMs' other room at the step's
 // start instead of after the flush's resident grid. gdn_flush_stream
-// takes it (mamba2_flush_pipe did in sessions 30-31: slower). FL_FEW_BATCH
+// takes it (on mamba2_flush_pipe it measured slower). FL_FEW_BATCH
 // is the least batch it applies to (the Go side: 256; at B=64 an aligned
 // GDN bf16 flush's 2048 items counted as few and ran 77 -> 175 us on one
 // block an SM).
@@ -3660,21 +3314,6 @@ __device__ __forceinline__ void flush_done(int* hist, int* pending, int* done, c
 #endif
 }
 
-#if VPART
-#define VPART_PARAM , int part
-// vpart_skip says whether the group verify of part skips batch row b: the
-// rule every fold kernel applies (FOLDS_EARLY on the slot's cursor), so
-// the two parts take complementary rows. Every thread of a block decides
-// the same (uniform loads of slots, hist and counts).
-__device__ __forceinline__ bool vpart_skip(int part, const int* __restrict__ hist, const int* __restrict__ slots,
-                                           const int* __restrict__ counts, int T, int R, int b)
-{
-    return part != 0 && FOLDS_EARLY(hist[slots[b]], counts ? counts[b] : T, R) != (part == 2);
-}
-#else
-#define VPART_PARAM
-#endif
-
 #if OVERLAP
 // The group steps' item queue (OVERLAP): a block takes its first item by
 // its index, the later ones from the counter *ctr (item gridDim.x + the
@@ -3710,14 +3349,13 @@ __device__ __forceinline__ int queue_start(int* q, int* ctr)
 // work_items calls work(head, b) for every item i = blockIdx.x +
 // k*gridDim.x (head i % heads of batch row i / heads) for which need(b),
 // and flush_items for those whose slot's window fills at this step (hist +
-// 1 >= L). The flush kernel runs on a grid of
-// the blocks the GPU holds at once: its threads read NT items' cursors in
-// one round trip, list the flushing items in shared memory, and the block
-// flushes them in turn. Launched as one block per (head, batch row), as it
-// was, it paid a block launch and two dependent loads for every item of
-// every step, flushing or not (NOTES.md, session 5). (Asking for the next
-// item's checkpoint in L2 while one flushes lost 1-10%: session 6.) Any
-// grid gives the same work; one block per item is the old launch.
+// 1 >= L). The flush kernel runs on a grid of the blocks the GPU holds at
+// once: its threads read NT items' cursors in one round trip, list the
+// flushing items in shared memory, and the block flushes them in turn.
+// Launched as one block per (head, batch row), it paid a block launch and
+// two dependent loads for every item of every step, flushing or not.
+// (Asking for the next item's checkpoint in L2 while one flushes lost
+// 1-10%.) Any grid gives the same work.
 template <typename P, typename F>
 __device__ __forceinline__ void work_items(int batch, int heads, P need, F work)
 {
@@ -3856,7 +3494,8 @@ __device__ __forceinline__ void fold_produce(int nitems, Item* items, unsigned c
 
 // fold_consume is the consumer threads' loop: body(item, stage) for each
 // item in turn (the item in shared memory, valid until its stage is
-// released after body). It returns the items folded (TRACE's count).
+// released after body), until the producer's end marker (t < 0), and
+// returns the items folded.
 template <typename Item, typename Body>
 __device__ __forceinline__ int fold_consume(const Item* items, unsigned char* stages, u64* full, u64* empty, Body body)
 {
@@ -3891,103 +3530,62 @@ __device__ __forceinline__ void fold_items(const int* slots, const int* hist, co
 // thread 0 gets whether it was the last), works, and at its end the last
 // block moves the cursors (step_finish). The cursors are only read at the
 // start, so moving them once every block has read them is enough.
-// STEP_EARLY=0 (an experiment switch) restores step_done's count at the end.
-// STEP_TAIL (default 1): thread 0 of the last block, the one thread that
-// knows it is last, moves the cursors alone (a small step's batch is a few
-// slots) without the two barriers that told the block's other threads
-// (ncu, batch 1, session 12: the barriers' shared flag took 3% of the
-// small step's stall samples); 0 restores them.
-#ifndef STEP_EARLY
-#define STEP_EARLY 1
-#endif
-#ifndef STEP_TAIL
-#define STEP_TAIL 1
-#endif
-// STEP_OWN=1 (off; session 39, written without a GPU): with STEP_TAIL the
-// last block's thread 0 moves the cursors by move_cursors_own, its own
-// batch row's from the slot and cursor the step read at its start (own:
-// {slot, cursor}), so a batch-1 step ends without the slots -> hist round
-// trips the default's tail waits for (cuobjdump, Nano bf16 split module:
-// the chain of dependent loads at the end of mamba2_replay_step_small).
-#ifndef STEP_OWN
-#define STEP_OWN 0
-#endif
-
+// Thread 0 of the last block, the one thread that knows it is last, moves
+// the cursors alone (a small step's batch is a few slots), without two
+// barriers to tell the block's other threads (ncu, batch 1: the barriers'
+// shared flag took 3% of the small step's stall samples).
 __device__ __forceinline__ bool step_count(int* done)
 {
-    if (!STEP_EARLY || threadIdx.x != 0) {
+    if (threadIdx.x != 0) {
         return false;
     }
     return atomicAdd(done, 1) == (int)(gridDim.x * gridDim.y) - 1;
 }
 
 __device__ __forceinline__ void step_finish(bool last, int* hist, int* pending, int* done, const int* slots,
-                                            int batch, int L, int ob, const int (&own)[2])
+                                            int batch, int L)
 {
-    if (!STEP_EARLY) {
-        step_done(hist, pending, done, slots, batch, L);
-        return;
+    if (last) {
+        move_cursors(hist, pending, done, slots, batch, L, 0, 1);
     }
-    if (STEP_TAIL) {
-        if (last) {
-            if (STEP_OWN) {
-                move_cursors_own(hist, pending, done, slots, batch, L, ob, own[0], own[1]);
-            } else {
-                move_cursors(hist, pending, done, slots, batch, L, 0, 1);
-            }
-        }
-        return;
-    }
-    __shared__ int isLast;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        isLast = last;
-    }
-    __syncthreads();
-    if (!isLast) {
-        return;
-    }
-    move_cursors(hist, pending, done, slots, batch, L);
 }
 
-// SPLIT_VERIFY=1 (REPLAYSSM_CUDA_SPLIT_VERIFY; session 14, written after
-// the device time and not yet run) compiles a small batch's verify into
-// the module of split heads too (HSPLIT in replay_mamba2.cu and
-// replay_gdn.cu): each of its rows needs the head's ring vectors and
-// scalars and that row of the state alone, as the small step's do.
+// SPLIT_VERIFY=1 (the Go side sets it for the modules of split heads) compiles
+// a small batch's verify into the module of split heads too (HSPLIT in
+// replay_mamba2.cu and replay_gdn.cu): each of its rows needs the head's ring
+// vectors and scalars and that row of the state alone, as the small step's do.
 #ifndef SPLIT_VERIFY
 #define SPLIT_VERIFY 0
 #endif
 
 // The early verifies (*_verify_small_early, gdn_replay_verify_early; the
 // template's VEARLY) give the small batches' verify the small step's early
-// start (SMALL_PF, TOKEN_ROWS): the drafts' inputs, every ring entry's
-// scalars and the state in L1 are asked for right after slots[b], before
-// hist[s], so the chain is slots -> {hist, inputs, ring scalars, state} ->
-// ring rows -> outputs, where the verify waited for slots, hist, the ring
-// scalars, the drafts' inputs (two or three round trips), then the state,
-// one after the other. Their inputs are stored where the verify's own loads
-// put them: the outputs are bit for bit the same. They hold more registers
-// (ptxas 11.8: Nano 98 -> 128, GDN 128 -> 160-172), so the launch takes
-// them only where their grid fits the GPU at once (earlyVerify.pick).
-// H200, session 15, batch 1, us a verify: Nano fp32 13.6 -> 13.5, Super
-// 12.3 -> 12.0, Qwen3.5-4B 13.6 -> 13.0, bf16 14.8 -> 14.2; Qwen3.5-122B at
-// batch 4 (256 blocks of whole heads, one an SM) 28.2 -> 35.3.
+// start (its EARLY, and the token's inputs before the cursor): the drafts'
+// inputs, every ring entry's scalars and the state in L1 are asked for right
+// after slots[b], before hist[s], so the chain is slots -> {hist, inputs, ring
+// scalars, state} -> ring rows -> outputs, where the verify waited for slots,
+// hist, the ring scalars, the drafts' inputs (two or three round trips), then
+// the state, one after the other. Their inputs are stored where the verify's
+// own loads put them: the outputs are bit for bit the same. They hold more
+// registers (ptxas 11.8: Nano 98 -> 128, GDN 128 -> 160-172), so the launch
+// takes them only where their grid fits the GPU at once (earlyVerify.pick).
+// H200, batch 1, us a verify: Nano fp32 13.6 -> 13.5, Super 12.3 -> 12.0,
+// Qwen3.5-4B 13.6 -> 13.0, bf16 14.8 -> 14.2; Qwen3.5-122B at batch 4 (256
+// blocks of whole heads, one an SM) 28.2 -> 35.3.
 
-// SCALARS_EARLY=1 (session 15; mamba2Module sets it since session 16):
-// the early verifies compute the drafts' per-step scalars (Mamba-2 delta
-// and decay, GDN exp(g) and beta: float64 softplus, exp, sigmoid) from the
-// inputs asked for early, right after hist[s] is asked for, where they
-// waited behind the ring's scalars and any early fold (ncu, batch 1: a
-// third of the stall samples at barriers, warps waiting for a few threads'
-// serial float64 work). The same functions of the same inputs: bit for bit
-// the same outputs (TestReplayVerifyEarlyMatchesLate under it). ptxas
-// 11.8: the split modules' kernels keep their registers (Qwen3.5-4B in 4:
-// 95), but the whole heads' went from 156 registers to 128 with 48 / 80
-// bytes of spills (Qwen3.5-4B fp32; Nano fp32 12 / 8 -> 24 / 20). H200,
-// session 16, batch 1, against the default in the same run, us a verify:
-// Mamba-2 0.2-0.4 faster in all four rows (Nano fp32 13.4 -> 13.0, Super
-// 11.9 -> 11.5), GDN within 0.2 either way; batch 4 unchanged.
+// SCALARS_EARLY=1 (mamba2Module sets it): the early verifies compute the
+// drafts' per-step scalars (Mamba-2 delta and decay, GDN exp(g) and beta:
+// float64 softplus, exp, sigmoid) from the inputs asked for early, right after
+// hist[s] is asked for, where they waited behind the ring's scalars and any
+// early fold (ncu, batch 1: a third of the stall samples at barriers, warps
+// waiting for a few threads' serial float64 work). The same functions of the
+// same inputs: bit for bit the same outputs (TestReplayVerifyEarlyMatchesLate
+// under it). ptxas 11.8: the split modules' kernels keep their registers
+// (Qwen3.5-4B in 4: 95), but the whole heads' went from 156 registers to 128
+// with 48 / 80 bytes of spills (Qwen3.5-4B fp32; Nano fp32 12 / 8 -> 24 / 20).
+// H200, batch 1, against the scalars formed late, us a verify: Mamba-2 0.2-0.4
+// faster in all four rows (Nano fp32 13.4 -> 13.0, Super 11.9 -> 11.5), GDN
+// within 0.2 either way; batch 4 unchanged.
 #ifndef SCALARS_EARLY
 #define SCALARS_EARLY 0
 #endif

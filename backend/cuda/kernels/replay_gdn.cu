@@ -1,13 +1,25 @@
 // replay_gdn.cu: the Gated DeltaNet state cache on the GPU (compiled after
 // replay_common.cu). One CTA per (value head, batch row): grid (NVH, batch).
 //
-// Extra defines: NKH, NVH (key and value heads), L2EPS (the l2norm epsilon).
+// The layer's defines from the Go planner (gdnModule; replay_common.cu's
+// header lists the shared ones):
+//   NKH, NVH     key and value heads
+//   L2EPS        the l2norm epsilon
+//   TC_FOLD      1: gdn_fold's products on the tensor cores (TC_FOLD_ON)
+//   FOLD_CACHED  1: the folds take the ring's cached u (FOLD_CACHED_ON);
+//                0 with replay.Options.ExactFold
+//   FOLD_STREAM  1: the verify's early folds by gdn_fold_stream, FS_WARPS
+//                strips a block, FS_DB 1 for two buffers
+//   FLUSH_STREAM 1: the decode step's flush by gdn_flush_stream, FL_WARPS
+//                strips a block, FL_PAD 1 for padded shared rows
+//
 // ROWS = dv, COLS = dk: the state of value head j is stored transposed, dv
 // rows of dk (package replay's layout), so S^T v is one dot product per row.
 // Layouts: state [slot][buffer][head][dv][dk]; read copy as for Mamba-2;
 // ring per slot of RMAX entries: k (l2-normalised) [NKH*dk], v [NVH*dv],
-// u [NVH*dv]; per slot and value head RMAXP entries of exp(g) and of beta. Input rows: q, k [NKH*dk]
-// (before the normalisation), v [NVH*dv], a, b [NVH] (raw); outputs o [NVH*dv].
+// u [NVH*dv]; per slot and value head RMAXP entries of exp(g) and of beta.
+// Input rows: q, k [NKH*dk] (before the normalisation), v [NVH*dv], a, b
+// [NVH] (raw); outputs o [NVH*dv].
 
 #define DK COLS
 #define DV ROWS
@@ -101,25 +113,23 @@ struct GDNShared {
     float scratch[NWARPS];
 };
 
-// gdn_fold is the exact flush (docs/DESIGN.md 2.2, replay.GDNCache.fold) of the t
-// ring entries whose normalised keys are vec[0..t-1] (rows of DK; and, when
-// q_slot >= 0, q in row q_slot) into the checkpoint of one value head,
-// read from S (in the state format, scale sc0: matrix mat of the state
-// buffer, or its copy in a stage of the pipelined fold). It recomputes
-// every corrected update from the raw v, g, beta on the high-precision
-// checkpoint, never from cached u:
+// gdn_fold is the exact flush (docs/DESIGN.md 2.2, replay.GDNCache.fold) of
+// the t ring entries whose normalised keys are vec[0..t-1] (rows of DK;
+// and, when q_slot >= 0, q in row q_slot) into the checkpoint of one value
+// head, read from S (in the state format, scale sc0: matrix mat of the
+// state buffer). It recomputes every corrected update from the raw v, g,
+// beta on the high-precision checkpoint (but with CACHED, below):
 //
 //	u'_i = beta_i (v_i - [g_i S0^T k_i + sum_{l<i} (g_i/g_l)(k_l.k_i) u'_l])
 //	S0  <- g_t S0 + sum_i (g_t/g_i) k_i (x) u'_i
 //
 // (g_i = the product of the per-step decays exp(g) through entry i, in
-// float64 as the CPU fold takes them: no exp, no division), writes S (and the
-// read copy) back,
-// and with q_slot >= 0 writes o = S_new^T q to out. v_i[m] is
-// vring[i*vstride + m] for i < nring and vcur[m] for i = nring. sh holds
-// the fold's tables (proj, gram, wt, eg, coef, decay, beta, gt, scratch:
-// GDNShared's, or the pipelined fold's GDNFoldShared). Barriers inside
-// (cta_sync): each of the first NT threads calls it.
+// float64 as the CPU fold takes them: no exp, no division), writes S (and
+// the read copy) back, and with q_slot >= 0 writes o = S_new^T q to out.
+// v_i[m] is vring[i*vstride + m] for i < nring and vcur[m] for i = nring.
+// sh holds the fold's tables (GDNShared's proj, gram, wt, eg, coef, decay,
+// beta, gt, scratch). Barriers inside (cta_sync): each of the first NT
+// threads calls it.
 // tri_pair maps pair pr of gdn_fold's gram dots to (i, l): pairs below
 // tri = t(t-1)/2 are the keys' (i, l), l < i < t, row by row; the rest are
 // q's (t, l), l < t.
@@ -134,29 +144,21 @@ __device__ __forceinline__ int2 tri_pair(int pr, int tri, int t)
     return make_int2(i, pr - i * (i - 1) / 2);
 }
 
-// FOLD_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DFOLD_SKIP=n; the
-// outputs are then wrong): bits 1, 2, 4, 8 skip the projections S0^T vec,
-// the u' recurrence, the rank-t update and the gram dots with the decay
-// products, so a flush's time can be split by phase.
-#ifndef FOLD_SKIP
-#define FOLD_SKIP 0
-#endif
-// TC_FOLD=1 (where it applies: a block of 16 rows a warp, dk a multiple of
-// 16, sm_80+; gdnModule sets it for 2-byte checkpoints without a read
-// copy, where it measured faster) runs gdn_fold's two matrix products on the tensor
-// cores (mma.sync m16n8k8, TF32 in, float32 accumulators; 3xTF32, see
-// tf32_split, so that a float32 checkpoint keeps float32 accuracy): the
-// projections P = S0 [k_1..k_t, q] (rows x vectors, summed over dk) and the
-// rank-t update S0 <- g_t S0 + U K (U = the rows' coef_i u'_i, summed over
-// the t entries). The checkpoint stays in registers through both, in the
-// layout TCMap names: each warp owns 16 rows, and its lane (g = lane/4,
-// t = lane%4) holds rows g and g+8 at columns 16c + 4t .. +3, one 16-byte
-// run per row and c (whole 32-byte sectors per warp). Either product reads
-// those registers as its fragments, with the sum's order (dk in the
-// projections, the columns' order in the update) permuted so that no value
-// moves between lanes (NOTES.md, session 16). The split modules (fewer
-// rows a block) and other shapes keep the FMA fold; results differ from it
-// in the last bits (sums in another order).
+// TC_FOLD=1 (where it applies: a block of 16 rows a warp, dk a multiple of 16,
+// sm_80+; gdnModule sets it for 2-byte checkpoints without a read copy, where
+// it measured faster) runs gdn_fold's two matrix products on the tensor cores
+// (mma.sync m16n8k8, TF32 in, float32 accumulators; 3xTF32, see tf32_split, so
+// that a float32 checkpoint keeps float32 accuracy): the projections P = S0
+// [k_1..k_t, q] (rows x vectors, summed over dk) and the rank-t update S0 <-
+// g_t S0 + U K (U = the rows' coef_i u'_i, summed over the t entries). The
+// checkpoint stays in registers through both, in the layout TCMap names: each
+// warp owns 16 rows, and its lane (g = lane/4, t = lane%4) holds rows g and
+// g+8 at columns 16c + 4t .. +3, one 16-byte run per row and c (whole 32-byte
+// sectors per warp). Either product reads those registers as its fragments,
+// with the sum's order (dk in the projections, the columns' order in the
+// update) permuted so that no value moves between lanes. The split modules
+// (fewer rows a block) and other shapes keep the FMA fold; results differ from
+// it in the last bits (sums in another order).
 #ifndef TC_FOLD
 #define TC_FOLD 0
 #endif
@@ -325,12 +327,10 @@ __device__ __forceinline__ void gdn_update_tc(float (&reg)[TCMap::PASSES][TCMap:
 // 4.6e-7 against the exact fold's 3.2e-7); docs/DESIGN.md 2.2's exact fold
 // exists because a read copy's error would otherwise enter the
 // checkpoint, and with a read copy (FOLD_CACHED_ON off) the fold stays
-// exact. The pipelined folds (gdn_fold_pipe) stage the ring's u rows in
-// place of its v where FOLD_CACHED_ON. H200, B=256, session 19, against
-// the exact fold in the same run, us: Qwen3.5-4B aligned flush fp32 622 ->
-// 463, bf16 579 -> 414, window 204 -> 193, 146 -> 130; 122B flush 1221 ->
-// 908, 1140 -> 810, window 358 -> 338, 250 -> 223; verify bf16 471 -> 443,
-// 704 -> 649 (fp32 within 1%).
+// exact. H200, B=256, against the exact fold, us: Qwen3.5-4B aligned
+// flush fp32 622 -> 463, bf16 579 -> 414, window 204 -> 193, 146 -> 130;
+// 122B flush 1221 -> 908, 1140 -> 810, window 358 -> 338, 250 -> 223;
+// verify bf16 471 -> 443, 704 -> 649 (fp32 within 1%).
 #ifndef FOLD_CACHED
 #define FOLD_CACHED 1
 #endif
@@ -403,14 +403,12 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
     // CACHED: only the vectors from nring on (the flush's key, q).
 #if TC_FOLD_ON
     if (!CACHED) {
-        if (!(FOLD_SKIP & 1)) {
-            gdn_project_tc(reg, vec, nv, sh.proj);
-        }
+        gdn_project_tc(reg, vec, nv, sh.proj);
     } else {
-        fold_project<FM>(reg, vec, nring, (FOLD_SKIP & 1) ? 0 : nv, sh.proj);
+        fold_project<FM>(reg, vec, nring, nv, sh.proj);
     }
 #else
-    fold_project<FM>(reg, vec, CACHED ? nring : 0, (FOLD_SKIP & 1) ? 0 : nv, sh.proj);
+    fold_project<FM>(reg, vec, CACHED ? nring : 0, nv, sh.proj);
 #endif
     // Decays as products of the per-step exp(g), one entry i per thread of
     // the last warps (the others start the dots meanwhile):
@@ -418,7 +416,7 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
     // coef[i] = prod_{m=i+1..t-1} a_m, gt = prod_{m<t} a_m. The loops run
     // over the whole ring, unrolled, so the loads leave the chains of
     // products (same order as rolled loops over the window).
-    for (int i = NT - 1 - tid; i < ((FOLD_SKIP & 8) ? 0 : t); i += NT) {
+    for (int i = NT - 1 - tid; i < t; i += NT) {
         double w = 1.0, c = 1.0;
 #pragma unroll
         for (int l = RMAX - 2; l >= 0; l--) {
@@ -448,18 +446,17 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
     }
     // k_l . vec_i for l < min(i, t), eight lanes per pair: the t(t-1)/2 key
     // pairs (i, l), then t pairs of q (i = t) if there is a q, stored by pair
-    // (gram[i(i-1)/2 + l], q's at gram[tri + l]). Each pair's (i, l) is
-    // formed once: the first functor keeps vec_i for the second, which
-    // dot_pairs asks right after it. (Formed in all three, tri_pair's
-    // square root and fix-ups were 6-8% of the flush's instructions:
-    // ncu, session 17.)
-    // CACHED: only the recomputed entry's pairs (t-1, l) where nring = t-1,
-    // then q's, stored where the exact fold stores them.
+    // (gram[i(i-1)/2 + l], q's at gram[tri + l]). Each pair's (i, l) is formed
+    // once: the first functor keeps vec_i for the second, which dot_pairs asks
+    // right after it. (Formed in all three, tri_pair's square root and fix-ups
+    // were 6-8% of the flush's instructions: ncu.) CACHED: only the recomputed
+    // entry's pairs (t-1, l) where nring = t-1, then q's, stored where the
+    // exact fold stores them.
     const int tri = t * (t - 1) / 2;
     const int kp = !CACHED ? tri : nring < t ? t - 1 : 0;
     const float* vi = nullptr;
     dot_pairs(
-        (FOLD_SKIP & 8) ? 0 : kp + (nv - t) * t, DK, tid, NT,
+        kp + (nv - t) * t, DK, tid, NT,
         [&](int pr) -> const float* {
             const int2 il = !CACHED ? tri_pair(pr, tri, t) : pr < kp ? make_int2(t - 1, pr) : make_int2(t, pr - kp);
             vi = vec + il.x * DK;
@@ -473,8 +470,8 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
     // index fixed): the recurrence's only dependences are its FMAs, and the
     // weights, the same for every m, are broadcast loads the compiler issues
     // ahead. (Rolled, with u'_l read back from shared memory, this loop was a
-    // third of a Qwen3.5-4B flush: NOTES.md, session 6.)
-    for (int m = tid; m < ((FOLD_SKIP & 2) ? 0 : DV); m += NT) {
+    // third of a Qwen3.5-4B flush.)
+    for (int m = tid; m < DV; m += NT) {
         // v_i[m] for every entry, all loads in flight at once.
         float u[RMAX];
 #pragma unroll
@@ -517,7 +514,7 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
     // S_m <- g_t S_m + sum_i (coef_i u'_i[m]) k_i, from the registers; each
     // k_i chunk feeds every pass.
 #if TC_FOLD_ON
-    gdn_update_tc(reg, vec, (FOLD_SKIP & 4) ? 0 : t, sh.proj, sh.coef, sh.gt);
+    gdn_update_tc(reg, vec, t, sh.proj, sh.coef, sh.gt);
 #else
     const float gt = sh.gt;
 #pragma unroll
@@ -530,7 +527,7 @@ __device__ __forceinline__ void gdn_fold(SH& sh, const float* vec, const ST* S, 
             }
         }
     }
-    for (int i = 0; i < ((FOLD_SKIP & 4) ? 0 : t); i++) {
+    for (int i = 0; i < t; i++) {
         float rc[SM::PASSES];
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
@@ -595,7 +592,8 @@ __device__ __forceinline__ void gdn_scalars(float a, float b, double negA, doubl
 //     included, and o = S_new^T q.
 // The ring's keys and cached updates are gathered into shared memory with all
 // loads in flight at once. MODE: 0 non-flush slots, 1 flush slots, 2 both
-// (one kernel for small batches).
+// (one kernel for small batches). The trailing int* is unused: the
+// function's signature is part of its shared memory's name in the PTX.
 template <int MODE>
 __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                          float* __restrict__ ringK, float* __restrict__ ringV,
@@ -606,14 +604,14 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
                                          const float* __restrict__ a, const float* __restrict__ bb,
                                          float* __restrict__ o, const double* __restrict__ negA,
                                          const double* __restrict__ dtb, float qscale, int L, int* done, int j, int b,
-                                         int* own = nullptr)
+                                         int* = nullptr)
 {
     __shared__ __align__(16) GDNShared sh;
     const int kh = j / VPK;
     const int tid = threadIdx.x, warp = tid >> 5;
     // EARLY (the small-batch kernel): state asked for in L1, the whole ring
     // loaded before hist[s] is back (as mamba2_step does).
-    constexpr bool EARLY = MODE == 2 && SMALL_PF && RMAX <= NT;
+    constexpr bool EARLY = MODE == 2 && RMAX <= NT;
     const int s = slots[b];
     // The token's inputs first, before the cursor (as mamba2_step): warp 0
     // normalises k, warp 1 q, thread 0 forms exp(g) and beta (float64).
@@ -629,39 +627,33 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
         negAv = negA[HEAD(j)];
         dtbv = dtb[HEAD(j)];
     }
-#if TOKEN_ROWS
     constexpr int VTI = (DV + NT - 1) / NT;
     float vtv[VTI]; // the token's v row
     row_regs(vtv, v + ((u64)b * NVH + j) * DV, DV);
-#endif
     const u64 mat = (u64)s * NVH + j;
     if (EARLY) {
         prefetch_read(state, rcodes, rscales, mat);
     }
     const int n = hist[s];
-    if (own) { // STEP_OWN: the slot and cursor read, for step_finish
-        own[0] = s;
-        own[1] = n;
-    }
     const int t = n + 1;
     const int ngather = EARLY ? RMAX : n;
     const bool FLUSH = MODE == 2 ? t >= L : MODE == 1;
     if (MODE != 2 && (t >= L) != FLUSH) {
         return false;
     }
-    // Vector rows: the flush keeps k_0..k_n, q; the non-flush k_n, q, then
-    // the ring keys k_0..k_{n-1} from row 2 (and the ring's u_i in proj rows
-    // 2.., next to S0^T k and S0^T q in rows 0 and 1). The flush's fold reads
-    // the cached u from the ring itself (FOLD_CACHED_ON): gathered here with
-    // the keys, into proj rows 0..n-1, as the verify's early fold does, the
-    // flush was the same or slower (H200, B=256, session 19: aligned flush
-    // 466 -> 466 us fp32, 414 -> 423 bf16, windows 192 -> 193, 130 -> 132).
+    // Vector rows: the flush keeps k_0..k_n, q; the non-flush k_n, q, then the
+    // ring keys k_0..k_{n-1} from row 2 (and the ring's u_i in proj rows 2..,
+    // next to S0^T k and S0^T q in rows 0 and 1). The flush's fold reads the
+    // cached u from the ring itself (FOLD_CACHED_ON): gathered here with the
+    // keys, into proj rows 0..n-1, as the verify's early fold does, the flush
+    // was the same or slower (H200, B=256: aligned flush 466 -> 466 us fp32,
+    // 414 -> 423 bf16, windows 192 -> 193, 130 -> 132).
     const int kslot = FLUSH ? n : 0, qslot = FLUSH ? t : 1, kbase = FLUSH ? 0 : 2;
     const float* vt = v + ((u64)b * NVH + j) * DV;
     float* ot = o + ((u64)b * NVH + j) * DV;
 
     // The ring's keys and u rows, 16 bytes a load in the small step (RV4).
-    constexpr bool RV4 = EARLY && RING_V4 && DK % 4 == 0 && DV % 4 == 0;
+    constexpr bool RV4 = EARLY && DK % 4 == 0 && DV % 4 == 0;
     constexpr int KIT = RV4 ? 1 : (DK * RMAX + NT - 1) / NT;
     constexpr int UIT = MODE == 1 || RV4 ? 1 : (DV * RMAX + NT - 1) / NT;
     constexpr int KIT4 = RV4 ? (DK / 4 * RMAX + NT - 1) / NT : 1;
@@ -719,7 +711,6 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     }
     ring_scalars(sh.decay, sh.beta, ringA, ringBeta, tid, n, EARLY, egj, betaj, [&](int i) { return rs_at(s, j, i); });
     if (!FLUSH) {
-#if TOKEN_ROWS
 #pragma unroll
         for (int it = 0; it < VTI; it++) {
             const int m = tid + it * NT;
@@ -727,11 +718,6 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
                 ringV[(ring_at(s, n) * NVH + j) * DV + m] = vtv[it];
             }
         }
-#else
-        for (int m = tid; m < DV; m += NT) {
-            ringV[(ring_at(s, n) * NVH + j) * DV + m] = vt[m];
-        }
-#endif
     }
     if constexpr (RV4) {
 #pragma unroll
@@ -804,7 +790,6 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
     dots_read<2>(state, rcodes, rscales, rglobal, mat, sh.vec, DK, 2, sh.proj, sh.lut);
     __syncthreads();
     const float gam = sh.gam[0], beta = sh.beta[n];
-#if TOKEN_ROWS
 #pragma unroll
     for (int it = 0; it < VTI; it++) {
         const int m = tid + it * NT;
@@ -812,10 +797,6 @@ __device__ __forceinline__ bool gdn_step(ST* state, u8* rcodes, u8* rscales, flo
             break;
         }
         float ut = vtv[it] - gam * sh.proj[m];
-#else
-    for (int m = tid; m < DV; m += NT) {
-        float ut = vt[m] - gam * sh.proj[m];
-#endif
         float ov = gam * sh.proj[DV + m];
         for (int i = 0; i < n; i++) {
             const float ui = sh.proj[(2 + i) * DV + m];
@@ -856,9 +837,7 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_nonflush(GDN_STEP_PA
 // 110-130 (half the blocks per SM). FLUSH_MINB bounds the registers for
 // that many blocks per SM: 128 at 256 threads, what the one-block-per-item
 // flush had.
-#ifndef FLUSH_MINB
 #define FLUSH_MINB (512 / NT)
-#endif
 __device__ __noinline__ void gdn_flush_item(GDN_STEP_PARAMS, int j, int b)
 {
     gdn_step<1>(GDN_STEP_ARGS, j, b);
@@ -878,9 +857,8 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_flush(GD
 #if REPLAY_KERNELS
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_step_small(GDN_STEP_PARAMS)
 {
-    int own[2] = {-1, 0}; // STEP_OWN: the block's slot and cursor
-    const bool last = gdn_step<2>(GDN_STEP_ARGS, blockIdx.x, blockIdx.y, STEP_OWN ? own : nullptr);
-    step_finish(last, hist, pending, done, slots, batch, L, blockIdx.y, own);
+    const bool last = gdn_step<2>(GDN_STEP_ARGS, blockIdx.x, blockIdx.y);
+    step_finish(last, hist, pending, done, slots, batch, L);
 }
 #endif
 
@@ -931,22 +909,6 @@ __device__ __forceinline__ void gdn_stage_keys(float* vec, const float* __restri
 // every ring entry's exp(g) and beta and the state in L1 asked for before
 // the slot's cursor.
 
-// ULOC_FIXED=1 (REPLAYSSM_CUDA_DEFINES; session 15, off since session 16):
-// in the early verify the outputs' loop takes the ring's committed u from
-// registers. Indexed by a loop variable, uloc was an 80-byte local array
-// (ptxas 11.8, Qwen3.5-4B, every verify kernel): each ringU load waited at
-// its store to local memory, the top long-scoreboard stall of the batch-1
-// verify under ncu (session 15, gdn_replay_verify_early, Qwen3.5-4B fp32
-// on split heads: 335 of 8516 samples on one STL, 25 STL and 7 LDL in the
-// kernel). Fixed: no stack frame, 156 registers (fp32) / 166 (bf16), but
-// slower on the H200 (session 16, against ULOC_FIXED=0 in the same run, us
-// a verify): batch 1 Qwen3.5-4B fp32 13.9 vs 13.0, bf16 14.9 vs 14.1,
-// 122B 15.0 vs 14.2, 16.4 vs 15.6; batch 4 0.7-2.8 us slower in all four.
-// The late kernels keep the loop either way.
-#ifndef ULOC_FIXED
-#define ULOC_FIXED 0
-#endif
-
 template <bool FOLD_ONLY, bool VEARLY = false>
 __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
 {
@@ -958,7 +920,7 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     // ring entry's scalars, whatever the cursor and count say; stored below
     // where the verify's own loads would have put them, bit for bit.
     // Vector w of a warp's share is k_w (w < T) or q_(w-T).
-    constexpr bool VE = VEARLY && !FOLD_ONLY && LOAD_FIRST && RMAX <= NT;
+    constexpr bool VE = VEARLY && !FOLD_ONLY && RMAX <= NT;
     constexpr int VPW = VE ? (2 * TMAX + NWARPS - 1) / NWARPS : 1;
     constexpr int VD = VE ? (TMAX * DV + NT - 1) / NT : 1;
     float kq[VPW][L2V], vd[VD];
@@ -1010,10 +972,9 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     if (FOLDS_EARLY(n, cnt, R)) {
         // The ring's keys and, folding the cached u (FOLD_CACHED_ON), its u
         // rows into proj rows 0..n-1, where the fold's recurrence reads them
-        // (not from the ring after its projections: a round trip between
-        // two barriers). H200, B=256, session 19: verify 409 -> 384 us
-        // (Qwen3.5-4B fp32), 442 -> 424 (bf16), 724 -> 674 (122B fp32), 650
-        // -> 613 (bf16).
+        // (not from the ring after its projections: a round trip between two
+        // barriers). H200, B=256: verify 409 -> 384 us (Qwen3.5-4B fp32), 442
+        // -> 424 (bf16), 724 -> 674 (122B fp32), 650 -> 613 (bf16).
         gdn_stage_keys<FOLD_CACHED_ON>(sh.vec, ringK, s, kh, n, sh.proj, ringU, j);
         __syncthreads();
         gdn_fold<FOLD_CACHED_ON>(sh, sh.vec, state + mat * (DV * DK), state_scale(state, mat), state, rcodes, rscales,
@@ -1087,7 +1048,6 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
         ringA[rs_at(s, j, n + d)] = eg;
         ringBeta[rs_at(s, j, n + d)] = beta;
     }
-#if LOAD_FIRST
     if constexpr (VE) {
 #pragma unroll
         for (int it = 0; it < VD; it++) {
@@ -1101,12 +1061,6 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
             cnt * DV, [&](int idx) { return v[(((u64)b * T + idx / DV) * NVH + j) * DV + idx % DV]; },
             [&](int idx, float vv) { ringV[(ring_at(s, n + idx / DV) * NVH + j) * DV + idx % DV] = vv; });
     }
-#else
-    for (int idx = tid; idx < cnt * DV; idx += NT) {
-        const int d = idx / DV, m = idx % DV;
-        ringV[(ring_at(s, n + d) * NVH + j) * DV + m] = v[(((u64)b * T + d) * NVH + j) * DV + m];
-    }
-#endif
 #if READ_FMT == FMT_NVFP4
     init_e2m1_lut(sh.lut);
 #endif
@@ -1159,29 +1113,17 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
             const float* gq = sh.gram + (TMAX + d) * VROWS;
             float ut = v[(((u64)b * T + d) * NVH + j) * DV + m] - gam * sh.proj[d * DV + m];
             float ov = gam * sh.proj[(cnt + d) * DV + m];
-            if constexpr (VE && ULOC_FIXED) {
-                // The committed entries (i < n <= tp) over the whole ring,
-                // unrolled, so every uloc index is fixed and uloc stays in
-                // registers; then the drafts' u' from shared memory: the
-                // same FMAs in the same order as the loop below.
-#pragma unroll
-                for (int i = 0; i < RMAX; i++) {
-                    if (i < n) {
-                        ut = fmaf(-(ws[i] * gk[i]), uloc[i], ut);
-                        ov = fmaf(ws[i] * gq[i], uloc[i], ov);
-                    }
-                }
-                for (int i = n; i < tp; i++) {
-                    const float ui = sh.ud[(i - n) * DV + m];
-                    ut = fmaf(-(ws[i] * gk[i]), ui, ut);
-                    ov = fmaf(ws[i] * gq[i], ui, ov);
-                }
-            } else {
-                for (int i = 0; i < tp; i++) {
-                    const float ui = i < n ? uloc[i] : sh.ud[(i - n) * DV + m];
-                    ut = fmaf(-(ws[i] * gk[i]), ui, ut);
-                    ov = fmaf(ws[i] * gq[i], ui, ov);
-                }
+            // Indexed by the loop variable, uloc is an 80-byte local array
+            // (ptxas 11.8, Qwen3.5-4B): each ringU load waits at its store
+            // to local memory. The loop unrolled over the ring keeps uloc in
+            // registers (156 fp32 / 166 bf16), but the early verify was
+            // slower so on the H200 (batch 1 Qwen3.5-4B fp32 13.9 against
+            // 13.0 us a verify, bf16 14.9 against 14.1; 122B 15.0 / 14.2,
+            // 16.4 / 15.6; batch 4 0.7-2.8 us slower).
+            for (int i = 0; i < tp; i++) {
+                const float ui = i < n ? uloc[i] : sh.ud[(i - n) * DV + m];
+                ut = fmaf(-(ws[i] * gk[i]), ui, ut);
+                ov = fmaf(ws[i] * gq[i], ui, ov);
             }
             ut = ut * sh.beta[tp];
             ov = fmaf(ws[tp] * gq[tp], ut, ov);
@@ -1211,20 +1153,16 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify_early(GDN_VER
 #if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) gdn_replay_fold_early(GDN_VERIFY_PARAMS)
 {
-    if (GV_SKIP & 4) {
-        return;
-    }
     gdn_verify_impl<true>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
 #endif
 
 // gdn_replay_fold_items is gdn_replay_fold_early on a grid of the blocks
-// the GPU holds at once (the default since session 8, 2-5% faster verifies;
-// REPLAYSSM_CUDA_FOLD_ITEMS=0 launches gdn_replay_fold_early): each block
-// reads NT items' cursors at once and folds the ones that fold early in turn
-// (work_items, the flush kernel's scheme), where gdn_replay_fold_early is
-// one block per (value head, batch row), four in five of them returning at
-// once in a verify of 4 drafts.
+// the GPU holds at once (2-5% faster verifies): each block reads NT items'
+// cursors at once and folds the ones that fold early in turn (work_items,
+// the flush kernel's scheme), where gdn_replay_fold_early is one block per
+// (value head, batch row), four in five of them returning at once in a
+// verify of 4 drafts. The Go side launches this one.
 __device__ __noinline__ void gdn_fold_early_item(GDN_VERIFY_PARAMS, int j, int b)
 {
     gdn_verify_impl<true>(GDN_VERIFY_ARGS, j, b);
@@ -1233,9 +1171,6 @@ __device__ __noinline__ void gdn_fold_early_item(GDN_VERIFY_PARAMS, int j, int b
 #if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_items(GDN_VERIFY_PARAMS, int batch)
 {
-    if (GV_SKIP & 4) {
-        return;
-    }
     fold_items(slots, hist, counts, T, R, batch, NVH, [&](int j, int b) { gdn_fold_early_item(GDN_VERIFY_ARGS, j, b); });
 }
 #endif
@@ -1265,17 +1200,12 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 // FS_CHUNK slots at a time), lists the folding slots in order and takes
 // every gridDim.x-th item of the list, so the blocks' shares differ by at
 // most one item. FOLD_STREAM is set by the Go side (gdnModule) where these
-// conditions hold; REPLAYSSM_CUDA_FOLD_STREAM=0 keeps
-// gdn_replay_fold_items. H200, B=256, T=4 (NOTES.md, session 24), against
-// gdn_replay_fold_items in the same run: the verify 386 -> 362 us
-// (Qwen3.5-4B fp32), 286 -> 258 (bf16); 122B 675 -> 628, 468 -> 411. The
-// next item asked for ahead and FS_DB then: 4B bf16 253 -> 249, 122B bf16
-// 411 -> 398 (fp32 within 1%).
+// conditions hold. H200, B=256, T=4, against gdn_replay_fold_items: the
+// verify 386 -> 362 us (Qwen3.5-4B fp32), 286 -> 258 (bf16); 122B 675 ->
+// 628, 468 -> 411. The next item asked for ahead and FS_DB then: 4B bf16
+// 253 -> 249, 122B bf16 411 -> 398 (fp32 within 1%).
 #ifndef FOLD_STREAM
 #define FOLD_STREAM 0
-#endif
-#ifndef VFOLD_DOTS
-#define VFOLD_DOTS 0 // gdn_fold_stream forming the group verify's dots (below)
 #endif
 #ifndef FLUSH_STREAM
 #define FLUSH_STREAM 0
@@ -1296,18 +1226,6 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #else
 #define FS_CHUNK_OF(W) (32 * (W))
 #endif
-// FS_MINB: the blocks an SM gdn_fold_stream's registers are bounded for
-// (ptxas 11.8, Qwen3.5-4B: 125-129 registers unbounded, 126-128 without
-// spills at 4; shared memory allows 5 blocks of one fp32 buffer, 4 of two
-// bf16 ones).
-#ifndef FS_MINB
-#define FS_MINB 4
-#endif
-// FL_MINB: gdn_flush_stream's (at eight warps, 64 registers: no spills,
-// ptxas 11.8).
-#ifndef FL_MINB
-#define FL_MINB FS_MINB
-#endif
 #if (FOLD_STREAM || FLUSH_STREAM) && HSPLIT == 1
 #if !(TC_FOLD_ON && FOLD_CACHED_ON && STATE_FMT != FMT_E4M3 && __CUDA_ARCH__ >= 900)
 #error "FOLD_STREAM, FLUSH_STREAM: need the tensor-core fold of cached u (TC_FOLD_ON, FOLD_CACHED_ON), an unscaled checkpoint and sm_90"
@@ -1319,50 +1237,32 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) gdn_replay_fold_ite
 #error "FLUSH_STREAM: DV must be a multiple of 16*FL_WARPS and FS_CHUNK at most 32*FL_WARPS"
 #endif
 #define FS_ROWS (16 * FS_WARPS)
-// FL_PAD=1 (the Go side sets it for 2-byte checkpoints beside 64-thread
-// group steps; REPLAYSSM_CUDA_FL_PAD forces it) pads gdn_flush_stream's
-// shared rows so that a warp's TCMap loads fall in distinct banks: a strip
-// row by 16 elements (the next row's four lanes start 8 banks on for
-// 2-byte rows, whose 8-byte loads a half warp takes as one wavefront), a
-// key row by 8 floats (update_tc_tile's float2 loads of rows 8ks + lt).
-// Packed, every row of a strip or of the keys starts at bank 0 (rows of
-// 256 bytes, keys of 512): a strip load took four wavefronts where one
-// does, a key load four, and the flush reads its strip twice (projections,
-// update). The rows then come by one bulk copy each (lanes 0-15 of the
-// warp). H200, B=256, against packed rows in the same run (NOTES.md,
-// session 28), us: bf16 aligned flush Qwen3.5-4B 302 -> 271, 122B 579 ->
-// 532, staggered windows 120 -> 113 but 122B 198 -> 202 (its non-flush
-// step, whose graph holds the empty flush beside it, 170 -> 176: the
-// padded flush's 50 KB blocks); fp32 (16-byte loads, two-way conflicts)
-// flush 362 -> 371, 699 -> 711; the verify's early folds (gdn_fold_stream)
-// padded too, bf16 verify 248 -> 253, 397 -> 413: they keep packed rows.
+// FL_PAD=1 (the Go side sets it for 2-byte checkpoints beside 64-thread group
+// steps) pads gdn_flush_stream's shared rows so that a warp's TCMap loads fall
+// in distinct banks: a strip row by 16 elements (the next row's four lanes
+// start 8 banks on for 2-byte rows, whose 8-byte loads a half warp takes as
+// one wavefront), a key row by 8 floats (update_tc_tile's float2 loads of rows
+// 8ks + lt). Packed, every row of a strip or of the keys starts at bank 0
+// (rows of 256 bytes, keys of 512): a strip load took four wavefronts where
+// one does, a key load four, and the flush reads its strip twice (projections,
+// update). The rows then come by one bulk copy each (lanes 0-15 of the warp).
+// H200, B=256, against packed rows, us: bf16 aligned flush Qwen3.5-4B 302 ->
+// 271, 122B 579 -> 532, staggered windows 120 -> 113 but 122B 198 -> 202 (its
+// non-flush step, whose graph holds the empty flush beside it, 170 -> 176: the
+// padded flush's 50 KB blocks); fp32 (16-byte loads, two-way conflicts) flush
+// 362 -> 371, 699 -> 711; the verify's early folds (gdn_fold_stream) padded
+// too, bf16 verify 248 -> 253, 397 -> 413: they keep packed rows.
 #ifndef FL_PAD
 #define FL_PAD 0
 #endif
-// FL_QUEUE=1 (REPLAYSSM_CUDA_FL_QUEUE=1, or with OVERLAP_ORDER=main)
-// has gdn_flush_stream's blocks take their items from a counter
-// (done[4], reset with the cursors) instead of every gridDim.x-th item of
-// the list by block index: the ticket is global over the list's chunks
-// (each block lists every chunk alike), a block asks for its next ticket
-// as an item starts and keeps one that falls past the chunk for the next.
-// Blocks that start late (behind the group step's, OVERLAP_ORDER=main:
-// session 29's timelines had an aligned flush's last blocks start 380 us
-// after its first) then take fewer items: with it the aligned flush under
-// OVERLAP_ORDER=main ran 1092 -> 718 us (122B fp32; defaults 701). Alone
-// (the flush queued first, as by default) it costs its atomics: bf16
-// aligned flush 269 -> 297 us (Qwen3.5-4B), window 113 -> 120. Off.
-#ifndef FL_QUEUE
-#define FL_QUEUE 0
-#endif
 // FL_FEW (replay_common.cu, flushing_slots) for gdn_flush_stream: the
 // flush's resident grid (four blocks an SM) held every SM for the
-// staggered step's first 18-42 us (session 29's timelines). The grid's
-// bound by the host (REPLAYSSM_CUDA_OVERLAP_BLOCKS=132) took the
-// Qwen3.5-4B fp32 window 177 -> 174 us but its aligned flush 359 -> 850;
-// FL_FEW applies to the staggered steps alone.
-#if FL_FEW && FL_QUEUE
-#error "FL_FEW, FL_QUEUE: one or the other (the queue's blocks take a ticket before FL_FEW would end them)"
-#endif
+// staggered step's first 18-42 us (block timelines). Bounding the grid to
+// 132 blocks took the Qwen3.5-4B fp32 window 177 -> 174 us but its aligned
+// flush 359 -> 850; FL_FEW applies to the staggered steps alone. (Blocks
+// taking their items from an atomic counter, not by block index, cost the
+// flush queued first its atomics: bf16 aligned flush 269 -> 297 us,
+// Qwen3.5-4B, window 113 -> 120.)
 #define FS_SROW(P) (DK + ((P) ? 16 : 0)) // a strip row in shared memory, elements
 #define FS_KROW(P) (DK + ((P) ? 8 : 0))  // a key row in shared memory, floats
 #define FS_STRIP_BYTES(P) (16 * FS_SROW(P) * FMT_SIZE(STATE_FMT)) // a warp's 16 rows in shared memory
@@ -1416,20 +1316,13 @@ __device__ __forceinline__ int fs_list(int base, int batch, const int* __restric
     return total;
 }
 
-// FSNoDots is fs_update_strip's default chunk hook: nothing.
-struct FSNoDots {
-    __device__ __forceinline__ void operator()(int, float (&)[2][4]) const {}
-};
-
 // fs_update_strip is the rank-t update of a warp's strip (gdn_update_tc's
 // operands and order: S0 <- gt S0, then update_tc_tile over the entries in
 // steps of 8, keys the rows of k_i) from its shared-memory copy, stored to
-// rows row0.. of the matrix at dst. chunk(cc, x) sees each updated chunk
-// (rows g and g+8, columns 16cc + 4lt..) before its store (VFOLD_DOTS).
-template <bool P, typename Chunk = FSNoDots>
+// rows row0.. of the matrix at dst.
+template <bool P>
 __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* dst, int row0, const float* keys,
-                                                int t, float gt, const u32 (&ahi)[FS_KS][4], const u32 (&alo)[FS_KS][4],
-                                                Chunk chunk = Chunk{})
+                                                int t, float gt, const u32 (&ahi)[FS_KS][4], const u32 (&alo)[FS_KS][4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
     const int bcol = 4 * (g >> 1) + 2 * (g & 1);
@@ -1453,7 +1346,6 @@ __device__ __forceinline__ void fs_update_strip(const unsigned char* strip, ST* 
                                keys + (in1 ? i1 : 0) * FS_KROW(P) + bcol + 16 * cc, in0, in1, ahi[ks], alo[ks]);
             }
         }
-        chunk(cc, x);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             store_chunk<STATE_FMT, 4>(dst, (u64)(row0 + g + 8 * h) * DK + 16 * cc + 4 * lt, x[h], 1.0f, 1.0f);
@@ -1570,109 +1462,11 @@ __device__ __forceinline__ FSItem fs_ahead(const int* sSlot, const int* sN, int 
     return it;
 }
 
-// VFOLD_DOTS=1 (session 38, written without a GPU; the host sets it with
-// REPLAYSSM_CUDA_VFOLD_DOTS=1 where gdn_fold_stream folds a verify's early
-// history, the group verify follows and there is no read copy): the fold
-// also forms the group verify's S'^T k_d and S'^T q_d of the slot's cnt
-// drafts, from each updated chunk in its registers (as stored: a 2-byte
-// checkpoint's values rounded first), and the group verify's item of a
-// folding slot reads no state. The drafts' k and q rows come by cp.async
-// with the item's keys; each dot sums the row against the vector as given
-// (the lanes' columns, then the four lanes of a row) and then takes the
-// vector's l2 scale, which every warp forms as l2norm_warp does (the same
-// float64 sum): the group verify's dots with the vectors normalised first,
-// in another order (fs_dots_add, fs_dots_store). They go where the group verify writes its
-// outputs afterwards: S'^T k_d to ringU at entry d (the drafts' u' after a
-// fold, which starts them at entry 0), S'^T q_d to o.
-// Mamba-2's VFOLD_DOTS (replay_mamba2.cu) is the same idea.
-#if VFOLD_DOTS && !FOLD_STREAM
-#error "VFOLD_DOTS: a GDN module's early folds on gdn_fold_stream"
-#endif
-
 #if FOLD_STREAM
-#if VFOLD_DOTS
-// fs_drafts asks for batch row bq's drafts' k rows (key head kh) into vd's
-// rows 0.., its q rows into rows TMAX.., by the block's cp.async (a group of
-// its own: the item's wait for its keys takes it).
-__device__ __forceinline__ void fs_drafts(float* vd, int bq, int kh, int T, const float* __restrict__ k,
-                                          const float* __restrict__ q, int tid, int nth)
-{
-    const u64 row0 = ((u64)bq * T * NKH + kh) * DK;
-    cp_rows<DK>(vd, k + row0, (u64)NKH * DK, min(T, TMAX), tid, nth);
-    cp_rows<DK>(vd + TMAX * DK, q + row0, (u64)NKH * DK, min(T, TMAX), tid, nth);
-    cp_async_commit();
-}
-
-// fs_l2scale is l2norm_warp's factor for the vector at v (shared memory):
-// float32(1/sqrt(sum v^2 + eps)) * scale, the sum in float64 in its order
-// (l2norm_scale's). One warp calls it.
-__device__ __forceinline__ float fs_l2scale(const float* v, float scale)
-{
-    float xv[L2V];
-    l2norm_load(v, xv);
-    return l2norm_scale(xv, scale);
-}
-
-// fs_dots_add and fs_dots_store are a warp's drafts' dots for one item of
-// gdn_fold_stream (VFOLD_DOTS above): vector a is k_d (a = d) or q_d (a =
-// TMAX + d) as given at vd, acc[h][a] row g + 8h's partial dot over the
-// lane's columns; each vector's l2 scale comes once the dot is summed (its
-// registers not held through the fold). fs_dots_add takes updated chunk cc
-// (fs_update_strip's hook), rounded as stored.
-__device__ __forceinline__ void fs_dots_add(float (&acc)[2][2 * TMAX], float (&x)[2][4], const float* vd, int cc,
-                                            int cnt)
-{
-    const int lt = threadIdx.x & 3;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            x[h][e] = state_as_stored(x[h][e]);
-        }
-    }
-#pragma unroll
-    for (int a = 0; a < 2 * TMAX; a++) {
-        if (a % TMAX < cnt) {
-            const float4 w = *reinterpret_cast<const float4*>(vd + a * DK + 16 * cc + 4 * lt);
-            acc[0][a] = fma4(x[0], w, acc[0][a]);
-            acc[1][a] = fma4(x[1], w, acc[1][a]);
-        }
-    }
-}
-
-// fs_dots_store sums the four lanes of each row, applies the vectors' l2
-// scales and writes rows row0 + g and row0 + g + 8 of value head j: S'^T
-// k_d to ringU at slot s's entry d, S'^T q_d to o at batch row bq (lanes
-// lt = 0, 1 a row each).
-__device__ __forceinline__ void fs_dots_store(float (&acc)[2][2 * TMAX], const float* vd, int cnt, float qscale,
-                                              float* __restrict__ ringU, float* __restrict__ o, int s, int j, int bq,
-                                              int T, int row0)
-{
-    const int lane = threadIdx.x & 31, lt = lane & 3;
-#pragma unroll
-    for (int a = 0; a < 2 * TMAX; a++) {
-        const float r = a % TMAX < cnt ? fs_l2scale(vd + a * DK, a < TMAX ? 1.0f : qscale) : 0.0f;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            acc[h][a] += __shfl_xor_sync(FULL_MASK, acc[h][a], 1);
-            acc[h][a] += __shfl_xor_sync(FULL_MASK, acc[h][a], 2);
-            acc[h][a] *= r;
-        }
-    }
-    if (lt < 2) {
-        const int row = row0 + (lane >> 2) + 8 * lt;
-#pragma unroll
-        for (int d = 0; d < TMAX; d++) {
-            if (d < cnt) {
-                ringU[(ring_at(s, d) * NVH + j) * DV + row] = lt == 0 ? acc[0][d] : acc[1][d];
-                o[(((u64)bq * T + d) * NVH + j) * DV + row] = lt == 0 ? acc[0][TMAX + d] : acc[1][TMAX + d];
-            }
-        }
-    }
-}
-#endif
-
-extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_stream(GDN_VERIFY_PARAMS, int batch)
+// gdn_fold_stream (above): its registers are bounded for 4 blocks an SM (ptxas
+// 11.8, Qwen3.5-4B: 125-129 registers unbounded, 126-128 without spills at 4;
+// shared memory allows 5 blocks of one fp32 buffer, 4 of two bf16 ones).
+extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, 4) gdn_fold_stream(GDN_VERIFY_PARAMS, int batch)
 {
     constexpr int NTH = 32 * FS_WARPS;
     constexpr int PER = NVH * (DV / FS_ROWS); // items a folding slot
@@ -1681,18 +1475,6 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     __shared__ __align__(8) u64 sBar[FS_NB][FS_WARPS];
     __shared__ int sSlot[NTH], sN[NTH]; // the chunk's folding slots and their histories
     __shared__ int sCount[FS_WARPS];
-#if VFOLD_DOTS
-    __shared__ __align__(16) float sVd[FS_NB][2 * TMAX * DK]; // the items' drafts' k, q as given (fs_drafts)
-    __shared__ int sBq[NTH], sCnt[NTH];                        // the folding slots' batch rows and draft counts
-#define FS_BQ sBq
-#else
-#define FS_BQ nullptr
-#endif
-    if (GV_SKIP & 4) {
-        return;
-    }
-    TRACE_START();
-    int traced = 0; // the block's items (TRACE)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
     if (lane < FS_NB) {
@@ -1705,23 +1487,13 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
     for (int base = 0; base < batch; base += FS_CHUNK_OF(FS_WARPS)) {
         const int total = fs_list<FS_WARPS>(
             base, batch, slots, hist, [&](int bq, int n) { return FOLDS_EARLY(n, counts ? counts[bq] : T, R); }, sSlot,
-            sN, FS_BQ, sCount);
-#if VFOLD_DOTS
-        for (int i = tid; i < total; i += NTH) {
-            sCnt[i] = counts ? counts[sBq[i]] : T;
-        }
-        __syncthreads();
-#endif
+            sN, nullptr, sCount);
         const int items = total * PER;
         const int grid = (int)gridDim.x;
-        // Item li's copies into buffer b (fs_ahead; with VFOLD_DOTS its
-        // drafts' vectors too).
+        // Item li's copies into buffer b (fs_ahead).
         auto ahead = [&](int li, int b) {
             const FSItem it =
                 fs_ahead<FS_WARPS, false>(sSlot, sN, li, b, state, ringA, ringU, ringK, fs_dyn, sK[b], sBar);
-#if VFOLD_DOTS
-            fs_drafts(sVd[b], sBq[li / PER], it.j / VPK, T, k, q, tid, NTH);
-#endif
             return it;
         };
         int li = ((int)blockIdx.x - seen % grid + grid) % grid;
@@ -1731,7 +1503,6 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             next = ahead(li, 0);
         }
         for (; li < items; li += grid) {
-            traced++;
             const FSItem it = next;
             const int cb = kb, n = it.n;
             const bool more = li + grid < items;
@@ -1765,23 +1536,8 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
             parity ^= 1u << cb;
             const unsigned char* const strip =
                 fs_dyn + cb * (FS_WARPS * FS_STRIP_BYTES(false)) + warp * FS_STRIP_BYTES(false);
-#if VFOLD_DOTS
-            const int bq = sBq[li / PER], cnt = sCnt[li / PER];
-            const float* vd = sVd[cb];
-            float acc[2][2 * TMAX];
-#pragma unroll
-            for (int a = 0; a < 2 * TMAX; a++) {
-                acc[0][a] = acc[1][a] = 0.0f;
-            }
-            auto hook = [&](int cc, float (&x)[2][4]) { fs_dots_add(acc, x, vd, cc, cnt); };
-#else
-            FSNoDots hook;
-#endif
             fs_update_strip<false>(strip, state + ((u64)it.s * NVH + it.j) * (DV * DK), it.part * FS_ROWS + 16 * warp,
-                                   sK[cb], n, gt, ahi, alo, hook);
-#if VFOLD_DOTS
-            fs_dots_store(acc, vd, cnt, qscale, ringU, o, it.s, it.j, bq, T, it.part * FS_ROWS + 16 * warp);
-#endif
+                                   sK[cb], n, gt, ahi, alo);
             if (FS_NB == 1 && more) {
                 __syncthreads(); // the keys and strips read before the next item's copies
                 next = ahead(li + grid, 0);
@@ -1791,9 +1547,7 @@ extern "C" __global__ void __launch_bounds__(32 * FS_WARPS, FS_MINB) gdn_fold_st
         seen += items;
         __syncthreads(); // the list read, every item folded, before the next chunk's
     }
-    TRACE_STOP(TRACE_FOLD_STREAM, traced);
 }
-#undef FS_BQ
 #endif // FOLD_STREAM
 
 #if FLUSH_STREAM
@@ -1851,14 +1605,14 @@ __device__ __forceinline__ void fs_tables(float dec, int n, float a, float b, do
 // float64 decay chains); each warp then projects its rows (fold_project's
 // order under TCMap), forms u'_n and o for them (lanes lt = 0 and 1, rows
 // g and g+8), and updates them with gdn_update_tc's operands and order, so
-// the checkpoint and outputs are gdn_replay_flush's bit for bit. The
-// default where it applies (REPLAYSSM_CUDA_FLUSH_STREAM=0 keeps
-// gdn_replay_flush); H200, B=256 (NOTES.md, session 25), the aligned flush
-// against gdn_replay_flush in the same run, us: Qwen3.5-4B fp32 464 ->
-// 366, bf16 411 -> 359; 122B 912 -> 708, 808 -> 701. Its items are
-// FL_WARPS strips (8 for 2-byte checkpoints: session 26, bf16 aligned
-// flush 364 -> 302, 122B 708 -> 573, against 4 in the same run).
-extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_stream(GDN_STEP_PARAMS)
+// the checkpoint and outputs are gdn_replay_flush's bit for bit. The Go
+// side takes it where it applies; H200, B=256, the aligned flush against
+// gdn_replay_flush, us: Qwen3.5-4B fp32 464 -> 366, bf16 411 -> 359; 122B
+// 912 -> 708, 808 -> 701. Its items are FL_WARPS strips (8 for 2-byte
+// checkpoints: bf16 aligned flush 364 -> 302, 122B 708 -> 573, against 4).
+// Its registers are bounded for 4 blocks an SM (at eight warps, 64
+// registers: no spills, ptxas 11.8).
+extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, 4) gdn_flush_stream(GDN_STEP_PARAMS)
 {
     constexpr int NTH = 32 * FL_WARPS;
     constexpr int FL_ROWS = 16 * FL_WARPS;    // an item's rows
@@ -1887,16 +1641,6 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
 #else
     const int listed = batch;
 #endif
-#if FL_QUEUE
-    __shared__ int sTicket;
-    if (threadIdx.x == 0) {
-        sTicket = atomicAdd(done + 4, 1);
-    }
-    __syncthreads();
-    int ticket = sTicket; // the block's next item of the whole list
-#endif
-    TRACE_START();
-    int traced = 0; // the block's items (TRACE)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, lt = lane & 3;
     const unsigned char* const strip = fs_dyn + warp * FS_STRIP_BYTES(FL_PAD);
@@ -1911,11 +1655,6 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
         const int total =
             fs_list<FL_WARPS>(base, batch, slots, hist, [&](int, int n) { return n + 1 >= L; }, sSlot, sN, sB, sCount);
         const int items = total * PER;
-#if FL_QUEUE
-        while (ticket < seen + items) {
-            const int li = ticket - seen;
-            const int asked = threadIdx.x == 0 ? atomicAdd(done + 4, 1) : 0;
-#else
 #if FL_FEW
         const int grid = sFew == 1 ? FL_KEEP : (int)gridDim.x; // the blocks that take items
 #else
@@ -1923,14 +1662,11 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
 #endif
         const int r = ((int)blockIdx.x - seen % grid + grid) % grid;
         for (int li = r; li < items; li += grid) {
-#endif
-            traced++;
             // The item's strips and ring keys (keys 0..n-1 in rows 0..n-1)
             // asked for, the A operands' cached u and the entry decays
             // loaded (fs_item: lane i of each warp holds entry i's). One
             // buffer: two (FS_DB, the next item's copies in flight during
-            // this one) measured no faster for bf16 and slower for fp32
-            // (NOTES.md, session 25).
+            // this one) measured no faster for bf16 and slower for fp32.
             const FSItem it =
                 fs_ahead<FL_WARPS, FL_PAD>(sSlot, sN, li, 0, state, ringA, ringU, ringK, fs_dyn, sVec, sBar);
             const int s = it.s, n = it.n, j = it.j, b = sB[li / PER], kh = j / VPK;
@@ -1953,9 +1689,9 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
             }
             // The item's scalar tables by the last warp, before the keys'
             // barrier: formed after it on the block's last threads, the
-            // others waited there (ncu, session 25: 10.5% of the flush's
-            // stall samples); by the warp, 4B fp32 aligned flush 377 ->
-            // 360 us, 122B 722 -> 695, bf16 even (NOTES.md, session 26).
+            // others waited there (ncu: 10.5% of the flush's stall
+            // samples); by the warp, 4B fp32 aligned flush 377 -> 360 us,
+            // 122B 722 -> 695, bf16 even.
             if (warp == FL_WARPS - 1) {
                 fs_tables(it.dec, n, a[(u64)b * NVH + j], bb[(u64)b * NVH + j], negA[j], dtb[j], sWt, sCoef, &sEg, &sGt,
                           &sBeta);
@@ -2062,35 +1798,14 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL_MINB) gdn_flush_s
             }
             // The rank-t update of the strip (gdn_update_tc's), stored.
             fs_update_strip<FL_PAD>(strip, state + mat * (DV * DK), row0, sVec, t, gt, ahi, alo);
-#if FL_QUEUE
-            if (threadIdx.x == 0) {
-                sTicket = asked;
-            }
-#endif
             __syncthreads(); // the tables and strips read before the next item's
-#if FL_QUEUE
-            ticket = sTicket;
-#endif
         }
         seen += items;
         __syncthreads(); // the list read before the next chunk's
     }
     flush_done(hist, pending, done, slots, batch, L); // gdn_replay_flush's end (OVERLAP: the cursors' count)
-    TRACE_STOP(TRACE_FLUSH_STREAM, traced);
 }
 #endif // FLUSH_STREAM
-#endif
-
-// BASE_SKIP=1 is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DBASE_SKIP=1;
-// the baseline step's state and outputs are then wrong): the streaming
-// step copies each pass's chunks back unchanged, so the step's time
-// without its arithmetic (the unpack, the dots, the lanes' sums, the
-// update and its rounding) can be set against the default's. Session 18's
-// question: whether the bf16 GDN baseline (84% / 87% of copy) is held by
-// its arithmetic or by its block's structure (the prologue, the barrier,
-// the pass chain), which the knob keeps.
-#ifndef BASE_SKIP
-#define BASE_SKIP 0
 #endif
 
 // gdn_baseline is the in-place recurrence every step (docs/DESIGN.md 1.2):
@@ -2103,7 +1818,7 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
              const float* __restrict__ v, const float* __restrict__ a, const float* __restrict__ bb,
              float* __restrict__ o, const double* __restrict__ negA, const double* __restrict__ dtb, float qscale)
 {
-    constexpr int KV = BVLEN(DK); // a padded vector (BASE_VPAD)
+    constexpr int KV = BVLEN(DK); // a padded vector (bvpad)
     __shared__ __align__(16) float sK[TMAX * KV];
     __shared__ __align__(16) float sQ[TMAX * KV];
     __shared__ float sDecay[TMAX];
@@ -2129,9 +1844,9 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
     for (int w = warp; w < 2 * cnt; w += NWARPS) {
         const int d = w % cnt;
         if (w < cnt) {
-            l2norm_warp<BASE_VPAD>(sK + d * KV, k + (((u64)b * T1 + d) * NKH + kh) * DK, 1.0f);
+            l2norm_warp<true>(sK + d * KV, k + (((u64)b * T1 + d) * NKH + kh) * DK, 1.0f);
         } else {
-            l2norm_warp<BASE_VPAD>(sQ + d * KV, q + (((u64)b * T1 + d) * NKH + kh) * DK, qscale);
+            l2norm_warp<true>(sQ + d * KV, q + (((u64)b * T1 + d) * NKH + kh) * DK, qscale);
         }
     }
     if (tid < cnt) {
@@ -2140,10 +1855,11 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         sDecay[d] = (float)exp(negA[j] * sp);
         sBeta[d] = (float)sigmoid_d((double)bb[((u64)b * T1 + d) * NVH + j]);
     }
-    // BASE_EARLY: pass 0 as stored, asked for before the barrier (the warps
-    // that take no part in the prologue ask at once, the two l2 norms' warps
-    // when they are done and the norms' float64 registers are free again),
-    // and v at pass 0's row, which u needs after the row's first reduction.
+    // BASE_EARLY_ON: pass 0 as stored, asked for before the barrier (the
+    // warps that take no part in the prologue ask at once, the two l2 norms'
+    // warps when they are done and the norms' float64 registers are free
+    // again), and v at pass 0's row, which u needs after the row's first
+    // reduction.
     uint4 raw0[SM::CPL];
     float v0 = 0.0f;
     if (BASE_EARLY_ON && !VERIFY && !SIO::SCALED) {
@@ -2153,33 +1869,6 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
         }
     }
     __syncthreads();
-#if BASE_SKIP
-    // The measuring knob (the state and outputs are then wrong): the
-    // passes store their raw chunks back as loaded, in the same order,
-    // with the same prologue, barrier and pass chain, and no arithmetic.
-    if (!VERIFY && !SIO::SCALED && !BASE_BULK) {
-#pragma unroll 1
-        for (int pass = 0; pass < SM::PASSES; pass++) {
-            const int r = SM::row(pass);
-            uint4 raw[SM::CPL];
-            if (BASE_EARLY_ON && pass == 0) {
-#pragma unroll
-                for (int c = 0; c < SM::CPL; c++) {
-                    raw[c] = raw0[c];
-                }
-            } else {
-                raw_pass<SM>(src, pass, raw);
-            }
-#pragma unroll
-            for (int c = 0; c < SM::CPL; c++) {
-                if (r < ROWS) {
-                    *reinterpret_cast<uint4*>(src + (u64)r * COLS + SM::col(c)) = raw[c];
-                }
-            }
-        }
-        return;
-    }
-#endif
     if (!VERIFY && !SIO::SCALED) {
         // One step in place, streaming the state pass by pass (an fp8 state
         // needs the new matrix's amax first: it takes the other path).
@@ -2199,9 +1888,9 @@ __device__ __forceinline__ void gdn_baseline(ST* state, const int* __restrict__ 
                 next_pass<SIO, SM>(src, pass, e, en);
             }
 #endif
-            // BASE_EARLY: v[r] asked for with the row's chunks (pass 0: before
-            // the barrier), not after the S.k dot that precedes its use, where
-            // the default's load goes: a second round trip every pass.
+            // BASE_EARLY_ON: v[r] asked for with the row's chunks (pass 0:
+            // before the barrier), not after the S.k dot that precedes its
+            // use, a second round trip every pass (BASE_PF reads it there).
             // BASE_BULK: v staged with the prologue.
             const float vr = BASE_ROW        ? (r < ROWS ? sV[r] : 0.0f)
                              : !BASE_EARLY_ON ? 0.0f
@@ -2494,10 +2183,6 @@ gdn_pipe(const ST* __restrict__ state, const u8* __restrict__ rcodes, const u8* 
         const float* sV = reinterpret_cast<const float*>(sg + GS_V);
         const float* sA = reinterpret_cast<const float*>(sg + GS_A);
         const int s = m->s, n = m->n, b = m->b, j = m->j, kh = j / VPK, t = n + 1;
-#ifdef PIPE_NOCOMPUTE
-        release_stage(empty + stg);
-        continue;
-#endif
         // Normalise k and q; decay products ws[i] = prod_{l=i+1..n} a_l, gam = prod_{l<=n} a_l.
         if (cw == 0) {
             l2norm_warp(m->vec, sK + n * DK, 1.0f);
@@ -2570,19 +2255,18 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe
 
 // ---- v6: the group non-flush step ----
 //
-// gdn_group_step computes what gdn_step<0> computes for the slots that do
-// not flush, bit for bit (but for an nvfp4 read copy on the tensor cores,
-// GROUP_TC below), with one block per (key head, batch row) instead
-// of one per (value head, batch row): the key head's VPK value heads share
-// q, k (normalised once), the ring's keys and their dots k_i . k, k_i . q,
-// and their VPK*DV state rows are one stream that every thread reads GPF
-// passes ahead with its columns of k and q in registers (mamba2_group_step
-// does the same for a Mamba-2 group). The ring's u rows of the value heads
-// go to dynamic shared memory by cp.async while the stream runs. Blocks
-// take items i = kh + NKH*b in turn; each item is a call that is not
-// inlined (inlined in the loop, ptxas keeps values across items: see
-// mamba2_flush_item). The default since session 6 (REPLAYSSM_CUDA_KERNELS=v5:
-// gdn_pipe_step), in blocks of about 32 passes an item (groupBlockSize).
+// gdn_group_step computes what gdn_step<0> computes for the slots that do not
+// flush, bit for bit (but for a stream on the tensor cores, GROUP_TC below),
+// with one block per (key head, batch row) instead of one per (value head,
+// batch row): the key head's VPK value heads share q, k (normalised once), the
+// ring's keys and their dots k_i . k, k_i . q, and their VPK*DV state rows are
+// one stream that every thread reads GPF passes ahead with its columns of k
+// and q in registers (mamba2_group_step does the same for a Mamba-2 group).
+// The ring's u rows of the value heads go to dynamic shared memory by cp.async
+// while the stream runs. Blocks take items i = kh + NKH*b in turn; each item
+// is a call that is not inlined (inlined in the loop, ptxas keeps values
+// across items: see mamba2_flush_item). The Go side launches it in place of
+// gdn_pipe_step, in blocks of about 32 passes an item (groupBlockSize).
 #ifdef GNT
 #define GROWS (VPK * DV)
 #define GR1 (RMAX + 1)
@@ -2590,49 +2274,42 @@ typedef CMap<GVEC, DK, GROWS, GNT / 32> GM;
 typedef GRaw<GM> GR;
 // GMINB: the group step's register bound in blocks an SM, 512/GNT, but
 // five at 128 threads (Qwen3.5-122B) with an nvfp4 or fp8 read copy:
-// H200, B=256, non-flush us against four in the same run (session 22;
-// the nvfp4 step's registers had grown 92 -> 106 with the vectors'
-// scaling, leaving four blocks): nvfp4 112 -> 104 (fp32 checkpoint), 111
-// -> 102 (bf16); fp8 138 -> 133, 138 -> 132; without a read copy five
-// lost (fp32 287 -> 302, bf16 170 -> 173).
-#ifndef GMINB
+// H200, B=256, non-flush us against four (the nvfp4 step's registers
+// had grown 92 -> 106 with the vectors' scaling, leaving four blocks):
+// nvfp4 112 -> 104 (fp32 checkpoint), 111 -> 102 (bf16); fp8 138 -> 133,
+// 138 -> 132; without a read copy five lost (fp32 287 -> 302, bf16 170 ->
+// 173).
 #define GMINB (GNT == 128 && (READ_FMT == FMT_NVFP4 || READ_FMT == FMT_E4M3) ? 5 : 512 / GNT)
-#endif
-// GPF: passes in flight. With an nvfp4 read copy a GDN item is short (a
-// pass is 8 bytes of codes a thread) and its unrolled passes' code is
-// what stalls (ncu, session 20: 16% of the stall samples on instruction
-// fetch at 12 passes); four, against 12 in the same run (H200, B=256, us):
-// Qwen3.5-4B 122 -> 109, 122B 201 -> 171 (Mamba-2's group step keeps 12:
-// Nano 143 -> 152 at four). The group verify below shares GPF; with a read
-// copy its time was not measured apart (its tests pass).
-#ifndef GPF
+// GPF: passes in flight. With an nvfp4 read copy a GDN item is short (a pass
+// is 8 bytes of codes a thread) and its unrolled passes' code is what stalls
+// (ncu: 16% of the stall samples on instruction fetch at 12 passes); four,
+// against 12 (H200, B=256, us): Qwen3.5-4B 122 -> 109, 122B 201 -> 171
+// (Mamba-2's group step keeps 12: Nano 143 -> 152 at four). The group verify
+// below shares GPF; with a read copy its time was not measured apart (its
+// tests pass).
 #define GPF (READ_FMT == FMT_NVFP4 ? 4 : GPF_DEFAULT(GM::CPL))
-#endif
 
-// GROUP_TC=1 (gdnModule sets it for nvfp4 read copies on sm_89+): the
-// nvfp4 stream's dots on the tensor cores (gt_dots, replay_common.cu), k
-// and q as B's columns 0-3. A row's sum is not group_dots' order of
-// operations, so this step is not bit for bit the v4 kernels' (the tests
-// compare it within a bound).
-#if GT_OK && GROUP_TC && !GROUP_NODOTS && DV % 16 == 0
+// GROUP_TC=1 (gdnModule sets it for nvfp4 and e4m3 matrices on sm_89+): the
+// stream's dots on the tensor cores (gt_dots, replay_common.cu), k and q as
+// B's columns 0-3. A row's sum is not group_dots' order of operations, so this
+// step is not bit for bit the v4 kernels' (the tests compare it within a
+// bound).
+#if GT_OK && GROUP_TC && DV % 16 == 0
 #define GTC_ON 1
-// GTPF: strips in flight a warp (36 bytes a lane each). H200, B=256,
-// us, 4 -> 2 (8: 92 and 151): Qwen3.5-4B 85.8 -> 80.0, 122B 138 -> 124.
-// With the scales' loads kept apart (GTRaw) and the token's inputs early,
-// 2 against 4 and 8 in one run: 4B 64.1, 64.0, 73.0; 122B 98.6, 105, 110.
-#ifndef GTPF
-#define GTPF 2
-#endif
 #else
 #define GTC_ON 0
 #endif
 
 // The stream's raw loads a thread holds (GSPF strips or passes in flight)
 // and gs_start, which points mat and scl at matrix m0's stream and issues
-// its first ones.
+// its first ones. On the tensor cores, two strips in flight a warp (36
+// bytes a lane each). H200, B=256, us, 4 -> 2 (8: 92 and 151): Qwen3.5-4B
+// 85.8 -> 80.0, 122B 138 -> 124. With the scales' loads kept apart
+// (GTRaw) and the token's inputs early, 2 against 4 and 8: 4B 64.1, 64.0,
+// 73.0; 122B 98.6, 105, 110.
 #if GTC_ON
 typedef GTRaw GSRaw;
-#define GSPF GTPF
+#define GSPF 2
 #else
 typedef GR GSRaw;
 #define GSPF GPF
@@ -2672,8 +2349,13 @@ __device__ __forceinline__ void gdn_group_inputs(const float* v, const float* a,
 // gdn_group_body is item (kh, b)'s work once its slot s, cursor n, first
 // raw loads (gs_start), k or q (xv: warp 0 k, warp 1 q, l2norm_load) and
 // inputs (gdn_group_inputs) are asked for. prefetch() runs once the stream
-// has consumed raw and xv (or at once for a slot the flush takes):
-// GDN_PF's kernel issues the next item's loads there.
+// has consumed raw and xv (or at once for a slot the flush takes); the
+// items' loop could ask for the next item's loads there (gdn_group_ask),
+// to fly during the output loop, but that measured within 1-3% (H200,
+// B=256: Qwen3.5-4B nvfp4 non-flush 65.4 -> 64.9 us, 122B 111 -> 109, 122B
+// bf16 170 -> 173): the blocks an SM already overlap the items' prologues.
+// gdn_group_item passes nothing to do (the hook's type is part of the
+// shared arrays' names in the PTX).
 template <typename PRE>
 __device__ __forceinline__ void gdn_group_body(GDN_STEP_PARAMS, int kh, int b, int s, int n, GSRaw (&raw)[GSPF],
                                                float (&xv)[L2V], const float (&vv)[GOUTS], float ta, float tb,
@@ -2839,7 +2521,7 @@ __device__ __forceinline__ int gdn_group_ask(const ST* state, const u8* rcodes, 
 }
 
 // gdn_group_item is one item, asked for at its start (the token's inputs
-// before its cursor: ncu, session 21, their round trips after it were 8%
+// before its cursor: ncu, their round trips after it were 8%
 // of the step's stall samples).
 __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
 {
@@ -2852,71 +2534,12 @@ __device__ __noinline__ void gdn_group_item(GDN_STEP_PARAMS, int kh, int b)
                    negA, dtb, qscale, L, pending, done, batch, kh, b, s, n, raw, xv, vv, ta, tb, [] {});
 }
 
-// GDN_PF=1 (off): the block's items in one loop, as mamba2_group_step's,
-// each asking for the next item's cursor, first raw loads and k or q
-// (gdn_group_ask) once its stream has consumed its own, so that they fly
-// during its output loop; the next slot is read at the item's start.
-// H200, B=256, session 22, against the default in the same run: within
-// 1-3% (Qwen3.5-4B nvfp4 non-flush 65.4 -> 64.9 us, 122B 111 -> 109, 122B
-// bf16 170 -> 173): the blocks an SM already overlap the items' prologues.
-#ifndef GDN_PF
-#define GDN_PF 0
-#endif
-
 #if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP_PARAMS)
 {
-    TRACE_START();
-    int traced = 0; // the block's items (TRACE)
-#if GDN_PF
-    const int items = batch * NKH;
-    int i = blockIdx.x, s = 0, n = L;
-    GSRaw raw[GSPF];
-    float xv[L2V];
-    if (i < items) {
-        s = slots[i / NKH];
-        n = gdn_group_ask(state, rcodes, rscales, hist, q, k, i % NKH, i / NKH, s, raw, xv);
-    }
 #if OVERLAP
-    // The item queue, one ahead (mamba2_group_step's).
-    __shared__ int sQ[2];
-    int nextQ = queue_start(sQ, done + 3), it = 0;
-#endif
-    while (i < items) {
-        traced++;
-#if OVERLAP
-        const int next = nextQ;
-        const int asked = queue_ask(done + 3);
-#else
-        const int next = i + gridDim.x;
-#endif
-        const int sN = next < items ? slots[next / NKH] : 0;
-        int nN = L;
-        float vv[GOUTS], ta, tb;
-        gdn_group_inputs(v, a, bb, i % NKH, i / NKH, vv, ta, tb);
-        gdn_group_body(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb,
-                       o, negA, dtb, qscale, L, pending, done, batch, i % NKH, i / NKH, s, n, raw, xv, vv, ta, tb, [&] {
-                           if (next < items) {
-                               nN = gdn_group_ask(state, rcodes, rscales, hist, q, k, next % NKH, next / NKH, sN, raw,
-                                                  xv);
-                           }
-                       });
-#if OVERLAP
-        queue_put(sQ, it, asked);
-#endif
-        __syncthreads(); // the item's tables are read before the next one's
-#if OVERLAP
-        nextQ = sQ[it & 1];
-        it++;
-#endif
-        i = next;
-        s = sN;
-        n = nN;
-    }
-#elif OVERLAP
     __shared__ int sQ[2];
     for (int i = blockIdx.x, it = 0; i < batch * NKH; it++) {
-        traced++;
         const int asked = queue_ask(done + 3);
         gdn_group_item(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb,
                        o, negA, dtb, qscale, L, pending, done, batch, i % NKH, i / NKH);
@@ -2926,14 +2549,12 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
     }
 #else
     for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
-        traced++;
         gdn_group_item(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots, q, k, v, a, bb,
                        o, negA, dtb, qscale, L, pending, done, batch, i % NKH, i / NKH);
         __syncthreads(); // the item's tables are read before the next one's
     }
 #endif
     step_done(hist, pending, done, slots, batch, L);
-    TRACE_STOP(TRACE_GROUP_STEP, traced);
 }
 #endif
 
@@ -2948,7 +2569,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 // key head, the decay products once per value head and draft. Each output
 // row's drafts run in one thread with the ring's u and the drafts' u' in
 // registers. On the H200 (B=256, T=4) it took the Qwen3.5-4B fp32 verify
-// from 609 to 515 us (v4), bf16 725 -> 637 (NOTES.md, session 7).
+// from 609 to 515 us (v4), bf16 725 -> 637.
 #if TMAX > 1
 #define GV2 (2 * TMAX)
 #define GVP (DK + (DK >> 5) * 4) // a padded vector (group_dots_smem)
@@ -2959,21 +2580,16 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 // pass's sums; fp32 states are at 128 already. It needs an even GPF. On
 // the H200 (B=256, T=4, bf16) it took the 122B verify (128 threads) from
 // 917 to 838 us and the 4B one (64 threads, items of 256 rows) from 516
-// to 541: on from 128 threads. -DGV_PAIR=0 or 1 decides it.
+// to 541: on from 128 threads.
 // GVTC_ON: the stream on the tensor cores (VERIFY_TC; gtw_stream in
 // replay_common.cu), the drafts' 2cnt <= 8 vectors as B's columns. Its
 // sums are not gdn_replay_verify's order of operations.
-#if GT_OK && VERIFY_TC && !GROUP_NODOTS && DV % 16 == 0 && GV2 <= 8
+#if GT_OK && VERIFY_TC && DV % 16 == 0 && GV2 <= 8
 #define GVTC_ON 1
-#ifndef GVPF
-#define GVPF 2 // passes in flight: strips (nvfp4), half strips (bf16), quarters (fp32)
-#endif
 #else
 #define GVTC_ON 0
 #endif
-#ifndef GV_PAIR
-#define GV_PAIR (READ_FMT == FMT_F32 && FMT_SIZE(STATE_FMT) == 2 && !GROUP_NODOTS && GNT >= 128 && !GVTC_ON)
-#endif
+#define GV_PAIR (READ_FMT == FMT_F32 && FMT_SIZE(STATE_FMT) == 2 && GNT >= 128 && !GVTC_ON)
 // GVK_FLOATS: the ring keys' rows, then the stream's vectors (padded, or
 // the tensor cores' operands).
 #define GVK_MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -3008,7 +2624,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     const void* mat;
     const u8* scl;
 #if GVTC_ON
-    GTRaw raw[GVPF];
+    GTRaw raw[2]; // passes in flight: strips (nvfp4, e4m3), half strips (bf16)
     gt_start<GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
 #else
     GR raw[GPF];
@@ -3016,11 +2632,8 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
 #endif
     int n = hist[s];
     const int cnt = counts ? counts[b] : T;
-    // VFOLD_DOTS: gdn_fold_stream wrote a folding slot's S'^T k_d to ringU
-    // at entry d and S'^T q_d to o.
-    const bool foldDots = VFOLD_DOTS && FOLDS_EARLY(n, cnt, R);
     if (FOLDS_EARLY(n, cnt, R)) {
-        n = 0; // gdn_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
+        n = 0; // the early folds folded the slot's history: a new checkpoint, the drafts from entry 0
     }
     // The ring's keys and the value heads' exp(g), beta by cp.async.
     cp_rows<DK>(sRingK, ringK + (ring_at(s, 0) * NKH + kh) * DK, NKH * DK, n, tid, GNT);
@@ -3102,9 +2715,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     // or the tensor cores' B operands there
     gtw_vectors(sVec, DK, 2 * cnt, sRingK);
     __syncthreads();
-    if (!(GV_SKIP & 1) && !foldDots) {
-        gtw_stream<GROWS, DV>(mat, scl, raw, sRingK, 2 * cnt, sGs, sProj);
-    }
+    gtw_stream<GROWS, DV>(mat, scl, raw, sRingK, 2 * cnt, sGs, sProj);
 #else
     for (int idx = tid; idx < 2 * cnt * (DK / 4); idx += GNT) {
         const int a = idx / (DK / 4), e = 4 * (idx % (DK / 4));
@@ -3115,7 +2726,7 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
     // The stream: S0^T k_d and S0^T q_d for the VPK*DV rows; with GV_PAIR
     // two passes at a time, each vector chunk read once for both.
 #pragma unroll 1
-    for (int base = 0; base < ((GV_SKIP & 1) || foldDots ? 0 : GM::PASSES); base += GPF) {
+    for (int base = 0; base < GM::PASSES; base += GPF) {
 #pragma unroll
         for (int p = 0; p < GPF; p++) {
             const int pass = base + p;
@@ -3143,20 +2754,10 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
         }
     }
 #endif
-    if (foldDots) {
-        // The fold's dots in place of the stream's (its first passes,
-        // asked for above, go unused); read before the loop below writes
-        // u' and o over them.
-        for (int i = tid; i < 2 * cnt * GROWS; i += GNT) {
-            const int a = i / GROWS, o1 = i % GROWS, d = a % cnt;
-            sProj[i] = a < cnt ? ringU[(ring_at(s, d) * NVH + j0) * DV + o1]
-                               : o[(((u64)b * T + d) * NVH + j0) * DV + o1];
-        }
-    }
     __syncthreads();
     // u'_d and o_d in order (gdn_replay_verify's): the ring's u and the
     // earlier drafts' u' in registers (loops unrolled, indices fixed).
-    for (int o1 = tid; o1 < ((GV_SKIP & 2) ? 0 : GROWS); o1 += GNT) {
+    for (int o1 = tid; o1 < GROWS; o1 += GNT) {
         const int jj = o1 / DV;
         const float* ur = ringU + (u64)j0 * DV + o1;
         float uloc[RMAX];
@@ -3215,189 +2816,26 @@ __device__ __noinline__ void gdn_group_verify_item(GDN_VERIFY_PARAMS, int kh, in
 
 // GVMINB is gdn_group_verify's register bound in blocks an SM. At 128
 // threads (Qwen3.5-122B) five blocks were faster than GMINB's four (H200,
-// B=256, T=4, session 17: fp32 797 -> 780 us, bf16 756 -> 722; six: 789,
-// 748), where the group step lost with them (298 -> 305 fp32); at 64
-// threads (Qwen3.5-4B) ten blocks instead of eight were 1% slower.
-#ifndef GVMINB
+// B=256, T=4: fp32 797 -> 780 us, bf16 756 -> 722; six: 789, 748), where
+// the group step lost with them (298 -> 305 fp32); at 64 threads
+// (Qwen3.5-4B) ten blocks instead of eight were 1% slower.
 #define GVMINB (GNT == 128 ? 5 : GMINB)
-#endif
 #if WHOLE_REPLAY // the split module takes only the small step
-extern "C" __global__ void __launch_bounds__(GNT, GVMINB) gdn_group_verify(GDN_VERIFY_PARAMS, int batch VPART_PARAM)
+extern "C" __global__ void __launch_bounds__(GNT, GVMINB) gdn_group_verify(GDN_VERIFY_PARAMS, int batch)
 {
-    TRACE_START();
-    int traced = 0; // the block's items (TRACE)
     for (int i = blockIdx.x; i < batch * NKH; i += gridDim.x) {
-#if VPART
-        if (vpart_skip(part, hist, slots, counts, T, R, i / NKH)) {
-            continue;
-        }
-#endif
-        traced++;
         gdn_group_verify_item(GDN_VERIFY_ARGS, i % NKH, i / NKH);
         __syncthreads(); // the item's tables are read before the next one's
     }
-    TRACE_STOP(TRACE_GROUP_VERIFY, traced);
 }
 #endif
 #endif
 #endif
 
-// ---- v7: the pipelined flush and early fold ----
-//
-// gdn_flush_pipe flushes the slots whose window fills at this step (what
-// gdn_replay_flush does, bit for bit: gdn_step<1>'s order of operations),
-// gdn_fold_pipe folds the history of the slots that fold early in a verify
-// (gdn_replay_fold_items', gdn_verify_impl<true>'s), on the pipelined folds'
-// skeleton (replay_common.cu, fold_produce). A stage holds the checkpoint in
-// the state format, the vector rows gdn_fold projects on (the ring's
-// normalised keys; for a flush the current token's k, normalised from the
-// raw rows staged after them, and q), the v rows of the t entries folded
-// (the ring's, then the current token's; FOLD_CACHED_ON: the ring's cached
-// u rows in place of its v) and the ring's exp(g) and beta rows.
-// gdn_replay_flush took 2.4 times a baseline step (Qwen3.5-4B fp32, B=256):
-// each item's chain of round trips, two blocks per SM.
-#ifdef FNSTAGE
-#define GF_K (((SMAT_STATE_BYTES) + 15) / 16 * 16) // vector rows: keys 0..t-1, q at t
-#define GF_RAW (GF_K + (RMAX + 1) * DK * 4)        // the current token's raw k, q (flush)
-#define GF_V (GF_RAW + 2 * DK * 4)
-#define GF_E (GF_V + RMAX * DV * 4)
-#define GF_BETA (GF_E + RMAXP * 4)
-#define GF_END (GF_BETA + RMAXP * 4)
-static_assert(GF_END <= FSTAGE_BYTES, "fold stage layout larger than FSTAGE_BYTES");
-
-// GDNFoldShared is gdn_fold's tables for the pipelined fold (GDNShared
-// without the vectors, which sit in the stage, and the output path's).
-struct GDNFoldShared {
-    float proj[VROWS * DV];
-    float gram[VROWS * VROWS];
-    float wt[RMAX * RMAX];
-    float eg[RMAX];
-    float coef[RMAX];
-    float decay[RMAX];
-    float beta[RMAX];
-    float gt;
-    float scratch[NWARPS];
-};
-
-// GDNFold is one item of a pipelined fold: slot, history, batch row, value
-// head, entries folded (fold_locate's), the current token's exp(g) and beta
-// (flush) and the fp8 checkpoint's scale.
-struct GDNFold {
-    int s, n, b, h, t; // h: the value head
-    float eg, beta, sc;
-};
-
-template <bool FLUSH>
-__device__ __forceinline__ void
-gdn_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const float* __restrict__ ringK,
-                   const float* __restrict__ ringV, const float* __restrict__ ringA, const float* __restrict__ ringBeta,
-                   const float* __restrict__ ringU, const int* __restrict__ hist, const int* __restrict__ slots,
-                   const int* __restrict__ counts, int T,
-                   const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
-                   const float* __restrict__ a, const float* __restrict__ bb, float* __restrict__ o,
-                   const double* __restrict__ negA, const double* __restrict__ dtb, float qscale, int L, int batch)
-{
-    extern __shared__ __align__(128) unsigned char dsm[];
-    __shared__ __align__(16) GDNFoldShared sh;
-    __shared__ GDNFold items[FNSTAGE];
-    __shared__ u64 full[FNSTAGE], empty[FNSTAGE];
-    fold_init(full, empty);
-    if (threadIdx.x >= NT) {
-        fold_produce(
-            batch * NVH, items, dsm, full, empty,
-            [&](int i, GDNFold& m) -> bool {
-                const bool fold = fold_locate<FLUSH, NVH>(i, slots, hist, counts, T, L, m);
-                if (fold) {
-                    if (FLUSH) {
-                        gdn_scalars(a[(u64)m.b * NVH + m.h], bb[(u64)m.b * NVH + m.h], negA[m.h], dtb[m.h], &m.eg,
-                                    &m.beta);
-                    }
-                    m.sc = state_scale(state, (u64)m.s * NVH + m.h);
-                }
-                return fold;
-            },
-            [&](const GDNFold& m) { return 1 + m.n + (FLUSH ? 2 : 0) + m.t + 2; },
-            [&](const GDNFold& m, unsigned char* sg, int ci) -> Piece {
-                const int kh = m.h / VPK;
-                if (ci == 0) {
-                    return Piece{sg, state + ((u64)m.s * NVH + m.h) * (DV * DK), SMAT_STATE_BYTES};
-                }
-                int c = ci - 1;
-                if (c < m.n) {
-                    return Piece{sg + GF_K + c * DK * 4, ringK + (ring_at(m.s, c) * NKH + kh) * DK, DK * 4};
-                }
-                c -= m.n;
-                if (FLUSH) {
-                    if (c < 2) {
-                        return Piece{sg + GF_RAW + c * DK * 4, (c == 0 ? k : q) + ((u64)m.b * NKH + kh) * DK, DK * 4};
-                    }
-                    c -= 2;
-                }
-                if (c < m.t) {
-                    // FOLD_CACHED_ON: the ring's cached u rows, then (flush)
-                    // the current token's v.
-                    const float* src = c < m.n ? (FOLD_CACHED_ON ? ringU : ringV) + (ring_at(m.s, c) * NVH + m.h) * DV
-                                               : v + ((u64)m.b * NVH + m.h) * DV;
-                    return Piece{sg + GF_V + c * DV * 4, src, DV * 4};
-                }
-                c -= m.t;
-                return Piece{sg + (c == 0 ? GF_E : GF_BETA), (c == 0 ? ringA : ringBeta) + rs_at(m.s, m.h, 0),
-                             RMAXP * 4};
-            });
-        return;
-    }
-    fold_consume(items, dsm, full, empty, [&](const GDNFold& m, unsigned char* sg) {
-        const int tid = threadIdx.x, warp = tid >> 5;
-        float* vec = reinterpret_cast<float*>(sg + GF_K);
-        const float* raw = reinterpret_cast<const float*>(sg + GF_RAW);
-        const float* se = reinterpret_cast<const float*>(sg + GF_E);
-        const float* sbeta = reinterpret_cast<const float*>(sg + GF_BETA);
-        if (FLUSH) {
-            if (warp == 0) {
-                l2norm_warp(vec + m.n * DK, raw, 1.0f);
-            }
-            if (warp == 1) { // NT >= 64
-                l2norm_warp(vec + m.t * DK, raw + DK, qscale);
-            }
-            if (tid == 0) {
-                sh.decay[m.n] = m.eg;
-                sh.beta[m.n] = m.beta;
-            }
-        }
-        for (int i = tid; i < m.n; i += NT) {
-            sh.decay[i] = se[i];
-            sh.beta[i] = sbeta[i];
-        }
-        cta_sync();
-        const float* sv = reinterpret_cast<const float*>(sg + GF_V);
-        gdn_fold<FOLD_CACHED_ON>(sh, vec, reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal,
-                                 (u64)m.s * NVH + m.h, m.t, FLUSH ? m.t : -1, sv, DV, FOLD_CACHED_ON ? m.n : m.t,
-                                 FOLD_CACHED_ON ? sv + m.n * DV : nullptr,
-                                 FLUSH ? o + ((u64)m.b * NVH + m.h) * DV : nullptr);
-    });
-}
-
-// gdn_flush_pipe: the flush of a decode step (in place of gdn_replay_flush,
-// before the non-flush kernel); L is the window.
-#if WHOLE_REPLAY // the split module takes only the small step
-extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_flush_pipe(GDN_STEP_PARAMS)
-{
-    gdn_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots,
-                             nullptr, 1, q, k, v, a, bb, o, negA, dtb, qscale, L, batch);
-    flush_done(hist, pending, done, slots, batch, L);
-}
-#endif
-
-// gdn_fold_pipe: a verify's early folds (in place of gdn_replay_fold_items,
-// before the group verify); R is the ring size.
-#if WHOLE_REPLAY // the split module takes only the small step
-extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) gdn_fold_pipe(GDN_VERIFY_PARAMS, int batch)
-{
-    if (GV_SKIP & 4) {
-        return;
-    }
-    gdn_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringK, ringV, ringA, ringBeta, ringU, hist, slots,
-                              counts, T, q, k, v, a, bb, o, negA, dtb, qscale, R, batch);
-}
-#endif
-#endif
+// GDN folds with the work-item kernels (gdn_replay_flush,
+// gdn_replay_fold_items) and the streamed ones (gdn_flush_stream,
+// gdn_fold_stream), not on Mamba-2's pipelined folds (replay_common.cu,
+// fold_produce): with gdn_fold's own chain of phases an item, one block an
+// SM, those were slower (H200, B=256, items -> pipelined: Qwen3.5-4B
+// aligned flush 468 -> 533 us fp32, 412 -> 511 bf16, windows 192 -> 201,
+// 130 -> 139; 122B 920 -> 1046, 810 -> 1012).

@@ -1,7 +1,14 @@
 // replay_mamba2.cu: the Mamba-2 state cache on the GPU (compiled after
 // replay_common.cu). One CTA per (head, batch row): grid (NHEADS, batch).
 //
-// Extra defines: NHEADS, NGROUPS (ROWS = P head dim, COLS = N state size).
+// The layer's defines from the Go planner (mamba2Module; replay_common.cu's
+// header lists the shared ones):
+//   NHEADS, NGROUPS  heads and groups (ROWS = P head dim, COLS = N state size)
+//   M2_TC_FOLD   1: the pipelined folds' rank update on the tensor cores
+//   VFOLD_DOTS   1: a verify's pipelined early folds also form the group
+//                verify's dots of the folding slots (fp32 checkpoints)
+//   GROUP_EARLY  1: the group step asks for its per-token inputs early
+//
 // Layouts are package replay's: state [slot][buffer][head][P][N] (fp8: then
 // one float32 scale per matrix); read copy [slot][head] of P*N elements
 // (nvfp4: codes [P*N/2], scales [slot][head][P*N/16]; nvfp4 and fp8: a
@@ -56,26 +63,8 @@ __device__ __forceinline__ float decay_weights(const float* delta, const float* 
     return (float)suf;
 }
 
-// m2_as_stored rounds a folded matrix's share in registers to the
-// checkpoint's format (bf16 or fp16; fp32 as it is), so that a verify
-// fold's drafts' dots (VFOLD_DOTS) read what the group verify would. The
-// store's rounding of a rounded value leaves it as it is.
-template <int A, int B, int C>
-__device__ __forceinline__ void m2_as_stored(float (&e)[A][B][C])
-{
-#pragma unroll
-    for (int a = 0; a < A; a++) {
-#pragma unroll
-        for (int b = 0; b < B; b++) {
-#pragma unroll
-            for (int c = 0; c < C; c++) {
-                e[a][b][c] = state_as_stored(e[a][b][c]);
-            }
-        }
-    }
-}
-
-// mamba2_fold applies the flush of docs/DESIGN.md 2.1 to the matrix S of one head:
+// mamba2_fold applies the flush of docs/DESIGN.md 2.1 to the matrix S of one
+// head:
 //
 //	S <- decay*S + sum_{j<t} coef[p][j] * B_j        coef[p][j] = Delta_j e^{L_t-L_j} x_j[p]
 //
@@ -84,21 +73,14 @@ __device__ __forceinline__ void m2_as_stored(float (&e)[A][B][C])
 // its copy in a stage of the pipelined fold), writes S (matrix mat of the
 // state buffer) back in the state format and, with a read copy, rewrites
 // the copy. With OUT it also writes S_new[p] . C_k for the first nout of
-// NOUT vectors C_k (sC + k*N; the fp32 S, before any rounding; with
-// NOUT > 1, S as stored: m2_as_stored) through
+// NOUT vectors C_k (sC + k*N; the fp32 S, before any rounding) through
 // sink(p, k, dot), called by one lane a row. Barriers inside: every thread
 // calls it.
-// FOLD_SKIP is a measuring knob (REPLAYSSM_CUDA_DEFINES=-DFOLD_SKIP=4; the
-// outputs are then wrong): bit 4 skips the rank-t update, so a flush's time
-// can be split into the update and the rest.
-#ifndef FOLD_SKIP
-#define FOLD_SKIP 0
-#endif
 // BSW: the B rows in sB are swizzled by 16-byte units (bsw_unit with
 // mask VEC/4 - 1, as the pipelined folds' producer stores them), so a
 // warp's loads of B never meet in a bank (unswizzled, the bf16 flush's
 // B loads took twice their ideal wavefronts and held the kernel on
-// shared-memory throughput: ncu, session 30).
+// shared-memory throughput: ncu).
 // mamba2_fold_dot returns the dot of row FM::row(pass) of the folded e
 // with C (swizzled as B is, mask QSW) over the lanes of the row that FM
 // shares (under M2TCMap, one column part's).
@@ -130,7 +112,7 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
     // so the rank update is not bound by shared-memory bandwidth.
     float e[SM::PASSES][SM::CPL][VEC];
     load_state<SM, true>(S, sc0, e, decay);
-    for (int j = 0; j < ((FOLD_SKIP & 4) ? 0 : t); j++) {
+    for (int j = 0; j < t; j++) {
         float cj[SM::PASSES];
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
@@ -154,9 +136,6 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
         }
     }
     if (OUT) {
-        if (NOUT > 1) {
-            m2_as_stored(e);
-        }
 #pragma unroll
         for (int pass = 0; pass < SM::PASSES; pass++) {
             const int r = SM::row(pass);
@@ -176,34 +155,35 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
     write_read_copy<SM>(e, rcodes, rscales, rglobal, mat, scratch);
 }
 
-// M2_TC_FOLD=1 (REPLAYSSM_CUDA_M2_TC_FOLD=1; session 31, written after
-// the device time and not yet measured) folds the pipelined folds' items
-// with mamba2_fold_tc: the rank update on the tensor cores (3xTF32, the
-// accuracy of float32 products), as GDN's TC_FOLD does. Skipping the rank
-// update altogether took the Nano bf16 aligned flush 570 -> 373 us
-// (FOLD_SKIP=4, session 31): the FMA update is a third of the flush, and
-// ncu had the flush latency-bound with its issue slots the first stall
-// (selected 21%, not selected 15%). Where it applies: rows in blocks of
-// 16 that the consumer warps divide into (M2TCMap: Nemotron-3-Nano's 80
-// rows on 5 warps, one part; Super's 64 rows on 8 warps, two column parts
-// of 64), and parts a multiple of 16 columns. The sums run in another
-// order than mamba2_fold's, so the outputs differ from the other kernels'
-// in the last bits.
+// M2_TC_FOLD=1 (mamba2FoldPlan: 2-byte checkpoints, and fp32 ones whose warps
+// take whole rows) folds the pipelined folds' items with mamba2_fold_tc: the
+// rank update on the tensor cores (3xTF32, the accuracy of float32 products),
+// as GDN's TC_FOLD does. Skipping the rank update altogether took the Nano
+// bf16 aligned flush 570 -> 373 us: the FMA update is a third of the flush,
+// and ncu had the flush latency-bound with its issue slots the first stall
+// (selected 21%, not selected 15%). H200, B=256, us, FMA -> tensor cores:
+// aligned flush Nano bf16 568 -> 391, Super bf16 547 -> 471, Nano fp32 618 ->
+// 609, Super fp32 (two column parts) 654 -> 675. Where it applies: rows in
+// blocks of 16 that the consumer warps divide into (M2TCMap: Nemotron-3-Nano's
+// 80 rows on 5 warps, one part; Super's 64 rows on 8 warps, two column parts
+// of 64), and parts a multiple of 16 columns. The sums run in another order
+// than mamba2_fold's, so the outputs differ from the other kernels' in the
+// last bits.
 #ifndef M2_TC_FOLD
 #define M2_TC_FOLD 0
 #endif
-// VFOLD_DOTS=1 (session 37, default since 38; the host sets it for fp32
-// checkpoints without a read copy, and with REPLAYSSM_CUDA_VFOLD_DOTS=1 for
-// bf16 or fp16 ones, whose verify's early folds run on mamba2_fold_pipe and
-// whose group verify follows): a verify's early fold also forms S'_p . C_k
-// for the slot's cnt drafts from the folded matrix in its registers and
-// writes them to y, where
-// mamba2_group_verify_item takes them instead of streaming S' again (in the
-// bench's staggered verify a quarter of the slots fold, so a quarter of
-// the group verify's state reads). The fold's stage then holds TMAX rows
-// of C. Its dots sum in the fold's order, not the group verify's; with a
-// 2-byte checkpoint they take S' as stored (m2_as_stored), as the group
-// verify would have read it.
+// VFOLD_DOTS=1 (the host sets it for fp32 checkpoints without a read copy
+// whose verify's early folds run on mamba2_fold_pipe and whose group
+// verify follows): a verify's early fold also forms S'_p . C_k for the
+// slot's cnt drafts from the folded matrix in its registers and writes
+// them to y, where mamba2_group_verify_item takes them instead of
+// streaming S' again (in the bench's staggered verify a quarter of the
+// slots fold, so a quarter of the group verify's state reads). The fold's
+// stage then holds TMAX rows of C. Its dots sum in the fold's order, not
+// the group verify's. An fp32 checkpoint is read back as the fold holds
+// it; a 2-byte one would be rounded first, which this code does not do
+// (the #error at FS_X). H100, fp32 verify, against the stream: B=256 Nano
+// 610 -> 552 us, Super 649 -> 580; B=512 1200 -> 1078, 1283 -> 1141.
 #ifndef VFOLD_DOTS
 #define VFOLD_DOTS 0
 #endif
@@ -221,7 +201,7 @@ __device__ __forceinline__ void mamba2_fold(const ST* S, float sc0, ST* state, u
 #if M2_TC_FOLD_ON
 typedef TCMapP<M2_TC_PARTS> M2TCMap;
 #endif
-// The tensor-core fold's B rows in the stage (session 32).
+// The tensor-core fold's B rows in the stage.
 // update_tc_tile's B operands are float2s of four rows 8ks + lt, 512 bytes
 // apart packed (N = 128): the same banks, four wavefronts where one does
 // (ncu, Nano bf16 aligned flush: LDS.64 two thirds of the kernel's
@@ -235,31 +215,25 @@ typedef TCMapP<M2_TC_PARTS> M2TCMap;
 // 609 -> 968 (the producer's 80 bulk copies an item).
 #define M2_BROW (M2_TC_FOLD_ON ? N + 8 : N)
 
-// M2_TC_SROT (default 1; REPLAYSSM_CUDA_DEFINES=-DM2_TC_SROT=0 reads
-// the rows in order) loads the tensor-core fold's checkpoint from the
-// stage with each row's chunks rotated. A
-// warp's TCMap load is 8 rows (g) of 4 lanes, each row's 4 lanes one
-// segment of 16*e bytes, and packed rows (N*e bytes apart, a multiple of
-// 128) put all 8 segments on the same banks: 8 wavefronts for fp32's 512
-// bytes (ideal 4), 8 for bf16's 256 (ideal 2), 8 for fp8's 128 (ideal
-// 1); ncu of the Nano bf16 flush (session 32) had these loads a third of
-// the excess shared wavefronts before B's rows were padded. Row g reads
-// chunk c ^ (g % K) at step c, K = 128 / (16*e) segments to a 128-byte
-// line (at most CPL): the 8 rows then spread over K segments. Conditional
-// swaps of the raw words (one bit of g % K at a time: an XOR permutation
-// is its own inverse) put each chunk back at its c before decoding.
-// H200, B=256, us, packed -> rotated, same run (session 33): Nano fp8
-// flush 582 -> 554, verify 290 -> 273; Super fp8 flush 549 -> 531; Nano
-// bf16 flush 387 -> 382, Super bf16 468 -> 457, verify 325 -> 321; fp32
-// the same (Super fp32 stays on FMA: 648 -> 651 forced onto the tensor
-// cores with it, as 669 without).
-#ifndef M2_TC_SROT
-#define M2_TC_SROT 1
-#endif
+// load_state_rot loads the tensor-core fold's checkpoint from the stage with
+// each row's chunks rotated. A warp's TCMap load is 8 rows (g) of 4 lanes,
+// each row's 4 lanes one segment of 16*e bytes, and packed rows (N*e bytes
+// apart, a multiple of 128) put all 8 segments on the same banks: 8 wavefronts
+// for fp32's 512 bytes (ideal 4), 8 for bf16's 256 (ideal 2), 8 for fp8's 128
+// (ideal 1); ncu of the Nano bf16 flush had these loads a third of the excess
+// shared wavefronts before B's rows were padded. Row g reads chunk c ^ (g % K)
+// at step c, K = 128 / (16*e) segments to a 128-byte line (at most CPL): the 8
+// rows then spread over K segments. Conditional swaps of the raw words (one
+// bit of g % K at a time: an XOR permutation is its own inverse) put each
+// chunk back at its c before decoding. H200, B=256, us, rows in order ->
+// rotated: Nano fp8 flush 582 -> 554, verify 290 -> 273; Super fp8 flush 549
+// -> 531; Nano bf16 flush 387 -> 382, Super bf16 468 -> 457, verify 325 ->
+// 321; fp32 the same (Super fp32 stays on FMA: 648 -> 651 forced onto the
+// tensor cores with it, as 669 without).
 
 #if M2_TC_FOLD_ON
 // load_state_rot is load_state<TM, true> (the decay applied chunk by
-// chunk) with M2_TC_SROT's rotated reads; every row of TM is a real row
+// chunk) with the rotated reads above; every row of TM is a real row
 // (M2_TC_FOLD_ON needs ROWS a multiple of 16).
 template <typename TM>
 __device__ __forceinline__ void load_state_rot(const ST* S, float sc, float (&v)[TM::PASSES][TM::CPL][TM::VEC], float mul)
@@ -267,7 +241,7 @@ __device__ __forceinline__ void load_state_rot(const ST* S, float sc, float (&v)
     typedef Chunk<STATE_FMT, TM::VEC> C;
     constexpr int SEG = 16 * FMT_SIZE(STATE_FMT);
     constexpr int K = 128 / SEG < TM::CPL ? 128 / SEG : TM::CPL;
-    static_assert(K >= 1 && (K & (K - 1)) == 0 && TM::CPL % K == 0, "M2_TC_SROT: K a power of two dividing CPL");
+    static_assert(K >= 1 && (K & (K - 1)) == 0 && TM::CPL % K == 0, "load_state_rot: K a power of two dividing CPL");
     const int rot = ((int)(threadIdx.x & 31) >> 2) & (K - 1);
 #pragma unroll
     for (int pass = 0; pass < TM::PASSES; pass++) {
@@ -327,15 +301,11 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
     const int lane = threadIdx.x & 31, g = lane >> 2, lt = lane & 3;
     const int r0 = TM::row(0), u0 = COLS / TM::PARTS / 4 * TM::part(); // the part's first 16-byte unit
     float e[TM::PASSES][TM::CPL][4];
-#if M2_TC_SROT
     load_state_rot<TM>(S, sc0, e, decay);
-#else
-    load_state<TM, true>(S, sc0, e, decay);
-#endif
     // Tile (c, p)'s logical column n = 2t'+q is the part's column 16c +
     // 4t' + p + 2q (update_tc_tile, gdn_update_tc): lane g's B operand is
     // the float2 at 16c + 4(g>>1) + 2(g&1), in 16-byte unit 4c + (g>>1).
-    for (int ks = 0; ks < ((FOLD_SKIP & 4) ? 0 : KS); ks++) {
+    for (int ks = 0; ks < KS; ks++) {
         if (8 * ks < t) {
             const int i0 = 8 * ks + lt, i1 = i0 + 4;
             const bool in0 = i0 < t, in1 = i1 < t;
@@ -364,9 +334,6 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
         }
     }
     if (OUT) {
-        if (NOUT > 1) {
-            m2_as_stored(e);
-        }
 #pragma unroll
         for (int pass = 0; pass < TM::PASSES; pass++) {
 #pragma unroll
@@ -399,7 +366,8 @@ __device__ __forceinline__ void mamba2_fold_tc(const ST* S, float sc0, ST* state
 // kernel (MODE 2) takes both kinds. Ring entries are gathered into shared
 // memory with all loads in flight at once (one round trip, not one per
 // entry). MODE: 0 non-flush slots, 1 flush slots, 2 both. The step's last
-// kernel moves the cursors (step_done).
+// kernel moves the cursors (step_done). The trailing int* is unused: the
+// function's signature is part of its shared memory's name in the PTX.
 template <int MODE>
 __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                                             ring_e* __restrict__ ringX, ring_e* __restrict__ ringB,
@@ -409,7 +377,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
                                             const float* __restrict__ C, const float* __restrict__ dt,
                                             float* __restrict__ y, const double* __restrict__ A,
                                             const double* __restrict__ dtb, const float* __restrict__ D,
-                                            float dtMin, int L, int* done, int h, int b, int* own = nullptr)
+                                            float dtMin, int L, int* done, int h, int b, int* = nullptr)
 {
     __shared__ __align__(16) float sC[N];
     __shared__ __align__(16) float sB[RMAX * N];
@@ -429,21 +397,21 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
     // whole ring (RMAX entries, the unused ones ignored) is loaded without
     // waiting for hist[s], so the step's chain is slots -> {hist, ring,
     // state} -> y rather than slots -> hist -> ring -> state -> y.
-    constexpr bool EARLY = MODE == 2 && SMALL_PF && RMAX <= NT;
+    constexpr bool EARLY = MODE == 2 && RMAX <= NT;
     const int s = slots[b];
     const float* xt = x + ((u64)b * NHEADS + h) * P;
     const float* Bt = B + ((u64)b * NGROUPS + g) * N;
     // The token's inputs do not depend on the slot's cursor: asked for
     // first, so that neither they nor thread 0's float64 decay wait for
-    // hist[s] (ncu, batch 1, session 12: the small step waited a round trip
-    // for hist, then one for dt, then ran the float64 chain while the
-    // block's other warps sat at the barrier).
+    // hist[s] (ncu, batch 1, asked for after it: the small step waited a
+    // round trip for hist, then one for dt, then ran the float64 chain
+    // while the block's other warps sat at the barrier).
     constexpr int XTI = (P + NT - 1) / NT, NTI = (N + NT - 1) / NT;
     float xtv[XTI], btv[NTI], ctv[NTI];
     row_regs(xtv, xt, P);
     row_regs(btv, Bt, N);
     row_regs(ctv, C + ((u64)b * NGROUPS + g) * N, N);
-    const float dhv = TOKEN_ROWS && MODE != 1 ? D[HEAD(h)] : 0.0f; // not the flush items: their registers
+    const float dhv = MODE != 1 ? D[HEAD(h)] : 0.0f; // not the flush items: their registers
     float dtv = 0.0f;
     double dtbv = 0.0, av = 0.0;
     if (tid == 0) {
@@ -456,10 +424,6 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
         prefetch_read(state, rcodes, rscales, mat);
     }
     const int n = hist[s];
-    if (own) { // STEP_OWN: the slot and cursor read, for step_finish
-        own[0] = s;
-        own[1] = n;
-    }
     const int t = n + 1;
     const int ngather = EARLY ? RMAX : n;
     const bool FLUSH = MODE == 2 ? t >= L : MODE == 1;
@@ -469,7 +433,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
 
     // Gather the ring: every load first, then the shared-memory stores
     // (16 bytes a load in the small step, RV4).
-    constexpr bool RV4 = EARLY && RING_V4 && P % 4 == 0 && N % 4 == 0;
+    constexpr bool RV4 = EARLY && P % 4 == 0 && N % 4 == 0;
     constexpr int XIT = RV4 ? 1 : (P * RMAX + NT - 1) / NT;
     constexpr int BIT = RV4 ? 1 : (N * RMAX + NT - 1) / NT;
     constexpr int XIT4 = RV4 ? (P / 4 * RMAX + NT - 1) / NT : 1;
@@ -586,7 +550,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
             [&](int j, float v) { sBC[j] = v; });
         dots_read<1>(state, rcodes, rscales, rglobal, mat, sC, 0, 1, sDot, sLut);
         __syncthreads();
-        const float e = sE, dh = TOKEN_ROWS && MODE != 1 ? dhv : D[HEAD(h)];
+        const float e = sE, dh = MODE != 1 ? dhv : D[HEAD(h)];
         for (int p = tid; p < P; p += NT) {
             float yv = e * sDot[p] + dh * sX[p * CSTRIDE + n];
             for (int j = 0; j < t; j++) {
@@ -606,7 +570,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
                       [&](int p, int j) { return sX[p * CSTRIDE + j]; }, sC, [&](int p, int, float d) { sDot[p] = d; },
                       sScratch);
     __syncthreads();
-    if (TOKEN_ROWS && MODE != 1) {
+    if (MODE != 1) {
 #pragma unroll
         for (int it = 0; it < XTI; it++) {
             const int p = tid + it * NT;
@@ -801,7 +765,7 @@ __device__ __forceinline__ void mamba2_nonflush_pf(ST* state, ring_e* __restrict
 #if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_nonflush(MAMBA2_STEP_PARAMS)
 {
-#if READ_FMT != FMT_F32 || NF_VARIANT != 4 || STATE_FMT == FMT_E4M3
+#if READ_FMT != FMT_F32 || STATE_FMT == FMT_E4M3
     mamba2_step<0>(MAMBA2_STEP_ARGS, blockIdx.x, blockIdx.y);
 #else
     mamba2_nonflush_pf(state, ringX, ringB, ringDt, ringA, hist, slots, x, B, C, dt, y, A, dtb, D, dtMin, L);
@@ -813,13 +777,10 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_nonflush(MAMBA2_S
 // One flush item, not inlined: inlined into flush_items' loop, the compiler
 // kept values across items and the kernel took 200-250 registers instead of
 // about 110 (half the blocks per SM). FLUSH_MINB bounds the registers for
-// that many blocks per SM, about what the one-block-per-item flush had
-// (NOTES.md, session 5): 96 registers at 160 threads (Nano, no spills);
-// at 256 threads (Super) 80, or 128 for an nvfp4 read copy, whose quantiser
-// spills at 80.
-#ifndef FLUSH_MINB
+// that many blocks per SM, about what a one-block-per-item flush has: 96
+// registers at 160 threads (Nano, no spills); at 256 threads (Super) 80,
+// or 128 for an nvfp4 read copy, whose quantiser spills at 80.
 #define FLUSH_MINB (NT <= 160 ? 4 : READ_FMT == FMT_NVFP4 ? 2 : 3)
-#endif
 __device__ __noinline__ void mamba2_flush_item(MAMBA2_STEP_PARAMS, int h, int b)
 {
     mamba2_step<1>(MAMBA2_STEP_ARGS, h, b);
@@ -839,9 +800,8 @@ extern "C" __global__ void __launch_bounds__(NT, FLUSH_MINB) mamba2_replay_flush
 #if REPLAY_KERNELS
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_step_small(MAMBA2_STEP_PARAMS)
 {
-    int own[2] = {-1, 0}; // STEP_OWN: the block's slot and cursor
-    const bool last = mamba2_step<2>(MAMBA2_STEP_ARGS, blockIdx.x, blockIdx.y, STEP_OWN ? own : nullptr);
-    step_finish(last, hist, pending, done, slots, batch, L, blockIdx.y, own);
+    const bool last = mamba2_step<2>(MAMBA2_STEP_ARGS, blockIdx.x, blockIdx.y);
+    step_finish(last, hist, pending, done, slots, batch, L);
 }
 #endif
 
@@ -912,7 +872,7 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     // VE: every draft row up to T (the input holds batch*T rows) and every
     // ring entry's scalars, whatever the cursor and count say; they are
     // stored below where the verify's own loads would have put them.
-    constexpr bool VE = VEARLY && PART == 0 && LOAD_FIRST && RMAX <= NT;
+    constexpr bool VE = VEARLY && PART == 0 && RMAX <= NT;
     constexpr int XD = VE ? (TMAX * P + NT - 1) / NT : 1, BD = VE ? (TMAX * N + NT - 1) / NT : 1;
     float xd[XD];
     float2 bcd[BD];
@@ -1013,7 +973,6 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     // The committed ring entries, next to the drafts (which also enter the
     // ring).
     mamba2_stage_ring(sCoef, sB, ringX, ringB, s, h, n);
-#if LOAD_FIRST
     if constexpr (VE) {
         // The drafts' x, B and C, asked for at the start.
 #pragma unroll
@@ -1061,26 +1020,6 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
                 sCk[idx] = bc.y;
             });
     }
-#else
-    for (int idx = tid; idx < cnt * P; idx += NT) {
-        const int k = idx / P, p = idx % P;
-        const float xv = x[(((u64)b * T + k) * NHEADS + h) * P + p];
-        ring_st(ringX + (ring_at(s, n + k) * NHEADS + h) * P + p, xv);
-        sCoef[p * CSTRIDE + n + k] = xv;
-    }
-    for (int idx = tid; idx < cnt * N; idx += NT) {
-        const int k = idx / N, i = idx % N;
-        const float bv = B[(((u64)b * T + k) * NGROUPS + g) * N + i];
-        if (h % HPG == 0) {
-            ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + i, bv);
-        }
-        sB[(n + k) * N + i] = bv;
-    }
-    for (int idx = tid; idx < cnt * N; idx += NT) {
-        const int k = idx / N, i = idx % N;
-        sCk[idx] = C[(((u64)b * T + k) * NGROUPS + g) * N + i];
-    }
-#endif
 #if READ_FMT == FMT_NVFP4
     init_e2m1_lut(sLut);
 #endif
@@ -1106,14 +1045,9 @@ mamba2_verify_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal,
     const float dh = D[HEAD(h)];
     for (int idx = tid; idx < cnt * P; idx += NT) {
         const int k = idx / P, p = idx % P;
-#if LOAD_FIRST
         // sCoef[p][n+k] holds draft k's x[p] (stored above), not re-read
         // from global memory.
         float yv = sEk[k] * sDot[k * P + p] + dh * sCoef[p * CSTRIDE + n + k];
-#else
-        const float* xk = x + (((u64)b * T + k) * NHEADS + h) * P;
-        float yv = sEk[k] * sDot[k * P + p] + dh * xk[p];
-#endif
         for (int j = 0; j <= n + k; j++) {
             const float xj = sCoef[p * CSTRIDE + j];
             yv = fmaf(sWk[k * RMAX + j] * sBC[k * RMAX + j], xj, yv);
@@ -1173,21 +1107,18 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify_fold(MAMBA
 // fold early, nothing else: mamba2_group_verify then takes every slot, those
 // from their new checkpoint (read back from L2 or memory: cheaper than the
 // one-block-per-head verify after the fold; Super bf16 verify 723 -> 595 us
-// at B=256, T=4 on the H200, NOTES.md session 7).
+// at B=256, T=4 on the H200). One block per (head, batch row); the Go side
+// launches mamba2_replay_fold_items instead.
 #if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_fold_early(MAMBA2_VERIFY_PARAMS)
 {
-    if (GV_SKIP & 4) {
-        return;
-    }
     mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
 }
 #endif
 
 // mamba2_replay_fold_items is mamba2_replay_fold_early on a grid of the
-// blocks the GPU holds at once (the default since session 8;
-// REPLAYSSM_CUDA_FOLD_ITEMS=0 launches mamba2_replay_fold_early):
-// work_items, the flush kernel's scheme, over the items that fold.
+// blocks the GPU holds at once: work_items, the flush kernel's scheme, over
+// the items that fold.
 __device__ __noinline__ void mamba2_fold_early_item(MAMBA2_VERIFY_PARAMS, int h, int b)
 {
     mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS, h, b);
@@ -1213,7 +1144,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
                 const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
                 const double* __restrict__ dtb, const float* __restrict__ D, float dtMin)
 {
-    constexpr int NV = BVLEN(N); // a padded vector (BASE_VPAD)
+    constexpr int NV = BVLEN(N); // a padded vector (bvpad)
     __shared__ __align__(16) float sBk[TMAX * NV];
     __shared__ __align__(16) float sCk[TMAX * NV];
     __shared__ float sDot[TMAX * P];
@@ -1248,7 +1179,7 @@ __device__ __forceinline__ void mamba2_baseline(ST* state, const int* __restrict
         sBk[k * NV + bvpad(i)] = B[(((u64)b * T1 + k) * NGROUPS + g) * N + i];
         sCk[k * NV + bvpad(i)] = C[(((u64)b * T1 + k) * NGROUPS + g) * N + i];
     }
-    uint4 raw0[SM::CPL]; // pass 0 as stored, asked for before the barrier (BASE_EARLY)
+    uint4 raw0[SM::CPL]; // pass 0 as stored, asked for before the barrier (BASE_EARLY_ON)
     if (BASE_EARLY_ON && !VERIFY && !SIO::SCALED) {
         raw_pass<SM>(src, 0, raw0);
     }
@@ -1593,10 +1524,6 @@ __device__ __forceinline__ void mamba2_pipe(const ST* __restrict__ state, const 
         const float* sD = reinterpret_cast<const float*>(sg + ST_D);
         const float* sA = reinterpret_cast<const float*>(sg + ST_A);
         const int s = m->s, n = m->n, cnt = m->cnt, b = m->b, h = m->h, g = h / HPG, ne = n + cnt;
-#ifdef PIPE_NOCOMPUTE
-        release_stage(empty + stg);
-        continue;
-#endif
         // Append the new tokens to the ring.
         for (int idx = ct; idx < cnt * P; idx += GCT) {
             const int k = idx / P, p = idx % P;
@@ -1683,17 +1610,17 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* _
 
 // ---- v6: the group-major non-flush step ----
 //
-// mamba2_group_step computes what mamba2_step<0> computes for the slots
-// that do not flush, bit for bit (but for an nvfp4 read copy on the tensor
-// cores, GROUP_TC below), with one block per (group, batch row)
-// instead of one per (head, batch row): the HPG heads of a group share C,
-// the ring's B rows and the B_j . C dots, so the block reads and forms them
-// once, and the heads' HPG*P state rows (contiguous in the checkpoint and the
-// read copy) are one stream that every thread reads GPF passes ahead, with
-// its columns of C in registers, the way the in-place baselines stream
-// theirs. v4 (one 20 KB bf16 matrix per block) and v5 (one item per
-// consumer group at a time) paid a chain of round trips and barriers per
-// head; here a block pays it once per HPG heads and streams meanwhile.
+// mamba2_group_step computes what mamba2_step<0> computes for the slots that
+// do not flush, bit for bit (but for a stream on the tensor cores, GROUP_TC
+// below), with one block per (group, batch row) instead of one per (head,
+// batch row): the HPG heads of a group share C, the ring's B rows and the B_j
+// . C dots, so the block reads and forms them once, and the heads' HPG*P state
+// rows (contiguous in the checkpoint and the read copy) are one stream that
+// every thread reads GPF passes ahead, with its columns of C in registers, the
+// way the in-place baselines stream theirs. v4 (one 20 KB bf16 matrix per
+// block) and v5 (one item per consumer group at a time) paid a chain of round
+// trips and barriers per head; here a block pays it once per HPG heads and
+// streams meanwhile.
 //
 // Order of work for an item: the ring's B rows and per-head scalars by
 // cp.async (one group), its x rows into dynamic shared memory (a second),
@@ -1704,60 +1631,53 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* _
 // scalars after the stream, its x rows with y). A flush slot's item skips
 // all but the next item's loads (mamba2_replay_flush took it).
 //
-// Defines from the host: GNT (threads per block). GPF (passes in flight per
-// thread) and GMINB (blocks per SM for the register bound) have defaults.
+// Defines from the host: GNT (threads per block), GROUP_EARLY. GPF
+// (passes in flight per thread) and GMINB (blocks per SM for the register
+// bound) follow from the module.
 #ifdef GNT
 #define GROWS (HPG * P)
 typedef CMap<GVEC, N, GROWS, GNT / 32> GM;
 typedef GRaw<GM> GR;
-#ifndef GMINB
 #define GMINB (512 / GNT)
-#endif
-#ifndef GPF
 #define GPF GPF_DEFAULT(GM::CPL)
-#endif
-// GROUP_TC=1 (mamba2Module sets it for nvfp4 read copies on sm_89+): the
-// nvfp4 stream's dots on the tensor cores (gt_stream, replay_common.cu), C
-// as B's columns 0-1. Not group_dots' order of operations: this step is
-// not bit for bit the v4 kernels' (the tests compare it within a bound).
-#if GT_OK && GROUP_TC && !GROUP_NODOTS && P % 16 == 0
+// GROUP_TC=1 (mamba2Module sets it for nvfp4 and e4m3 matrices on
+// sm_89+): the stream's dots on the tensor cores (gt_stream,
+// replay_common.cu), C as B's columns 0-1, two strips in flight a warp.
+// Not group_dots' order of operations: this step is not bit for bit the v4
+// kernels' (the tests compare it within a bound).
+#if GT_OK && GROUP_TC && P % 16 == 0
 #define MTC_ON 1
-#ifndef GTPF
-#define GTPF 2
-#endif
 #else
 #define MTC_ON 0
 #endif
 
-// GROUP_EARLY=1 (session 36; the default where the tables fit):
-// the group step asks for an item's per-token inputs with the ring's first
+// GROUP_EARLY=1 (mamba2Module sets it where the group step's tables fit): the
+// group step asks for an item's per-token inputs with the ring's first
 // cp.async group, before its stream, and uses them after it: the current
 // token's B row (sBt, appended to sB and the ring after the stream), the
-// heads' dt, dt_bias and A (the float64 delta / decay chain after the
-// stream, on the threads that form the decay weights, beside B_j . C) and
-// D (the outputs). Without it each is a global load that its
-// use waits for where it is asked: the B row's append (a round trip), the
-// chain's dt and dt_bias (a second) and its A, asked for halfway through
-// the chain (a third), all before the stream's first barrier, and D in the
-// output loop (a fourth, after the stream): cuobjdump of Nano's fp32 group
-// step shows each load's first use a few instructions after it. Meanwhile
-// the block has only its first GPF passes in flight (32 KB of a Nano fp32
-// item's 491, issued during the previous item), so each wait is streaming
-// lost; at ~1 us a loaded round trip against ~35 us an item (Nano fp32,
-// batch 256) or ~21 (bf16), three or four of them are several percent of
-// the step. The same values and operations in the same order: bit for
-// bit. H200, batch 256, against GROUP_EARLY=0 in the same run (session
-// 36): non-flush Nano fp32 270 -> 263 us, bf16 163 -> 156, Super 287 ->
-// 279, 172 -> 163; with an nvfp4 read copy 112 -> 106 (Nano), 117-118 ->
-// 109-110 (Super); windows 1-4% faster. mamba2Module sets it where the
-// group step's tables still fit (mamba2GroupPlan).
+// heads' dt, dt_bias and A (the float64 delta / decay chain after the stream,
+// on the threads that form the decay weights, beside B_j . C) and D (the
+// outputs). Without it each is a global load that its use waits for where it
+// is asked: the B row's append (a round trip), the chain's dt and dt_bias (a
+// second) and its A, asked for halfway through the chain (a third), all before
+// the stream's first barrier, and D in the output loop (a fourth, after the
+// stream): cuobjdump of Nano's fp32 group step shows each load's first use a
+// few instructions after it. Meanwhile the block has only its first GPF passes
+// in flight (32 KB of a Nano fp32 item's 491, issued during the previous
+// item), so each wait is streaming lost; at ~1 us a loaded round trip against
+// ~35 us an item (Nano fp32, batch 256) or ~21 (bf16), three or four of them
+// are several percent of the step. The same values and operations in the same
+// order: bit for bit. H200, batch 256, against GROUP_EARLY=0: non-flush Nano
+// fp32 270 -> 263 us, bf16 163 -> 156, Super 287 -> 279, 172 -> 163; with an
+// nvfp4 read copy 112 -> 106 (Nano), 117-118 -> 109-110 (Super); windows 1-4%
+// faster. mamba2Module sets it where the group step's tables still fit
+// (mamba2GroupPlan).
 //
 // The same for the group verify (its drafts' B and C rows, dt, dt_bias,
-// A and D by cp.async before its cursor, the chain after the ring's wait;
-// GVERIFY_EARLY, session 36) measured slower in the same run: verify Nano
-// fp32 459 -> 475 us, bf16 296 -> 306, Super 486 -> 491, 319 -> 326 (all
-// T drafts' rows copied whatever the count, and the chain no longer beside
-// the drafts' loads); removed.
+// A and D by cp.async before its cursor, the chain after the ring's wait)
+// measured slower: verify Nano fp32 459 -> 475 us, bf16 296 -> 306, Super
+// 486 -> 491, 319 -> 326 (all T drafts' rows copied whatever the count,
+// and the chain no longer beside the drafts' loads).
 #ifndef GROUP_EARLY
 #define GROUP_EARLY 0
 #endif
@@ -1825,8 +1745,6 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     extern __shared__ __align__(16) ring_e sXr[];
     static_assert(HPG <= GNT, "one thread per head of a group");
 
-    TRACE_START();
-    int traced = 0; // the block's items (TRACE)
     const int tid = threadIdx.x, items = batch * NGROUPS;
     constexpr int OUTS = (GROWS + GNT - 1) / GNT;
     const int xcap = (int)(dynamic_smem_bytes() / (u32)(GROWS * sizeof(ring_e)));
@@ -1839,7 +1757,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     float xc[OUTS], gs = 1.0f;
 #if MTC_ON
     GTVec bv; // C's B operands (gt_vectors)
-    GTRaw raw[GTPF];
+    GTRaw raw[2]; // strips in flight a warp (as gdn_group_step's)
 #else
     float cr[1][GM::CPL][GVEC];
     GR raw[GPF];
@@ -1869,7 +1787,6 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
     int nextQ = queue_start(sQ, done + 3), it = 0;
 #endif
     while (i < items) {
-        traced++;
 #if OVERLAP
         const int h0 = g * HPG, next = nextQ;
         const int asked = queue_ask(done + 3);
@@ -2026,11 +1943,11 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
                     }
                     yv = fmaf(sW[hh * RMAX + n] * sBC[n], xc[k], yv);
                     y[((u64)b * NHEADS + h0) * P + o] = yv;
-                    // The current token's x to the ring here, not before
-                    // the stream: xc is the previous item's last load
-                    // (group_x), and a store before the stream's barrier
-                    // waited for it (session 37). Nothing in this kernel
-                    // reads entry n of a non-flush slot's ring.
+                    // The current token's x to the ring here, not before the
+                    // stream: xc is the previous item's last load (group_x),
+                    // and a store before the stream's barrier waited for it.
+                    // Nothing in this kernel reads entry n of a non-flush
+                    // slot's ring.
                     ring_st(ringX + (ring_at(s, n) * NHEADS + h0) * P + o, xc[k]);
                 }
             }
@@ -2054,7 +1971,6 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
         gs = gsN;
     }
     step_done(hist, pending, done, slots, batch, L);
-    TRACE_STOP(TRACE_M2_GROUP_STEP, traced);
 }
 #endif
 
@@ -2066,17 +1982,14 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 // group's state rows are read once for the cnt drafts' C_k (TMAX vectors in
 // registers), B_j . C_k is formed once per group, the decay products once
 // per head. Blocks take items in turn, each a call that is not inlined.
-// The default since session 6 from two items per SM (groupStep.verifyMin;
-// below that the pipelined verify spreads the heads over more blocks).
+// The Go side takes it from two items per SM (groupStep.verifyMin; below
+// that the pipelined verify spreads the heads over more blocks).
 #if TMAX > 1
 // GVTC_ON: the stream on the tensor cores (VERIFY_TC; gtw_stream in
 // replay_common.cu), the drafts' C as B's columns. Its sums are not
 // mamba2_pipe_verify's order of operations.
-#if GT_OK && VERIFY_TC && !GROUP_NODOTS && P % 16 == 0 && TMAX <= 8
+#if GT_OK && VERIFY_TC && P % 16 == 0 && TMAX <= 8
 #define GVTC_ON 1
-#ifndef GVPF
-#define GVPF 2 // passes in flight: strips (nvfp4), half strips (bf16), quarters (fp32)
-#endif
 // sB: the ring's B rows, then the tensor cores' operands (gtw_vectors)
 #define GVB_FLOATS (RMAX * N > GTW_FLOATS ? RMAX * N : GTW_FLOATS)
 #else
@@ -2118,7 +2031,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     const void* mat;
     const u8* scl;
 #if GVTC_ON
-    GTRaw raw[GVPF];
+    GTRaw raw[2]; // passes in flight: strips (nvfp4, e4m3), half strips (bf16)
     gt_start<GROWS>(state, rcodes, rscales, m0, mat, scl, raw);
 #else
     GR raw[GPF];
@@ -2129,7 +2042,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     // VFOLD_DOTS: mamba2_fold_pipe wrote a folding slot's S'_p . C_k to y.
     const bool foldDots = VFOLD_DOTS && FOLDS_EARLY(n, cnt, R);
     if (FOLDS_EARLY(n, cnt, R)) {
-        n = 0; // mamba2_replay_fold_early folded the slot's history: a new checkpoint, the drafts from entry 0
+        n = 0; // the early folds folded the slot's history: a new checkpoint, the drafts from entry 0
     }
     const int ne = n + cnt;
     const int xs = min(n, (int)(dynamic_smem_bytes() / (u32)(GROWS * sizeof(ring_e))));
@@ -2144,7 +2057,6 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     cp_async_commit();
     // The drafts appended to the ring at entries n.., their C and B kept
     // (their x rows go to the ring with y, below).
-#if LOAD_FIRST
     load_then_store<(TMAX * N + GNT - 1) / GNT, GNT>(
         cnt * N,
         [&](int idx) {
@@ -2157,16 +2069,6 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
             ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + e, bc.x);
             sCk[idx] = bc.y;
         });
-#else
-    for (int idx = tid; idx < cnt * N; idx += GNT) {
-        const int k = idx / N, e = idx % N;
-        const u64 row = ((u64)b * T + k) * NGROUPS + g;
-        const float bv = B[row * N + e];
-        ring_st(sBr, (n + k) * N + e, bv);
-        ring_st(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + e, bv);
-        sCk[k * N + e] = C[row * N + e];
-    }
-#endif
     for (int idx = tid; idx < HPG * cnt; idx += GNT) {
         const int hh = idx / cnt, k = idx % cnt, h = h0 + hh;
         group_scalars(dt[((u64)b * T + k) * NHEADS + h], dtb[h], A[h], dtMin, sDelta + hh * RMAX + n + k,
@@ -2181,11 +2083,10 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     cp_async_wait_group<1>();
     __syncthreads();
     // Decay weights (mamba2_pipe's products, in its order), per head and
-    // draft, on the last threads: one running suffix product a (head,
-    // draft), from a_{n+k} down, is the same float64 products in the same
-    // order as each weight's own loop (which took 9% of the verify's stall
-    // samples, Nano bf16, session 23). B_j . C_k for the group, eight lanes
-    // per pair.
+    // draft, on the last threads: one running suffix product a (head, draft),
+    // from a_{n+k} down, is the same float64 products in the same order as
+    // each weight's own loop (which took 9% of the verify's stall samples,
+    // Nano bf16). B_j . C_k for the group, eight lanes per pair.
     for (int idx = GNT - 1 - tid; idx < HPG * cnt; idx += GNT) {
         const int hh = idx / cnt, k = idx % cnt;
         const float* sA = sDecay + hh * RMAX;
@@ -2219,7 +2120,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
     gtw_vectors(sCk, N, cnt, sB);
     weights();
     __syncthreads();
-    if (!(GV_SKIP & 1) && !foldDots) {
+    if (!foldDots) {
         gtw_stream<GROWS, P>(mat, scl, raw, sB, cnt, sGs, sDot);
     }
 #else
@@ -2241,7 +2142,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
         }
     }
 #pragma unroll 1
-    for (int base = 0; base < ((GV_SKIP & 1) || foldDots ? 0 : GM::PASSES); base += GPF) {
+    for (int base = 0; base < (foldDots ? 0 : GM::PASSES); base += GPF) {
 #pragma unroll
         for (int p = 0; p < GPF; p++) {
             const int pass = base + p;
@@ -2284,7 +2185,7 @@ __device__ __noinline__ void mamba2_group_verify_item(ST* state, u8* rcodes, u8*
 #pragma unroll
     for (int u = 0; u < OUTS; u++) {
         const int o = tid + u * GNT;
-        if ((GV_SKIP & 2) || o >= GROWS) {
+        if (o >= GROWS) {
             continue;
         }
         const int hh = o / P;
@@ -2335,22 +2236,13 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* 
                     const float* __restrict__ x, const float* __restrict__ B, const float* __restrict__ C,
                     const float* __restrict__ dt, float* __restrict__ y, const double* __restrict__ A,
                     const double* __restrict__ dtb, const float* __restrict__ D, float dtMin, int R,
-                    int batch VPART_PARAM)
+                    int batch)
 {
-    TRACE_START();
-    int traced = 0; // the block's items (TRACE)
     for (int i = blockIdx.x; i < batch * NGROUPS; i += gridDim.x) {
-#if VPART
-        if (vpart_skip(part, hist, slots, counts, T, R, i / NGROUPS)) {
-            continue;
-        }
-#endif
-        traced++;
         mamba2_group_verify_item(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T, x,
                                  B, C, dt, y, A, dtb, D, dtMin, R, i % NGROUPS, i / NGROUPS);
         __syncthreads(); // the item's tables are read before the next one's
     }
-    TRACE_STOP(TRACE_M2_GROUP_VERIFY, traced);
 }
 #endif
 #endif
@@ -2360,37 +2252,35 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* 
 //
 // mamba2_flush_pipe flushes the slots whose window fills at this step (what
 // mamba2_replay_flush does, bit for bit: mamba2_step<1>'s order of
-// operations), mamba2_fold_pipe folds the history of the slots that fold
-// early in a verify (mamba2_replay_fold_items', mamba2_verify_impl<2>'s
-// order), on the pipelined folds' skeleton (replay_common.cu,
-// fold_produce): a stage holds the checkpoint in the state format, the
-// x and B rows of the t entries folded (the ring's, then the current
-// token's for a flush) and C. The producer's lane of an item also forms
-// its decay weights (decay_weights, the float64 products) from the ring's
-// delta and decay rows, so the consumers go from the stage's full barrier
-// straight into mamba2_fold, each coefficient W_j x_j[p] formed where the
-// rank update needs it (the same float32 product as the coefficient
-// table's). Off by default (NOTES.md, session 11: the first version, with
-// the weights formed by one consumer thread and a coefficient table, took
-// 1063 us for Nano's aligned flush against the work_items kernel's 758).
+// operations), mamba2_fold_pipe folds the history of the slots that fold early
+// in a verify (mamba2_replay_fold_items', mamba2_verify_impl<2>'s order), on
+// the pipelined folds' skeleton (replay_common.cu, fold_produce): a stage
+// holds the checkpoint in the state format, the x and B rows of the t entries
+// folded (the ring's, then the current token's for a flush) and C. The
+// producer's lane of an item also forms its decay weights (decay_weights, the
+// float64 products) from the ring's delta and decay rows, so the consumers go
+// from the stage's full barrier straight into mamba2_fold, each coefficient
+// W_j x_j[p] formed where the rank update needs it (the same float32 product
+// as the coefficient table's). (With the weights formed by one consumer thread
+// and a coefficient table, Nano's aligned flush took 1063 us against the
+// work_items kernel's 758.)
 #ifdef FNSTAGE
-#if VFOLD_DOTS && (STATE_FMT == FMT_E4M3 || READ_FMT != FMT_F32 || TMAX < 2)
-#error "VFOLD_DOTS: fp32, bf16 or fp16 checkpoints without a read copy, and drafts"
+// VFOLD_DOTS reads the folded matrix as an fp32 checkpoint stores it (the
+// host sets it for those alone).
+#if VFOLD_DOTS && (STATE_FMT != FMT_F32 || READ_FMT != FMT_F32 || TMAX < 2)
+#error "VFOLD_DOTS: fp32 checkpoints without a read copy, and drafts"
 #endif
 #define FS_X (((SMAT_STATE_BYTES) + 15) / 16 * 16)
 #define FS_B (FS_X + RMAX * P * 4)
 #define FS_C (FS_B + RMAX * M2_BROW * 4)
 #define FS_END (FS_C + (VFOLD_DOTS ? TMAX : 1) * N * 4)
 static_assert(FS_END <= FSTAGE_BYTES, "fold stage layout larger than FSTAGE_BYTES");
-// M2_BSWZ: the stage's B rows and C swizzled for mamba2_fold's loads (its BSW);
-// only where the producer moves ring pieces by cp.async (a bulk copy
-// cannot swizzle). Session 30.
-#ifndef M2_BSWZ
-#define M2_BSWZ 1
-#endif
-#define M2_FOLD_BSW (M2_BSWZ != 0 && PIPE_RING != 0)
-// The B pieces' swizzle: mamba2_fold's; mamba2_fold_tc reads padded rows.
-#define M2_B_SWZ (M2_FOLD_BSW && !M2_TC_FOLD_ON ? SM::VEC / 4 - 1 : 0)
+// The stage's B rows and C swizzled for mamba2_fold's loads (its BSW; the
+// producer moves ring pieces by cp.async, which can swizzle where a bulk
+// copy cannot): M2_C_SWZ, C's and mamba2_fold's B pieces' mask;
+// mamba2_fold_tc reads B from padded rows, unswizzled.
+#define M2_C_SWZ (SM::VEC / 4 - 1)
+#define M2_B_SWZ (M2_TC_FOLD_ON ? 0 : M2_C_SWZ)
 
 // M2Fold is one item of a pipelined fold: slot, history, batch row, head,
 // entries folded (fold_locate's), the fp8 checkpoint's scale, D[h], the decay
@@ -2400,7 +2290,7 @@ struct M2Fold {
     float sc, dh, e;
     float w[RMAX];
 #if VFOLD_DOTS
-    int k; // the verify's drafts (at the end: the default layout's copies stay vector stores)
+    int k; // the verify's drafts (last, so the other fields keep their places)
 #endif
 };
 
@@ -2501,11 +2391,11 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
                     return Piece{sg + FS_B + c * M2_BROW * 4, src, N * 4, M2_B_SWZ, RING_BF16 && c < m.n};
                 }
                 if (FLUSH || !VFOLD_DOTS) { // the token's C (a flush)
-                    return Piece{sg + FS_C, C + ((u64)m.b * NGROUPS + g) * N, N * 4, M2_FOLD_BSW ? SM::VEC / 4 - 1 : 0};
+                    return Piece{sg + FS_C, C + ((u64)m.b * NGROUPS + g) * N, N * 4, M2_C_SWZ};
                 }
                 c -= m.t; // draft c's C (VFOLD_DOTS)
                 return Piece{sg + FS_C + c * N * 4, C + (((u64)m.b * T + c) * NGROUPS + g) * N, N * 4,
-                             M2_FOLD_BSW ? SM::VEC / 4 - 1 : 0};
+                             M2_C_SWZ};
             });
         return;
     }
@@ -2518,13 +2408,13 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
         constexpr bool OUT = FLUSH || NOUT > 1;
         const int nout = FLUSH ? 1 : m2_drafts(m);
 #if M2_TC_FOLD_ON
-        mamba2_fold_tc<OUT, M2_FOLD_BSW, NOUT>(
+        mamba2_fold_tc<OUT, true, NOUT>(
             reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
             reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
             reinterpret_cast<const float*>(sg + FS_C),
             [&](int p, int part, int k, float d) { sDot[(k * M2_TC_PARTS + part) * P + p] = d; }, sScratch, nout);
 #else
-        mamba2_fold<OUT, M2_FOLD_BSW, NOUT>(
+        mamba2_fold<OUT, true, NOUT>(
             reinterpret_cast<const ST*>(sg), m.sc, state, rcodes, rscales, rglobal, (u64)m.s * NHEADS + m.h, t, m.e,
             reinterpret_cast<const float*>(sg + FS_B), [&](int p, int j) { return m.w[j] * sX[j * P + p]; },
             reinterpret_cast<const float*>(sg + FS_C), [&](int p, int k, float d) { sDot[k * P + p] = d; }, sScratch,
@@ -2546,7 +2436,7 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
             // the next item's fold from writing sDot before all are read.
             // (y written by the lane that holds each row's dot, with no
             // barrier between items, measured slower: bf16 aligned flush
-            // 573 -> 604 us Nano, 578 -> 617 Super; session 30.)
+            // 573 -> 604 us Nano, 578 -> 617 Super.)
             cta_sync();
             for (int p = threadIdx.x; p < P; p += NT) {
                 yh[p] = m2_parts_sum(sDot, p) + m.dh * sX[m.n * P + p];
@@ -2558,20 +2448,17 @@ mamba2_fold_pipe_impl(ST* state, u8* rcodes, u8* rscales, float* rglobal, const 
 
 // mamba2_flush_pipe: the flush of a decode step (in place of
 // mamba2_replay_flush, before the non-flush kernel); L is the window.
+// (gdn_flush_stream's FL_FEW here, a staggered step's few items on one
+// block an SM beside the group step with OVERLAP, took the windows 2-7%
+// slower at FL_FEW=8 and 16; at 4 a staggered step's 1536-2048 items did
+// not count as few.)
 #if WHOLE_REPLAY // the split module takes only the small step
-//
-// Session 31 measured gdn_flush_stream's FL_FEW here too (a staggered
-// step's few items on one block an SM beside the group step, with
-// REPLAYSSM_CUDA_OVERLAP=1): windows 2-7% slower at FL_FEW=8 and 16 (at 4
-// a staggered step's 1536-2048 items did not count as few), so it went.
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(MAMBA2_STEP_PARAMS)
 {
-    TRACE_START();
-    int folded = 0; // the block's items (TRACE: thread 0, a consumer, holds the count)
+    int folded;
     mamba2_fold_pipe_impl<true>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, nullptr, 1,
                                 x, B, C, dt, y, A, dtb, D, dtMin, L, batch, folded);
     flush_done(hist, pending, done, slots, batch, L);
-    TRACE_STOP(TRACE_M2_FLUSH_PIPE, folded);
 }
 #endif
 
@@ -2580,11 +2467,9 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_flush_pipe(M
 #if WHOLE_REPLAY // the split module takes only the small step
 extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_fold_pipe(MAMBA2_VERIFY_PARAMS, int batch)
 {
-    TRACE_START();
-    int folded = 0;
+    int folded;
     mamba2_fold_pipe_impl<false>(state, rcodes, rscales, rglobal, ringX, ringB, ringDt, ringA, hist, slots, counts, T,
                                  x, B, C, dt, y, A, dtb, D, dtMin, R, batch, folded);
-    TRACE_STOP(TRACE_M2_FOLD_PIPE, folded);
 }
 #endif
 #endif
