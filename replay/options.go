@@ -144,8 +144,13 @@ type Capabilities struct {
 	// ("mamba2", "gdn"), besides fp32.
 	Rings map[string][]numeric.Format
 	// MaxWindow bounds Window, and MaxRing the ring, Window + MaxDraft
-	// entries. MaxDraft is at most MaxDraftLimit on every backend.
+	// entries. MaxDraft is at most MaxDraftLimit on every backend, and at
+	// most MaxDrafts[kind] where that is set.
 	MaxWindow, MaxRing int
+	MaxDrafts          map[string]int
+	// ExcludedReadCopies are, per checkpoint format, read copies not
+	// taken with it.
+	ExcludedReadCopies map[numeric.Format][]numeric.Format
 	// Stochastic reports whether low-precision state writes can round
 	// stochastically (Options.Stochastic).
 	Stochastic bool
@@ -221,6 +226,9 @@ func (o Options) Check(kind string, caps Capabilities) (Options, error) {
 	if o.MaxDraft < 0 || o.MaxDraft > MaxDraftLimit {
 		return fail("MaxDraft", "max draft %d out of range [0, %d]", o.MaxDraft, MaxDraftLimit)
 	}
+	if m, ok := caps.MaxDrafts[kind]; ok && o.MaxDraft > m {
+		return fail("MaxDraft", "max draft %d: the %s caches take at most %d drafts", o.MaxDraft, kind, m)
+	}
 	if o.Window+o.MaxDraft > caps.MaxRing {
 		return fail("MaxDraft", "window %d + max draft %d = %d ring entries, more than the %d this backend takes",
 			o.Window, o.MaxDraft, o.Window+o.MaxDraft, caps.MaxRing)
@@ -241,6 +249,8 @@ func (o Options) Check(kind string, caps Capabilities) (Options, error) {
 		return fail("ReadCopy", "a read copy needs replay mode")
 	case !slices.Contains(caps.ReadCopies, o.ReadCopy):
 		return fail("ReadCopy", "read copy format %v not supported (want %s)", o.ReadCopy, formatList(caps.ReadCopies, "none"))
+	case slices.Contains(caps.ExcludedReadCopies[o.State], o.ReadCopy):
+		return fail("ReadCopy", "%v checkpoints take no %v read copy", o.State, o.ReadCopy)
 	}
 	switch {
 	case o.Ring == numeric.F32:

@@ -32,6 +32,13 @@ import (
 // H200); a wrong decode, scale or index differs by O(1).
 const sameBound = 1e-5
 
+// sameBound2 is sameBound for 2-byte (bf16, fp16) checkpoints: two fold
+// paths' float32 sums that differ in their last bits round an element of
+// the checkpoint to neighbouring bf16 values now and then (2^-8 apart,
+// relative), and the outputs that read it differ by a share of that (H100:
+// 1.9e-5 and 1e-4 of the row's largest output over 30 rounds).
+const sameBound2 = 1e-3
+
 // pathLayer is a layer shape with random constants, building GPU caches
 // and drawing host inputs in the order of its input fields.
 type pathLayer struct {
@@ -270,7 +277,10 @@ func comparePaths(t *testing.T, d *Device, l pathLayer, opt replay.Options, pc p
 	}
 	ya, yb := alloc(t, d, 4*maxRows*l.width), alloc(t, d, 4*maxRows*l.width)
 	rng := rand.New(rand.NewPCG(uint64(len(l.name)), uint64(capacity)))
-	worst := 0.0
+	worst, bound := 0.0, sameBound
+	if elemBytes(opt.State) == 2 {
+		bound = sameBound2
+	}
 	for round := range rounds {
 		perm := rng.Perm(capacity)[:1+rng.IntN(capacity)]
 		if round%4 == 3 {
@@ -321,7 +331,7 @@ func comparePaths(t *testing.T, d *Device, l pathLayer, opt replay.Options, pc p
 			}
 			for i := range ra {
 				e := math.Abs(float64(ra[i])-float64(rb[i])) / max(scale, 1e-30)
-				if math.IsNaN(e) || e > sameBound {
+				if math.IsNaN(e) || e > bound {
 					t.Fatalf("round %d (verify %v, batch %d) row %d element %d: %v, per-head %v (%.3g of the row's largest)",
 						round, verify, len(sub), r, i, ra[i], rb[i], e)
 				}
@@ -353,8 +363,9 @@ func TestReplayGraph(t *testing.T) {
 		mamba2PathLayer(17, ssm.Mamba2Shape{Heads: 4, HeadDim: 80, StateSize: 128, Groups: 2}),
 		gdnPathLayer(18, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 128, ValueDim: 128}),
 	} {
+		// Not in parallel: while a stream captures, another goroutine's
+		// synchronising calls would fail (the capture is global).
 		t.Run(l.name, func(t *testing.T) {
-			t.Parallel()
 			const batch, T = 6, 2
 			opt := replay.Options{Mode: replay.Replay, Window: 5, MaxDraft: T}
 			s := stream(t, d)
