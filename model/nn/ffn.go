@@ -235,9 +235,7 @@ func (m *MoE) route(logits, prob, sel []float32, chosen []int, weight []float32)
 	switch m.Routing {
 	case SoftmaxRouter:
 		tensor.Softmax(prob)
-		for e, p := range prob {
-			sel[e] = p
-		}
+		copy(sel, prob)
 	case SigmoidRouter:
 		for e, l := range logits {
 			prob[e] = tensor.Sigmoid(l)

@@ -59,7 +59,7 @@ func (m *GDNMixer) Validate() error {
 		return fmt.Errorf("conv1d has %d channels, want %d", m.Conv.Channels, 2*K+V)
 	}
 	if len(m.ALog) != Hv || len(m.DtBias) != Hv {
-		return fmt.Errorf("A_log and dt_bias have %d and %d values, want %d", len(m.ALog), len(m.DtBias), Hv)
+		return fmt.Errorf("%d and %d values of A_log and dt_bias, want %d", len(m.ALog), len(m.DtBias), Hv)
 	}
 	if len(m.Norm.W) != m.Shape.ValueDim {
 		return fmt.Errorf("gated norm has %d weights, want %d", len(m.Norm.W), m.Shape.ValueDim)

@@ -64,7 +64,7 @@ func (m *Mamba2Mixer) Validate() error {
 		return fmt.Errorf("conv1d has %d channels, want %d", m.Conv.Channels, I+2*GN)
 	}
 	if len(m.ALog) != H || len(m.DtBias) != H || len(m.D) != H {
-		return fmt.Errorf("A_log, dt_bias and D have %d, %d, %d values, want %d", len(m.ALog), len(m.DtBias), len(m.D), H)
+		return fmt.Errorf("%d, %d, %d values of A_log, dt_bias and D, want %d", len(m.ALog), len(m.DtBias), len(m.D), H)
 	}
 	if len(m.Norm.W) != I || m.Norm.Group <= 0 || I%m.Norm.Group != 0 {
 		return fmt.Errorf("gated norm has %d weights in groups of %d, want %d", len(m.Norm.W), m.Norm.Group, I)

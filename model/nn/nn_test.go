@@ -105,7 +105,7 @@ func TestArena(t *testing.T) {
 	if len(a.buf) < 10 || y[0] != 0 || &y[0] == &z[0] {
 		t.Errorf("arena reuse: buf %d, y %v", len(a.buf), y)
 	}
-	y = append(y, 7) // capacity is capped: must not overwrite z
+	_ = append(y, 7) // capacity is capped: must not overwrite z
 	if z[0] != 0 {
 		t.Error("append to one buffer overwrote the next")
 	}
