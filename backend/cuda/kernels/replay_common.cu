@@ -28,12 +28,12 @@
 //   BASE_REGS    the registers a thread the streaming baseline step's
 //                launch bound asks for
 //   STORE_V4     1: whole chunks stored with one st.global.v4 (store_words)
-//   NCW, GW      the pipelined (v5) kernels' consumer warps, in groups of
+//   NCW, GW      the pipelined kernels' consumer warps, in groups of
 //                GW; NSTAGE stages of STAGE_BYTES, SCR_BYTES of scratch
 //                each; PIPE_MINB blocks an SM for the register bound
 //   FNSTAGE      the pipelined folds' stages, of FSTAGE_BYTES each; FMINB
 //                blocks an SM for the register bound
-//   GNT          the group (v6) step's and verify's threads a block
+//   GNT          the group step's and verify's threads a block
 //   GROUP_TC     1: the group step's stream on the tensor cores (nvfp4,
 //                e4m3 matrices)
 //   VERIFY_TC    1: the group verify's stream on the tensor cores (nvfp4,
@@ -95,8 +95,8 @@ __device__ __forceinline__ u64 ring_at(int s, int e) { return (u64)s * RMAX + e;
 // trip per iteration (the store needs its load, the next load comes after
 // the store); IT * STRIDE must cover count; load may return a float2 (two
 // arrays read at once, one round trip for both). The drafts' inputs of
-// the group verify (Mamba-2 B, C: 2 round trips an item) and of the v4 /
-// early-fold verify of both layers (x, B, C; v) move so, and the v4
+// the group verify (Mamba-2 B, C: 2 round trips an item) and of the per-head /
+// early-fold verify of both layers (x, B, C; v) move so, and the per-head
 // verify takes its y inputs from shared memory. Against the loops, H200,
 // B=256, T=4: the Mamba-2 verify 1-5% faster (Nano bf16 412 -> 392 us),
 // the GDN verify the same within 0.5%.
@@ -153,7 +153,7 @@ __device__ __forceinline__ void row_regs(float (&v)[IT], const float* __restrict
     }
 }
 
-// The decode steps (mamba2_step, gdn_step: the small step and the v4
+// The decode steps (mamba2_step, gdn_step: the small step and the per-head
 // non-flush; not the work_items flush items, where ptxas 11.8 then spills
 // 16-36 bytes) ask for the last of the token's inputs with the others,
 // before the cursor: Mamba-2's D[h] (and x, for the small step's flush),
@@ -1335,7 +1335,7 @@ __device__ __forceinline__ float fma4(const float* v, float4 w, float acc)
 //
 // The row-dot kernels below (dots_nvfp4, dots_state, smem_row_dots) share
 // these per-chunk steps, so the global and shared-memory reads keep one
-// order of operations (the pipelined kernels are bit-identical to v4).
+// order of operations (the pipelined kernels are bit-identical to the per-head ones).
 
 // nvfp4_chunk decodes 16 codes (two words) through lut.
 __device__ __forceinline__ void nvfp4_chunk(uint2 w, const float* lut, float (&x)[16])
@@ -2148,7 +2148,7 @@ __device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gs
     }
 }
 
-// ---- group streams (the v6 non-flush steps) ----
+// ---- group streams (the group non-flush steps) ----
 //
 // A group step block reads the state matrices of several heads that share
 // the step's vectors (a Mamba-2 group's heads share C; a GDN key head's
@@ -2156,7 +2156,7 @@ __device__ __forceinline__ void smem_row_dots(const unsigned char* mat, float gs
 // CMap over the block) gives each thread fixed columns, so it holds its
 // columns of the vectors in registers, and it loads GPF passes ahead of its
 // dots. The dots keep dots_nvfp4's / dots_state's order of operations: the
-// group steps are bit-identical to the v4 kernels (the nvfp4 streams on the
+// group steps are bit-identical to the per-head kernels (the nvfp4 streams on the
 // tensor cores, GROUP_TC below, are not).
 
 #if READ_FMT == FMT_NVFP4
@@ -3387,7 +3387,7 @@ __device__ __forceinline__ void flush_items(const int* slots, const int* hist, i
     work_items(batch, heads, [&](int b) { return hist[slots[b]] + 1 >= L; }, flush);
 }
 
-// ---- the pipelined folds (flush and early fold, v7): the shared skeleton ----
+// ---- the pipelined folds (flush and early fold): the shared skeleton ----
 //
 // A pipelined fold kernel runs on persistent blocks of NT consumer threads
 // (the layer's fold code, Map SM, cta_sync) and one producer warp after

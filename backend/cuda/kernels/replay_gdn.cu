@@ -989,12 +989,11 @@ __device__ __forceinline__ void gdn_verify_impl(GDN_VERIFY_PARAMS, int j, int b)
     }
     if constexpr (FOLD_ONLY) {
         // Unreachable (a slot that does not fold returned above), but the
-        // compiler does not see it: without this return the fold kernels
-        // (gdn_replay_fold_items, _fold_early) carried the verify's code
-        // below and its registers (ptxas 11.8, Qwen3.5-4B, fold_items:
-        // fp32 a 128-byte stack frame and 48 / 68 bytes of spill stores /
-        // loads -> none; bf16 96 and 8 / 8 -> 8 and 8 / 8; fold_early 80
-        // bytes of stack -> none).
+        // compiler does not see it: without this return the fold kernel
+        // (gdn_replay_fold_items) carried the verify's code below and its
+        // registers (ptxas 11.8, Qwen3.5-4B: fp32 a 128-byte stack frame
+        // and 48 / 68 bytes of spill stores / loads -> none; bf16 96 and
+        // 8 / 8 -> 8 and 8 / 8).
         return;
     }
     // The committed ring keys to vec rows 2cnt.. (n + 2cnt <= R after any
@@ -1150,19 +1149,12 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_replay_verify_early(GDN_VER
 }
 #endif
 
-#if WHOLE_REPLAY // the split module takes only the small step
-extern "C" __global__ void __launch_bounds__(NT) gdn_replay_fold_early(GDN_VERIFY_PARAMS)
-{
-    gdn_verify_impl<true>(GDN_VERIFY_ARGS, blockIdx.x, blockIdx.y);
-}
-#endif
-
-// gdn_replay_fold_items is gdn_replay_fold_early on a grid of the blocks
-// the GPU holds at once (2-5% faster verifies): each block reads NT items'
-// cursors at once and folds the ones that fold early in turn (work_items,
-// the flush kernel's scheme), where gdn_replay_fold_early is one block per
-// (value head, batch row), four in five of them returning at once in a
-// verify of 4 drafts. The Go side launches this one.
+// gdn_replay_fold_items folds the committed history of the slots that fold
+// early on a grid of the blocks the GPU holds at once: each block reads NT
+// items' cursors at once and folds the ones that fold early in turn
+// (work_items, the flush kernel's scheme; 2-5% faster verifies than one
+// block per (value head, batch row), four in five of them returning at
+// once in a verify of 4 drafts).
 __device__ __noinline__ void gdn_fold_early_item(GDN_VERIFY_PARAMS, int j, int b)
 {
     gdn_verify_impl<true>(GDN_VERIFY_ARGS, j, b);
@@ -2011,7 +2003,7 @@ extern "C" __global__ void __launch_bounds__(NT) gdn_baseline_verify(GDN_BASELIN
 }
 #endif
 
-// ---- v5: the pipelined (persistent, bulk-copy) non-flush step ----
+// ---- the pipelined (persistent, bulk-copy) non-flush step ----
 //
 // gdn_pipe computes what gdn_step<0> computes, bit for bit, for the
 // (batch row, value head) items i = blockIdx.x + k*gridDim.x whose window
@@ -2253,7 +2245,7 @@ extern "C" __global__ void __launch_bounds__(32 * (NCW + 1), PIPE_MINB) gdn_pipe
 #endif
 #endif
 
-// ---- v6: the group non-flush step ----
+// ---- the group non-flush step ----
 //
 // gdn_group_step computes what gdn_step<0> computes for the slots that do not
 // flush, bit for bit (but for a stream on the tensor cores, GROUP_TC below),
@@ -2292,7 +2284,7 @@ typedef GRaw<GM> GR;
 // GROUP_TC=1 (gdnModule sets it for nvfp4 and e4m3 matrices on sm_89+): the
 // stream's dots on the tensor cores (gt_dots, replay_common.cu), k and q as
 // B's columns 0-3. A row's sum is not group_dots' order of operations, so this
-// step is not bit for bit the v4 kernels' (the tests compare it within a
+// step is not bit for bit the per-head kernels' (the tests compare it within a
 // bound).
 #if GT_OK && GROUP_TC && DV % 16 == 0
 #define GTC_ON 1
@@ -2558,7 +2550,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 }
 #endif
 
-// ---- v6: the group verify ----
+// ---- the group verify ----
 //
 // gdn_group_verify computes what gdn_replay_verify computes for the slots
 // with no early fold, bit for bit, with one block per (key head, batch row)
@@ -2569,7 +2561,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) gdn_group_step(GDN_STEP
 // key head, the decay products once per value head and draft. Each output
 // row's drafts run in one thread with the ring's u and the drafts' u' in
 // registers. On the H200 (B=256, T=4) it took the Qwen3.5-4B fp32 verify
-// from 609 to 515 us (v4), bf16 725 -> 637.
+// from 609 to 515 us (per-head), bf16 725 -> 637.
 #if TMAX > 1
 #define GV2 (2 * TMAX)
 #define GVP (DK + (DK >> 5) * 4) // a padded vector (group_dots_smem)

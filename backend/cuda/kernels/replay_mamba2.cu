@@ -588,7 +588,7 @@ __device__ __forceinline__ bool mamba2_step(ST* state, u8* rcodes, u8* rscales, 
 }
 
 // mamba2_nonflush_pf is the non-flush step (mamba2_step<0>'s outputs,
-// bit for bit) with the state traffic issued first (v4): the CTA's whole
+// bit for bit) with the state traffic issued first (the per-head kernels): the CTA's whole
 // share of the checkpoint is loaded into registers (raw 16-byte chunks) as
 // soon as hist[s] says the slot does not flush, and the ring gather, C, and
 // the ring's delta / decay go to shared memory by cp.async in the same round
@@ -1103,22 +1103,12 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_verify_fold(MAMBA
 }
 #endif
 
-// mamba2_replay_fold_early folds the committed history of the slots that
+// mamba2_replay_fold_items folds the committed history of the slots that
 // fold early, nothing else: mamba2_group_verify then takes every slot, those
 // from their new checkpoint (read back from L2 or memory: cheaper than the
 // one-block-per-head verify after the fold; Super bf16 verify 723 -> 595 us
-// at B=256, T=4 on the H200). One block per (head, batch row); the Go side
-// launches mamba2_replay_fold_items instead.
-#if WHOLE_REPLAY // the split module takes only the small step
-extern "C" __global__ void __launch_bounds__(NT) mamba2_replay_fold_early(MAMBA2_VERIFY_PARAMS)
-{
-    mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS, blockIdx.x, blockIdx.y);
-}
-#endif
-
-// mamba2_replay_fold_items is mamba2_replay_fold_early on a grid of the
-// blocks the GPU holds at once: work_items, the flush kernel's scheme, over
-// the items that fold.
+// at B=256, T=4 on the H200). It runs on a grid of the blocks the GPU holds
+// at once: work_items, the flush kernel's scheme, over the items that fold.
 __device__ __noinline__ void mamba2_fold_early_item(MAMBA2_VERIFY_PARAMS, int h, int b)
 {
     mamba2_verify_impl<2>(MAMBA2_VERIFY_ARGS, h, b);
@@ -1309,7 +1299,7 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_verify(MAMBA2_B
 }
 #endif
 
-// ---- v5: the pipelined (persistent, bulk-copy) non-flush step and verify ----
+// ---- the pipelined (persistent, bulk-copy) non-flush step and verify ----
 //
 // mamba2_pipe computes what mamba2_step<0> (VERIFY false: slots whose
 // window does not fill) or mamba2_replay_verify (VERIFY true: slots with no
@@ -1331,7 +1321,7 @@ extern "C" __global__ void __launch_bounds__(NT) mamba2_baseline_verify(MAMBA2_B
 #if RING_BF16
 // Its producer, widening a bf16 ring's rows, spilled at the kernels'
 // register bound (ptxas sm_90, Nano bf16 + nvfp4 verify at 56 registers:
-// 48 -> 128-248 bytes); a bf16 ring takes the group and v4 kernels.
+// 48 -> 128-248 bytes); a bf16 ring takes the group and per-head kernels.
 #error "the pipelined step and verify copy fp32 ring rows"
 #endif
 #define ST_X (((SMAT_BYTES) + 15) / 16 * 16)
@@ -1608,7 +1598,7 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* _
 #endif
 #endif
 
-// ---- v6: the group-major non-flush step ----
+// ---- the group-major non-flush step ----
 //
 // mamba2_group_step computes what mamba2_step<0> computes for the slots that
 // do not flush, bit for bit (but for a stream on the tensor cores, GROUP_TC
@@ -1617,8 +1607,8 @@ mamba2_pipe_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* _
 // . C dots, so the block reads and forms them once, and the heads' HPG*P state
 // rows (contiguous in the checkpoint and the read copy) are one stream that
 // every thread reads GPF passes ahead, with its columns of C in registers, the
-// way the in-place baselines stream theirs. v4 (one 20 KB bf16 matrix per
-// block) and v5 (one item per consumer group at a time) paid a chain of round
+// way the in-place baselines stream theirs. the per-head kernel (one 20 KB bf16 matrix per
+// block) and the pipelined one (one item per consumer group at a time) paid a chain of round
 // trips and barriers per head; here a block pays it once per HPG heads and
 // streams meanwhile.
 //
@@ -1643,7 +1633,7 @@ typedef GRaw<GM> GR;
 // GROUP_TC=1 (mamba2Module sets it for nvfp4 and e4m3 matrices on
 // sm_89+): the stream's dots on the tensor cores (gt_stream,
 // replay_common.cu), C as B's columns 0-1, two strips in flight a warp.
-// Not group_dots' order of operations: this step is not bit for bit the v4
+// Not group_dots' order of operations: this step is not bit for bit the per-head
 // kernels' (the tests compare it within a bound).
 #if GT_OK && GROUP_TC && P % 16 == 0
 #define MTC_ON 1
@@ -1974,9 +1964,9 @@ extern "C" __global__ void __launch_bounds__(GNT, GMINB) mamba2_group_step(MAMBA
 }
 #endif
 
-// ---- v6: the group verify ----
+// ---- the group verify ----
 //
-// mamba2_group_verify computes what mamba2_pipe_verify (and v4's
+// mamba2_group_verify computes what mamba2_pipe_verify (and the per-head kernel's
 // mamba2_replay_verify) compute for the slots with no early fold, bit for
 // bit, with one block per (group, batch row) like mamba2_group_step: the
 // group's state rows are read once for the cnt drafts' C_k (TMAX vectors in
@@ -2248,7 +2238,7 @@ mamba2_group_verify(ST* state, u8* rcodes, u8* rscales, float* rglobal, ring_e* 
 #endif
 #endif
 
-// ---- v7: the pipelined flush and early fold ----
+// ---- the pipelined flush and early fold ----
 //
 // mamba2_flush_pipe flushes the slots whose window fills at this step (what
 // mamba2_replay_flush does, bit for bit: mamba2_step<1>'s order of
