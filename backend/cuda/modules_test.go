@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -54,7 +55,7 @@ func TestReplayModulesCompile(t *testing.T) {
 		}
 	}
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4)
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	for _, m := range mods {
 		wg.Add(1)
 		go func() {
