@@ -1286,3 +1286,14 @@ func BenchmarkEventRecord(b *testing.B) {
 	}
 	must(b, s.Synchronize())
 }
+
+// closeAfter closes c when the test ends, reporting an error without
+// stopping the test, so that a panic in the test is not hidden by a Close
+// that fails because of it.
+func closeAfter(tb testing.TB, c interface{ Close() error }) {
+	tb.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			tb.Error(err)
+		}
+	})
+}

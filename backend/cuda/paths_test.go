@@ -88,6 +88,10 @@ func mamba2PathLayer(seed uint64, shape ssm.Mamba2Shape) pathLayer {
 				verify: func(sl []replay.Slot, T int, n []int, b []Buffer, y Buffer) error {
 					return c.Verify(sl, T, n, in(b), y)
 				},
+				queueStep: func(sl Buffer, batch int, b []Buffer, y Buffer) error { return c.QueueStep(sl, batch, in(b), y) },
+				queueVerify: func(sl, n Buffer, batch, T int, b []Buffer, y Buffer) error {
+					return c.QueueVerify(sl, n, batch, T, in(b), y)
+				},
 			}, nil
 		},
 	}
@@ -120,6 +124,10 @@ func gdnPathLayer(seed uint64, shape ssm.GDNShape) pathLayer {
 				step:   func(sl []replay.Slot, b []Buffer, y Buffer) error { return c.Step(sl, in(b), y) },
 				verify: func(sl []replay.Slot, T int, n []int, b []Buffer, y Buffer) error {
 					return c.Verify(sl, T, n, in(b), y)
+				},
+				queueStep: func(sl Buffer, batch int, b []Buffer, y Buffer) error { return c.QueueStep(sl, batch, in(b), y) },
+				queueVerify: func(sl, n Buffer, batch, T int, b []Buffer, y Buffer) error {
+					return c.QueueVerify(sl, n, batch, T, in(b), y)
 				},
 			}, nil
 		},
@@ -239,12 +247,12 @@ func comparePaths(t *testing.T, d *Device, l pathLayer, opt replay.Options, pc p
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { must(t, c.common.Close()) }()
+	closeAfter(t, c.common)
 	ref, err := l.build(s, opt, capacity, func(p *cachePlan) { p.perHead = true })
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { must(t, ref.common.Close()) }()
+	closeAfter(t, ref.common)
 	if pc.step != "" || pc.verify != "" || pc.fold != "" {
 		fold, _ := c.common.FoldKernel()
 		if got := c.common.StepKernel(capacity); pc.step != "" && got != pc.step {
@@ -371,10 +379,10 @@ func TestReplayGraph(t *testing.T) {
 			s := stream(t, d)
 			direct, err := l.build(s, opt, batch, nil)
 			must(t, err)
-			defer func() { must(t, direct.common.Close()) }()
+			closeAfter(t, direct.common)
 			graphed, err := l.build(s, opt, batch, nil)
 			must(t, err)
-			defer func() { must(t, graphed.common.Close()) }()
+			closeAfter(t, graphed.common)
 			var slots []replay.Slot
 			ids, all := make([]int32, batch), make([]int32, batch)
 			for i := range batch {

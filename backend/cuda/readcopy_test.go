@@ -74,7 +74,7 @@ func TestReplayReadCopyIsNumerics(t *testing.T) {
 						t.Fatal(err)
 					}
 					rc := c.common
-					defer func() { must(t, rc.Close()) }()
+					closeAfter(t, rc)
 					var slots []replay.Slot
 					for range batch {
 						slot, err := rc.Admit()
