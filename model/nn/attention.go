@@ -78,125 +78,74 @@ func (a *Attention) Validate() error {
 	return nil
 }
 
-// kvState holds each sequence's keys and values, [position][KVHeads·HeadDim].
-type kvState struct {
-	k, v [][]float32
-	job  attendJob
-}
-
-// attendJob is the softmax attention of one forward over (row, head) pairs.
-type attendJob struct {
-	b              *batch
-	st             *kvState
-	q, o           []float32
-	heads, kvHeads int
-	hd             int
-	scale          float32
-}
-
-// run computes o for the (row, head) pairs [lo, hi), with scores as scratch.
-func (j *attendJob) run(lo, hi int, scores []float32) {
-	H, hd := j.heads, j.hd
-	qw, kw := H*hd, j.kvHeads*hd
-	for i := lo; i < hi; i++ {
-		r, h := i/H, i%H
-		T := j.b.pos[r] + 1
-		keys, vals := j.st.k[j.b.seq[r]], j.st.v[j.b.seq[r]]
-		qh := j.q[r*qw+h*hd : r*qw+(h+1)*hd]
-		off := (h / (H / j.kvHeads)) * hd // GQA: the key/value head of query head h
-		sc := scores[:T]
-		for t := range T {
-			sc[t] = tensor.Dot(qh, keys[t*kw+off:t*kw+off+hd]) * j.scale
-		}
-		tensor.Softmax(sc)
-		oh := j.o[r*qw+h*hd : r*qw+(h+1)*hd]
-		for t, p := range sc {
-			tensor.Axpy(oh, p, vals[t*kw+off:t*kw+off+hd])
+// place puts the weights on be.
+func (a *Attention) place(be Backend) {
+	for _, l := range []*Linear{&a.Q, &a.K, &a.V, &a.O} {
+		l.place(be)
+	}
+	for _, nm := range []*RMSNorm{a.QNorm, a.KNorm} {
+		if nm != nil {
+			nm.place(be)
 		}
 	}
 }
 
-func (a *Attention) newState(capacity int, _ replay.Options) (blockState, error) {
-	return &kvState{k: make([][]float32, capacity), v: make([][]float32, capacity)}, nil
+// kvState is an attention layer's per-sequence state: its KV cache.
+type kvState struct{ kv KVCache }
+
+func (a *Attention) newState(be Backend, capacity int, _ replay.Options) (blockState, error) {
+	return &kvState{kv: be.NewKV(capacity, a.KVHeads*a.HeadDim)}, nil
 }
 
 func (s *kvState) admit(seq int) error {
-	s.k[seq], s.v[seq] = s.k[seq][:0], s.v[seq][:0]
+	s.kv.Truncate(seq, 0)
 	return nil
 }
 func (s *kvState) evict(seq int) error { return s.admit(seq) }
 func (s *kvState) stats() replay.Stats { return replay.Stats{} }
-func (s *kvState) close()              {}
+func (s *kvState) close()              { s.kv.Close() }
 
-func (a *Attention) forward(b *batch, bst blockState, x, out []float32) error {
+func (a *Attention) forward(b *batch, bst blockState, x, out Tensor) error {
 	st := bst.(*kvState)
+	be := b.be
 	n, hd, H, Hkv := b.n, a.HeadDim, a.Heads, a.KVHeads
 	qw, kw := H*hd, Hkv*hd
-	qraw := b.mem.get(n * a.Q.Out)
-	a.Q.Forward(qraw, x, n)
-	k := b.mem.get(n * kw)
-	a.K.Forward(k, x, n)
-	v := b.mem.get(n * kw)
-	a.V.Forward(v, x, n)
+	qraw := b.mem.Alloc(n, a.Q.Out)
+	a.Q.apply(be, qraw, x)
+	k := b.mem.Alloc(n, kw)
+	a.K.apply(be, k, x)
+	v := b.mem.Alloc(n, kw)
+	a.V.apply(be, v, x)
 
 	q := qraw
-	var gate []float32
+	var gate Tensor
 	if a.Gated {
-		q, gate = b.mem.get(n*qw), b.mem.get(n*qw)
-		for r := range n {
-			for h := range H {
-				src := qraw[r*2*qw+h*2*hd:]
-				copy(q[r*qw+h*hd:r*qw+(h+1)*hd], src[:hd])
-				copy(gate[r*qw+h*hd:r*qw+(h+1)*hd], src[hd:2*hd])
-			}
-		}
+		// q_proj yields per head [q; gate]: as rows of one head, the two
+		// halves are column ranges.
+		heads := qraw.Reshape(n*H, 2*hd)
+		q, gate = b.mem.Alloc(n, qw), b.mem.Alloc(n, qw)
+		be.Copy(q.Reshape(n*H, hd), heads.Columns(0, hd))
+		be.Copy(gate.Reshape(n*H, hd), heads.Columns(hd, hd))
 	}
+	qh, kh := q.Reshape(n*H, hd), k.Reshape(n*Hkv, hd)
 	if a.QNorm != nil {
-		a.QNorm.Forward(q, q, n*H)
+		a.QNorm.apply(be, qh, qh)
 	}
 	if a.KNorm != nil {
-		a.KNorm.Forward(k, k, n*Hkv)
+		a.KNorm.apply(be, kh, kh)
 	}
-	for r := range n {
-		if a.Rope != nil {
-			for h := range H {
-				a.Rope.Apply(q[r*qw+h*hd:r*qw+(h+1)*hd], b.pos[r])
-			}
-			for h := range Hkv {
-				a.Rope.Apply(k[r*kw+h*hd:r*kw+(h+1)*hd], b.pos[r])
-			}
-		}
-		sq := b.seq[r]
-		if got := len(st.k[sq]) / kw; got != b.pos[r] {
-			return fmt.Errorf("sequence %d has %d cached positions, row is at position %d", sq, got, b.pos[r])
-		}
-		st.k[sq] = append(st.k[sq], k[r*kw:(r+1)*kw]...)
-		st.v[sq] = append(st.v[sq], v[r*kw:(r+1)*kw]...)
+	if a.Rope != nil {
+		be.Rope(qh, a.Rope, b.pos, H)
+		be.Rope(kh, a.Rope, b.pos, Hkv)
 	}
-
-	o := b.mem.get(n * qw)
-	scale := float32(1 / math.Sqrt(float64(hd)))
-	maxT := 0
-	var work int64
-	for r := range n {
-		maxT = max(maxT, b.pos[r]+1)
-		work += int64(b.pos[r]+1) * int64(2*qw)
+	if err := st.kv.Append(k, v, b.seq, b.pos); err != nil {
+		return err
 	}
-	job := &st.job
-	*job = attendJob{b: b, st: st, q: q, o: o, heads: H, kvHeads: Hkv, hd: hd, scale: scale}
-	if work < 1<<16 {
-		job.run(0, n*H, b.mem.get(maxT))
-	} else {
-		tensor.Parallel(n*H, 1, work, func(lo, hi int) {
-			job.run(lo, hi, make([]float32, maxT)) // per goroutine: the arena is not shared
-		})
-	}
-	job.b, job.q, job.o = nil, nil, nil
+	o := b.mem.Alloc(n, qw)
+	st.kv.Attend(o, q, b.seq, b.pos, H, Hkv, hd, float32(1/math.Sqrt(float64(hd))))
 	if a.Gated {
-		for i, g := range gate {
-			o[i] *= tensor.Sigmoid(g)
-		}
+		be.MulSigmoid(o, gate)
 	}
-	a.O.Forward(out, o, n)
+	a.O.apply(be, out, o)
 	return nil
 }

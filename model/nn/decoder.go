@@ -7,7 +7,6 @@ import (
 
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/replay"
-	"github.com/replayssm/replayssm/tensor"
 )
 
 // Block is one residual branch's computation: a mixer (Mamba-2, Gated
@@ -18,10 +17,14 @@ type Block interface {
 	Kind() hfconfig.LayerKind
 	// Params is the number of weights.
 	Params() int
-	// newState builds the per-sequence state of the block (nil if none).
-	newState(capacity int, opt replay.Options) (blockState, error)
-	// forward writes out [rows][hidden] from the normalised input x.
-	forward(b *batch, st blockState, x, out []float32) error
+	// place puts the block's weights on be.
+	place(be Backend)
+	// newState builds the per-sequence state of the block on be (nil if
+	// none).
+	newState(be Backend, capacity int, opt replay.Options) (blockState, error)
+	// forward writes out [rows][hidden] (every value) from the normalised
+	// input x.
+	forward(b *batch, st blockState, x, out Tensor) error
 }
 
 // blockState is what a block keeps per sequence: an SSM layer's replay slots,
@@ -56,7 +59,32 @@ type Decoder struct {
 	FinalNorm RMSNorm
 	LMHead    Linear // shares Embed's memory when the embeddings are tied
 	Tied      bool
+
+	be    Backend // where the weights are (Place)
+	embed Weight
 }
+
+// Place puts the model's weights on be; States made afterwards run there.
+// A Decoder not placed runs on CPU() (placed by its first NewState).
+func (d *Decoder) Place(be Backend) {
+	d.be = be
+	d.embed = be.Weight(d.Embed, d.Vocab, d.Hidden)
+	if d.Tied && d.LMHead.B == nil {
+		d.LMHead.w = d.embed
+	} else {
+		d.LMHead.place(be)
+	}
+	d.FinalNorm.place(be)
+	for _, l := range d.Layers {
+		for i := range l.Branches {
+			l.Branches[i].Norm.place(be)
+			l.Branches[i].Block.place(be)
+		}
+	}
+}
+
+// Backend returns where the model runs (nil before Place or NewState).
+func (d *Decoder) Backend() Backend { return d.be }
 
 // Params is the number of weights (tied embeddings counted once).
 func (d *Decoder) Params() int {
@@ -118,8 +146,9 @@ type State struct {
 	blocks [][]blockState // [layer][branch]
 	live   []bool
 	pos    []int
-	mem    arena
+	mem    Arena
 	b      batch
+	hostH  []float32 // OnLayer's copy of the residual stream
 
 	// OnLayer, if set, is called after each layer with the residual stream
 	// h [rows][hidden] of the rows being computed (for layer-by-layer checks
@@ -133,11 +162,15 @@ func (d *Decoder) NewState(capacity int, opt replay.Options) (*State, error) {
 	if capacity <= 0 {
 		return nil, fmt.Errorf("state capacity %d must be positive", capacity)
 	}
-	s := &State{dec: d, opt: opt, live: make([]bool, capacity), pos: make([]int, capacity)}
+	if d.be == nil {
+		d.Place(CPU())
+	}
+	s := &State{dec: d, opt: opt, live: make([]bool, capacity), pos: make([]int, capacity), mem: d.be.NewArena()}
+	s.b.be, s.b.mem = d.be, s.mem
 	for i, l := range d.Layers {
 		row := make([]blockState, len(l.Branches))
 		for j, br := range l.Branches {
-			st, err := br.Block.newState(capacity, opt)
+			st, err := br.Block.newState(d.be, capacity, opt)
 			if err != nil {
 				s.Close()
 				return nil, fmt.Errorf("layer %d %v: %w", i, br.Block.Kind(), err)
@@ -244,20 +277,29 @@ type Row struct {
 
 // batch is the bookkeeping of one Forward, shared by the blocks.
 type batch struct {
+	be    Backend
+	mem   Arena
 	n     int
-	seq   []int
-	pos   []int
-	scan  []bool  // row belongs to a multi-token (prefill or verify) forward of its sequence
-	waves [][]int // row indices; each wave holds each sequence at most once, in order
-	mem   *arena
+	seq   []int32
+	pos   []int32
+	tok   []int32
+	scan  []bool    // row belongs to a multi-token (prefill or verify) forward of its sequence
+	waves [][]int32 // row indices; each wave holds each sequence at most once, in order
 
 	count, seen []int // per sequence, while planning
+
+	// Host scratch of the MoE routing, reused across passes.
+	host   []float32
+	chosen []int
+	rows   []int32
+	rw     []float32
 }
 
 func (b *batch) plan(s *State, rows []Row) {
 	b.n = len(rows)
 	b.seq = b.seq[:0]
 	b.pos = b.pos[:0]
+	b.tok = b.tok[:0]
 	b.scan = b.scan[:0]
 	for w := range b.waves {
 		b.waves[w] = b.waves[w][:0]
@@ -272,13 +314,14 @@ func (b *batch) plan(s *State, rows []Row) {
 		q := int(r.Seq)
 		k := b.seen[q]
 		b.seen[q] = k + 1
-		b.seq = append(b.seq, q)
-		b.pos = append(b.pos, s.pos[q]+k)
+		b.seq = append(b.seq, int32(q))
+		b.pos = append(b.pos, int32(s.pos[q]+k))
+		b.tok = append(b.tok, int32(r.Token))
 		b.scan = append(b.scan, b.count[q] > 1 || s.pos[q] == 0)
 		for len(b.waves) <= k {
 			b.waves = append(b.waves, nil)
 		}
-		b.waves[k] = append(b.waves[k], i)
+		b.waves[k] = append(b.waves[k], int32(i))
 	}
 	for _, r := range rows {
 		b.count[r.Seq], b.seen[r.Seq] = 0, 0
@@ -333,47 +376,84 @@ func (d *Decoder) Forward(ctx context.Context, s *State, rows []Row, logits []fl
 	if len(rows) == 0 {
 		return nil
 	}
-	s.mem.reset()
+	s.mem.Reset()
 	b := &s.b
-	b.mem = &s.mem
 	b.plan(s, rows)
-	n, H := len(rows), d.Hidden
-
-	h := s.mem.get(n * H)
-	for i, r := range rows {
-		copy(h[i*H:(i+1)*H], d.Embed[r.Token*H:(r.Token+1)*H])
+	h := s.mem.Alloc(len(rows), d.Hidden)
+	d.be.Embed(h, d.embed, b.tok)
+	if err := d.layers(ctx, s, h, nil, "forward"); err != nil {
+		return err
 	}
-	xn := s.mem.get(n * H)
-	out := s.mem.get(n * H)
-	for li, l := range d.Layers {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		for bi, br := range l.Branches {
-			br.Norm.Forward(xn, h, n)
-			clear(out)
-			if err := br.Block.forward(b, s.blocks[li][bi], xn, out); err != nil {
-				return fmt.Errorf("layer %d %v: %w", li, br.Block.Kind(), err)
-			}
-			tensor.Add(h, out)
-		}
-		if s.OnLayer != nil {
-			s.OnLayer(li, h)
-		}
-	}
-	if nLogits > 0 {
-		sel := s.mem.get(nLogits * H)
-		k := 0
-		for i, r := range rows {
-			if r.Logits {
-				d.FinalNorm.Forward(sel[k*H:(k+1)*H], h[i*H:(i+1)*H], 1)
-				k++
-			}
-		}
-		d.LMHead.Forward(logits[:nLogits*d.Vocab], sel, nLogits)
+	if err := d.logits(s, rows, h, nLogits, logits); err != nil {
+		return err
 	}
 	for _, r := range rows {
 		s.pos[r.Seq]++
 	}
 	return nil
+}
+
+// layers runs the residual stream h [rows][Hidden] of the planned batch
+// through every layer: a Verify's rows (vp not nil) through the SSM
+// mixers' verify paths.
+func (d *Decoder) layers(ctx context.Context, s *State, h Tensor, vp *verifyPlan, op string) error {
+	be, b := d.be, &s.b
+	xn := s.mem.Alloc(h.Rows, h.Cols)
+	out := s.mem.Alloc(h.Rows, h.Cols)
+	for li, l := range d.Layers {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for bi, br := range l.Branches {
+			br.Norm.apply(be, xn, h)
+			var err error
+			if v, ok := br.Block.(verifier); ok && vp != nil {
+				err = v.verify(b, vp, s.blocks[li][bi], xn, out)
+			} else {
+				err = br.Block.forward(b, s.blocks[li][bi], xn, out)
+			}
+			if err != nil {
+				return fmt.Errorf("%s: layer %d %v: %w", op, li, br.Block.Kind(), err)
+			}
+			be.Add(h, out)
+		}
+		if s.OnLayer != nil {
+			s.hostH = grow(s.hostH, h.Rows*h.Cols)
+			be.Download(s.hostH, h)
+			if err := be.Err(); err != nil {
+				return fmt.Errorf("%s: layer %d: %w", op, li, err)
+			}
+			s.OnLayer(li, s.hostH)
+		}
+	}
+	return be.Err()
+}
+
+// logits writes the logits of the rows that ask for them, in row order.
+func (d *Decoder) logits(s *State, rows []Row, h Tensor, nLogits int, logits []float32) error {
+	if nLogits == 0 {
+		return nil
+	}
+	be := d.be
+	sel := make([]int32, 0, nLogits)
+	for i, r := range rows {
+		if r.Logits {
+			sel = append(sel, int32(i))
+		}
+	}
+	x := s.mem.Alloc(nLogits, d.Hidden)
+	be.Gather(x, h, sel)
+	d.FinalNorm.apply(be, x, x)
+	lg := s.mem.Alloc(nLogits, d.Vocab)
+	d.LMHead.apply(be, lg, x)
+	be.Download(logits[:nLogits*d.Vocab], lg)
+	return be.Err()
+}
+
+// grow returns buf with length n, reallocated when too small.
+func grow(buf []float32, n int) []float32 {
+	if cap(buf) < n {
+		return make([]float32, n)
+	}
+	return buf[:n]
 }

@@ -54,26 +54,35 @@ func (m *MLP) Validate() error {
 	return nil
 }
 
-func (m *MLP) newState(int, replay.Options) (blockState, error) { return nil, nil }
+func (m *MLP) place(be Backend) {
+	if m.Act == SwiGLU {
+		m.Gate.place(be)
+	}
+	m.Up.place(be)
+	m.Down.place(be)
+}
 
-func (m *MLP) forward(b *batch, _ blockState, x, out []float32) error {
-	m.apply(b.mem, x, out, b.n)
+func (m *MLP) newState(Backend, int, replay.Options) (blockState, error) { return nil, nil }
+
+func (m *MLP) forward(b *batch, _ blockState, x, out Tensor) error {
+	m.apply(b, x, out)
 	return nil
 }
 
 // apply writes out [n][Down.Out] from x [n][Up.In].
-func (m *MLP) apply(mem *arena, x, out []float32, n int) {
-	u := mem.get(n * m.Up.Out)
-	m.Up.Forward(u, x, n)
+func (m *MLP) apply(b *batch, x, out Tensor) {
+	be := b.be
+	u := b.mem.Alloc(x.Rows, m.Up.Out)
+	m.Up.apply(be, u, x)
 	switch m.Act {
 	case SwiGLU:
-		g := mem.get(n * m.Gate.Out)
-		m.Gate.Forward(g, x, n)
-		tensor.SwiGLU(u, g, u)
+		g := b.mem.Alloc(x.Rows, m.Gate.Out)
+		m.Gate.apply(be, g, x)
+		be.SwiGLU(u, g)
 	case ReLU2:
-		tensor.ReLU2InPlace(u)
+		be.ReLU2(u)
 	}
-	m.Down.Forward(out, u, n)
+	m.Down.apply(be, out, u)
 }
 
 // Router says how router logits become expert weights.
@@ -161,70 +170,84 @@ func (m *MoE) Validate() error {
 	return nil
 }
 
-func (m *MoE) newState(int, replay.Options) (blockState, error) { return nil, nil }
+func (m *MoE) place(be Backend) {
+	m.Router.place(be)
+	for _, l := range []*Linear{m.LatentIn, m.LatentOut, m.SharedGate} {
+		if l != nil {
+			l.place(be)
+		}
+	}
+	for i := range m.Experts {
+		m.Experts[i].place(be)
+	}
+	if m.Shared != nil {
+		m.Shared.place(be)
+	}
+}
 
-func (m *MoE) forward(b *batch, _ blockState, x, out []float32) error {
-	n, hidden, E, k := b.n, m.Router.In, len(m.Experts), m.TopK
-	logits := b.mem.get(n * E)
-	m.Router.Forward(logits, x, n)
+func (m *MoE) newState(Backend, int, replay.Options) (blockState, error) { return nil, nil }
 
-	// Route every token: chosen experts and their weights, [n][k].
-	chosen := b.mem.ints.get(n * k)
-	weight := b.mem.get(n * k)
-	sel := b.mem.get(E)
-	prob := b.mem.get(E)
+func (m *MoE) forward(b *batch, _ blockState, x, out Tensor) error {
+	be := b.be
+	n, E, k := b.n, len(m.Experts), m.TopK
+	logits := b.mem.Alloc(n, E)
+	m.Router.apply(be, logits, x)
+
+	// Route every token on the host: chosen experts and their weights,
+	// [n][k].
+	b.host = grow(b.host, n*E+n*k+2*E)
+	lg, weight, sel, prob := b.host[:n*E], b.host[n*E:n*E+n*k], b.host[n*E+n*k:n*E+n*k+E], b.host[n*E+n*k+E:]
+	be.Download(lg, logits)
+	if err := be.Err(); err != nil {
+		return err
+	}
+	if cap(b.chosen) < n*k {
+		b.chosen = make([]int, n*k)
+	}
+	chosen := b.chosen[:n*k]
 	for r := range n {
-		m.route(logits[r*E:(r+1)*E], prob, sel, chosen[r*k:(r+1)*k], weight[r*k:(r+1)*k])
+		m.route(lg[r*E:(r+1)*E], prob, sel, chosen[r*k:(r+1)*k], weight[r*k:(r+1)*k])
 	}
 
 	xe := x
 	if m.LatentIn != nil {
-		xe = b.mem.get(n * m.LatentIn.Out)
-		m.LatentIn.Forward(xe, x, n)
+		xe = b.mem.Alloc(n, m.LatentIn.Out)
+		m.LatentIn.apply(be, xe, x)
 	}
-	din := m.Experts[0].Up.In
-	dout := m.Experts[0].Down.Out
-	acc := b.mem.get(n * dout)
-	rows := b.mem.ints.get(n)[:0]
-	rw := b.mem.get(n)[:0]
+	din, dout := m.Experts[0].Up.In, m.Experts[0].Down.Out
+	acc := b.mem.Alloc(n, dout)
 	for e := range E {
-		rows, rw = rows[:0], rw[:0]
+		rows, rw := b.rows[:0], b.rw[:0]
 		for i, c := range chosen {
 			if c == e {
-				rows = append(rows, i/k)
+				rows = append(rows, int32(i/k))
 				rw = append(rw, weight[i])
 			}
 		}
+		b.rows, b.rw = rows, rw
 		if len(rows) == 0 {
 			continue
 		}
-		xin := b.mem.get(len(rows) * din)
-		for i, r := range rows {
-			copy(xin[i*din:(i+1)*din], xe[r*din:(r+1)*din])
-		}
-		y := b.mem.get(len(rows) * dout)
-		m.Experts[e].apply(b.mem, xin, y, len(rows))
-		for i, r := range rows {
-			tensor.Axpy(acc[r*dout:(r+1)*dout], rw[i], y[i*dout:(i+1)*dout])
-		}
+		xin := b.mem.Alloc(len(rows), din)
+		be.Gather(xin, xe, rows)
+		y := b.mem.Alloc(len(rows), dout)
+		m.Experts[e].apply(b, xin, y)
+		be.AxpyRows(acc, y, rows, rw)
 	}
 	if m.LatentOut != nil {
-		m.LatentOut.Forward(out, acc, n)
+		m.LatentOut.apply(be, out, acc)
 	} else {
-		copy(out, acc)
+		be.Copy(out, acc)
 	}
 	if m.Shared != nil {
-		s := b.mem.get(n * hidden)
-		m.Shared.apply(b.mem, x, s, n)
+		s := b.mem.Alloc(n, out.Cols)
+		m.Shared.apply(b, x, s)
 		if m.SharedGate != nil {
-			g := b.mem.get(n)
-			m.SharedGate.Forward(g, x, n)
-			for r := range n {
-				tensor.Axpy(out[r*hidden:(r+1)*hidden], tensor.Sigmoid(g[r]), s[r*hidden:(r+1)*hidden])
-			}
-		} else {
-			tensor.Add(out[:n*hidden], s)
+			g := b.mem.Alloc(n, 1)
+			m.SharedGate.apply(be, g, x)
+			be.MulSigmoidRows(s, g)
 		}
+		be.Add(out, s)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
-	"github.com/replayssm/replayssm/tensor"
 )
 
 // GDNMixer is a Gated DeltaNet layer (docs/DESIGN.md 1.2):
@@ -73,14 +72,21 @@ func (m *GDNMixer) Validate() error {
 	return nil
 }
 
+// place puts the weights on be.
+func (m *GDNMixer) place(be Backend) {
+	m.InProj.place(be)
+	m.Norm.place(be)
+	m.OutProj.place(be)
+}
+
 type gdnState struct {
-	cache *replay.GDNCache
+	cache GDNCache
 	slot  []replay.Slot
 	slots []replay.Slot
 }
 
-func (m *GDNMixer) newState(capacity int, opt replay.Options) (blockState, error) {
-	c, err := replay.NewGDN(m.Shape, replay.GDNParams{ALog: m.ALog, DtBias: m.DtBias}, m.Conv, capacity, opt)
+func (m *GDNMixer) newState(be Backend, capacity int, opt replay.Options) (blockState, error) {
+	c, err := be.NewGDN(m.Shape, replay.GDNParams{ALog: m.ALog, DtBias: m.DtBias}, m.Conv, capacity, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -90,57 +96,63 @@ func (m *GDNMixer) newState(capacity int, opt replay.Options) (blockState, error
 func (s *gdnState) admit(seq int) (err error) { s.slot[seq], err = s.cache.Admit(); return }
 func (s *gdnState) evict(seq int) error       { return s.cache.Evict(s.slot[seq]) }
 func (s *gdnState) stats() replay.Stats       { return s.cache.Stats() }
-func (s *gdnState) close()                    { s.cache.Close() }
+func (s *gdnState) close()                    { _ = s.cache.Close() }
 
-func (m *GDNMixer) forward(b *batch, bst blockState, x, out []float32) error {
-	st := bst.(*gdnState)
+// inputs gathers the recurrence's inputs of rows (one per slot or draft;
+// negative: none) from the projection [q k v | z | b | a] and runs the
+// convolution over them with conv, returning the batch the cache takes.
+func (m *GDNMixer) inputs(b *batch, proj Tensor, rows []int32, conv func(cin, cout Tensor) error) (replay.GDNBatch[Tensor], error) {
+	be := b.be
 	K, V, Hv := m.dims()
-	n, P, C := b.n, m.InProj.Out, 2*K+V
-	proj := b.mem.get(n * P)
-	m.InProj.Forward(proj, x, n)
+	w, C := len(rows), 2*K+V
+	cin := b.mem.Alloc(w, C)
+	bs, as := b.mem.Alloc(w, Hv), b.mem.Alloc(w, Hv)
+	be.Gather(cin, proj.Columns(0, C), rows)
+	be.Gather(bs, proj.Columns(C+V, Hv), rows)
+	be.Gather(as, proj.Columns(C+V+Hv, Hv), rows)
+	cout := b.mem.Alloc(w, C)
+	if err := conv(cin, cout); err != nil {
+		return replay.GDNBatch[Tensor]{}, err
+	}
+	be.SiLU(cout)
+	qs, ks, vs := b.mem.Alloc(w, K), b.mem.Alloc(w, K), b.mem.Alloc(w, V)
+	be.Copy(qs, cout.Columns(0, K))
+	be.Copy(ks, cout.Columns(K, K))
+	be.Copy(vs, cout.Columns(2*K, V))
+	return replay.GDNBatch[Tensor]{Q: qs, K: ks, V: vs, A: as, B: bs}, nil
+}
 
-	o := b.mem.get(n * V)
+func (m *GDNMixer) forward(b *batch, bst blockState, x, out Tensor) error {
+	st := bst.(*gdnState)
+	_, V, _ := m.dims()
+	proj := b.mem.Alloc(b.n, m.InProj.Out)
+	m.InProj.apply(b.be, proj, x)
+
+	o := b.mem.Alloc(b.n, V)
 	for _, wave := range b.waves {
-		w := len(wave)
 		st.slots = st.slots[:0]
-		cin := b.mem.get(w * C)
-		bs, as := b.mem.get(w*Hv), b.mem.get(w*Hv)
-		for i, r := range wave {
+		for _, r := range wave {
 			st.slots = append(st.slots, st.slot[b.seq[r]])
-			row := proj[r*P : (r+1)*P]
-			copy(cin[i*C:(i+1)*C], row[:C])
-			copy(bs[i*Hv:(i+1)*Hv], row[C+V:C+V+Hv])
-			copy(as[i*Hv:(i+1)*Hv], row[C+V+Hv:C+V+2*Hv])
 		}
-		cout := b.mem.get(w * C)
-		if err := st.cache.Conv(st.slots, cin, cout); err != nil {
+		in, err := m.inputs(b, proj, wave, func(cin, cout Tensor) error { return st.cache.Conv(st.slots, cin, cout) })
+		if err != nil {
 			return err
 		}
-		tensor.SiLUInPlace(cout)
-		qs, ks, vs := b.mem.get(w*K), b.mem.get(w*K), b.mem.get(w*V)
-		for i := range wave {
-			row := cout[i*C : (i+1)*C]
-			copy(qs[i*K:(i+1)*K], row[:K])
-			copy(ks[i*K:(i+1)*K], row[K:2*K])
-			copy(vs[i*V:(i+1)*V], row[2*K:])
-		}
-		ow := b.mem.get(w * V)
-		if err := st.cache.Step(st.slots, replay.GDNInput{Q: qs, K: ks, V: vs, A: as, B: bs}, ow); err != nil {
+		ow := b.mem.Alloc(len(wave), V)
+		if err := st.cache.Step(st.slots, in, ow); err != nil {
 			return err
 		}
-		for i, r := range wave {
-			copy(o[r*V:(r+1)*V], ow[i*V:(i+1)*V])
-		}
+		b.be.Scatter(o, ow, wave)
 	}
-	// Norm first (per value head), then the gate.
-	m.Norm.Forward(o, o, n*Hv)
-	for r := range n {
-		z := proj[r*P+C : r*P+C+V]
-		or := o[r*V : (r+1)*V]
-		for i := range or {
-			or[i] *= tensor.SiLU(z[i])
-		}
-	}
-	m.OutProj.Forward(out, o, n)
+	m.normGateOut(b.be, proj, o, out)
 	return nil
+}
+
+// normGateOut finishes the layer: out = out_proj(rmsnorm_heads(o)·silu(z)).
+func (m *GDNMixer) normGateOut(be Backend, proj, o, out Tensor) {
+	K, V, Hv := m.dims()
+	heads := o.Reshape(o.Rows*Hv, m.Shape.ValueDim)
+	m.Norm.apply(be, heads, heads)
+	be.MulSiLU(o, proj.Columns(2*K+V, V))
+	m.OutProj.apply(be, out, o)
 }

@@ -32,6 +32,8 @@ type Mamba2Mixer struct {
 	// multi-token forward and for one-token decode steps; [0, +Inf] is no
 	// clamp. NemotronH clamps Δ ≥ time_step_min in its scan path only.
 	ScanDelta, StepDelta [2]float64
+
+	dtBias Weight // DtBias on the backend (Place)
 }
 
 // Kind is hfconfig.Mamba.
@@ -78,14 +80,22 @@ func (m *Mamba2Mixer) Validate() error {
 	return nil
 }
 
-type mamba2State struct {
-	cache *replay.Mamba2Cache
-	slot  []replay.Slot // by sequence
-	slots []replay.Slot // one wave's slots
+// place puts the weights on be.
+func (m *Mamba2Mixer) place(be Backend) {
+	m.InProj.place(be)
+	m.Norm.place(be)
+	m.OutProj.place(be)
+	m.dtBias = be.Weight(m.DtBias, 1, len(m.DtBias))
 }
 
-func (m *Mamba2Mixer) newState(capacity int, opt replay.Options) (blockState, error) {
-	c, err := replay.NewMamba2(m.Shape, replay.Mamba2Params{ALog: m.ALog, DtBias: m.DtBias, D: m.D}, m.Conv, capacity, opt)
+type mamba2State struct {
+	cache Mamba2Cache
+	slot  []replay.Slot // by sequence
+	slots []replay.Slot // one call's slots
+}
+
+func (m *Mamba2Mixer) newState(be Backend, capacity int, opt replay.Options) (blockState, error) {
+	c, err := be.NewMamba2(m.Shape, replay.Mamba2Params{ALog: m.ALog, DtBias: m.DtBias, D: m.D}, m.Conv, capacity, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -95,73 +105,93 @@ func (m *Mamba2Mixer) newState(capacity int, opt replay.Options) (blockState, er
 func (s *mamba2State) admit(seq int) (err error) { s.slot[seq], err = s.cache.Admit(); return }
 func (s *mamba2State) evict(seq int) error       { return s.cache.Evict(s.slot[seq]) }
 func (s *mamba2State) stats() replay.Stats       { return s.cache.Stats() }
-func (s *mamba2State) close()                    { s.cache.Close() }
+func (s *mamba2State) close()                    { _ = s.cache.Close() }
 
-func (m *Mamba2Mixer) forward(b *batch, bst blockState, x, out []float32) error {
-	st := bst.(*mamba2State)
+// inputs gathers the SSM core's inputs of rows (one per slot or draft;
+// negative: none) from the projection [z | xBC | dt], bounds their Δ (a
+// Verify's rows as decode steps) and runs the convolution over them with
+// conv, returning the batch the cache takes.
+func (m *Mamba2Mixer) inputs(b *batch, proj Tensor, rows []int32, verify bool, conv func(cin, cout Tensor) error) (replay.Mamba2Batch[Tensor], error) {
+	be := b.be
 	I, GN, H := m.dims()
-	n, P, C := b.n, m.InProj.Out, I+2*GN
-	proj := b.mem.get(n * P)
-	m.InProj.Forward(proj, x, n)
-
-	y := b.mem.get(n * I)
-	for _, wave := range b.waves {
-		w := len(wave)
-		st.slots = st.slots[:0]
-		cin := b.mem.get(w * C)
-		dt := b.mem.get(w * H)
-		for i, r := range wave {
-			st.slots = append(st.slots, st.slot[b.seq[r]])
-			row := proj[r*P : (r+1)*P]
-			copy(cin[i*C:(i+1)*C], row[I:I+C])
-			copy(dt[i*H:(i+1)*H], row[I+C:I+C+H])
-			clamp := m.StepDelta
-			if b.scan[r] {
-				clamp = m.ScanDelta
+	w, C := len(rows), I+2*GN
+	cin, dt := b.mem.Alloc(w, C), b.mem.Alloc(w, H)
+	be.Gather(cin, proj.Columns(I, C), rows)
+	be.Gather(dt, proj.Columns(I+C, H), rows)
+	if verify {
+		m.clamp(be, dt, false)
+	} else {
+		for lo := 0; lo < w; { // runs of rows with the same Δ bounds
+			hi := lo + 1
+			for hi < w && b.scan[rows[hi]] == b.scan[rows[lo]] {
+				hi++
 			}
-			clampDelta(dt[i*H:(i+1)*H], m.DtBias, clamp)
-		}
-		cout := b.mem.get(w * C)
-		if err := st.cache.Conv(st.slots, cin, cout); err != nil {
-			return err
-		}
-		tensor.SiLUInPlace(cout)
-		xs, Bs, Cs := b.mem.get(w*I), b.mem.get(w*GN), b.mem.get(w*GN)
-		for i := range wave {
-			row := cout[i*C : (i+1)*C]
-			copy(xs[i*I:(i+1)*I], row[:I])
-			copy(Bs[i*GN:(i+1)*GN], row[I:I+GN])
-			copy(Cs[i*GN:(i+1)*GN], row[I+GN:])
-		}
-		yw := b.mem.get(w * I)
-		if err := st.cache.Step(st.slots, replay.Mamba2Input{X: xs, B: Bs, C: Cs, Dt: dt}, yw); err != nil {
-			return err
-		}
-		for i, r := range wave {
-			copy(y[r*I:(r+1)*I], yw[i*I:(i+1)*I])
+			m.clamp(be, dt.Slice(lo, hi), b.scan[rows[lo]])
+			lo = hi
 		}
 	}
-	// Gate before the norm: rmsnorm(y·silu(z)).
-	for r := range n {
-		z := proj[r*P : r*P+I]
-		yr := y[r*I : (r+1)*I]
-		for i := range yr {
-			yr[i] *= tensor.SiLU(z[i])
-		}
+	cout := b.mem.Alloc(w, C)
+	if err := conv(cin, cout); err != nil {
+		return replay.Mamba2Batch[Tensor]{}, err
 	}
-	m.Norm.Forward(y, y, n)
-	m.OutProj.Forward(out, y, n)
+	be.SiLU(cout)
+	xs, Bs, Cs := b.mem.Alloc(w, I), b.mem.Alloc(w, GN), b.mem.Alloc(w, GN)
+	be.Copy(xs, cout.Columns(0, I))
+	be.Copy(Bs, cout.Columns(I, GN))
+	be.Copy(Cs, cout.Columns(I+GN, GN))
+	return replay.Mamba2Batch[Tensor]{X: xs, B: Bs, C: Cs, Dt: dt}, nil
+}
+
+func (m *Mamba2Mixer) forward(b *batch, bst blockState, x, out Tensor) error {
+	st := bst.(*mamba2State)
+	I, _, _ := m.dims()
+	proj := b.mem.Alloc(b.n, m.InProj.Out)
+	m.InProj.apply(b.be, proj, x)
+
+	y := b.mem.Alloc(b.n, I)
+	for _, wave := range b.waves {
+		st.slots = st.slots[:0]
+		for _, r := range wave {
+			st.slots = append(st.slots, st.slot[b.seq[r]])
+		}
+		in, err := m.inputs(b, proj, wave, false, func(cin, cout Tensor) error { return st.cache.Conv(st.slots, cin, cout) })
+		if err != nil {
+			return err
+		}
+		yw := b.mem.Alloc(len(wave), I)
+		if err := st.cache.Step(st.slots, in, yw); err != nil {
+			return err
+		}
+		b.be.Scatter(y, yw, wave)
+	}
+	m.gateNormOut(b.be, proj, y, out)
 	return nil
+}
+
+// clamp bounds the Δ of dt's rows: ScanDelta for rows of a multi-token
+// forward, StepDelta for decode steps.
+func (m *Mamba2Mixer) clamp(be Backend, dt Tensor, scan bool) {
+	c := m.StepDelta
+	if scan {
+		c = m.ScanDelta
+	}
+	if c[0] > 0 || !math.IsInf(c[1], 1) {
+		be.ClampDelta(dt, m.dtBias, c[0], c[1])
+	}
+}
+
+// gateNormOut finishes the mixer: out = out_proj(rmsnorm(y·silu(z))).
+func (m *Mamba2Mixer) gateNormOut(be Backend, proj, y, out Tensor) {
+	I, _, _ := m.dims()
+	be.MulSiLU(y, proj.Columns(0, I))
+	m.Norm.apply(be, y, y)
+	m.OutProj.apply(be, out, y)
 }
 
 // clampDelta rewrites raw dt values so that Δ = softplus(dt + dt_bias) lands
 // in [lo, hi]. The replay cache applies the softplus itself and does not
 // clamp, so a clamped Δ is passed as the dt that produces it.
-func clampDelta(dt, dtBias []float32, clamp [2]float64) {
-	lo, hi := clamp[0], clamp[1]
-	if lo <= 0 && math.IsInf(hi, 1) {
-		return
-	}
+func clampDelta(dt, dtBias []float32, lo, hi float64) {
 	for h, v := range dt {
 		b := float64(dtBias[h])
 		d := tensor.Softplus(float64(v) + b)

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 
 	"github.com/replayssm/replayssm/model/safetensors"
-	"github.com/replayssm/replayssm/tensor"
 )
 
 // MTP is a multi-token-prediction head, Qwen3-Next's and Qwen3.5's mtp.*
@@ -38,6 +37,8 @@ type MTP struct {
 	HiddenNorm RMSNorm
 	FC         Linear // [Hidden][2·Hidden]
 	Dec        *Decoder
+
+	be Backend // where the head's own weights are (its Dec's backend)
 }
 
 // Validate checks the sizes Forward relies on.
@@ -116,63 +117,60 @@ func (m *MTP) Forward(ctx context.Context, s *State, rows []Row, hidden []float3
 	if n == 0 {
 		return nil
 	}
+	if m.be != d.be {
+		m.place(d.be)
+	}
+	be := d.be
 	// pending[q]: the uncommitted rows of q the new rows follow.
 	pending := map[int]int{}
-	d.eachKV(s, func(st *kvState, kw int) {
+	d.eachKV(s, func(kv KVCache) {
 		for _, r := range rows {
 			q := int(r.Seq)
 			if commit {
-				st.truncate(q, s.pos[q]*kw)
+				kv.Truncate(q, s.pos[q])
 			} else {
-				pending[q] = len(st.k[q])/kw - s.pos[q]
+				pending[q] = kv.Len(q) - s.pos[q]
 			}
 		}
 	})
-	s.mem.reset()
+	s.mem.Reset()
 	b := &s.b
-	b.mem = &s.mem
 	b.plan(s, rows)
 	if !commit {
 		for i := range b.pos {
-			b.pos[i] += pending[b.seq[i]]
+			b.pos[i] += int32(pending[int(b.seq[i])])
 		}
 	}
-	x := s.mem.get(n * 2 * H)
-	for i, r := range rows {
-		m.EmbedNorm.Forward(x[2*i*H:(2*i+1)*H], d.Embed[r.Token*H:(r.Token+1)*H], 1)
-		m.HiddenNorm.Forward(x[(2*i+1)*H:(2*i+2)*H], hidden[i*H:(i+1)*H], 1)
+	x := s.mem.Alloc(n, 2*H) // [EmbedNorm(embed(token)) | HiddenNorm(hidden)]
+	tmp := s.mem.Alloc(n, H)
+	be.Embed(tmp, d.embed, b.tok)
+	m.EmbedNorm.apply(be, x.Columns(0, H), tmp)
+	be.Upload(tmp, hidden[:n*H])
+	m.HiddenNorm.apply(be, x.Columns(H, H), tmp)
+	h := s.mem.Alloc(n, H)
+	m.FC.apply(be, h, x)
+	if err := d.layers(ctx, s, h, nil, "mtp"); err != nil {
+		return err
 	}
-	h := s.mem.get(n * H)
-	m.FC.Forward(h, x, n)
-	xn := s.mem.get(n * H)
-	blk := s.mem.get(n * H)
-	for li, l := range d.Layers {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		for bi, br := range l.Branches {
-			br.Norm.Forward(xn, h, n)
-			clear(blk)
-			if err := br.Block.forward(b, s.blocks[li][bi], xn, blk); err != nil {
-				return fmt.Errorf("mtp layer %d %v: %w", li, br.Block.Kind(), err)
-			}
-			tensor.Add(h, blk)
-		}
-	}
-	d.FinalNorm.Forward(xn, h, n)
+	d.FinalNorm.apply(be, h, h)
 	if out != nil {
-		copy(out[:n*H], xn)
+		be.Download(out[:n*H], h)
 	}
 	if nLogits > 0 {
-		sel := s.mem.get(nLogits * H)
-		k := 0
+		sel := make([]int32, 0, nLogits)
 		for i, r := range rows {
 			if r.Logits {
-				copy(sel[k*H:(k+1)*H], xn[i*H:(i+1)*H])
-				k++
+				sel = append(sel, int32(i))
 			}
 		}
-		d.LMHead.Forward(logits[:nLogits*d.Vocab], sel, nLogits)
+		xs := s.mem.Alloc(nLogits, H)
+		be.Gather(xs, h, sel)
+		lg := s.mem.Alloc(nLogits, d.Vocab)
+		d.LMHead.apply(be, lg, xs)
+		be.Download(logits[:nLogits*d.Vocab], lg)
+	}
+	if err := be.Err(); err != nil {
+		return err
 	}
 	if commit {
 		for _, r := range rows {
@@ -182,10 +180,18 @@ func (m *MTP) Forward(ctx context.Context, s *State, rows []Row, hidden []float3
 	return nil
 }
 
+// place puts the head's own weights (not its Dec's) on be.
+func (m *MTP) place(be Backend) {
+	m.be = be
+	m.EmbedNorm.place(be)
+	m.HiddenNorm.place(be)
+	m.FC.place(be)
+}
+
 // Row returns the sequence and position of row i of the Forward or Verify in
 // progress: it is valid only inside State.OnLayer, whose h holds the rows in
 // that order.
-func (s *State) Row(i int) (Seq, int) { return Seq(s.b.seq[i]), s.b.pos[i] }
+func (s *State) Row(i int) (Seq, int) { return Seq(s.b.seq[i]), int(s.b.pos[i]) }
 
 // MTPFile is the file beside a checkpoint that may hold its MTP head's
 // tensors (the shipped qwen35-kjv keeps them there, so that its

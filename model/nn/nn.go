@@ -1,12 +1,13 @@
-// Package nn holds the CPU building blocks of the hybrid SSM/attention models
+// Package nn holds the building blocks of the hybrid SSM/attention models
 // (Mamba-2 and Gated DeltaNet mixers around the ReplaySSM state cache,
 // attention with a KV cache, dense MLPs, mixtures of experts) and the Decoder
-// that runs a stack of them over a batch of sequences.
+// that runs a stack of them over a batch of sequences, on a Backend.
 //
 // The architecture packages (model/nemotronh, model/qwen, model/mamba2) only
 // bind checkpoint tensors to these blocks, so each reads as its block diagram;
-// every formula lives here, once. Compute is float32 throughout; the
-// recurrences run in package replay.
+// every formula lives here, once, as a sequence of Backend operations, so a
+// block does not know which device it runs on. Weights are bound as host
+// float32 slices and placed on the backend by Decoder.Place.
 package nn
 
 import (
@@ -21,17 +22,18 @@ type Linear struct {
 	In, Out int
 	W       []float32
 	B       []float32
+
+	w, b Weight // W and B on the backend (Place)
 }
 
-// Forward computes y [n][Out] from x [n][In].
-func (l *Linear) Forward(y, x []float32, n int) {
-	tensor.MatMul(y, x, l.W, n, l.In, l.Out)
-	if l.B != nil {
-		for r := range n {
-			tensor.Add(y[r*l.Out:(r+1)*l.Out], l.B)
-		}
-	}
+// place puts the weights on be.
+func (l *Linear) place(be Backend) {
+	l.w = be.Weight(l.W, l.Out, l.In)
+	l.b = be.Weight(l.B, 1, l.Out)
 }
+
+// apply computes y [n][Out] from x [n][In] on be.
+func (l *Linear) apply(be Backend, y, x Tensor) { be.MatMul(y, x, l.w, l.b) }
 
 // Params is the number of weights.
 func (l *Linear) Params() int { return len(l.W) + len(l.B) }
@@ -81,9 +83,16 @@ type RMSNorm struct {
 	W     []float32
 	Eps   float32
 	Group int
+
+	w Weight // W on the backend (Place)
 }
 
-// Forward normalises n rows of len(W) elements from x into dst.
+func (nm *RMSNorm) place(be Backend) { nm.w = be.Weight(nm.W, 1, len(nm.W)) }
+
+// apply normalises the rows of x (len(W) values each) into dst on be.
+func (nm *RMSNorm) apply(be Backend, dst, x Tensor) { be.RMSNorm(dst, x, nm.w, nm.Eps, nm.Group) }
+
+// Forward normalises n rows of len(W) elements from host x into host dst.
 func (nm *RMSNorm) Forward(dst, x []float32, n int) {
 	d := len(nm.W)
 	g := nm.Group
@@ -95,59 +104,4 @@ func (nm *RMSNorm) Forward(dst, x []float32, n int) {
 			tensor.RMSNorm(dst[r*d+o:r*d+o+g], x[r*d+o:r*d+o+g], nm.W[o:o+g], nm.Eps)
 		}
 	}
-}
-
-// arena hands out float32 scratch buffers for one forward pass and takes them
-// all back at once, so that steady-state decode allocates nothing.
-type arena struct {
-	buf  []float32
-	off  int
-	need int // high-water mark of the last pass, for the next one
-	ints intArena
-}
-
-// get returns a zeroed buffer of n elements, valid until reset.
-func (a *arena) get(n int) []float32 {
-	a.need += n
-	if a.off+n > len(a.buf) {
-		// Too small this pass: serve from the heap, grow at the next reset.
-		return make([]float32, n)
-	}
-	s := a.buf[a.off : a.off+n : a.off+n]
-	a.off += n
-	clear(s)
-	return s
-}
-
-func (a *arena) reset() {
-	if a.need > len(a.buf) {
-		a.buf = make([]float32, a.need+a.need/4)
-	}
-	a.off, a.need = 0, 0
-	a.ints.reset()
-}
-
-// intArena is arena for ints (expert choices, row lists).
-type intArena struct {
-	buf  []int
-	off  int
-	need int
-}
-
-func (a *intArena) get(n int) []int {
-	a.need += n
-	if a.off+n > len(a.buf) {
-		return make([]int, n)
-	}
-	s := a.buf[a.off : a.off+n : a.off+n]
-	a.off += n
-	clear(s)
-	return s
-}
-
-func (a *intArena) reset() {
-	if a.need > len(a.buf) {
-		a.buf = make([]int, a.need+a.need/4)
-	}
-	a.off, a.need = 0, 0
 }

@@ -11,7 +11,7 @@ import (
 func TestClampDelta(t *testing.T) {
 	bias := []float32{-4, 0.5, 2}
 	dt := []float32{-10, -10, 30}
-	clampDelta(dt, bias, [2]float64{0.02, 5})
+	clampDelta(dt, bias, 0.02, 5)
 	want := []float64{0.02, 0.02, 5}
 	for h := range dt {
 		got := tensor.Softplus(float64(dt[h]) + float64(bias[h]))
@@ -20,7 +20,10 @@ func TestClampDelta(t *testing.T) {
 		}
 	}
 	in := []float32{0.3, -1}
-	clampDelta(in, bias[:2], [2]float64{0, math.Inf(1)})
+	m := &Mamba2Mixer{DtBias: bias[:2], StepDelta: [2]float64{0, math.Inf(1)}}
+	be := CPU()
+	m.place(be)
+	m.clamp(be, tensorOf(in, 1, 2), false)
 	if in[0] != 0.3 || in[1] != -1 {
 		t.Errorf("no clamp changed dt: %v", in)
 	}
@@ -86,7 +89,9 @@ func TestStackRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	y := make([]float32, 3)
-	s.Forward(y, []float32{1, 1}, 1)
+	be := CPU()
+	s.place(be)
+	s.apply(be, tensorOf(y, 1, 3), tensorOf([]float32{1, 1}, 1, 2))
 	if fmt.Sprint(y) != "[3 8 12]" {
 		t.Errorf("stacked forward %v", y)
 	}
@@ -96,17 +101,21 @@ func TestStackRows(t *testing.T) {
 }
 
 func TestArena(t *testing.T) {
-	var a arena
-	x := a.get(10)
+	a := CPU().NewArena()
+	x := host(a.Alloc(2, 5))
 	x[0] = 1
-	a.reset()
-	y := a.get(4)
-	z := a.get(6)
-	if len(a.buf) < 10 || y[0] != 0 || &y[0] == &z[0] {
-		t.Errorf("arena reuse: buf %d, y %v", len(a.buf), y)
+	a.Reset()
+	y, z := host(a.Alloc(1, 4)), host(a.Alloc(2, 3))
+	if y[0] != 0 || &y[0] == &z[0] {
+		t.Errorf("arena reuse: y %v", y)
 	}
 	_ = append(y, 7) // capacity is capped: must not overwrite z
 	if z[0] != 0 {
 		t.Error("append to one buffer overwrote the next")
 	}
+}
+
+// tensorOf views host values as a rows × cols CPU tensor.
+func tensorOf(v []float32, rows, cols int) Tensor {
+	return Tensor{S: &cpuBuf{f: v}, Rows: rows, Cols: cols, Stride: cols}
 }

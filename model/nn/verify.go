@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/replayssm/replayssm/replay"
-	"github.com/replayssm/replayssm/tensor"
 )
 
 // verifier is a block with a speculative verify path of its own: the SSM
@@ -15,7 +14,7 @@ import (
 // verify rows: attention appends the rows' keys and values, which Commit
 // truncates.
 type verifier interface {
-	verify(b *batch, vp *verifyPlan, st blockState, x, out []float32) error
+	verify(b *batch, vp *verifyPlan, st blockState, x, out Tensor) error
 }
 
 // verifyPlan groups the rows of one Verify by sequence.
@@ -24,6 +23,7 @@ type verifyPlan struct {
 	rows   [][]int // rows[i]: the row indices of seqs[i], in token order
 	counts []int   // len(rows[i]); nil when every sequence has stride rows
 	stride int     // the most rows of one sequence: the caches' T
+	index  []int32 // [seq][stride]: the row of each draft, −1 past a sequence's count
 }
 
 func newVerifyPlan(rows []Row, capacity int) *verifyPlan {
@@ -50,6 +50,15 @@ func newVerifyPlan(rows []Row, capacity int) *verifyPlan {
 				vp.counts[i] = len(rs)
 			}
 			break
+		}
+	}
+	vp.index = make([]int32, len(vp.rows)*vp.stride)
+	for i, rs := range vp.rows {
+		for k := range vp.stride {
+			vp.index[i*vp.stride+k] = -1
+			if k < len(rs) {
+				vp.index[i*vp.stride+k] = int32(rs[k])
+			}
 		}
 	}
 	return vp
@@ -86,57 +95,20 @@ func (d *Decoder) Verify(ctx context.Context, s *State, rows []Row, logits []flo
 		return fmt.Errorf("verify: %d rows for one sequence, the state allows %d (replay.Options.MaxDraft)", vp.stride, s.opt.MaxDraft)
 	}
 	// Drop the rows of an earlier, uncommitted verify from the KV caches.
-	d.eachKV(s, func(st *kvState, kw int) {
+	d.eachKV(s, func(kv KVCache) {
 		for _, q := range vp.seqs {
-			st.truncate(q, s.pos[q]*kw)
+			kv.Truncate(q, s.pos[q])
 		}
 	})
-	s.mem.reset()
+	s.mem.Reset()
 	b := &s.b
-	b.mem = &s.mem
 	b.plan(s, rows)
-	n, H := len(rows), d.Hidden
-
-	h := s.mem.get(n * H)
-	for i, r := range rows {
-		copy(h[i*H:(i+1)*H], d.Embed[r.Token*H:(r.Token+1)*H])
+	h := s.mem.Alloc(len(rows), d.Hidden)
+	d.be.Embed(h, d.embed, b.tok)
+	if err := d.layers(ctx, s, h, vp, "verify"); err != nil {
+		return err
 	}
-	xn := s.mem.get(n * H)
-	out := s.mem.get(n * H)
-	for li, l := range d.Layers {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		for bi, br := range l.Branches {
-			br.Norm.Forward(xn, h, n)
-			clear(out)
-			var err error
-			if v, ok := br.Block.(verifier); ok {
-				err = v.verify(b, vp, s.blocks[li][bi], xn, out)
-			} else {
-				err = br.Block.forward(b, s.blocks[li][bi], xn, out)
-			}
-			if err != nil {
-				return fmt.Errorf("verify: layer %d %v: %w", li, br.Block.Kind(), err)
-			}
-			tensor.Add(h, out)
-		}
-		if s.OnLayer != nil {
-			s.OnLayer(li, h)
-		}
-	}
-	if nLogits > 0 {
-		sel := s.mem.get(nLogits * H)
-		k := 0
-		for i, r := range rows {
-			if r.Logits {
-				d.FinalNorm.Forward(sel[k*H:(k+1)*H], h[i*H:(i+1)*H], 1)
-				k++
-			}
-		}
-		d.LMHead.Forward(logits[:nLogits*d.Vocab], sel, nLogits)
-	}
-	return nil
+	return d.logits(s, rows, h, nLogits, logits)
 }
 
 // Commit keeps the first accepted[i] rows of seqs[i]'s last Verify and
@@ -162,9 +134,9 @@ func (d *Decoder) Commit(s *State, seqs []Seq, accepted []int) error {
 	// Check against the KV caches before anything moves; the SSM caches
 	// check their pending counts themselves, before they move.
 	var err error
-	d.eachKV(s, func(st *kvState, kw int) {
+	d.eachKV(s, func(kv KVCache) {
 		for i, q := range seqs {
-			if pending := len(st.k[q])/kw - s.pos[q]; err == nil && accepted[i] > pending {
+			if pending := kv.Len(int(q)) - s.pos[q]; err == nil && accepted[i] > pending {
 				err = fmt.Errorf("commit: sequence %d accepts %d of %d verified rows", q, accepted[i], pending)
 			}
 		}
@@ -193,9 +165,9 @@ func (d *Decoder) Commit(s *State, seqs []Seq, accepted []int) error {
 			}
 		}
 	}
-	d.eachKV(s, func(st *kvState, kw int) {
+	d.eachKV(s, func(kv KVCache) {
 		for i, q := range seqs {
-			st.truncate(int(q), (s.pos[q]+accepted[i])*kw)
+			kv.Truncate(int(q), s.pos[q]+accepted[i])
 		}
 	})
 	for i, q := range seqs {
@@ -215,140 +187,64 @@ func (d *Decoder) hasSSM() bool {
 	return false
 }
 
-// eachKV calls fn with every attention layer's KV state and its width per
-// position.
-func (d *Decoder) eachKV(s *State, fn func(st *kvState, kw int)) {
+// eachKV calls fn with every attention layer's KV cache.
+func (d *Decoder) eachKV(s *State, fn func(kv KVCache)) {
 	for li, l := range d.Layers {
 		for bi, br := range l.Branches {
-			if a, ok := br.Block.(*Attention); ok {
-				fn(s.blocks[li][bi].(*kvState), a.KVHeads*a.HeadDim)
+			if _, ok := br.Block.(*Attention); ok {
+				fn(s.blocks[li][bi].(*kvState).kv)
 			}
-		}
-	}
-}
-
-// truncate keeps the first n values of sequence seq's keys and values.
-func (s *kvState) truncate(seq, n int) {
-	if len(s.k[seq]) > n {
-		s.k[seq], s.v[seq] = s.k[seq][:n], s.v[seq][:n]
-	}
-}
-
-// gather copies the per-sequence rows of a verify into [seq][stride] blocks
-// of width w (rows past a sequence's count stay zero): src row r is at
-// src[r·pitch+off:], w values.
-func (vp *verifyPlan) gather(dst, src []float32, pitch, off, w int) {
-	for i, rs := range vp.rows {
-		for k, r := range rs {
-			copy(dst[(i*vp.stride+k)*w:(i*vp.stride+k+1)*w], src[r*pitch+off:r*pitch+off+w])
-		}
-	}
-}
-
-// scatter is the inverse of gather for outputs of width w.
-func (vp *verifyPlan) scatter(dst, src []float32, w int) {
-	for i, rs := range vp.rows {
-		for k, r := range rs {
-			copy(dst[r*w:(r+1)*w], src[(i*vp.stride+k)*w:(i*vp.stride+k+1)*w])
 		}
 	}
 }
 
 // verify is Mamba2Mixer's forward over the rows of a Verify: the rows of each
 // sequence go through its cache's ConvVerify and Verify in one call.
-func (m *Mamba2Mixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out []float32) error {
+func (m *Mamba2Mixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Tensor) error {
 	st := bst.(*mamba2State)
-	I, GN, H := m.dims()
-	n, P, C := b.n, m.InProj.Out, I+2*GN
-	proj := b.mem.get(n * P)
-	m.InProj.Forward(proj, x, n)
-
-	S, T := len(vp.seqs), vp.stride
+	I, _, _ := m.dims()
+	proj := b.mem.Alloc(b.n, m.InProj.Out)
+	m.InProj.apply(b.be, proj, x)
 	st.slots = st.slots[:0]
 	for _, q := range vp.seqs {
 		st.slots = append(st.slots, st.slot[q])
 	}
-	cin := b.mem.get(S * T * C)
-	dt := b.mem.get(S * T * H)
-	vp.gather(cin, proj, P, I, C)
-	vp.gather(dt, proj, P, I+C, H)
-	for r := 0; r < S*T; r++ {
-		clampDelta(dt[r*H:(r+1)*H], m.DtBias, m.StepDelta)
-	}
-	cout := b.mem.get(S * T * C)
-	if err := st.cache.ConvVerify(st.slots, T, cin, cout); err != nil {
+	T := vp.stride
+	in, err := m.inputs(b, proj, vp.index, true, func(cin, cout Tensor) error { return st.cache.ConvVerify(st.slots, T, cin, cout) })
+	if err != nil {
 		return err
 	}
-	tensor.SiLUInPlace(cout)
-	xs, Bs, Cs := b.mem.get(S*T*I), b.mem.get(S*T*GN), b.mem.get(S*T*GN)
-	for r := 0; r < S*T; r++ {
-		row := cout[r*C : (r+1)*C]
-		copy(xs[r*I:(r+1)*I], row[:I])
-		copy(Bs[r*GN:(r+1)*GN], row[I:I+GN])
-		copy(Cs[r*GN:(r+1)*GN], row[I+GN:])
-	}
-	yv := b.mem.get(S * T * I)
-	if err := st.cache.Verify(st.slots, T, vp.counts, replay.Mamba2Input{X: xs, B: Bs, C: Cs, Dt: dt}, yv); err != nil {
+	yv := b.mem.Alloc(len(vp.index), I)
+	if err := st.cache.Verify(st.slots, T, vp.counts, in, yv); err != nil {
 		return err
 	}
-	y := b.mem.get(n * I)
-	vp.scatter(y, yv, I)
-	for r := range n {
-		z := proj[r*P : r*P+I]
-		yr := y[r*I : (r+1)*I]
-		for i := range yr {
-			yr[i] *= tensor.SiLU(z[i])
-		}
-	}
-	m.Norm.Forward(y, y, n)
-	m.OutProj.Forward(out, y, n)
+	y := b.mem.Alloc(b.n, I)
+	b.be.Scatter(y, yv, vp.index)
+	m.gateNormOut(b.be, proj, y, out)
 	return nil
 }
 
 // verify is GDNMixer's forward over the rows of a Verify.
-func (m *GDNMixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out []float32) error {
+func (m *GDNMixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Tensor) error {
 	st := bst.(*gdnState)
-	K, V, Hv := m.dims()
-	n, P, C := b.n, m.InProj.Out, 2*K+V
-	proj := b.mem.get(n * P)
-	m.InProj.Forward(proj, x, n)
-
-	S, T := len(vp.seqs), vp.stride
+	_, V, _ := m.dims()
+	proj := b.mem.Alloc(b.n, m.InProj.Out)
+	m.InProj.apply(b.be, proj, x)
 	st.slots = st.slots[:0]
 	for _, q := range vp.seqs {
 		st.slots = append(st.slots, st.slot[q])
 	}
-	cin := b.mem.get(S * T * C)
-	bs, as := b.mem.get(S*T*Hv), b.mem.get(S*T*Hv)
-	vp.gather(cin, proj, P, 0, C)
-	vp.gather(bs, proj, P, C+V, Hv)
-	vp.gather(as, proj, P, C+V+Hv, Hv)
-	cout := b.mem.get(S * T * C)
-	if err := st.cache.ConvVerify(st.slots, T, cin, cout); err != nil {
+	T := vp.stride
+	in, err := m.inputs(b, proj, vp.index, func(cin, cout Tensor) error { return st.cache.ConvVerify(st.slots, T, cin, cout) })
+	if err != nil {
 		return err
 	}
-	tensor.SiLUInPlace(cout)
-	qs, ks, vs := b.mem.get(S*T*K), b.mem.get(S*T*K), b.mem.get(S*T*V)
-	for r := 0; r < S*T; r++ {
-		row := cout[r*C : (r+1)*C]
-		copy(qs[r*K:(r+1)*K], row[:K])
-		copy(ks[r*K:(r+1)*K], row[K:2*K])
-		copy(vs[r*V:(r+1)*V], row[2*K:])
-	}
-	ov := b.mem.get(S * T * V)
-	if err := st.cache.Verify(st.slots, T, vp.counts, replay.GDNInput{Q: qs, K: ks, V: vs, A: as, B: bs}, ov); err != nil {
+	ov := b.mem.Alloc(len(vp.index), V)
+	if err := st.cache.Verify(st.slots, T, vp.counts, in, ov); err != nil {
 		return err
 	}
-	o := b.mem.get(n * V)
-	vp.scatter(o, ov, V)
-	m.Norm.Forward(o, o, n*Hv)
-	for r := range n {
-		z := proj[r*P+C : r*P+C+V]
-		or := o[r*V : (r+1)*V]
-		for i := range or {
-			or[i] *= tensor.SiLU(z[i])
-		}
-	}
-	m.OutProj.Forward(out, o, n)
+	o := b.mem.Alloc(b.n, V)
+	b.be.Scatter(o, ov, vp.index)
+	m.normGateOut(b.be, proj, o, out)
 	return nil
 }

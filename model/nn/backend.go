@@ -1,0 +1,160 @@
+package nn
+
+import (
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/ssm"
+	"github.com/replayssm/replayssm/tensor"
+)
+
+// Backend runs the blocks' operations on one device. The blocks of this
+// package are written once against it: an architecture never knows where it
+// runs. CPU is the backend of this package; package cuda has the GPU's.
+//
+// Operations queue or run in call order and report nothing: a backend keeps
+// the first failure (a device error, a kernel that could not launch) and
+// returns it from Err, which Decoder checks at the end of every pass. Row
+// lists ([]int32) are host memory; a backend that needs them on its device
+// takes them there itself. Tensors of one call must not overlap unless the
+// operation says it works in place.
+type Backend interface {
+	// Name names the device ("cpu", "cuda:0 NVIDIA H200").
+	Name() string
+	// Err returns the first failure since the backend was made, or nil.
+	Err() error
+
+	// Weight places a host matrix of rows × cols float32 values on the
+	// device, in the backend's weight format; w must not change afterwards
+	// (the CPU backend keeps it, without copying).
+	Weight(w []float32, rows, cols int) Weight
+	// NewArena returns scratch memory for one State's passes.
+	NewArena() Arena
+
+	// Embed writes the rows of table named by tokens into dst.
+	Embed(dst Tensor, table Weight, tokens []int32)
+	// MatMul computes y = x·Wᵀ (+ bias when bias has rows): x [n][In],
+	// W [Out][In], y [n][Out].
+	MatMul(y, x Tensor, w, bias Weight)
+	// RMSNorm writes x̂·w to dst for every row of x (w has x.Cols values),
+	// the RMS taken over groups of group consecutive values (0: the whole
+	// row). Works in place.
+	RMSNorm(dst, x Tensor, w Weight, eps float32, group int)
+	// Add adds src to dst.
+	Add(dst, src Tensor)
+	// Copy copies src into dst (same shape; either may be a view).
+	Copy(dst, src Tensor)
+	// Gather sets dst row i to src row rows[i], or to zeros where rows[i]
+	// is negative.
+	Gather(dst, src Tensor, rows []int32)
+	// Scatter sets dst row rows[i] to src row i, skipping negative rows[i].
+	Scatter(dst, src Tensor, rows []int32)
+	// AxpyRows adds w[i]·(src row i) to dst row rows[i].
+	AxpyRows(dst, src Tensor, rows []int32, w []float32)
+
+	// SiLU applies x·sigmoid(x) in place.
+	SiLU(x Tensor)
+	// MulSiLU multiplies dst by silu(z), elementwise.
+	MulSiLU(dst, z Tensor)
+	// MulSigmoid multiplies dst by sigmoid(g), elementwise.
+	MulSigmoid(dst, g Tensor)
+	// MulSigmoidRows multiplies dst row r by sigmoid(g[r][0]).
+	MulSigmoidRows(dst, g Tensor)
+	// SwiGLU sets up to silu(gate)·up.
+	SwiGLU(up, gate Tensor)
+	// ReLU2 applies relu(x)² in place.
+	ReLU2(x Tensor)
+	// ClampDelta rewrites raw dt values [rows][heads] so that
+	// Δ = softplus(dt + dtBias[h]) lies in [lo, hi] (hi may be +Inf).
+	ClampDelta(dt Tensor, dtBias Weight, lo, hi float64)
+	// Rope rotates x [n·heads][HeadDim] in place, row r·heads+h at position
+	// pos[r].
+	Rope(x Tensor, r *tensor.Rope, pos []int32, heads int)
+
+	// Upload copies host values into dst (contiguous).
+	Upload(dst Tensor, src []float32)
+	// Download copies src to host memory.
+	Download(dst []float32, src Tensor)
+
+	// NewKV returns the keys and values of an attention layer for
+	// capacity sequences, width values a position each.
+	NewKV(capacity, width int) KVCache
+	// NewMamba2 and NewGDN build an SSM layer's decode state for capacity
+	// sequences (package replay's contract).
+	NewMamba2(shape ssm.Mamba2Shape, prm replay.Mamba2Params, conv replay.ConvWeights, capacity int, opt replay.Options) (Mamba2Cache, error)
+	NewGDN(shape ssm.GDNShape, prm replay.GDNParams, conv replay.ConvWeights, capacity int, opt replay.Options) (GDNCache, error)
+}
+
+// Mamba2Cache and GDNCache are an SSM layer's state cache on a backend,
+// over its tensors.
+type (
+	Mamba2Cache = replay.Mamba2State[Tensor]
+	GDNCache    = replay.GDNState[Tensor]
+)
+
+// KVCache holds one attention layer's keys and values for every sequence.
+type KVCache interface {
+	// Len is the number of positions sequence seq holds.
+	Len(seq int) int
+	// Truncate keeps the first n positions of seq (n ≤ Len).
+	Truncate(seq, n int)
+	// Append adds row i of k and v at position pos[i] of sequence seqs[i];
+	// each must be the sequence's next position.
+	Append(k, v Tensor, seqs, pos []int32) error
+	// Attend writes to o [n][heads·hd] the causal softmax attention of q
+	// [n][heads·hd] over positions 0..pos[i] of seqs[i], query head h
+	// reading key/value head h/(heads/kvHeads), scores scaled by scale.
+	Attend(o, q Tensor, seqs, pos []int32, heads, kvHeads, hd int, scale float32)
+	// Close releases the memory.
+	Close()
+}
+
+// Arena hands out a State's scratch tensors for one pass and takes them all
+// back at Reset.
+type Arena interface {
+	// Alloc returns a zeroed rows × cols tensor, valid until Reset.
+	Alloc(rows, cols int) Tensor
+	// Reset takes every tensor back.
+	Reset()
+}
+
+// Tensor is a matrix of float32 activations on a backend: Rows rows of Cols
+// values, row r starting at element Off + r·Stride of the backend's storage
+// S. Views (Row, Slice, Cols) share the storage.
+type Tensor struct {
+	S                  any
+	Off                int
+	Rows, Cols, Stride int
+}
+
+// Slice returns rows [lo, hi).
+func (t Tensor) Slice(lo, hi int) Tensor {
+	t.Off += lo * t.Stride
+	t.Rows = hi - lo
+	return t
+}
+
+// Columns returns columns [off, off+n) of every row.
+func (t Tensor) Columns(off, n int) Tensor {
+	t.Off += off
+	t.Cols = n
+	return t
+}
+
+// Contiguous reports whether the rows follow each other without gaps.
+func (t Tensor) Contiguous() bool { return t.Stride == t.Cols || t.Rows <= 1 }
+
+// Reshape views a contiguous tensor as rows × cols (same element count).
+func (t Tensor) Reshape(rows, cols int) Tensor {
+	if !t.Contiguous() || rows*cols != t.Rows*t.Cols {
+		panic("nn: reshape of a strided tensor or to another size")
+	}
+	return Tensor{S: t.S, Off: t.Off, Rows: rows, Cols: cols, Stride: cols}
+}
+
+// Weight is a matrix of weights on a backend (Rows 0: none).
+type Weight struct {
+	S          any
+	Rows, Cols int
+}
+
+// Present reports whether w holds weights.
+func (w Weight) Present() bool { return w.Rows > 0 }

@@ -1,0 +1,378 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/ssm"
+	"github.com/replayssm/replayssm/tensor"
+)
+
+// CPU returns the backend that computes on this machine's cores in float32
+// (package tensor's kernels, package replay's caches). It keeps weights
+// where they are, so placing a model on it copies nothing.
+func CPU() Backend { return cpuBackend{} }
+
+type cpuBackend struct{}
+
+// cpuBuf is the CPU's storage: a Tensor's or Weight's S.
+type cpuBuf struct{ f []float32 }
+
+func (cpuBackend) Name() string { return "cpu" }
+func (cpuBackend) Err() error   { return nil }
+
+func (cpuBackend) Weight(w []float32, rows, cols int) Weight {
+	if len(w) == 0 {
+		return Weight{}
+	}
+	return Weight{S: &cpuBuf{f: w[:rows*cols:rows*cols]}, Rows: rows, Cols: cols}
+}
+
+func (cpuBackend) NewArena() Arena { return &cpuArena{} }
+
+// host is t's values when t is contiguous (nn only passes such tensors
+// where this is called).
+func host(t Tensor) []float32 {
+	if t.Rows == 0 {
+		return nil
+	}
+	end := t.Off + (t.Rows-1)*t.Stride + t.Cols
+	return t.S.(*cpuBuf).f[t.Off:end:end]
+}
+
+// row is row r of t.
+func row(t Tensor, r int) []float32 {
+	o := t.Off + r*t.Stride
+	return t.S.(*cpuBuf).f[o : o+t.Cols : o+t.Cols]
+}
+
+func weights(w Weight) []float32 {
+	if !w.Present() {
+		return nil
+	}
+	return w.S.(*cpuBuf).f
+}
+
+func (cpuBackend) Embed(dst Tensor, table Weight, tokens []int32) {
+	tab := weights(table)
+	for i, t := range tokens {
+		copy(row(dst, i), tab[int(t)*table.Cols:(int(t)+1)*table.Cols])
+	}
+}
+
+func (cpuBackend) MatMul(y, x Tensor, w, bias Weight) {
+	if !x.Contiguous() {
+		c := Tensor{S: &cpuBuf{f: make([]float32, x.Rows*x.Cols)}, Rows: x.Rows, Cols: x.Cols, Stride: x.Cols}
+		cpuBackend{}.Copy(c, x)
+		x = c
+	}
+	out := y
+	if !y.Contiguous() {
+		out = Tensor{S: &cpuBuf{f: make([]float32, y.Rows*y.Cols)}, Rows: y.Rows, Cols: y.Cols, Stride: y.Cols}
+	}
+	tensor.MatMul(host(out), host(x), weights(w), x.Rows, w.Cols, w.Rows)
+	if b := weights(bias); b != nil {
+		for r := range out.Rows {
+			tensor.Add(row(out, r), b)
+		}
+	}
+	if out != y {
+		cpuBackend{}.Copy(y, out)
+	}
+}
+
+func (cpuBackend) RMSNorm(dst, x Tensor, w Weight, eps float32, group int) {
+	wf := weights(w)
+	g := group
+	if g <= 0 {
+		g = x.Cols
+	}
+	for r := range x.Rows {
+		d, s := row(dst, r), row(x, r)
+		for o := 0; o < x.Cols; o += g {
+			tensor.RMSNorm(d[o:o+g], s[o:o+g], wf[o:o+g], eps)
+		}
+	}
+}
+
+func (cpuBackend) Add(dst, src Tensor) {
+	if dst.Contiguous() && src.Contiguous() {
+		tensor.Add(host(dst), host(src))
+		return
+	}
+	for r := range dst.Rows {
+		tensor.Add(row(dst, r), row(src, r))
+	}
+}
+
+func (cpuBackend) Copy(dst, src Tensor) {
+	if dst.Contiguous() && src.Contiguous() {
+		copy(host(dst), host(src))
+		return
+	}
+	for r := range dst.Rows {
+		copy(row(dst, r), row(src, r))
+	}
+}
+
+func (cpuBackend) Gather(dst, src Tensor, rows []int32) {
+	for i, r := range rows {
+		if r < 0 {
+			clear(row(dst, i))
+		} else {
+			copy(row(dst, i), row(src, int(r)))
+		}
+	}
+}
+
+func (cpuBackend) Scatter(dst, src Tensor, rows []int32) {
+	for i, r := range rows {
+		if r >= 0 {
+			copy(row(dst, int(r)), row(src, i))
+		}
+	}
+}
+
+func (cpuBackend) AxpyRows(dst, src Tensor, rows []int32, w []float32) {
+	for i, r := range rows {
+		tensor.Axpy(row(dst, int(r)), w[i], row(src, i))
+	}
+}
+
+func (cpuBackend) SiLU(x Tensor) {
+	for r := range x.Rows {
+		tensor.SiLUInPlace(row(x, r))
+	}
+}
+
+func (cpuBackend) MulSiLU(dst, z Tensor) {
+	for r := range dst.Rows {
+		d, g := row(dst, r), row(z, r)
+		for i := range d {
+			d[i] *= tensor.SiLU(g[i])
+		}
+	}
+}
+
+func (cpuBackend) MulSigmoid(dst, g Tensor) {
+	for r := range dst.Rows {
+		d, s := row(dst, r), row(g, r)
+		for i := range d {
+			d[i] *= tensor.Sigmoid(s[i])
+		}
+	}
+}
+
+func (cpuBackend) MulSigmoidRows(dst, g Tensor) {
+	for r := range dst.Rows {
+		s := tensor.Sigmoid(row(g, r)[0])
+		d := row(dst, r)
+		for i := range d {
+			d[i] *= s
+		}
+	}
+}
+
+func (cpuBackend) SwiGLU(up, gate Tensor) {
+	for r := range up.Rows {
+		u := row(up, r)
+		tensor.SwiGLU(u, row(gate, r), u)
+	}
+}
+
+func (cpuBackend) ReLU2(x Tensor) {
+	for r := range x.Rows {
+		tensor.ReLU2InPlace(row(x, r))
+	}
+}
+
+func (cpuBackend) ClampDelta(dt Tensor, dtBias Weight, lo, hi float64) {
+	if lo <= 0 && math.IsInf(hi, 1) {
+		return
+	}
+	b := weights(dtBias)
+	for r := range dt.Rows {
+		clampDelta(row(dt, r), b, lo, hi)
+	}
+}
+
+func (cpuBackend) Rope(x Tensor, rp *tensor.Rope, pos []int32, heads int) {
+	for r, p := range pos {
+		for h := range heads {
+			rp.Apply(row(x, r*heads+h), int(p))
+		}
+	}
+}
+
+func (cpuBackend) Upload(dst Tensor, src []float32) { copy(host(dst), src) }
+
+func (cpuBackend) Download(dst []float32, src Tensor) {
+	if src.Contiguous() {
+		copy(dst, host(src))
+		return
+	}
+	for r := range src.Rows {
+		copy(dst[r*src.Cols:(r+1)*src.Cols], row(src, r))
+	}
+}
+
+// cpuArena is a State's scratch on the CPU: one buffer sized by the largest
+// pass so far, so that steady-state decode allocates nothing.
+type cpuArena struct {
+	buf  *cpuBuf
+	off  int
+	need int // high-water mark of the last pass, for the next one
+}
+
+func (a *cpuArena) Alloc(rows, cols int) Tensor {
+	n := rows * cols
+	a.need += n
+	if a.buf == nil || a.off+n > len(a.buf.f) {
+		// Too small this pass: serve from the heap, grow at the next reset.
+		return Tensor{S: &cpuBuf{f: make([]float32, n)}, Rows: rows, Cols: cols, Stride: cols}
+	}
+	t := Tensor{S: a.buf, Off: a.off, Rows: rows, Cols: cols, Stride: cols}
+	clear(a.buf.f[a.off : a.off+n])
+	a.off += n
+	return t
+}
+
+func (a *cpuArena) Reset() {
+	if a.buf == nil || a.need > len(a.buf.f) {
+		a.buf = &cpuBuf{f: make([]float32, a.need+a.need/4)}
+	}
+	a.off, a.need = 0, 0
+}
+
+// cpuKV keeps each sequence's keys and values, [position][width].
+type cpuKV struct {
+	k, v  [][]float32
+	width int
+	job   attendJob
+}
+
+func (cpuBackend) NewKV(capacity, width int) KVCache {
+	return &cpuKV{k: make([][]float32, capacity), v: make([][]float32, capacity), width: width}
+}
+
+func (s *cpuKV) Len(seq int) int { return len(s.k[seq]) / s.width }
+
+func (s *cpuKV) Truncate(seq, n int) {
+	if n *= s.width; len(s.k[seq]) > n {
+		s.k[seq], s.v[seq] = s.k[seq][:n], s.v[seq][:n]
+	}
+}
+
+func (s *cpuKV) Append(k, v Tensor, seqs, pos []int32) error {
+	for i, q := range seqs {
+		if got := s.Len(int(q)); got != int(pos[i]) {
+			return fmt.Errorf("sequence %d has %d cached positions, row is at position %d", q, got, pos[i])
+		}
+		s.k[q] = append(s.k[q], row(k, i)...)
+		s.v[q] = append(s.v[q], row(v, i)...)
+	}
+	return nil
+}
+
+func (s *cpuKV) Close() {}
+
+func (s *cpuKV) Attend(o, q Tensor, seqs, pos []int32, heads, kvHeads, hd int, scale float32) {
+	n := len(seqs)
+	maxT := 0
+	var work int64
+	for _, p := range pos {
+		maxT = max(maxT, int(p)+1)
+		work += int64(p+1) * int64(2*heads*hd)
+	}
+	job := &s.job
+	*job = attendJob{kv: s, seqs: seqs, pos: pos, q: q, o: o, heads: heads, kvHeads: kvHeads, hd: hd, scale: scale}
+	if work < 1<<16 {
+		if cap(job.scores) < maxT {
+			job.scores = make([]float32, maxT)
+		}
+		job.run(0, n*heads, job.scores[:maxT])
+	} else {
+		tensor.Parallel(n*heads, 1, work, func(lo, hi int) {
+			job.run(lo, hi, make([]float32, maxT)) // per goroutine
+		})
+	}
+	job.q, job.o, job.seqs, job.pos = Tensor{}, Tensor{}, nil, nil
+}
+
+// attendJob is the softmax attention of one pass over (row, head) pairs.
+type attendJob struct {
+	kv             *cpuKV
+	seqs, pos      []int32
+	q, o           Tensor
+	heads, kvHeads int
+	hd             int
+	scale          float32
+	scores         []float32
+}
+
+// run computes o for the (row, head) pairs [lo, hi), with scores as scratch.
+func (j *attendJob) run(lo, hi int, scores []float32) {
+	H, hd := j.heads, j.hd
+	kw := j.kvHeads * hd
+	for i := lo; i < hi; i++ {
+		r, h := i/H, i%H
+		T := int(j.pos[r]) + 1
+		keys, vals := j.kv.k[j.seqs[r]], j.kv.v[j.seqs[r]]
+		qh := row(j.q, r)[h*hd : (h+1)*hd]
+		off := (h / (H / j.kvHeads)) * hd // GQA: the key/value head of query head h
+		sc := scores[:T]
+		for t := range T {
+			sc[t] = tensor.Dot(qh, keys[t*kw+off:t*kw+off+hd]) * j.scale
+		}
+		tensor.Softmax(sc)
+		oh := row(j.o, r)[h*hd : (h+1)*hd]
+		for t, p := range sc {
+			tensor.Axpy(oh, p, vals[t*kw+off:t*kw+off+hd])
+		}
+	}
+}
+
+// cpuSSM is a replay CPU cache over the CPU's tensors: the contract's
+// bookkeeping methods come from the cache, the batch methods take the
+// tensors' host slices.
+type cpuSSM[In, TIn any] struct {
+	replay.Cache[[]float32, In]
+	in func(TIn) In
+}
+
+func (c cpuSSM[In, TIn]) Conv(slots []replay.Slot, in, out Tensor) error {
+	return c.Cache.Conv(slots, host(in), host(out))
+}
+
+func (c cpuSSM[In, TIn]) ConvVerify(slots []replay.Slot, T int, in, out Tensor) error {
+	return c.Cache.ConvVerify(slots, T, host(in), host(out))
+}
+
+func (c cpuSSM[In, TIn]) Step(slots []replay.Slot, in TIn, y Tensor) error {
+	return c.Cache.Step(slots, c.in(in), host(y))
+}
+
+func (c cpuSSM[In, TIn]) Verify(slots []replay.Slot, T int, counts []int, in TIn, y Tensor) error {
+	return c.Cache.Verify(slots, T, counts, c.in(in), host(y))
+}
+
+func (cpuBackend) NewMamba2(shape ssm.Mamba2Shape, prm replay.Mamba2Params, conv replay.ConvWeights, capacity int, opt replay.Options) (Mamba2Cache, error) {
+	c, err := replay.NewMamba2(shape, prm, conv, capacity, opt)
+	if err != nil {
+		return nil, err
+	}
+	return cpuSSM[replay.Mamba2Input, replay.Mamba2Batch[Tensor]]{Cache: c, in: func(b replay.Mamba2Batch[Tensor]) replay.Mamba2Input {
+		return replay.Mamba2Input{X: host(b.X), B: host(b.B), C: host(b.C), Dt: host(b.Dt), DtMin: b.DtMin}
+	}}, nil
+}
+
+func (cpuBackend) NewGDN(shape ssm.GDNShape, prm replay.GDNParams, conv replay.ConvWeights, capacity int, opt replay.Options) (GDNCache, error) {
+	c, err := replay.NewGDN(shape, prm, conv, capacity, opt)
+	if err != nil {
+		return nil, err
+	}
+	return cpuSSM[replay.GDNInput, replay.GDNBatch[Tensor]]{Cache: c, in: func(b replay.GDNBatch[Tensor]) replay.GDNInput {
+		return replay.GDNInput{Q: host(b.Q), K: host(b.K), V: host(b.V), A: host(b.A), B: host(b.B)}
+	}}, nil
+}
