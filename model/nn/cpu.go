@@ -26,7 +26,7 @@ func (cpuBackend) Weight(w []float32, rows, cols int) Weight {
 	if len(w) == 0 {
 		return Weight{}
 	}
-	return Weight{S: &cpuBuf{f: w[:rows*cols:rows*cols]}, Rows: rows, Cols: cols}
+	return Weight{S: &cpuBuf{f: w[: rows*cols : rows*cols]}, Rows: rows, Cols: cols}
 }
 
 func (cpuBackend) NewArena() Arena { return &cpuArena{} }
