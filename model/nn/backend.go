@@ -97,7 +97,7 @@ type KVCache interface {
 	// Truncate keeps the first n positions of seq (n ≤ Len).
 	Truncate(seq, n int)
 	// Append adds row i of k and v at position pos[i] of sequence seqs[i];
-	// each must be the sequence's next position.
+	// each must be the sequence's next position, or nothing is appended.
 	Append(k, v Tensor, seqs, pos []int32) error
 	// Attend writes to o [n][heads·hd] the causal softmax attention of q
 	// [n][heads·hd] over positions 0..pos[i] of seqs[i], query head h

@@ -265,10 +265,18 @@ func (s *cpuKV) Truncate(seq, n int) {
 }
 
 func (s *cpuKV) Append(k, v Tensor, seqs, pos []int32) error {
-	for i, q := range seqs {
-		if got := s.Len(int(q)); got != int(pos[i]) {
-			return fmt.Errorf("sequence %d has %d cached positions, row is at position %d", q, got, pos[i])
+	for i, q := range seqs { // all rows checked before any is appended
+		next := s.Len(int(q))
+		for _, p := range seqs[:i] {
+			if p == q {
+				next++
+			}
 		}
+		if int(pos[i]) != next {
+			return fmt.Errorf("sequence %d has %d cached positions, row is at position %d", q, next, pos[i])
+		}
+	}
+	for i, q := range seqs {
 		s.k[q] = append(s.k[q], row(k, i)...)
 		s.v[q] = append(s.v[q], row(v, i)...)
 	}
@@ -327,6 +335,7 @@ func (j *attendJob) run(lo, hi int, scores []float32) {
 		}
 		tensor.Softmax(sc)
 		oh := row(j.o, r)[h*hd : (h+1)*hd]
+		clear(oh)
 		for t, p := range sc {
 			tensor.Axpy(oh, p, vals[t*kw+off:t*kw+off+hd])
 		}

@@ -1,0 +1,463 @@
+// Package nntest is the conformance suite of nn.Backend: every operation the
+// blocks use, on fresh random inputs, against float64 references written
+// from the definitions, with the outputs poisoned (NaN) before each call so
+// that a value not written shows. The CPU backend runs it in CI; a device
+// backend runs it on its machine.
+package nntest
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/tensor"
+)
+
+// Tolerances bound a backend's relative error against the float64
+// references (of the row's largest reference value).
+type Tolerances struct {
+	// MatMul bounds products and what follows from them (attention);
+	// a backend that stores weights in bf16 needs about 1e-2.
+	MatMul float64
+	// Elementwise bounds norms, activations, gates, RoPE and Δ clamps.
+	Elementwise float64
+}
+
+// Float32 are the bounds for a backend computing in float32 with float32
+// weights: a product of a few hundred terms is within 1e-5 of its row's
+// largest value; an elementwise function within a few float32 ulps.
+var Float32 = Tolerances{MatMul: 1e-5, Elementwise: 2e-6}
+
+// Run checks every operation of be.
+func Run(t *testing.T, be nn.Backend, tol Tolerances) {
+	t.Helper()
+	c := &checker{be: be, tol: tol, rng: rand.New(rand.NewPCG(7, 11)), arena: be.NewArena()}
+	for _, tc := range []struct {
+		name string
+		f    func(t *testing.T)
+	}{
+		{"embed", c.embed},
+		{"matmul", c.matmul},
+		{"rmsnorm", c.rmsnorm},
+		{"add-copy-views", c.addCopy},
+		{"gather-scatter", c.gatherScatter},
+		{"activations", c.activations},
+		{"clamp-delta", c.clampDelta},
+		{"rope", c.rope},
+		{"attention", c.attention},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.arena.Reset()
+			tc.f(t)
+			if err := be.Err(); err != nil {
+				t.Fatalf("backend error: %v", err)
+			}
+		})
+	}
+}
+
+type checker struct {
+	be    nn.Backend
+	tol   Tolerances
+	rng   *rand.Rand
+	arena nn.Arena
+}
+
+func (c *checker) normals(n int, scale float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(c.rng.NormFloat64() * scale)
+	}
+	return v
+}
+
+// tensor uploads v as a rows × cols tensor.
+func (c *checker) tensor(v []float32, rows, cols int) nn.Tensor {
+	t := c.arena.Alloc(rows, cols)
+	c.be.Upload(t, v)
+	return t
+}
+
+// poisoned returns a rows × cols tensor of NaNs.
+func (c *checker) poisoned(rows, cols int) nn.Tensor {
+	v := make([]float32, rows*cols)
+	for i := range v {
+		v[i] = float32(math.NaN())
+	}
+	return c.tensor(v, rows, cols)
+}
+
+func (c *checker) download(x nn.Tensor) []float32 {
+	v := make([]float32, x.Rows*x.Cols)
+	c.be.Download(v, x)
+	return v
+}
+
+// expect compares x with want row by row, relative to the row's largest
+// reference value.
+func (c *checker) expect(t *testing.T, what string, x nn.Tensor, want []float64, tol float64) {
+	t.Helper()
+	got := c.download(x)
+	if len(want) != len(got) {
+		t.Fatalf("%s: %d values, want %d", what, len(got), len(want))
+	}
+	for r := range x.Rows {
+		scale := 1e-30
+		for _, w := range want[r*x.Cols : (r+1)*x.Cols] {
+			scale = max(scale, math.Abs(w))
+		}
+		for i := r * x.Cols; i < (r+1)*x.Cols; i++ {
+			if e := math.Abs(float64(got[i])-want[i]) / scale; !(e <= tol) {
+				t.Fatalf("%s: row %d column %d: %v, want %v (%.3g of the row's largest, bound %.3g)",
+					what, r, i-r*x.Cols, got[i], want[i], e, tol)
+			}
+		}
+	}
+}
+
+func f64(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+func (c *checker) embed(t *testing.T) {
+	V, H := 37, 24
+	table := c.normals(V*H, 1)
+	w := c.be.Weight(table, V, H)
+	tokens := []int32{3, 0, 36, 3, 17}
+	dst := c.poisoned(len(tokens), H)
+	c.be.Embed(dst, w, tokens)
+	var want []float64
+	for _, tok := range tokens {
+		want = append(want, f64(table[int(tok)*H:(int(tok)+1)*H])...)
+	}
+	c.expect(t, "embed", dst, want, 0)
+}
+
+func (c *checker) matmul(t *testing.T) {
+	for _, sh := range []struct {
+		n, in, out int
+		bias       bool
+	}{{1, 64, 48, false}, {7, 96, 33, true}, {16, 256, 40, false}} {
+		x, W := c.normals(sh.n*sh.in, 1), c.normals(sh.out*sh.in, 1/math.Sqrt(float64(sh.in)))
+		var b []float32
+		if sh.bias {
+			b = c.normals(sh.out, 1)
+		}
+		y := c.poisoned(sh.n, sh.out)
+		c.be.MatMul(y, c.tensor(x, sh.n, sh.in), c.be.Weight(W, sh.out, sh.in), c.be.Weight(b, 1, sh.out))
+		want := make([]float64, sh.n*sh.out)
+		for r := range sh.n {
+			for o := range sh.out {
+				s := 0.0
+				if b != nil {
+					s = float64(b[o])
+				}
+				for i := range sh.in {
+					s += float64(x[r*sh.in+i]) * float64(W[o*sh.in+i])
+				}
+				want[r*sh.out+o] = s
+			}
+		}
+		c.expect(t, fmt.Sprintf("matmul %d×%d·%d×%dᵀ", sh.n, sh.in, sh.out, sh.in), y, want, c.tol.MatMul)
+	}
+	// A strided input (a column range of a wider tensor).
+	n, in, out := 3, 32, 8
+	wide := c.normals(n*(in+5), 1)
+	W := c.normals(out*in, 0.2)
+	y := c.poisoned(n, out)
+	c.be.MatMul(y, c.tensor(wide, n, in+5).Columns(5, in), c.be.Weight(W, out, in), nn.Weight{})
+	want := make([]float64, n*out)
+	for r := range n {
+		for o := range out {
+			for i := range in {
+				want[r*out+o] += float64(wide[r*(in+5)+5+i]) * float64(W[o*in+i])
+			}
+		}
+	}
+	c.expect(t, "matmul of a column view", y, want, c.tol.MatMul)
+}
+
+func (c *checker) rmsnorm(t *testing.T) {
+	const eps = 1e-6
+	for _, sh := range []struct{ n, d, group int }{{5, 64, 0}, {3, 96, 32}} {
+		x, w := c.normals(sh.n*sh.d, 3), c.normals(sh.d, 1)
+		g := sh.group
+		if g == 0 {
+			g = sh.d
+		}
+		want := make([]float64, sh.n*sh.d)
+		for r := range sh.n {
+			for o := 0; o < sh.d; o += g {
+				ss := 0.0
+				for i := o; i < o+g; i++ {
+					ss += float64(x[r*sh.d+i]) * float64(x[r*sh.d+i])
+				}
+				inv := 1 / math.Sqrt(ss/float64(g)+eps)
+				for i := o; i < o+g; i++ {
+					want[r*sh.d+i] = float64(x[r*sh.d+i]) * inv * float64(w[i])
+				}
+			}
+		}
+		dst := c.poisoned(sh.n, sh.d)
+		c.be.RMSNorm(dst, c.tensor(x, sh.n, sh.d), c.be.Weight(w, 1, sh.d), eps, sh.group)
+		c.expect(t, fmt.Sprintf("rmsnorm groups of %d", g), dst, want, c.tol.Elementwise)
+		in := c.tensor(x, sh.n, sh.d)
+		c.be.RMSNorm(in, in, c.be.Weight(w, 1, sh.d), eps, sh.group)
+		c.expect(t, "rmsnorm in place", in, want, c.tol.Elementwise)
+	}
+}
+
+func (c *checker) addCopy(t *testing.T) {
+	n, d := 4, 40
+	a, b := c.normals(n*d, 1), c.normals(n*(d+8), 1)
+	dst := c.tensor(a, n, d)
+	src := c.tensor(b, n, d+8).Columns(8, d)
+	c.be.Add(dst, src)
+	want := make([]float64, n*d)
+	for r := range n {
+		for i := range d {
+			want[r*d+i] = float64(a[r*d+i]) + float64(b[r*(d+8)+8+i])
+		}
+	}
+	c.expect(t, "add of a column view", dst, want, 1e-7)
+
+	cp := c.poisoned(n, d)
+	c.be.Copy(cp, src)
+	for r := range n {
+		for i := range d {
+			want[r*d+i] = float64(b[r*(d+8)+8+i])
+		}
+	}
+	c.expect(t, "copy of a column view", cp, want, 0)
+
+	// Into a column view: the other columns keep their values.
+	wide := c.tensor(b, n, d+8)
+	c.be.Copy(wide.Columns(0, 8), c.tensor(a[:n*8], n, 8))
+	wantWide := f64(b)
+	for r := range n {
+		for i := range 8 {
+			wantWide[r*(d+8)+i] = float64(a[r*8+i])
+		}
+	}
+	c.expect(t, "copy into a column view", wide, wantWide, 0)
+
+	// Rows of a tensor (Slice) and a reshape.
+	sl := c.tensor(a, n, d)
+	c.be.Copy(sl.Slice(1, 3), c.tensor(b[:2*d], 2, d))
+	wantSl := f64(a)
+	for i := range 2 * d {
+		wantSl[d+i] = float64(b[i])
+	}
+	c.expect(t, "copy into a slice of rows", sl.Reshape(n*4, d/4), wantSl, 0)
+}
+
+func (c *checker) gatherScatter(t *testing.T) {
+	n, d := 6, 20
+	src := c.normals(n*(d+3), 1)
+	rows := []int32{4, -1, 0, 4, 5}
+	dst := c.poisoned(len(rows), d)
+	c.be.Gather(dst, c.tensor(src, n, d+3).Columns(3, d), rows)
+	want := make([]float64, len(rows)*d)
+	for i, r := range rows {
+		for j := range d {
+			if r >= 0 {
+				want[i*d+j] = float64(src[int(r)*(d+3)+3+j])
+			}
+		}
+	}
+	c.expect(t, "gather (a −1 row gives zeros)", dst, want, 0)
+
+	base := c.normals(n*d, 1)
+	out := c.tensor(base, n, d)
+	vals := c.normals(4*d, 1)
+	srows := []int32{2, -1, 0, 5}
+	c.be.Scatter(out, c.tensor(vals, 4, d), srows)
+	wantS := f64(base)
+	for i, r := range srows {
+		if r >= 0 {
+			copy(wantS[int(r)*d:(int(r)+1)*d], f64(vals[i*d:(i+1)*d]))
+		}
+	}
+	c.expect(t, "scatter (a −1 row is skipped)", out, wantS, 0)
+
+	acc := c.tensor(base, n, d)
+	arows := []int32{1, 3, 1}
+	aw := []float32{0.5, -2, 0.25}
+	c.be.AxpyRows(acc, c.tensor(vals[:3*d], 3, d), arows, aw)
+	wantA := f64(base)
+	for i, r := range arows {
+		for j := range d {
+			wantA[int(r)*d+j] += float64(aw[i]) * float64(vals[i*d+j])
+		}
+	}
+	c.expect(t, "axpy rows (a row twice)", acc, wantA, 1e-6)
+}
+
+func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+func (c *checker) activations(t *testing.T) {
+	n, d := 3, 50
+	x, z := c.normals(n*d, 3), c.normals(n*d, 3)
+	want := make([]float64, n*d)
+	for _, tc := range []struct {
+		name string
+		op   func(a, b nn.Tensor)
+		ref  func(a, b float64) float64
+	}{
+		{"silu", func(a, _ nn.Tensor) { c.be.SiLU(a) }, func(a, _ float64) float64 { return a * sigmoid(a) }},
+		{"relu²", func(a, _ nn.Tensor) { c.be.ReLU2(a) }, func(a, _ float64) float64 { return math.Pow(max(a, 0), 2) }},
+		{"mul silu", func(a, b nn.Tensor) { c.be.MulSiLU(a, b) }, func(a, b float64) float64 { return a * b * sigmoid(b) }},
+		{"mul sigmoid", func(a, b nn.Tensor) { c.be.MulSigmoid(a, b) }, func(a, b float64) float64 { return a * sigmoid(b) }},
+		{"swiglu", func(a, b nn.Tensor) { c.be.SwiGLU(a, b) }, func(a, b float64) float64 { return a * b * sigmoid(b) }},
+	} {
+		a := c.tensor(x, n, d)
+		tc.op(a, c.tensor(z, n, d))
+		for i := range want {
+			want[i] = tc.ref(float64(x[i]), float64(z[i]))
+		}
+		c.expect(t, tc.name, a, want, c.tol.Elementwise)
+	}
+	g := c.normals(n, 2)
+	a := c.tensor(x, n, d)
+	c.be.MulSigmoidRows(a, c.tensor(g, n, 1))
+	for i := range want {
+		want[i] = float64(x[i]) * sigmoid(float64(g[i/d]))
+	}
+	c.expect(t, "mul sigmoid rows", a, want, c.tol.Elementwise)
+}
+
+func softplus(x float64) float64 {
+	if x > 20 {
+		return x
+	}
+	return math.Log1p(math.Exp(x))
+}
+
+func (c *checker) clampDelta(t *testing.T) {
+	n, H := 4, 8
+	dt, bias := c.normals(n*H, 4), c.normals(H, 2)
+	const lo, hi = 0.05, 3.0
+	x := c.tensor(dt, n, H)
+	c.be.ClampDelta(x, c.be.Weight(bias, 1, H), lo, hi)
+	got := c.download(x)
+	for i, v := range got {
+		h := i % H
+		raw := softplus(float64(dt[i]) + float64(bias[h]))
+		want := math.Min(math.Max(raw, lo), hi)
+		if d := softplus(float64(v) + float64(bias[h])); math.Abs(d-want) > 1e-5*want {
+			t.Fatalf("clamp delta: row %d head %d: Δ %v, want %v", i/H, h, d, want)
+		}
+		if raw >= lo && raw <= hi && v != dt[i] {
+			t.Fatalf("clamp delta: row %d head %d: in-range dt %v changed to %v", i/H, h, dt[i], v)
+		}
+	}
+}
+
+func (c *checker) rope(t *testing.T) {
+	n, heads, hd, rot := 3, 2, 16, 8 // partial rotary: 8 of 16 dimensions
+	const theta = 10000.0
+	rp, err := tensor.NewRope(rot, theta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := c.normals(n*heads*hd, 1)
+	pos := []int32{0, 7, 1000}
+	xt := c.tensor(x, n*heads, hd)
+	c.be.Rope(xt, rp, pos, heads)
+	want := f64(x)
+	for r := range n {
+		for h := range heads {
+			v := want[(r*heads+h)*hd : (r*heads+h+1)*hd]
+			for i := range rot / 2 {
+				// float32 angles, as transformers computes them
+				inv := float32(1 / math.Pow(theta, float64(float32(2*i)/float32(rot))))
+				ang := float64(float32(pos[r]) * inv)
+				a, b := v[i], v[i+rot/2]
+				v[i] = a*math.Cos(ang) - b*math.Sin(ang)
+				v[i+rot/2] = b*math.Cos(ang) + a*math.Sin(ang)
+			}
+		}
+	}
+	c.expect(t, "rope", xt, want, 1e-5)
+}
+
+func (c *checker) attention(t *testing.T) {
+	const capacity, heads, kvHeads, hd = 3, 4, 2, 16
+	kw := kvHeads * hd
+	kv := c.be.NewKV(capacity, kw)
+	defer kv.Close()
+	scale := float32(1 / math.Sqrt(hd))
+	// Host mirror of the cache.
+	keys, vals := make([][]float32, capacity), make([][]float32, capacity)
+	step := func(seqs []int32) {
+		t.Helper()
+		n := len(seqs)
+		pos := make([]int32, n)
+		next := map[int32]int32{}
+		for i, q := range seqs {
+			pos[i] = int32(kv.Len(int(q))) + next[q]
+			next[q]++
+		}
+		k, v, q := c.normals(n*kw, 1), c.normals(n*kw, 1), c.normals(n*heads*hd, 1)
+		if err := kv.Append(c.tensor(k, n, kw), c.tensor(v, n, kw), seqs, pos); err != nil {
+			t.Fatal(err)
+		}
+		for i, s := range seqs {
+			keys[s] = append(keys[s], k[i*kw:(i+1)*kw]...)
+			vals[s] = append(vals[s], v[i*kw:(i+1)*kw]...)
+		}
+		o := c.poisoned(n, heads*hd)
+		kv.Attend(o, c.tensor(q, n, heads*hd), seqs, pos, heads, kvHeads, hd, scale)
+		want := make([]float64, n*heads*hd)
+		for i, s := range seqs {
+			for h := range heads {
+				off := (h / (heads / kvHeads)) * hd
+				T := int(pos[i]) + 1
+				sc := make([]float64, T)
+				mx := math.Inf(-1)
+				for p := range T {
+					for j := range hd {
+						sc[p] += float64(q[i*heads*hd+h*hd+j]) * float64(keys[s][p*kw+off+j])
+					}
+					sc[p] *= float64(scale)
+					mx = math.Max(mx, sc[p])
+				}
+				sum := 0.0
+				for p := range sc {
+					sc[p] = math.Exp(sc[p] - mx)
+					sum += sc[p]
+				}
+				for p := range T {
+					for j := range hd {
+						want[i*heads*hd+h*hd+j] += sc[p] / sum * float64(vals[s][p*kw+off+j])
+					}
+				}
+			}
+		}
+		c.expect(t, fmt.Sprintf("attention over %v", seqs), o, want, c.tol.MatMul)
+	}
+	step([]int32{0, 0, 0, 0, 2, 2}) // two prompts
+	step([]int32{0, 1, 2})          // decode
+	step([]int32{1, 1, 1, 0})
+	if kv.Len(0) != 6 || kv.Len(1) != 4 || kv.Len(2) != 3 {
+		t.Fatalf("lengths %d %d %d, want 6 4 3", kv.Len(0), kv.Len(1), kv.Len(2))
+	}
+	kv.Truncate(1, 2)
+	keys[1], vals[1] = keys[1][:2*kw], vals[1][:2*kw]
+	step([]int32{1, 2})
+	// A row out of order is an error and appends nothing.
+	n0 := kv.Len(0)
+	one := c.normals(kw, 1)
+	if err := kv.Append(c.tensor(one, 1, kw), c.tensor(one, 1, kw), []int32{0}, []int32{int32(n0 + 1)}); err == nil {
+		t.Fatal("append past the next position accepted")
+	}
+	if kv.Len(0) != n0 {
+		t.Fatalf("a refused append changed the length to %d", kv.Len(0))
+	}
+}
