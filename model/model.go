@@ -1,17 +1,20 @@
 // Package model opens a Hugging Face model directory (config.json and
 // safetensors weights) as a runnable nn.Decoder, choosing the architecture
-// package from the config's model family.
+// package registered for the config's model family (package arch).
 package model
 
 import (
 	"fmt"
 
+	"github.com/replayssm/replayssm/model/arch"
 	"github.com/replayssm/replayssm/model/hfconfig"
-	"github.com/replayssm/replayssm/model/mamba2"
-	"github.com/replayssm/replayssm/model/nemotronh"
 	"github.com/replayssm/replayssm/model/nn"
-	"github.com/replayssm/replayssm/model/qwen"
 	"github.com/replayssm/replayssm/model/safetensors"
+
+	// The architectures register their families with package arch.
+	_ "github.com/replayssm/replayssm/model/mamba2"
+	_ "github.com/replayssm/replayssm/model/nemotronh"
+	_ "github.com/replayssm/replayssm/model/qwen"
 )
 
 // Options configure Load.
@@ -39,20 +42,11 @@ func Load(dir string, opt Options) (*nn.Decoder, error) {
 
 // Bind builds the Decoder of cfg's family from the tensors behind ld.
 func Bind(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
-	var (
-		d   *nn.Decoder
-		err error
-	)
-	switch cfg.Family {
-	case hfconfig.NemotronH:
-		d, err = nemotronh.Load(cfg, ld)
-	case hfconfig.Qwen35, hfconfig.Qwen35MoE, hfconfig.Qwen3Next:
-		d, err = qwen.Load(cfg, ld)
-	case hfconfig.Mamba2:
-		d, err = mamba2.Load(cfg, ld)
-	default:
-		return nil, fmt.Errorf("%s: model family %v: %w", ld.Dir(), cfg.Family, hfconfig.ErrUnsupported)
+	a, err := arch.For(cfg.Family)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ld.Dir(), err)
 	}
+	d, err := a.Bind(cfg, ld)
 	if err != nil {
 		return nil, err
 	}
@@ -60,4 +54,20 @@ func Bind(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
 		return nil, fmt.Errorf("%s: %w", ld.Dir(), err)
 	}
 	return d, nil
+}
+
+// LoadMTP binds the multi-token-prediction head of the checkpoint in dir
+// for target, by target's family.
+func LoadMTP(dir string, target *nn.Decoder) (*nn.MTP, error) {
+	if target.Config == nil {
+		return nil, fmt.Errorf("%s: the target model has no config to choose its MTP head by", dir)
+	}
+	a, err := arch.For(target.Config.Family)
+	if err != nil {
+		return nil, err
+	}
+	if a.BindMTP == nil {
+		return nil, fmt.Errorf("%s: %s models have no MTP head", dir, a.Name)
+	}
+	return a.BindMTP(dir, target)
 }

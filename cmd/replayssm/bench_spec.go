@@ -14,6 +14,7 @@ import (
 	"github.com/replayssm/replayssm/bench"
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/engine/spec"
+	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
@@ -347,7 +348,7 @@ func benchSpecModel(ctx context.Context, e *env, dir string, cfg specBenchConfig
 	}
 	var head *nn.MTP
 	if cfg.drafter == "mtp" {
-		if head, err = loadMTP(dir, d); err != nil {
+		if head, err = model.LoadMTP(dir, d); err != nil {
 			return err
 		}
 	}

@@ -7,10 +7,8 @@ import (
 
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/engine/spec"
-	"github.com/replayssm/replayssm/model/hfconfig"
-	"github.com/replayssm/replayssm/model/nemotronh"
+	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/nn"
-	"github.com/replayssm/replayssm/model/qwen"
 	"github.com/replayssm/replayssm/replay"
 )
 
@@ -91,7 +89,7 @@ func (f specFlags) newDrafter(w io.Writer, dir string, target *nn.Decoder, tst *
 		if *f.draftVocab > target.Vocab {
 			return nil, fmt.Errorf("%w: --draft-vocab %d exceeds the model's vocabulary of %d tokens", errUsage, *f.draftVocab, target.Vocab)
 		}
-		head, err := loadMTP(dir, target)
+		head, err := model.LoadMTP(dir, target)
 		if err != nil {
 			return nil, err
 		}
@@ -110,15 +108,6 @@ func (f specFlags) newDrafter(w io.Writer, dir string, target *nn.Decoder, tst *
 		return nil, fmt.Errorf("draft model vocabulary %d differs from the target's %d: they must share the tokenizer", d.Vocab, target.Vocab)
 	}
 	return spec.NewDraftModel(d, capacity, *f.drafts, replay.Options{Mode: opt.Mode, Window: opt.Window})
-}
-
-// loadMTP binds the MTP head of the checkpoint in dir for target, by family:
-// Qwen3.5 / Qwen3-Next mtp.* or NemotronH mtp.layers.*.
-func loadMTP(dir string, target *nn.Decoder) (*nn.MTP, error) {
-	if target.Config != nil && target.Config.Family == hfconfig.NemotronH {
-		return nemotronh.LoadMTP(dir, target)
-	}
-	return qwen.LoadMTP(dir, target)
 }
 
 // printSpecStats prints what speculation did.

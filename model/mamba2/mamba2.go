@@ -8,11 +8,16 @@ package mamba2
 import (
 	"fmt"
 
+	"github.com/replayssm/replayssm/model/arch"
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
 )
+
+func init() {
+	arch.Register(arch.Architecture{Name: "mamba2", Families: []hfconfig.Family{hfconfig.Mamba2}, Bind: Load})
+}
 
 // Load binds the checkpoint behind ld to a Decoder for cfg.
 func Load(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {

@@ -15,11 +15,16 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/replayssm/replayssm/model/arch"
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
 )
+
+func init() {
+	arch.Register(arch.Architecture{Name: "nemotronh", Families: []hfconfig.Family{hfconfig.NemotronH}, Bind: Load, BindMTP: LoadMTP})
+}
 
 // Load binds the checkpoint behind ld to a Decoder for cfg.
 func Load(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {

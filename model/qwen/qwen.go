@@ -15,12 +15,17 @@ package qwen
 import (
 	"fmt"
 
+	"github.com/replayssm/replayssm/model/arch"
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
 	"github.com/replayssm/replayssm/tensor"
 )
+
+func init() {
+	arch.Register(arch.Architecture{Name: "qwen", Families: []hfconfig.Family{hfconfig.Qwen35, hfconfig.Qwen35MoE, hfconfig.Qwen3Next}, Bind: Load, BindMTP: LoadMTP})
+}
 
 // Load binds the checkpoint behind ld to a Decoder for cfg.
 func Load(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
