@@ -32,6 +32,10 @@ func NewRope(rotaryDim int, theta float64) (*Rope, error) {
 	return r, nil
 }
 
+// InvFreq returns the inverse frequencies θ^(−2i/RotaryDim), i <
+// RotaryDim/2, as float32 (a device backend's copy of the rotation).
+func (r *Rope) InvFreq() []float32 { return r.invFreq }
+
 // Apply rotates one head vector x (len ≥ RotaryDim) in place for position pos.
 func (r *Rope) Apply(x []float32, pos int) {
 	half := r.RotaryDim / 2

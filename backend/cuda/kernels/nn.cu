@@ -1,0 +1,258 @@
+// nn.cu: the model blocks' operations besides the matrix products (cuBLAS)
+// and the SSM caches (replay_*.cu): embedding, norms, row moves, gates,
+// the Δ clamp, RoPE and attention over a KV cache. float32 activations,
+// row-major matrices with a row stride in elements; nn.go launches them and
+// model/nn/nntest checks them against float64 references.
+//
+// Each kernel is the plain form of its operation: a block (or a warp) per
+// row, threads over the columns. They are correct first; the decode step's
+// profile decides which to fuse or tune.
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// block_sum reduces v over a block of at most 1024 threads (a multiple of
+// 32); every thread gets the sum.
+__device__ float block_sum(float v)
+{
+    __shared__ float part[32];
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    const int warps = blockDim.x >> 5;
+    v = lane < warps ? part[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// nn_embed: dst row r = table row tokens[r]. Grid: rows.
+extern "C" __global__ void nn_embed(float* __restrict__ dst, int ds, const float* __restrict__ table, int cols,
+                                    const int* __restrict__ tokens)
+{
+    const int r = blockIdx.x;
+    const float* src = table + (long long)tokens[r] * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        dst[(long long)r * ds + c] = src[c];
+}
+
+// nn_rmsnorm: dst = x̂·w over groups of `group` columns. Grid: (rows,
+// groups). Works in place.
+extern "C" __global__ void nn_rmsnorm(float* dst, int ds, const float* x, int xs, const float* __restrict__ w,
+                                      int group, float eps)
+{
+    const long long r = blockIdx.x;
+    const int o = blockIdx.y * group;
+    const float* xr = x + r * xs + o;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < group; c += blockDim.x)
+        ss += xr[c] * xr[c];
+    ss = block_sum(ss);
+    const float inv = rsqrtf(ss / (float)group + eps);
+    float* dr = dst + r * ds + o;
+    for (int c = threadIdx.x; c < group; c += blockDim.x)
+        dr[c] = xr[c] * inv * w[o + c];
+}
+
+// nn_rows: dst = src (op 0) or dst += src (op 1), row by row. Grid: rows.
+extern "C" __global__ void nn_rows(float* dst, int ds, const float* src, int ss, int cols, int op)
+{
+    const long long r = blockIdx.x;
+    float* d = dst + r * ds;
+    const float* s = src + r * ss;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        d[c] = op == 0 ? s[c] : d[c] + s[c];
+}
+
+// nn_bias: y row r += b. Grid: rows.
+extern "C" __global__ void nn_bias(float* y, int ys, const float* __restrict__ b, int cols)
+{
+    float* d = y + (long long)blockIdx.x * ys;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        d[c] += b[c];
+}
+
+// nn_gather: dst row i = src row rows[i], zeros where rows[i] < 0. Grid: n.
+extern "C" __global__ void nn_gather(float* __restrict__ dst, int ds, const float* __restrict__ src, int ss,
+                                     const int* __restrict__ rows, int cols)
+{
+    const int i = blockIdx.x, r = rows[i];
+    float* d = dst + (long long)i * ds;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        d[c] = r < 0 ? 0.0f : src[(long long)r * ss + c];
+}
+
+// nn_scatter: dst row rows[i] = src row i, skipping rows[i] < 0. Grid: n.
+extern "C" __global__ void nn_scatter(float* __restrict__ dst, int ds, const float* __restrict__ src, int ss,
+                                      const int* __restrict__ rows, int cols)
+{
+    const int i = blockIdx.x, r = rows[i];
+    if (r < 0)
+        return;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        dst[(long long)r * ds + c] = src[(long long)i * ss + c];
+}
+
+// nn_axpy_rows: dst row rows[i] += w[i]·(src row i), i in order (a row may
+// repeat). Grid-stride over columns; each thread walks the rows.
+extern "C" __global__ void nn_axpy_rows(float* dst, int ds, const float* __restrict__ src, int ss,
+                                        const int* __restrict__ rows, const float* __restrict__ w, int n, int cols)
+{
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+        for (int i = 0; i < n; i++)
+            dst[(long long)rows[i] * ds + c] += w[i] * src[(long long)i * ss + c];
+}
+
+// nn_unary: x = silu(x) (op 0) or relu(x)² (op 1). Grid: rows.
+extern "C" __global__ void nn_unary(float* x, int xs, int cols, int op)
+{
+    float* d = x + (long long)blockIdx.x * xs;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = d[c];
+        if (op == 0)
+            d[c] = v * sigmoidf_(v);
+        else {
+            const float p = fmaxf(v, 0.0f);
+            d[c] = p * p;
+        }
+    }
+}
+
+// nn_binary: d ·= silu(z) (op 0, also SwiGLU with d = up, z = gate) or
+// d ·= sigmoid(z) (op 1). Grid: rows.
+extern "C" __global__ void nn_binary(float* d, int ds, const float* z, int zs, int cols, int op)
+{
+    float* dr = d + (long long)blockIdx.x * ds;
+    const float* zr = z + (long long)blockIdx.x * zs;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float g = zr[c];
+        dr[c] *= op == 0 ? g * sigmoidf_(g) : sigmoidf_(g);
+    }
+}
+
+// nn_mul_sigmoid_rows: d row r ·= sigmoid(g[r][0]). Grid: rows.
+extern "C" __global__ void nn_mul_sigmoid_rows(float* d, int ds, const float* g, int gs, int cols)
+{
+    const float s = sigmoidf_(g[(long long)blockIdx.x * gs]);
+    float* dr = d + (long long)blockIdx.x * ds;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        dr[c] *= s;
+}
+
+__device__ __forceinline__ double softplus_(double x) { return x > 20.0 ? x : log1p(exp(x)); }
+__device__ __forceinline__ double softplus_inv_(double y) { return y > 20.0 ? y : y + log(-expm1(-y)); }
+
+// nn_clamp_delta: raw dt [rows][heads] rewritten so that softplus(dt +
+// bias[h]) lies in [lo, hi], in double as the CPU does. Grid-stride.
+extern "C" __global__ void nn_clamp_delta(float* dt, int ds, const float* __restrict__ bias, int rows, int heads,
+                                          double lo, double hi)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < rows * heads; i += gridDim.x * blockDim.x) {
+        const int r = i / heads, h = i % heads;
+        float* p = dt + (long long)r * ds + h;
+        const double b = bias[h];
+        const double d = softplus_((double)*p + b);
+        if (d < lo)
+            *p = (float)(softplus_inv_(lo) - b);
+        else if (d > hi)
+            *p = (float)(softplus_inv_(hi) - b);
+    }
+}
+
+// nn_rope: rotate the leading `rot` dimensions of x row r·heads+h (rotate
+// half pairing) by pos[r]·invFreq[i], the angle formed in float32 as
+// transformers does. Grid: rows·heads.
+extern "C" __global__ void nn_rope(float* x, int xs, const float* __restrict__ invFreq, const int* __restrict__ pos,
+                                   int heads, int rot)
+{
+    const int row = blockIdx.x, half = rot / 2;
+    const float p = (float)pos[row / heads];
+    float* v = x + (long long)row * xs;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const double ang = (double)(p * invFreq[i]);
+        const float c = (float)cos(ang), s = (float)sin(ang);
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c - b * s;
+        v[i + half] = b * c + a * s;
+    }
+}
+
+// nn_kv_append: row i of k and v into sequence seqs[i]'s position pos[i]
+// of the caches [capacity][maxLen][width]. Grid: n.
+extern "C" __global__ void nn_kv_append(float* __restrict__ kc, float* __restrict__ vc, const float* __restrict__ k,
+                                        int ks, const float* __restrict__ v, int vs, const int* __restrict__ seqs,
+                                        const int* __restrict__ pos, int width, int maxLen)
+{
+    const int i = blockIdx.x;
+    const long long at = ((long long)seqs[i] * maxLen + pos[i]) * width;
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        kc[at + c] = k[(long long)i * ks + c];
+        vc[at + c] = v[(long long)i * vs + c];
+    }
+}
+
+// nn_kv_move copies the first `len` positions of every sequence from caches
+// of oldLen positions to caches of newLen. Grid: (len, capacity).
+extern "C" __global__ void nn_kv_move(float* __restrict__ dst, const float* __restrict__ src, int width, int oldLen,
+                                      int newLen)
+{
+    const long long t = blockIdx.x, q = blockIdx.y;
+    for (int c = threadIdx.x; c < width; c += blockDim.x)
+        dst[(q * newLen + t) * width + c] = src[(q * oldLen + t) * width + c];
+}
+
+// nn_attend: o row i, head h = softmax(q·Kᵀ·scale)·V over positions
+// 0..pos[i] of sequence seqs[i], key/value head h/(heads/kvHeads). One warp
+// per (row, head), lanes over the head's dimensions, an online softmax
+// over the positions. Grid: (n, heads), 32 threads; hd ≤ 256.
+extern "C" __global__ void nn_attend(float* __restrict__ o, int os, const float* __restrict__ q, int qs,
+                                     const float* __restrict__ kc, const float* __restrict__ vc,
+                                     const int* __restrict__ seqs, const int* __restrict__ pos, int heads, int kvHeads,
+                                     int hd, int maxLen, float scale)
+{
+    const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    const int width = kvHeads * hd, off = (h / (heads / kvHeads)) * hd;
+    const float* qh = q + (long long)i * qs + h * hd;
+    const float* K = kc + (long long)seqs[i] * maxLen * width + off;
+    const float* V = vc + (long long)seqs[i] * maxLen * width + off;
+    constexpr int PER = 8; // hd ≤ 32·PER
+    float qv[PER], acc[PER];
+    for (int j = 0; j < PER; j++) {
+        const int c = lane + 32 * j;
+        qv[j] = c < hd ? qh[c] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = __int_as_float(0xff800000), l = 0.0f; // −∞
+    const int T = pos[i] + 1;
+    for (int t = 0; t < T; t++) {
+        const float* kt = K + (long long)t * width;
+        float s = 0.0f;
+        for (int j = 0; j < PER; j++) {
+            const int c = lane + 32 * j;
+            if (c < hd)
+                s += qv[j] * kt[c];
+        }
+        for (int w = 16; w > 0; w >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, w);
+        s *= scale;
+        const float mNew = fmaxf(m, s);
+        const float corr = expf(m - mNew), p = expf(s - mNew);
+        l = l * corr + p;
+        const float* vt = V + (long long)t * width;
+        for (int j = 0; j < PER; j++) {
+            const int c = lane + 32 * j;
+            if (c < hd)
+                acc[j] = acc[j] * corr + p * vt[c];
+        }
+        m = mNew;
+    }
+    float* oh = o + (long long)i * os + h * hd;
+    for (int j = 0; j < PER; j++) {
+        const int c = lane + 32 * j;
+        if (c < hd)
+            oh[c] = acc[j] / l;
+    }
+}

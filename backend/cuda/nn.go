@@ -1,0 +1,628 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/ssm"
+	"github.com/replayssm/replayssm/tensor"
+)
+
+// NNBackend runs package nn's blocks on the GPU: float32 activations and
+// weights, products by cuBLAS (exact fp32), the other operations by
+// kernels/nn.cu, the SSM layers by this package's ReplaySSM caches, all on
+// one stream. Host row lists go to the device through a ring of index
+// memory in stream order. It is not safe for concurrent use.
+type NNBackend struct {
+	ctx  context.Context
+	d    *Device
+	s    *Stream
+	blas *BLAS
+	fn   nnKernels
+	args Args
+	err  error
+
+	ring    Buffer // int32 row lists and float32 row weights, in stream order
+	ringOff int    // next free byte
+
+	weights []Buffer
+	tmp     []Buffer // temporaries of the current pass, freed at the next arena reset
+}
+
+type nnKernels struct {
+	embed, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary, mulSigmoidRows,
+	clampDelta, rope, kvAppend, kvMove, attend *Function
+}
+
+// nnRingBytes bounds the row lists one pass can hold before the ring wraps
+// (4 MiB: a million rows).
+const nnRingBytes = 4 << 20
+
+// NewNNBackend builds the backend on d, with its own stream and cuBLAS
+// handle; Close releases them and the weights placed on it.
+func NewNNBackend(ctx context.Context, d *Device) (*NNBackend, error) {
+	b := &NNBackend{ctx: ctx, d: d}
+	var err error
+	if b.s, err = d.NewStream(); err != nil {
+		return nil, err
+	}
+	if b.blas, err = d.NewBLAS(); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if err = b.blas.SetStream(b.s); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if b.ring, err = d.Alloc(nnRingBytes); err != nil {
+		b.Close()
+		return nil, err
+	}
+	for _, k := range []struct {
+		f    **Function
+		name string
+	}{
+		{&b.fn.embed, "nn_embed"}, {&b.fn.rmsnorm, "nn_rmsnorm"}, {&b.fn.rows, "nn_rows"}, {&b.fn.bias, "nn_bias"},
+		{&b.fn.gather, "nn_gather"}, {&b.fn.scatter, "nn_scatter"}, {&b.fn.axpyRows, "nn_axpy_rows"},
+		{&b.fn.unary, "nn_unary"}, {&b.fn.binary, "nn_binary"}, {&b.fn.mulSigmoidRows, "nn_mul_sigmoid_rows"},
+		{&b.fn.clampDelta, "nn_clamp_delta"}, {&b.fn.rope, "nn_rope"}, {&b.fn.kvAppend, "nn_kv_append"},
+		{&b.fn.kvMove, "nn_kv_move"}, {&b.fn.attend, "nn_attend"},
+	} {
+		if *k.f, err = d.Kernel(ctx, "nn.cu", k.name); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Close waits for the stream and frees the backend's memory.
+func (b *NNBackend) Close() error {
+	var errs []error
+	if b.s != nil {
+		errs = append(errs, b.s.Synchronize())
+	}
+	for _, w := range append(b.weights, b.tmp...) {
+		errs = append(errs, b.d.Free(w))
+	}
+	b.weights, b.tmp = nil, nil
+	if b.ring.ptr != 0 {
+		errs = append(errs, b.d.Free(b.ring))
+		b.ring = Buffer{}
+	}
+	if b.blas != nil {
+		errs = append(errs, b.blas.Close())
+	}
+	if b.s != nil {
+		errs = append(errs, b.s.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Name names the device.
+func (b *NNBackend) Name() string { return "cuda " + b.d.Name() }
+
+// Err returns the first failure.
+func (b *NNBackend) Err() error { return b.err }
+
+// Stream is the stream every operation is queued on.
+func (b *NNBackend) Stream() *Stream { return b.s }
+
+func (b *NNBackend) fail(err error) {
+	if b.err == nil && err != nil {
+		b.err = err
+	}
+}
+
+// gpuBuf is the device storage behind a Tensor or Weight.
+type gpuBuf struct{ buf Buffer }
+
+// dev is the device memory of t from its first element (its last row
+// ends at its last column).
+func dev(t nn.Tensor) Buffer {
+	g := t.S.(*gpuBuf)
+	n := 0
+	if t.Rows > 0 {
+		n = (t.Rows-1)*t.Stride + t.Cols
+	}
+	return Buffer{ptr: g.buf.ptr + uint64(4*t.Off), bytes: 4 * n}
+}
+
+func wdev(w nn.Weight) Buffer { return w.S.(*gpuBuf).buf }
+
+// Weight copies w to the device.
+func (b *NNBackend) Weight(w []float32, rows, cols int) nn.Weight {
+	if len(w) == 0 {
+		return nn.Weight{}
+	}
+	buf, err := b.d.Alloc(4 * rows * cols)
+	if err != nil {
+		b.fail(fmt.Errorf("weights of %d×%d: %w", rows, cols, err))
+		return nn.Weight{}
+	}
+	b.weights = append(b.weights, buf)
+	b.fail(b.s.CopyToDevice(buf, f32Bytes(w[:rows*cols])))
+	return nn.Weight{S: &gpuBuf{buf: buf}, Rows: rows, Cols: cols}
+}
+
+// list puts a host row list (or row weights) in the ring and returns its
+// device copy, queued on the stream.
+func (b *NNBackend) list(p unsafe.Pointer, n int) Buffer {
+	bytes := 4 * n
+	if bytes > nnRingBytes {
+		b.fail(fmt.Errorf("a row list of %d entries exceeds the index ring", n))
+		return b.ring
+	}
+	if b.ringOff+bytes > nnRingBytes {
+		b.ringOff = 0 // later copies land after the earlier kernels read (one stream)
+	}
+	dst := Buffer{ptr: b.ring.ptr + uint64(b.ringOff), bytes: bytes}
+	b.ringOff += (bytes + 255) &^ 255
+	if n > 0 {
+		b.fail(b.s.Upload(dst, unsafe.Slice((*byte)(p), bytes)))
+	}
+	return dst
+}
+
+func (b *NNBackend) i32(v []int32) Buffer {
+	if len(v) == 0 {
+		return b.ring
+	}
+	return b.list(unsafe.Pointer(&v[0]), len(v))
+}
+
+func (b *NNBackend) f32(v []float32) Buffer {
+	if len(v) == 0 {
+		return b.ring
+	}
+	return b.list(unsafe.Pointer(&v[0]), len(v))
+}
+
+// launch queues fn over grid blocks of threads with the arguments a holds.
+func (b *NNBackend) launch(fn *Function, grid [3]uint32, threads uint32) {
+	if b.err != nil {
+		return
+	}
+	if grid[0] == 0 || grid[1] == 0 || grid[2] == 0 {
+		return
+	}
+	b.fail(b.d.Launch(fn, grid, [3]uint32{threads, 1, 1}, 0, b.s, &b.args))
+}
+
+// rowThreads is a block size for work over the columns of a row.
+func rowThreads(cols int) uint32 {
+	switch {
+	case cols <= 64:
+		return 64
+	case cols <= 128:
+		return 128
+	default:
+		return 256
+	}
+}
+
+func (b *NNBackend) Embed(dst nn.Tensor, table nn.Weight, tokens []int32) {
+	a := &b.args
+	a.Reset()
+	a.Ptr(dev(dst))
+	a.I32(int32(dst.Stride))
+	a.Ptr(wdev(table))
+	a.I32(int32(table.Cols))
+	a.Ptr(b.i32(tokens))
+	b.launch(b.fn.embed, [3]uint32{uint32(len(tokens)), 1, 1}, rowThreads(dst.Cols))
+}
+
+func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
+	if b.err != nil || x.Rows == 0 {
+		return
+	}
+	b.fail(b.blas.Gemm(&Gemm{M: x.Rows, N: w.Rows, K: w.Cols, A: dev(x), B: wdev(w), TransB: true,
+		LDA: x.Stride, LDC: y.Stride, C: dev(y), AB: Float32, CType: Float32, Alpha: 1}))
+	if bias.Present() {
+		a := &b.args
+		a.Reset()
+		a.Ptr(dev(y))
+		a.I32(int32(y.Stride))
+		a.Ptr(wdev(bias))
+		a.I32(int32(y.Cols))
+		b.launch(b.fn.bias, [3]uint32{uint32(y.Rows), 1, 1}, rowThreads(y.Cols))
+	}
+}
+
+func (b *NNBackend) RMSNorm(dst, x nn.Tensor, w nn.Weight, eps float32, group int) {
+	if group <= 0 {
+		group = x.Cols
+	}
+	a := &b.args
+	a.Reset()
+	a.Ptr(dev(dst))
+	a.I32(int32(dst.Stride))
+	a.Ptr(dev(x))
+	a.I32(int32(x.Stride))
+	a.Ptr(wdev(w))
+	a.I32(int32(group))
+	a.F32(eps)
+	b.launch(b.fn.rmsnorm, [3]uint32{uint32(x.Rows), uint32(x.Cols / group), 1}, rowThreads(group))
+}
+
+func (b *NNBackend) rowsOp(dst, src nn.Tensor, op int32) {
+	a := &b.args
+	a.Reset()
+	a.Ptr(dev(dst))
+	a.I32(int32(dst.Stride))
+	a.Ptr(dev(src))
+	a.I32(int32(src.Stride))
+	a.I32(int32(dst.Cols))
+	a.I32(op)
+	b.launch(b.fn.rows, [3]uint32{uint32(dst.Rows), 1, 1}, rowThreads(dst.Cols))
+}
+
+func (b *NNBackend) Add(dst, src nn.Tensor)  { b.rowsOp(dst, src, 1) }
+func (b *NNBackend) Copy(dst, src nn.Tensor) { b.rowsOp(dst, src, 0) }
+
+func (b *NNBackend) moveRows(fn *Function, dst, src nn.Tensor, rows []int32, cols int) {
+	a := &b.args
+	a.Reset()
+	a.Ptr(dev(dst))
+	a.I32(int32(dst.Stride))
+	a.Ptr(dev(src))
+	a.I32(int32(src.Stride))
+	a.Ptr(b.i32(rows))
+	a.I32(int32(cols))
+	b.launch(fn, [3]uint32{uint32(len(rows)), 1, 1}, rowThreads(cols))
+}
+
+func (b *NNBackend) Gather(dst, src nn.Tensor, rows []int32) {
+	b.moveRows(b.fn.gather, dst, src, rows, dst.Cols)
+}
+
+func (b *NNBackend) Scatter(dst, src nn.Tensor, rows []int32) {
+	b.moveRows(b.fn.scatter, dst, src, rows, src.Cols)
+}
+
+func (b *NNBackend) AxpyRows(dst, src nn.Tensor, rows []int32, w []float32) {
+	if len(rows) == 0 {
+		return
+	}
+	a := &b.args
+	a.Reset()
+	a.Ptr(dev(dst))
+	a.I32(int32(dst.Stride))
+	a.Ptr(dev(src))
+	a.I32(int32(src.Stride))
+	a.Ptr(b.i32(rows))
+	a.Ptr(b.f32(w))
+	a.I32(int32(len(rows)))
+	a.I32(int32(src.Cols))
+	b.launch(b.fn.axpyRows, [3]uint32{uint32((src.Cols + 127) / 128), 1, 1}, 128)
+}
+
+func (b *NNBackend) unary(x nn.Tensor, op int32) {
+	a := &b.args
+	a.Reset()
+	a.Ptr(dev(x))
+	a.I32(int32(x.Stride))
+	a.I32(int32(x.Cols))
+	a.I32(op)
+	b.launch(b.fn.unary, [3]uint32{uint32(x.Rows), 1, 1}, rowThreads(x.Cols))
+}
+
+func (b *NNBackend) binary(d, z nn.Tensor, op int32) {
+	a := &b.args
+	a.Reset()
+	a.Ptr(dev(d))
+	a.I32(int32(d.Stride))
+	a.Ptr(dev(z))
+	a.I32(int32(z.Stride))
+	a.I32(int32(d.Cols))
+	a.I32(op)
+	b.launch(b.fn.binary, [3]uint32{uint32(d.Rows), 1, 1}, rowThreads(d.Cols))
+}
+
+func (b *NNBackend) SiLU(x nn.Tensor)                { b.unary(x, 0) }
+func (b *NNBackend) ReLU2(x nn.Tensor)               { b.unary(x, 1) }
+func (b *NNBackend) MulSiLU(dst, z nn.Tensor)        { b.binary(dst, z, 0) }
+func (b *NNBackend) SwiGLU(up, gate nn.Tensor)       { b.binary(up, gate, 0) }
+func (b *NNBackend) MulSigmoid(dst, g nn.Tensor)     { b.binary(dst, g, 1) }
+func (b *NNBackend) MulSigmoidRows(dst, g nn.Tensor) { b.mulSigmoidRows(dst, g) }
+
+func (b *NNBackend) mulSigmoidRows(dst, g nn.Tensor) {
+	a := &b.args
+	a.Reset()
+	a.Ptr(dev(dst))
+	a.I32(int32(dst.Stride))
+	a.Ptr(dev(g))
+	a.I32(int32(g.Stride))
+	a.I32(int32(dst.Cols))
+	b.launch(b.fn.mulSigmoidRows, [3]uint32{uint32(dst.Rows), 1, 1}, rowThreads(dst.Cols))
+}
+
+func (b *NNBackend) ClampDelta(dt nn.Tensor, dtBias nn.Weight, lo, hi float64) {
+	a := &b.args
+	a.Reset()
+	a.Ptr(dev(dt))
+	a.I32(int32(dt.Stride))
+	a.Ptr(wdev(dtBias))
+	a.I32(int32(dt.Rows))
+	a.I32(int32(dt.Cols))
+	a.F64(lo)
+	a.F64(hi)
+	n := dt.Rows * dt.Cols
+	b.launch(b.fn.clampDelta, [3]uint32{uint32((n + 255) / 256), 1, 1}, 256)
+}
+
+func (b *NNBackend) Rope(x nn.Tensor, r *tensor.Rope, pos []int32, heads int) {
+	a := &b.args
+	a.Reset()
+	a.Ptr(dev(x))
+	a.I32(int32(x.Stride))
+	a.Ptr(b.f32(r.InvFreq()))
+	a.Ptr(b.i32(pos))
+	a.I32(int32(heads))
+	a.I32(int32(r.RotaryDim))
+	b.launch(b.fn.rope, [3]uint32{uint32(x.Rows), 1, 1}, 64)
+}
+
+func (b *NNBackend) Upload(dst nn.Tensor, src []float32) {
+	if b.err == nil && len(src) > 0 {
+		b.fail(b.s.Upload(dev(dst), f32Bytes(src)))
+	}
+}
+
+func (b *NNBackend) Download(dst []float32, src nn.Tensor) {
+	if b.err != nil || src.Rows == 0 {
+		return
+	}
+	if src.Contiguous() {
+		b.fail(b.s.CopyFromDevice(f32Bytes(dst[:src.Rows*src.Cols]), dev(src)))
+		return
+	}
+	for r := range src.Rows {
+		b.fail(b.s.CopyFromDevice(f32Bytes(dst[r*src.Cols:(r+1)*src.Cols]), dev(src.Slice(r, r+1))))
+	}
+}
+
+// NewArena returns scratch memory on the device.
+func (b *NNBackend) NewArena() nn.Arena { return &gpuArena{b: b} }
+
+// gpuArena is a State's scratch: one device buffer sized by the largest
+// pass so far; a pass that outgrows it takes temporaries, and the buffer
+// grows at the next Reset.
+type gpuArena struct {
+	b         *NNBackend
+	buf       *gpuBuf
+	size, off int // floats
+	need      int
+}
+
+func (a *gpuArena) Alloc(rows, cols int) nn.Tensor {
+	n := rows * cols
+	a.need += (n + 63) &^ 63
+	b := a.b
+	var t nn.Tensor
+	if a.buf != nil && a.off+n <= a.size {
+		t = nn.Tensor{S: a.buf, Off: a.off, Rows: rows, Cols: cols, Stride: cols}
+		a.off += (n + 63) &^ 63 // 256-byte aligned
+	} else {
+		buf, err := b.d.Alloc(4 * max(n, 1))
+		if err != nil {
+			b.fail(fmt.Errorf("scratch of %d×%d: %w", rows, cols, err))
+			buf = b.ring // keeps later calls from crashing; the pass fails
+		} else {
+			b.tmp = append(b.tmp, buf)
+		}
+		t = nn.Tensor{S: &gpuBuf{buf: buf}, Rows: rows, Cols: cols, Stride: cols}
+	}
+	if n > 0 && b.err == nil {
+		b.fail(b.s.Memset32(dev(t), 0))
+	}
+	return t
+}
+
+func (a *gpuArena) Reset() {
+	b := a.b
+	if len(b.tmp) > 0 || (a.need > a.size && a.need > 0) {
+		b.fail(b.s.Synchronize())
+		for _, t := range b.tmp {
+			b.fail(b.d.Free(t))
+		}
+		b.tmp = b.tmp[:0]
+	}
+	if a.need > a.size {
+		if a.buf != nil {
+			b.fail(b.d.Free(a.buf.buf))
+			a.buf = nil
+		}
+		size := a.need + a.need/4
+		buf, err := b.d.Alloc(4 * size)
+		if err != nil {
+			b.fail(fmt.Errorf("scratch of %d MiB: %w", 4*size>>20, err))
+			a.size = 0
+		} else {
+			a.buf, a.size = &gpuBuf{buf: buf}, size
+		}
+	}
+	a.off, a.need = 0, 0
+	b.ringOff = 0
+}
+
+// gpuKV keeps keys and values as [capacity][maxLen][width], growing maxLen
+// by doubling.
+type gpuKV struct {
+	b                       *NNBackend
+	k, v                    Buffer
+	capacity, width, maxLen int
+	lens                    []int
+}
+
+func (b *NNBackend) NewKV(capacity, width int) nn.KVCache {
+	return &gpuKV{b: b, capacity: capacity, width: width, lens: make([]int, capacity)}
+}
+
+func (kv *gpuKV) Len(seq int) int     { return kv.lens[seq] }
+func (kv *gpuKV) Truncate(seq, n int) { kv.lens[seq] = min(kv.lens[seq], n) }
+
+func (kv *gpuKV) Close() {
+	b := kv.b
+	for _, buf := range []Buffer{kv.k, kv.v} {
+		if buf.ptr != 0 {
+			b.fail(b.s.Synchronize())
+			b.fail(b.d.Free(buf))
+		}
+	}
+	kv.k, kv.v = Buffer{}, Buffer{}
+}
+
+// grow makes room for n positions a sequence.
+func (kv *gpuKV) grow(n int) error {
+	if n <= kv.maxLen {
+		return nil
+	}
+	newLen := max(64, kv.maxLen)
+	for newLen < n {
+		newLen *= 2
+	}
+	b := kv.b
+	bytes := 4 * kv.capacity * newLen * kv.width
+	nk, err := b.d.Alloc(bytes)
+	if err != nil {
+		return fmt.Errorf("kv cache of %d positions: %w", newLen, err)
+	}
+	nv, err := b.d.Alloc(bytes)
+	if err != nil {
+		b.d.Free(nk)
+		return fmt.Errorf("kv cache of %d positions: %w", newLen, err)
+	}
+	longest := 0
+	for _, l := range kv.lens {
+		longest = max(longest, l)
+	}
+	if kv.maxLen > 0 && longest > 0 {
+		for _, p := range [][2]Buffer{{nk, kv.k}, {nv, kv.v}} {
+			a := &b.args
+			a.Reset()
+			a.Ptr(p[0])
+			a.Ptr(p[1])
+			a.I32(int32(kv.width))
+			a.I32(int32(kv.maxLen))
+			a.I32(int32(newLen))
+			b.launch(b.fn.kvMove, [3]uint32{uint32(longest), uint32(kv.capacity), 1}, rowThreads(kv.width))
+		}
+	}
+	if kv.k.ptr != 0 {
+		b.fail(b.s.Synchronize())
+		b.fail(b.d.Free(kv.k))
+		b.fail(b.d.Free(kv.v))
+	}
+	kv.k, kv.v, kv.maxLen = nk, nv, newLen
+	return b.err
+}
+
+func (kv *gpuKV) Append(k, v nn.Tensor, seqs, pos []int32) error {
+	need := 0
+	for i, q := range seqs {
+		next := kv.lens[q]
+		for _, p := range seqs[:i] {
+			if p == q {
+				next++
+			}
+		}
+		if int(pos[i]) != next {
+			return fmt.Errorf("sequence %d has %d cached positions, row is at position %d", q, next, pos[i])
+		}
+		need = max(need, next+1)
+	}
+	if err := kv.grow(need); err != nil {
+		return err
+	}
+	b := kv.b
+	a := &b.args
+	a.Reset()
+	a.Ptr(kv.k)
+	a.Ptr(kv.v)
+	a.Ptr(dev(k))
+	a.I32(int32(k.Stride))
+	a.Ptr(dev(v))
+	a.I32(int32(v.Stride))
+	a.Ptr(b.i32(seqs))
+	a.Ptr(b.i32(pos))
+	a.I32(int32(kv.width))
+	a.I32(int32(kv.maxLen))
+	b.launch(b.fn.kvAppend, [3]uint32{uint32(len(seqs)), 1, 1}, rowThreads(kv.width))
+	for _, q := range seqs {
+		kv.lens[q]++
+	}
+	return b.err
+}
+
+func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd int, scale float32) {
+	b := kv.b
+	if hd > 256 {
+		b.fail(fmt.Errorf("attention head dimension %d exceeds 256", hd))
+		return
+	}
+	a := &b.args
+	a.Reset()
+	a.Ptr(dev(o))
+	a.I32(int32(o.Stride))
+	a.Ptr(dev(q))
+	a.I32(int32(q.Stride))
+	a.Ptr(kv.k)
+	a.Ptr(kv.v)
+	a.Ptr(b.i32(seqs))
+	a.Ptr(b.i32(pos))
+	a.I32(int32(heads))
+	a.I32(int32(kvHeads))
+	a.I32(int32(hd))
+	a.I32(int32(kv.maxLen))
+	a.F32(scale)
+	b.launch(b.fn.attend, [3]uint32{uint32(len(seqs)), uint32(heads), 1}, 32)
+}
+
+// gpuSSM is one of this package's caches over the backend's tensors.
+type gpuSSM[In, TIn any] struct {
+	replay.Cache[Buffer, In]
+	in func(TIn) In
+}
+
+func (c gpuSSM[In, TIn]) Conv(slots []replay.Slot, in, out nn.Tensor) error {
+	return c.Cache.Conv(slots, dev(in), dev(out))
+}
+
+func (c gpuSSM[In, TIn]) ConvVerify(slots []replay.Slot, T int, in, out nn.Tensor) error {
+	return c.Cache.ConvVerify(slots, T, dev(in), dev(out))
+}
+
+func (c gpuSSM[In, TIn]) Step(slots []replay.Slot, in TIn, y nn.Tensor) error {
+	return c.Cache.Step(slots, c.in(in), dev(y))
+}
+
+func (c gpuSSM[In, TIn]) Verify(slots []replay.Slot, T int, counts []int, in TIn, y nn.Tensor) error {
+	return c.Cache.Verify(slots, T, counts, c.in(in), dev(y))
+}
+
+func (b *NNBackend) NewMamba2(shape ssm.Mamba2Shape, prm replay.Mamba2Params, conv replay.ConvWeights, capacity int, opt replay.Options) (nn.Mamba2Cache, error) {
+	c, err := NewMamba2Cache(b.ctx, b.s, shape, prm, conv, capacity, opt)
+	if err != nil {
+		return nil, err
+	}
+	return gpuSSM[Mamba2Input, replay.Mamba2Batch[nn.Tensor]]{Cache: c, in: func(x replay.Mamba2Batch[nn.Tensor]) Mamba2Input {
+		return Mamba2Input{X: dev(x.X), B: dev(x.B), C: dev(x.C), Dt: dev(x.Dt), DtMin: x.DtMin}
+	}}, nil
+}
+
+func (b *NNBackend) NewGDN(shape ssm.GDNShape, prm replay.GDNParams, conv replay.ConvWeights, capacity int, opt replay.Options) (nn.GDNCache, error) {
+	c, err := NewGDNCache(b.ctx, b.s, shape, prm, conv, capacity, opt)
+	if err != nil {
+		return nil, err
+	}
+	return gpuSSM[GDNInput, replay.GDNBatch[nn.Tensor]]{Cache: c, in: func(x replay.GDNBatch[nn.Tensor]) GDNInput {
+		return GDNInput{Q: dev(x.Q), K: dev(x.K), V: dev(x.V), A: dev(x.A), B: dev(x.B)}
+	}}, nil
+}
+
+var _ nn.Backend = (*NNBackend)(nil)
