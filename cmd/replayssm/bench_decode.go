@@ -55,6 +55,7 @@ var decodeModes = []string{"baseline", "replay", "replay-nvfp4"}
 func runBenchDecode(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bench decode", "bench decode [flags]")
 	model := fs.String("model", "", "model directory (default: the built-in model)")
+	device := deviceFlag(fs)
 	batches := fs.String("batch", "1,16,64", "batch sizes, comma-separated (up to 512)")
 	modes := fs.String("modes", "baseline,replay,replay-nvfp4", fmt.Sprintf("modes, comma-separated, of %v", decodeModes))
 	dtype := fs.String("state-dtype", "fp32", "state (checkpoint) format: fp32, fp16, bf16 or fp8")
@@ -87,7 +88,7 @@ func runBenchDecode(ctx context.Context, e *env, args []string) error {
 	if *repeat < 1 || *maxTokens < 2 || *promptLen < 1 || *window < 1 || *threads < 1 {
 		return fmt.Errorf("%w: --repeat ≥ 1, --max-tokens ≥ 2, --prompt-len ≥ 1, --window ≥ 1, --threads ≥ 1", errUsage)
 	}
-	_, name, d, _, err := openModel(e, *model)
+	_, name, d, _, err := openModel(ctx, e, *model, *device)
 	if err != nil {
 		return err
 	}

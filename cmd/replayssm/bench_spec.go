@@ -79,6 +79,7 @@ type specBenchConfig struct {
 	minTime         time.Duration
 	// model runs
 	drafter, draftModel  string
+	device               string
 	maxTokens, promptLen int
 	// shape runs
 	acceptRate float64
@@ -88,6 +89,7 @@ type specBenchConfig struct {
 func runBenchSpec(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bench spec", "bench spec (--model DIR | --shape NAMES) [flags]")
 	dir := fs.String("model", "", "model directory: end-to-end generation with real drafts")
+	device := deviceFlag(fs)
 	shapes := fs.String("shape", "", "layer shapes with random weights, state cache only: nemotron-3-nano-4b, nemotron-3-super, qwen3.5-4b, qwen3.5-122b, mamba2, gdn or all")
 	batches := fs.String("batch", "1,16,64", "batch sizes, comma-separated (up to 512)")
 	drafts := fs.String("draft-tokens", "4", fmt.Sprintf("draft tokens T per step, comma-separated (1..%d)", engine.MaxDrafts))
@@ -113,7 +115,7 @@ func runBenchSpec(ctx context.Context, e *env, args []string) error {
 	if (*dir == "") == (*shapes == "") {
 		return fmt.Errorf("%w: give exactly one of --model DIR and --shape NAMES", errUsage)
 	}
-	cfg := specBenchConfig{modes: splitList(*modes), memGB: *memGB, maxAlloc: *maxAlloc, repeat: *repeat, minTime: *minTime,
+	cfg := specBenchConfig{device: *device, modes: splitList(*modes), memGB: *memGB, maxAlloc: *maxAlloc, repeat: *repeat, minTime: *minTime,
 		drafter: *drafter, draftModel: *draftModel, maxTokens: *maxTokens, promptLen: *promptLen, acceptRate: *acceptRate, layers: *layers}
 	var err error
 	if cfg.batches, err = intList(*batches, 1, 512, "batch"); err != nil {
@@ -334,6 +336,9 @@ func benchSpecModel(ctx context.Context, e *env, dir string, cfg specBenchConfig
 	if err != nil {
 		return err
 	}
+	if err := place(ctx, e, d, cfg.device); err != nil {
+		return err
+	}
 	var draft *nn.Decoder
 	if cfg.drafter == "draft" {
 		if cfg.draftModel == "" {
@@ -345,6 +350,7 @@ func benchSpecModel(ctx context.Context, e *env, dir string, cfg specBenchConfig
 		if draft.Vocab != d.Vocab {
 			return fmt.Errorf("draft model vocabulary %d differs from the target's %d", draft.Vocab, d.Vocab)
 		}
+		draft.Place(d.Backend())
 	}
 	var head *nn.MTP
 	if cfg.drafter == "mtp" {

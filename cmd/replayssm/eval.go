@@ -34,6 +34,7 @@ What:
 func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "eval perplexity", "eval perplexity [--model DIR] [flags] FILE | --ids FILE")
 	dir := fs.String("model", "", "model directory; default: the built-in "+models.Default+" model")
+	device := deviceFlag(fs)
 	idsFile := fs.String("ids", "", "score this file of token ids (comma or white-space separated) instead of text")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	chunk := fs.Int("chunk", 512, "tokens per prefill forward")
@@ -57,7 +58,7 @@ func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
 	var name string
 	var d *nn.Decoder
 	var tok *tokenizer.Tokenizer
-	if *dir, name, d, tok, err = openModel(e, *dir); err != nil {
+	if *dir, name, d, tok, err = openModel(ctx, e, *dir, *device); err != nil {
 		return err
 	}
 	var ids []int

@@ -138,11 +138,11 @@ func modelDir(flagValue string) (string, error) {
 	return models.DefaultDir()
 }
 
-// openModel resolves the --model flag (empty: the built-in model) and loads
-// the model and its tokenizer (nil for a directory without tokenizer.json).
+// openModel resolves the --model flag (empty: the built-in model), loads
+// the model onto the --device flag's device, and its tokenizer (nil for a directory without tokenizer.json).
 // It returns the directory it used and the model's name: the directory's base
 // name, or the built-in model's.
-func openModel(e *env, flagValue string) (dir, name string, d *nn.Decoder, tok *tokenizer.Tokenizer, err error) {
+func openModel(ctx context.Context, e *env, flagValue, device string) (dir, name string, d *nn.Decoder, tok *tokenizer.Tokenizer, err error) {
 	name = models.Default
 	if flagValue != "" {
 		name = filepath.Base(filepath.Clean(flagValue))
@@ -151,6 +151,9 @@ func openModel(e *env, flagValue string) (dir, name string, d *nn.Decoder, tok *
 		return "", "", nil, nil, err
 	}
 	if d, err = loadModel(e.stderr, dir); err != nil {
+		return "", "", nil, nil, err
+	}
+	if err = place(ctx, e, d, device); err != nil {
 		return "", "", nil, nil, err
 	}
 	if tok, err = loadTokenizer(dir); err != nil {
@@ -237,6 +240,7 @@ func parseIDs(s string, vocab int) ([]int, error) {
 func runGenerate(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "generate", `generate [--model DIR] [flags] "prompt"`)
 	dir := fs.String("model", "", "model directory (config.json, safetensors, tokenizer.json); default: the built-in "+models.Default+" model")
+	device := deviceFlag(fs)
 	temp := fs.Float64("temperature", 0, "sampling temperature; 0 is greedy")
 	topK := fs.Int("top-k", 0, "sample among the K most likely tokens (0: all)")
 	topP := fs.Float64("top-p", 1, "nucleus sampling probability mass (1: all)")
@@ -279,7 +283,7 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 
 	var d *nn.Decoder
 	var tok *tokenizer.Tokenizer
-	if *dir, _, d, tok, err = openModel(e, *dir); err != nil {
+	if *dir, _, d, tok, err = openModel(ctx, e, *dir, *device); err != nil {
 		return err
 	}
 	var prompt []int

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/replayssm/replayssm/backend/cuda"
 	"io"
 	"os"
 	"os/signal"
@@ -34,6 +35,9 @@ type command struct {
 type env struct {
 	stdout io.Writer
 	stderr io.Writer
+
+	gpu     *cuda.NNBackend // the GPU a command placed its models on, or nil
+	closers []func() error  // run when the command ends
 }
 
 // errUsage marks an error caused by the command line; main exits with 2.
@@ -72,6 +76,12 @@ func run(ctx context.Context, e *env, args []string) int {
 			continue
 		}
 		err := c.run(ctx, e, args[1:])
+		for _, c := range e.closers {
+			if cerr := c(); err == nil && cerr != nil {
+				err = cerr
+			}
+		}
+		e.closers, e.gpu = nil, nil
 		switch {
 		case err == nil:
 			return 0

@@ -107,6 +107,9 @@ func (f specFlags) newDrafter(w io.Writer, dir string, target *nn.Decoder, tst *
 	if d.Vocab != target.Vocab {
 		return nil, fmt.Errorf("draft model vocabulary %d differs from the target's %d: they must share the tokenizer", d.Vocab, target.Vocab)
 	}
+	if be := target.Backend(); be != nil {
+		d.Place(be) // beside the target
+	}
 	return spec.NewDraftModel(d, capacity, *f.drafts, replay.Options{Mode: opt.Mode, Window: opt.Window})
 }
 
