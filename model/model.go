@@ -6,7 +6,7 @@ package model
 import (
 	"fmt"
 
-	"github.com/replayssm/replayssm/model/arch"
+	archreg "github.com/replayssm/replayssm/model/arch"
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/model/safetensors"
@@ -42,11 +42,11 @@ func Load(dir string, opt Options) (*nn.Decoder, error) {
 
 // Bind builds the Decoder of cfg's family from the tensors behind ld.
 func Bind(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
-	a, err := arch.For(cfg.Family)
+	bind, err := arch(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ld.Dir(), err)
 	}
-	d, err := a.Bind(cfg, ld)
+	d, err := bind(cfg, ld)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func LoadMTP(dir string, target *nn.Decoder) (*nn.MTP, error) {
 	if target.Config == nil {
 		return nil, fmt.Errorf("%s: the target model has no config to choose its MTP head by", dir)
 	}
-	a, err := arch.For(target.Config.Family)
+	a, err := archreg.For(target.Config.Family)
 	if err != nil {
 		return nil, err
 	}
@@ -70,4 +70,13 @@ func LoadMTP(dir string, target *nn.Decoder) (*nn.MTP, error) {
 		return nil, fmt.Errorf("%s: %s models have no MTP head", dir, a.Name)
 	}
 	return a.BindMTP(dir, target)
+}
+
+// arch returns the binding of cfg's family.
+func arch(cfg *hfconfig.Config) (func(*hfconfig.Config, *nn.Loader) (*nn.Decoder, error), error) {
+	a, err := archreg.For(cfg.Family)
+	if err != nil {
+		return nil, err
+	}
+	return a.Bind, nil
 }

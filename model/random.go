@@ -1,0 +1,123 @@
+package model
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/replayssm/replayssm/model/hfconfig"
+	"github.com/replayssm/replayssm/model/nn"
+)
+
+// LoadRandom builds cfg's Decoder with seeded random weights instead of a
+// checkpoint's, so that a model is timed at its true shapes without its
+// weights. layers > 0 keeps only the first layers of the pattern (models
+// too large for one device are timed per layer). Weights are drawn so that
+// activations keep their scale: projections N(0, 1/in), norms near 1, the
+// SSM parameters in their usual ranges; the same seed gives the same
+// weights.
+func LoadRandom(cfg *hfconfig.Config, seed uint64, layers int) (*nn.Decoder, error) {
+	if layers > 0 && layers < len(cfg.Layers) {
+		c := *cfg
+		c.Layers = cfg.Layers[:layers]
+		c.NumLayers = layers
+		cfg = &c
+	}
+	a, err := arch(cfg)
+	if err != nil {
+		return nil, err
+	}
+	src := &randomSource{seed: seed, tied: cfg.TieWordEmbeddings}
+	d, err := a(cfg, nn.NewSourceLoader(src))
+	if err != nil {
+		return nil, fmt.Errorf("random weights: %w", err)
+	}
+	if err := d.Validate(); err != nil {
+		return nil, fmt.Errorf("random weights: %w", err)
+	}
+	return d, nil
+}
+
+// randomSource answers every tensor an architecture asks for with random
+// values of the asked shape. It has every name but an untied model's
+// absent LM head and an MTP head's, so the binders take their usual paths.
+type randomSource struct {
+	seed uint64
+	tied bool
+}
+
+func (r *randomSource) Has(name string) bool {
+	switch {
+	case name == "lm_head.weight":
+		return !r.tied
+	case strings.HasPrefix(name, "mtp.") || strings.Contains(name, ".mtp."):
+		return false
+	}
+	return true
+}
+
+func (r *randomSource) Float32(name string, shape ...int) ([]float32, error) {
+	n := 1
+	for _, s := range shape {
+		if s <= 0 {
+			return nil, fmt.Errorf("random weights: %s: shape %v", name, shape)
+		}
+		n *= s
+	}
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	seed := h.Sum64() ^ r.seed
+	v := make([]float32, n)
+	switch {
+	case strings.HasSuffix(name, "A_log"):
+		fill(v, seed, func(u, _ float64) float64 { return math.Log(1 + 15*u) }) // A in [1, 16]
+	case strings.HasSuffix(name, "dt_bias"):
+		fill(v, seed, func(u, _ float64) float64 { return math.Log(math.Expm1(0.001 + 0.099*u)) }) // Δ in [0.001, 0.1]
+	case strings.HasSuffix(name, ".D"):
+		fill(v, seed, func(u, _ float64) float64 { return 0.5 + u })
+	case strings.Contains(name, "norm"):
+		fill(v, seed, func(_, g float64) float64 { return 1 + 0.05*g })
+	case strings.HasSuffix(name, "bias"):
+		fill(v, seed, func(_, g float64) float64 { return 0.02 * g })
+	default: // matrices and conv kernels: N(0, 1/fan-in), fan-in the last dimension
+		sd := 1 / math.Sqrt(float64(shape[len(shape)-1]))
+		fill(v, seed, func(_, g float64) float64 { return sd * g })
+	}
+	return v, nil
+}
+
+// fill sets v[i] = f(u, g) with u uniform in [0, 1) and g standard normal,
+// from a counter-based generator of seed and i, in parallel.
+func fill(v []float32, seed uint64, f func(u, g float64) float64) {
+	const chunk = 1 << 16
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for lo := 0; lo < len(v); lo += chunk {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(lo, hi int) {
+			defer func() { <-sem; wg.Done() }()
+			for i := lo; i < hi; i++ {
+				a := mix(seed + uint64(i)*0x9e3779b97f4a7c15)
+				b := mix(a)
+				u1 := (float64(a>>11) + 0.5) / (1 << 53)
+				u2 := float64(b>>11) / (1 << 53)
+				g := math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
+				v[i] = float32(f(u2, g))
+			}
+		}(lo, min(lo+chunk, len(v)))
+	}
+	wg.Wait()
+}
+
+// mix is SplitMix64's finaliser.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
