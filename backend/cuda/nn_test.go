@@ -13,6 +13,7 @@ import (
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/model/nn/nntest"
 	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tensor"
 )
 
 // TestNNKernelsCompile compiles kernels/nn.cu with this machine's NVRTC (no
@@ -155,7 +156,7 @@ func compareModel(t *testing.T, dir string, be nn.Backend, opt replay.Options) {
 			if !(rel <= 1e-3) {
 				t.Fatalf("step %d sequence %d: logits differ by %.3g of their norm", step, i, rel)
 			}
-			ac, ag := tensorArgmax(c), tensorArgmax(g)
+			ac, ag := tensor.Argmax(c), tensor.Argmax(g)
 			if ac != ag && math.Abs(float64(c[ac]-c[ag])) > 1e-4*math.Abs(float64(c[ac])) {
 				t.Fatalf("step %d sequence %d: greedy token %d on the GPU, %d on the CPU (logits %v, %v)", step, i, ag, ac, c[ag], c[ac])
 			}
@@ -163,14 +164,4 @@ func compareModel(t *testing.T, dir string, be nn.Backend, opt replay.Options) {
 		}
 	}
 	t.Logf("worst ‖Δ logits‖/‖logits‖ %.3g over 65 steps", worst)
-}
-
-func tensorArgmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
 }
