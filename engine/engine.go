@@ -26,6 +26,11 @@ import (
 type Engine struct {
 	dec *nn.Decoder
 	st  *nn.State
+
+	// next's buffers
+	logits []float32
+	ids    []int32
+	toks   []int
 }
 
 // New builds an engine whose state holds capacity sequences, each SSM layer
@@ -115,12 +120,11 @@ func (s *sequence) appendRows(rows []nn.Row, prompt []int) ([]nn.Row, int) {
 	return rows, len(prompt)
 }
 
-// advance samples the sequence's next token from its logits and reports
-// whether the request ends with it, and why: its callback, an end token or
-// its token budget, checked in that order.
-func (s *sequence) advance(req *Request, logits []float32) (bool, StopReason) {
+// advance appends the sequence's next token and reports whether the
+// request ends with it, and why: its callback, an end token or its token
+// budget, checked in that order.
+func (s *sequence) advance(req *Request, id int) (bool, StopReason) {
 	s.fresh = false
-	id := s.sampler.Sample(logits)
 	s.out = append(s.out, id)
 	s.next = id
 	switch {
@@ -132,6 +136,44 @@ func (s *sequence) advance(req *Request, logits []float32) (bool, StopReason) {
 		return true, StopLength
 	}
 	return false, StopLength
+}
+
+// next runs rows through the model and returns the next token of each of
+// the n rows that ask for logits, drawn by sampler(k) for the k-th. When
+// every one decodes greedily the model takes the argmax where it runs, so
+// that only token ids cross from a device, not n rows of logits.
+func (e *Engine) next(ctx context.Context, rows []nn.Row, n int, sampler func(k int) *Sampler) ([]int, error) {
+	e.toks = e.toks[:0]
+	greedy := true
+	for k := range n {
+		greedy = greedy && sampler(k).Greedy()
+	}
+	if greedy {
+		e.ids = growInt32(e.ids, n)
+		if err := e.dec.Greedy(ctx, e.st, rows, e.ids); err != nil {
+			return nil, err
+		}
+		for _, id := range e.ids {
+			e.toks = append(e.toks, int(id))
+		}
+		return e.toks, nil
+	}
+	V := e.dec.Vocab
+	e.logits = grow(e.logits, n*V)
+	if err := e.dec.Forward(ctx, e.st, rows, e.logits); err != nil {
+		return nil, err
+	}
+	for k := range n {
+		e.toks = append(e.toks, sampler(k).Sample(e.logits[k*V:(k+1)*V]))
+	}
+	return e.toks, nil
+}
+
+func growInt32(buf []int32, n int) []int32 {
+	if cap(buf) < n {
+		return make([]int32, n)
+	}
+	return buf[:n]
 }
 
 // Generate runs reqs to completion, at most Capacity at a time, and returns
@@ -153,9 +195,7 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 			_ = e.st.Evict(s.seq)
 		}
 	}()
-	V := e.dec.Vocab
 	var rows []nn.Row
-	var logits []float32
 	queued := 0
 	for queued < len(reqs) || len(live) > 0 {
 		if err := ctx.Err(); err != nil {
@@ -177,9 +217,9 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 			rows, n = s.appendRows(rows, reqs[s.req].Prompt)
 			prefill += n
 		}
-		logits = grow(logits, len(live)*V)
 		start := time.Now()
-		if err := e.dec.Forward(ctx, e.st, rows, logits); err != nil {
+		next, err := e.next(ctx, rows, len(live), func(k int) *Sampler { return live[k].sampler })
+		if err != nil {
 			return nil, tm, err
 		}
 		if prefill > 0 {
@@ -192,7 +232,7 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 
 		kept := live[:0]
 		for k, s := range live {
-			if done, reason := s.advance(&reqs[s.req], logits[k*V:(k+1)*V]); done {
+			if done, reason := s.advance(&reqs[s.req], next[k]); done {
 				results[s.req] = Result{Tokens: s.out, Reason: reason}
 				if err := e.st.Evict(s.seq); err != nil {
 					return nil, tm, err

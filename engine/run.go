@@ -51,9 +51,7 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 			end(r, Result{Tokens: r.out, Reason: StopCallback}, ErrStopped)
 		}
 	}()
-	V := e.dec.Vocab
 	var rows []nn.Row
-	var logits []float32
 	open := true
 	for {
 		// Admit: wait for work when idle, else take what is queued now.
@@ -113,8 +111,8 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 		for _, r := range live {
 			rows, _ = r.appendRows(rows, r.job.Prompt)
 		}
-		logits = grow(logits, len(live)*V)
-		if err := e.dec.Forward(ctx, e.st, rows, logits); err != nil {
+		next, err := e.next(ctx, rows, len(live), func(k int) *Sampler { return live[k].sampler })
+		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -128,7 +126,7 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 
 		kept = live[:0]
 		for k, r := range live {
-			done, reason := r.advance(&r.job.Request, logits[k*V:(k+1)*V])
+			done, reason := r.advance(&r.job.Request, next[k])
 			if done {
 				end(r, Result{Tokens: r.out, Reason: reason}, nil)
 				continue

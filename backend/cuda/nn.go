@@ -4,19 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
 	"github.com/replayssm/replayssm/tensor"
 )
 
-// NNBackend runs package nn's blocks on the GPU: float32 activations and
-// weights, products by cuBLAS (exact fp32), the other operations by
-// kernels/nn.cu, the SSM layers by this package's ReplaySSM caches, all on
-// one stream. Host row lists go to the device through a ring of index
-// memory in stream order. It is not safe for concurrent use.
+// NNBackend runs package nn's blocks on the GPU: float32 activations,
+// product weights in bfloat16 (or float32, NNOptions.Weights), products by
+// cuBLAS or, for a few rows of bfloat16 weights, by a matrix-vector kernel
+// of kernels/nn.cu, the other operations by that file's kernels, the SSM
+// layers by this package's ReplaySSM caches, all on one stream. Host row
+// lists go to the device through a ring of index memory in stream order.
+// It is not safe for concurrent use.
 type NNBackend struct {
 	ctx  context.Context
 	d    *Device
@@ -24,18 +28,31 @@ type NNBackend struct {
 	blas *BLAS
 	fn   nnKernels
 	args Args
+	opt  NNOptions
 	err  error
 
 	ring    Buffer // int32 row lists and float32 row weights, in stream order
 	ringOff int    // next free byte
+	lists   map[listKey]listEntry
 
-	weights []Buffer
-	tmp     []Buffer // temporaries of the current pass, freed at the next arena reset
+	weights     []Buffer
+	weightBytes int64
+	xb          Buffer // activations rounded to bfloat16 for cuBLAS
+	ids         Buffer // Argmax's results
+	clock       ssmClock
+}
+
+// NNOptions configure an NNBackend.
+type NNOptions struct {
+	// Weights is the format of product weights (nn.Backend.Matrix):
+	// BFloat16 (the zero value picks it) or Float32. Norms, biases and
+	// routers stay float32.
+	Weights DataType
 }
 
 type nnKernels struct {
-	embed, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary, mulSigmoidRows,
-	clampDelta, rope, kvAppend, kvMove, attend *Function
+	embed, embedBF16, toBF16, gemvBF16, argmax, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary,
+	mulSigmoidRows, clampDelta, rope, kvAppend, kvMove, attend *Function
 }
 
 // nnRingBytes bounds the row lists one pass can hold before the ring wraps
@@ -44,8 +61,13 @@ const nnRingBytes = 4 << 20
 
 // NewNNBackend builds the backend on d, with its own stream and cuBLAS
 // handle; Close releases them and the weights placed on it.
-func NewNNBackend(ctx context.Context, d *Device) (*NNBackend, error) {
-	b := &NNBackend{ctx: ctx, d: d}
+func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, error) {
+	switch opt.Weights {
+	case Float32, BFloat16:
+	default:
+		return nil, fmt.Errorf("cuda: product weights in %v are not supported (want bfloat16 or float32)", opt.Weights)
+	}
+	b := &NNBackend{ctx: ctx, d: d, opt: opt}
 	var err error
 	if b.s, err = d.NewStream(); err != nil {
 		return nil, err
@@ -66,7 +88,8 @@ func NewNNBackend(ctx context.Context, d *Device) (*NNBackend, error) {
 		f    **Function
 		name string
 	}{
-		{&b.fn.embed, "nn_embed"}, {&b.fn.rmsnorm, "nn_rmsnorm"}, {&b.fn.rows, "nn_rows"}, {&b.fn.bias, "nn_bias"},
+		{&b.fn.embed, "nn_embed"}, {&b.fn.embedBF16, "nn_embed_bf16"}, {&b.fn.toBF16, "nn_to_bf16"},
+		{&b.fn.gemvBF16, "nn_gemv_bf16"}, {&b.fn.argmax, "nn_argmax"}, {&b.fn.rmsnorm, "nn_rmsnorm"}, {&b.fn.rows, "nn_rows"}, {&b.fn.bias, "nn_bias"},
 		{&b.fn.gather, "nn_gather"}, {&b.fn.scatter, "nn_scatter"}, {&b.fn.axpyRows, "nn_axpy_rows"},
 		{&b.fn.unary, "nn_unary"}, {&b.fn.binary, "nn_binary"}, {&b.fn.mulSigmoidRows, "nn_mul_sigmoid_rows"},
 		{&b.fn.clampDelta, "nn_clamp_delta"}, {&b.fn.rope, "nn_rope"}, {&b.fn.kvAppend, "nn_kv_append"},
@@ -86,10 +109,17 @@ func (b *NNBackend) Close() error {
 	if b.s != nil {
 		errs = append(errs, b.s.Synchronize())
 	}
-	for _, w := range append(b.weights, b.tmp...) {
+	for _, w := range b.weights {
 		errs = append(errs, b.d.Free(w))
 	}
-	b.weights, b.tmp = nil, nil
+	b.weights = nil
+	for _, buf := range []*Buffer{&b.xb, &b.ids} {
+		if buf.ptr != 0 {
+			errs = append(errs, b.d.Free(*buf))
+			*buf = Buffer{}
+		}
+	}
+	errs = append(errs, b.clock.close())
 	if b.ring.ptr != 0 {
 		errs = append(errs, b.d.Free(b.ring))
 		b.ring = Buffer{}
@@ -109,6 +139,9 @@ func (b *NNBackend) Name() string { return "cuda " + b.d.Name() }
 // Err returns the first failure.
 func (b *NNBackend) Err() error { return b.err }
 
+// Device is the GPU the backend runs on.
+func (b *NNBackend) Device() *Device { return b.d }
+
 // Stream is the stream every operation is queued on.
 func (b *NNBackend) Stream() *Stream { return b.s }
 
@@ -118,8 +151,12 @@ func (b *NNBackend) fail(err error) {
 	}
 }
 
-// gpuBuf is the device storage behind a Tensor or Weight.
-type gpuBuf struct{ buf Buffer }
+// gpuBuf is the device storage behind a Tensor or Weight; a Weight's may
+// hold bfloat16 (Matrix).
+type gpuBuf struct {
+	buf   Buffer
+	dtype DataType
+}
 
 // dev is the device memory of t from its first element (its last row
 // ends at its last column).
@@ -134,38 +171,116 @@ func dev(t nn.Tensor) Buffer {
 
 func wdev(w nn.Weight) Buffer { return w.S.(*gpuBuf).buf }
 
-// Weight copies w to the device.
+func wtype(w nn.Weight) DataType { return w.S.(*gpuBuf).dtype }
+
+// Weight copies w to the device in float32.
 func (b *NNBackend) Weight(w []float32, rows, cols int) nn.Weight {
-	if len(w) == 0 {
+	return b.place(w, rows, cols, Float32)
+}
+
+// Matrix copies w to the device in the product format (NNOptions.Weights).
+func (b *NNBackend) Matrix(w []float32, rows, cols int) nn.Weight {
+	return b.place(w, rows, cols, b.weightType())
+}
+
+func (b *NNBackend) weightType() DataType {
+	if b.opt.Weights == Float32 {
+		return Float32
+	}
+	return BFloat16
+}
+
+// WeightBytes is the device memory the placed weights take.
+func (b *NNBackend) WeightBytes() int64 { return b.weightBytes }
+
+// placeChunk bounds the values converted on the host per copy (64 MiB of
+// float32), so that placing a model needs no second host copy of it.
+const placeChunk = 16 << 20
+
+func (b *NNBackend) place(w []float32, rows, cols int, t DataType) nn.Weight {
+	if len(w) == 0 || b.err != nil {
 		return nn.Weight{}
 	}
-	buf, err := b.d.Alloc(4 * rows * cols)
+	n := rows * cols
+	buf, err := b.d.Alloc(t.Size() * n)
 	if err != nil {
 		b.fail(fmt.Errorf("weights of %d×%d: %w", rows, cols, err))
 		return nn.Weight{}
 	}
 	b.weights = append(b.weights, buf)
-	b.fail(b.s.CopyToDevice(buf, f32Bytes(w[:rows*cols])))
-	return nn.Weight{S: &gpuBuf{buf: buf}, Rows: rows, Cols: cols}
+	b.weightBytes += int64(buf.bytes)
+	if t == Float32 {
+		b.fail(b.s.CopyToDevice(buf, f32Bytes(w[:n])))
+	} else {
+		h := make([]uint16, min(n, placeChunk))
+		for lo := 0; lo < n && b.err == nil; lo += placeChunk {
+			hi := min(n, lo+placeChunk)
+			encodeBF16(h[:hi-lo], w[lo:hi])
+			dst := Buffer{ptr: buf.ptr + uint64(2*lo), bytes: 2 * (hi - lo)}
+			b.fail(b.s.CopyToDevice(dst, unsafe.Slice((*byte)(unsafe.Pointer(&h[0])), 2*(hi-lo))))
+		}
+	}
+	return nn.Weight{S: &gpuBuf{buf: buf, dtype: t}, Rows: rows, Cols: cols}
+}
+
+// encodeBF16 rounds src into dst on every core.
+func encodeBF16(dst []uint16, src []float32) {
+	const part = 1 << 18
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(src); lo += part {
+		hi := min(len(src), lo+part)
+		wg.Go(func() { numeric.EncodeBF16(dst[lo:hi], src[lo:hi]) })
+	}
+	wg.Wait()
 }
 
 // list puts a host row list (or row weights) in the ring and returns its
-// device copy, queued on the stream.
+// device copy, queued on the stream. A list already uploaded since the
+// arena's Reset with the same memory and contents (a pass's positions and
+// sequences, read by every layer) is not uploaded again.
 func (b *NNBackend) list(p unsafe.Pointer, n int) Buffer {
 	bytes := 4 * n
+	src := unsafe.Slice((*byte)(p), bytes)
+	key := listKey{p: p, n: n}
+	if e, ok := b.lists[key]; ok && string(e.host) == string(src) {
+		return e.dev
+	}
 	if bytes > nnRingBytes {
 		b.fail(fmt.Errorf("a row list of %d entries exceeds the index ring", n))
 		return b.ring
 	}
 	if b.ringOff+bytes > nnRingBytes {
 		b.ringOff = 0 // later copies land after the earlier kernels read (one stream)
+		clear(b.lists)
 	}
 	dst := Buffer{ptr: b.ring.ptr + uint64(b.ringOff), bytes: bytes}
 	b.ringOff += (bytes + 255) &^ 255
 	if n > 0 {
-		b.fail(b.s.Upload(dst, unsafe.Slice((*byte)(p), bytes)))
+		b.fail(b.s.Upload(dst, src))
 	}
+	if b.lists == nil {
+		b.lists = make(map[listKey]listEntry)
+	}
+	b.lists[key] = listEntry{host: append(b.lists[key].host[:0], src...), dev: dst}
 	return dst
+}
+
+// listKey and listEntry remember the row lists in the ring.
+type (
+	listKey struct {
+		p unsafe.Pointer
+		n int
+	}
+	listEntry struct {
+		host []byte // the contents uploaded
+		dev  Buffer
+	}
+)
+
+// resetLists starts a new pass of the ring.
+func (b *NNBackend) resetLists() {
+	b.ringOff = 0
+	clear(b.lists)
 }
 
 func (b *NNBackend) i32(v []int32) Buffer {
@@ -213,15 +328,56 @@ func (b *NNBackend) Embed(dst nn.Tensor, table nn.Weight, tokens []int32) {
 	a.Ptr(wdev(table))
 	a.I32(int32(table.Cols))
 	a.Ptr(b.i32(tokens))
-	b.launch(b.fn.embed, [3]uint32{uint32(len(tokens)), 1, 1}, rowThreads(dst.Cols))
+	fn := b.fn.embed
+	if wtype(table) == BFloat16 {
+		fn = b.fn.embedBF16
+	}
+	b.launch(fn, [3]uint32{uint32(len(tokens)), 1, 1}, rowThreads(dst.Cols))
 }
+
+// gemvMaxRows is the most rows the matrix-vector kernel takes (its
+// GEMV_MAX_M); gemvWarps its warps per block, each computing GEMV_ROWS (4)
+// outputs.
+const (
+	gemvMaxRows = 8
+	gemvWarps   = 4
+)
 
 func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 	if b.err != nil || x.Rows == 0 {
 		return
 	}
-	b.fail(b.blas.Gemm(&Gemm{M: x.Rows, N: w.Rows, K: w.Cols, A: dev(x), B: wdev(w), TransB: true,
-		LDA: x.Stride, LDC: y.Stride, C: dev(y), AB: Float32, CType: Float32, Alpha: 1}))
+	switch {
+	case wtype(w) == Float32:
+		b.fail(b.blas.Gemm(&Gemm{M: x.Rows, N: w.Rows, K: w.Cols, A: dev(x), B: wdev(w), TransB: true,
+			LDA: x.Stride, LDC: y.Stride, C: dev(y), AB: Float32, CType: Float32, Alpha: 1}))
+	case x.Rows <= gemvMaxRows && w.Cols%8 == 0:
+		a := &b.args
+		a.Reset()
+		a.Ptr(dev(y))
+		a.I32(int32(y.Stride))
+		a.Ptr(dev(x))
+		a.I32(int32(x.Stride))
+		a.Ptr(wdev(w))
+		a.I32(int32(w.Cols))
+		a.I32(int32(w.Rows))
+		a.I32(int32(x.Rows))
+		per := 4 * gemvWarps
+		b.launch(b.fn.gemvBF16, [3]uint32{uint32((w.Rows + per - 1) / per), 1, 1}, 32*gemvWarps)
+	default:
+		xb := b.scratch(&b.xb, 2*x.Rows*x.Cols)
+		a := &b.args
+		a.Reset()
+		a.Ptr(xb)
+		a.Ptr(dev(x))
+		a.I32(int32(x.Stride))
+		a.I32(int32(x.Cols))
+		b.launch(b.fn.toBF16, [3]uint32{uint32(x.Rows), 1, 1}, rowThreads(x.Cols))
+		if b.err == nil {
+			b.fail(b.blas.Gemm(&Gemm{M: x.Rows, N: w.Rows, K: w.Cols, A: xb, B: wdev(w), TransB: true,
+				LDC: y.Stride, C: dev(y), AB: BFloat16, CType: Float32, Alpha: 1}))
+		}
+	}
 	if bias.Present() {
 		a := &b.args
 		a.Reset()
@@ -367,6 +523,43 @@ func (b *NNBackend) Rope(x nn.Tensor, r *tensor.Rope, pos []int32, heads int) {
 	b.launch(b.fn.rope, [3]uint32{uint32(x.Rows), 1, 1}, 64)
 }
 
+// scratch returns *buf with at least bytes, growing it (after the stream's
+// earlier work, which may still read it).
+func (b *NNBackend) scratch(buf *Buffer, bytes int) Buffer {
+	if buf.bytes >= bytes || b.err != nil {
+		return *buf
+	}
+	if buf.ptr != 0 {
+		b.fail(b.s.Synchronize())
+		b.fail(b.d.Free(*buf))
+		*buf = Buffer{}
+	}
+	nb, err := b.d.Alloc(max(bytes+bytes/4, 1<<16))
+	if err != nil {
+		b.fail(fmt.Errorf("product scratch of %d bytes: %w", bytes, err))
+		return b.ring
+	}
+	*buf = nb
+	return nb
+}
+
+func (b *NNBackend) Argmax(dst []int32, x nn.Tensor) {
+	if b.err != nil || x.Rows == 0 {
+		return
+	}
+	ids := b.scratch(&b.ids, 4*x.Rows)
+	a := &b.args
+	a.Reset()
+	a.Ptr(ids)
+	a.Ptr(dev(x))
+	a.I32(int32(x.Stride))
+	a.I32(int32(x.Cols))
+	b.launch(b.fn.argmax, [3]uint32{uint32(x.Rows), 1, 1}, 1024)
+	if b.err == nil {
+		b.fail(b.s.CopyFromDevice(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*x.Rows), ids))
+	}
+}
+
 func (b *NNBackend) Upload(dst nn.Tensor, src []float32) {
 	if b.err == nil && len(src) > 0 {
 		b.fail(b.s.Upload(dev(dst), f32Bytes(src)))
@@ -389,65 +582,110 @@ func (b *NNBackend) Download(dst []float32, src nn.Tensor) {
 // NewArena returns scratch memory on the device.
 func (b *NNBackend) NewArena() nn.Arena { return &gpuArena{b: b} }
 
-// gpuArena is a State's scratch: one device buffer sized by the largest
-// pass so far; a pass that outgrows it takes temporaries, and the buffer
-// grows at the next Reset.
+// gpuArena is a State's scratch: a stack of floats in one device buffer
+// sized by the largest pass so far. A tensor that does not fit takes a
+// temporary, freed when the stack is rewound below it or at the next Reset,
+// which grows the buffer to the pass's high-water mark.
 type gpuArena struct {
-	b         *NNBackend
-	buf       *gpuBuf
-	size, off int // floats
-	need      int
+	b    *NNBackend
+	buf  *gpuBuf
+	size int // floats
+	used int // the stack's top, in floats
+	peak int // its high-water mark this pass
+	tmp  []arenaTemp
+}
+
+// arenaTemp is a temporary and the stack position it stands for.
+type arenaTemp struct {
+	buf Buffer
+	at  int
 }
 
 func (a *gpuArena) Alloc(rows, cols int) nn.Tensor {
 	n := rows * cols
-	a.need += (n + 63) &^ 63
-	b := a.b
-	var t nn.Tensor
-	if a.buf != nil && a.off+n <= a.size {
-		t = nn.Tensor{S: a.buf, Off: a.off, Rows: rows, Cols: cols, Stride: cols}
-		a.off += (n + 63) &^ 63 // 256-byte aligned
-	} else {
-		buf, err := b.d.Alloc(4 * max(n, 1))
-		if err != nil {
-			b.fail(fmt.Errorf("scratch of %d×%d: %w", rows, cols, err))
-			buf = b.ring // keeps later calls from crashing; the pass fails
-		} else {
-			b.tmp = append(b.tmp, buf)
-		}
-		t = nn.Tensor{S: &gpuBuf{buf: buf}, Rows: rows, Cols: cols, Stride: cols}
+	at := a.used
+	a.used += (n + 63) &^ 63 // 256-byte aligned
+	a.peak = max(a.peak, a.used)
+	if a.buf != nil && at+n <= a.size {
+		return nn.Tensor{S: a.buf, Off: at, Rows: rows, Cols: cols, Stride: cols}
 	}
-	if n > 0 && b.err == nil {
-		b.fail(b.s.Memset32(dev(t), 0))
+	b := a.b
+	buf, err := b.d.Alloc(4 * max(n, 1))
+	if err != nil {
+		b.fail(fmt.Errorf("scratch of %d×%d: %w", rows, cols, err))
+		buf = b.ring // keeps later calls from crashing; the pass fails
+	} else {
+		a.tmp = append(a.tmp, arenaTemp{buf: buf, at: at})
+	}
+	return nn.Tensor{S: &gpuBuf{buf: buf}, Rows: rows, Cols: cols, Stride: cols}
+}
+
+func (a *gpuArena) Zeros(rows, cols int) nn.Tensor {
+	t := a.Alloc(rows, cols)
+	if rows*cols > 0 && a.b.err == nil {
+		a.b.fail(a.b.s.Memset32(dev(t), 0))
 	}
 	return t
 }
 
+// Rewound tensors are reused by later operations on the same stream, so
+// stream order keeps every reader before the next writer; temporaries above
+// the mark are freed once the stream has drained.
+func (a *gpuArena) Mark() int { return a.used }
+
+func (a *gpuArena) Rewind(mark int) {
+	a.used = min(a.used, mark)
+	a.freeTemps(mark)
+}
+
+// freeTemps frees the temporaries at stack positions from mark up.
+func (a *gpuArena) freeTemps(mark int) {
+	b := a.b
+	k := len(a.tmp)
+	for k > 0 && a.tmp[k-1].at >= mark {
+		k--
+	}
+	if k == len(a.tmp) {
+		return
+	}
+	b.fail(b.s.Synchronize())
+	for _, t := range a.tmp[k:] {
+		b.fail(b.d.Free(t.buf))
+	}
+	a.tmp = a.tmp[:k]
+}
+
 func (a *gpuArena) Reset() {
 	b := a.b
-	if len(b.tmp) > 0 || (a.need > a.size && a.need > 0) {
+	a.freeTemps(0)
+	if a.peak > a.size {
 		b.fail(b.s.Synchronize())
-		for _, t := range b.tmp {
-			b.fail(b.d.Free(t))
-		}
-		b.tmp = b.tmp[:0]
-	}
-	if a.need > a.size {
-		if a.buf != nil {
-			b.fail(b.d.Free(a.buf.buf))
-			a.buf = nil
-		}
-		size := a.need + a.need/4
+		a.free()
+		size := a.peak + a.peak/4
 		buf, err := b.d.Alloc(4 * size)
 		if err != nil {
 			b.fail(fmt.Errorf("scratch of %d MiB: %w", 4*size>>20, err))
-			a.size = 0
 		} else {
 			a.buf, a.size = &gpuBuf{buf: buf}, size
 		}
 	}
-	a.off, a.need = 0, 0
-	b.ringOff = 0
+	a.used, a.peak = 0, 0
+	b.resetLists()
+}
+
+func (a *gpuArena) free() {
+	if a.buf != nil {
+		a.b.fail(a.b.d.Free(a.buf.buf))
+		a.buf, a.size = nil, 0
+	}
+}
+
+// Close waits for the stream (the last pass may still read the buffer) and
+// frees the arena's memory.
+func (a *gpuArena) Close() {
+	a.freeTemps(0)
+	a.b.fail(a.b.s.Synchronize())
+	a.free()
 }
 
 // gpuKV keeps keys and values as [capacity][maxLen][width], growing maxLen
@@ -583,26 +821,28 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 	b.launch(b.fn.attend, [3]uint32{uint32(len(seqs)), uint32(heads), 1}, 32)
 }
 
-// gpuSSM is one of this package's caches over the backend's tensors.
+// gpuSSM is one of this package's caches over the backend's tensors,
+// its calls timed by the backend's clock.
 type gpuSSM[In, TIn any] struct {
 	replay.Cache[Buffer, In]
+	b  *NNBackend
 	in func(TIn) In
 }
 
 func (c gpuSSM[In, TIn]) Conv(slots []replay.Slot, in, out nn.Tensor) error {
-	return c.Cache.Conv(slots, dev(in), dev(out))
+	return c.b.timeSSM(func() error { return c.Cache.Conv(slots, dev(in), dev(out)) })
 }
 
 func (c gpuSSM[In, TIn]) ConvVerify(slots []replay.Slot, T int, in, out nn.Tensor) error {
-	return c.Cache.ConvVerify(slots, T, dev(in), dev(out))
+	return c.b.timeSSM(func() error { return c.Cache.ConvVerify(slots, T, dev(in), dev(out)) })
 }
 
 func (c gpuSSM[In, TIn]) Step(slots []replay.Slot, in TIn, y nn.Tensor) error {
-	return c.Cache.Step(slots, c.in(in), dev(y))
+	return c.b.timeSSM(func() error { return c.Cache.Step(slots, c.in(in), dev(y)) })
 }
 
 func (c gpuSSM[In, TIn]) Verify(slots []replay.Slot, T int, counts []int, in TIn, y nn.Tensor) error {
-	return c.Cache.Verify(slots, T, counts, c.in(in), dev(y))
+	return c.b.timeSSM(func() error { return c.Cache.Verify(slots, T, counts, c.in(in), dev(y)) })
 }
 
 func (b *NNBackend) NewMamba2(shape ssm.Mamba2Shape, prm replay.Mamba2Params, conv replay.ConvWeights, capacity int, opt replay.Options) (nn.Mamba2Cache, error) {
@@ -610,7 +850,7 @@ func (b *NNBackend) NewMamba2(shape ssm.Mamba2Shape, prm replay.Mamba2Params, co
 	if err != nil {
 		return nil, err
 	}
-	return gpuSSM[Mamba2Input, replay.Mamba2Batch[nn.Tensor]]{Cache: c, in: func(x replay.Mamba2Batch[nn.Tensor]) Mamba2Input {
+	return gpuSSM[Mamba2Input, replay.Mamba2Batch[nn.Tensor]]{Cache: c, b: b, in: func(x replay.Mamba2Batch[nn.Tensor]) Mamba2Input {
 		return Mamba2Input{X: dev(x.X), B: dev(x.B), C: dev(x.C), Dt: dev(x.Dt), DtMin: x.DtMin}
 	}}, nil
 }
@@ -620,7 +860,7 @@ func (b *NNBackend) NewGDN(shape ssm.GDNShape, prm replay.GDNParams, conv replay
 	if err != nil {
 		return nil, err
 	}
-	return gpuSSM[GDNInput, replay.GDNBatch[nn.Tensor]]{Cache: c, in: func(x replay.GDNBatch[nn.Tensor]) GDNInput {
+	return gpuSSM[GDNInput, replay.GDNBatch[nn.Tensor]]{Cache: c, b: b, in: func(x replay.GDNBatch[nn.Tensor]) GDNInput {
 		return GDNInput{Q: dev(x.Q), K: dev(x.K), V: dev(x.V), A: dev(x.A), B: dev(x.B)}
 	}}, nil
 }

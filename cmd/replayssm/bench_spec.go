@@ -79,7 +79,7 @@ type specBenchConfig struct {
 	minTime         time.Duration
 	// model runs
 	drafter, draftModel  string
-	device               string
+	device               deviceChoice
 	maxTokens, promptLen int
 	// shape runs
 	acceptRate float64
@@ -89,7 +89,7 @@ type specBenchConfig struct {
 func runBenchSpec(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bench spec", "bench spec (--model DIR | --shape NAMES) [flags]")
 	dir := fs.String("model", "", "model directory: end-to-end generation with real drafts")
-	device := deviceFlag(fs)
+	device := deviceFlags(fs)
 	shapes := fs.String("shape", "", "layer shapes with random weights, state cache only: nemotron-3-nano-4b, nemotron-3-super, qwen3.5-4b, qwen3.5-122b, mamba2, gdn or all")
 	batches := fs.String("batch", "1,16,64", "batch sizes, comma-separated (up to 512)")
 	drafts := fs.String("draft-tokens", "4", fmt.Sprintf("draft tokens T per step, comma-separated (1..%d)", engine.MaxDrafts))

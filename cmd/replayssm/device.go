@@ -8,26 +8,54 @@ import (
 
 	"github.com/replayssm/replayssm/backend/cuda"
 	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/replay"
 )
 
-// deviceFlag adds --device to a command's flags.
-func deviceFlag(fs *flag.FlagSet) *string {
-	return fs.String("device", "auto", "where the model runs: auto (the GPU when one is usable, else the CPU), cpu or cuda")
+// deviceChoice is what --device and --dtype ask for.
+type deviceChoice struct {
+	device string // auto, cpu or cuda
+	dtype  string // bf16 or fp32: the GPU's product weights
 }
 
-// place puts d on the device --device names, says on stderr which it chose,
+// deviceFlags adds --device and --dtype to a command's flags.
+func deviceFlags(fs *flag.FlagSet) *deviceChoice {
+	c := &deviceChoice{}
+	fs.StringVar(&c.device, "device", "auto", "where the model runs: auto (the GPU when one is usable, else the CPU), cpu or cuda")
+	fs.StringVar(&c.dtype, "dtype", "bf16", "the GPU's weight format for matrix products: bf16 (as models are released) or fp32; the CPU computes in fp32")
+	return c
+}
+
+func (c deviceChoice) weights() (cuda.DataType, error) {
+	switch c.dtype {
+	case "bf16", "bfloat16":
+		return cuda.BFloat16, nil
+	case "fp32", "float32":
+		return cuda.Float32, nil
+	}
+	return 0, fmt.Errorf("%w: --dtype %q: want bf16 or fp32", errUsage, c.dtype)
+}
+
+// place puts d on the device c names, says on stderr which it chose,
 // and registers the device's release with e. auto falls back to the CPU
-// when no GPU is usable; cuda fails with the reason.
-func place(ctx context.Context, e *env, d *nn.Decoder, device string) error {
-	switch device {
+// when no GPU is usable; cuda fails with the reason, among them weights
+// that do not fit the GPU's free memory.
+func place(ctx context.Context, e *env, d *nn.Decoder, c deviceChoice) error {
+	wt, err := c.weights()
+	if err != nil {
+		return err
+	}
+	switch c.device {
 	case "cpu":
 		d.Place(nn.CPU())
 		return nil
 	case "auto", "cuda":
 	default:
-		return fmt.Errorf("%w: --device %q: want auto, cpu or cuda", errUsage, device)
+		return fmt.Errorf("%w: --device %q: want auto, cpu or cuda", errUsage, c.device)
 	}
-	be, err := openGPU(ctx, e)
+	be, err := openGPU(ctx, e, wt)
+	if err == nil {
+		err = fits(be, d.WeightBytes(wt.Size()), "the weights")
+	}
 	if err == nil {
 		d.Place(be)
 		if err = be.Err(); err != nil {
@@ -36,9 +64,9 @@ func place(ctx context.Context, e *env, d *nn.Decoder, device string) error {
 	}
 	switch {
 	case err == nil:
-		fmt.Fprintf(e.stderr, "device: %s\n", be.Name())
+		fmt.Fprintf(e.stderr, "device: %s (%s weights, %s)\n", be.Name(), wt, bytesString(be.WeightBytes()))
 		return nil
-	case device == "cuda":
+	case c.device == "cuda":
 		return fmt.Errorf("--device cuda: %w", err)
 	}
 	reason := err.Error()
@@ -50,9 +78,38 @@ func place(ctx context.Context, e *env, d *nn.Decoder, device string) error {
 	return nil
 }
 
+// memoryHeadroom is kept free beyond what a check counts: cuBLAS's
+// workspace, the activation arenas and the allocator's rounding.
+const memoryHeadroom = 1 << 30
+
+// fits reports, as one line, when need bytes for what would not fit the
+// GPU's free memory.
+func fits(be *cuda.NNBackend, need int64, what string) error {
+	free, err := be.Device().FreeMemoryBytes()
+	if err != nil {
+		return err
+	}
+	if need+memoryHeadroom > free {
+		return fmt.Errorf("%s need %s (+%s headroom) but the GPU has %s free", what, bytesString(need), bytesString(memoryHeadroom), bytesString(free))
+	}
+	return nil
+}
+
+// fitsState checks, when d runs on the GPU, that the state of capacity
+// sequences in mode opt with room for positions tokens each fits.
+func fitsState(d *nn.Decoder, capacity, positions int, opt replay.Options) error {
+	be, ok := d.Backend().(*cuda.NNBackend)
+	if !ok {
+		return nil
+	}
+	// The KV cache grows by doubling: up to twice the positions.
+	need := int64(capacity) * (d.StateBytes(opt).Total() + 2*int64(positions)*d.KVBytesPerToken())
+	return fits(be, need, fmt.Sprintf("the state of %d sequences of %d tokens", capacity, positions))
+}
+
 // openGPU opens GPU 0 and a model backend on it, released when the command
 // ends.
-func openGPU(ctx context.Context, e *env) (*cuda.NNBackend, error) {
+func openGPU(ctx context.Context, e *env, weights cuda.DataType) (*cuda.NNBackend, error) {
 	if e.gpu != nil {
 		return e.gpu, nil
 	}
@@ -60,7 +117,7 @@ func openGPU(ctx context.Context, e *env) (*cuda.NNBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	be, err := cuda.NewNNBackend(ctx, dev)
+	be, err := cuda.NewNNBackend(ctx, dev, cuda.NNOptions{Weights: weights})
 	if err != nil {
 		dev.Close()
 		return nil, err

@@ -34,7 +34,7 @@ What:
 func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "eval perplexity", "eval perplexity [--model DIR] [flags] FILE | --ids FILE")
 	dir := fs.String("model", "", "model directory; default: the built-in "+models.Default+" model")
-	device := deviceFlag(fs)
+	device := deviceFlags(fs)
 	idsFile := fs.String("ids", "", "score this file of token ids (comma or white-space separated) instead of text")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	chunk := fs.Int("chunk", 512, "tokens per prefill forward")

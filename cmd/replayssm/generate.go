@@ -142,7 +142,7 @@ func modelDir(flagValue string) (string, error) {
 // the model onto the --device flag's device, and its tokenizer (nil for a directory without tokenizer.json).
 // It returns the directory it used and the model's name: the directory's base
 // name, or the built-in model's.
-func openModel(ctx context.Context, e *env, flagValue, device string) (dir, name string, d *nn.Decoder, tok *tokenizer.Tokenizer, err error) {
+func openModel(ctx context.Context, e *env, flagValue string, device deviceChoice) (dir, name string, d *nn.Decoder, tok *tokenizer.Tokenizer, err error) {
 	name = models.Default
 	if flagValue != "" {
 		name = filepath.Base(filepath.Clean(flagValue))
@@ -240,7 +240,7 @@ func parseIDs(s string, vocab int) ([]int, error) {
 func runGenerate(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "generate", `generate [--model DIR] [flags] "prompt"`)
 	dir := fs.String("model", "", "model directory (config.json, safetensors, tokenizer.json); default: the built-in "+models.Default+" model")
-	device := deviceFlag(fs)
+	device := deviceFlags(fs)
 	temp := fs.Float64("temperature", 0, "sampling temperature; 0 is greedy")
 	topK := fs.Int("top-k", 0, "sample among the K most likely tokens (0: all)")
 	topP := fs.Float64("top-p", 1, "nucleus sampling probability mass (1: all)")

@@ -23,7 +23,7 @@ const shutdownGrace = 5 * time.Second
 func runServe(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "serve", "serve [--model DIR] [--addr HOST:PORT] [flags]")
 	dir := fs.String("model", "", "model directory (config.json, safetensors, tokenizer.json); default: the built-in "+models.Default+" model")
-	device := deviceFlag(fs)
+	device := deviceFlags(fs)
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on (port 0: any free port)")
 	maxBatch := fs.Int("max-batch", 16, "sequences decoded together")
 	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a free sequence; more are answered 429")

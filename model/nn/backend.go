@@ -23,9 +23,14 @@ type Backend interface {
 	Err() error
 
 	// Weight places a host matrix of rows × cols float32 values on the
-	// device, in the backend's weight format; w must not change afterwards
-	// (the CPU backend keeps it, without copying).
+	// device exactly, in float32 (norms, biases, a router's weights); w
+	// must not change afterwards (the CPU backend keeps it, without
+	// copying).
 	Weight(w []float32, rows, cols int) Weight
+	// Matrix places the weights of a product (MatMul's w, Embed's table)
+	// in the backend's product format, which may round them (the CUDA
+	// backend's default is bfloat16, the checkpoints' own format).
+	Matrix(w []float32, rows, cols int) Weight
 	// NewArena returns scratch memory for one State's passes.
 	NewArena() Arena
 
@@ -69,6 +74,11 @@ type Backend interface {
 	// pos[r].
 	Rope(x Tensor, r *tensor.Rope, pos []int32, heads int)
 
+	// Argmax writes to dst[r] the column of x's largest value in row r
+	// (the first on ties), so that greedy decoding moves
+	// token ids off the device, not logits.
+	Argmax(dst []int32, x Tensor)
+
 	// Upload copies host values into dst (contiguous).
 	Upload(dst Tensor, src []float32)
 	// Download copies src to host memory.
@@ -108,12 +118,23 @@ type KVCache interface {
 }
 
 // Arena hands out a State's scratch tensors for one pass and takes them all
-// back at Reset.
+// back at Reset; Mark and Rewind take back a block's scratch once its
+// output is written, so that a pass needs the memory of its largest block,
+// not of all of them.
 type Arena interface {
-	// Alloc returns a zeroed rows × cols tensor, valid until Reset.
+	// Alloc returns a rows × cols tensor of undefined contents, valid until
+	// Reset or a Rewind to a mark taken before it.
 	Alloc(rows, cols int) Tensor
+	// Zeros is Alloc with the tensor zeroed.
+	Zeros(rows, cols int) Tensor
+	// Mark returns the arena's position; Rewind(mark) takes back every
+	// tensor allocated since.
+	Mark() int
+	Rewind(mark int)
 	// Reset takes every tensor back.
 	Reset()
+	// Close releases the memory (the arena is not used afterwards).
+	Close()
 }
 
 // Tensor is a matrix of float32 activations on a backend: Rows rows of Cols

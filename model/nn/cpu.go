@@ -29,7 +29,16 @@ func (cpuBackend) Weight(w []float32, rows, cols int) Weight {
 	return Weight{S: &cpuBuf{f: w[: rows*cols : rows*cols]}, Rows: rows, Cols: cols}
 }
 
+// Matrix keeps w in float32: the CPU's products are float32.
+func (c cpuBackend) Matrix(w []float32, rows, cols int) Weight { return c.Weight(w, rows, cols) }
+
 func (cpuBackend) NewArena() Arena { return &cpuArena{} }
+
+func (cpuBackend) Argmax(dst []int32, x Tensor) {
+	for r := range x.Rows {
+		dst[r] = int32(tensor.Argmax(row(x, r)))
+	}
+}
 
 // host is t's values when t is contiguous (nn only passes such tensors
 // where this is called).
@@ -217,32 +226,42 @@ func (cpuBackend) Download(dst []float32, src Tensor) {
 	}
 }
 
-// cpuArena is a State's scratch on the CPU: one buffer sized by the largest
-// pass so far, so that steady-state decode allocates nothing.
+// cpuArena is a State's scratch on the CPU: a stack of values in one
+// buffer sized by the largest pass so far, so that steady-state decode
+// allocates nothing. A tensor that does not fit is served from the heap,
+// and the buffer grows to the pass's high-water mark at the next Reset.
 type cpuArena struct {
 	buf  *cpuBuf
-	off  int
-	need int // high-water mark of the last pass, for the next one
+	used int // the stack's top, in values
+	peak int // its high-water mark this pass
 }
 
 func (a *cpuArena) Alloc(rows, cols int) Tensor {
 	n := rows * cols
-	a.need += n
-	if a.buf == nil || a.off+n > len(a.buf.f) {
-		// Too small this pass: serve from the heap, grow at the next reset.
+	at := a.used
+	a.used += (n + 15) &^ 15 // 64-byte aligned
+	a.peak = max(a.peak, a.used)
+	if a.buf == nil || at+n > len(a.buf.f) {
 		return Tensor{S: &cpuBuf{f: make([]float32, n)}, Rows: rows, Cols: cols, Stride: cols}
 	}
-	t := Tensor{S: a.buf, Off: a.off, Rows: rows, Cols: cols, Stride: cols}
-	clear(a.buf.f[a.off : a.off+n])
-	a.off += n
+	return Tensor{S: a.buf, Off: at, Rows: rows, Cols: cols, Stride: cols}
+}
+
+func (a *cpuArena) Zeros(rows, cols int) Tensor {
+	t := a.Alloc(rows, cols)
+	clear(host(t))
 	return t
 }
 
+func (a *cpuArena) Mark() int       { return a.used }
+func (a *cpuArena) Rewind(mark int) { a.used = min(a.used, mark) }
+func (a *cpuArena) Close()          { a.buf = nil }
+
 func (a *cpuArena) Reset() {
-	if a.buf == nil || a.need > len(a.buf.f) {
-		a.buf = &cpuBuf{f: make([]float32, a.need+a.need/4)}
+	if a.buf == nil || a.peak > len(a.buf.f) {
+		a.buf = &cpuBuf{f: make([]float32, a.peak+a.peak/4)}
 	}
-	a.off, a.need = 0, 0
+	a.used, a.peak = 0, 0
 }
 
 // cpuKV keeps each sequence's keys and values, [position][width].

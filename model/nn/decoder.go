@@ -68,7 +68,7 @@ type Decoder struct {
 // A Decoder not placed runs on CPU() (placed by its first NewState).
 func (d *Decoder) Place(be Backend) {
 	d.be = be
-	d.embed = be.Weight(d.Embed, d.Vocab, d.Hidden)
+	d.embed = be.Matrix(d.Embed, d.Vocab, d.Hidden)
 	if d.Tied && d.LMHead.B == nil {
 		d.LMHead.w = d.embed
 	} else {
@@ -249,7 +249,8 @@ func (s *State) Stats() replay.Stats {
 // Options returns the replay options the caches were built with.
 func (s *State) Options() replay.Options { return s.opt }
 
-// Close stops the caches' worker goroutines.
+// Close stops the caches' worker goroutines and releases the caches' and
+// the scratch's memory.
 func (s *State) Close() {
 	for _, row := range s.blocks {
 		for _, st := range row {
@@ -257,6 +258,9 @@ func (s *State) Close() {
 				st.close()
 			}
 		}
+	}
+	if s.mem != nil {
+		s.mem.Close()
 	}
 }
 
@@ -331,22 +335,11 @@ func (b *batch) plan(s *State, rows []Row) {
 	}
 }
 
-// Forward runs rows through the model, writing the logits of the rows that
-// ask for them, in row order, to logits ([that many][Vocab]). Rows of one
-// sequence must appear in the order of its tokens; any mix of sequences
-// works (a decode batch, a prompt, several prompts, both at once).
-//
-// SSM layers step each sequence's tokens in order through its replay slot;
-// attention layers append keys and values and attend causally. A sequence
-// with several rows in the call, or starting at position 0, is a multi-token
-// forward: NemotronH clamps its Δ as transformers' scan path does
-// (REFERENCE-NOTES point 1). On error the caches of the batch's sequences
-// are in an unknown state: evict them.
 // checkRows validates a call's rows before any cache moves: the state is
 // this model's, every sequence is live, every token is in the vocabulary,
-// and logits has room for the rows that ask for them, whose number it
-// returns.
-func (d *Decoder) checkRows(op string, s *State, rows []Row, logits []float32) (int, error) {
+// and the output has room (room rows) for the rows that ask for logits,
+// whose number it returns.
+func (d *Decoder) checkRows(op string, s *State, rows []Row, room int) (int, error) {
 	if s.dec != d {
 		return 0, fmt.Errorf("%s: state belongs to another model", op)
 	}
@@ -362,17 +355,45 @@ func (d *Decoder) checkRows(op string, s *State, rows []Row, logits []float32) (
 			nLogits++
 		}
 	}
-	if len(logits) < nLogits*d.Vocab {
-		return 0, fmt.Errorf("%s: logits buffer has %d values, want %d×%d", op, len(logits), nLogits, d.Vocab)
+	if room < nLogits {
+		return 0, fmt.Errorf("%s: output has room for %d rows of logits, want %d", op, room, nLogits)
 	}
 	return nLogits, nil
 }
 
+// Forward runs rows through the model, writing the logits of the rows that
+// ask for them, in row order, to logits ([that many][Vocab]). Rows of one
+// sequence must appear in the order of its tokens; any mix of sequences
+// works (a decode batch, a prompt, several prompts, both at once).
+//
+// SSM layers step each sequence's tokens in order through its replay slot;
+// attention layers append keys and values and attend causally. A sequence
+// with several rows in the call, or starting at position 0, is a multi-token
+// forward: NemotronH clamps its Δ as transformers' scan path does
+// (REFERENCE-NOTES point 1). On error the caches of the batch's sequences
+// are in an unknown state: evict them.
 func (d *Decoder) Forward(ctx context.Context, s *State, rows []Row, logits []float32) error {
-	nLogits, err := d.checkRows("forward", s, rows, logits)
+	nLogits, err := d.checkRows("forward", s, rows, len(logits)/d.Vocab)
 	if err != nil {
 		return err
 	}
+	return d.forward(ctx, s, rows, func(lg Tensor) { d.be.Download(logits[:nLogits*d.Vocab], lg) })
+}
+
+// Greedy is Forward for greedy decoding: it writes to ids, in row order,
+// the largest logit's token of each row that asks for logits, taken where
+// the model runs, so that only token ids leave the device.
+func (d *Decoder) Greedy(ctx context.Context, s *State, rows []Row, ids []int32) error {
+	nLogits, err := d.checkRows("forward", s, rows, len(ids))
+	if err != nil {
+		return err
+	}
+	return d.forward(ctx, s, rows, func(lg Tensor) { d.be.Argmax(ids[:nLogits], lg) })
+}
+
+// forward runs rows through the model and hands the logits of the rows
+// that ask for them (on the backend) to out.
+func (d *Decoder) forward(ctx context.Context, s *State, rows []Row, out func(Tensor)) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -384,7 +405,7 @@ func (d *Decoder) Forward(ctx context.Context, s *State, rows []Row, logits []fl
 	if err := d.layers(ctx, s, h, nil, "forward"); err != nil {
 		return err
 	}
-	if err := d.logits(s, rows, h, nLogits, logits); err != nil {
+	if err := d.logits(s, rows, h, out); err != nil {
 		return err
 	}
 	for _, r := range rows {
@@ -405,6 +426,7 @@ func (d *Decoder) layers(ctx context.Context, s *State, h Tensor, vp *verifyPlan
 			return err
 		}
 		for bi, br := range l.Branches {
+			mark := s.mem.Mark()
 			br.Norm.apply(be, xn, h)
 			var err error
 			if v, ok := br.Block.(verifier); ok && vp != nil {
@@ -416,6 +438,7 @@ func (d *Decoder) layers(ctx context.Context, s *State, h Tensor, vp *verifyPlan
 				return fmt.Errorf("%s: layer %d %v: %w", op, li, br.Block.Kind(), err)
 			}
 			be.Add(h, out)
+			s.mem.Rewind(mark)
 		}
 		if s.OnLayer != nil {
 			s.hostH = grow(s.hostH, h.Rows*h.Cols)
@@ -429,24 +452,25 @@ func (d *Decoder) layers(ctx context.Context, s *State, h Tensor, vp *verifyPlan
 	return be.Err()
 }
 
-// logits writes the logits of the rows that ask for them, in row order.
-func (d *Decoder) logits(s *State, rows []Row, h Tensor, nLogits int, logits []float32) error {
-	if nLogits == 0 {
-		return nil
-	}
+// logits computes the logits of the rows that ask for them, in row order,
+// and hands them to out.
+func (d *Decoder) logits(s *State, rows []Row, h Tensor, out func(Tensor)) error {
 	be := d.be
-	sel := make([]int32, 0, nLogits)
+	sel := make([]int32, 0, len(rows))
 	for i, r := range rows {
 		if r.Logits {
 			sel = append(sel, int32(i))
 		}
 	}
-	x := s.mem.Alloc(nLogits, d.Hidden)
+	if len(sel) == 0 {
+		return nil
+	}
+	x := s.mem.Alloc(len(sel), d.Hidden)
 	be.Gather(x, h, sel)
 	d.FinalNorm.apply(be, x, x)
-	lg := s.mem.Alloc(nLogits, d.Vocab)
+	lg := s.mem.Alloc(len(sel), d.Vocab)
 	d.LMHead.apply(be, lg, x)
-	be.Download(logits[:nLogits*d.Vocab], lg)
+	out(lg)
 	return be.Err()
 }
 

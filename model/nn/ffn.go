@@ -171,7 +171,7 @@ func (m *MoE) Validate() error {
 }
 
 func (m *MoE) place(be Backend) {
-	m.Router.place(be)
+	m.Router.placeExact(be)
 	for _, l := range []*Linear{m.LatentIn, m.LatentOut, m.SharedGate} {
 		if l != nil {
 			l.place(be)
@@ -215,7 +215,7 @@ func (m *MoE) forward(b *batch, _ blockState, x, out Tensor) error {
 		m.LatentIn.apply(be, xe, x)
 	}
 	din, dout := m.Experts[0].Up.In, m.Experts[0].Down.Out
-	acc := b.mem.Alloc(n, dout)
+	acc := b.mem.Zeros(n, dout)
 	for e := range E {
 		rows, rw := b.rows[:0], b.rw[:0]
 		for i, c := range chosen {
@@ -228,11 +228,13 @@ func (m *MoE) forward(b *batch, _ blockState, x, out Tensor) error {
 		if len(rows) == 0 {
 			continue
 		}
+		mark := b.mem.Mark()
 		xin := b.mem.Alloc(len(rows), din)
 		be.Gather(xin, xe, rows)
 		y := b.mem.Alloc(len(rows), dout)
 		m.Experts[e].apply(b, xin, y)
 		be.AxpyRows(acc, y, rows, rw)
+		b.mem.Rewind(mark)
 	}
 	if m.LatentOut != nil {
 		m.LatentOut.apply(be, out, acc)

@@ -130,6 +130,7 @@ func (m *GDNMixer) forward(b *batch, bst blockState, x, out Tensor) error {
 
 	o := b.mem.Alloc(b.n, V)
 	for _, wave := range b.waves {
+		mark := b.mem.Mark() // a wave's scratch, once its rows are scattered
 		st.slots = st.slots[:0]
 		for _, r := range wave {
 			st.slots = append(st.slots, st.slot[b.seq[r]])
@@ -143,6 +144,7 @@ func (m *GDNMixer) forward(b *batch, bst blockState, x, out Tensor) error {
 			return err
 		}
 		b.be.Scatter(o, ow, wave)
+		b.mem.Rewind(mark)
 	}
 	m.normGateOut(b.be, proj, o, out)
 	return nil

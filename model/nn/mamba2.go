@@ -150,6 +150,7 @@ func (m *Mamba2Mixer) forward(b *batch, bst blockState, x, out Tensor) error {
 
 	y := b.mem.Alloc(b.n, I)
 	for _, wave := range b.waves {
+		mark := b.mem.Mark() // a wave's scratch, once its rows are scattered
 		st.slots = st.slots[:0]
 		for _, r := range wave {
 			st.slots = append(st.slots, st.slot[b.seq[r]])
@@ -163,6 +164,7 @@ func (m *Mamba2Mixer) forward(b *batch, bst blockState, x, out Tensor) error {
 			return err
 		}
 		b.be.Scatter(y, yw, wave)
+		b.mem.Rewind(mark)
 	}
 	m.gateNormOut(b.be, proj, y, out)
 	return nil

@@ -132,3 +132,25 @@ func (d *Decoder) SSMLayers() int {
 	}
 	return n
 }
+
+// KVBytesPerToken is the key and value memory one position of one sequence
+// takes over every attention layer (float32, as both backends store them).
+func (d *Decoder) KVBytesPerToken() int64 {
+	var n int64
+	for _, l := range d.Layers {
+		for _, br := range l.Branches {
+			if a, ok := br.Block.(*Attention); ok {
+				n += 2 * 4 * int64(a.KVHeads*a.HeadDim)
+			}
+		}
+	}
+	return n
+}
+
+// WeightBytes estimates the memory the weights take on a backend that
+// stores values productBytes bytes each (the float32 norms, biases and
+// routers counted at that size too: well under 1% of a model). MTP heads
+// are not counted.
+func (d *Decoder) WeightBytes(productBytes int) int64 {
+	return int64(productBytes) * int64(d.Params())
+}

@@ -26,8 +26,15 @@ type Linear struct {
 	w, b Weight // W and B on the backend (Place)
 }
 
-// place puts the weights on be.
+// place puts the weights on be, W in its product format.
 func (l *Linear) place(be Backend) {
+	l.w = be.Matrix(l.W, l.Out, l.In)
+	l.b = be.Weight(l.B, 1, l.Out)
+}
+
+// placeExact puts the weights on be in float32: a router's logits choose
+// experts, and a rounding that reorders two of them changes the output.
+func (l *Linear) placeExact(be Backend) {
 	l.w = be.Weight(l.W, l.Out, l.In)
 	l.b = be.Weight(l.B, 1, l.Out)
 }

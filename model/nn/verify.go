@@ -83,7 +83,7 @@ func newVerifyPlan(rows []Row, capacity int) *verifyPlan {
 //
 // On error the batch's sequences are in an unknown state: evict them.
 func (d *Decoder) Verify(ctx context.Context, s *State, rows []Row, logits []float32) error {
-	nLogits, err := d.checkRows("verify", s, rows, logits)
+	nLogits, err := d.checkRows("verify", s, rows, len(logits)/d.Vocab)
 	if err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func (d *Decoder) Verify(ctx context.Context, s *State, rows []Row, logits []flo
 	if err := d.layers(ctx, s, h, vp, "verify"); err != nil {
 		return err
 	}
-	return d.logits(s, rows, h, nLogits, logits)
+	return d.logits(s, rows, h, func(lg Tensor) { d.be.Download(logits[:nLogits*d.Vocab], lg) })
 }
 
 // Commit keeps the first accepted[i] rows of seqs[i]'s last Verify and
@@ -218,7 +218,7 @@ func (m *Mamba2Mixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Te
 	if err := st.cache.Verify(st.slots, T, vp.counts, in, yv); err != nil {
 		return err
 	}
-	y := b.mem.Alloc(b.n, I)
+	y := b.mem.Zeros(b.n, I) // rows outside the plan (none today) stay defined
 	b.be.Scatter(y, yv, vp.index)
 	m.gateNormOut(b.be, proj, y, out)
 	return nil
@@ -243,7 +243,7 @@ func (m *GDNMixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Tenso
 	if err := st.cache.Verify(st.slots, T, vp.counts, in, ov); err != nil {
 		return err
 	}
-	o := b.mem.Alloc(b.n, V)
+	o := b.mem.Zeros(b.n, V)
 	b.be.Scatter(o, ov, vp.index)
 	m.normGateOut(b.be, proj, o, out)
 	return nil

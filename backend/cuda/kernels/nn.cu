@@ -1,8 +1,11 @@
 // nn.cu: the model blocks' operations besides the matrix products (cuBLAS)
 // and the SSM caches (replay_*.cu): embedding, norms, row moves, gates,
-// the Δ clamp, RoPE and attention over a KV cache. float32 activations,
-// row-major matrices with a row stride in elements; nn.go launches them and
-// model/nn/nntest checks them against float64 references.
+// the Δ clamp, RoPE, attention over a KV cache, the greedy argmax, and the
+// bfloat16 side of products (activations rounded for cuBLAS, a
+// matrix-vector kernel for a few rows). float32 activations, row-major
+// matrices with a row stride in elements, bfloat16 weights as raw 16-bit
+// words; nn.go launches them and model/nn/nntest checks them against
+// float64 references.
 //
 // Each kernel is the plain form of its operation: a block (or a warp) per
 // row, threads over the columns. They are correct first; the decode step's
@@ -37,6 +40,148 @@ extern "C" __global__ void nn_embed(float* __restrict__ dst, int ds, const float
     const float* src = table + (long long)tokens[r] * cols;
     for (int c = threadIdx.x; c < cols; c += blockDim.x)
         dst[(long long)r * ds + c] = src[c];
+}
+
+// bf16 words: the upper half of a float32; rounding to nearest even,
+// NaN kept a (quiet) NaN.
+__device__ __forceinline__ float bf16_lo(unsigned p) { return __uint_as_float(p << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned p) { return __uint_as_float(p & 0xffff0000u); }
+__device__ __forceinline__ unsigned short to_bf16(float f)
+{
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+// nn_embed_bf16: nn_embed from a bfloat16 table. Grid: rows.
+extern "C" __global__ void nn_embed_bf16(float* __restrict__ dst, int ds, const unsigned short* __restrict__ table,
+                                         int cols, const int* __restrict__ tokens)
+{
+    const int r = blockIdx.x;
+    const unsigned short* src = table + (long long)tokens[r] * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        dst[(long long)r * ds + c] = __uint_as_float((unsigned)src[c] << 16);
+}
+
+// nn_to_bf16: dst [rows][cols] (packed) = src rounded to bfloat16, for a
+// cuBLAS product with bfloat16 weights. Grid: rows.
+extern "C" __global__ void nn_to_bf16(unsigned short* __restrict__ dst, const float* __restrict__ src, int ss, int cols)
+{
+    const long long r = blockIdx.x;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        dst[r * cols + c] = to_bf16(src[r * ss + c]);
+}
+
+// nn_gemv_bf16: y[m][n] = Σ_k x[m][k]·W[n][k] for the m < M ≤ 8 rows of x
+// (float32) and bfloat16 W [N][K], K a multiple of 8. A warp computes
+// GEMV_ROWS outputs n, its lanes striding K in 16-byte words of each W
+// row, so that every x value loaded serves GEMV_ROWS weights: at one to
+// eight rows the product reads W once, at the copy bandwidth, where cuBLAS
+// would also round x to bfloat16. Grid: ceil(N / (GEMV_ROWS·warps)).
+#define GEMV_ROWS 4
+#define GEMV_MAX_M 8
+extern "C" __global__ void nn_gemv_bf16(float* __restrict__ y, int ys, const float* __restrict__ x, int xs,
+                                        const unsigned short* __restrict__ W, int K, int N, int M)
+{
+    const int lane = threadIdx.x & 31;
+    const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * GEMV_ROWS;
+    if (n0 >= N)
+        return;
+    float acc[GEMV_MAX_M][GEMV_ROWS];
+#pragma unroll
+    for (int m = 0; m < GEMV_MAX_M; m++)
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; j++)
+            acc[m][j] = 0.0f;
+    const uint4* w[GEMV_ROWS];
+#pragma unroll
+    for (int j = 0; j < GEMV_ROWS; j++)
+        w[j] = (const uint4*)(W + (long long)min(n0 + j, N - 1) * K);
+    const int K8 = K >> 3;
+#pragma unroll 2
+    for (int k8 = lane; k8 < K8; k8 += 32) {
+        uint4 p[GEMV_ROWS];
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; j++)
+            p[j] = __ldg(w[j] + k8);
+#pragma unroll
+        for (int m = 0; m < GEMV_MAX_M; m++) {
+            if (m < M) {
+                const float* xr = x + (long long)m * xs + k8 * 8;
+                float xv[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++)
+                    xv[e] = __ldg(xr + e);
+#pragma unroll
+                for (int j = 0; j < GEMV_ROWS; j++) {
+                    float s = acc[m][j];
+                    s = fmaf(xv[0], bf16_lo(p[j].x), s);
+                    s = fmaf(xv[1], bf16_hi(p[j].x), s);
+                    s = fmaf(xv[2], bf16_lo(p[j].y), s);
+                    s = fmaf(xv[3], bf16_hi(p[j].y), s);
+                    s = fmaf(xv[4], bf16_lo(p[j].z), s);
+                    s = fmaf(xv[5], bf16_hi(p[j].z), s);
+                    s = fmaf(xv[6], bf16_lo(p[j].w), s);
+                    s = fmaf(xv[7], bf16_hi(p[j].w), s);
+                    acc[m][j] = s;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < GEMV_MAX_M; m++) {
+        if (m < M) {
+#pragma unroll
+            for (int j = 0; j < GEMV_ROWS; j++) {
+                float v = acc[m][j];
+                for (int o = 16; o > 0; o >>= 1)
+                    v += __shfl_xor_sync(0xffffffffu, v, o);
+                if (lane == 0 && n0 + j < N)
+                    y[(long long)m * ys + n0 + j] = v;
+            }
+        }
+    }
+}
+
+// nn_argmax: dst[r] = the column of row r's largest value, the first on
+// ties, NaN skipped (0 when nothing compares). Grid: rows; 1024 threads.
+extern "C" __global__ void nn_argmax(int* __restrict__ dst, const float* __restrict__ x, int xs, int cols)
+{
+    const float* xr = x + (long long)blockIdx.x * xs;
+    float best = __int_as_float(0xff800000);
+    int at = 0x7fffffff;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = xr[c];
+        if (v > best) // columns rise within a thread: the first stays on ties
+            best = v, at = c;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float bv = __shfl_xor_sync(0xffffffffu, best, o);
+        const int ba = __shfl_xor_sync(0xffffffffu, at, o);
+        if (bv > best || (bv == best && ba < at))
+            best = bv, at = ba;
+    }
+    __shared__ float sv[32];
+    __shared__ int sa[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0)
+        sv[warp] = best, sa[warp] = at;
+    __syncthreads();
+    if (warp == 0) {
+        const int warps = blockDim.x >> 5;
+        best = lane < warps ? sv[lane] : __int_as_float(0xff800000);
+        at = lane < warps ? sa[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float bv = __shfl_xor_sync(0xffffffffu, best, o);
+            const int ba = __shfl_xor_sync(0xffffffffu, at, o);
+            if (bv > best || (bv == best && ba < at))
+                best = bv, at = ba;
+        }
+        if (lane == 0)
+            dst[blockIdx.x] = at == 0x7fffffff ? 0 : at;
+    }
 }
 
 // nn_rmsnorm: dst = x̂·w over groups of `group` columns. Grid: (rows,

@@ -18,9 +18,14 @@ import (
 // Tolerances bound a backend's relative error against the float64
 // references (of the row's largest reference value).
 type Tolerances struct {
-	// MatMul bounds products and what follows from them (attention);
-	// a backend that stores weights in bf16 needs about 1e-2.
+	// MatMul bounds products with float32 weights (Backend.Weight) and
+	// what follows from products (attention).
 	MatMul float64
+	// Product bounds products with weights in the backend's product
+	// format (Backend.Matrix) and embeddings read from such a table: a
+	// backend that rounds weights and activations to bfloat16 (2⁻⁹
+	// relative each) needs 1e-2 for a few hundred terms.
+	Product float64
 	// Elementwise bounds norms, activations, gates, RoPE and Δ clamps.
 	Elementwise float64
 }
@@ -28,7 +33,7 @@ type Tolerances struct {
 // Float32 are the bounds for a backend computing in float32 with float32
 // weights: a product of a few hundred terms is within 1e-5 of its row's
 // largest value; an elementwise function within a few float32 ulps.
-var Float32 = Tolerances{MatMul: 1e-5, Elementwise: 2e-6}
+var Float32 = Tolerances{MatMul: 1e-5, Product: 1e-5, Elementwise: 2e-6}
 
 // Run checks every operation of be.
 func Run(t *testing.T, be nn.Backend, tol Tolerances) {
@@ -38,7 +43,9 @@ func Run(t *testing.T, be nn.Backend, tol Tolerances) {
 		name string
 		f    func(t *testing.T)
 	}{
+		{"arena", c.arenaReuse},
 		{"embed", c.embed},
+		{"argmax", c.argmax},
 		{"matmul", c.matmul},
 		{"rmsnorm", c.rmsnorm},
 		{"add-copy-views", c.addCopy},
@@ -125,62 +132,130 @@ func f64(v []float32) []float64 {
 	return out
 }
 
+// arenaReuse checks that a rewound arena hands its memory out again (in
+// the second pass, once Reset has sized it) and that Zeros zeroes what an
+// earlier tensor left there.
+func (c *checker) arenaReuse(t *testing.T) {
+	for pass := range 2 {
+		c.arena.Reset()
+		mark := c.arena.Mark()
+		p := c.poisoned(6, 40)
+		c.arena.Rewind(mark)
+		z := c.arena.Zeros(6, 40)
+		if pass == 1 && (z.S != p.S || z.Off != p.Off) {
+			t.Errorf("after Rewind, Alloc gave other memory (%p+%d) than the rewound tensor's (%p+%d)", z.S, z.Off, p.S, p.Off)
+		}
+		c.expect(t, "zeros over a poisoned tensor", z, make([]float64, 6*40), 0)
+	}
+}
+
+// placements are the two ways a backend holds weights, with the bound
+// each earns.
+func (c *checker) placements() []struct {
+	name  string
+	place func([]float32, int, int) nn.Weight
+	tol   float64
+} {
+	return []struct {
+		name  string
+		place func([]float32, int, int) nn.Weight
+		tol   float64
+	}{{"weight", c.be.Weight, c.tol.MatMul}, {"matrix", c.be.Matrix, c.tol.Product}}
+}
+
 func (c *checker) embed(t *testing.T) {
 	V, H := 37, 24
 	table := c.normals(V*H, 1)
-	w := c.be.Weight(table, V, H)
 	tokens := []int32{3, 0, 36, 3, 17}
-	dst := c.poisoned(len(tokens), H)
-	c.be.Embed(dst, w, tokens)
 	var want []float64
 	for _, tok := range tokens {
 		want = append(want, f64(table[int(tok)*H:(int(tok)+1)*H])...)
 	}
-	c.expect(t, "embed", dst, want, 0)
+	for _, p := range c.placements() {
+		dst := c.poisoned(len(tokens), H)
+		c.be.Embed(dst, p.place(table, V, H), tokens)
+		tol := p.tol
+		if p.name == "weight" {
+			tol = 0 // a copy
+		}
+		c.expect(t, "embed from a "+p.name, dst, want, tol)
+	}
+}
+
+func (c *checker) argmax(t *testing.T) {
+	rows, cols := 5, 5003
+	v := c.normals(rows*cols, 1)
+	v[1*cols+17] = 9 // a tie: the first wins
+	v[1*cols+4000] = 9
+	v[2*cols+cols-1] = 9 // the last column
+	v[3*cols] = 9        // the first
+	got := make([]int32, rows)
+	for i := range got {
+		got[i] = -7
+	}
+	c.be.Argmax(got, c.tensor(v, rows, cols))
+	for r := range rows {
+		want := 0
+		for i, x := range v[r*cols : (r+1)*cols] {
+			if x > v[r*cols+want] {
+				want = i
+			}
+		}
+		if int(got[r]) != want {
+			t.Fatalf("argmax of row %d: column %d, want %d", r, got[r], want)
+		}
+	}
 }
 
 func (c *checker) matmul(t *testing.T) {
-	for _, sh := range []struct {
-		n, in, out int
-		bias       bool
-	}{{1, 64, 48, false}, {7, 96, 33, true}, {16, 256, 40, false}} {
-		x, W := c.normals(sh.n*sh.in, 1), c.normals(sh.out*sh.in, 1/math.Sqrt(float64(sh.in)))
-		var b []float32
-		if sh.bias {
-			b = c.normals(sh.out, 1)
-		}
-		y := c.poisoned(sh.n, sh.out)
-		c.be.MatMul(y, c.tensor(x, sh.n, sh.in), c.be.Weight(W, sh.out, sh.in), c.be.Weight(b, 1, sh.out))
-		want := make([]float64, sh.n*sh.out)
-		for r := range sh.n {
-			for o := range sh.out {
-				s := 0.0
-				if b != nil {
-					s = float64(b[o])
-				}
-				for i := range sh.in {
-					s += float64(x[r*sh.in+i]) * float64(W[o*sh.in+i])
-				}
-				want[r*sh.out+o] = s
+	for _, p := range c.placements() {
+		for _, sh := range []struct {
+			n, in, out int
+			bias       bool
+		}{{1, 64, 48, false}, {7, 96, 33, true}, {16, 256, 40, false}, {3, 100, 9, false}, {8, 512, 70, true}, {9, 72, 17, false}} {
+			x, W := c.normals(sh.n*sh.in, 1), c.normals(sh.out*sh.in, 1/math.Sqrt(float64(sh.in)))
+			var b []float32
+			if sh.bias {
+				b = c.normals(sh.out, 1)
 			}
-		}
-		c.expect(t, fmt.Sprintf("matmul %d×%d·%d×%dᵀ", sh.n, sh.in, sh.out, sh.in), y, want, c.tol.MatMul)
-	}
-	// A strided input (a column range of a wider tensor).
-	n, in, out := 3, 32, 8
-	wide := c.normals(n*(in+5), 1)
-	W := c.normals(out*in, 0.2)
-	y := c.poisoned(n, out)
-	c.be.MatMul(y, c.tensor(wide, n, in+5).Columns(5, in), c.be.Weight(W, out, in), nn.Weight{})
-	want := make([]float64, n*out)
-	for r := range n {
-		for o := range out {
-			for i := range in {
-				want[r*out+o] += float64(wide[r*(in+5)+5+i]) * float64(W[o*in+i])
+			y := c.poisoned(sh.n, sh.out)
+			c.be.MatMul(y, c.tensor(x, sh.n, sh.in), p.place(W, sh.out, sh.in), c.be.Weight(b, 1, sh.out))
+			want := make([]float64, sh.n*sh.out)
+			for r := range sh.n {
+				for o := range sh.out {
+					s := 0.0
+					if b != nil {
+						s = float64(b[o])
+					}
+					for i := range sh.in {
+						s += float64(x[r*sh.in+i]) * float64(W[o*sh.in+i])
+					}
+					want[r*sh.out+o] = s
+				}
 			}
+			c.expect(t, fmt.Sprintf("matmul %d×%d·%d×%dᵀ (%s)", sh.n, sh.in, sh.out, sh.in, p.name), y, want, p.tol)
+		}
+		// Strided inputs and outputs (column ranges of wider tensors).
+		for _, n := range []int{3, 12} {
+			in, out := 32, 8
+			wide := c.normals(n*(in+5), 1)
+			W := c.normals(out*in, 0.2)
+			yw := c.poisoned(n, out+3)
+			y := yw.Columns(2, out)
+			c.be.MatMul(y, c.tensor(wide, n, in+5).Columns(5, in), p.place(W, out, in), nn.Weight{})
+			want := make([]float64, n*out)
+			for r := range n {
+				for o := range out {
+					for i := range in {
+						want[r*out+o] += float64(wide[r*(in+5)+5+i]) * float64(W[o*in+i])
+					}
+				}
+			}
+			got := c.arena.Alloc(n, out)
+			c.be.Copy(got, y)
+			c.expect(t, fmt.Sprintf("matmul of column views, %d rows (%s)", n, p.name), got, want, p.tol)
 		}
 	}
-	c.expect(t, "matmul of a column view", y, want, c.tol.MatMul)
 }
 
 func (c *checker) rmsnorm(t *testing.T) {
