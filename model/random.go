@@ -89,8 +89,12 @@ func (r *randomSource) Float32(name string, shape ...int) ([]float32, error) {
 	return v, nil
 }
 
-// fill sets v[i] = f(u, g) with u uniform in [0, 1) and g standard normal,
-// from a counter-based generator of seed and i, in parallel.
+// fill sets v[i] = f(u, g) with u uniform in [0, 1) and g of mean 0 and
+// variance 1, from a counter-based generator of seed and i, in parallel.
+// g is the sum of four 16-bit uniforms, centred and scaled (Irwin–Hall: a
+// bell within ±3.5): close enough to normal for weights that only have to
+// keep activations at their scale, and several times faster to draw than
+// Box–Muller, which matters for a model of billions of weights.
 func fill(v []float32, seed uint64, f func(u, g float64) float64) {
 	const chunk = 1 << 16
 	var wg sync.WaitGroup
@@ -103,10 +107,10 @@ func fill(v []float32, seed uint64, f func(u, g float64) float64) {
 			for i := lo; i < hi; i++ {
 				a := mix(seed + uint64(i)*0x9e3779b97f4a7c15)
 				b := mix(a)
-				u1 := (float64(a>>11) + 0.5) / (1 << 53)
-				u2 := float64(b>>11) / (1 << 53)
-				g := math.Sqrt(-2*math.Log(u1)) * math.Cos(2*math.Pi*u2)
-				v[i] = float32(f(u2, g))
+				u := float64(b>>11) / (1 << 53)
+				sum := float64(a&0xffff+a>>16&0xffff+a>>32&0xffff+a>>48) / (1 << 16)
+				g := (sum - 2) * math.Sqrt(3) // variance 4/12 scaled to 1
+				v[i] = float32(f(u, g))
 			}
 		}(lo, min(lo+chunk, len(v)))
 	}

@@ -2,14 +2,21 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/replayssm/replayssm/backend/cuda"
 	"github.com/replayssm/replayssm/bench"
 	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/model"
+	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/models"
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 )
@@ -17,6 +24,7 @@ import (
 // decodeRow is one line of bench decode. Its JSON field names are a
 // contract: scripts read them.
 type decodeRow struct {
+	Kind       string `json:"kind"` // "decode"
 	Device     string `json:"device"`
 	Model      string `json:"model"`
 	Layers     int    `json:"layers"` // SSM layers
@@ -41,8 +49,37 @@ type decodeRow struct {
 	// tokens/s over the baseline's in the same repeat (modes interleaved).
 	SpeedupVsBaseline float64 `json:"speedup_vs_baseline,omitempty"`
 
+	// SSMMsPerStep is the device time of the SSM state kernels (conv and
+	// state update) in one decode step, timed by events in a separate run;
+	// RestMsPerStep is MsPerStep less it. GPU only.
+	SSMMsPerStep  float64 `json:"ssm_ms_per_step,omitempty"`
+	RestMsPerStep float64 `json:"rest_ms_per_step,omitempty"`
+	// Bytes a decode step must move: every weight once (all experts of a
+	// mixture), the keys and values each sequence attends over (read) and
+	// appends, and the SSM state traffic of the batch.
+	WeightBytes int64 `json:"weight_bytes"`
+	KVBytes     int64 `json:"kv_bytes"`
+	StateBytes  int64 `json:"state_bytes"`
+	// RooflineMs is those bytes at CopyGBps, the copy bandwidth measured
+	// in the same run (GPU only); RooflineFrac is RooflineMs / MsPerStep.
+	RooflineMs   float64 `json:"roofline_ms,omitempty"`
+	RooflineFrac float64 `json:"roofline_frac,omitempty"`
+	CopyGBps     float64 `json:"copy_gbps,omitempty"`
+
 	Threads int `json:"threads"`
 	Repeats int `json:"repeats"`
+}
+
+// prefillRow is a prompt's prefill, one sequence, in one forward.
+type prefillRow struct {
+	Kind       string  `json:"kind"` // "prefill"
+	Device     string  `json:"device"`
+	Model      string  `json:"model"`
+	Tokens     int     `json:"tokens"`
+	Mode       string  `json:"mode"`
+	StateDtype string  `json:"state_dtype"`
+	Ms         float64 `json:"ms"`
+	TokensPerS float64 `json:"tokens_per_s"`
 }
 
 // decodeModes lists the bench decode modes (bench.Mode names) in the order
@@ -51,17 +88,21 @@ var decodeModes = []string{"baseline", "replay", "replay-nvfp4"}
 
 // runBenchDecode times whole decode steps of a model (the forward pass and
 // its state cache) in each state mode: what ReplaySSM buys a model's decode,
-// next to the in-place baseline measured in the same run.
+// next to the in-place baseline measured in the same run; then the prefill
+// of long prompts.
 func runBenchDecode(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "bench decode", "bench decode [flags]")
-	model := fs.String("model", "", "model directory (default: the built-in model)")
-	device := deviceFlag(fs)
+	model := fs.String("model", "", "model directory, or a shipped config ("+strings.Join(models.Configs(), ", ")+") run with random weights (default: the built-in model)")
+	random := fs.Bool("random-weights", false, "seeded random weights at the model's shapes instead of its checkpoint")
+	layers := fs.Int("layers", 0, "with random weights, keep only the first N layers (0: all)")
+	device := deviceFlags(fs)
 	batches := fs.String("batch", "1,16,64", "batch sizes, comma-separated (up to 512)")
 	modes := fs.String("modes", "baseline,replay,replay-nvfp4", fmt.Sprintf("modes, comma-separated, of %v", decodeModes))
 	dtype := fs.String("state-dtype", "fp32", "state (checkpoint) format: fp32, fp16, bf16 or fp8")
 	window := fs.Int("window", replay.DefaultWindow, "replay window L")
 	maxTokens := fs.Int("max-tokens", 64, "tokens decoded per request")
 	promptLen := fs.Int("prompt-len", 32, "prompt length (a random 8-token phrase, repeated)")
+	prefill := fs.String("prefill", "", "prompt lengths whose prefill (one sequence, replay mode) is timed, comma-separated, e.g. 1024,4096,16384")
 	repeat := fs.Int("repeat", 3, "measurements per row (modes interleaved); the median is reported")
 	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "worker threads of the state caches")
 	asJSON := fs.Bool("json", false, "print one JSON object per row")
@@ -71,6 +112,12 @@ func runBenchDecode(ctx context.Context, e *env, args []string) error {
 	bs, err := intList(*batches, 1, 512, "batch")
 	if err != nil {
 		return err
+	}
+	var prefills []int
+	if *prefill != "" {
+		if prefills, err = intList(*prefill, 2, 1<<20, "prefill"); err != nil {
+			return err
+		}
 	}
 	ms := splitList(*modes)
 	if len(ms) == 0 {
@@ -85,17 +132,26 @@ func runBenchDecode(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: --state-dtype: %v", errUsage, err)
 	}
-	if *repeat < 1 || *maxTokens < 2 || *promptLen < 1 || *window < 1 || *threads < 1 {
-		return fmt.Errorf("%w: --repeat ≥ 1, --max-tokens ≥ 2, --prompt-len ≥ 1, --window ≥ 1, --threads ≥ 1", errUsage)
+	if *repeat < 1 || *maxTokens < 2 || *promptLen < 1 || *window < 1 || *threads < 1 || *layers < 0 {
+		return fmt.Errorf("%w: --repeat ≥ 1, --max-tokens ≥ 2, --prompt-len ≥ 1, --window ≥ 1, --threads ≥ 1, --layers ≥ 0", errUsage)
 	}
-	_, name, d, _, err := openModel(ctx, e, *model, *device)
+	name, d, err := openBenchModel(ctx, e, *model, *random, *layers, *device)
 	if err != nil {
 		return err
 	}
 	base := replay.Options{Window: *window, State: st, Threads: *threads}
+	m := decodeMeasure{d: d, name: name, device: d.Backend().Name(), weightBytes: d.WeightBytes(4)}
+	if be, ok := d.Backend().(*cuda.NNBackend); ok {
+		m.gpu = be
+		m.weightBytes = be.WeightBytes()
+		if m.copyGBps, err = be.Device().MeasureCopyBandwidth(ctx, 1<<30); err != nil {
+			return fmt.Errorf("measuring the copy bandwidth: %w", err)
+		}
+		fmt.Fprintf(e.stderr, "copy bandwidth %.0f GB/s\n", m.copyGBps)
+	}
 	emit := decodePrinter(e, *asJSON)
 	for _, B := range bs {
-		rows, err := benchDecodeBatch(ctx, d, name, B, ms, base, *maxTokens, *promptLen, *repeat)
+		rows, err := m.batch(ctx, B, ms, base, *maxTokens, *promptLen, *repeat)
 		if err != nil {
 			return err
 		}
@@ -105,26 +161,94 @@ func runBenchDecode(ctx context.Context, e *env, args []string) error {
 			}
 		}
 	}
+	emitPrefill := prefillPrinter(e, *asJSON)
+	for _, n := range prefills {
+		r, err := m.prefill(ctx, n, base)
+		if err != nil {
+			return err
+		}
+		if err := emitPrefill(r); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// benchDecodeBatch measures one batch size in every mode, the modes of one
-// repeat back to back so that paired ratios cancel the machine's drifts.
-func benchDecodeBatch(ctx context.Context, d *nn.Decoder, name string, B int, modes []string, base replay.Options, maxTokens, promptLen, repeat int) ([]decodeRow, error) {
+// openBenchModel loads --model: a directory's checkpoint, or with random
+// weights a directory's or shipped config (a shipped config has no
+// weights, so its name implies --random-weights), placed on the device.
+func openBenchModel(ctx context.Context, e *env, flagValue string, random bool, layers int, device deviceChoice) (string, *nn.Decoder, error) {
+	shipped, cfgErr := models.Config(flagValue)
+	if flagValue == "" || (cfgErr != nil && !random) {
+		if layers > 0 {
+			return "", nil, fmt.Errorf("%w: --layers needs random weights (--random-weights or a shipped config)", errUsage)
+		}
+		_, name, d, _, err := openModel(ctx, e, flagValue, device)
+		return name, d, err
+	}
+	var cfg *hfconfig.Config
+	var err error
+	name := flagValue
+	if cfgErr == nil {
+		cfg, err = hfconfig.Parse(shipped)
+	} else {
+		cfg, err = hfconfig.LoadDir(flagValue)
+		name = filepath.Base(filepath.Clean(flagValue))
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	start := time.Now()
+	d, err := model.LoadRandom(cfg, 1, layers)
+	if err != nil {
+		return "", nil, err
+	}
+	if layers > 0 && layers < len(cfg.Layers) {
+		name = fmt.Sprintf("%s[:%d]", name, layers)
+	}
+	fmt.Fprintf(e.stderr, "%s: random weights, %d layers, %.2fB parameters (%.1f s)\n", name, len(d.Layers), float64(d.Params())/1e9, time.Since(start).Seconds())
+	if err := place(ctx, e, d, device); err != nil {
+		return "", nil, err
+	}
+	return name, d, nil
+}
+
+// decodeMeasure runs bench decode's measurements of one placed model.
+type decodeMeasure struct {
+	d           *nn.Decoder
+	name        string
+	device      string
+	gpu         *cuda.NNBackend // nil on the CPU
+	weightBytes int64
+	copyGBps    float64
+}
+
+// batch measures one batch size in every mode, the modes of one repeat
+// back to back so that paired ratios cancel the machine's drifts; on a GPU
+// one more run per mode times the SSM kernels with events.
+func (m *decodeMeasure) batch(ctx context.Context, B int, modes []string, base replay.Options, maxTokens, promptLen, repeat int) ([]decodeRow, error) {
+	d := m.d
 	reqs := syntheticRequests(uint64(B)<<8|29, B, d.Vocab, promptLen, maxTokens)
 	nLayers := d.SSMLayers()
 	rows := make([]decodeRow, len(modes))
 	steps := make([][]float64, len(modes)) // ms per step, per repeat
+	opts := make([]replay.Options, len(modes))
+	for i, name := range modes {
+		mode, err := bench.ParseMode(name)
+		if err != nil {
+			return nil, err
+		}
+		opts[i] = mode.Options(base, 0)
+		if err := fitsState(d, B, promptLen+maxTokens, opts[i]); err != nil {
+			return nil, fmt.Errorf("batch %d, %s: %w", B, name, err)
+		}
+	}
 	for rep := 0; rep < repeat; rep++ {
-		for i, m := range modes {
+		for i, name := range modes {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			mode, err := bench.ParseMode(m)
-			if err != nil {
-				return nil, err
-			}
-			opt := mode.Options(base, 0)
+			opt := opts[i]
 			eng, err := engine.New(d, B, opt)
 			if err != nil {
 				return nil, err
@@ -137,7 +261,7 @@ func benchDecodeBatch(ctx context.Context, d *nn.Decoder, name string, B int, mo
 			}
 			r := &rows[i]
 			if rep == 0 {
-				*r = decodeRow{Device: "cpu", Model: name, Layers: nLayers, Batch: B, Mode: m, StateDtype: precision(opt),
+				*r = decodeRow{Kind: "decode", Device: m.device, Model: m.name, Layers: nLayers, Batch: B, Mode: name, StateDtype: precision(opt),
 					Window: opt.Window, Threads: opt.Threads, Repeats: repeat}
 				if opt.Mode == replay.Baseline {
 					r.Window = 1
@@ -166,22 +290,140 @@ func benchDecodeBatch(ctx context.Context, d *nn.Decoder, name string, B int, mo
 			}
 			r.SpeedupVsBaseline = median(ratios)
 		}
+		// The average decode step attends over the prompt and half the
+		// generated tokens, and appends one position.
+		ctxLen := int64(promptLen + maxTokens/2 + 1)
+		r.WeightBytes = m.weightBytes
+		r.KVBytes = int64(B) * ctxLen * d.KVBytesPerToken()
+		r.StateBytes = int64(float64(B) * r.StateBytesPerToken)
+		if m.copyGBps > 0 {
+			r.CopyGBps = m.copyGBps
+			r.RooflineMs = float64(r.WeightBytes+r.KVBytes+r.StateBytes) / (m.copyGBps * 1e9) * 1e3
+			r.RooflineFrac = r.RooflineMs / r.MsPerStep
+		}
+		if m.gpu != nil {
+			ssm, err := m.ssmPerStep(ctx, B, reqs, opts[i])
+			if err != nil {
+				return nil, err
+			}
+			r.SSMMsPerStep = ssm
+			r.RestMsPerStep = r.MsPerStep - ssm
+		}
 	}
 	return rows, nil
 }
 
+// ssmPerStep runs the requests once more with the GPU's SSM clock on and
+// returns the SSM kernels' milliseconds per decode step: the clock is read
+// and reset when the first tokens arrive (the prefill's share), and read
+// again at the end.
+func (m *decodeMeasure) ssmPerStep(ctx context.Context, B int, reqs []engine.Request, opt replay.Options) (float64, error) {
+	eng, err := engine.New(m.d, B, opt)
+	if err != nil {
+		return 0, err
+	}
+	defer eng.Close()
+	be := m.gpu
+	be.ProfileSSM(true)
+	defer be.ProfileSSM(false)
+	if _, err := be.SSMTime(); err != nil {
+		return 0, err
+	}
+	reqs = slices.Clone(reqs)
+	var clockErr error
+	first := true
+	reqs[0].OnToken = func(int) bool {
+		if first {
+			first = false
+			_, clockErr = be.SSMTime()
+		}
+		return true
+	}
+	_, tm, err := eng.Generate(ctx, reqs)
+	if err != nil {
+		return 0, err
+	}
+	t, err := be.SSMTime()
+	if err = errors.Join(clockErr, err); err != nil {
+		return 0, err
+	}
+	return float64(t) / float64(time.Millisecond) / float64(max(1, tm.DecodeTokens/B)), nil
+}
+
+// prefill times one forward of an n-token prompt into a fresh sequence
+// (after one untimed forward of the same length, which sizes the scratch).
+func (m *decodeMeasure) prefill(ctx context.Context, n int, base replay.Options) (prefillRow, error) {
+	mode, err := bench.ParseMode("replay")
+	if err != nil {
+		return prefillRow{}, err
+	}
+	opt := mode.Options(base, 0)
+	if err := fitsState(m.d, 1, n, opt); err != nil {
+		return prefillRow{}, fmt.Errorf("prefill of %d tokens: %w", n, err)
+	}
+	prompt := syntheticRequests(uint64(n)<<8|31, 1, m.d.Vocab, n, 1)[0].Prompt
+	var elapsed time.Duration
+	for range 2 {
+		st, err := m.d.NewState(1, opt)
+		if err != nil {
+			return prefillRow{}, err
+		}
+		q, err := st.Admit()
+		if err != nil {
+			st.Close()
+			return prefillRow{}, err
+		}
+		rows := make([]nn.Row, n)
+		for i, id := range prompt {
+			rows[i] = nn.Row{Seq: q, Token: id, Logits: i == n-1}
+		}
+		start := time.Now()
+		err = m.d.Greedy(ctx, st, rows, make([]int32, 1))
+		elapsed = time.Since(start)
+		st.Close()
+		if err != nil {
+			return prefillRow{}, fmt.Errorf("prefill of %d tokens: %w", n, err)
+		}
+	}
+	return prefillRow{Kind: "prefill", Device: m.device, Model: m.name, Tokens: n, Mode: "replay", StateDtype: precision(opt),
+		Ms: float64(elapsed) / float64(time.Millisecond), TokensPerS: rate(n, elapsed)}, nil
+}
+
+func prefillPrinter(e *env, asJSON bool) func(prefillRow) error {
+	return rowPrinter(e, asJSON, func(prefillRow) {
+		fmt.Fprintf(e.stdout, "\n%-24s %8s %-8s %-16s %11s %10s\n", "prefill", "tokens", "mode", "state", "ms", "tokens/s")
+	}, func(r prefillRow) error {
+		_, err := fmt.Fprintf(e.stdout, "%-24s %8d %-8s %-16s %11.1f %10.0f\n", r.Model, r.Tokens, r.Mode, r.StateDtype, r.Ms, r.TokensPerS)
+		return err
+	})
+}
+
 func decodePrinter(e *env, asJSON bool) func(decodeRow) error {
-	return rowPrinter(e, asJSON, func(decodeRow) {
-		fmt.Fprintf(e.stdout, "%-20s %6s %5s %-13s %-16s %11s %9s %12s %12s %8s\n",
-			"model", "layers", "batch", "mode", "state", "tokens/s", "ms/step", "state B/tok", "base B/tok", "vs base")
+	return rowPrinter(e, asJSON, func(r decodeRow) {
+		fmt.Fprintf(e.stdout, "device: %s\n", r.Device)
+		if r.CopyGBps > 0 {
+			fmt.Fprintf(e.stdout, "roofline: weights + KV + state bytes of a step at the copy bandwidth measured in this run, %.0f GB/s\n", r.CopyGBps)
+		}
+		fmt.Fprintf(e.stdout, "%-24s %6s %5s %-13s %-16s %11s %9s %8s %8s %9s %9s %9s %9s %6s %12s %8s\n",
+			"model", "layers", "batch", "mode", "state", "tokens/s", "ms/step", "ssm ms", "rest ms",
+			"weights", "kv", "state", "roofline", "of it", "state B/tok", "vs base")
 	}, func(r decodeRow) error {
 		vs := "-"
 		if r.SpeedupVsBaseline > 0 {
 			vs = fmt.Sprintf("%.2fx", r.SpeedupVsBaseline)
 		}
-		_, err := fmt.Fprintf(e.stdout, "%-20s %6d %5d %-13s %-16s %11.1f %9.3f %12s %12s %8s\n",
+		opt := func(v float64, f string) string {
+			if v <= 0 {
+				return "-"
+			}
+			return fmt.Sprintf(f, v)
+		}
+		_, err := fmt.Fprintf(e.stdout, "%-24s %6d %5d %-13s %-16s %11.1f %9.3f %8s %8s %9s %9s %9s %9s %6s %12s %8s\n",
 			r.Model, r.Layers, r.Batch, r.Mode, r.StateDtype, r.TokensPerS, r.MsPerStep,
-			bytesString(int64(r.StateBytesPerToken)), bytesString(int64(r.BaselineBytesPerToken)), vs)
+			opt(r.SSMMsPerStep, "%.3f"), opt(r.RestMsPerStep, "%.3f"),
+			bytesString(r.WeightBytes), bytesString(r.KVBytes), bytesString(r.StateBytes),
+			opt(r.RooflineMs, "%.3f"), opt(100*r.RooflineFrac, "%.0f%%"),
+			bytesString(int64(r.StateBytesPerToken)), vs)
 		return err
 	})
 }
