@@ -216,9 +216,14 @@ func TestNNBF16Models(t *testing.T) {
 				t.Fatal(err)
 			}
 			cpu.Place(nn.CPU())
+			before := be.WeightBytes()
 			onGPU.Place(be)
 			if err := be.Err(); err != nil {
 				t.Fatal(err)
+			}
+			// Two bytes a weight, but for the few float32 norms and biases.
+			if placed, params := be.WeightBytes()-before, int64(onGPU.Params()); placed > 2*params+params/20 {
+				t.Fatalf("placed %d bytes for %d weights: not bfloat16", placed, params)
 			}
 			opt := replay.Options{Mode: replay.Replay, Window: replay.DefaultWindow}
 			for _, s := range card.GreedySamples {

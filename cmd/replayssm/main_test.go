@@ -39,6 +39,10 @@ func TestCLIDispatch(t *testing.T) {
 		{[]string{"bench", "decode", "--batch", "513"}, 2, "batch"},
 		{[]string{"bench", "decode", "--max-tokens", "1"}, 2, "max-tokens"},
 		{[]string{"bench", "decode", "--state-dtype", "fp7"}, 2, "fp7"},
+		{[]string{"bench", "decode", "--layers", "2"}, 2, "--layers needs random weights"},
+		{[]string{"bench", "decode", "--prefill", "1"}, 2, "prefill"},
+		{[]string{"bench", "decode", "--dtype", "fp8"}, 2, "--dtype \"fp8\""},
+		{[]string{"bench", "decode", "--model", "no-such-model-dir", "--random-weights"}, 1, "no-such-model-dir"},
 		{[]string{"version"}, 0, ""},
 		{[]string{"generate", "--window", "0", "x"}, 2, "--window 0: want a positive window"},
 		{[]string{"generate", "--window", "300", "x"}, 2, "--window: window 300 out of range [1, 256]"},
@@ -89,5 +93,44 @@ func TestBenchKernelsJSON(t *testing.T) {
 		if !modes[m] {
 			t.Errorf("no %s row", m)
 		}
+	}
+}
+
+// TestBenchDecodeRandomJSON runs bench decode on a fixture's config with
+// random weights, its first layers only, and checks the rows' JSON
+// contract: a decode row per mode with its bytes, and a prefill row.
+func TestBenchDecodeRandomJSON(t *testing.T) {
+	code, stdout, stderr := runCLI("bench", "decode", "--device", "cpu", "--json", "--model", "../../model/testdata/fixtures/qwen3_5",
+		"--random-weights", "--layers", "4", "--batch", "2", "--max-tokens", "3", "--prompt-len", "4", "--repeat", "1", "--prefill", "8")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "random weights, 4 layers") {
+		t.Errorf("stderr does not say what was loaded: %q", stderr)
+	}
+	kinds := map[string]int{}
+	sc := bufio.NewScanner(strings.NewReader(stdout))
+	for sc.Scan() {
+		var row map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &row); err != nil {
+			t.Fatalf("bad JSON line %q: %v", sc.Text(), err)
+		}
+		kind, _ := row["kind"].(string)
+		kinds[kind]++
+		if row["device"] != "cpu" || row["model"] != "qwen3_5[:4]" {
+			t.Errorf("row fields: %v", row)
+		}
+		want := []string{"ms_per_step", "tokens_per_s", "weight_bytes", "kv_bytes", "state_bytes"}
+		if kind == "prefill" {
+			want = []string{"ms", "tokens_per_s", "tokens"}
+		}
+		for _, f := range want {
+			if v, _ := row[f].(float64); !(v > 0) {
+				t.Errorf("%s row %v: %s = %v, want > 0", kind, row["mode"], f, row[f])
+			}
+		}
+	}
+	if kinds["decode"] != 3 || kinds["prefill"] != 1 {
+		t.Errorf("rows by kind %v, want 3 decode and 1 prefill", kinds)
 	}
 }
