@@ -16,8 +16,8 @@ import (
 
 // NNBackend runs package nn's blocks on the GPU: float32 activations,
 // product weights in bfloat16 (or float32, NNOptions.Weights), products by
-// cuBLAS or, for a few rows of bfloat16 weights, by a matrix-vector kernel
-// of kernels/nn.cu, the other operations by that file's kernels, the SSM
+// cuBLAS or, for one row of bfloat16 weights, by a matrix-vector kernel of
+// kernels/nn.cu, the other operations by that file's kernels, the SSM
 // layers by this package's ReplaySSM caches, all on one stream. Host row
 // lists go to the device through a ring of index memory in stream order.
 // It is not safe for concurrent use.
@@ -30,6 +30,8 @@ type NNBackend struct {
 	args Args
 	opt  NNOptions
 	err  error
+
+	gemv bool // one-row products by nn_gemv_bf16 (off only in the benchmark's cuBLAS baseline)
 
 	ring    Buffer // int32 row lists and float32 row weights, in stream order
 	ringOff int    // next free byte
@@ -67,7 +69,7 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 	default:
 		return nil, fmt.Errorf("cuda: product weights in %v are not supported (want bfloat16 or float32)", opt.Weights)
 	}
-	b := &NNBackend{ctx: ctx, d: d, opt: opt}
+	b := &NNBackend{ctx: ctx, d: d, opt: opt, gemv: true}
 	var err error
 	if b.s, err = d.NewStream(); err != nil {
 		return nil, err
@@ -335,13 +337,9 @@ func (b *NNBackend) Embed(dst nn.Tensor, table nn.Weight, tokens []int32) {
 	b.launch(fn, [3]uint32{uint32(len(tokens)), 1, 1}, rowThreads(dst.Cols))
 }
 
-// gemvMaxRows is the most rows the matrix-vector kernel takes (its
-// GEMV_MAX_M); gemvWarps its warps per block, each computing GEMV_ROWS (4)
-// outputs.
-const (
-	gemvMaxRows = 8
-	gemvWarps   = 4
-)
+// gemvWarps is the matrix-vector kernel's warps per block, each computing
+// GEMV_ROWS (4) outputs.
+const gemvWarps = 4
 
 func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 	if b.err != nil || x.Rows == 0 {
@@ -351,17 +349,14 @@ func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 	case wtype(w) == Float32:
 		b.fail(b.blas.Gemm(&Gemm{M: x.Rows, N: w.Rows, K: w.Cols, A: dev(x), B: wdev(w), TransB: true,
 			LDA: x.Stride, LDC: y.Stride, C: dev(y), AB: Float32, CType: Float32, Alpha: 1}))
-	case x.Rows <= gemvMaxRows && w.Cols%8 == 0:
+	case x.Rows == 1 && b.gemv && w.Cols%8 == 0:
 		a := &b.args
 		a.Reset()
 		a.Ptr(dev(y))
-		a.I32(int32(y.Stride))
 		a.Ptr(dev(x))
-		a.I32(int32(x.Stride))
 		a.Ptr(wdev(w))
 		a.I32(int32(w.Cols))
 		a.I32(int32(w.Rows))
-		a.I32(int32(x.Rows))
 		per := 4 * gemvWarps
 		b.launch(b.fn.gemvBF16, [3]uint32{uint32((w.Rows + per - 1) / per), 1, 1}, 32*gemvWarps)
 	default:

@@ -67,7 +67,7 @@ func nnBackend(t *testing.T, weights DataType) *NNBackend {
 // TestNNBackend runs the nn.Backend conformance suite on the GPU: with
 // float32 product weights, fp32 products by cuBLAS without TF32, so the
 // CPU's bounds hold; with bfloat16 ones, the products (the matrix-vector
-// kernel up to 8 rows, cuBLAS on rounded activations above) within 1e-2 of
+// kernel for one row, cuBLAS on rounded activations above) within 1e-2 of
 // the row's largest value (weights and activations each within 2⁻⁹).
 func TestNNBackend(t *testing.T) {
 	t.Run("fp32", func(t *testing.T) { nntest.Run(t, nnBackend(t, Float32), nntest.Float32) })
@@ -316,4 +316,63 @@ func lastLogits(t *testing.T, d *nn.Decoder, ids []int, opt replay.Options) []fl
 		t.Fatal(err)
 	}
 	return lg
+}
+
+// BenchmarkNNMatMul times the decode step's products at Nemotron-3-Nano-4B's
+// shapes with bfloat16 weights: the matrix-vector kernel against cuBLAS (on
+// activations rounded to bfloat16) for one row, cuBLAS above. It reports
+// the weights' bytes per second (the bound at few rows) and TFLOP/s, the
+// median of 50 back-to-back runs (run it with -test.benchtime 1x).
+func BenchmarkNNMatMul(b *testing.B) {
+	d := gpu(b)
+	be, err := NewNNBackend(context.Background(), d, NNOptions{Weights: BFloat16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	mem := be.NewArena()
+	defer mem.Close()
+	timer, err := d.NewTimer(be.Stream())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer timer.Close()
+	for _, sh := range []struct {
+		name    string
+		in, out int
+		rows    []int
+	}{{"in_proj", 3136, 17504, nil}, {"mlp_up", 3136, 12544, nil}, {"mlp_down", 12544, 3136, nil}, {"lm_head", 3136, 131072, nil},
+		{"square", 8192, 8192, []int{8192}}} { // the tensor-core rate the others are a fraction of
+		w := make([]float32, sh.in*sh.out)
+		for i := range w {
+			w[i] = float32(i%17) / 17
+		}
+		W := be.Matrix(w, sh.out, sh.in)
+		rowsList := sh.rows
+		if rowsList == nil {
+			rowsList = []int{1, 2, 64, 256}
+		}
+		for _, rows := range rowsList {
+			for _, path := range []string{"gemv", "cublas"} {
+				if path == "gemv" && rows > 1 {
+					continue
+				}
+				b.Run(fmt.Sprintf("%s/rows=%d/%s", sh.name, rows, path), func(b *testing.B) {
+					be.gemv = path == "gemv"
+					mem.Reset()
+					x, y := mem.Zeros(rows, sh.in), mem.Zeros(rows, sh.out)
+					tm, err := timer.Median(context.Background(), 50, func() error {
+						be.MatMul(y, x, W, nn.Weight{})
+						return be.Err()
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(tm.GBps(int64(2*sh.in*sh.out)), "weight-GB/s")
+					b.ReportMetric(2*float64(rows*sh.in*sh.out)/tm.Median.Seconds()/1e12, "TFLOP/s")
+					b.ReportMetric(float64(tm.Median.Nanoseconds())/1e3, "us")
+				})
+			}
+		}
+	}
 }
