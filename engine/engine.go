@@ -149,7 +149,7 @@ func (e *Engine) next(ctx context.Context, rows []nn.Row, n int, sampler func(k 
 		greedy = greedy && sampler(k).Greedy()
 	}
 	if greedy {
-		e.ids = growInt32(e.ids, n)
+		e.ids = grow(e.ids, n)
 		if err := e.dec.Greedy(ctx, e.st, rows, e.ids); err != nil {
 			return nil, err
 		}
@@ -167,13 +167,6 @@ func (e *Engine) next(ctx context.Context, rows []nn.Row, n int, sampler func(k 
 		e.toks = append(e.toks, sampler(k).Sample(e.logits[k*V:(k+1)*V]))
 	}
 	return e.toks, nil
-}
-
-func growInt32(buf []int32, n int) []int32 {
-	if cap(buf) < n {
-		return make([]int32, n)
-	}
-	return buf[:n]
 }
 
 // Generate runs reqs to completion, at most Capacity at a time, and returns
@@ -288,9 +281,9 @@ func (e *Engine) NLL(ctx context.Context, ids []int, chunk int) (float64, int, e
 	return nll, len(ids) - 1, nil
 }
 
-func grow(b []float32, n int) []float32 {
+func grow[T any](b []T, n int) []T {
 	if cap(b) < n {
-		return make([]float32, n)
+		return make([]T, n)
 	}
 	return b[:n]
 }

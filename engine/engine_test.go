@@ -176,18 +176,23 @@ func TestGenerateGreedy(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			var reqs []Request
-			for i := range 5 {
-				reqs = append(reqs, Request{Prompt: refIDs(t, ref, fmt.Sprintf("prompt.%d.ids", i)), MaxTokens: 32})
-			}
-			res, _, err := e.Generate(context.Background(), reqs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, r := range res {
-				want := refIDs(t, ref, fmt.Sprintf("greedy.%d.ids", i))
-				if fmt.Sprint(r.Tokens) != fmt.Sprint(want) || r.Reason != StopLength {
-					t.Errorf("prompt %d: got %v (%v), want %v", i, r.Tokens, r.Reason, want)
+			// Greedy takes the argmax where the model runs (Decoder.Greedy); a
+			// temperature of 1e-6 samples from downloaded logits, where it
+			// picks the same tokens.
+			for _, sampling := range []SamplerOptions{{}, {Temperature: 1e-6, Seed: 3}} {
+				var reqs []Request
+				for i := range 5 {
+					reqs = append(reqs, Request{Prompt: refIDs(t, ref, fmt.Sprintf("prompt.%d.ids", i)), MaxTokens: 32, Sampling: sampling})
+				}
+				res, _, err := e.Generate(context.Background(), reqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i, r := range res {
+					want := refIDs(t, ref, fmt.Sprintf("greedy.%d.ids", i))
+					if fmt.Sprint(r.Tokens) != fmt.Sprint(want) || r.Reason != StopLength {
+						t.Errorf("%+v, prompt %d: got %v (%v), want %v", sampling, i, r.Tokens, r.Reason, want)
+					}
 				}
 			}
 			if st := e.Stats(); st.Flushes == 0 || st.Steps == 0 {
