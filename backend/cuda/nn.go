@@ -353,10 +353,13 @@ func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 		a := &b.args
 		a.Reset()
 		a.Ptr(dev(y))
+		a.I32(int32(y.Stride))
 		a.Ptr(dev(x))
+		a.I32(int32(x.Stride))
 		a.Ptr(wdev(w))
 		a.I32(int32(w.Cols))
 		a.I32(int32(w.Rows))
+		a.I32(1) // rows
 		per := 4 * gemvWarps
 		b.launch(b.fn.gemvBF16, [3]uint32{uint32((w.Rows + per - 1) / per), 1, 1}, 32*gemvWarps)
 	default:

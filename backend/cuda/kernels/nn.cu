@@ -74,28 +74,33 @@ extern "C" __global__ void nn_to_bf16(unsigned short* __restrict__ dst, const fl
         dst[r * cols + c] = to_bf16(src[r * ss + c]);
 }
 
-// nn_gemv_bf16: y[n] = Σ_k x[k]·W[n][k] for one row x (float32) and
-// bfloat16 W [N][K], K a multiple of 8: the batch-1 decode step's products,
-// bound by reading W. A warp computes GEMV_ROWS outputs, its lanes striding
-// K in 16-byte words of each W row, so that every x value loaded serves
-// GEMV_ROWS weights and x stays float32 (cuBLAS would round it to
-// bfloat16). Above one row cuBLAS is faster (BenchmarkNNMatMul). Grid:
+// nn_gemv_bf16: y[m][n] = Σ_k x[m][k]·W[n][k] for the m < M ≤ 8 rows of x
+// (float32) and bfloat16 W [N][K], K a multiple of 8. A warp computes
+// GEMV_ROWS outputs n, its lanes striding K in 16-byte words of each W
+// row, so that every x value loaded serves GEMV_ROWS weights and x stays
+// float32 (cuBLAS would round it to bfloat16). nn.go calls it for one row
+// only: from two rows up cuBLAS is faster (BenchmarkNNMatMul), as the rows'
+// x loads from L1 then outweigh the weights' bytes. Grid:
 // ceil(N / (GEMV_ROWS·warps)).
 #define GEMV_ROWS 4
-extern "C" __global__ void nn_gemv_bf16(float* __restrict__ y, const float* __restrict__ x,
-                                        const unsigned short* __restrict__ W, int K, int N)
+#define GEMV_MAX_M 8
+extern "C" __global__ void nn_gemv_bf16(float* __restrict__ y, int ys, const float* __restrict__ x, int xs,
+                                        const unsigned short* __restrict__ W, int K, int N, int M)
 {
     const int lane = threadIdx.x & 31;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * GEMV_ROWS;
     if (n0 >= N)
         return;
-    float acc[GEMV_ROWS];
+    float acc[GEMV_MAX_M][GEMV_ROWS];
+#pragma unroll
+    for (int m = 0; m < GEMV_MAX_M; m++)
+#pragma unroll
+        for (int j = 0; j < GEMV_ROWS; j++)
+            acc[m][j] = 0.0f;
     const uint4* w[GEMV_ROWS];
 #pragma unroll
-    for (int j = 0; j < GEMV_ROWS; j++) {
-        acc[j] = 0.0f;
+    for (int j = 0; j < GEMV_ROWS; j++)
         w[j] = (const uint4*)(W + (long long)min(n0 + j, N - 1) * K);
-    }
     const int K8 = K >> 3;
 #pragma unroll 2
     for (int k8 = lane; k8 < K8; k8 += 32) {
@@ -103,31 +108,42 @@ extern "C" __global__ void nn_gemv_bf16(float* __restrict__ y, const float* __re
 #pragma unroll
         for (int j = 0; j < GEMV_ROWS; j++)
             p[j] = __ldg(w[j] + k8);
-        float xv[8];
 #pragma unroll
-        for (int e = 0; e < 8; e++)
-            xv[e] = __ldg(x + k8 * 8 + e);
+        for (int m = 0; m < GEMV_MAX_M; m++) {
+            if (m < M) {
+                const float* xr = x + (long long)m * xs + k8 * 8;
+                float xv[8];
 #pragma unroll
-        for (int j = 0; j < GEMV_ROWS; j++) {
-            float s = acc[j];
-            s = fmaf(xv[0], bf16_lo(p[j].x), s);
-            s = fmaf(xv[1], bf16_hi(p[j].x), s);
-            s = fmaf(xv[2], bf16_lo(p[j].y), s);
-            s = fmaf(xv[3], bf16_hi(p[j].y), s);
-            s = fmaf(xv[4], bf16_lo(p[j].z), s);
-            s = fmaf(xv[5], bf16_hi(p[j].z), s);
-            s = fmaf(xv[6], bf16_lo(p[j].w), s);
-            s = fmaf(xv[7], bf16_hi(p[j].w), s);
-            acc[j] = s;
+                for (int e = 0; e < 8; e++)
+                    xv[e] = __ldg(xr + e);
+#pragma unroll
+                for (int j = 0; j < GEMV_ROWS; j++) {
+                    float s = acc[m][j];
+                    s = fmaf(xv[0], bf16_lo(p[j].x), s);
+                    s = fmaf(xv[1], bf16_hi(p[j].x), s);
+                    s = fmaf(xv[2], bf16_lo(p[j].y), s);
+                    s = fmaf(xv[3], bf16_hi(p[j].y), s);
+                    s = fmaf(xv[4], bf16_lo(p[j].z), s);
+                    s = fmaf(xv[5], bf16_hi(p[j].z), s);
+                    s = fmaf(xv[6], bf16_lo(p[j].w), s);
+                    s = fmaf(xv[7], bf16_hi(p[j].w), s);
+                    acc[m][j] = s;
+                }
+            }
         }
     }
 #pragma unroll
-    for (int j = 0; j < GEMV_ROWS; j++) {
-        float v = acc[j];
-        for (int o = 16; o > 0; o >>= 1)
-            v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0 && n0 + j < N)
-            y[n0 + j] = v;
+    for (int m = 0; m < GEMV_MAX_M; m++) {
+        if (m < M) {
+#pragma unroll
+            for (int j = 0; j < GEMV_ROWS; j++) {
+                float v = acc[m][j];
+                for (int o = 16; o > 0; o >>= 1)
+                    v += __shfl_xor_sync(0xffffffffu, v, o);
+                if (lane == 0 && n0 + j < N)
+                    y[(long long)m * ys + n0 + j] = v;
+            }
+        }
     }
 }
 
