@@ -294,18 +294,20 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 	default:
 	}
 	s.pending.Add(1)
-	select {
-	case s.jobs <- job:
-	default:
+	if !s.queue.push(job) {
 		s.pending.Add(-1)
+		w.Header().Set("Retry-After", "1")
 		writeError(w, newError(http.StatusTooManyRequests, "rate_limit_error", "", "queue_full",
-			"the server is busy: %d requests are waiting; retry later", cap(s.jobs)))
+			"the server is busy: %d requests are waiting; retry later", s.cfg.MaxQueue))
 		return
 	}
 
 	rsp := &responder{s: s, w: w, t: t, g: g, id: "cmpl-" + rand.Text(), created: time.Now().Unix()}
 	if g.chat {
 		rsp.id = "chatcmpl-" + rand.Text()
+	}
+	if t != nil {
+		t.id, t.prompt = rsp.id, len(g.prompt)
 	}
 	if g.stream {
 		rsp.startStream()
@@ -316,6 +318,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		select {
 		case ev = <-events:
 		case <-r.Context().Done():
+			if s.queue.remove(job) { // it never reached the engine, which would have finished it
+				s.pending.Add(-1)
+			}
 			return
 		case <-stopped:
 			// Run has finished every job it took: an event is there, or
@@ -394,12 +399,20 @@ func (r *responder) startStream() {
 	}
 }
 
+// deadline bounds the next write by the server's WriteTimeout.
+func (r *responder) deadline() {
+	if d := r.s.cfg.WriteTimeout; d > 0 {
+		_ = http.NewResponseController(r.w).SetWriteDeadline(time.Now().Add(d))
+	}
+}
+
 // chunk writes one Server-Sent Event.
 func (r *responder) chunk(v any) {
 	b, err := json.Marshal(v)
 	if err != nil || r.werr != nil {
 		return
 	}
+	r.deadline()
 	if _, r.werr = fmt.Fprintf(r.w, "data: %s\n\n", b); r.werr == nil {
 		r.werr = http.NewResponseController(r.w).Flush()
 	}
@@ -407,6 +420,7 @@ func (r *responder) chunk(v any) {
 
 func (r *responder) done() {
 	if r.werr == nil {
+		r.deadline()
 		_, r.werr = r.w.Write([]byte("data: [DONE]\n\n"))
 		_ = http.NewResponseController(r.w).Flush()
 	}
@@ -414,6 +428,9 @@ func (r *responder) done() {
 
 // add handles one event and reports whether more are wanted.
 func (r *responder) add(ev event) bool {
+	if ev.final && r.t != nil {
+		r.t.completion = ev.tokens
+	}
 	if ev.err != nil {
 		if isCancel(ev.err) {
 			// The request's context ended: its client has gone.
@@ -449,6 +466,7 @@ func (r *responder) add(ev event) bool {
 		role = "assistant"
 	}
 	r.t.finish(ev.reason)
+	r.deadline()
 	writeJSON(r.w, http.StatusOK, r.response(r.choice(r.text.String(), &ev.reason, role), r.usage(ev.tokens)))
 	return false
 }

@@ -140,11 +140,11 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "replayssm_requests_waiting",
 			Help: "Requests queued for a free sequence.",
-		}, func() float64 { return float64(len(s.jobs)) }),
+		}, func() float64 { return float64(s.queue.len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "replayssm_requests_running",
 			Help: "Requests taken by the engine and not finished.",
-		}, func() float64 { return float64(max(0, s.pending.Load()-int64(len(s.jobs)))) }),
+		}, func() float64 { return float64(max(0, s.pending.Load()-int64(s.queue.len()))) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "replayssm_max_batch",
 			Help: "Sequences the engine decodes together (--max-batch).",
@@ -247,6 +247,11 @@ type tracker struct {
 	wrote      bool
 	generation bool // a received generation request, to be counted finished
 	finished   bool
+
+	// for the request's log line
+	status             int
+	id, reason         string
+	prompt, completion int
 }
 
 // Unwrap lets http.ResponseController reach the connection (Flush).
@@ -254,7 +259,7 @@ func (t *tracker) Unwrap() http.ResponseWriter { return t.ResponseWriter }
 
 func (t *tracker) WriteHeader(code int) {
 	if !t.wrote {
-		t.wrote = true
+		t.wrote, t.status = true, code
 		if code >= 400 {
 			t.fail(code)
 		}
@@ -294,7 +299,7 @@ func (t *tracker) finish(reason string) {
 	if t == nil || !t.generation || t.finished {
 		return
 	}
-	t.finished = true
+	t.finished, t.reason = true, reason
 	if t.m != nil {
 		t.m.finished.WithLabelValues(t.endpoint, reason).Inc()
 	}

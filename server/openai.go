@@ -68,7 +68,12 @@ type promptField struct {
 	set   bool
 }
 
-func (p *promptField) UnmarshalJSON(b []byte) error {
+func (p *promptField) UnmarshalJSON(b []byte) error { return p.unmarshal(b, 0) }
+
+// unmarshal reads a prompt nested depth lists deep: a list may hold one
+// prompt, which may not be a list of lists again, so that parsing stays
+// linear in the body (each level parses its bytes once).
+func (p *promptField) unmarshal(b []byte, depth int) error {
 	if isNull(b) {
 		return nil
 	}
@@ -80,12 +85,15 @@ func (p *promptField) UnmarshalJSON(b []byte) error {
 		p.isIDs = true
 		return nil
 	}
+	if depth > 0 {
+		return invalid("prompt", "prompt must be a string, a list of token ids, or a list holding one of those")
+	}
 	var list []json.RawMessage
 	if json.Unmarshal(b, &list) == nil {
 		if len(list) != 1 {
 			return invalid("prompt", "a list of %d prompts: give one prompt per request", len(list))
 		}
-		return p.UnmarshalJSON(list[0])
+		return p.unmarshal(list[0], depth+1)
 	}
 	return invalid("prompt", "prompt must be a string or a list of token ids")
 }

@@ -5,9 +5,12 @@
 package server
 
 import (
+	"cmp"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -51,6 +54,16 @@ type Config struct {
 	State replay.Options
 	// DisableMetrics turns the Prometheus metrics off: /metrics answers 404.
 	DisableMetrics bool
+	// APIKey, if set, is the bearer token every /v1 request must carry
+	// (Authorization: Bearer <key>); others are answered 401.
+	APIKey string
+	// WriteTimeout bounds each write of a response (0: none): a client
+	// that stops reading a stream for that long is dropped and its
+	// sequence freed.
+	WriteTimeout time.Duration
+	// Log, if set, gets one line per request: id, method, path, status,
+	// tokens, finish reason and duration.
+	Log *slog.Logger
 }
 
 // Server answers the API. Create it with New, run its engine with Run, and
@@ -58,8 +71,9 @@ type Config struct {
 type Server struct {
 	cfg     Config
 	eng     *engine.Engine
-	jobs    chan *engine.Job
-	stopped chan struct{} // closed when Run returns
+	queue   *jobQueue
+	jobs    chan *engine.Job // the queue's head, handed to the engine
+	stopped chan struct{}    // closed when Run returns
 	created int64
 	eos     []int
 	pending atomic.Int64 // requests submitted to the engine and not finished
@@ -99,7 +113,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		eng:     eng,
-		jobs:    make(chan *engine.Job, cfg.MaxQueue),
+		queue:   newJobQueue(cfg.MaxQueue),
+		jobs:    make(chan *engine.Job),
 		stopped: make(chan struct{}),
 		created: time.Now().Unix(),
 	}
@@ -117,7 +132,15 @@ func New(cfg Config) (*Server, error) {
 // once, then Close.
 func (s *Server) Run(ctx context.Context) error {
 	defer close(s.stopped)
+	feedCtx, stopFeed := context.WithCancel(ctx)
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		s.queue.feed(feedCtx, s.jobs)
+	}()
 	err := s.eng.Run(ctx, s.jobs)
+	stopFeed()
+	<-fed
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -165,6 +188,12 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeError(w, newError(http.StatusNotFound, "not_found_error", "", "not_found", "no route for %s %s", r.Method, r.URL.Path))
 		return
 	}
+	if s.cfg.APIKey != "" && strings.HasPrefix(path, "/v1/") && !s.authorized(r) {
+		writeError(w, newError(http.StatusUnauthorized, "invalid_request_error", "", "invalid_api_key",
+			"missing or incorrect API key: send Authorization: Bearer <key>"))
+		s.logRequest(w, r)
+		return
+	}
 	if !slices.Contains(strings.Split(allow, ", "), r.Method) {
 		w.Header().Set("Allow", allow)
 		writeError(w, newError(http.StatusMethodNotAllowed, "invalid_request_error", "", "method_not_allowed",
@@ -177,6 +206,32 @@ func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	handler(w, r)
 	// A generation that ended without an answer lost its client.
 	w.finish(reasonCancelled)
+	s.logRequest(w, r)
+}
+
+// authorized reports whether r carries the API key, compared in constant
+// time.
+func (s *Server) authorized(r *http.Request) bool {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(token), []byte(s.cfg.APIKey)) == 1
+}
+
+// logRequest writes the request's log line.
+func (s *Server) logRequest(w *tracker, r *http.Request) {
+	if s.cfg.Log == nil {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", cmp.Or(w.status, http.StatusOK)),
+		slog.Float64("ms", float64(time.Since(w.start).Microseconds())/1e3),
+	}
+	if w.id != "" {
+		attrs = append(attrs, slog.String("id", w.id))
+	}
+	if w.generation {
+		attrs = append(attrs, slog.Int("prompt_tokens", w.prompt), slog.Int("completion_tokens", w.completion), slog.String("finish_reason", w.reason))
+	}
+	s.cfg.Log.LogAttrs(r.Context(), slog.LevelInfo, "request", attrs...)
 }
 
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {

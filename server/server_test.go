@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -363,7 +364,7 @@ func TestQueueFull(t *testing.T) {
 		}
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for len(f.s.jobs) == 0 {
+	for f.s.queue.len() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the second request never queued")
 		}
@@ -372,8 +373,8 @@ func TestQueueFull(t *testing.T) {
 	r := f.do(t, context.Background(), "POST", "/v1/completions", `{"prompt":"Amen","max_tokens":2}`)
 	b, _ := io.ReadAll(r.Body)
 	r.Body.Close()
-	if r.StatusCode != http.StatusTooManyRequests || !bytes.Contains(b, []byte(`"code":"queue_full"`)) {
-		t.Errorf("third request: %d %s, want 429 queue_full", r.StatusCode, b)
+	if r.StatusCode != http.StatusTooManyRequests || !bytes.Contains(b, []byte(`"code":"queue_full"`)) || r.Header.Get("Retry-After") == "" {
+		t.Errorf("third request: %d %s (Retry-After %q), want 429 queue_full with Retry-After", r.StatusCode, b, r.Header.Get("Retry-After"))
 	}
 	// One request runs, one waits, the third was refused.
 	check(t, f.scrape(t), []sample{
@@ -387,6 +388,60 @@ func TestQueueFull(t *testing.T) {
 	})
 	cancel()
 	<-waiting
+}
+
+// TestQueueCancelLeaves fills the one sequence and the one queue place,
+// then the waiting client gives up: its place is free at once, so the next
+// request waits instead of being refused, and runs when the sequence frees.
+func TestQueueCancelLeaves(t *testing.T) {
+	f := newFixture(t, Config{MaxBatch: 1, MaxQueue: 1})
+	runCtx, stopRunning := context.WithCancel(context.Background())
+	defer stopRunning()
+	rsp := f.do(t, runCtx, "POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":4000,"temperature":1,"seed":1,"stream":true}`, mosesPrompt))
+	defer rsp.Body.Close()
+	if line, err := bufio.NewReader(rsp.Body).ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	waitCtx, giveUp := context.WithCancel(context.Background())
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		r, err := http.DefaultClient.Do(must(http.NewRequestWithContext(waitCtx, "POST", f.url+"/v1/completions", strings.NewReader(`{"prompt":"Amen","max_tokens":2}`))))
+		if err == nil {
+			r.Body.Close()
+		}
+	}()
+	waitFor(t, "the second request to queue", func() bool { return f.s.queue.len() == 1 })
+	giveUp()
+	<-waited
+	waitFor(t, "the cancelled request to leave the queue", func() bool { return f.s.queue.len() == 0 })
+	third := make(chan int, 1)
+	go func() {
+		r, err := http.DefaultClient.Do(must(http.NewRequest("POST", f.url+"/v1/completions", strings.NewReader(`{"prompt":"Amen","max_tokens":2}`))))
+		if err != nil {
+			third <- 0
+			return
+		}
+		r.Body.Close()
+		third <- r.StatusCode
+	}()
+	waitFor(t, "the third request to queue", func() bool { return f.s.queue.len() == 1 })
+	stopRunning() // frees the sequence
+	if code := <-third; code != http.StatusOK {
+		t.Errorf("third request: %d, want 200 once the sequence freed", code)
+	}
+}
+
+// waitFor polls cond for up to five seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func must(r *http.Request, err error) *http.Request {
@@ -419,6 +474,83 @@ func TestModelsAndHealth(t *testing.T) {
 	}
 }
 
+// TestAPIKeyAndLog serves with an API key and a request log: /v1 routes
+// need the bearer token (401 in OpenAI's shape without it), /health does
+// not, and every request gets one log line with its outcome.
+func TestAPIKeyAndLog(t *testing.T) {
+	var logBuf syncBuffer
+	f := newFixture(t, Config{APIKey: "sekret", Log: slog.New(slog.NewJSONHandler(&logBuf, nil))})
+	send := func(method, path, key, body string) (int, string) {
+		req := must(http.NewRequest(method, f.url+path, strings.NewReader(body)))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		rsp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rsp.Body.Close()
+		b, _ := io.ReadAll(rsp.Body)
+		return rsp.StatusCode, string(b)
+	}
+	for _, tt := range []struct {
+		method, path, key string
+		status            int
+	}{
+		{"GET", "/v1/models", "", 401},
+		{"GET", "/v1/models", "sekre", 401},
+		{"GET", "/v1/models", "sekret", 200},
+		{"GET", "/health", "", 200},
+		{"POST", "/v1/completions", "", 401},
+	} {
+		code, body := send(tt.method, tt.path, tt.key, `{"prompt":"Amen","max_tokens":2}`)
+		if code != tt.status || (code == 401 && !strings.Contains(body, `"code":"invalid_api_key"`)) {
+			t.Errorf("%s %s with key %q: %d %s, want %d", tt.method, tt.path, tt.key, code, body, tt.status)
+		}
+	}
+	code, body := send("POST", "/v1/completions", "sekret", `{"prompt":"Amen","max_tokens":2,"temperature":0}`)
+	if code != 200 {
+		t.Fatalf("completion with the key: %d %s", code, body)
+	}
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(logBuf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		lines = append(lines, m)
+	}
+	if len(lines) != 6 {
+		t.Fatalf("%d log lines, want one per request (6): %v", len(lines), lines)
+	}
+	last := lines[5]
+	if last["status"] != 200.0 || last["completion_tokens"] != 2.0 || last["finish_reason"] != "length" ||
+		!strings.HasPrefix(fmt.Sprint(last["id"]), "cmpl-") || last["path"] != "/v1/completions" {
+		t.Errorf("completion's log line: %v", last)
+	}
+	if lines[0]["status"] != 401.0 {
+		t.Errorf("refused request's log line: %v", lines[0])
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the handlers' goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
 // TestErrors checks that bad requests get a 4xx in OpenAI's error shape,
 // naming the field at fault.
 func TestErrors(t *testing.T) {
@@ -437,6 +569,8 @@ func TestErrors(t *testing.T) {
 		{"POST", c, `{"prompt": ""}`, 400, "prompt"},
 		{"POST", c, `{"prompt": 7}`, 400, "prompt"},
 		{"POST", c, `{"prompt": ["a", "b"]}`, 400, "prompt"},
+		{"POST", c, `{"prompt": [[[1]]]}`, 400, "prompt"},
+		{"POST", c, `{"prompt": ` + strings.Repeat("[", 490) + "1" + strings.Repeat("]", 490) + `}`, 400, "prompt"},
 		{"POST", c, `{"prompt": [1, 99999]}`, 400, "prompt"},
 		{"POST", c, `{"prompt": "a", "max_tokens": 0}`, 400, "max_tokens"},
 		{"POST", c, `{"prompt": "a", "max_tokens": -5}`, 400, "max_tokens"},

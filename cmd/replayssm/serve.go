@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/replayssm/replayssm/model/nn"
@@ -15,10 +17,6 @@ import (
 	"github.com/replayssm/replayssm/tokenizer"
 	"github.com/replayssm/replayssm/tokenizer/chat"
 )
-
-// shutdownGrace is how long in-flight requests may run on after an
-// interrupt before they are cancelled.
-const shutdownGrace = 5 * time.Second
 
 func runServe(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "serve", "serve [--model DIR] [--addr HOST:PORT] [flags]")
@@ -30,6 +28,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	maxTokens := fs.Int("max-tokens", 256, "completion budget of a request without max_tokens")
 	ctxLen := fs.Int("context", 0, "most prompt plus completion tokens (0: the model's max_position_embeddings)")
 	metrics := fs.Bool("metrics", true, "serve Prometheus metrics at GET /metrics (--metrics=false: off)")
+	apiKey := fs.String("api-key", os.Getenv("REPLAYSSM_API_KEY"), "bearer token every /v1 request must carry (default: $REPLAYSSM_API_KEY; empty: none)")
+	grace := fs.Duration("shutdown-grace", 20*time.Second, "on SIGTERM or SIGINT, how long running requests may finish before the rest end with an error")
+	readTimeout := fs.Duration("read-timeout", 60*time.Second, "most time to read a request, headers and body")
+	writeTimeout := fs.Duration("write-timeout", 60*time.Second, "most time one write of a response may block (a client that stops reading a stream is dropped)")
+	idleTimeout := fs.Duration("idle-timeout", 60*time.Second, "how long an idle keep-alive connection stays open")
+	logRequests := fs.Bool("log-requests", true, "log one line per request on stderr (id, status, tokens, duration)")
 	sf := addStateFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -52,6 +56,14 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if *ctxLen < 0 {
 		return fmt.Errorf("%w: --context must not be negative", errUsage)
 	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"--shutdown-grace", *grace}, {"--read-timeout", *readTimeout}, {"--write-timeout", *writeTimeout}, {"--idle-timeout", *idleTimeout}} {
+		if f.v <= 0 {
+			return fmt.Errorf("%w: %s must be positive", errUsage, f.name)
+		}
+	}
 	var name string
 	var d *nn.Decoder
 	var tok *tokenizer.Tokenizer
@@ -65,10 +77,14 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			tmpl = nil
 		}
 	}
+	var requestLog *slog.Logger
+	if *logRequests {
+		requestLog = slog.New(slog.NewTextHandler(e.stderr, nil))
+	}
 	srv, err := server.New(server.Config{
 		Model: d, Tokenizer: tok, Template: tmpl, Name: name,
 		MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxTokens: *maxTokens, ContextLength: *ctxLen, State: opt,
-		DisableMetrics: !*metrics,
+		DisableMetrics: !*metrics, APIKey: *apiKey, WriteTimeout: *writeTimeout, Log: requestLog,
 	})
 	if err != nil {
 		return err
@@ -88,7 +104,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	go func() { engDone <- srv.Run(engCtx) }()
 	hs := &http.Server{
 		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: min(10*time.Second, *readTimeout),
+		ReadTimeout:       *readTimeout,
+		IdleTimeout:       *idleTimeout,
 		ErrorLog:          log.New(e.stderr, "serve: ", log.LstdFlags),
 	}
 	served := make(chan error, 1)
@@ -103,10 +121,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	case serveErr = <-engDone:
 		engDone <- serveErr
 	}
-	fmt.Fprintln(e.stderr, "shutting down")
+	fmt.Fprintf(e.stderr, "shutting down: running requests may finish within %v\n", *grace)
 	// Stop accepting, let requests in flight finish for the grace period,
-	// then cancel the rest: stopping the engine ends their streams.
-	shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	// then cancel the rest: stopping the engine ends their streams with an
+	// error event and [DONE].
+	shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *grace)
 	defer cancel()
 	if err := hs.Shutdown(shCtx); err != nil {
 		stopEngine()
