@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -29,6 +30,7 @@ type generation struct {
 	stream       bool
 	includeUsage bool
 	chat         bool
+	model        string // the id the request named (one of the server's), echoed in responses
 }
 
 // event is one piece of a generation's output, sent from the engine's
@@ -138,6 +140,14 @@ func (s *Server) chatPrompt(req *chatRequest) (*generation, *apiError) {
 
 // sampling checks the shared fields and fills g's budget and sampler.
 func (s *Server) sampling(g *generation, f *samplingFields, maxTokens *int) *apiError {
+	if f.Model != "" && !s.serves(f.Model) {
+		return newError(http.StatusNotFound, "invalid_request_error", "model", "model_not_found",
+			"the model %q does not exist (this server serves %s)", f.Model, strings.Join(s.names(), ", "))
+	}
+	if e := f.unsupportedFields.check(); e != nil {
+		return e
+	}
+	g.model = cmp.Or(f.Model, s.cfg.Name)
 	limit := s.cfg.ContextLength
 	if len(g.prompt) >= limit {
 		return invalid("prompt", "the prompt has %d tokens; this model's context is %d", len(g.prompt), limit)
@@ -365,7 +375,7 @@ func (r *responder) object() string {
 }
 
 func (r *responder) response(choices any, u *usage) response {
-	return response{ID: r.id, Object: r.object(), Created: r.created, Model: r.s.cfg.Name, Choices: choices, Usage: u}
+	return response{ID: r.id, Object: r.object(), Created: r.created, Model: r.g.model, Choices: choices, Usage: u}
 }
 
 // choice is the one choice of a response or chunk; reason nil: not final.

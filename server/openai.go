@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -133,9 +134,11 @@ func (c *contentField) UnmarshalJSON(b []byte) error {
 func isNull(b []byte) bool { return bytes.Equal(bytes.TrimSpace(b), []byte("null")) }
 
 // samplingFields are the fields shared by completions and chat requests.
-// Fields the server does not use (model, user, logprobs, penalties...) are
-// accepted and ignored, as OpenAI clients send many of them.
+// Fields that do not change the output (user, metadata, ...) are accepted
+// and ignored; parameters the server does not implement are in
+// unsupportedFields, refused unless neutral.
 type samplingFields struct {
+	Model         string    `json:"model"`
 	MaxTokens     *int      `json:"max_tokens"`
 	Temperature   *float64  `json:"temperature"`
 	TopP          *float64  `json:"top_p"`
@@ -147,6 +150,67 @@ type samplingFields struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	N *int `json:"n"`
+	unsupportedFields
+}
+
+// unsupportedFields are OpenAI and vLLM parameters the server does not
+// implement yet. A request that sets one to anything but its neutral value
+// (what leaves the output unchanged) is answered 400 naming it: never
+// silently ignored.
+type unsupportedFields struct {
+	Logprobs          json.RawMessage `json:"logprobs"`
+	TopLogprobs       json.RawMessage `json:"top_logprobs"`
+	Echo              json.RawMessage `json:"echo"`
+	BestOf            json.RawMessage `json:"best_of"`
+	Suffix            json.RawMessage `json:"suffix"`
+	PresencePenalty   json.RawMessage `json:"presence_penalty"`
+	FrequencyPenalty  json.RawMessage `json:"frequency_penalty"`
+	RepetitionPenalty json.RawMessage `json:"repetition_penalty"`
+	LogitBias         json.RawMessage `json:"logit_bias"`
+	MinTokens         json.RawMessage `json:"min_tokens"`
+	StopTokenIDs      json.RawMessage `json:"stop_token_ids"`
+	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ResponseFormat    json.RawMessage `json:"response_format"`
+	Functions         json.RawMessage `json:"functions"`
+	FunctionCall      json.RawMessage `json:"function_call"`
+}
+
+// check refuses the first parameter set to a value that is not neutral.
+func (u *unsupportedFields) check() *apiError {
+	for _, f := range []struct {
+		name    string
+		raw     json.RawMessage
+		neutral []string // compact JSON values that leave the output unchanged
+	}{
+		{"logprobs", u.Logprobs, []string{"false", "0"}},
+		{"top_logprobs", u.TopLogprobs, []string{"0"}},
+		{"echo", u.Echo, []string{"false"}},
+		{"best_of", u.BestOf, []string{"1"}},
+		{"suffix", u.Suffix, []string{`""`}},
+		{"presence_penalty", u.PresencePenalty, []string{"0", "0.0"}},
+		{"frequency_penalty", u.FrequencyPenalty, []string{"0", "0.0"}},
+		{"repetition_penalty", u.RepetitionPenalty, []string{"1", "1.0"}},
+		{"logit_bias", u.LogitBias, []string{"{}"}},
+		{"min_tokens", u.MinTokens, []string{"0"}},
+		{"stop_token_ids", u.StopTokenIDs, []string{"[]"}},
+		{"tools", u.Tools, []string{"[]"}},
+		{"tool_choice", u.ToolChoice, []string{`"none"`, `"auto"`}},
+		{"response_format", u.ResponseFormat, []string{`{"type":"text"}`}},
+		{"functions", u.Functions, []string{"[]"}},
+		{"function_call", u.FunctionCall, []string{`"none"`, `"auto"`}},
+	} {
+		if len(f.raw) == 0 || isNull(f.raw) {
+			continue
+		}
+		var b bytes.Buffer
+		if json.Compact(&b, f.raw) == nil && slices.Contains(f.neutral, b.String()) {
+			continue
+		}
+		return newError(http.StatusBadRequest, "invalid_request_error", f.name, "unsupported_parameter",
+			"%s is not supported by this server", f.name)
+	}
+	return nil
 }
 
 // completionRequest is the body of POST /v1/completions.

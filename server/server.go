@@ -37,6 +37,9 @@ type Config struct {
 	Template *chat.Template
 	// Name is the model id in /v1/models and in responses.
 	Name string
+	// Aliases are more ids a request's "model" may name (vLLM's
+	// --served-model-name); a request naming another model is a 404.
+	Aliases []string
 	// MaxBatch is the number of sequences decoded together (default 16).
 	MaxBatch int
 	// MaxQueue is the number of requests that may wait for a free sequence
@@ -243,21 +246,30 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) card() modelCard {
-	return modelCard{ID: s.cfg.Name, Object: "model", Created: s.created, OwnedBy: "replayssm", MaxModelLen: s.cfg.ContextLength}
+// names are the model ids the server answers to, its Name first.
+func (s *Server) names() []string { return append([]string{s.cfg.Name}, s.cfg.Aliases...) }
+
+func (s *Server) serves(id string) bool { return slices.Contains(s.names(), id) }
+
+func (s *Server) card(id string) modelCard {
+	return modelCard{ID: id, Object: "model", Created: s.created, OwnedBy: "replayssm", MaxModelLen: s.cfg.ContextLength}
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []modelCard{s.card()}})
+	var cards []modelCard
+	for _, id := range s.names() {
+		cards = append(cards, s.card(id))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": cards})
 }
 
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 	id := strings.TrimPrefix(strings.TrimSuffix(r.URL.Path, "/"), "/v1/models/")
-	if id != s.cfg.Name {
+	if !s.serves(id) {
 		writeError(w, newError(http.StatusNotFound, "not_found_error", "model", "model_not_found", "the model %q does not exist", id))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.card())
+	writeJSON(w, http.StatusOK, s.card(id))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

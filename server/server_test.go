@@ -211,7 +211,8 @@ func TestCompletionsGreedyMatchesEngine(t *testing.T) {
 	}
 	ids, _ := json.Marshal(prompt)
 	for _, p := range []string{fmt.Sprintf("%q", mosesPrompt), string(ids), fmt.Sprintf("[%q]", mosesPrompt)} {
-		body := fmt.Sprintf(`{"model":"x","prompt":%s,"max_tokens":24,"temperature":0}`, p)
+		// Parameters at their neutral values are accepted.
+		body := fmt.Sprintf(`{"model":%q,"prompt":%s,"max_tokens":24,"temperature":0,"logprobs":null,"echo":false,"presence_penalty":0,"tool_choice":"none","response_format":{"type":"text"}}`, models.Default, p)
 		var c completion
 		f.post(t, "/v1/completions", body, &c)
 		if c.Object != "text_completion" || c.Model != models.Default || !strings.HasPrefix(c.ID, "cmpl-") || c.Created == 0 {
@@ -474,6 +475,31 @@ func TestModelsAndHealth(t *testing.T) {
 	}
 }
 
+// TestAliases serves the model under a second name: both are listed and
+// answer, and a response names the model its request asked for.
+func TestAliases(t *testing.T) {
+	f := newFixture(t, Config{Aliases: []string{"kjv"}})
+	var list struct {
+		Data []modelCard `json:"data"`
+	}
+	rsp := f.do(t, context.Background(), "GET", "/v1/models", "")
+	err := json.NewDecoder(rsp.Body).Decode(&list)
+	rsp.Body.Close()
+	if err != nil || len(list.Data) != 2 || list.Data[0].ID != models.Default || list.Data[1].ID != "kjv" {
+		t.Errorf("/v1/models: %+v (%v)", list, err)
+	}
+	var c completion
+	f.post(t, "/v1/completions", `{"model":"kjv","prompt":"Amen","max_tokens":2}`, &c)
+	if c.Model != "kjv" {
+		t.Errorf("response names model %q, want the alias asked for", c.Model)
+	}
+	rsp = f.do(t, context.Background(), "GET", "/v1/models/kjv", "")
+	rsp.Body.Close()
+	if rsp.StatusCode != 200 {
+		t.Errorf("GET /v1/models/kjv: %d", rsp.StatusCode)
+	}
+}
+
 // TestAPIKeyAndLog serves with an API key and a request log: /v1 routes
 // need the bearer token (401 in OpenAI's shape without it), /health does
 // not, and every request gets one log line with its outcome.
@@ -570,6 +596,18 @@ func TestErrors(t *testing.T) {
 		{"POST", c, `{"prompt": 7}`, 400, "prompt"},
 		{"POST", c, `{"prompt": ["a", "b"]}`, 400, "prompt"},
 		{"POST", c, `{"prompt": [[[1]]]}`, 400, "prompt"},
+		{"POST", c, `{"prompt": "a", "model": "gpt-4"}`, 404, "model"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "model": "gpt-4"}`, 404, "model"},
+		{"POST", c, `{"prompt": "a", "logprobs": 2}`, 400, "logprobs"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 3}`, 400, "logprobs"},
+		{"POST", c, `{"prompt": "a", "echo": true}`, 400, "echo"},
+		{"POST", c, `{"prompt": "a", "best_of": 3}`, 400, "best_of"},
+		{"POST", c, `{"prompt": "a", "suffix": "z"}`, 400, "suffix"},
+		{"POST", c, `{"prompt": "a", "presence_penalty": 0.5}`, 400, "presence_penalty"},
+		{"POST", c, `{"prompt": "a", "frequency_penalty": -1}`, 400, "frequency_penalty"},
+		{"POST", c, `{"prompt": "a", "logit_bias": {"5": 100}}`, 400, "logit_bias"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}`, 400, "tools"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}`, 400, "response_format"},
 		{"POST", c, `{"prompt": ` + strings.Repeat("[", 490) + "1" + strings.Repeat("]", 490) + `}`, 400, "prompt"},
 		{"POST", c, `{"prompt": [1, 99999]}`, 400, "prompt"},
 		{"POST", c, `{"prompt": "a", "max_tokens": 0}`, 400, "max_tokens"},

@@ -33,6 +33,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	readTimeout := fs.Duration("read-timeout", 60*time.Second, "most time to read a request, headers and body")
 	writeTimeout := fs.Duration("write-timeout", 60*time.Second, "most time one write of a response may block (a client that stops reading a stream is dropped)")
 	idleTimeout := fs.Duration("idle-timeout", 60*time.Second, "how long an idle keep-alive connection stays open")
+	servedNames := fs.String("served-model-name", "", "model ids requests may name, comma-separated; the first is the one responses report (default: the model directory's name)")
 	logRequests := fs.Bool("log-requests", true, "log one line per request on stderr (id, status, tokens, duration)")
 	sf := addStateFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -77,12 +78,16 @@ func runServe(ctx context.Context, e *env, args []string) error {
 			tmpl = nil
 		}
 	}
+	var aliases []string
+	if names := splitList(*servedNames); len(names) > 0 {
+		name, aliases = names[0], names[1:]
+	}
 	var requestLog *slog.Logger
 	if *logRequests {
 		requestLog = slog.New(slog.NewTextHandler(e.stderr, nil))
 	}
 	srv, err := server.New(server.Config{
-		Model: d, Tokenizer: tok, Template: tmpl, Name: name,
+		Model: d, Tokenizer: tok, Template: tmpl, Name: name, Aliases: aliases,
 		MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxTokens: *maxTokens, ContextLength: *ctxLen, State: opt,
 		DisableMetrics: !*metrics, APIKey: *apiKey, WriteTimeout: *writeTimeout, Log: requestLog,
 	})
