@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/engine/spec"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/models"
@@ -243,7 +245,7 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 	device := deviceFlags(fs)
 	temp := fs.Float64("temperature", 0, "sampling temperature; 0 is greedy")
 	topK := fs.Int("top-k", 0, "sample among the K most likely tokens (0: all)")
-	topP := fs.Float64("top-p", 1, "nucleus sampling probability mass (1: all)")
+	topP := fs.Float64("top-p", 1, "nucleus sampling: keep the most likely tokens up to this probability mass, in (0, 1] (1: all)")
 	seed := fs.Uint64("seed", 0, "random seed for sampling")
 	maxTokens := fs.Int("max-tokens", 256, "most tokens to generate")
 	var stops stringList
@@ -271,6 +273,9 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 	}
 	if *maxTokens <= 0 {
 		return fmt.Errorf("%w: --max-tokens must be positive", errUsage)
+	}
+	if !(*topP > 0 && *topP <= 1) { // as top_p in the API
+		return fmt.Errorf("%w: --top-p %v: want a value in (0, 1]", errUsage, *topP)
 	}
 	sampling := engine.SamplerOptions{Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed}
 	if err := sampling.Validate(); err != nil {
@@ -310,6 +315,15 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 	if len(prompt) == 0 {
 		return fmt.Errorf("%w: the prompt encodes to no tokens", errUsage)
 	}
+	if ctxLen := d.Config.MaxPositionEmbeddings; ctxLen > 0 {
+		if len(prompt) >= ctxLen {
+			return fmt.Errorf("the prompt has %d tokens; the model's context is %d", len(prompt), ctxLen)
+		}
+		if len(prompt)+*maxTokens > ctxLen {
+			*maxTokens = ctxLen - len(prompt)
+			fmt.Fprintf(e.stderr, "--max-tokens capped at %d: the model's context is %d tokens and the prompt has %d\n", *maxTokens, ctxLen, len(prompt))
+		}
+	}
 
 	eng, err := engine.New(d, 1, opt)
 	if err != nil {
@@ -337,7 +351,23 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	first := true
+	// Ctrl-C (ctx) ends the generation at the next token, with the
+	// statistics so far; before the first token it cancels the prefill.
+	interrupted := false
+	var started atomic.Bool
+	genCtx, cancelGen := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelGen()
+	defer context.AfterFunc(ctx, func() {
+		if !started.Load() {
+			cancelGen()
+		}
+	})()
 	onToken := func(id int) bool {
+		started.Store(true)
+		if ctx.Err() != nil {
+			interrupted = true
+			return false
+		}
 		if stream == nil {
 			if !first {
 				write(" ")
@@ -360,16 +390,20 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 		ss  engine.SpecStats
 	)
 	if spf.enabled() {
-		dr, err := spf.newDrafter(e.stderr, *dir, d, eng.State(), 1, opt)
-		if err != nil {
+		var dr spec.Drafter
+		if dr, err = spf.newDrafter(e.stderr, *dir, d, eng.State(), 1, opt); err != nil {
 			return err
 		}
 		defer dr.Close()
-		res, tm, ss, err = eng.GenerateSpeculative(ctx, reqs, engine.Speculation{Drafter: dr, Drafts: *spf.drafts, Accept: acceptRule})
-		if err != nil {
-			return err
+		res, tm, ss, err = eng.GenerateSpeculative(genCtx, reqs, engine.Speculation{Drafter: dr, Drafts: *spf.drafts, Accept: acceptRule})
+	} else {
+		res, tm, err = eng.Generate(genCtx, reqs)
+	}
+	if err != nil {
+		if ctx.Err() != nil { // interrupted before the first token
+			write("\n")
+			return errors.New("interrupted")
 		}
-	} else if res, tm, err = eng.Generate(ctx, reqs); err != nil {
 		return err
 	}
 	if stream != nil && res[0].Reason != engine.StopCallback {
@@ -381,9 +415,13 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 		return werr
 	}
 	n := len(res[0].Tokens)
-	fmt.Fprintf(e.stderr, "\n%s: %d prompt tokens in %.2fs (%.1f tok/s), %d generated in %.2fs (%.1f tok/s decode), stop: %v\n",
+	reason := res[0].Reason.String()
+	if interrupted {
+		reason = "interrupted"
+	}
+	fmt.Fprintf(e.stderr, "\n%s: %d prompt tokens in %.2fs (%.1f tok/s), %d generated in %.2fs (%.1f tok/s decode), stop: %s\n",
 		d.Config.ModelType, tm.PromptTokens, tm.Prefill.Seconds(), rate(tm.PromptTokens, tm.Prefill),
-		n, tm.Decode.Seconds(), rate(tm.DecodeTokens, tm.Decode), res[0].Reason)
+		n, tm.Decode.Seconds(), rate(tm.DecodeTokens, tm.Decode), reason)
 	printReplayStats(e.stderr, eng.Stats(), opt)
 	if spf.enabled() {
 		printSpecStats(e.stderr, ss, *spf.drafts, opt)

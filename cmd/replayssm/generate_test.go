@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -95,5 +97,38 @@ func TestEvalPerplexityFixture(t *testing.T) {
 	code, stdout, stderr := runCLI("eval", "perplexity", "--model", nemotronFixture, "--ids", ids)
 	if code != 0 || !strings.Contains(stdout, "perplexity") {
 		t.Fatalf("exit %d: %s %s", code, stdout, stderr)
+	}
+}
+
+// TestGenerateCapAndInterrupt asks for more tokens than the model's
+// context holds (capped, with a notice) and interrupts the generation once
+// it streams: it ends cleanly, with a newline and the statistics so far.
+func TestGenerateCapAndInterrupt(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, outW := io.Pipe()
+	var errb strings.Builder
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, &env{stdout: outW, stderr: &errb}, []string{"generate", "--model", nemotronFixture, "--prompt-ids", nemotronPrompt,
+			"--max-tokens", "1000000000", "--temperature", "1"})
+		outW.Close()
+	}()
+	buf := make([]byte, 1)
+	if _, err := io.ReadFull(out, buf); err != nil {
+		t.Fatalf("no output: %v (%s)", err, errb.String())
+	}
+	cancel()
+	rest, _ := io.ReadAll(out)
+	if c := <-code; c != 0 {
+		t.Fatalf("exit %d after the interrupt: %s", c, errb.String())
+	}
+	if !strings.HasSuffix(string(rest), "\n") {
+		t.Errorf("output does not end with a newline: %q", rest)
+	}
+	for _, want := range []string{"--max-tokens capped at", "stop: interrupted", "tok/s"} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr lacks %q: %s", want, errb.String())
+		}
 	}
 }

@@ -122,27 +122,34 @@ func usage(w io.Writer, cmds []command) {
 	fmt.Fprintln(w, "\nRun 'replayssm <command> --help' for a command's flags.")
 }
 
-// newFlagSet returns a flag set that reports errors instead of exiting and
-// prints its usage to e.stderr.
+// newFlagSet returns a flag set that reports errors instead of exiting;
+// --help prints its usage to e.stderr.
 func newFlagSet(e *env, name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "Usage: replayssm %s\n\nFlags:\n", synopsis)
+		fs.SetOutput(e.stderr)
 		fs.PrintDefaults()
 	}
 	return fs
 }
 
-// parseFlags parses args and turns flag errors into usage errors.
+// parseFlags parses args and turns flag errors into usage errors of one
+// line (the command's --help lists its flags); --help prints the usage.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	usage := fs.Usage
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.Usage = usage
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return err
 	}
-	return nil
+	return fmt.Errorf("%w: %v (replayssm %s --help lists the flags)", errUsage, err, fs.Name())
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

@@ -49,11 +49,17 @@ func TestCLIDispatch(t *testing.T) {
 		{[]string{"generate", "--read-copy", "fp16", "x"}, 2, "--read-copy: read copy format fp16 not supported"},
 		{[]string{"generate", "--state-mode", "baseline", "--read-copy", "nvfp4", "x"}, 2, "--read-copy: a read copy needs replay mode"},
 		{[]string{"generate", "--state-mode", "sideways", "x"}, 2, "--state-mode"},
+		{[]string{"generate", "--top-p", "0", "x"}, 2, "--top-p 0: want a value in (0, 1]"},
+		{[]string{"generate", "--nosuch", "x"}, 2, "flag provided but not defined: -nosuch (replayssm generate --help lists the flags)\n"},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCLI(tt.args...)
 		if code != tt.code || !strings.Contains(stderr, tt.inStderr) {
 			t.Errorf("replayssm %v: exit %d, stderr %q; want exit %d and %q", tt.args, code, stderr, tt.code, tt.inStderr)
+		}
+		// A command's usage error is one line, not its whole usage.
+		if isCommand := len(tt.args) > 0 && tt.args[0] != "nosuch"; isCommand && code == 2 && strings.Count(stderr, "\n") != 1 {
+			t.Errorf("replayssm %v: a usage error of %d lines: %q", tt.args, strings.Count(stderr, "\n"), stderr)
 		}
 	}
 }
