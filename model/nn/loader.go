@@ -3,6 +3,7 @@ package nn
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/replayssm/replayssm/model/safetensors"
 )
@@ -79,6 +80,13 @@ func (l *Loader) Tensor(name string, shape ...int) []float32 {
 	if err != nil {
 		l.err = err
 		return nil
+	}
+	for i, v := range t {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			// A broken checkpoint would otherwise decode garbage silently.
+			l.err = fmt.Errorf("tensor %s holds a non-finite value (%v at index %d)", name, v, i)
+			return nil
+		}
 	}
 	if info, ok := l.info(name); ok {
 		l.done += info.Size

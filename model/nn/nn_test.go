@@ -3,6 +3,7 @@ package nn
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/replayssm/replayssm/tensor"
@@ -118,4 +119,27 @@ func TestArena(t *testing.T) {
 // tensorOf views host values as a rows × cols CPU tensor.
 func tensorOf(v []float32, rows, cols int) Tensor {
 	return Tensor{S: &cpuBuf{f: v}, Rows: rows, Cols: cols, Stride: cols}
+}
+
+// nanSource answers every tensor with a NaN in the middle.
+type nanSource struct{}
+
+func (nanSource) Has(string) bool { return true }
+
+func (nanSource) Float32(name string, shape ...int) ([]float32, error) {
+	v := make([]float32, 8)
+	v[5] = float32(math.NaN())
+	return v, nil
+}
+
+// TestLoaderRejectsNonFinite: a weight holding NaN or ±Inf fails the load
+// with the tensor's name, instead of decoding garbage.
+func TestLoaderRejectsNonFinite(t *testing.T) {
+	l := NewSourceLoader(nanSource{})
+	if v := l.Tensor("layers.3.mixer.in_proj.weight"); v != nil {
+		t.Errorf("got values %v", v)
+	}
+	if err := l.Err(); err == nil || !strings.Contains(err.Error(), "tensor layers.3.mixer.in_proj.weight holds a non-finite value (NaN at index 5)") {
+		t.Errorf("error %v", err)
+	}
 }
