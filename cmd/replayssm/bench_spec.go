@@ -16,6 +16,7 @@ import (
 	"github.com/replayssm/replayssm/engine/spec"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/models"
 	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
 )
@@ -87,8 +88,8 @@ type specBenchConfig struct {
 }
 
 func runBenchSpec(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "bench spec", "bench spec (--model DIR | --shape NAMES) [flags]")
-	dir := fs.String("model", "", "model directory: end-to-end generation with real drafts")
+	fs := newFlagSet(e, "bench spec", "bench spec [--model DIR | --shape NAMES] [flags]")
+	dir := fs.String("model", "", "model directory: end-to-end generation with real drafts (default, without --shape: the built-in "+models.Default+" model)")
 	device := deviceFlags(fs)
 	shapes := fs.String("shape", "", "layer shapes with random weights, state cache only: nemotron-3-nano-4b, nemotron-3-super, qwen3.5-4b, qwen3.5-122b, mamba2, gdn or all")
 	batches := fs.String("batch", "1,16,64", "batch sizes, comma-separated (up to 512)")
@@ -103,7 +104,7 @@ func runBenchSpec(ctx context.Context, e *env, args []string) error {
 	window := fs.Int("window", replay.DefaultWindow, "replay window L")
 	dtype := fs.String("state-dtype", "fp32", "state (checkpoint) format")
 	readCopy := fs.String("read-copy", "none", "replay read copy: none, bf16, fp8 or nvfp4")
-	memGB := fs.Float64("memory-gb", 80, "state memory budget per device for max_concurrent, in GB (10⁹ bytes)")
+	memGB := fs.Float64("memory-gb", 0, "state memory budget for max_concurrent, in GB (10⁹ bytes); 0: model runs take the device's free memory once the model is placed, shape runs an 80 GB GPU")
 	maxAlloc := fs.Float64("max-alloc-gb", 12, "skip shape rows whose caches would allocate more than this (GB)")
 	repeat := fs.Int("repeat", 3, "measurements per row (modes interleaved); the median is reported")
 	minTime := fs.Duration("min-time", time.Second, "shape runs: least time per measurement")
@@ -112,8 +113,8 @@ func runBenchSpec(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if (*dir == "") == (*shapes == "") {
-		return fmt.Errorf("%w: give exactly one of --model DIR and --shape NAMES", errUsage)
+	if *dir != "" && *shapes != "" {
+		return fmt.Errorf("%w: give one of --model DIR and --shape NAMES", errUsage)
 	}
 	cfg := specBenchConfig{device: *device, modes: splitList(*modes), memGB: *memGB, maxAlloc: *maxAlloc, repeat: *repeat, minTime: *minTime,
 		drafter: *drafter, draftModel: *draftModel, maxTokens: *maxTokens, promptLen: *promptLen, acceptRate: *acceptRate, layers: *layers}
@@ -140,11 +141,14 @@ func runBenchSpec(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	cfg.opt = replay.Options{Window: *window, State: st, ReadCopy: rc, Threads: *threads}
-	if *repeat < 1 || *acceptRate < 0 || *acceptRate > 1 || *memGB <= 0 || *maxTokens < 2 || *promptLen < 1 {
-		return fmt.Errorf("%w: --repeat ≥ 1, --accept-rate in [0, 1], --memory-gb > 0, --max-tokens ≥ 2, --prompt-len ≥ 1", errUsage)
+	if *repeat < 1 || *acceptRate < 0 || *acceptRate > 1 || *memGB < 0 || *maxTokens < 2 || *promptLen < 1 {
+		return fmt.Errorf("%w: --repeat ≥ 1, --accept-rate in [0, 1], --memory-gb ≥ 0, --max-tokens ≥ 2, --prompt-len ≥ 1", errUsage)
 	}
 	emit := specPrinter(e, *asJSON)
-	if *dir != "" {
+	if *shapes == "" {
+		if *dir, err = modelDir(*dir); err != nil {
+			return err
+		}
 		if cfg.drafter != "ngram" && cfg.drafter != "draft" && cfg.drafter != "mtp" {
 			return fmt.Errorf("%w: --speculative %q (want ngram, draft or mtp)", errUsage, cfg.drafter)
 		}
@@ -153,6 +157,9 @@ func runBenchSpec(ctx context.Context, e *env, args []string) error {
 	sel, err := bench.SelectShapes(splitList(*shapes))
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if cfg.memGB == 0 {
+		cfg.memGB = 80 // the state caches' target: an 80 GB GPU
 	}
 	return benchSpecShapes(ctx, sel, cfg, emit)
 }
@@ -338,6 +345,13 @@ func benchSpecModel(ctx context.Context, e *env, dir string, cfg specBenchConfig
 	}
 	if err := place(ctx, e, d, cfg.device); err != nil {
 		return err
+	}
+	if cfg.memGB == 0 {
+		free, err := freeMemory(d)
+		if err != nil {
+			return fmt.Errorf("%w (give --memory-gb)", err)
+		}
+		cfg.memGB = float64(free) / 1e9
 	}
 	var draft *nn.Decoder
 	if cfg.drafter == "draft" {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/replayssm/replayssm/backend/cuda"
 	"github.com/replayssm/replayssm/model/nn"
@@ -125,4 +127,26 @@ func openGPU(ctx context.Context, e *env, weights cuda.DataType) (*cuda.NNBacken
 	e.gpu = be
 	e.closers = append(e.closers, func() error { return errors.Join(be.Close(), dev.Close()) })
 	return be, nil
+}
+
+// freeMemory is the memory free for state where d runs: the GPU's free
+// memory, or on the CPU the machine's available memory (Linux's
+// /proc/meminfo MemAvailable).
+func freeMemory(d *nn.Decoder) (int64, error) {
+	if be, ok := d.Backend().(*cuda.NNBackend); ok {
+		return be.Device().FreeMemoryBytes()
+	}
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, fmt.Errorf("the machine's free memory is unknown: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
+				return kb << 10, nil
+			}
+		}
+	}
+	return 0, errors.New("the machine's free memory is unknown: no MemAvailable in /proc/meminfo")
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/replayssm/replayssm/models"
 )
 
 // TestGenerateSpeculative: speculative generation prints transformers'
@@ -144,5 +146,24 @@ func TestBenchDecode(t *testing.T) {
 			t.Errorf("batch %s: state bytes per token nvfp4 %v, replay %v, baseline %v: want increasing", b,
 				nv["state_bytes_per_token"], rep["state_bytes_per_token"], bb)
 		}
+	}
+}
+
+// TestBenchSpecDefaultModel: without --model or --shape, bench spec runs
+// the built-in model, and its memory budget is the machine's free memory.
+func TestBenchSpecDefaultModel(t *testing.T) {
+	code, stdout, stderr := runCLI("bench", "spec", "--device", "cpu", "--json", "--batch", "1", "--max-tokens", "4", "--repeat", "1", "--modes", "nospec,spec-replay")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var row struct {
+		Model    string  `json:"model"`
+		MemoryGB float64 `json:"memory_gb"`
+	}
+	if err := json.Unmarshal([]byte(strings.SplitN(stdout, "\n", 2)[0]), &row); err != nil {
+		t.Fatalf("%v in %q", err, stdout)
+	}
+	if !strings.HasPrefix(row.Model, models.Default) || !(row.MemoryGB > 0) || row.MemoryGB == 80 {
+		t.Errorf("row %+v: want the built-in model and the machine's memory", row)
 	}
 }
