@@ -45,9 +45,13 @@ type decodeRow struct {
 	// the same format would move for the same tokens.
 	StateBytesPerToken    float64 `json:"state_bytes_per_token"`
 	BaselineBytesPerToken float64 `json:"baseline_bytes_per_token"`
-	// SpeedupVsBaseline is the median over the repeats of this mode's
-	// tokens/s over the baseline's in the same repeat (modes interleaved).
+	// SpeedupVsBaseline is this row's tokens/s over the baseline row's (so
+	// it never contradicts the two rows); SpeedupMin and SpeedupMax are the
+	// least and greatest of the same ratio within each repeat (modes
+	// interleaved): its spread.
 	SpeedupVsBaseline float64 `json:"speedup_vs_baseline,omitempty"`
+	SpeedupMin        float64 `json:"speedup_min,omitempty"`
+	SpeedupMax        float64 `json:"speedup_max,omitempty"`
 
 	// SSMMsPerStep is the device time of the SSM state kernels (conv and
 	// state update) in one decode step, timed by events in a separate run;
@@ -282,13 +286,18 @@ func (m *decodeMeasure) batch(ctx context.Context, B int, modes []string, base r
 		r.TokensPerS = median(r.TokensPerSRuns)
 		r.MsPerStep = median(steps[i])
 		if bi >= 0 && i != bi {
-			var ratios []float64
+			base := median(rows[bi].TokensPerSRuns)
+			if base > 0 {
+				r.SpeedupVsBaseline = r.TokensPerS / base
+			}
 			for k, v := range r.TokensPerSRuns {
 				if b := rows[bi].TokensPerSRuns[k]; b > 0 {
-					ratios = append(ratios, v/b)
+					if q := v / b; k == 0 || q < r.SpeedupMin {
+						r.SpeedupMin = q
+					}
+					r.SpeedupMax = max(r.SpeedupMax, v/b)
 				}
 			}
-			r.SpeedupVsBaseline = median(ratios)
 		}
 		// The average decode step attends over the prompt and half the
 		// generated tokens, and appends one position.
@@ -404,13 +413,13 @@ func decodePrinter(e *env, asJSON bool) func(decodeRow) error {
 		if r.CopyGBps > 0 {
 			fmt.Fprintf(e.stdout, "roofline: weights + KV + state bytes of a step at the copy bandwidth measured in this run, %.0f GB/s\n", r.CopyGBps)
 		}
-		fmt.Fprintf(e.stdout, "%-24s %6s %5s %-13s %-16s %11s %9s %8s %8s %9s %9s %9s %9s %6s %12s %8s\n",
+		fmt.Fprintf(e.stdout, "%-24s %6s %5s %-13s %-16s %11s %9s %8s %8s %9s %9s %9s %9s %6s %12s %18s\n",
 			"model", "layers", "batch", "mode", "state", "tokens/s", "ms/step", "ssm ms", "rest ms",
-			"weights", "kv", "state", "roofline", "of it", "state B/tok", "vs base")
+			"weights", "kv", "state", "roofline", "of it", "state B/tok", "vs base (spread)")
 	}, func(r decodeRow) error {
 		vs := "-"
 		if r.SpeedupVsBaseline > 0 {
-			vs = fmt.Sprintf("%.2fx", r.SpeedupVsBaseline)
+			vs = fmt.Sprintf("%.2fx (%.2f-%.2f)", r.SpeedupVsBaseline, r.SpeedupMin, r.SpeedupMax)
 		}
 		opt := func(v float64, f string) string {
 			if v <= 0 {
@@ -418,7 +427,7 @@ func decodePrinter(e *env, asJSON bool) func(decodeRow) error {
 			}
 			return fmt.Sprintf(f, v)
 		}
-		_, err := fmt.Fprintf(e.stdout, "%-24s %6d %5d %-13s %-16s %11.1f %9.3f %8s %8s %9s %9s %9s %9s %6s %12s %8s\n",
+		_, err := fmt.Fprintf(e.stdout, "%-24s %6d %5d %-13s %-16s %11.1f %9.3f %8s %8s %9s %9s %9s %9s %6s %12s %18s\n",
 			r.Model, r.Layers, r.Batch, r.Mode, r.StateDtype, r.TokensPerS, r.MsPerStep,
 			opt(r.SSMMsPerStep, "%.3f"), opt(r.RestMsPerStep, "%.3f"),
 			bytesString(r.WeightBytes), bytesString(r.KVBytes), bytesString(r.StateBytes),

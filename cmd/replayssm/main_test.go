@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 )
@@ -115,6 +116,7 @@ func TestBenchDecodeRandomJSON(t *testing.T) {
 		t.Errorf("stderr does not say what was loaded: %q", stderr)
 	}
 	kinds := map[string]int{}
+	baseRate := 0.0
 	sc := bufio.NewScanner(strings.NewReader(stdout))
 	for sc.Scan() {
 		var row map[string]any
@@ -133,6 +135,18 @@ func TestBenchDecodeRandomJSON(t *testing.T) {
 		for _, f := range want {
 			if v, _ := row[f].(float64); !(v > 0) {
 				t.Errorf("%s row %v: %s = %v, want > 0", kind, row["mode"], f, row[f])
+			}
+		}
+		// The ratio to the baseline is the rows' own, its spread around it.
+		rate, _ := row["tokens_per_s"].(float64)
+		switch sp, _ := row["speedup_vs_baseline"].(float64); {
+		case row["mode"] == "baseline":
+			baseRate = rate
+		case kind == "decode":
+			lo, _ := row["speedup_min"].(float64)
+			hi, _ := row["speedup_max"].(float64)
+			if math.Abs(sp-rate/baseRate) > 1e-9*sp || !(lo <= hi) || !(lo > 0) {
+				t.Errorf("%v: vs baseline %v (spread %v-%v), rows say %v", row["mode"], sp, lo, hi, rate/baseRate)
 			}
 		}
 	}
