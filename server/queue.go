@@ -17,10 +17,14 @@ type jobQueue struct {
 	inHand int // 1 while feed holds the oldest job out for the engine
 	max    int
 	ready  chan struct{} // holds a token while jobs may be non-empty
+	// dropped is called (on feed's goroutine) for a job whose client left
+	// while feed held it: it never reaches the engine, whose Finish it
+	// will not get.
+	dropped func(*engine.Job)
 }
 
-func newJobQueue(max int) *jobQueue {
-	return &jobQueue{max: max, ready: make(chan struct{}, 1)}
+func newJobQueue(max int, dropped func(*engine.Job)) *jobQueue {
+	return &jobQueue{max: max, ready: make(chan struct{}, 1), dropped: dropped}
 }
 
 // push appends j, or reports false when max requests are waiting.
@@ -38,7 +42,8 @@ func (q *jobQueue) push(j *engine.Job) bool {
 	return true
 }
 
-// remove takes j out if it is still waiting and reports whether it was.
+// remove takes j out if it is still waiting and reports whether it was
+// (if not, the engine or feed's dropped has it).
 func (q *jobQueue) remove(j *engine.Job) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -96,9 +101,7 @@ func (q *jobQueue) feed(ctx context.Context, out chan<- *engine.Job) {
 		select {
 		case out <- j:
 		case <-gone:
-			// Its client left while it was in hand: finish it here, as
-			// the engine would have.
-			j.Finish(engine.Result{}, j.Context.Err())
+			q.dropped(j) // its client left while it was in hand
 		case <-ctx.Done():
 			q.handed()
 			return // j never reached the engine: its handler answers 503

@@ -116,11 +116,11 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		eng:     eng,
-		queue:   newJobQueue(cfg.MaxQueue),
 		jobs:    make(chan *engine.Job),
 		stopped: make(chan struct{}),
 		created: time.Now().Unix(),
 	}
+	s.queue = newJobQueue(cfg.MaxQueue, func(*engine.Job) { s.pending.Add(-1) })
 	if c := cfg.Model.Config; c != nil {
 		s.eos = slices.Clone(c.EOSTokenIDs)
 	}

@@ -24,9 +24,10 @@ import (
 
 // fixture is the built-in model served over loopback.
 type fixture struct {
-	s   *Server
-	url string
-	cfg Config
+	s    *Server
+	url  string
+	cfg  Config
+	stop context.CancelFunc // stops the engine (Run), as a shutdown does
 }
 
 // newFixture serves the built-in model with cfg's limits (its Model,
@@ -63,7 +64,7 @@ func newFixture(t testing.TB, cfg Config) *fixture {
 		}
 		s.Close()
 	})
-	return &fixture{s: s, url: hs.URL, cfg: cfg}
+	return &fixture{s: s, url: hs.URL, cfg: cfg, stop: cancel}
 }
 
 // greedy is what engine.Generate makes of prompt, as the server should
