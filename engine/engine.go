@@ -146,7 +146,7 @@ func (e *Engine) next(ctx context.Context, rows []nn.Row, n int, sampler func(k 
 	e.toks = e.toks[:0]
 	greedy := true
 	for k := range n {
-		greedy = greedy && sampler(k).Greedy()
+		greedy = greedy && sampler(k).Greedy() && sampler(k).Plain()
 	}
 	if greedy {
 		e.ids = grow(e.ids, n)
@@ -177,7 +177,7 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 		if len(r.Prompt) == 0 {
 			return nil, tm, fmt.Errorf("request %d: empty prompt", i)
 		}
-		if err := r.Sampling.Validate(); err != nil {
+		if err := e.check(r.Sampling); err != nil {
 			return nil, tm, fmt.Errorf("request %d: %w", i, err)
 		}
 	}
@@ -199,7 +199,9 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 			if err != nil {
 				return nil, tm, err
 			}
-			live = append(live, &sequence{req: queued, seq: q, sampler: NewSampler(reqs[queued].Sampling), fresh: true})
+			sm := NewSampler(reqs[queued].Sampling)
+			sm.Prompt(reqs[queued].Prompt)
+			live = append(live, &sequence{req: queued, seq: q, sampler: sm, fresh: true})
 			queued++
 		}
 		// One forward: new prompts whole, one token for the others.

@@ -85,7 +85,9 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 				j.Finish(Result{}, err)
 				continue
 			}
-			live = append(live, &running{sequence: sequence{seq: q, sampler: NewSampler(j.Sampling), fresh: true}, job: j})
+			sm := NewSampler(j.Sampling)
+			sm.Prompt(j.Prompt)
+			live = append(live, &running{sequence: sequence{seq: q, sampler: sm, fresh: true}, job: j})
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -151,5 +153,5 @@ func (e *Engine) checkJob(j *Job) error {
 			return fmt.Errorf("token id %d outside the vocabulary [0, %d)", id, e.dec.Vocab)
 		}
 	}
-	return j.Sampling.Validate()
+	return e.check(j.Sampling)
 }

@@ -19,6 +19,21 @@ type SamplerOptions struct {
 	TopP float64
 	// Seed makes the draws reproducible.
 	Seed uint64
+
+	// PresencePenalty and FrequencyPenalty (OpenAI's) lower each token's
+	// logit by PresencePenalty once the completion holds it and by
+	// FrequencyPenalty for every time it does.
+	PresencePenalty, FrequencyPenalty float64
+	// RepetitionPenalty (vLLM's, after CTRL) divides the positive logits of
+	// the tokens in the prompt or the completion by it and multiplies the
+	// negative ones; 0 or 1: none.
+	RepetitionPenalty float64
+	// LogitBias adds to the logits of the tokens it names.
+	LogitBias map[int]float64
+	// Suppress lists tokens (the end tokens) that are not drawn before the
+	// completion holds MinTokens tokens.
+	Suppress  []int
+	MinTokens int
 }
 
 // Validate reports options out of range.
@@ -32,7 +47,7 @@ func (o SamplerOptions) Validate() error {
 	if math.IsNaN(o.TopP) || o.TopP < 0 || o.TopP > 1 {
 		return fmt.Errorf("top-p %v must be in [0, 1]", o.TopP)
 	}
-	return nil
+	return o.validateProcessing(0)
 }
 
 // Sampler draws tokens: greedy, or from softmax(logits/T) restricted by top-k
@@ -42,6 +57,11 @@ type Sampler struct {
 	opt  SamplerOptions
 	rng  *rand.Rand
 	cand []candidate
+
+	// what the penalties and the minimum length count
+	seen     map[int]bool // prompt tokens (repetition penalty)
+	counts   map[int]int  // completion tokens
+	produced int
 }
 
 type candidate struct {
@@ -57,8 +77,18 @@ func NewSampler(opt SamplerOptions) *Sampler {
 // Greedy reports whether the sampler always takes the most likely token.
 func (s *Sampler) Greedy() bool { return s.opt.Temperature <= 0 || s.opt.TopK == 1 }
 
-// Sample returns the chosen token id for one row of logits.
+// Sample returns the chosen token id for one row of logits, which it may
+// change (penalties and biases are applied in place).
 func (s *Sampler) Sample(logits []float32) int {
+	if !s.Plain() {
+		s.process(logits)
+	}
+	id := s.draw(logits)
+	s.record(id)
+	return id
+}
+
+func (s *Sampler) draw(logits []float32) int {
 	if s.Greedy() {
 		return argmax(logits)
 	}

@@ -144,8 +144,11 @@ func (e *Engine) GenerateSpeculative(ctx context.Context, reqs []Request, sp Spe
 		if len(r.Prompt) == 0 {
 			return nil, tm, ss, fmt.Errorf("request %d: empty prompt", i)
 		}
-		if err := r.Sampling.Validate(); err != nil {
+		if err := e.check(r.Sampling); err != nil {
 			return nil, tm, ss, fmt.Errorf("request %d: %w", i, err)
+		}
+		if !r.Sampling.plain() {
+			return nil, tm, ss, fmt.Errorf("request %d: penalties, logit biases and minimum lengths are not supported with speculative decoding", i)
 		}
 	}
 	results := make([]Result, len(reqs))

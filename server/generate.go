@@ -30,7 +30,8 @@ type generation struct {
 	stream       bool
 	includeUsage bool
 	chat         bool
-	model        string // the id the request named (one of the server's), echoed in responses
+	model        string            // the id the request named (one of the server's), echoed in responses
+	isEnd        func(id int) bool // the model's end tokens and the request's stop_token_ids
 }
 
 // event is one piece of a generation's output, sent from the engine's
@@ -192,6 +193,9 @@ func (s *Server) sampling(g *generation, f *samplingFields, maxTokens *int) *api
 	} else {
 		o.Seed = mrand.Uint64()
 	}
+	if e := s.processing(&o, f, g.maxTokens); e != nil {
+		return e
+	}
 	if err := o.Validate(); err != nil {
 		return invalid("", "%v", err)
 	}
@@ -200,8 +204,74 @@ func (s *Server) sampling(g *generation, f *samplingFields, maxTokens *int) *api
 		return invalid("stop", "at most %d stop strings", maxStops)
 	}
 	g.stops = f.Stop
+	stopIDs := slices.Clone(f.StopTokenIDs)
+	g.isEnd = func(id int) bool { return s.isEnd(id) || slices.Contains(stopIDs, id) }
 	g.stream = f.Stream
 	g.includeUsage = f.Stream && f.StreamOptions != nil && f.StreamOptions.IncludeUsage
+	return nil
+}
+
+// processing checks the penalties, biases, minimum length and stop token
+// ids of f and puts them in o.
+func (s *Server) processing(o *engine.SamplerOptions, f *samplingFields, maxTokens int) *apiError {
+	for _, p := range []struct {
+		name string
+		v    *float64
+		dst  *float64
+	}{{"presence_penalty", f.PresencePenalty, &o.PresencePenalty}, {"frequency_penalty", f.FrequencyPenalty, &o.FrequencyPenalty}} {
+		if p.v == nil {
+			continue
+		}
+		if !(*p.v >= -2 && *p.v <= 2) {
+			return invalid(p.name, "%s must be in [-2, 2], not %v", p.name, *p.v)
+		}
+		*p.dst = *p.v
+	}
+	if v := f.RepetitionPenalty; v != nil {
+		if !(*v > 0 && *v <= 100) {
+			return invalid("repetition_penalty", "repetition_penalty must be in (0, 100], not %v", *v)
+		}
+		o.RepetitionPenalty = *v
+	}
+	V := s.cfg.Model.Vocab
+	token := func(param, key string) (int, *apiError) {
+		id, err := strconv.Atoi(key)
+		if err != nil || id < 0 || id >= V {
+			return 0, invalid(param, "%s names token %q: want a token id in [0, %d)", param, key, V)
+		}
+		return id, nil
+	}
+	if len(f.LogitBias) > 0 {
+		if len(f.LogitBias) > 1024 {
+			return invalid("logit_bias", "logit_bias names %d tokens; at most 1024", len(f.LogitBias))
+		}
+		o.LogitBias = make(map[int]float64, len(f.LogitBias))
+		for k, b := range f.LogitBias {
+			id, e := token("logit_bias", k)
+			if e != nil {
+				return e
+			}
+			if !(b >= -100 && b <= 100) {
+				return invalid("logit_bias", "logit_bias of token %d is %v: want a value in [-100, 100]", id, b)
+			}
+			o.LogitBias[id] = b
+		}
+	}
+	for _, id := range f.StopTokenIDs {
+		if _, e := token("stop_token_ids", strconv.Itoa(id)); e != nil {
+			return e
+		}
+	}
+	if len(f.StopTokenIDs) > maxStops {
+		return invalid("stop_token_ids", "at most %d stop token ids", maxStops)
+	}
+	if v := f.MinTokens; v != nil {
+		if *v < 0 || *v > maxTokens {
+			return invalid("min_tokens", "min_tokens must be in [0, max_tokens = %d], not %d", maxTokens, *v)
+		}
+		o.MinTokens = *v
+		o.Suppress = append(slices.Clone(s.eos), f.StopTokenIDs...)
+	}
 	return nil
 }
 
@@ -264,11 +334,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 			Prompt:    g.prompt,
 			MaxTokens: g.maxTokens,
 			Sampling:  g.sampling,
-			IsEnd:     s.isEnd,
+			IsEnd:     g.isEnd,
 			OnToken: func(id int) bool {
 				timer.token()
 				s.metrics.observeState(s.eng)
-				if s.isEnd(id) {
+				if g.isEnd(id) {
 					return true
 				}
 				out, stopped := dec.stopper.Add(dec.piece(id))

@@ -150,6 +150,13 @@ type samplingFields struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	N *int `json:"n"`
+
+	PresencePenalty   *float64           `json:"presence_penalty"`
+	FrequencyPenalty  *float64           `json:"frequency_penalty"`
+	RepetitionPenalty *float64           `json:"repetition_penalty"`
+	LogitBias         map[string]float64 `json:"logit_bias"`
+	MinTokens         *int               `json:"min_tokens"`
+	StopTokenIDs      []int              `json:"stop_token_ids"`
 	unsupportedFields
 }
 
@@ -158,22 +165,16 @@ type samplingFields struct {
 // (what leaves the output unchanged) is answered 400 naming it: never
 // silently ignored.
 type unsupportedFields struct {
-	Logprobs          json.RawMessage `json:"logprobs"`
-	TopLogprobs       json.RawMessage `json:"top_logprobs"`
-	Echo              json.RawMessage `json:"echo"`
-	BestOf            json.RawMessage `json:"best_of"`
-	Suffix            json.RawMessage `json:"suffix"`
-	PresencePenalty   json.RawMessage `json:"presence_penalty"`
-	FrequencyPenalty  json.RawMessage `json:"frequency_penalty"`
-	RepetitionPenalty json.RawMessage `json:"repetition_penalty"`
-	LogitBias         json.RawMessage `json:"logit_bias"`
-	MinTokens         json.RawMessage `json:"min_tokens"`
-	StopTokenIDs      json.RawMessage `json:"stop_token_ids"`
-	Tools             json.RawMessage `json:"tools"`
-	ToolChoice        json.RawMessage `json:"tool_choice"`
-	ResponseFormat    json.RawMessage `json:"response_format"`
-	Functions         json.RawMessage `json:"functions"`
-	FunctionCall      json.RawMessage `json:"function_call"`
+	Logprobs       json.RawMessage `json:"logprobs"`
+	TopLogprobs    json.RawMessage `json:"top_logprobs"`
+	Echo           json.RawMessage `json:"echo"`
+	BestOf         json.RawMessage `json:"best_of"`
+	Suffix         json.RawMessage `json:"suffix"`
+	Tools          json.RawMessage `json:"tools"`
+	ToolChoice     json.RawMessage `json:"tool_choice"`
+	ResponseFormat json.RawMessage `json:"response_format"`
+	Functions      json.RawMessage `json:"functions"`
+	FunctionCall   json.RawMessage `json:"function_call"`
 }
 
 // check refuses the first parameter set to a value that is not neutral.
@@ -188,12 +189,6 @@ func (u *unsupportedFields) check() *apiError {
 		{"echo", u.Echo, []string{"false"}},
 		{"best_of", u.BestOf, []string{"1"}},
 		{"suffix", u.Suffix, []string{`""`}},
-		{"presence_penalty", u.PresencePenalty, []string{"0", "0.0"}},
-		{"frequency_penalty", u.FrequencyPenalty, []string{"0", "0.0"}},
-		{"repetition_penalty", u.RepetitionPenalty, []string{"1", "1.0"}},
-		{"logit_bias", u.LogitBias, []string{"{}"}},
-		{"min_tokens", u.MinTokens, []string{"0"}},
-		{"stop_token_ids", u.StopTokenIDs, []string{"[]"}},
 		{"tools", u.Tools, []string{"[]"}},
 		{"tool_choice", u.ToolChoice, []string{`"none"`, `"auto"`}},
 		{"response_format", u.ResponseFormat, []string{`{"type":"text"}`}},

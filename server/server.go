@@ -78,7 +78,7 @@ type Server struct {
 	jobs    chan *engine.Job // the queue's head, handed to the engine
 	stopped chan struct{}    // closed when Run returns
 	created int64
-	eos     []int
+	eos     []int // every end token: the model's and the tokenizer's
 	pending atomic.Int64 // requests submitted to the engine and not finished
 	metrics *metrics     // nil: disabled
 }
@@ -123,6 +123,13 @@ func New(cfg Config) (*Server, error) {
 	s.queue = newJobQueue(cfg.MaxQueue, func(*engine.Job) { s.pending.Add(-1) })
 	if c := cfg.Model.Config; c != nil {
 		s.eos = slices.Clone(c.EOSTokenIDs)
+	}
+	if t := cfg.Tokenizer; t != nil {
+		for id := range cfg.Model.Vocab {
+			if t.IsEOS(id) && !slices.Contains(s.eos, id) {
+				s.eos = append(s.eos, id)
+			}
+		}
 	}
 	if !cfg.DisableMetrics {
 		s.metrics = newMetrics(s)

@@ -501,6 +501,30 @@ func TestAliases(t *testing.T) {
 	}
 }
 
+// TestLogitBiasAndStopTokens: a +100 bias makes greedy decoding repeat
+// the biased token; a stop token id ends the completion at it (not shown,
+// finish reason "stop").
+func TestLogitBiasAndStopTokens(t *testing.T) {
+	f := newFixture(t, Config{})
+	tok := f.cfg.Tokenizer
+	const id = 300
+	var c completion
+	f.post(t, "/v1/completions", fmt.Sprintf(`{"prompt":"In the beginning","max_tokens":5,"temperature":0,"logit_bias":{"%d":100}}`, id), &c)
+	if want := tok.Decode([]int{id, id, id, id, id}, true); c.text() != want {
+		t.Errorf("biased text %q, want %q", c.text(), want)
+	}
+	prompt := tok.Encode(mosesPrompt)
+	first, _, _ := f.greedy(t, prompt, 1)
+	firstID := tok.Encode(first)
+	if len(firstID) != 1 {
+		t.Skipf("the first greedy token's text %q does not encode back to one token", first)
+	}
+	f.post(t, "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":8,"temperature":0,"stop_token_ids":[%d]}`, mosesPrompt, firstID[0]), &c)
+	if c.text() != "" || *c.Choices[0].FinishReason != "stop" || c.Usage.CompletionTokens != 1 {
+		t.Errorf("stop token: text %q, reason %s, %d tokens; want an empty stop after one", c.text(), *c.Choices[0].FinishReason, c.Usage.CompletionTokens)
+	}
+}
+
 // TestAPIKeyAndLog serves with an API key and a request log: /v1 routes
 // need the bearer token (401 in OpenAI's shape without it), /health does
 // not, and every request gets one log line with its outcome.
@@ -604,9 +628,15 @@ func TestErrors(t *testing.T) {
 		{"POST", c, `{"prompt": "a", "echo": true}`, 400, "echo"},
 		{"POST", c, `{"prompt": "a", "best_of": 3}`, 400, "best_of"},
 		{"POST", c, `{"prompt": "a", "suffix": "z"}`, 400, "suffix"},
-		{"POST", c, `{"prompt": "a", "presence_penalty": 0.5}`, 400, "presence_penalty"},
-		{"POST", c, `{"prompt": "a", "frequency_penalty": -1}`, 400, "frequency_penalty"},
-		{"POST", c, `{"prompt": "a", "logit_bias": {"5": 100}}`, 400, "logit_bias"},
+		{"POST", c, `{"prompt": "a", "presence_penalty": 2.5}`, 400, "presence_penalty"},
+		{"POST", c, `{"prompt": "a", "frequency_penalty": "x"}`, 400, "frequency_penalty"},
+		{"POST", c, `{"prompt": "a", "repetition_penalty": 0}`, 400, "repetition_penalty"},
+		{"POST", c, `{"prompt": "a", "logit_bias": {"99999": 1}}`, 400, "logit_bias"},
+		{"POST", c, `{"prompt": "a", "logit_bias": {"5": 101}}`, 400, "logit_bias"},
+		{"POST", c, `{"prompt": "a", "logit_bias": {"five": 1}}`, 400, "logit_bias"},
+		{"POST", c, `{"prompt": "a", "min_tokens": -1}`, 400, "min_tokens"},
+		{"POST", c, `{"prompt": "a", "max_tokens": 3, "min_tokens": 4}`, 400, "min_tokens"},
+		{"POST", c, `{"prompt": "a", "stop_token_ids": [-1]}`, 400, "stop_token_ids"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}`, 400, "tools"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}`, 400, "response_format"},
 		{"POST", c, `{"prompt": ` + strings.Repeat("[", 490) + "1" + strings.Repeat("]", 490) + `}`, 400, "prompt"},
