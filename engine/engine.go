@@ -29,6 +29,7 @@ type Engine struct {
 
 	// next's buffers
 	logits []float32
+	raw    []float32
 	ids    []int32
 	toks   []int
 }
@@ -65,6 +66,25 @@ type Request struct {
 	// OnToken, if set, receives each generated token as soon as it is
 	// sampled; returning false stops the request after it.
 	OnToken func(id int) bool
+	// OnLogprobs, if set, receives each generated token's log-probability
+	// under the model (the raw logits: before temperature, penalties and
+	// biases) and the TopLogprobs most likely tokens', just before
+	// OnToken. It keeps the logits on the host.
+	OnLogprobs  func(TokenLogprobs)
+	TopLogprobs int
+}
+
+// TokenLogprobs is one generated token's log-probability and the most
+// likely alternatives at its position, the likeliest first.
+type TokenLogprobs struct {
+	TokenLogprob
+	Top []TokenLogprob
+}
+
+// TokenLogprob is a token and its log-probability.
+type TokenLogprob struct {
+	ID      int
+	Logprob float32
 }
 
 // StopReason says why a request ended.
@@ -102,9 +122,12 @@ type sequence struct {
 	req     int
 	seq     nn.Seq
 	sampler *Sampler
-	next    int  // the token to feed in the next step
-	fresh   bool // its prompt has not run yet
-	out     []int
+	// logprobs, if set, receives the log-probabilities of each token
+	logprobs func(TokenLogprobs)
+	top      int
+	next     int  // the token to feed in the next step
+	fresh    bool // its prompt has not run yet
+	out      []int
 }
 
 // appendRows adds this sequence's rows of the next forward to rows: its
@@ -139,14 +162,16 @@ func (s *sequence) advance(req *Request, id int) (bool, StopReason) {
 }
 
 // next runs rows through the model and returns the next token of each of
-// the n rows that ask for logits, drawn by sampler(k) for the k-th. When
-// every one decodes greedily the model takes the argmax where it runs, so
-// that only token ids cross from a device, not n rows of logits.
-func (e *Engine) next(ctx context.Context, rows []nn.Row, n int, sampler func(k int) *Sampler) ([]int, error) {
+// the n rows that ask for logits, drawn by the k-th live sequence's sampler
+// (seq(k)). When every one decodes plainly greedily and wants no
+// log-probabilities, the model takes the argmax where it runs, so that only
+// token ids cross from a device, not n rows of logits.
+func (e *Engine) next(ctx context.Context, rows []nn.Row, n int, seq func(k int) *sequence) ([]int, error) {
 	e.toks = e.toks[:0]
 	greedy := true
 	for k := range n {
-		greedy = greedy && sampler(k).Greedy() && sampler(k).Plain()
+		s := seq(k)
+		greedy = greedy && s.sampler.Greedy() && s.sampler.Plain() && s.logprobs == nil
 	}
 	if greedy {
 		e.ids = grow(e.ids, n)
@@ -164,7 +189,15 @@ func (e *Engine) next(ctx context.Context, rows []nn.Row, n int, sampler func(k 
 		return nil, err
 	}
 	for k := range n {
-		e.toks = append(e.toks, sampler(k).Sample(e.logits[k*V:(k+1)*V]))
+		s, row := seq(k), e.logits[k*V:(k+1)*V]
+		if s.logprobs == nil {
+			e.toks = append(e.toks, s.sampler.Sample(row))
+			continue
+		}
+		e.raw = append(e.raw[:0], row...) // Sample may change row
+		id := s.sampler.Sample(row)
+		s.logprobs(logprobsOf(e.raw, id, s.top))
+		e.toks = append(e.toks, id)
 	}
 	return e.toks, nil
 }
@@ -199,9 +232,10 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 			if err != nil {
 				return nil, tm, err
 			}
-			sm := NewSampler(reqs[queued].Sampling)
-			sm.Prompt(reqs[queued].Prompt)
-			live = append(live, &sequence{req: queued, seq: q, sampler: sm, fresh: true})
+			r := &reqs[queued]
+			sm := NewSampler(r.Sampling)
+			sm.Prompt(r.Prompt)
+			live = append(live, &sequence{req: queued, seq: q, sampler: sm, fresh: true, logprobs: r.OnLogprobs, top: r.TopLogprobs})
 			queued++
 		}
 		// One forward: new prompts whole, one token for the others.
@@ -213,7 +247,7 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 			prefill += n
 		}
 		start := time.Now()
-		next, err := e.next(ctx, rows, len(live), func(k int) *Sampler { return live[k].sampler })
+		next, err := e.next(ctx, rows, len(live), func(k int) *sequence { return live[k] })
 		if err != nil {
 			return nil, tm, err
 		}

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"container/heap"
 	"fmt"
 	"math"
+	"sort"
 )
 
 // Plain reports whether the sampler draws from the logits as they are: no
@@ -117,4 +119,40 @@ func (o SamplerOptions) validateProcessing(vocab int) error {
 		}
 	}
 	return nil
+}
+
+// logprobsOf is token id's log-probability under logits and the top most
+// likely tokens' (the first on ties), by a log-sum-exp in float64.
+func logprobsOf(logits []float32, id, top int) TokenLogprobs {
+	m := float64(logits[argmax(logits)])
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l) - m)
+	}
+	lse := m + math.Log(sum)
+	lp := func(i int) TokenLogprob { return TokenLogprob{ID: i, Logprob: float32(float64(logits[i]) - lse)} }
+	out := TokenLogprobs{TokenLogprob: lp(id)}
+	if top > 0 {
+		h := candHeap(make([]candidate, 0, top))
+		for i, l := range logits {
+			v := float64(l)
+			if len(h) < top {
+				heap.Push(&h, candidate{i, v})
+			} else if v > h[0].p || (v == h[0].p && i < h[0].id) {
+				h[0] = candidate{i, v}
+				heap.Fix(&h, 0)
+			}
+		}
+		c := []candidate(h)
+		sort.Slice(c, func(a, b int) bool {
+			if c[a].p != c[b].p {
+				return c[a].p > c[b].p
+			}
+			return c[a].id < c[b].id
+		})
+		for _, x := range c {
+			out.Top = append(out.Top, lp(x.id))
+		}
+	}
+	return out
 }

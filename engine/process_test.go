@@ -1,8 +1,14 @@
 package engine
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"testing"
+
+	"github.com/replayssm/replayssm/model"
+	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/replay"
 )
 
 // TestSamplerProcessing draws greedily from fixed logits with each
@@ -52,5 +58,64 @@ func TestSamplerProcessingValidate(t *testing.T) {
 		if o.Validate() == nil {
 			t.Errorf("%+v: accepted", o)
 		}
+	}
+}
+
+// TestLogprobs generates greedily on a fixture with log-probabilities: the
+// first token's equals a float64 log-softmax of the logits Forward gives
+// for the prompt, every chosen token is the top alternative, and the
+// alternatives come likeliest first.
+func TestLogprobs(t *testing.T) {
+	d, err := model.Load(fixtureDir("qwen3_5"), model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := []int{5, 17, 33, 2, 9}
+	var got []TokenLogprobs
+	e, err := New(d, 1, replay.Options{Window: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	res, _, err := e.Generate(context.Background(), []Request{{Prompt: prompt, MaxTokens: 6, TopLogprobs: 3,
+		OnLogprobs: func(lp TokenLogprobs) { got = append(got, lp) }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(res[0].Tokens) {
+		t.Fatalf("%d log-probabilities for %d tokens", len(got), len(res[0].Tokens))
+	}
+	for i, lp := range got {
+		if lp.ID != res[0].Tokens[i] || len(lp.Top) != 3 || lp.Top[0] != lp.TokenLogprob || !(lp.Logprob <= 0) {
+			t.Errorf("token %d: %+v for token %d", i, lp, res[0].Tokens[i])
+		}
+		for j := 1; j < len(lp.Top); j++ {
+			if lp.Top[j].Logprob > lp.Top[j-1].Logprob {
+				t.Errorf("token %d: alternatives out of order: %+v", i, lp.Top)
+			}
+		}
+	}
+	// The reference: the prompt's logits, log-softmax in float64.
+	st, err := d.NewState(1, replay.Options{Window: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	q, _ := st.Admit()
+	var rows []nn.Row
+	for i, id := range prompt {
+		rows = append(rows, nn.Row{Seq: q, Token: id, Logits: i == len(prompt)-1})
+	}
+	logits := make([]float32, d.Vocab)
+	if err := d.Forward(context.Background(), st, rows, logits); err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l))
+	}
+	want := float64(logits[got[0].ID]) - math.Log(sum)
+	if math.Abs(float64(got[0].Logprob)-want) > 1e-5 {
+		t.Errorf("first token's log-probability %v, float64 reference %v", got[0].Logprob, want)
 	}
 }

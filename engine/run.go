@@ -87,7 +87,7 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 			}
 			sm := NewSampler(j.Sampling)
 			sm.Prompt(j.Prompt)
-			live = append(live, &running{sequence: sequence{seq: q, sampler: sm, fresh: true}, job: j})
+			live = append(live, &running{sequence: sequence{seq: q, sampler: sm, fresh: true, logprobs: j.OnLogprobs, top: j.TopLogprobs}, job: j})
 		}
 		if err := ctx.Err(); err != nil {
 			return err
@@ -113,7 +113,7 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 		for _, r := range live {
 			rows, _ = r.appendRows(rows, r.job.Prompt)
 		}
-		next, err := e.next(ctx, rows, len(live), func(k int) *Sampler { return live[k].sampler })
+		next, err := e.next(ctx, rows, len(live), func(k int) *sequence { return &live[k].sequence })
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

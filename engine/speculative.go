@@ -147,6 +147,9 @@ func (e *Engine) GenerateSpeculative(ctx context.Context, reqs []Request, sp Spe
 		if err := e.check(r.Sampling); err != nil {
 			return nil, tm, ss, fmt.Errorf("request %d: %w", i, err)
 		}
+		if r.OnLogprobs != nil {
+			return nil, tm, ss, fmt.Errorf("request %d: log-probabilities are not supported with speculative decoding", i)
+		}
 		if !r.Sampling.plain() {
 			return nil, tm, ss, fmt.Errorf("request %d: penalties, logit biases and minimum lengths are not supported with speculative decoding", i)
 		}

@@ -32,16 +32,19 @@ type generation struct {
 	chat         bool
 	model        string            // the id the request named (one of the server's), echoed in responses
 	isEnd        func(id int) bool // the model's end tokens and the request's stop_token_ids
+	logprobs     bool              // answer each token's log-probability
+	topLogprobs  int               // and this many alternatives'
 }
 
 // event is one piece of a generation's output, sent from the engine's
 // goroutine to the request's handler.
 type event struct {
-	text   string
-	final  bool
-	reason string // "stop" or "length", with final
-	tokens int    // completion tokens, with final
-	err    error
+	text     string
+	logprobs []engine.TokenLogprobs // of the tokens since the last event
+	final    bool
+	reason   string // "stop" or "length", with final
+	tokens   int    // completion tokens, with final
+	err      error
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
@@ -203,11 +206,46 @@ func (s *Server) sampling(g *generation, f *samplingFields, maxTokens *int) *api
 	if len(f.Stop) > maxStops {
 		return invalid("stop", "at most %d stop strings", maxStops)
 	}
+	if e := g.parseLogprobs(f); e != nil {
+		return e
+	}
 	g.stops = f.Stop
 	stopIDs := slices.Clone(f.StopTokenIDs)
 	g.isEnd = func(id int) bool { return s.isEnd(id) || slices.Contains(stopIDs, id) }
 	g.stream = f.Stream
 	g.includeUsage = f.Stream && f.StreamOptions != nil && f.StreamOptions.IncludeUsage
+	return nil
+}
+
+// parseLogprobs reads logprobs (completions: the number of alternatives,
+// 0 to 5; chat: true or false, with top_logprobs 0 to 20).
+func (g *generation) parseLogprobs(f *samplingFields) *apiError {
+	raw := f.Logprobs
+	if g.chat {
+		var on bool
+		if len(raw) > 0 && !isNull(raw) && json.Unmarshal(raw, &on) != nil {
+			return invalid("logprobs", "logprobs must be true or false")
+		}
+		g.logprobs = on
+		if f.TopLogprobs != nil {
+			if !on || *f.TopLogprobs < 0 || *f.TopLogprobs > 20 {
+				return invalid("top_logprobs", "top_logprobs must be in [0, 20], with logprobs true")
+			}
+			g.topLogprobs = *f.TopLogprobs
+		}
+		return nil
+	}
+	if f.TopLogprobs != nil {
+		return invalid("top_logprobs", "top_logprobs is a chat parameter: completions take logprobs: N")
+	}
+	if len(raw) == 0 || isNull(raw) {
+		return nil
+	}
+	var n int
+	if json.Unmarshal(raw, &n) != nil || n < 0 || n > 5 {
+		return invalid("logprobs", "logprobs must be an integer in [0, 5]")
+	}
+	g.logprobs, g.topLogprobs = true, n
 	return nil
 }
 
@@ -323,6 +361,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		}
 	}
 	dec := s.newDecoder(g.stops)
+	var lps []engine.TokenLogprobs // since the last event, on the engine's goroutine
 	t := trackerOf(w)
 	start := time.Now()
 	if t != nil {
@@ -331,19 +370,24 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 	timer := s.metrics.timer(start, len(g.prompt))
 	job := &engine.Job{
 		Request: engine.Request{
-			Prompt:    g.prompt,
-			MaxTokens: g.maxTokens,
-			Sampling:  g.sampling,
-			IsEnd:     g.isEnd,
+			Prompt:      g.prompt,
+			MaxTokens:   g.maxTokens,
+			Sampling:    g.sampling,
+			IsEnd:       g.isEnd,
+			TopLogprobs: g.topLogprobs,
 			OnToken: func(id int) bool {
 				timer.token()
 				s.metrics.observeState(s.eng)
 				if g.isEnd(id) {
+					if len(lps) > 0 { // the end token is not part of the answer
+						lps = lps[:len(lps)-1]
+					}
 					return true
 				}
 				out, stopped := dec.stopper.Add(dec.piece(id))
-				if out != "" {
-					send(event{text: out})
+				if out != "" || len(lps) >= 16 {
+					send(event{text: out, logprobs: lps})
+					lps = nil
 				}
 				return !stopped
 			},
@@ -361,11 +405,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 				}
 				ev.text = out
 			}
+			ev.logprobs = lps
 			timer.finish(len(res.Tokens))
 			s.metrics.observeState(s.eng)
 			s.pending.Add(-1)
 			send(ev)
 		},
+	}
+	if g.logprobs {
+		job.OnLogprobs = func(lp engine.TokenLogprobs) { lps = append(lps, lp) }
 	}
 	select {
 	case <-s.stopped:
@@ -431,6 +479,8 @@ type responder struct {
 	id      string
 	created int64
 	text    strings.Builder
+	lps     []engine.TokenLogprobs // a whole answer's, until it is written
+	offset  int                    // completions' text_offset of the next token
 	werr    error
 }
 
@@ -448,12 +498,13 @@ func (r *responder) response(choices any, u *usage) response {
 	return response{ID: r.id, Object: r.object(), Created: r.created, Model: r.g.model, Choices: choices, Usage: u}
 }
 
-// choice is the one choice of a response or chunk; reason nil: not final.
-func (r *responder) choice(text string, reason *string, role string) any {
+// choice is the one choice of a response or chunk, with the
+// log-probabilities of its tokens; reason nil: not final.
+func (r *responder) choice(text string, reason *string, role string, lps []engine.TokenLogprobs) any {
 	if !r.g.chat {
-		return []completionChoice{{Text: text, FinishReason: reason}}
+		return []completionChoice{{Text: text, FinishReason: reason, Logprobs: r.logprobsField(lps)}}
 	}
-	c := chatChoice{FinishReason: reason}
+	c := chatChoice{FinishReason: reason, Logprobs: r.logprobsField(lps)}
 	content := &chatContent{Role: role}
 	if text != "" || role != "" || !r.g.stream {
 		content.Content = &text
@@ -466,6 +517,67 @@ func (r *responder) choice(text string, reason *string, role string) any {
 	return []chatChoice{c}
 }
 
+// tokenLogprob is one token of chat's logprobs.content.
+type tokenLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// logprobsField is a choice's "logprobs" in the endpoint's format (nil
+// when not asked for): chat's content list, or completions' parallel
+// tokens, token_logprobs, top_logprobs and text_offset.
+func (r *responder) logprobsField(lps []engine.TokenLogprobs) any {
+	if !r.g.logprobs {
+		return nil
+	}
+	tok := func(lp engine.TokenLogprob) tokenLogprob {
+		text := r.s.tokenText(lp.ID)
+		b := make([]int, len(text))
+		for i := range len(text) {
+			b[i] = int(text[i])
+		}
+		return tokenLogprob{Token: text, Logprob: lp.Logprob, Bytes: b}
+	}
+	if r.g.chat {
+		type entry struct {
+			tokenLogprob
+			TopLogprobs []tokenLogprob `json:"top_logprobs"`
+		}
+		content := []entry{}
+		for _, lp := range lps {
+			e := entry{tokenLogprob: tok(lp.TokenLogprob), TopLogprobs: []tokenLogprob{}}
+			for _, t := range lp.Top {
+				e.TopLogprobs = append(e.TopLogprobs, tok(t))
+			}
+			content = append(content, e)
+		}
+		return map[string]any{"content": content}
+	}
+	tokens, logprobs, top, offsets := []string{}, []float32{}, []map[string]float32{}, []int{}
+	for _, lp := range lps {
+		text := r.s.tokenText(lp.ID)
+		tokens = append(tokens, text)
+		logprobs = append(logprobs, lp.Logprob)
+		alts := map[string]float32{}
+		for _, t := range lp.Top {
+			alts[r.s.tokenText(t.ID)] = t.Logprob
+		}
+		top = append(top, alts)
+		offsets = append(offsets, r.offset)
+		r.offset += len(text)
+	}
+	return map[string]any{"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": top, "text_offset": offsets}
+}
+
+// tokenText is one token's text as a client sees it alone.
+func (s *Server) tokenText(id int) string {
+	if s.cfg.Tokenizer == nil {
+		return strconv.Itoa(id)
+	}
+	return s.cfg.Tokenizer.Decode([]int{id}, false)
+}
+
 func (r *responder) startStream() {
 	h := r.w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -473,7 +585,7 @@ func (r *responder) startStream() {
 	h.Set("Connection", "keep-alive")
 	r.w.WriteHeader(http.StatusOK)
 	if r.g.chat {
-		r.chunk(r.response(r.choice("", nil, "assistant"), nil))
+		r.chunk(r.response(r.choice("", nil, "assistant", nil), nil))
 	} else {
 		_ = http.NewResponseController(r.w).Flush()
 	}
@@ -524,12 +636,13 @@ func (r *responder) add(ev event) bool {
 		return false
 	}
 	if r.g.stream {
-		if ev.text != "" {
-			r.chunk(r.response(r.choice(ev.text, nil, ""), nil))
+		if ev.text != "" || (len(ev.logprobs) > 0 && !ev.final) {
+			r.chunk(r.response(r.choice(ev.text, nil, "", ev.logprobs), nil))
+			ev.logprobs = nil
 		}
 		if ev.final {
 			r.t.finish(ev.reason)
-			r.chunk(r.response(r.choice("", &ev.reason, ""), nil))
+			r.chunk(r.response(r.choice("", &ev.reason, "", ev.logprobs), nil))
 			if r.g.includeUsage {
 				r.chunk(r.response([]any{}, r.usage(ev.tokens)))
 			}
@@ -538,6 +651,7 @@ func (r *responder) add(ev event) bool {
 		return !ev.final && r.werr == nil
 	}
 	r.text.WriteString(ev.text)
+	r.lps = append(r.lps, ev.logprobs...)
 	if !ev.final {
 		return true
 	}
@@ -547,7 +661,7 @@ func (r *responder) add(ev event) bool {
 	}
 	r.t.finish(ev.reason)
 	r.deadline()
-	writeJSON(r.w, http.StatusOK, r.response(r.choice(r.text.String(), &ev.reason, role), r.usage(ev.tokens)))
+	writeJSON(r.w, http.StatusOK, r.response(r.choice(r.text.String(), &ev.reason, role, r.lps), r.usage(ev.tokens)))
 	return false
 }
 

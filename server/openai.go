@@ -157,6 +157,10 @@ type samplingFields struct {
 	LogitBias         map[string]float64 `json:"logit_bias"`
 	MinTokens         *int               `json:"min_tokens"`
 	StopTokenIDs      []int              `json:"stop_token_ids"`
+	// Logprobs is a count of alternatives (completions) or a switch
+	// (chat, with TopLogprobs).
+	Logprobs    json.RawMessage `json:"logprobs"`
+	TopLogprobs *int            `json:"top_logprobs"`
 	unsupportedFields
 }
 
@@ -165,8 +169,6 @@ type samplingFields struct {
 // (what leaves the output unchanged) is answered 400 naming it: never
 // silently ignored.
 type unsupportedFields struct {
-	Logprobs       json.RawMessage `json:"logprobs"`
-	TopLogprobs    json.RawMessage `json:"top_logprobs"`
 	Echo           json.RawMessage `json:"echo"`
 	BestOf         json.RawMessage `json:"best_of"`
 	Suffix         json.RawMessage `json:"suffix"`
@@ -184,8 +186,6 @@ func (u *unsupportedFields) check() *apiError {
 		raw     json.RawMessage
 		neutral []string // compact JSON values that leave the output unchanged
 	}{
-		{"logprobs", u.Logprobs, []string{"false", "0"}},
-		{"top_logprobs", u.TopLogprobs, []string{"0"}},
 		{"echo", u.Echo, []string{"false"}},
 		{"best_of", u.BestOf, []string{"1"}},
 		{"suffix", u.Suffix, []string{`""`}},

@@ -133,7 +133,8 @@ type completion struct {
 			Role    string  `json:"role"`
 			Content *string `json:"content"`
 		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
+		Logprobs     json.RawMessage `json:"logprobs"`
+		FinishReason *string         `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *usage `json:"usage"`
 }
@@ -525,6 +526,91 @@ func TestLogitBiasAndStopTokens(t *testing.T) {
 	}
 }
 
+// TestLogprobs asks both endpoints for log-probabilities, plain and
+// streamed: one entry per completion token, each at most 0, the greedy
+// token the likeliest of its alternatives, and the tokens spelling the
+// text.
+func TestLogprobs(t *testing.T) {
+	f := newFixture(t, Config{})
+	type chatLP struct {
+		Content []struct {
+			Token       string  `json:"token"`
+			Logprob     float32 `json:"logprob"`
+			Bytes       []int   `json:"bytes"`
+			TopLogprobs []struct {
+				Token   string  `json:"token"`
+				Logprob float32 `json:"logprob"`
+			} `json:"top_logprobs"`
+		} `json:"content"`
+	}
+	type cmplLP struct {
+		Tokens        []string             `json:"tokens"`
+		TokenLogprobs []float32            `json:"token_logprobs"`
+		TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+		TextOffset    []int                `json:"text_offset"`
+	}
+	var rsp struct {
+		Choices []struct {
+			Text     string          `json:"text"`
+			Logprobs json.RawMessage `json:"logprobs"`
+			Message  *struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage usage `json:"usage"`
+	}
+	f.post(t, "/v1/completions", `{"prompt":"In the beginning","max_tokens":6,"temperature":0,"logprobs":2}`, &rsp)
+	var c cmplLP
+	if err := json.Unmarshal(rsp.Choices[0].Logprobs, &c); err != nil {
+		t.Fatal(err)
+	}
+	n := rsp.Usage.CompletionTokens
+	if len(c.Tokens) != n || len(c.TokenLogprobs) != n || len(c.TopLogprobs) != n || len(c.TextOffset) != n ||
+		strings.Join(c.Tokens, "") != rsp.Choices[0].Text {
+		t.Errorf("completions logprobs %+v for %d tokens of %q", c, n, rsp.Choices[0].Text)
+	}
+	for i, lp := range c.TokenLogprobs {
+		best := float32(-1e30)
+		for _, v := range c.TopLogprobs[i] {
+			best = max(best, v)
+		}
+		if !(lp <= 0) || len(c.TopLogprobs[i]) > 2 || lp != best {
+			t.Errorf("token %d: logprob %v, alternatives %v", i, lp, c.TopLogprobs[i])
+		}
+	}
+	f.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Who was Moses?"}],"max_tokens":6,"temperature":0,"logprobs":true,"top_logprobs":3}`, &rsp)
+	var ch chatLP
+	if err := json.Unmarshal(rsp.Choices[0].Logprobs, &ch); err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	for i, e := range ch.Content {
+		text.WriteString(e.Token)
+		if len(e.TopLogprobs) != 3 || e.TopLogprobs[0].Logprob != e.Logprob || !(e.Logprob <= 0) || len(e.Bytes) != len(e.Token) {
+			t.Errorf("chat token %d: %+v", i, e)
+		}
+	}
+	if text.String() != rsp.Choices[0].Message.Content || len(ch.Content) > rsp.Usage.CompletionTokens {
+		t.Errorf("chat logprobs spell %q, the answer is %q", text.String(), rsp.Choices[0].Message.Content)
+	}
+	// Streamed: the chunks' entries add up to the tokens.
+	_, _, chunks := f.stream(t, "/v1/completions", `{"prompt":"In the beginning","max_tokens":6,"temperature":0,"logprobs":0,"stream":true}`)
+	entries := 0
+	for _, k := range chunks {
+		if len(k.Choices) == 0 {
+			continue
+		}
+		var lp cmplLP
+		if err := json.Unmarshal(k.Choices[0].Logprobs, &lp); err != nil {
+			t.Fatal(err)
+		}
+		entries += len(lp.Tokens)
+	}
+	if entries != 6 {
+		t.Errorf("streamed chunks carry %d logprob entries, want 6", entries)
+	}
+}
+
 // TestAPIKeyAndLog serves with an API key and a request log: /v1 routes
 // need the bearer token (401 in OpenAI's shape without it), /health does
 // not, and every request gets one log line with its outcome.
@@ -623,8 +709,12 @@ func TestErrors(t *testing.T) {
 		{"POST", c, `{"prompt": [[[1]]]}`, 400, "prompt"},
 		{"POST", c, `{"prompt": "a", "model": "gpt-4"}`, 404, "model"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "model": "gpt-4"}`, 404, "model"},
-		{"POST", c, `{"prompt": "a", "logprobs": 2}`, 400, "logprobs"},
-		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 3}`, 400, "logprobs"},
+		{"POST", c, `{"prompt": "a", "logprobs": 6}`, 400, "logprobs"},
+		{"POST", c, `{"prompt": "a", "logprobs": true}`, 400, "logprobs"},
+		{"POST", c, `{"prompt": "a", "top_logprobs": 2}`, 400, "top_logprobs"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": 3}`, 400, "logprobs"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3}`, 400, "top_logprobs"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21}`, 400, "top_logprobs"},
 		{"POST", c, `{"prompt": "a", "echo": true}`, 400, "echo"},
 		{"POST", c, `{"prompt": "a", "best_of": 3}`, 400, "best_of"},
 		{"POST", c, `{"prompt": "a", "suffix": "z"}`, 400, "suffix"},

@@ -197,7 +197,7 @@ func soakRequest(f *fixture, client *http.Client, rng *rand.Rand, count func(str
 		}
 		count("cancelled")
 	default: // a bad body
-		bad := []string{`{"prompt":`, `{"prompt":[[[1]]]}`, `{"prompt":"a","max_tokens":-3}`, `{"prompt":"a","logprobs":5}`,
+		bad := []string{`{"prompt":`, `{"prompt":[[[1]]]}`, `{"prompt":"a","max_tokens":-3}`, `{"prompt":"a","logprobs":9}`,
 			`{"prompt":"a","model":"gpt-4"}`, `[1,2]`, `{"prompt":"a","top_p":7}`}
 		body := bad[rng.IntN(len(bad))]
 		rsp, err := client.Post(f.url+"/v1/completions", "application/json", strings.NewReader(body))
