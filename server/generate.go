@@ -32,6 +32,7 @@ type generation struct {
 	chat         bool
 	model        string            // the id the request named (one of the server's), echoed in responses
 	isEnd        func(id int) bool // the model's end tokens and the request's stop_token_ids
+	echo         string            // completions' echo: the prompt's text, answered before the completion
 	logprobs     bool              // answer each token's log-probability
 	topLogprobs  int               // and this many alternatives'
 }
@@ -56,6 +57,13 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 	g, e := s.completionPrompt(&req)
 	if e == nil {
 		e = s.sampling(g, &req.samplingFields, req.MaxTokens)
+	}
+	if e == nil && req.Echo {
+		if g.logprobs {
+			e = invalid("echo", "echo with logprobs is not supported (the prompt's log-probabilities are not computed)")
+		} else {
+			g.echo = s.promptText(&req.Prompt, g.prompt)
+		}
 	}
 	if e != nil {
 		writeError(w, e)
@@ -439,6 +447,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 	}
 	if g.stream {
 		rsp.startStream()
+		if g.echo != "" {
+			rsp.chunk(rsp.response(rsp.choice(g.echo, nil, "", nil), nil))
+		}
+	} else {
+		rsp.text.WriteString(g.echo)
 	}
 	stopped := s.stopped
 	for {
@@ -568,6 +581,21 @@ func (r *responder) logprobsField(lps []engine.TokenLogprobs) any {
 		r.offset += len(text)
 	}
 	return map[string]any{"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": top, "text_offset": offsets}
+}
+
+// promptText is the text of a completions prompt, as echo answers it.
+func (s *Server) promptText(p *promptField, ids []int) string {
+	switch {
+	case !p.isIDs:
+		return p.text
+	case s.cfg.Tokenizer != nil:
+		return s.cfg.Tokenizer.Decode(ids, false)
+	}
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.Itoa(id)
+	}
+	return strings.Join(parts, " ")
 }
 
 // tokenText is one token's text as a client sees it alone.

@@ -169,7 +169,6 @@ type samplingFields struct {
 // (what leaves the output unchanged) is answered 400 naming it: never
 // silently ignored.
 type unsupportedFields struct {
-	Echo           json.RawMessage `json:"echo"`
 	BestOf         json.RawMessage `json:"best_of"`
 	Suffix         json.RawMessage `json:"suffix"`
 	Tools          json.RawMessage `json:"tools"`
@@ -186,7 +185,6 @@ func (u *unsupportedFields) check() *apiError {
 		raw     json.RawMessage
 		neutral []string // compact JSON values that leave the output unchanged
 	}{
-		{"echo", u.Echo, []string{"false"}},
 		{"best_of", u.BestOf, []string{"1"}},
 		{"suffix", u.Suffix, []string{`""`}},
 		{"tools", u.Tools, []string{"[]"}},
@@ -212,6 +210,7 @@ func (u *unsupportedFields) check() *apiError {
 type completionRequest struct {
 	samplingFields
 	Prompt promptField `json:"prompt"`
+	Echo   bool        `json:"echo"`
 }
 
 // chatMessage is one message of a chat request.

@@ -78,7 +78,7 @@ type Server struct {
 	jobs    chan *engine.Job // the queue's head, handed to the engine
 	stopped chan struct{}    // closed when Run returns
 	created int64
-	eos     []int // every end token: the model's and the tokenizer's
+	eos     []int        // every end token: the model's and the tokenizer's
 	pending atomic.Int64 // requests submitted to the engine and not finished
 	metrics *metrics     // nil: disabled
 }

@@ -611,6 +611,22 @@ func TestLogprobs(t *testing.T) {
 	}
 }
 
+// TestEcho: echo answers the prompt's text before the completion, whole
+// and streamed.
+func TestEcho(t *testing.T) {
+	f := newFixture(t, Config{})
+	var plain, echoed completion
+	f.post(t, "/v1/completions", `{"prompt":"In the beginning","max_tokens":5,"temperature":0}`, &plain)
+	f.post(t, "/v1/completions", `{"prompt":"In the beginning","max_tokens":5,"temperature":0,"echo":true}`, &echoed)
+	if echoed.text() != "In the beginning"+plain.text() {
+		t.Errorf("echo: %q, want the prompt then %q", echoed.text(), plain.text())
+	}
+	text, _, _ := f.stream(t, "/v1/completions", `{"prompt":"In the beginning","max_tokens":5,"temperature":0,"echo":true,"stream":true}`)
+	if text != echoed.text() {
+		t.Errorf("streamed echo %q, want %q", text, echoed.text())
+	}
+}
+
 // TestAPIKeyAndLog serves with an API key and a request log: /v1 routes
 // need the bearer token (401 in OpenAI's shape without it), /health does
 // not, and every request gets one log line with its outcome.
@@ -715,7 +731,8 @@ func TestErrors(t *testing.T) {
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": 3}`, 400, "logprobs"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 3}`, 400, "top_logprobs"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21}`, 400, "top_logprobs"},
-		{"POST", c, `{"prompt": "a", "echo": true}`, 400, "echo"},
+		{"POST", c, `{"prompt": "a", "echo": true, "logprobs": 1}`, 400, "echo"},
+		{"POST", c, `{"prompt": "a", "echo": "yes"}`, 400, "echo"},
 		{"POST", c, `{"prompt": "a", "best_of": 3}`, 400, "best_of"},
 		{"POST", c, `{"prompt": "a", "suffix": "z"}`, 400, "suffix"},
 		{"POST", c, `{"prompt": "a", "presence_penalty": 2.5}`, 400, "presence_penalty"},
