@@ -30,6 +30,7 @@ type generation struct {
 	stream       bool
 	includeUsage bool
 	chat         bool
+	n            int               // choices
 	model        string            // the id the request named (one of the server's), echoed in responses
 	isEnd        func(id int) bool // the model's end tokens and the request's stop_token_ids
 	echo         string            // completions' echo: the prompt's text, answered before the completion
@@ -40,6 +41,7 @@ type generation struct {
 // event is one piece of a generation's output, sent from the engine's
 // goroutine to the request's handler.
 type event struct {
+	index    int // the choice
 	text     string
 	logprobs []engine.TokenLogprobs // of the tokens since the last event
 	final    bool
@@ -175,8 +177,15 @@ func (s *Server) sampling(g *generation, f *samplingFields, maxTokens *int) *api
 	default:
 		g.maxTokens = *maxTokens
 	}
-	if f.N != nil && *f.N != 1 {
-		return invalid("n", "only n=1 is supported")
+	g.n = 1
+	if f.N != nil {
+		if *f.N < 1 || *f.N > maxChoices {
+			return invalid("n", "n must be in [1, %d], not %d", maxChoices, *f.N)
+		}
+		g.n = *f.N
+	}
+	if g.n > s.cfg.MaxQueue {
+		return invalid("n", "n = %d is more than the server's queue holds (%d)", g.n, s.cfg.MaxQueue)
 	}
 	o := engine.SamplerOptions{Temperature: 1, TopP: 1}
 	if f.Temperature != nil {
@@ -256,6 +265,9 @@ func (g *generation) parseLogprobs(f *samplingFields) *apiError {
 	g.logprobs, g.topLogprobs = true, n
 	return nil
 }
+
+// maxChoices bounds n, the choices of one request.
+const maxChoices = 16
 
 // processing checks the penalties, biases, minimum length and stop token
 // ids of f and puts them in o.
@@ -354,33 +366,98 @@ func (s *Server) isEnd(id int) bool {
 	return slices.Contains(s.eos, id) || (s.cfg.Tokenizer != nil && s.cfg.Tokenizer.IsEOS(id))
 }
 
-// generate submits g to the engine and answers with its output, whole or
-// as Server-Sent Events.
+// generate submits g's n choices to the engine, each a job of its own
+// (seeds seed, seed+1, ...), and answers with their output, whole or as
+// Server-Sent Events.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation) {
 	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel() // a handler that returns early frees its sequence
-	// One event per token at most, plus the final one: the engine never
-	// waits on a slow client.
-	events := make(chan event, g.maxTokens+1)
+	defer cancel() // a handler that returns early frees its sequences
+	// One event per token at most, plus the final one, per choice: the
+	// engine never waits on a slow client.
+	events := make(chan event, g.n*(g.maxTokens+1))
 	send := func(ev event) {
 		select {
 		case events <- ev:
 		default: // unreachable by the capacity above
 		}
 	}
-	dec := s.newDecoder(g.stops)
-	var lps []engine.TokenLogprobs // since the last event, on the engine's goroutine
 	t := trackerOf(w)
 	start := time.Now()
 	if t != nil {
 		start = t.start
 	}
+	jobs := make([]*engine.Job, g.n)
+	for i := range jobs {
+		jobs[i] = s.newJob(ctx, g, i, start, send)
+	}
+	select {
+	case <-s.stopped:
+		writeError(w, unavailable())
+		return
+	default:
+	}
+	s.pending.Add(int64(len(jobs)))
+	if !s.queue.push(jobs...) {
+		s.pending.Add(-int64(len(jobs)))
+		w.Header().Set("Retry-After", "1")
+		writeError(w, newError(http.StatusTooManyRequests, "rate_limit_error", "", "queue_full",
+			"the server is busy: %d requests are waiting; retry later", s.cfg.MaxQueue))
+		return
+	}
+
+	rsp := newResponder(s, w, t, g)
+	if g.stream {
+		rsp.startStream()
+		if g.echo != "" {
+			for i := range g.n {
+				rsp.chunk(rsp.response(rsp.choice(i, g.echo, nil, "", nil), nil))
+			}
+		}
+	} else {
+		for i := range g.n {
+			rsp.choices[i].text.WriteString(g.echo)
+		}
+	}
+	stopped := s.stopped
+	for {
+		var ev event
+		select {
+		case ev = <-events:
+		case <-r.Context().Done():
+			for _, j := range jobs {
+				if s.queue.remove(j) { // it never reached the engine, which would have finished it
+					s.pending.Add(-1)
+				}
+			}
+			return
+		case <-stopped:
+			// Run has finished every job it took: an event is there, or
+			// a job never left the queue.
+			select {
+			case ev = <-events:
+			default:
+				rsp.fail(unavailable())
+				return
+			}
+		}
+		if !rsp.add(ev) {
+			return
+		}
+	}
+}
+
+// newJob is the engine job of g's choice i, sending its events.
+func (s *Server) newJob(ctx context.Context, g *generation, i int, start time.Time, send func(event)) *engine.Job {
+	dec := s.newDecoder(g.stops)
+	var lps []engine.TokenLogprobs // since the last event, on the engine's goroutine
 	timer := s.metrics.timer(start, len(g.prompt))
+	sampling := g.sampling
+	sampling.Seed += uint64(i)
 	job := &engine.Job{
 		Request: engine.Request{
 			Prompt:      g.prompt,
 			MaxTokens:   g.maxTokens,
-			Sampling:    g.sampling,
+			Sampling:    sampling,
 			IsEnd:       g.isEnd,
 			TopLogprobs: g.topLogprobs,
 			OnToken: func(id int) bool {
@@ -394,7 +471,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 				}
 				out, stopped := dec.stopper.Add(dec.piece(id))
 				if out != "" || len(lps) >= 16 {
-					send(event{text: out, logprobs: lps})
+					send(event{index: i, text: out, logprobs: lps})
 					lps = nil
 				}
 				return !stopped
@@ -402,7 +479,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 		},
 		Context: ctx,
 		Finish: func(res engine.Result, err error) {
-			ev := event{final: true, tokens: len(res.Tokens), err: err, reason: "stop"}
+			ev := event{index: i, final: true, tokens: len(res.Tokens), err: err, reason: "stop"}
 			if res.Reason == engine.StopLength {
 				ev.reason = "length"
 			}
@@ -423,67 +500,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 	if g.logprobs {
 		job.OnLogprobs = func(lp engine.TokenLogprobs) { lps = append(lps, lp) }
 	}
-	select {
-	case <-s.stopped:
-		writeError(w, unavailable())
-		return
-	default:
-	}
-	s.pending.Add(1)
-	if !s.queue.push(job) {
-		s.pending.Add(-1)
-		w.Header().Set("Retry-After", "1")
-		writeError(w, newError(http.StatusTooManyRequests, "rate_limit_error", "", "queue_full",
-			"the server is busy: %d requests are waiting; retry later", s.cfg.MaxQueue))
-		return
-	}
-
-	rsp := &responder{s: s, w: w, t: t, g: g, id: "cmpl-" + rand.Text(), created: time.Now().Unix()}
-	if g.chat {
-		rsp.id = "chatcmpl-" + rand.Text()
-	}
-	if t != nil {
-		t.id, t.prompt = rsp.id, len(g.prompt)
-	}
-	if g.stream {
-		rsp.startStream()
-		if g.echo != "" {
-			rsp.chunk(rsp.response(rsp.choice(g.echo, nil, "", nil), nil))
-		}
-	} else {
-		rsp.text.WriteString(g.echo)
-	}
-	stopped := s.stopped
-	for {
-		var ev event
-		select {
-		case ev = <-events:
-		case <-r.Context().Done():
-			if s.queue.remove(job) { // it never reached the engine, which would have finished it
-				s.pending.Add(-1)
-			}
-			return
-		case <-stopped:
-			// Run has finished every job it took: an event is there, or
-			// the job never left the queue.
-			select {
-			case ev = <-events:
-			default:
-				rsp.fail(unavailable())
-				return
-			}
-		}
-		if !rsp.add(ev) {
-			return
-		}
-	}
+	return job
 }
 
 func unavailable() *apiError {
 	return newError(http.StatusServiceUnavailable, "server_error", "", "unavailable", "the server is shutting down")
 }
 
-// responder writes one generation's answer.
+// responder writes one generation's answer: its n choices, whole or as
+// they come.
 type responder struct {
 	s       *Server
 	w       http.ResponseWriter
@@ -491,10 +516,29 @@ type responder struct {
 	g       *generation
 	id      string
 	created int64
-	text    strings.Builder
-	lps     []engine.TokenLogprobs // a whole answer's, until it is written
-	offset  int                    // completions' text_offset of the next token
+	choices []choiceState
+	ended   int // choices finished
+	tokens  int // completion tokens of the finished choices
 	werr    error
+}
+
+// choiceState is what a choice has produced until the answer is written.
+type choiceState struct {
+	text   strings.Builder
+	lps    []engine.TokenLogprobs
+	offset int // completions' text_offset of the next token
+	reason string
+}
+
+func newResponder(s *Server, w http.ResponseWriter, t *tracker, g *generation) *responder {
+	r := &responder{s: s, w: w, t: t, g: g, id: "cmpl-" + rand.Text(), created: time.Now().Unix(), choices: make([]choiceState, g.n)}
+	if g.chat {
+		r.id = "chatcmpl-" + rand.Text()
+	}
+	if t != nil {
+		t.id, t.prompt = r.id, len(g.prompt)
+	}
+	return r
 }
 
 func (r *responder) object() string {
@@ -511,13 +555,17 @@ func (r *responder) response(choices any, u *usage) response {
 	return response{ID: r.id, Object: r.object(), Created: r.created, Model: r.g.model, Choices: choices, Usage: u}
 }
 
-// choice is the one choice of a response or chunk, with the
-// log-probabilities of its tokens; reason nil: not final.
-func (r *responder) choice(text string, reason *string, role string, lps []engine.TokenLogprobs) any {
+// choice is choice i of a chunk, with the log-probabilities of its
+// tokens; reason nil: not final.
+func (r *responder) choice(i int, text string, reason *string, role string, lps []engine.TokenLogprobs) any {
+	return []any{r.oneChoice(i, text, reason, role, lps)}
+}
+
+func (r *responder) oneChoice(i int, text string, reason *string, role string, lps []engine.TokenLogprobs) any {
 	if !r.g.chat {
-		return []completionChoice{{Text: text, FinishReason: reason, Logprobs: r.logprobsField(lps)}}
+		return completionChoice{Index: i, Text: text, FinishReason: reason, Logprobs: r.logprobsField(i, lps)}
 	}
-	c := chatChoice{FinishReason: reason, Logprobs: r.logprobsField(lps)}
+	c := chatChoice{Index: i, FinishReason: reason, Logprobs: r.logprobsField(i, lps)}
 	content := &chatContent{Role: role}
 	if text != "" || role != "" || !r.g.stream {
 		content.Content = &text
@@ -527,7 +575,7 @@ func (r *responder) choice(text string, reason *string, role string, lps []engin
 	} else {
 		c.Message = content
 	}
-	return []chatChoice{c}
+	return c
 }
 
 // tokenLogprob is one token of chat's logprobs.content.
@@ -540,7 +588,7 @@ type tokenLogprob struct {
 // logprobsField is a choice's "logprobs" in the endpoint's format (nil
 // when not asked for): chat's content list, or completions' parallel
 // tokens, token_logprobs, top_logprobs and text_offset.
-func (r *responder) logprobsField(lps []engine.TokenLogprobs) any {
+func (r *responder) logprobsField(i int, lps []engine.TokenLogprobs) any {
 	if !r.g.logprobs {
 		return nil
 	}
@@ -577,8 +625,8 @@ func (r *responder) logprobsField(lps []engine.TokenLogprobs) any {
 			alts[r.s.tokenText(t.ID)] = t.Logprob
 		}
 		top = append(top, alts)
-		offsets = append(offsets, r.offset)
-		r.offset += len(text)
+		offsets = append(offsets, r.choices[i].offset)
+		r.choices[i].offset += len(text)
 	}
 	return map[string]any{"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": top, "text_offset": offsets}
 }
@@ -613,7 +661,9 @@ func (r *responder) startStream() {
 	h.Set("Connection", "keep-alive")
 	r.w.WriteHeader(http.StatusOK)
 	if r.g.chat {
-		r.chunk(r.response(r.choice("", nil, "assistant", nil), nil))
+		for i := range r.g.n {
+			r.chunk(r.response(r.choice(i, "", nil, "assistant", nil), nil))
+		}
 	} else {
 		_ = http.NewResponseController(r.w).Flush()
 	}
@@ -648,9 +698,6 @@ func (r *responder) done() {
 
 // add handles one event and reports whether more are wanted.
 func (r *responder) add(ev event) bool {
-	if ev.final && r.t != nil {
-		r.t.completion = ev.tokens
-	}
 	if ev.err != nil {
 		if isCancel(ev.err) {
 			// The request's context ended: its client has gone.
@@ -663,33 +710,50 @@ func (r *responder) add(ev event) bool {
 		r.fail(e)
 		return false
 	}
+	c := &r.choices[ev.index]
+	if ev.final {
+		c.reason = ev.reason
+		r.ended++
+		r.tokens += ev.tokens
+		if r.t != nil {
+			r.t.completion = r.tokens
+		}
+	}
+	all := r.ended == len(r.choices)
 	if r.g.stream {
 		if ev.text != "" || (len(ev.logprobs) > 0 && !ev.final) {
-			r.chunk(r.response(r.choice(ev.text, nil, "", ev.logprobs), nil))
+			r.chunk(r.response(r.choice(ev.index, ev.text, nil, "", ev.logprobs), nil))
 			ev.logprobs = nil
 		}
 		if ev.final {
+			r.chunk(r.response(r.choice(ev.index, "", &ev.reason, "", ev.logprobs), nil))
+		}
+		if all {
 			r.t.finish(ev.reason)
-			r.chunk(r.response(r.choice("", &ev.reason, "", ev.logprobs), nil))
 			if r.g.includeUsage {
-				r.chunk(r.response([]any{}, r.usage(ev.tokens)))
+				r.chunk(r.response([]any{}, r.usage(r.tokens)))
 			}
 			r.done()
 		}
-		return !ev.final && r.werr == nil
+		return !all && r.werr == nil
 	}
-	r.text.WriteString(ev.text)
-	r.lps = append(r.lps, ev.logprobs...)
-	if !ev.final {
+	c.text.WriteString(ev.text)
+	c.lps = append(c.lps, ev.logprobs...)
+	if !all {
 		return true
 	}
 	role := ""
 	if r.g.chat {
 		role = "assistant"
 	}
+	choices := make([]any, len(r.choices))
+	for i := range r.choices {
+		c := &r.choices[i]
+		choices[i] = r.oneChoice(i, c.text.String(), &c.reason, role, c.lps)
+	}
 	r.t.finish(ev.reason)
 	r.deadline()
-	writeJSON(r.w, http.StatusOK, r.response(r.choice(r.text.String(), &ev.reason, role, r.lps), r.usage(ev.tokens)))
+	writeJSON(r.w, http.StatusOK, r.response(choices, r.usage(r.tokens)))
 	return false
 }
 

@@ -27,14 +27,15 @@ func newJobQueue(max int, dropped func(*engine.Job)) *jobQueue {
 	return &jobQueue{max: max, ready: make(chan struct{}, 1), dropped: dropped}
 }
 
-// push appends j, or reports false when max requests are waiting.
-func (q *jobQueue) push(j *engine.Job) bool {
+// push appends js (one request's choices), or none of them and reports
+// false when they do not fit beside the max requests waiting.
+func (q *jobQueue) push(js ...*engine.Job) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.jobs)+q.inHand >= q.max {
+	if len(q.jobs)+q.inHand+len(js) > q.max {
 		return false
 	}
-	q.jobs = append(q.jobs, j)
+	q.jobs = append(q.jobs, js...)
 	select {
 	case q.ready <- struct{}{}:
 	default:

@@ -148,7 +148,7 @@ func (c *completion) text() string {
 }
 
 // stream posts body and reads the Server-Sent Events up to [DONE]: the
-// concatenated text, the finish reason and the chunks.
+// concatenated text and the finish reason of choice 0, and the chunks.
 func (f *fixture) stream(t *testing.T, path, body string) (string, string, []completion) {
 	t.Helper()
 	rsp := f.do(t, context.Background(), "POST", path, body)
@@ -158,8 +158,9 @@ func (f *fixture) stream(t *testing.T, path, body string) (string, string, []com
 		t.Fatalf("POST %s: %d %s %s", path, rsp.StatusCode, rsp.Header.Get("Content-Type"), b)
 	}
 	var (
-		text, reason string
+		text, reason string // choice 0's
 		chunks       []completion
+		finished     = map[int]bool{}
 	)
 	sc := bufio.NewScanner(rsp.Body)
 	for sc.Scan() {
@@ -187,15 +188,20 @@ func (f *fixture) stream(t *testing.T, path, body string) (string, string, []com
 		if len(c.Choices) == 0 {
 			continue // the usage chunk
 		}
-		if reason != "" {
-			t.Errorf("chunk after the finish reason: %s", data)
+		ch := c.Choices[0]
+		if finished[ch.Index] {
+			t.Errorf("chunk after choice %d's finish reason: %s", ch.Index, data)
 		}
-		if d := c.Choices[0].Delta; d != nil && d.Content != nil {
+		if ch.Index != 0 {
+			finished[ch.Index] = ch.FinishReason != nil
+			continue
+		}
+		if d := ch.Delta; d != nil && d.Content != nil {
 			text += *d.Content
 		}
-		text += c.Choices[0].Text
-		if r := c.Choices[0].FinishReason; r != nil {
-			reason = *r
+		text += ch.Text
+		if r := ch.FinishReason; r != nil {
+			reason, finished[0] = *r, true
 		}
 	}
 	t.Fatalf("stream ended without [DONE] (%v)", sc.Err())
@@ -627,6 +633,46 @@ func TestEcho(t *testing.T) {
 	}
 }
 
+// TestChoices asks for n = 3 choices: each equals the single request with
+// the seed that choice draws with (seed + i), whole and streamed, and the
+// usage counts them all.
+func TestChoices(t *testing.T) {
+	f := newFixture(t, Config{MaxBatch: 2})
+	const body = `{"prompt":"In the beginning","max_tokens":12,"temperature":1,"seed":%d%s}`
+	var want []string
+	wantTokens := 0
+	for i := range 3 {
+		var c completion
+		f.post(t, "/v1/completions", fmt.Sprintf(body, 7+i, ""), &c)
+		want = append(want, c.text())
+		wantTokens += c.Usage.CompletionTokens
+	}
+	var c completion
+	f.post(t, "/v1/completions", fmt.Sprintf(body, 7, `,"n":3`), &c)
+	if len(c.Choices) != 3 || c.Usage.CompletionTokens != wantTokens {
+		t.Fatalf("%d choices, %d tokens; want 3 and %d", len(c.Choices), c.Usage.CompletionTokens, wantTokens)
+	}
+	for i, ch := range c.Choices {
+		if ch.Index != i || ch.Text != want[i] || ch.FinishReason == nil {
+			t.Errorf("choice %d (index %d): %q, want %q", i, ch.Index, ch.Text, want[i])
+		}
+	}
+	_, _, chunks := f.stream(t, "/v1/completions", fmt.Sprintf(body, 7, `,"n":3,"stream":true`))
+	got := make([]string, 3)
+	finished := make([]int, 3)
+	for _, k := range chunks {
+		for _, ch := range k.Choices {
+			got[ch.Index] += ch.Text
+			if ch.FinishReason != nil {
+				finished[ch.Index]++
+			}
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || fmt.Sprint(finished) != "[1 1 1]" {
+		t.Errorf("streamed choices %q (finished %v), want %q each finished once", got, finished, want)
+	}
+}
+
 // TestAPIKeyAndLog serves with an API key and a request log: /v1 routes
 // need the bearer token (401 in OpenAI's shape without it), /health does
 // not, and every request gets one log line with its outcome.
@@ -758,7 +804,8 @@ func TestErrors(t *testing.T) {
 		{"POST", c, `{"prompt": "a", "top_p": 0}`, 400, "top_p"},
 		{"POST", c, `{"prompt": "a", "top_p": 1.5}`, 400, "top_p"},
 		{"POST", c, `{"prompt": "a", "top_k": -2}`, 400, "top_k"},
-		{"POST", c, `{"prompt": "a", "n": 2}`, 400, "n"},
+		{"POST", c, `{"prompt": "a", "n": 0}`, 400, "n"},
+		{"POST", c, `{"prompt": "a", "n": 17}`, 400, "n"},
 		{"POST", c, `{"prompt": "a", "stop": 3}`, 400, "stop"},
 		{"POST", c, `{"prompt": "a", "stream": "yes"}`, 400, "stream"},
 		{"POST", c, `{"prompt": "` + strings.Repeat("a", 2000) + `"}`, 413, ""},
