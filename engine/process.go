@@ -14,7 +14,7 @@ func (s *Sampler) Plain() bool { return s.opt.plain() }
 
 func (o SamplerOptions) plain() bool {
 	return o.PresencePenalty == 0 && o.FrequencyPenalty == 0 && (o.RepetitionPenalty == 0 || o.RepetitionPenalty == 1) &&
-		len(o.LogitBias) == 0 && (o.MinTokens == 0 || len(o.Suppress) == 0)
+		len(o.LogitBias) == 0 && (o.MinTokens == 0 || len(o.Suppress) == 0) && o.Constraint == nil
 }
 
 // Prompt tells the sampler the sequence's prompt, which the repetition
@@ -31,9 +31,10 @@ func (s *Sampler) Prompt(ids []int) {
 	}
 }
 
-// process applies the penalties, biases and minimum length to a row of
-// logits in place, as vLLM orders them: repetition, then frequency and
-// presence, then the biases, then the suppressed tokens.
+// process applies the penalties, biases, minimum length and grammar to a
+// row of logits in place, as vLLM orders them: repetition, then frequency
+// and presence, then the biases, then the suppressed tokens, then the
+// grammar's mask.
 func (s *Sampler) process(logits []float32) {
 	o := &s.opt
 	if rp := float32(o.RepetitionPenalty); rp != 0 && rp != 1 {
@@ -66,11 +67,17 @@ func (s *Sampler) process(logits []float32) {
 			logits[id] = float32(math.Inf(-1))
 		}
 	}
+	if o.Constraint != nil {
+		o.Constraint.Mask(logits)
+	}
 }
 
 // record counts a drawn token for the penalties and the minimum length.
 func (s *Sampler) record(id int) {
 	s.produced++
+	if s.opt.Constraint != nil {
+		s.opt.Constraint.Accept(id)
+	}
 	if s.opt.PresencePenalty == 0 && s.opt.FrequencyPenalty == 0 && (s.opt.RepetitionPenalty == 0 || s.opt.RepetitionPenalty == 1) {
 		return
 	}

@@ -34,6 +34,17 @@ type SamplerOptions struct {
 	// completion holds MinTokens tokens.
 	Suppress  []int
 	MinTokens int
+	// Constraint, if set, limits each draw to what a grammar allows
+	// (structured output) and follows the tokens drawn; one per sequence.
+	Constraint Constraint
+}
+
+// Constraint is a grammar over the tokens of one sequence: Mask sets the
+// logits of the tokens it forbids next to −∞, Accept advances by the token
+// drawn.
+type Constraint interface {
+	Mask(logits []float32)
+	Accept(id int)
 }
 
 // Validate reports options out of range.

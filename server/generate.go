@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/grammar"
 	"github.com/replayssm/replayssm/tokenizer/chat"
 )
 
@@ -34,6 +35,7 @@ type generation struct {
 	model        string            // the id the request named (one of the server's), echoed in responses
 	isEnd        func(id int) bool // the model's end tokens and the request's stop_token_ids
 	echo         string            // completions' echo: the prompt's text, answered before the completion
+	json         bool              // response_format json_object: every choice a JSON object
 	logprobs     bool              // answer each token's log-probability
 	topLogprobs  int               // and this many alternatives'
 }
@@ -225,6 +227,21 @@ func (s *Server) sampling(g *generation, f *samplingFields, maxTokens *int) *api
 	}
 	if e := g.parseLogprobs(f); e != nil {
 		return e
+	}
+	if rf := f.ResponseFormat; rf != nil {
+		switch rf.Type {
+		case "text":
+		case "json_object":
+			if s.cfg.Tokenizer == nil {
+				return invalid("response_format", "json_object needs the model's tokenizer")
+			}
+			g.json = true
+		case "json_schema":
+			return newError(http.StatusBadRequest, "invalid_request_error", "response_format", "unsupported_parameter",
+				"response_format json_schema is not supported; json_object is")
+		default:
+			return invalid("response_format", "response_format type %q: want text or json_object", rf.Type)
+		}
 	}
 	g.stops = f.Stop
 	stopIDs := slices.Clone(f.StopTokenIDs)
@@ -453,6 +470,9 @@ func (s *Server) newJob(ctx context.Context, g *generation, i int, start time.Ti
 	timer := s.metrics.timer(start, len(g.prompt))
 	sampling := g.sampling
 	sampling.Seed += uint64(i)
+	if g.json {
+		sampling.Constraint = grammar.NewJSONObject(s.jsonVocab())
+	}
 	job := &engine.Job{
 		Request: engine.Request{
 			Prompt:      g.prompt,
@@ -644,6 +664,15 @@ func (s *Server) promptText(p *promptField, ids []int) string {
 		parts[i] = strconv.Itoa(id)
 	}
 	return strings.Join(parts, " ")
+}
+
+// jsonVocab is the tokenizer's vocabulary as a trie for JSON constraints,
+// built at the first request that needs it.
+func (s *Server) jsonVocab() *grammar.Vocab {
+	s.vocabOnce.Do(func() {
+		s.vocab = grammar.NewVocab(s.cfg.Model.Vocab, s.cfg.Tokenizer.Bytes, s.eos)
+	})
+	return s.vocab
 }
 
 // tokenText is one token's text as a client sees it alone.

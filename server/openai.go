@@ -161,6 +161,10 @@ type samplingFields struct {
 	// (chat, with TopLogprobs).
 	Logprobs    json.RawMessage `json:"logprobs"`
 	TopLogprobs *int            `json:"top_logprobs"`
+	// ResponseFormat is {"type": "text"} or {"type": "json_object"}.
+	ResponseFormat *struct {
+		Type string `json:"type"`
+	} `json:"response_format"`
 	unsupportedFields
 }
 
@@ -169,13 +173,12 @@ type samplingFields struct {
 // (what leaves the output unchanged) is answered 400 naming it: never
 // silently ignored.
 type unsupportedFields struct {
-	BestOf         json.RawMessage `json:"best_of"`
-	Suffix         json.RawMessage `json:"suffix"`
-	Tools          json.RawMessage `json:"tools"`
-	ToolChoice     json.RawMessage `json:"tool_choice"`
-	ResponseFormat json.RawMessage `json:"response_format"`
-	Functions      json.RawMessage `json:"functions"`
-	FunctionCall   json.RawMessage `json:"function_call"`
+	BestOf       json.RawMessage `json:"best_of"`
+	Suffix       json.RawMessage `json:"suffix"`
+	Tools        json.RawMessage `json:"tools"`
+	ToolChoice   json.RawMessage `json:"tool_choice"`
+	Functions    json.RawMessage `json:"functions"`
+	FunctionCall json.RawMessage `json:"function_call"`
 }
 
 // check refuses the first parameter set to a value that is not neutral.
@@ -189,7 +192,6 @@ func (u *unsupportedFields) check() *apiError {
 		{"suffix", u.Suffix, []string{`""`}},
 		{"tools", u.Tools, []string{"[]"}},
 		{"tool_choice", u.ToolChoice, []string{`"none"`, `"auto"`}},
-		{"response_format", u.ResponseFormat, []string{`{"type":"text"}`}},
 		{"functions", u.Functions, []string{"[]"}},
 		{"function_call", u.FunctionCall, []string{`"none"`, `"auto"`}},
 	} {

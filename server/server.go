@@ -14,12 +14,14 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/grammar"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/tokenizer"
@@ -81,6 +83,9 @@ type Server struct {
 	eos     []int        // every end token: the model's and the tokenizer's
 	pending atomic.Int64 // requests submitted to the engine and not finished
 	metrics *metrics     // nil: disabled
+
+	vocabOnce sync.Once
+	vocab     *grammar.Vocab // the tokenizer's trie, for json_object
 }
 
 // New builds the engine state for cfg.MaxBatch sequences.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/grammar"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/models"
 	"github.com/replayssm/replayssm/tokenizer"
@@ -673,6 +674,46 @@ func TestChoices(t *testing.T) {
 	}
 }
 
+// TestJSONObject asks for json_object answers from a model that has never
+// seen JSON: whatever it samples, each choice is a prefix of a JSON object,
+// and every choice that ends before its budget is a whole object that
+// parses. A bias towards quotes and braces lets some finish.
+func TestJSONObject(t *testing.T) {
+	f := newFixture(t, Config{MaxBatch: 4})
+	tok := f.cfg.Tokenizer
+	bias := map[string]float64{}
+	for _, c := range []string{`"`, "}", ":", "1"} {
+		if ids := tok.Encode(c); len(ids) == 1 {
+			bias[fmt.Sprint(ids[0])] = 6
+		}
+	}
+	biasJSON, _ := json.Marshal(bias)
+	whole := 0
+	for seed := range 6 {
+		var c completion
+		f.post(t, "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":"Give me JSON."}],"max_tokens":48,"temperature":1,"seed":%d,"n":2,"response_format":{"type":"json_object"},"logit_bias":%s}`, seed, biasJSON), &c)
+		for _, ch := range c.Choices {
+			text := ch.Message.Content
+			st := grammar.JSON{ObjectOnly: true}
+			for i := range len(text) {
+				if !st.Feed(text[i]) {
+					t.Fatalf("seed %d: %q is not a prefix of a JSON object (byte %d)", seed, text, i)
+				}
+			}
+			if *ch.FinishReason == "stop" {
+				var v map[string]any
+				if err := json.Unmarshal([]byte(text), &v); err != nil {
+					t.Errorf("seed %d: finished answer %q does not parse as an object: %v", seed, text, err)
+				}
+				whole++
+			}
+		}
+	}
+	if whole == 0 {
+		t.Error("no answer finished: the end token is never allowed after a complete object")
+	}
+}
+
 // TestAPIKeyAndLog serves with an API key and a request log: /v1 routes
 // need the bearer token (401 in OpenAI's shape without it), /health does
 // not, and every request gets one log line with its outcome.
@@ -791,7 +832,8 @@ func TestErrors(t *testing.T) {
 		{"POST", c, `{"prompt": "a", "max_tokens": 3, "min_tokens": 4}`, 400, "min_tokens"},
 		{"POST", c, `{"prompt": "a", "stop_token_ids": [-1]}`, 400, "stop_token_ids"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}`, 400, "tools"},
-		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}`, 400, "response_format"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {}}}`, 400, "response_format"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "yaml"}}`, 400, "response_format"},
 		{"POST", c, `{"prompt": ` + strings.Repeat("[", 490) + "1" + strings.Repeat("]", 490) + `}`, 400, "prompt"},
 		{"POST", c, `{"prompt": [1, 99999]}`, 400, "prompt"},
 		{"POST", c, `{"prompt": "a", "max_tokens": 0}`, 400, "max_tokens"},

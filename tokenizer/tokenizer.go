@@ -417,6 +417,18 @@ func (t *Tokenizer) Token(id int) (string, bool) {
 	return t.ids[id].token, true
 }
 
+// Bytes returns the bytes id adds to decoded text (a byte-level token's
+// raw bytes, possibly part of a UTF-8 character), or false for an unknown
+// id or a special token, which decodes to no text a grammar can read.
+// Tokenizers whose decoder joins tokens with spaces give the token's text
+// without the space.
+func (t *Tokenizer) Bytes(id int) ([]byte, bool) {
+	if id < 0 || id >= len(t.ids) || !t.ids[id].present || t.ids[id].special {
+		return nil, false
+	}
+	return []byte(t.ids[id].raw), true
+}
+
 // VocabSize is one more than the largest id (model vocab and added tokens):
 // the number of rows an embedding table needs. HF's
 // get_vocab_size(with_added_tokens=True) agrees when ids have no holes.
