@@ -282,3 +282,34 @@ func BenchmarkDecode(b *testing.B) {
 		tok.Decode(ids, false)
 	}
 }
+
+// TestBytes: a byte-level tokenizer's text is the concatenation of its
+// tokens' Bytes (special tokens have none), even where a character is split
+// across tokens.
+func TestBytes(t *testing.T) {
+	tok, err := Load(filepath.Join("testdata", "nemotron"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "In the beginning — 神 créa 🌍 the heaven."
+	ids := tok.Encode(text)
+	var b []byte
+	for _, id := range ids {
+		tb, ok := tok.Bytes(id)
+		if ok == tok.IsSpecial(id) {
+			t.Fatalf("token %d (special %v) has bytes %v", id, tok.IsSpecial(id), ok)
+		}
+		b = append(b, tb...)
+	}
+	if string(b) != tok.Decode(ids, true) {
+		t.Errorf("bytes %q, decoded %q", b, tok.Decode(ids, true))
+	}
+	for _, id := range tok.SpecialIDs() {
+		if _, ok := tok.Bytes(id); ok {
+			t.Errorf("special token %d has bytes", id)
+		}
+	}
+	if _, ok := tok.Bytes(-1); ok {
+		t.Error("id -1 has bytes")
+	}
+}
