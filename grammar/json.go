@@ -38,9 +38,10 @@ const (
 	nExp
 )
 
-// maxWhitespace bounds a run of insignificant whitespace, so that a model
-// cannot pad forever between tokens.
-const maxWhitespace = 16
+// maxWhitespace bounds a run of insignificant whitespace, which may also
+// hold only one line break, so that a model cannot pad forever between
+// tokens (pretty-printed JSON still fits: a line break and indentation).
+const maxWhitespace = 8
 
 // JSON is the automaton's state. The zero value expects any JSON text;
 // with ObjectOnly, an object that starts at once (no leading whitespace,
@@ -54,6 +55,7 @@ type JSON struct {
 	lit        string // the rest of a literal
 	hex        uint8  // hex digits left in \uXXXX
 	ws         uint8  // whitespace bytes in the current run
+	nl         bool   // the run holds a line break
 }
 
 // Clone returns an independent copy.
@@ -79,7 +81,7 @@ func (j *JSON) Feed(b byte) bool {
 	case mString:
 		switch {
 		case b == '"':
-			j.ws = 0
+			j.ws, j.nl = 0, false
 			if j.key {
 				j.mode = mColon
 			} else {
@@ -131,9 +133,15 @@ func (j *JSON) Feed(b byte) bool {
 		if j.ws++; j.ws > maxWhitespace || (j.mode == mStart && j.ObjectOnly) {
 			return false
 		}
+		if b == '\n' || b == '\r' {
+			if j.nl {
+				return false // one line break a run: indentation, not padding
+			}
+			j.nl = true
+		}
 		return true
 	}
-	j.ws = 0
+	j.ws, j.nl = 0, false
 	switch j.mode {
 	case mStart, mValue, mValueOrEnd:
 		if j.mode == mValueOrEnd && b == ']' {

@@ -57,19 +57,37 @@ func NewVocab(size int, bytes func(id int) ([]byte, bool), ends []int) *Vocab {
 	return v
 }
 
-// Constraint keeps one sequence's output a prefix of a JSON object: Mask
+// Constraint keeps one sequence's output a prefix of a JSON object (or of
+// a JSON text a Schema accepts): Mask
 // sets the logits of every token that would break it to −∞ (and, once the
 // object is complete, of every token but the end tokens); Accept advances
 // by the token drawn. It is not safe for concurrent use.
 type Constraint struct {
 	v       *Vocab
-	state   JSON
+	state   automaton
 	allowed []bool
+}
+
+// automaton is a byte-level grammar: JSON or SchemaJSON.
+type automaton interface {
+	Feed(b byte) bool
+	Complete() bool
+	clone() automaton
+}
+
+func (j *JSON) clone() automaton {
+	c := j.Clone()
+	return &c
 }
 
 // NewJSONObject returns a constraint to a JSON object over v.
 func NewJSONObject(v *Vocab) *Constraint {
-	return &Constraint{v: v, state: JSON{ObjectOnly: true}, allowed: make([]bool, len(v.tokens))}
+	return &Constraint{v: v, state: &JSON{ObjectOnly: true}, allowed: make([]bool, len(v.tokens))}
+}
+
+// NewJSONSchema returns a constraint to JSON texts that s accepts, over v.
+func NewJSONSchema(v *Vocab, s *Schema) *Constraint {
+	return &Constraint{v: v, state: NewSchemaJSON(s), allowed: make([]bool, len(v.tokens))}
 }
 
 // Mask sets the logits of the tokens the grammar forbids next to −∞.
@@ -91,9 +109,9 @@ func (c *Constraint) Mask(logits []float32) {
 }
 
 // walk marks the tokens below n that keep st a valid prefix.
-func (c *Constraint) walk(n *node, st JSON) {
+func (c *Constraint) walk(n *node, st automaton) {
 	for i, b := range n.bytes {
-		next := st.Clone()
+		next := st.clone()
 		if !next.Feed(b) {
 			continue
 		}
@@ -112,7 +130,7 @@ func (c *Constraint) Accept(id int) {
 	if id < 0 || id >= len(c.v.tokens) || c.v.tokens[id] == nil {
 		return
 	}
-	next := c.state.Clone()
+	next := c.state.clone()
 	for _, b := range c.v.tokens[id] {
 		if !next.Feed(b) {
 			return

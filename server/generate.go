@@ -36,6 +36,7 @@ type generation struct {
 	isEnd        func(id int) bool // the model's end tokens and the request's stop_token_ids
 	echo         string            // completions' echo: the prompt's text, answered before the completion
 	json         bool              // response_format json_object: every choice a JSON object
+	schema       *grammar.Schema   // response_format json_schema: every choice follows it
 	logprobs     bool              // answer each token's log-probability
 	topLogprobs  int               // and this many alternatives'
 }
@@ -237,10 +238,19 @@ func (s *Server) sampling(g *generation, f *samplingFields, maxTokens *int) *api
 			}
 			g.json = true
 		case "json_schema":
-			return newError(http.StatusBadRequest, "invalid_request_error", "response_format", "unsupported_parameter",
-				"response_format json_schema is not supported; json_object is")
+			if s.cfg.Tokenizer == nil {
+				return invalid("response_format", "json_schema needs the model's tokenizer")
+			}
+			if rf.JSONSchema == nil || len(rf.JSONSchema.Schema) == 0 {
+				return invalid("response_format", "json_schema needs json_schema.schema")
+			}
+			schema, err := grammar.CompileSchema(rf.JSONSchema.Schema)
+			if err != nil {
+				return invalid("response_format", "json_schema: %v", err)
+			}
+			g.schema = schema
 		default:
-			return invalid("response_format", "response_format type %q: want text or json_object", rf.Type)
+			return invalid("response_format", "response_format type %q: want text, json_object or json_schema", rf.Type)
 		}
 	}
 	g.stops = f.Stop
@@ -470,7 +480,10 @@ func (s *Server) newJob(ctx context.Context, g *generation, i int, start time.Ti
 	timer := s.metrics.timer(start, len(g.prompt))
 	sampling := g.sampling
 	sampling.Seed += uint64(i)
-	if g.json {
+	switch {
+	case g.schema != nil:
+		sampling.Constraint = grammar.NewJSONSchema(s.jsonVocab(), g.schema)
+	case g.json:
 		sampling.Constraint = grammar.NewJSONObject(s.jsonVocab())
 	}
 	job := &engine.Job{

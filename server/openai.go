@@ -161,9 +161,14 @@ type samplingFields struct {
 	// (chat, with TopLogprobs).
 	Logprobs    json.RawMessage `json:"logprobs"`
 	TopLogprobs *int            `json:"top_logprobs"`
-	// ResponseFormat is {"type": "text"} or {"type": "json_object"}.
+	// ResponseFormat is {"type": "text"}, {"type": "json_object"} or
+	// {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}}.
 	ResponseFormat *struct {
-		Type string `json:"type"`
+		Type       string `json:"type"`
+		JSONSchema *struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
 	} `json:"response_format"`
 	unsupportedFields
 }

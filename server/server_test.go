@@ -714,6 +714,52 @@ func TestJSONObject(t *testing.T) {
 	}
 }
 
+// TestJSONSchema asks for answers following a schema: each choice is a
+// prefix the schema allows, and each that ends is an object with the
+// required properties of the right types and no others.
+func TestJSONSchema(t *testing.T) {
+	f := newFixture(t, Config{MaxBatch: 4})
+	schema := `{"type":"object","properties":{"book":{"type":"string","enum":["Genesis","Exodus"]},"chapter":{"type":"integer"},"holy":{"type":"boolean"}},"required":["book","chapter"],"additionalProperties":false}`
+	compiled, err := grammar.CompileSchema([]byte(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := 0
+	for seed := range 4 {
+		var c completion
+		f.post(t, "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":"Which book?"}],"max_tokens":120,"temperature":1,"seed":%d,"n":2,"response_format":{"type":"json_schema","json_schema":{"name":"ref","strict":true,"schema":%s}}}`, seed, schema), &c)
+		for _, ch := range c.Choices {
+			text := ch.Message.Content
+			a := grammar.NewSchemaJSON(compiled)
+			for i := range len(text) {
+				if !a.Feed(text[i]) {
+					t.Fatalf("seed %d: %q leaves the schema at byte %d", seed, text, i)
+				}
+			}
+			if *ch.FinishReason != "stop" {
+				continue
+			}
+			var v map[string]any
+			dec := json.NewDecoder(strings.NewReader(text))
+			dec.UseNumber()
+			if err := dec.Decode(&v); err != nil {
+				t.Fatalf("seed %d: %q: %v", seed, text, err)
+			}
+			book, _ := v["book"].(string)
+			chapter, _ := v["chapter"].(json.Number)
+			_, holyOK := v["holy"].(bool)
+			if (book != "Genesis" && book != "Exodus") || chapter == "" || strings.ContainsAny(string(chapter), ".eE") ||
+				(v["holy"] != nil && !holyOK) || len(v) > 3 {
+				t.Errorf("seed %d: %q does not follow the schema", seed, text)
+			}
+			whole++
+		}
+	}
+	if whole == 0 {
+		t.Error("no answer finished")
+	}
+}
+
 // TestAPIKeyAndLog serves with an API key and a request log: /v1 routes
 // need the bearer token (401 in OpenAI's shape without it), /health does
 // not, and every request gets one log line with its outcome.
@@ -833,6 +879,7 @@ func TestErrors(t *testing.T) {
 		{"POST", c, `{"prompt": "a", "stop_token_ids": [-1]}`, 400, "stop_token_ids"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}`, 400, "tools"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {}}}`, 400, "response_format"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"anyOf": []}}}}`, 400, "response_format"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "yaml"}}`, 400, "response_format"},
 		{"POST", c, `{"prompt": ` + strings.Repeat("[", 490) + "1" + strings.Repeat("]", 490) + `}`, 400, "prompt"},
 		{"POST", c, `{"prompt": [1, 99999]}`, 400, "prompt"},
