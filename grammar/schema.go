@@ -28,13 +28,16 @@ var typeNames = map[string]typeSet{"object": tObject, "array": tArray, "string":
 
 // Schema is a compiled JSON schema: the subset structured output uses
 // (types, object properties with required ones and no others, array items,
-// enum and const).
+// enum and const). An object schema with properties allows no others (as
+// OpenAI's strict mode); one with neither properties nor
+// additionalProperties allows any.
 type Schema struct {
 	types      typeSet
 	properties []property
 	required   []string
 	items      *Schema  // nil: any
 	enum       [][]byte // allowed values as compact JSON; nil: any
+	open       bool     // an object of any properties (no "properties", no "additionalProperties")
 }
 
 type property struct {
@@ -58,6 +61,9 @@ func CompileSchema(raw []byte) (*Schema, error) {
 
 func compile(m map[string]json.RawMessage, at string) (*Schema, error) {
 	s := &Schema{types: tAny}
+	_, hasProps := m["properties"]
+	_, hasAdditional := m["additionalProperties"]
+	s.open = !hasProps && !hasAdditional
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -281,7 +287,7 @@ func (a *SchemaJSON) Feed(b byte) bool {
 		switch b {
 		case '{', '[':
 			f := frame{s: s, prop: -1}
-			if s != nil && b == '{' {
+			if s != nil && b == '{' && !s.open {
 				f.seen = make([]bool, len(s.properties))
 			}
 			a.frames = append(a.frames, f)

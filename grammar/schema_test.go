@@ -63,6 +63,14 @@ func TestSchemaJSON(t *testing.T) {
 			t.Errorf("%s: prefix %v complete %v, want %v %v", tt.in, prefix, complete, tt.prefix, tt.complete)
 		}
 	}
+	// An object schema without properties takes any object.
+	open, err := CompileSchema([]byte(`{"type":"object"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, complete := schemaFeed(t, open, `{"x":[1,{"y":null}],"z":"w"}`); !ok || !complete {
+		t.Errorf("an open object refused {\"x\":...}: %v %v", ok, complete)
+	}
 	// Every prefix of an accepted text is accepted.
 	full := `{"age": 120, "name": "Moses", "height": null, "tags": ["a", "bc"], "kind": "human", "pet": {"legs": 4}}`
 	for i := range len(full) {

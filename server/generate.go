@@ -37,6 +37,7 @@ type generation struct {
 	echo         string            // completions' echo: the prompt's text, answered before the completion
 	json         bool              // response_format json_object: every choice a JSON object
 	schema       *grammar.Schema   // response_format json_schema: every choice follows it
+	toolSchema   *grammar.Schema   // a required tool call: every choice is one, decoded under this
 	logprobs     bool              // answer each token's log-probability
 	topLogprobs  int               // and this many alternatives'
 }
@@ -142,13 +143,17 @@ func (s *Server) chatPrompt(req *chatRequest) (*generation, *apiError) {
 		if role == "developer" {
 			role = "system"
 		}
-		msgs[i] = chat.Message{Role: role, Content: string(m.Content), Name: m.Name}
+		msgs[i] = chat.Message{Role: role, Content: string(m.Content), Name: m.Name, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID}
 	}
-	text, err := s.cfg.Template.Render(msgs, chat.Options{AddGenerationPrompt: true})
+	tools, callSchema, e := parseTools(req.Tools, req.ToolChoice)
+	if e != nil {
+		return nil, e
+	}
+	text, err := s.cfg.Template.Render(msgs, chat.Options{AddGenerationPrompt: true, Tools: tools})
 	if err != nil {
 		return nil, invalid("messages", "the chat template rejected the messages: %v", err)
 	}
-	g := &generation{chat: true, prompt: s.cfg.Tokenizer.EncodeRaw(text)}
+	g := &generation{chat: true, prompt: s.cfg.Tokenizer.EncodeRaw(text), toolSchema: callSchema}
 	if len(g.prompt) == 0 {
 		return nil, invalid("messages", "the messages render to an empty prompt")
 	}
@@ -228,6 +233,16 @@ func (s *Server) sampling(g *generation, f *samplingFields, maxTokens *int) *api
 	}
 	if e := g.parseLogprobs(f); e != nil {
 		return e
+	}
+	if g.toolSchema != nil {
+		if f.ResponseFormat != nil && f.ResponseFormat.Type != "text" {
+			return invalid("response_format", "response_format and a required tool call exclude each other")
+		}
+		if f.Stream {
+			return newError(http.StatusBadRequest, "invalid_request_error", "stream", "unsupported_parameter",
+				"streaming a required tool call is not supported")
+		}
+		g.schema = g.toolSchema
 	}
 	if rf := f.ResponseFormat; rf != nil {
 		switch rf.Type {
@@ -600,7 +615,16 @@ func (r *responder) oneChoice(i int, text string, reason *string, role string, l
 	}
 	c := chatChoice{Index: i, FinishReason: reason, Logprobs: r.logprobsField(i, lps)}
 	content := &chatContent{Role: role}
-	if text != "" || role != "" || !r.g.stream {
+	var calls []toolCallJSON
+	if r.g.toolSchema != nil && reason != nil && *reason == "stop" {
+		calls, _ = toolCalls(text)
+	}
+	switch {
+	case calls != nil:
+		content.ToolCalls = calls
+		toolReason := "tool_calls"
+		c.FinishReason = &toolReason
+	case text != "" || role != "" || !r.g.stream:
 		content.Content = &text
 	}
 	if r.g.stream {

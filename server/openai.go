@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/replayssm/replayssm/tokenizer/chat"
 	"io"
 	"net/http"
 	"slices"
@@ -180,8 +181,6 @@ type samplingFields struct {
 type unsupportedFields struct {
 	BestOf       json.RawMessage `json:"best_of"`
 	Suffix       json.RawMessage `json:"suffix"`
-	Tools        json.RawMessage `json:"tools"`
-	ToolChoice   json.RawMessage `json:"tool_choice"`
 	Functions    json.RawMessage `json:"functions"`
 	FunctionCall json.RawMessage `json:"function_call"`
 }
@@ -195,8 +194,6 @@ func (u *unsupportedFields) check() *apiError {
 	}{
 		{"best_of", u.BestOf, []string{"1"}},
 		{"suffix", u.Suffix, []string{`""`}},
-		{"tools", u.Tools, []string{"[]"}},
-		{"tool_choice", u.ToolChoice, []string{`"none"`, `"auto"`}},
 		{"functions", u.Functions, []string{"[]"}},
 		{"function_call", u.FunctionCall, []string{`"none"`, `"auto"`}},
 	} {
@@ -220,18 +217,32 @@ type completionRequest struct {
 	Echo   bool        `json:"echo"`
 }
 
-// chatMessage is one message of a chat request.
+// chatMessage is one message of a chat request: an assistant's may carry
+// tool calls, a tool's answers one of them.
 type chatMessage struct {
-	Role    string       `json:"role"`
-	Content contentField `json:"content"`
-	Name    string       `json:"name"`
+	Role       string          `json:"role"`
+	Content    contentField    `json:"content"`
+	Name       string          `json:"name"`
+	ToolCalls  []chat.ToolCall `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
+}
+
+// tool is one entry of a chat request's tools.
+type tool struct {
+	Type     string `json:"type"`
+	Function struct {
+		Name       string          `json:"name"`
+		Parameters json.RawMessage `json:"parameters"`
+	} `json:"function"`
 }
 
 // chatRequest is the body of POST /v1/chat/completions.
 type chatRequest struct {
 	samplingFields
-	Messages            []chatMessage `json:"messages"`
-	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+	Messages            []chatMessage     `json:"messages"`
+	MaxCompletionTokens *int              `json:"max_completion_tokens"`
+	Tools               []json.RawMessage `json:"tools"`
+	ToolChoice          json.RawMessage   `json:"tool_choice"`
 }
 
 // decodeBody reads one JSON object of at most limit bytes into v.
@@ -291,8 +302,20 @@ type completionChoice struct {
 }
 
 type chatContent struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string         `json:"role,omitempty"`
+	Content   *string        `json:"content,omitempty"`
+	ToolCalls []toolCallJSON `json:"tool_calls,omitempty"`
+}
+
+// toolCallJSON is a tool call as OpenAI answers it: arguments as a string
+// holding JSON.
+type toolCallJSON struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
 }
 
 type chatChoice struct {

@@ -760,6 +760,66 @@ func TestJSONSchema(t *testing.T) {
 	}
 }
 
+// TestToolCalls requires a tool call, by name and among several tools:
+// each choice that ends is a call of an offered function, answered as
+// OpenAI's tool_calls (arguments a JSON string following the function's
+// parameters) with finish reason tool_calls; tool_choice "none" answers
+// text, and a conversation holding calls and their results renders.
+func TestToolCalls(t *testing.T) {
+	f := newFixture(t, Config{MaxBatch: 4})
+	tools := `[{"type":"function","function":{"name":"verse","description":"look up a verse","parameters":{"type":"object","properties":{"book":{"type":"string","enum":["Genesis","Exodus"]},"chapter":{"type":"integer"}},"required":["book","chapter"],"additionalProperties":false}}},{"type":"function","function":{"name":"pray","parameters":{"type":"object"}}}]`
+	type answer struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+			Message      struct {
+				Content   *string        `json:"content"`
+				ToolCalls []toolCallJSON `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	calls := 0
+	for _, choice := range []string{`{"type":"function","function":{"name":"verse"}}`, `"required"`} {
+		for seed := range 3 {
+			var a answer
+			f.post(t, "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":"Find the verse."}],"tools":%s,"tool_choice":%s,"max_tokens":120,"temperature":1,"seed":%d,"n":2}`, tools, choice, seed), &a)
+			for _, ch := range a.Choices {
+				if ch.FinishReason == "length" {
+					continue
+				}
+				if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) != 1 || ch.Message.Content != nil {
+					t.Fatalf("%s: %+v", choice, ch)
+				}
+				call := ch.Message.ToolCalls[0]
+				var args map[string]any
+				if err := json.Unmarshal([]byte(call.Function.Arguments), &args); err != nil || call.Type != "function" || !strings.HasPrefix(call.ID, "call_") {
+					t.Fatalf("%s: call %+v (%v)", choice, call, err)
+				}
+				switch call.Function.Name {
+				case "verse":
+					if b := args["book"]; (b != "Genesis" && b != "Exodus") || args["chapter"] == nil || len(args) != 2 {
+						t.Errorf("verse arguments %s", call.Function.Arguments)
+					}
+				case "pray":
+					if choice != `"required"` {
+						t.Errorf("named verse, called pray")
+					}
+				default:
+					t.Errorf("called %q", call.Function.Name)
+				}
+				calls++
+			}
+		}
+	}
+	if calls == 0 {
+		t.Error("no call finished")
+	}
+	var a answer
+	f.post(t, "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":"Find it."},{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function","function":{"name":"verse","arguments":{"book":"Genesis","chapter":1}}}]},{"role":"tool","tool_call_id":"call_1","content":"In the beginning God created the heaven and the earth."}],"tools":%s,"tool_choice":"none","max_tokens":6,"temperature":0}`, tools), &a)
+	if len(a.Choices) != 1 || a.Choices[0].Message.Content == nil || a.Choices[0].Message.ToolCalls != nil {
+		t.Errorf("tool_choice none: %+v", a)
+	}
+}
+
 // TestAPIKeyAndLog serves with an API key and a request log: /v1 routes
 // need the bearer token (401 in OpenAI's shape without it), /health does
 // not, and every request gets one log line with its outcome.
@@ -877,7 +937,13 @@ func TestErrors(t *testing.T) {
 		{"POST", c, `{"prompt": "a", "min_tokens": -1}`, 400, "min_tokens"},
 		{"POST", c, `{"prompt": "a", "max_tokens": 3, "min_tokens": 4}`, 400, "min_tokens"},
 		{"POST", c, `{"prompt": "a", "stop_token_ids": [-1]}`, 400, "stop_token_ids"},
-		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"}`, 400, "tools"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}]}`, 400, "tool_choice"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"}`, 400, "tool_choice"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}`, 400, "tool_choice"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required", "stream": true}`, 400, "stream"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "retrieval"}], "tool_choice": "required"}`, 400, "tools[0]"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}`, 400, "tools"},
+		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"pattern": "x"}}}}}], "tool_choice": "required"}`, 400, "tools"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {}}}`, 400, "response_format"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"anyOf": []}}}}`, 400, "response_format"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "yaml"}}`, 400, "response_format"},

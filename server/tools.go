@@ -1,0 +1,109 @@
+package server
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/replayssm/replayssm/grammar"
+)
+
+// toolMode is what a chat request's tool_choice asks for.
+type toolMode uint8
+
+const (
+	toolsNone     toolMode = iota // no tools, or tool_choice "none": text answers
+	toolsRequired                 // "required" or a named function: every choice is a call
+)
+
+// parseTools checks a chat request's tools and tool_choice. It returns the
+// definitions to render into the prompt and, when a call is required, the
+// schema each choice is decoded under: {"name": one of the functions,
+// "arguments": its parameters}. tool_choice "auto" (the default with
+// tools) is refused: telling a call from text needs the model's own
+// tool-call format, which is not parsed yet.
+func parseTools(tools []json.RawMessage, choice json.RawMessage) ([]json.RawMessage, *grammar.Schema, *apiError) {
+	var defs []tool
+	for i, raw := range tools {
+		var t tool
+		if err := json.Unmarshal(raw, &t); err != nil || t.Type != "function" || t.Function.Name == "" {
+			return nil, nil, invalid(fmt.Sprintf("tools[%d]", i), `a tool must be {"type": "function", "function": {"name": ..., "parameters": ...}}`)
+		}
+		defs = append(defs, t)
+	}
+	var mode string
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	switch {
+	case len(choice) == 0 || isNull(choice):
+		if len(defs) > 0 {
+			mode = "auto"
+		}
+	case json.Unmarshal(choice, &mode) == nil:
+	case json.Unmarshal(choice, &named) == nil && named.Type == "function" && named.Function.Name != "":
+		mode = "named"
+	default:
+		return nil, nil, invalid("tool_choice", `tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}`)
+	}
+	switch mode {
+	case "", "none":
+		return tools, nil, nil
+	case "auto":
+		return nil, nil, newError(400, "invalid_request_error", "tool_choice", "unsupported_parameter",
+			`tool_choice "auto" is not supported (the model's tool-call format is not parsed yet): use "required", a named function, or "none"`)
+	case "required", "named":
+	default:
+		return nil, nil, invalid("tool_choice", "unknown tool_choice %q", mode)
+	}
+	if len(defs) == 0 {
+		return nil, nil, invalid("tools", "tool_choice %s needs tools", mode)
+	}
+	if mode == "named" {
+		i := slices.IndexFunc(defs, func(t tool) bool { return t.Function.Name == named.Function.Name })
+		if i < 0 {
+			return nil, nil, invalid("tool_choice", "tool_choice names %q, which is not among the tools", named.Function.Name)
+		}
+		defs = defs[i : i+1]
+	}
+	names := make([]string, len(defs))
+	for i, t := range defs {
+		names[i] = t.Function.Name
+	}
+	args := json.RawMessage(`{"type":"object"}`) // several tools: any object
+	if len(defs) == 1 && len(defs[0].Function.Parameters) > 0 && !isNull(defs[0].Function.Parameters) {
+		args = defs[0].Function.Parameters
+	}
+	nameJSON, _ := json.Marshal(names)
+	src := fmt.Sprintf(`{"type":"object","properties":{"name":{"enum":%s},"arguments":%s},"required":["name","arguments"],"additionalProperties":false}`, nameJSON, args)
+	schema, err := grammar.CompileSchema([]byte(src))
+	if err != nil {
+		return nil, nil, invalid("tools", "the parameters of %s: %v", names[0], err)
+	}
+	return tools, schema, nil
+}
+
+// toolCalls reads a choice decoded under the tool schema back into
+// OpenAI's tool_calls; false when it is not a whole call (its budget ran
+// out).
+func toolCalls(text string) ([]toolCallJSON, bool) {
+	var call struct {
+		Name      string          `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if err := json.Unmarshal([]byte(text), &call); err != nil || call.Name == "" {
+		return nil, false
+	}
+	var args bytes.Buffer
+	if err := json.Compact(&args, call.Arguments); err != nil {
+		return nil, false
+	}
+	c := toolCallJSON{ID: "call_" + rand.Text(), Type: "function"}
+	c.Function.Name, c.Function.Arguments = call.Name, args.String()
+	return []toolCallJSON{c}, true
+}
