@@ -10,14 +10,6 @@ import (
 	"github.com/replayssm/replayssm/grammar"
 )
 
-// toolMode is what a chat request's tool_choice asks for.
-type toolMode uint8
-
-const (
-	toolsNone     toolMode = iota // no tools, or tool_choice "none": text answers
-	toolsRequired                 // "required" or a named function: every choice is a call
-)
-
 // parseTools checks a chat request's tools and tool_choice. It returns the
 // definitions to render into the prompt and, when a call is required, the
 // schema each choice is decoded under: {"name": one of the functions,
