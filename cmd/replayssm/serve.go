@@ -101,6 +101,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	ln = server.Listener(ln) // protocol errors in OpenAI's JSON shape too
 	// The engine outlives ctx by the grace period, so that requests in
 	// flight at an interrupt can finish.
 	engCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
