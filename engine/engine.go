@@ -190,6 +190,11 @@ func (e *Engine) next(ctx context.Context, rows []nn.Row, n int, seq func(k int)
 	}
 	for k := range n {
 		s, row := seq(k), e.logits[k*V:(k+1)*V]
+		for i, v := range row {
+			if v-v != 0 { // NaN or ±Inf: the forward pass broke
+				return nil, fmt.Errorf("row %d of logits holds a non-finite value (%v at token %d)", k, v, i)
+			}
+		}
 		if s.logprobs == nil {
 			e.toks = append(e.toks, s.sampler.Sample(row))
 			continue

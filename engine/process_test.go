@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/replayssm/replayssm/model"
@@ -117,5 +118,24 @@ func TestLogprobs(t *testing.T) {
 	want := float64(logits[got[0].ID]) - math.Log(sum)
 	if math.Abs(float64(got[0].Logprob)-want) > 1e-5 {
 		t.Errorf("first token's log-probability %v, float64 reference %v", got[0].Logprob, want)
+	}
+}
+
+// TestNonFiniteLogits: a model whose logits hold NaN fails the generation
+// with a clear error instead of sampling garbage.
+func TestNonFiniteLogits(t *testing.T) {
+	d, err := model.Load(fixtureDir("qwen3_5"), model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.LMHead.W[3*d.LMHead.In] = float32(math.NaN()) // token 3's logit
+	e, err := New(d, 1, replay.Options{Window: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	_, _, err = e.Generate(context.Background(), []Request{{Prompt: []int{5, 17}, MaxTokens: 3, Sampling: SamplerOptions{Temperature: 0.7}}})
+	if err == nil || !strings.Contains(err.Error(), "non-finite value (NaN at token 3)") {
+		t.Errorf("error %v", err)
 	}
 }
