@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"sort"
@@ -140,17 +139,7 @@ func logprobsOf(logits []float32, id, top int) TokenLogprobs {
 	lp := func(i int) TokenLogprob { return TokenLogprob{ID: i, Logprob: float32(float64(logits[i]) - lse)} }
 	out := TokenLogprobs{TokenLogprob: lp(id)}
 	if top > 0 {
-		h := candHeap(make([]candidate, 0, top))
-		for i, l := range logits {
-			v := float64(l)
-			if len(h) < top {
-				heap.Push(&h, candidate{i, v})
-			} else if v > h[0].p || (v == h[0].p && i < h[0].id) {
-				h[0] = candidate{i, v}
-				heap.Fix(&h, 0)
-			}
-		}
-		c := []candidate(h)
+		c := topK(make([]candidate, 0, top), logits, min(top, len(logits)))
 		sort.Slice(c, func(a, b int) bool {
 			if c[a].p != c[b].p {
 				return c[a].p > c[b].p

@@ -107,18 +107,7 @@ func (s *Sampler) draw(logits []float32) int {
 	m := float64(logits[argmax(logits)])
 	c := s.cand[:0]
 	if k := s.opt.TopK; k > 0 && k < len(logits) {
-		// A min-heap of the k best logits: O(V log k), no full sort.
-		h := candHeap(c)
-		for id, l := range logits {
-			v := float64(l)
-			if len(h) < k {
-				heap.Push(&h, candidate{id, v})
-			} else if v > h[0].p || (v == h[0].p && id < h[0].id) {
-				h[0] = candidate{id, v}
-				heap.Fix(&h, 0)
-			}
-		}
-		c = []candidate(h)
+		c = topK(c, logits, k)
 		for i := range c {
 			c[i].p = math.Exp((c[i].p - m) * inv)
 		}
@@ -160,6 +149,22 @@ func (s *Sampler) draw(logits []float32) int {
 		}
 	}
 	return c[len(c)-1].id
+}
+
+// topK returns, in dst's memory, the k largest logits (p holds the
+// logit), by a min-heap: O(V log k), no full sort; unordered.
+func topK(dst []candidate, logits []float32, k int) []candidate {
+	h := candHeap(dst[:0])
+	for id, l := range logits {
+		v := float64(l)
+		if len(h) < k {
+			heap.Push(&h, candidate{id, v})
+		} else if v > h[0].p || (v == h[0].p && id < h[0].id) {
+			h[0] = candidate{id, v}
+			heap.Fix(&h, 0)
+		}
+	}
+	return h
 }
 
 func argmax(x []float32) int {

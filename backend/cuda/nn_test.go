@@ -94,13 +94,14 @@ func TestNNModels(t *testing.T) {
 	}
 }
 
-func compareModel(t *testing.T, dir string, be nn.Backend, opt replay.Options) {
-	cpu, err := model.Load(dir, model.Options{})
-	if err != nil {
+// loadPair loads the model in dir twice, placed on the CPU and on be.
+func loadPair(t *testing.T, dir string, be nn.Backend) (cpu, onGPU *nn.Decoder) {
+	t.Helper()
+	var err error
+	if cpu, err = model.Load(dir, model.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	onGPU, err := model.Load(dir, model.Options{})
-	if err != nil {
+	if onGPU, err = model.Load(dir, model.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	cpu.Place(nn.CPU())
@@ -108,6 +109,11 @@ func compareModel(t *testing.T, dir string, be nn.Backend, opt replay.Options) {
 	if err := be.Err(); err != nil {
 		t.Fatal(err)
 	}
+	return cpu, onGPU
+}
+
+func compareModel(t *testing.T, dir string, be nn.Backend, opt replay.Options) {
+	cpu, onGPU := loadPair(t, dir, be)
 	const seqs = 2
 	sc, err := cpu.NewState(seqs, opt)
 	if err != nil {
@@ -207,20 +213,8 @@ func TestNNBF16Models(t *testing.T) {
 			if err := json.Unmarshal(raw, &card); err != nil {
 				t.Fatal(err)
 			}
-			cpu, err := model.Load(dir, model.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			onGPU, err := model.Load(dir, model.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cpu.Place(nn.CPU())
 			before := be.WeightBytes()
-			onGPU.Place(be)
-			if err := be.Err(); err != nil {
-				t.Fatal(err)
-			}
+			cpu, onGPU := loadPair(t, dir, be)
 			// Two bytes a weight, but for the few float32 norms and biases.
 			if placed, params := be.WeightBytes()-before, int64(onGPU.Params()); placed > 2*params+params/20 {
 				t.Fatalf("placed %d bytes for %d weights: not bfloat16", placed, params)
