@@ -238,10 +238,6 @@ func (s *Server) sampling(g *generation, f *samplingFields, maxTokens *int) *api
 		if f.ResponseFormat != nil && f.ResponseFormat.Type != "text" {
 			return invalid("response_format", "response_format and a required tool call exclude each other")
 		}
-		if f.Stream {
-			return newError(http.StatusBadRequest, "invalid_request_error", "stream", "unsupported_parameter",
-				"streaming a required tool call is not supported")
-		}
 		g.schema = g.toolSchema
 	}
 	if rf := f.ResponseFormat; rf != nil {
@@ -621,6 +617,11 @@ func (r *responder) oneChoice(i int, text string, reason *string, role string, l
 	}
 	switch {
 	case calls != nil:
+		if r.g.stream {
+			for k := range calls {
+				calls[k].Index = &k
+			}
+		}
 		content.ToolCalls = calls
 		toolReason := "tool_calls"
 		c.FinishReason = &toolReason
@@ -786,7 +787,15 @@ func (r *responder) add(ev event) bool {
 		}
 	}
 	all := r.ended == len(r.choices)
-	if r.g.stream {
+	if r.g.stream && r.g.toolSchema != nil {
+		// A required call streams whole once it is decoded: its text is
+		// not content.
+		c.text.WriteString(ev.text)
+		c.lps = append(c.lps, ev.logprobs...)
+		if ev.final {
+			r.chunk(r.response([]any{r.oneChoice(ev.index, c.text.String(), &ev.reason, "", c.lps)}, nil))
+		}
+	} else if r.g.stream {
 		if ev.text != "" || (len(ev.logprobs) > 0 && !ev.final) {
 			r.chunk(r.response(r.choice(ev.index, ev.text, nil, "", ev.logprobs), nil))
 			ev.logprobs = nil
@@ -794,6 +803,8 @@ func (r *responder) add(ev event) bool {
 		if ev.final {
 			r.chunk(r.response(r.choice(ev.index, "", &ev.reason, "", ev.logprobs), nil))
 		}
+	}
+	if r.g.stream {
 		if all {
 			r.t.finish(ev.reason)
 			if r.g.includeUsage {

@@ -310,6 +310,7 @@ type chatContent struct {
 // toolCallJSON is a tool call as OpenAI answers it: arguments as a string
 // holding JSON.
 type toolCallJSON struct {
+	Index    *int   `json:"index,omitempty"` // in a streamed delta
 	ID       string `json:"id"`
 	Type     string `json:"type"`
 	Function struct {

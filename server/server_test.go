@@ -131,8 +131,9 @@ type completion struct {
 			Content string `json:"content"`
 		} `json:"message"`
 		Delta *struct {
-			Role    string  `json:"role"`
-			Content *string `json:"content"`
+			Role      string         `json:"role"`
+			Content   *string        `json:"content"`
+			ToolCalls []toolCallJSON `json:"tool_calls"`
 		} `json:"delta"`
 		Logprobs     json.RawMessage `json:"logprobs"`
 		FinishReason *string         `json:"finish_reason"`
@@ -813,6 +814,29 @@ func TestToolCalls(t *testing.T) {
 	if calls == 0 {
 		t.Error("no call finished")
 	}
+	// Streamed, a call comes whole in its choice's last chunk.
+	streamed := 0
+	for seed := range 3 {
+		_, _, chunks := f.stream(t, "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":"Find the verse."}],"tools":%s,"tool_choice":"required","max_tokens":120,"temperature":1,"seed":%d,"stream":true}`, tools, seed))
+		for _, k := range chunks {
+			if len(k.Choices) == 0 || k.Choices[0].FinishReason == nil {
+				if len(k.Choices) > 0 && k.Choices[0].Delta != nil && k.Choices[0].Delta.Content != nil && *k.Choices[0].Delta.Content != "" {
+					t.Errorf("a required call streamed content: %q", *k.Choices[0].Delta.Content)
+				}
+				continue
+			}
+			d := k.Choices[0].Delta
+			if *k.Choices[0].FinishReason == "tool_calls" {
+				if len(d.ToolCalls) != 1 || d.ToolCalls[0].Index == nil || *d.ToolCalls[0].Index != 0 || !json.Valid([]byte(d.ToolCalls[0].Function.Arguments)) {
+					t.Errorf("streamed call %+v", d.ToolCalls)
+				}
+				streamed++
+			}
+		}
+	}
+	if streamed == 0 {
+		t.Error("no streamed call finished")
+	}
 	var a answer
 	f.post(t, "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":"Find it."},{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function","function":{"name":"verse","arguments":{"book":"Genesis","chapter":1}}}]},{"role":"tool","tool_call_id":"call_1","content":"In the beginning God created the heaven and the earth."}],"tools":%s,"tool_choice":"none","max_tokens":6,"temperature":0}`, tools), &a)
 	if len(a.Choices) != 1 || a.Choices[0].Message.Content == nil || a.Choices[0].Message.ToolCalls != nil {
@@ -940,7 +964,6 @@ func TestErrors(t *testing.T) {
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}]}`, 400, "tool_choice"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto"}`, 400, "tool_choice"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}`, 400, "tool_choice"},
-		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required", "stream": true}`, 400, "stream"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "retrieval"}], "tool_choice": "required"}`, 400, "tools[0]"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}`, 400, "tools"},
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"pattern": "x"}}}}}], "tool_choice": "required"}`, 400, "tools"},
