@@ -10,6 +10,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -31,7 +32,8 @@ type generation struct {
 	stream       bool
 	includeUsage bool
 	chat         bool
-	n            int               // choices
+	n            int               // choices answered
+	bestOf       int               // choices generated, the n likeliest answered (≥ n)
 	model        string            // the id the request named (one of the server's), echoed in responses
 	isEnd        func(id int) bool // the model's end tokens and the request's stop_token_ids
 	echo         string            // completions' echo: the prompt's text, answered before the completion
@@ -52,6 +54,8 @@ type event struct {
 	reason   string // "stop" or "length", with final
 	tokens   int    // completion tokens, with final
 	err      error
+
+	cumLogprob float64 // the choice's log-probability, with final (best_of)
 }
 
 func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
@@ -192,8 +196,18 @@ func (s *Server) sampling(g *generation, f *samplingFields, maxTokens *int) *api
 		}
 		g.n = *f.N
 	}
-	if g.n > s.cfg.MaxQueue {
-		return invalid("n", "n = %d is more than the server's queue holds (%d)", g.n, s.cfg.MaxQueue)
+	g.bestOf = g.n
+	if f.BestOf != nil {
+		switch {
+		case *f.BestOf < g.n || *f.BestOf > maxChoices:
+			return invalid("best_of", "best_of must be in [n = %d, %d], not %d", g.n, maxChoices, *f.BestOf)
+		case *f.BestOf > g.n && f.Stream:
+			return invalid("best_of", "best_of cannot be streamed: the best are known only at the end")
+		}
+		g.bestOf = *f.BestOf
+	}
+	if g.bestOf > s.cfg.MaxQueue {
+		return invalid("n", "%d choices are more than the server's queue holds (%d)", g.bestOf, s.cfg.MaxQueue)
 	}
 	o := engine.SamplerOptions{Temperature: 1, TopP: 1}
 	if f.Temperature != nil {
@@ -412,7 +426,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 	defer cancel() // a handler that returns early frees its sequences
 	// One event per token at most, plus the final one, per choice: the
 	// engine never waits on a slow client.
-	events := make(chan event, g.n*(g.maxTokens+1))
+	events := make(chan event, g.bestOf*(g.maxTokens+1))
 	send := func(ev event) {
 		select {
 		case events <- ev:
@@ -424,7 +438,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 	if t != nil {
 		start = t.start
 	}
-	jobs := make([]*engine.Job, g.n)
+	jobs := make([]*engine.Job, g.bestOf)
 	for i := range jobs {
 		jobs[i] = s.newJob(ctx, g, i, start, send)
 	}
@@ -488,6 +502,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, g *generation)
 func (s *Server) newJob(ctx context.Context, g *generation, i int, start time.Time, send func(event)) *engine.Job {
 	dec := s.newDecoder(g.stops)
 	var lps []engine.TokenLogprobs // since the last event, on the engine's goroutine
+	cum := new(float64)            // the choice's log-probability (best_of)
 	timer := s.metrics.timer(start, len(g.prompt))
 	sampling := g.sampling
 	sampling.Seed += uint64(i)
@@ -534,15 +549,20 @@ func (s *Server) newJob(ctx context.Context, g *generation, i int, start time.Ti
 				}
 				ev.text = out
 			}
-			ev.logprobs = lps
+			ev.logprobs, ev.cumLogprob = lps, *cum
 			timer.finish(len(res.Tokens))
 			s.metrics.observeState(s.eng)
 			s.pending.Add(-1)
 			send(ev)
 		},
 	}
-	if g.logprobs {
-		job.OnLogprobs = func(lp engine.TokenLogprobs) { lps = append(lps, lp) }
+	if g.logprobs || g.bestOf > g.n {
+		job.OnLogprobs = func(lp engine.TokenLogprobs) {
+			*cum += float64(lp.Logprob)
+			if g.logprobs {
+				lps = append(lps, lp)
+			}
+		}
 	}
 	return job
 }
@@ -572,10 +592,11 @@ type choiceState struct {
 	lps    []engine.TokenLogprobs
 	offset int // completions' text_offset of the next token
 	reason string
+	cum    float64 // its log-probability (best_of)
 }
 
 func newResponder(s *Server, w http.ResponseWriter, t *tracker, g *generation) *responder {
-	r := &responder{s: s, w: w, t: t, g: g, id: "cmpl-" + rand.Text(), created: time.Now().Unix(), choices: make([]choiceState, g.n)}
+	r := &responder{s: s, w: w, t: t, g: g, id: "cmpl-" + rand.Text(), created: time.Now().Unix(), choices: make([]choiceState, g.bestOf)}
 	if g.chat {
 		r.id = "chatcmpl-" + rand.Text()
 	}
@@ -779,7 +800,7 @@ func (r *responder) add(ev event) bool {
 	}
 	c := &r.choices[ev.index]
 	if ev.final {
-		c.reason = ev.reason
+		c.reason, c.cum = ev.reason, ev.cumLogprob
 		r.ended++
 		r.tokens += ev.tokens
 		if r.t != nil {
@@ -823,9 +844,17 @@ func (r *responder) add(ev event) bool {
 	if r.g.chat {
 		role = "assistant"
 	}
-	choices := make([]any, len(r.choices))
-	for i := range r.choices {
-		c := &r.choices[i]
+	// best_of: the n likeliest choices, in that order.
+	order := make([]int, len(r.choices))
+	for i := range order {
+		order[i] = i
+	}
+	if r.g.bestOf > r.g.n {
+		sort.SliceStable(order, func(a, b int) bool { return r.choices[order[a]].cum > r.choices[order[b]].cum })
+	}
+	choices := make([]any, r.g.n)
+	for i, k := range order[:r.g.n] {
+		c := &r.choices[k]
 		choices[i] = r.oneChoice(i, c.text.String(), &c.reason, role, c.lps)
 	}
 	r.t.finish(ev.reason)

@@ -150,7 +150,8 @@ type samplingFields struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
-	N *int `json:"n"`
+	N      *int `json:"n"`
+	BestOf *int `json:"best_of"`
 
 	PresencePenalty   *float64           `json:"presence_penalty"`
 	FrequencyPenalty  *float64           `json:"frequency_penalty"`
@@ -179,7 +180,6 @@ type samplingFields struct {
 // (what leaves the output unchanged) is answered 400 naming it: never
 // silently ignored.
 type unsupportedFields struct {
-	BestOf       json.RawMessage `json:"best_of"`
 	Suffix       json.RawMessage `json:"suffix"`
 	Functions    json.RawMessage `json:"functions"`
 	FunctionCall json.RawMessage `json:"function_call"`
@@ -192,7 +192,6 @@ func (u *unsupportedFields) check() *apiError {
 		raw     json.RawMessage
 		neutral []string // compact JSON values that leave the output unchanged
 	}{
-		{"best_of", u.BestOf, []string{"1"}},
 		{"suffix", u.Suffix, []string{`""`}},
 		{"functions", u.Functions, []string{"[]"}},
 		{"function_call", u.FunctionCall, []string{`"none"`, `"auto"`}},

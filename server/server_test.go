@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -844,6 +845,40 @@ func TestToolCalls(t *testing.T) {
 	}
 }
 
+// TestBestOf: best_of 4 with n 2 answers the two of the four choices
+// (seeds seed..seed+3) with the highest log-probability, likeliest first,
+// as the four asked one by one rank them.
+func TestBestOf(t *testing.T) {
+	f := newFixture(t, Config{MaxBatch: 4})
+	type ranked struct {
+		text string
+		sum  float64
+	}
+	var each []ranked
+	for i := range 4 {
+		var rsp struct {
+			Choices []struct {
+				Text     string `json:"text"`
+				Logprobs struct {
+					TokenLogprobs []float64 `json:"token_logprobs"`
+				} `json:"logprobs"`
+			} `json:"choices"`
+		}
+		f.post(t, "/v1/completions", fmt.Sprintf(`{"prompt":"In the beginning","max_tokens":10,"temperature":1,"seed":%d,"logprobs":0}`, 11+i), &rsp)
+		r := ranked{text: rsp.Choices[0].Text}
+		for _, lp := range rsp.Choices[0].Logprobs.TokenLogprobs {
+			r.sum += lp
+		}
+		each = append(each, r)
+	}
+	sort.SliceStable(each, func(a, b int) bool { return each[a].sum > each[b].sum })
+	var c completion
+	f.post(t, "/v1/completions", `{"prompt":"In the beginning","max_tokens":10,"temperature":1,"seed":11,"n":2,"best_of":4}`, &c)
+	if len(c.Choices) != 2 || c.Choices[0].Text != each[0].text || c.Choices[1].Text != each[1].text || c.Choices[1].Index != 1 {
+		t.Errorf("best_of answered %+v; the likeliest two are %q and %q", c.Choices, each[0].text, each[1].text)
+	}
+}
+
 // TestAPIKeyAndLog serves with an API key and a request log: /v1 routes
 // need the bearer token (401 in OpenAI's shape without it), /health does
 // not, and every request gets one log line with its outcome.
@@ -950,7 +985,8 @@ func TestErrors(t *testing.T) {
 		{"POST", ch, `{"messages": [{"role": "user", "content": "hi"}], "logprobs": true, "top_logprobs": 21}`, 400, "top_logprobs"},
 		{"POST", c, `{"prompt": "a", "echo": true, "logprobs": 1}`, 400, "echo"},
 		{"POST", c, `{"prompt": "a", "echo": "yes"}`, 400, "echo"},
-		{"POST", c, `{"prompt": "a", "best_of": 3}`, 400, "best_of"},
+		{"POST", c, `{"prompt": "a", "n": 2, "best_of": 1}`, 400, "best_of"},
+		{"POST", c, `{"prompt": "a", "best_of": 2, "stream": true}`, 400, "best_of"},
 		{"POST", c, `{"prompt": "a", "suffix": "z"}`, 400, "suffix"},
 		{"POST", c, `{"prompt": "a", "presence_penalty": 2.5}`, 400, "presence_penalty"},
 		{"POST", c, `{"prompt": "a", "frequency_penalty": "x"}`, 400, "frequency_penalty"},
