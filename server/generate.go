@@ -40,8 +40,10 @@ type generation struct {
 	json         bool              // response_format json_object: every choice a JSON object
 	schema       *grammar.Schema   // response_format json_schema: every choice follows it
 	toolSchema   *grammar.Schema   // a required tool call: every choice is one, decoded under this
-	logprobs     bool              // answer each token's log-probability
-	topLogprobs  int               // and this many alternatives'
+	autoTools    toolFormat        // tool_choice auto: answers are parsed for calls in this format
+	paramType    func(fn, param string) string
+	logprobs     bool // answer each token's log-probability
+	topLogprobs  int  // and this many alternatives'
 }
 
 // event is one piece of a generation's output, sent from the engine's
@@ -149,7 +151,8 @@ func (s *Server) chatPrompt(req *chatRequest) (*generation, *apiError) {
 		}
 		msgs[i] = chat.Message{Role: role, Content: string(m.Content), Name: m.Name, ToolCalls: m.ToolCalls, ToolCallID: m.ToolCallID}
 	}
-	tools, callSchema, e := parseTools(req.Tools, req.ToolChoice)
+	format := detectToolFormat(s.cfg.Template.Source())
+	tools, callSchema, e := parseTools(req.Tools, req.ToolChoice, format)
 	if e != nil {
 		return nil, e
 	}
@@ -158,6 +161,9 @@ func (s *Server) chatPrompt(req *chatRequest) (*generation, *apiError) {
 		return nil, invalid("messages", "the chat template rejected the messages: %v", err)
 	}
 	g := &generation{chat: true, prompt: s.cfg.Tokenizer.EncodeRaw(text), toolSchema: callSchema}
+	if tools != nil && callSchema == nil && !isToolNone(req.ToolChoice) {
+		g.autoTools, g.paramType = format, paramTypes(tools)
+	}
 	if len(g.prompt) == 0 {
 		return nil, invalid("messages", "the messages render to an empty prompt")
 	}
@@ -633,8 +639,13 @@ func (r *responder) oneChoice(i int, text string, reason *string, role string, l
 	c := chatChoice{Index: i, FinishReason: reason, Logprobs: r.logprobsField(i, lps)}
 	content := &chatContent{Role: role}
 	var calls []toolCallJSON
-	if r.g.toolSchema != nil && reason != nil && *reason == "stop" {
-		calls, _ = toolCalls(text)
+	switch {
+	case r.g.toolSchema != nil && reason != nil && *reason == "stop":
+		if calls, _ = toolCalls(text); calls != nil {
+			text = "" // the whole answer is the call
+		}
+	case r.g.autoTools != formatNone && reason != nil:
+		text, calls = parseToolCalls(text, r.g.autoTools, r.g.paramType)
 	}
 	switch {
 	case calls != nil:
@@ -644,6 +655,9 @@ func (r *responder) oneChoice(i int, text string, reason *string, role string, l
 			}
 		}
 		content.ToolCalls = calls
+		if text != "" { // what the model wrote besides its calls
+			content.Content = &text
+		}
 		toolReason := "tool_calls"
 		c.FinishReason = &toolReason
 	case text != "" || role != "" || !r.g.stream:
@@ -808,9 +822,9 @@ func (r *responder) add(ev event) bool {
 		}
 	}
 	all := r.ended == len(r.choices)
-	if r.g.stream && r.g.toolSchema != nil {
-		// A required call streams whole once it is decoded: its text is
-		// not content.
+	if r.g.stream && (r.g.toolSchema != nil || r.g.autoTools != formatNone) {
+		// A choice that may hold calls streams whole once it is decoded,
+		// its calls parsed out of its text.
 		c.text.WriteString(ev.text)
 		c.lps = append(c.lps, ev.logprobs...)
 		if ev.final {

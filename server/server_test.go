@@ -46,8 +46,10 @@ func newFixture(t testing.TB, cfg Config) *fixture {
 	if cfg.Tokenizer, err = tokenizer.Load(dir); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Template, err = chat.Load(dir); err != nil {
-		t.Fatal(err)
+	if cfg.Template == nil {
+		if cfg.Template, err = chat.Load(dir); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg.Name = models.Default
 	s, err := New(cfg)
@@ -876,6 +878,42 @@ func TestBestOf(t *testing.T) {
 	f.post(t, "/v1/completions", `{"prompt":"In the beginning","max_tokens":10,"temperature":1,"seed":11,"n":2,"best_of":4}`, &c)
 	if len(c.Choices) != 2 || c.Choices[0].Text != each[0].text || c.Choices[1].Text != each[1].text || c.Choices[1].Index != 1 {
 		t.Errorf("best_of answered %+v; the likeliest two are %q and %q", c.Choices, each[0].text, each[1].text)
+	}
+}
+
+// TestToolChoiceAuto serves with a template that teaches the hermes
+// tool-call format: tool_choice auto (the default with tools) is accepted,
+// the tools reach the prompt, and an answer without calls is plain text;
+// the shipped template, which writes no calls, refuses auto by name.
+func TestToolChoiceAuto(t *testing.T) {
+	tmpl, err := chat.Parse(`{%- if tools %}{{- '<|im_start|>system\n<tools>' }}{%- for tool in tools %}{{- tool | tojson }}{%- endfor %}{{- '</tools>\nCall tools as <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>\n' }}{%- endif %}{%- for message in messages %}{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}`, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, Config{Template: tmpl})
+	tools := `[{"type":"function","function":{"name":"verse","parameters":{"type":"object","properties":{"book":{"type":"string"}}}}}]`
+	var with, without struct {
+		Choices []struct {
+			FinishReason string `json:"finish_reason"`
+			Message      struct {
+				Content   *string        `json:"content"`
+				ToolCalls []toolCallJSON `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage usage `json:"usage"`
+	}
+	f.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Who was Moses?"}],"tools":`+tools+`,"max_tokens":8,"temperature":0}`, &with)
+	f.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Who was Moses?"}],"max_tokens":8,"temperature":0}`, &without)
+	ch := with.Choices[0]
+	if ch.Message.Content == nil || ch.Message.ToolCalls != nil || ch.FinishReason == "tool_calls" || with.Usage.PromptTokens <= without.Usage.PromptTokens {
+		t.Errorf("auto: %+v (prompt %d tokens, %d without tools)", with, with.Usage.PromptTokens, without.Usage.PromptTokens)
+	}
+	plain := newFixture(t, Config{})
+	rsp := plain.do(t, context.Background(), "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"tools":`+tools+`}`)
+	b, _ := io.ReadAll(rsp.Body)
+	rsp.Body.Close()
+	if rsp.StatusCode != 400 || !strings.Contains(string(b), `"param":"tool_choice"`) {
+		t.Errorf("auto with a template that writes no calls: %d %s", rsp.StatusCode, b)
 	}
 }
 

@@ -14,9 +14,9 @@ import (
 // definitions to render into the prompt and, when a call is required, the
 // schema each choice is decoded under: {"name": one of the functions,
 // "arguments": its parameters}. tool_choice "auto" (the default with
-// tools) is refused: telling a call from text needs the model's own
-// tool-call format, which is not parsed yet.
-func parseTools(tools []json.RawMessage, choice json.RawMessage) ([]json.RawMessage, *grammar.Schema, *apiError) {
+// tools) needs the model's own tool-call format (format): the answer is
+// parsed for calls written in it.
+func parseTools(tools []json.RawMessage, choice json.RawMessage, format toolFormat) ([]json.RawMessage, *grammar.Schema, *apiError) {
 	var defs []tool
 	for i, raw := range tools {
 		var t tool
@@ -47,8 +47,11 @@ func parseTools(tools []json.RawMessage, choice json.RawMessage) ([]json.RawMess
 	case "", "none":
 		return tools, nil, nil
 	case "auto":
-		return nil, nil, newError(400, "invalid_request_error", "tool_choice", "unsupported_parameter",
-			`tool_choice "auto" is not supported (the model's tool-call format is not parsed yet): use "required", a named function, or "none"`)
+		if format == formatNone {
+			return nil, nil, newError(400, "invalid_request_error", "tool_choice", "unsupported_parameter",
+				`tool_choice "auto": this model's chat template writes no tool calls; use "required", a named function, or "none"`)
+		}
+		return tools, nil, nil
 	case "required", "named":
 	default:
 		return nil, nil, invalid("tool_choice", "unknown tool_choice %q", mode)
@@ -95,7 +98,46 @@ func toolCalls(text string) ([]toolCallJSON, bool) {
 	if err := json.Compact(&args, call.Arguments); err != nil {
 		return nil, false
 	}
+	return []toolCallJSON{newToolCall(call.Name, args.String())}, true
+}
+
+func newToolCall(name, args string) toolCallJSON {
 	c := toolCallJSON{ID: "call_" + rand.Text(), Type: "function"}
-	c.Function.Name, c.Function.Arguments = call.Name, args.String()
-	return []toolCallJSON{c}, true
+	c.Function.Name, c.Function.Arguments = name, args
+	return c
+}
+
+// paramTypes maps each function's parameters to their JSON types, which
+// the XML tool-call format needs to read its bare values.
+func paramTypes(tools []json.RawMessage) func(fn, param string) string {
+	types := map[string]map[string]string{}
+	for _, raw := range tools {
+		var t struct {
+			Function struct {
+				Name       string `json:"name"`
+				Parameters struct {
+					Properties map[string]struct {
+						Type any `json:"type"`
+					} `json:"properties"`
+				} `json:"parameters"`
+			} `json:"function"`
+		}
+		if json.Unmarshal(raw, &t) != nil {
+			continue
+		}
+		m := map[string]string{}
+		for k, p := range t.Function.Parameters.Properties {
+			if s, ok := p.Type.(string); ok {
+				m[k] = s
+			}
+		}
+		types[t.Function.Name] = m
+	}
+	return func(fn, param string) string { return types[fn][param] }
+}
+
+// isToolNone reports whether tool_choice is "none".
+func isToolNone(choice json.RawMessage) bool {
+	var s string
+	return json.Unmarshal(choice, &s) == nil && s == "none"
 }
