@@ -104,7 +104,7 @@ func runBenchSpec(ctx context.Context, e *env, args []string) error {
 	window := fs.Int("window", replay.DefaultWindow, "replay window L")
 	dtype := fs.String("state-dtype", "fp32", "state (checkpoint) format")
 	readCopy := fs.String("read-copy", "none", "replay read copy: none, bf16, fp8 or nvfp4")
-	memGB := fs.Float64("memory-gb", 0, "state memory budget for max_concurrent, in GB (10⁹ bytes); 0: model runs take the device's free memory once the model is placed, shape runs an 80 GB GPU")
+	memGB := fs.Float64("memory-gb", 0, "state memory budget for max_concurrent, in GB (10⁹ bytes); 0: the free memory of the device the state lives on (model runs: once the model is placed; shape runs: this machine's)")
 	maxAlloc := fs.Float64("max-alloc-gb", 12, "skip shape rows whose caches would allocate more than this (GB)")
 	repeat := fs.Int("repeat", 3, "measurements per row (modes interleaved); the median is reported")
 	minTime := fs.Duration("min-time", time.Second, "shape runs: least time per measurement")
@@ -158,8 +158,12 @@ func runBenchSpec(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if cfg.memGB == 0 {
-		cfg.memGB = 80 // the state caches' target: an 80 GB GPU
+	if cfg.memGB == 0 { // the shape runs' caches run on this machine's CPU
+		free, err := hostFreeMemory()
+		if err != nil {
+			return fmt.Errorf("%w (give --memory-gb)", err)
+		}
+		cfg.memGB = float64(free) / 1e9
 	}
 	return benchSpecShapes(ctx, sel, cfg, emit)
 }

@@ -136,6 +136,12 @@ func freeMemory(d *nn.Decoder) (int64, error) {
 	if be, ok := d.Backend().(*cuda.NNBackend); ok {
 		return be.Device().FreeMemoryBytes()
 	}
+	return hostFreeMemory()
+}
+
+// hostFreeMemory is this machine's available memory (Linux's
+// /proc/meminfo MemAvailable).
+func hostFreeMemory() (int64, error) {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		return 0, fmt.Errorf("the machine's free memory is unknown: %v", err)

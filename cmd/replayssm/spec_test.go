@@ -93,6 +93,9 @@ func TestBenchSpec(t *testing.T) {
 		if b["mean_accepted"] != r["mean_accepted"] {
 			t.Errorf("%v: acceptance differs between modes: baseline %v, replay %v", args, b["mean_accepted"], r["mean_accepted"])
 		}
+		if gb := r["memory_gb"].(float64); gb <= 0 || gb == 80 {
+			t.Errorf("%v: a budget of %v GB, want this machine's free memory", args, gb)
+		}
 		if r["max_concurrent"].(float64) <= b["max_concurrent"].(float64) {
 			t.Errorf("%v: replay fits %v requests, baseline %v", args, r["max_concurrent"], b["max_concurrent"])
 		}
