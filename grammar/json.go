@@ -43,6 +43,10 @@ const (
 // tokens (pretty-printed JSON still fits: a line break and indentation).
 const maxWhitespace = 8
 
+// maxNumberBytes bounds a number's length: more digits than a float64 or
+// an int64 can hold are padding a model could repeat forever.
+const maxNumberBytes = 24
+
 // JSON is the automaton's state. The zero value expects any JSON text;
 // with ObjectOnly, an object that starts at once (no leading whitespace,
 // which a sampler would otherwise pad with).
@@ -56,6 +60,7 @@ type JSON struct {
 	hex        uint8  // hex digits left in \uXXXX
 	ws         uint8  // whitespace bytes in the current run
 	nl         bool   // the run holds a line break
+	numLen     uint8  // bytes of the current number
 }
 
 // Clone returns an independent copy.
@@ -121,7 +126,8 @@ func (j *JSON) Feed(b byte) bool {
 		return true
 	case mNumber:
 		if j.number(b) {
-			return true
+			j.numLen++
+			return j.numLen <= maxNumberBytes
 		}
 		if !numberEnds(j.num) {
 			return false
@@ -197,11 +203,11 @@ func (j *JSON) value(b byte) bool {
 	case b == '"':
 		j.mode, j.key = mString, false
 	case b == '-':
-		j.mode, j.num = mNumber, nMinus
+		j.mode, j.num, j.numLen = mNumber, nMinus, 1
 	case b == '0':
-		j.mode, j.num = mNumber, nZero
+		j.mode, j.num, j.numLen = mNumber, nZero, 1
 	case b >= '1' && b <= '9':
-		j.mode, j.num = mNumber, nInt
+		j.mode, j.num, j.numLen = mNumber, nInt, 1
 	case b == 't':
 		j.mode, j.lit = mLiteral, "rue"
 	case b == 'f':

@@ -38,6 +38,35 @@ type Schema struct {
 	items      *Schema  // nil: any
 	enum       [][]byte // allowed values as compact JSON; nil: any
 	open       bool     // an object of any properties (no "properties", no "additionalProperties")
+	ordered    bool     // properties come in their order (ToolCall)
+	choose     *choice  // one property's schema picked by another's value (ToolCall)
+}
+
+// choice picks the schema of property prop by the value of property by,
+// which comes first (the schema is ordered).
+type choice struct {
+	by, prop string
+	variants map[string]*Schema // by's compact JSON value → prop's schema
+}
+
+// ToolCall is the schema of one function call {"name": ..., "arguments":
+// ...}, name first, whose arguments follow the parameters of the function
+// it names; params[i] is names[i]'s (nil: any object).
+func ToolCall(names []string, params []*Schema) *Schema {
+	anyObject := &Schema{types: tObject, open: true}
+	nameSchema := &Schema{types: tString}
+	c := &choice{by: "name", prop: "arguments", variants: map[string]*Schema{}}
+	for i, n := range names {
+		v, _ := json.Marshal(n)
+		nameSchema.enum = append(nameSchema.enum, v)
+		p := params[i]
+		if p == nil {
+			p = anyObject
+		}
+		c.variants[string(v)] = p
+	}
+	return &Schema{types: tObject, ordered: true, choose: c, required: []string{"name", "arguments"},
+		properties: []property{{name: "name", schema: nameSchema}, {name: "arguments", schema: anyObject}}}
 }
 
 type property struct {
@@ -176,6 +205,14 @@ func isPrintable(s string) bool {
 
 // allows reports whether a value of the schema may start with byte b.
 func (s *Schema) allows(b byte) bool {
+	if s.enum != nil {
+		for _, e := range s.enum {
+			if e[0] == b {
+				return true
+			}
+		}
+		return false
+	}
 	t := s.types
 	switch {
 	case b == '{':
@@ -196,9 +233,10 @@ func (s *Schema) allows(b byte) bool {
 
 // frame is an open container and its schema.
 type frame struct {
-	s    *Schema
-	seen []bool // the object's properties given so far
-	prop int    // the property whose value is being read (−1: none)
+	s      *Schema
+	seen   []bool  // the object's properties given so far
+	prop   int     // the property whose value is being read (−1: none)
+	chosen *Schema // the schema s.choose picked
 }
 
 // SchemaJSON is the JSON automaton steered by a Schema: object keys spell
@@ -343,7 +381,11 @@ func (a *SchemaJSON) valueSchema() *Schema {
 	case f.s == nil:
 		return nil
 	case f.seen != nil && f.prop >= 0:
-		return f.s.properties[f.prop].schema
+		p := f.s.properties[f.prop]
+		if c := f.s.choose; c != nil && p.name == c.prop && f.chosen != nil {
+			return f.chosen
+		}
+		return p.schema
 	case f.seen == nil:
 		return f.s.items
 	}
@@ -360,7 +402,7 @@ func (a *SchemaJSON) keyByte(b byte) bool {
 			return a.j.Feed(b)
 		}
 		i := f.s.index(string(a.key))
-		if i < 0 || f.seen[i] {
+		if i < 0 || f.seen[i] || (f.s.ordered && slices.Contains(f.seen[:i], false)) {
 			return false
 		}
 		f.seen[i], f.prop = true, i
@@ -383,6 +425,9 @@ func (a *SchemaJSON) keyPossible() bool {
 		if !f.seen[i] && strings.HasPrefix(p.name, string(a.key)) {
 			return true
 		}
+		if !f.seen[i] && f.s.ordered {
+			return false // only the next property in order
+		}
 	}
 	return false
 }
@@ -404,10 +449,18 @@ func (a *SchemaJSON) enumPrefix() bool {
 	return false
 }
 
-// endValue checks a finished primitive value against its enum.
+// endValue checks a finished primitive value against its enum, and picks
+// the schema it chooses (Schema.choose).
 func (a *SchemaJSON) endValue() bool {
 	ok := a.val.enum == nil || slices.ContainsFunc(a.val.enum, func(e []byte) bool { return bytes.Equal(e, a.vbuf) })
 	a.val = nil
+	if n := len(a.frames); ok && n > 0 {
+		f := &a.frames[n-1]
+		if f.s != nil && f.s.choose != nil && f.seen != nil && f.prop >= 0 && f.s.properties[f.prop].name == f.s.choose.by {
+			c := f.s.choose
+			f.chosen = c.variants[string(a.vbuf)]
+		}
+	}
 	return ok
 }
 

@@ -53,6 +53,8 @@ func TestSchemaJSON(t *testing.T) {
 		{`{"name":"a","age":1,"tags":["b"]}`, false, false},
 		{`{"name":"a","age":1,"tags":["bc","a"]}`, true, true},
 		{`{"name":"a","age":1,"kind":"humans"}`, false, false},
+		{`{"name":"a","age":1,"kind":[`, false, false}, // an enum of strings holds no list
+		{`{"name":"a","age":1,"kind":{`, false, false},
 		{`{"name":"a","age":1,"pet":{}}`, false, false},
 		{`{"name":"a","age":1,"height":-0.5e2}`, true, true},
 		{`["name"]`, false, false},
@@ -177,4 +179,31 @@ func validate(v any, _ []byte) string {
 		return "no age"
 	}
 	return ""
+}
+
+// TestToolCall: a call names its function first, and its arguments follow
+// that function's parameters.
+func TestToolCall(t *testing.T) {
+	verse, err := CompileSchema([]byte(`{"type":"object","properties":{"book":{"enum":["Genesis"]},"chapter":{"type":"integer"}},"required":["book","chapter"],"additionalProperties":false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := ToolCall([]string{"verse", "pray"}, []*Schema{verse, nil})
+	for _, tt := range []struct {
+		in               string
+		prefix, complete bool
+	}{
+		{`{"name":"verse","arguments":{"book":"Genesis","chapter":1}}`, true, true},
+		{`{"name":"pray","arguments":{"x":[1,"y"]}}`, true, true},
+		{`{"arguments":{}`, false, false},                 // the name comes first
+		{`{"name":"verse","arguments":{}}`, false, false}, // verse's required parameters
+		{`{"name":"verse","arguments":{"x":1}}`, false, false},
+		{`{"name":"sing"`, false, false},
+		{`{"name":"verse"}`, false, false},
+	} {
+		prefix, complete := schemaFeed(t, s, tt.in)
+		if prefix != tt.prefix || complete != tt.complete {
+			t.Errorf("%s: prefix %v complete %v, want %v %v", tt.in, prefix, complete, tt.prefix, tt.complete)
+		}
+	}
 }

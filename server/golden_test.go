@@ -32,6 +32,7 @@ func TestOpenAIWire(t *testing.T) {
 	}{
 		{regexp.MustCompile(`"id":"(chat)?cmpl-[A-Z0-9]+"`), `"id":"${1}cmpl-ID"`},
 		{regexp.MustCompile(`"created":\d+`), `"created":0`},
+		{regexp.MustCompile(`"id":"call_[A-Z0-9]+"`), `"id":"call_ID"`},
 	}
 	for _, path := range reqs {
 		name := strings.TrimSuffix(filepath.Base(path), ".request.json")

@@ -13,7 +13,7 @@ import (
 // parseTools checks a chat request's tools and tool_choice. It returns the
 // definitions to render into the prompt and, when a call is required, the
 // schema each choice is decoded under: {"name": one of the functions,
-// "arguments": its parameters}. tool_choice "auto" (the default with
+// "arguments": that function's parameters}. tool_choice "auto" (the default with
 // tools) needs the model's own tool-call format (format): the answer is
 // parsed for calls written in it.
 func parseTools(tools []json.RawMessage, choice json.RawMessage, format toolFormat) ([]json.RawMessage, *grammar.Schema, *apiError) {
@@ -67,19 +67,17 @@ func parseTools(tools []json.RawMessage, choice json.RawMessage, format toolForm
 		defs = defs[i : i+1]
 	}
 	names := make([]string, len(defs))
+	params := make([]*grammar.Schema, len(defs))
 	for i, t := range defs {
 		names[i] = t.Function.Name
+		if p := t.Function.Parameters; len(p) > 0 && !isNull(p) {
+			var err error
+			if params[i], err = grammar.CompileSchema(p); err != nil {
+				return nil, nil, invalid("tools", "the parameters of %s: %v", t.Function.Name, err)
+			}
+		}
 	}
-	args := json.RawMessage(`{"type":"object"}`) // several tools: any object
-	if len(defs) == 1 && len(defs[0].Function.Parameters) > 0 && !isNull(defs[0].Function.Parameters) {
-		args = defs[0].Function.Parameters
-	}
-	nameJSON, _ := json.Marshal(names)
-	src := fmt.Sprintf(`{"type":"object","properties":{"name":{"enum":%s},"arguments":%s},"required":["name","arguments"],"additionalProperties":false}`, nameJSON, args)
-	schema, err := grammar.CompileSchema([]byte(src))
-	if err != nil {
-		return nil, nil, invalid("tools", "the parameters of %s: %v", names[0], err)
-	}
+	schema := grammar.ToolCall(names, params)
 	return tools, schema, nil
 }
 
