@@ -370,3 +370,65 @@ func BenchmarkNNMatMul(b *testing.B) {
 		}
 	}
 }
+
+// TestNNPrefillThenDecode runs a Qwen3.5 fixture on the GPU twice: one
+// forward over a whole sequence (logits at every position), and a prefill
+// of its first half followed by one-token decode steps through the replay
+// ring. The logits agree within 1e-4 of their norm at every position.
+// (NemotronH is left out: its Δ clamp differs between the scan and decode
+// paths by design, REFERENCE-NOTES point 1.)
+func TestNNPrefillThenDecode(t *testing.T) {
+	be := nnBackend(t, Float32)
+	d, err := model.Load("../../model/testdata/fixtures/qwen3_5", model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Place(be)
+	if err := be.Err(); err != nil {
+		t.Fatal(err)
+	}
+	ids := []int{5, 17, 33, 2, 9, 41, 7, 7, 12, 30, 3, 18, 25, 6, 11, 40, 8, 19, 22, 1}
+	V := d.Vocab
+	opt := replay.Options{Mode: replay.Replay, Window: 4}
+	run := func(split int) []float32 {
+		st, err := d.NewState(1, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		q, err := st.Admit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []float32
+		step := func(lo, hi int) {
+			rows := make([]nn.Row, 0, hi-lo)
+			for i := lo; i < hi; i++ {
+				rows = append(rows, nn.Row{Seq: q, Token: ids[i], Logits: true})
+			}
+			lg := make([]float32, len(rows)*V)
+			if err := d.Forward(context.Background(), st, rows, lg); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, lg...)
+		}
+		step(0, split)
+		for i := split; i < len(ids); i++ {
+			step(i, i+1)
+		}
+		return out
+	}
+	whole, split := run(len(ids)), run(len(ids)/2)
+	for p := range len(ids) {
+		a, b := whole[p*V:(p+1)*V], split[p*V:(p+1)*V]
+		var num, den float64
+		for i := range a {
+			d := float64(a[i]) - float64(b[i])
+			num += d * d
+			den += float64(a[i]) * float64(a[i])
+		}
+		if rel := math.Sqrt(num / den); !(rel <= 1e-4) {
+			t.Errorf("position %d: prefill-then-decode logits differ from the whole forward by %.3g of their norm", p, rel)
+		}
+	}
+}
