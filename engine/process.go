@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/replayssm/replayssm/tensor"
 	"math"
 	"sort"
 )
@@ -130,12 +131,7 @@ func (o SamplerOptions) validateProcessing(vocab int) error {
 // logprobsOf is token id's log-probability under logits and the top most
 // likely tokens' (the first on ties), by a log-sum-exp in float64.
 func logprobsOf(logits []float32, id, top int) TokenLogprobs {
-	m := float64(logits[argmax(logits)])
-	var sum float64
-	for _, l := range logits {
-		sum += math.Exp(float64(l) - m)
-	}
-	lse := m + math.Log(sum)
+	lse := tensor.LogSumExp(logits)
 	lp := func(i int) TokenLogprob { return TokenLogprob{ID: i, Logprob: float32(float64(logits[i]) - lse)} }
 	out := TokenLogprobs{TokenLogprob: lp(id)}
 	if top > 0 {

@@ -92,7 +92,11 @@ func Softmax(x []float32) {
 }
 
 // LogSoftmaxAt returns log softmax(x)[i], computed in float64.
-func LogSoftmaxAt(x []float32, i int) float64 {
+func LogSoftmaxAt(x []float32, i int) float64 { return float64(x[i]) - LogSumExp(x) }
+
+// LogSumExp returns log Σ exp(x), computed in float64 around the largest
+// value so that nothing overflows.
+func LogSumExp(x []float32) float64 {
 	m := float64(x[0])
 	for _, v := range x[1:] {
 		m = max(m, float64(v))
@@ -101,7 +105,7 @@ func LogSoftmaxAt(x []float32, i int) float64 {
 	for _, v := range x {
 		s += math.Exp(float64(v) - m)
 	}
-	return float64(x[i]) - m - math.Log(s)
+	return m + math.Log(s)
 }
 
 // Add adds src to dst element-wise.
