@@ -299,6 +299,13 @@ func (b *NNBackend) f32(v []float32) Buffer {
 	return b.list(unsafe.Pointer(&v[0]), len(v))
 }
 
+// tensorArg appends t to the arguments as its kernels take a matrix: the
+// address of its first element and its row stride in elements.
+func (b *NNBackend) tensorArg(t nn.Tensor) {
+	b.args.Ptr(dev(t))
+	b.args.I32(int32(t.Stride))
+}
+
 // launch queues fn over grid blocks of threads with the arguments a holds.
 func (b *NNBackend) launch(fn *Function, grid [3]uint32, threads uint32) {
 	if b.err != nil {
@@ -325,8 +332,7 @@ func rowThreads(cols int) uint32 {
 func (b *NNBackend) Embed(dst nn.Tensor, table nn.Weight, tokens []int32) {
 	a := &b.args
 	a.Reset()
-	a.Ptr(dev(dst))
-	a.I32(int32(dst.Stride))
+	b.tensorArg(dst)
 	a.Ptr(wdev(table))
 	a.I32(int32(table.Cols))
 	a.Ptr(b.i32(tokens))
@@ -393,10 +399,8 @@ func (b *NNBackend) RMSNorm(dst, x nn.Tensor, w nn.Weight, eps float32, group in
 	}
 	a := &b.args
 	a.Reset()
-	a.Ptr(dev(dst))
-	a.I32(int32(dst.Stride))
-	a.Ptr(dev(x))
-	a.I32(int32(x.Stride))
+	b.tensorArg(dst)
+	b.tensorArg(x)
 	a.Ptr(wdev(w))
 	a.I32(int32(group))
 	a.F32(eps)
@@ -406,10 +410,8 @@ func (b *NNBackend) RMSNorm(dst, x nn.Tensor, w nn.Weight, eps float32, group in
 func (b *NNBackend) rowsOp(dst, src nn.Tensor, op int32) {
 	a := &b.args
 	a.Reset()
-	a.Ptr(dev(dst))
-	a.I32(int32(dst.Stride))
-	a.Ptr(dev(src))
-	a.I32(int32(src.Stride))
+	b.tensorArg(dst)
+	b.tensorArg(src)
 	a.I32(int32(dst.Cols))
 	a.I32(op)
 	b.launch(b.fn.rows, [3]uint32{uint32(dst.Rows), 1, 1}, rowThreads(dst.Cols))
@@ -421,10 +423,8 @@ func (b *NNBackend) Copy(dst, src nn.Tensor) { b.rowsOp(dst, src, 0) }
 func (b *NNBackend) moveRows(fn *Function, dst, src nn.Tensor, rows []int32, cols int) {
 	a := &b.args
 	a.Reset()
-	a.Ptr(dev(dst))
-	a.I32(int32(dst.Stride))
-	a.Ptr(dev(src))
-	a.I32(int32(src.Stride))
+	b.tensorArg(dst)
+	b.tensorArg(src)
 	a.Ptr(b.i32(rows))
 	a.I32(int32(cols))
 	b.launch(fn, [3]uint32{uint32(len(rows)), 1, 1}, rowThreads(cols))
@@ -444,10 +444,8 @@ func (b *NNBackend) AxpyRows(dst, src nn.Tensor, rows []int32, w []float32) {
 	}
 	a := &b.args
 	a.Reset()
-	a.Ptr(dev(dst))
-	a.I32(int32(dst.Stride))
-	a.Ptr(dev(src))
-	a.I32(int32(src.Stride))
+	b.tensorArg(dst)
+	b.tensorArg(src)
 	a.Ptr(b.i32(rows))
 	a.Ptr(b.f32(w))
 	a.I32(int32(len(rows)))
@@ -458,8 +456,7 @@ func (b *NNBackend) AxpyRows(dst, src nn.Tensor, rows []int32, w []float32) {
 func (b *NNBackend) unary(x nn.Tensor, op int32) {
 	a := &b.args
 	a.Reset()
-	a.Ptr(dev(x))
-	a.I32(int32(x.Stride))
+	b.tensorArg(x)
 	a.I32(int32(x.Cols))
 	a.I32(op)
 	b.launch(b.fn.unary, [3]uint32{uint32(x.Rows), 1, 1}, rowThreads(x.Cols))
@@ -468,10 +465,8 @@ func (b *NNBackend) unary(x nn.Tensor, op int32) {
 func (b *NNBackend) binary(d, z nn.Tensor, op int32) {
 	a := &b.args
 	a.Reset()
-	a.Ptr(dev(d))
-	a.I32(int32(d.Stride))
-	a.Ptr(dev(z))
-	a.I32(int32(z.Stride))
+	b.tensorArg(d)
+	b.tensorArg(z)
 	a.I32(int32(d.Cols))
 	a.I32(op)
 	b.launch(b.fn.binary, [3]uint32{uint32(d.Rows), 1, 1}, rowThreads(d.Cols))
@@ -487,10 +482,8 @@ func (b *NNBackend) MulSigmoidRows(dst, g nn.Tensor) { b.mulSigmoidRows(dst, g) 
 func (b *NNBackend) mulSigmoidRows(dst, g nn.Tensor) {
 	a := &b.args
 	a.Reset()
-	a.Ptr(dev(dst))
-	a.I32(int32(dst.Stride))
-	a.Ptr(dev(g))
-	a.I32(int32(g.Stride))
+	b.tensorArg(dst)
+	b.tensorArg(g)
 	a.I32(int32(dst.Cols))
 	b.launch(b.fn.mulSigmoidRows, [3]uint32{uint32(dst.Rows), 1, 1}, rowThreads(dst.Cols))
 }
@@ -498,8 +491,7 @@ func (b *NNBackend) mulSigmoidRows(dst, g nn.Tensor) {
 func (b *NNBackend) ClampDelta(dt nn.Tensor, dtBias nn.Weight, lo, hi float64) {
 	a := &b.args
 	a.Reset()
-	a.Ptr(dev(dt))
-	a.I32(int32(dt.Stride))
+	b.tensorArg(dt)
 	a.Ptr(wdev(dtBias))
 	a.I32(int32(dt.Rows))
 	a.I32(int32(dt.Cols))
@@ -512,8 +504,7 @@ func (b *NNBackend) ClampDelta(dt nn.Tensor, dtBias nn.Weight, lo, hi float64) {
 func (b *NNBackend) Rope(x nn.Tensor, r *tensor.Rope, pos []int32, heads int) {
 	a := &b.args
 	a.Reset()
-	a.Ptr(dev(x))
-	a.I32(int32(x.Stride))
+	b.tensorArg(x)
 	a.Ptr(b.f32(r.InvFreq()))
 	a.Ptr(b.i32(pos))
 	a.I32(int32(heads))
@@ -549,8 +540,7 @@ func (b *NNBackend) Argmax(dst []int32, x nn.Tensor) {
 	a := &b.args
 	a.Reset()
 	a.Ptr(ids)
-	a.Ptr(dev(x))
-	a.I32(int32(x.Stride))
+	b.tensorArg(x)
 	a.I32(int32(x.Cols))
 	b.launch(b.fn.argmax, [3]uint32{uint32(x.Rows), 1, 1}, 1024)
 	if b.err == nil {
@@ -780,10 +770,8 @@ func (kv *gpuKV) Append(k, v nn.Tensor, seqs, pos []int32) error {
 	a.Reset()
 	a.Ptr(kv.k)
 	a.Ptr(kv.v)
-	a.Ptr(dev(k))
-	a.I32(int32(k.Stride))
-	a.Ptr(dev(v))
-	a.I32(int32(v.Stride))
+	b.tensorArg(k)
+	b.tensorArg(v)
 	a.Ptr(b.i32(seqs))
 	a.Ptr(b.i32(pos))
 	a.I32(int32(kv.width))
@@ -803,10 +791,8 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 	}
 	a := &b.args
 	a.Reset()
-	a.Ptr(dev(o))
-	a.I32(int32(o.Stride))
-	a.Ptr(dev(q))
-	a.I32(int32(q.Stride))
+	b.tensorArg(o)
+	b.tensorArg(q)
 	a.Ptr(kv.k)
 	a.Ptr(kv.v)
 	a.Ptr(b.i32(seqs))
