@@ -358,17 +358,24 @@ func TestCancelFreesSequence(t *testing.T) {
 	}
 }
 
+// occupy starts a long streamed completion under ctx and waits for its
+// first event: it holds a sequence until ctx ends.
+func (f *fixture) occupy(t *testing.T, ctx context.Context) *http.Response {
+	t.Helper()
+	rsp := f.do(t, ctx, "POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":4000,"temperature":1,"seed":1,"stream":true}`, mosesPrompt))
+	if line, err := bufio.NewReader(rsp.Body).ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	return rsp
+}
+
 // TestQueueFull fills the one sequence and the one queue place: the next
 // request is answered 429.
 func TestQueueFull(t *testing.T) {
 	f := newFixture(t, Config{MaxBatch: 1, MaxQueue: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rsp := f.do(t, ctx, "POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":4000,"temperature":1,"seed":1,"stream":true}`, mosesPrompt))
-	defer rsp.Body.Close()
-	if line, err := bufio.NewReader(rsp.Body).ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
-		t.Fatalf("first event: %q, %v", line, err)
-	}
+	defer f.occupy(t, ctx).Body.Close()
 	waiting := make(chan struct{})
 	go func() {
 		defer close(waiting)
@@ -411,11 +418,7 @@ func TestQueueCancelLeaves(t *testing.T) {
 	f := newFixture(t, Config{MaxBatch: 1, MaxQueue: 1})
 	runCtx, stopRunning := context.WithCancel(context.Background())
 	defer stopRunning()
-	rsp := f.do(t, runCtx, "POST", "/v1/completions", fmt.Sprintf(`{"prompt":%q,"max_tokens":4000,"temperature":1,"seed":1,"stream":true}`, mosesPrompt))
-	defer rsp.Body.Close()
-	if line, err := bufio.NewReader(rsp.Body).ReadString('\n'); err != nil || !strings.HasPrefix(line, "data: ") {
-		t.Fatalf("first event: %q, %v", line, err)
-	}
+	defer f.occupy(t, runCtx).Body.Close()
 	waitCtx, giveUp := context.WithCancel(context.Background())
 	waited := make(chan struct{})
 	go func() {
