@@ -289,18 +289,26 @@ func greedy(t *testing.T, d *nn.Decoder, prompt []int, n int, opt replay.Options
 	return res[0].Tokens
 }
 
-// lastLogits is the logits after ids.
-func lastLogits(t *testing.T, d *nn.Decoder, ids []int, opt replay.Options) []float32 {
+// oneSequence is a state of d with one live sequence, closed when the test
+// ends.
+func oneSequence(t *testing.T, d *nn.Decoder, opt replay.Options) (*nn.State, nn.Seq) {
 	t.Helper()
 	st, err := d.NewState(1, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(st.Close)
 	q, err := st.Admit()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st, q
+}
+
+// lastLogits is the logits after ids.
+func lastLogits(t *testing.T, d *nn.Decoder, ids []int, opt replay.Options) []float32 {
+	t.Helper()
+	st, q := oneSequence(t, d, opt)
 	rows := make([]nn.Row, len(ids))
 	for i, id := range ids {
 		rows[i] = nn.Row{Seq: q, Token: id, Logits: i == len(ids)-1}
@@ -391,15 +399,7 @@ func TestNNPrefillThenDecode(t *testing.T) {
 	V := d.Vocab
 	opt := replay.Options{Mode: replay.Replay, Window: 4}
 	run := func(split int) []float32 {
-		st, err := d.NewState(1, opt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		q, err := st.Admit()
-		if err != nil {
-			t.Fatal(err)
-		}
+		st, q := oneSequence(t, d, opt)
 		var out []float32
 		step := func(lo, hi int) {
 			rows := make([]nn.Row, 0, hi-lo)
