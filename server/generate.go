@@ -420,9 +420,7 @@ func (s *Server) newDecoder(stops []string) *decoder {
 	return d
 }
 
-func (s *Server) isEnd(id int) bool {
-	return slices.Contains(s.eos, id) || (s.cfg.Tokenizer != nil && s.cfg.Tokenizer.IsEOS(id))
-}
+func (s *Server) isEnd(id int) bool { return slices.Contains(s.eos, id) }
 
 // generate submits g's n choices to the engine, each a job of its own
 // (seeds seed, seed+1, ...), and answers with their output, whole or as

@@ -130,8 +130,8 @@ func New(cfg Config) (*Server, error) {
 		s.eos = slices.Clone(c.EOSTokenIDs)
 	}
 	if t := cfg.Tokenizer; t != nil {
-		for id := range cfg.Model.Vocab {
-			if t.IsEOS(id) && !slices.Contains(s.eos, id) {
+		for _, id := range t.EOSIDs() {
+			if !slices.Contains(s.eos, id) {
 				s.eos = append(s.eos, id)
 			}
 		}
