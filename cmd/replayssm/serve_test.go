@@ -30,23 +30,7 @@ func TestServe(t *testing.T) {
 func testServe(t *testing.T, flags []string, metricsStatus int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, outW := io.Pipe()
-	var errb strings.Builder
-	code := make(chan int, 1)
-	go func() {
-		code <- run(ctx, &env{stdout: outW, stderr: &errb}, append([]string{"serve", "--addr", "127.0.0.1:0", "--max-batch", "2"}, flags...))
-		outW.Close()
-	}()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("no address printed: %v", err)
-	}
-	go io.Copy(io.Discard, out)
-	i := strings.Index(line, "http://")
-	if i < 0 {
-		t.Fatalf("no address in %q", line)
-	}
-	url := strings.TrimSpace(line[i:])
+	url, code := startServe(t, ctx, append([]string{"--max-batch", "2"}, flags...)...)
 	rsp, err := http.Post(url+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"In the beginning","max_tokens":4,"temperature":0}`))
 	if err != nil {
 		t.Fatal(err)
@@ -74,4 +58,34 @@ func testServe(t *testing.T, flags []string, metricsStatus int) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("serve did not stop after the interrupt")
 	}
+}
+
+// startServe runs `replayssm serve` on a free loopback port with flags
+// until ctx ends, and returns its URL and, when it has ended, its exit
+// code.
+func startServe(t *testing.T, ctx context.Context, flags ...string) (string, <-chan int) {
+	t.Helper()
+	out, outW := io.Pipe()
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, &env{stdout: outW, stderr: io.Discard}, append([]string{"serve", "--addr", "127.0.0.1:0"}, flags...))
+		outW.Close()
+	}()
+	return servedURL(t, out), code
+}
+
+// servedURL reads serve's first line of output, which names its URL, and
+// drains the rest.
+func servedURL(t *testing.T, out io.Reader) string {
+	t.Helper()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no address printed: %v", err)
+	}
+	go io.Copy(io.Discard, out)
+	i := strings.Index(line, "http://")
+	if i < 0 {
+		t.Fatalf("no address in %q", line)
+	}
+	return strings.TrimSpace(line[i:])
 }

@@ -52,11 +52,7 @@ func TestServeSIGTERM(t *testing.T) {
 			_ = cmd.Process.Kill()
 		}
 	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatalf("no address printed: %v; stderr: %s", err, stderr.String())
-	}
-	url := strings.TrimSpace(line[strings.Index(line, "http://"):])
+	url := servedURL(t, stdout)
 	rsp, err := http.Post(url+"/v1/completions", "application/json",
 		strings.NewReader(`{"prompt":"And the LORD spake","max_tokens":4000,"temperature":1,"seed":1,"stream":true}`))
 	if err != nil {
@@ -99,19 +95,8 @@ func TestServeSIGTERM(t *testing.T) {
 func TestServeTimeouts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, outW := io.Pipe()
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, &env{stdout: outW, stderr: io.Discard}, []string{"serve", "--addr", "127.0.0.1:0", "--max-batch", "1",
-			"--read-timeout", "300ms", "--idle-timeout", "300ms"})
-		outW.Close()
-	}()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("no address printed: %v", err)
-	}
-	go io.Copy(io.Discard, out)
-	addr := strings.TrimSpace(line[strings.Index(line, "http://")+len("http://"):])
+	url, done := startServe(t, ctx, "--max-batch", "1", "--read-timeout", "300ms", "--idle-timeout", "300ms")
+	addr := strings.TrimPrefix(url, "http://")
 	for _, tt := range []struct {
 		name, send string
 	}{
