@@ -41,7 +41,7 @@ type NNBackend struct {
 	weightBytes int64
 	xb          Buffer // activations rounded to bfloat16 for cuBLAS
 	ids         Buffer // Argmax's results
-	clock       ssmClock
+	clock       opClock
 }
 
 // NNOptions configure an NNBackend.
@@ -330,6 +330,7 @@ func rowThreads(cols int) uint32 {
 }
 
 func (b *NNBackend) Embed(dst nn.Tensor, table nn.Weight, tokens []int32) {
+	defer b.span(opEmbed)()
 	a := &b.args
 	a.Reset()
 	b.tensorArg(dst)
@@ -353,9 +354,12 @@ func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 	}
 	switch {
 	case wtype(w) == Float32:
+		end := b.span(opGemm)
 		b.fail(b.blas.Gemm(&Gemm{M: x.Rows, N: w.Rows, K: w.Cols, A: dev(x), B: wdev(w), TransB: true,
 			LDA: x.Stride, LDC: y.Stride, C: dev(y), AB: Float32, CType: Float32, Alpha: 1}))
+		end()
 	case x.Rows == 1 && b.gemv && w.Cols%8 == 0:
+		end := b.span(opGemv)
 		a := &b.args
 		a.Reset()
 		a.Ptr(dev(y))
@@ -368,7 +372,9 @@ func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 		a.I32(1) // rows
 		per := 4 * gemvWarps
 		b.launch(b.fn.gemvBF16, [3]uint32{uint32((w.Rows + per - 1) / per), 1, 1}, 32*gemvWarps)
+		end()
 	default:
+		end := b.span(opGemm)
 		xb := b.scratch(&b.xb, 2*x.Rows*x.Cols)
 		a := &b.args
 		a.Reset()
@@ -381,8 +387,10 @@ func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 			b.fail(b.blas.Gemm(&Gemm{M: x.Rows, N: w.Rows, K: w.Cols, A: xb, B: wdev(w), TransB: true,
 				LDC: y.Stride, C: dev(y), AB: BFloat16, CType: Float32, Alpha: 1}))
 		}
+		end()
 	}
 	if bias.Present() {
+		defer b.span(opBias)()
 		a := &b.args
 		a.Reset()
 		a.Ptr(dev(y))
@@ -394,6 +402,7 @@ func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 }
 
 func (b *NNBackend) RMSNorm(dst, x nn.Tensor, w nn.Weight, eps float32, group int) {
+	defer b.span(opRMSNorm)()
 	if group <= 0 {
 		group = x.Cols
 	}
@@ -408,6 +417,7 @@ func (b *NNBackend) RMSNorm(dst, x nn.Tensor, w nn.Weight, eps float32, group in
 }
 
 func (b *NNBackend) rowsOp(dst, src nn.Tensor, op int32) {
+	defer b.span(opRows)()
 	a := &b.args
 	a.Reset()
 	b.tensorArg(dst)
@@ -421,6 +431,7 @@ func (b *NNBackend) Add(dst, src nn.Tensor)  { b.rowsOp(dst, src, 1) }
 func (b *NNBackend) Copy(dst, src nn.Tensor) { b.rowsOp(dst, src, 0) }
 
 func (b *NNBackend) moveRows(fn *Function, dst, src nn.Tensor, rows []int32, cols int) {
+	defer b.span(opMoveRows)()
 	a := &b.args
 	a.Reset()
 	b.tensorArg(dst)
@@ -439,6 +450,7 @@ func (b *NNBackend) Scatter(dst, src nn.Tensor, rows []int32) {
 }
 
 func (b *NNBackend) AxpyRows(dst, src nn.Tensor, rows []int32, w []float32) {
+	defer b.span(opMoveRows)()
 	if len(rows) == 0 {
 		return
 	}
@@ -454,6 +466,7 @@ func (b *NNBackend) AxpyRows(dst, src nn.Tensor, rows []int32, w []float32) {
 }
 
 func (b *NNBackend) unary(x nn.Tensor, op int32) {
+	defer b.span(opElementwis)()
 	a := &b.args
 	a.Reset()
 	b.tensorArg(x)
@@ -463,6 +476,7 @@ func (b *NNBackend) unary(x nn.Tensor, op int32) {
 }
 
 func (b *NNBackend) binary(d, z nn.Tensor, op int32) {
+	defer b.span(opElementwis)()
 	a := &b.args
 	a.Reset()
 	b.tensorArg(d)
@@ -480,6 +494,7 @@ func (b *NNBackend) MulSigmoid(dst, g nn.Tensor)     { b.binary(dst, g, 1) }
 func (b *NNBackend) MulSigmoidRows(dst, g nn.Tensor) { b.mulSigmoidRows(dst, g) }
 
 func (b *NNBackend) mulSigmoidRows(dst, g nn.Tensor) {
+	defer b.span(opElementwis)()
 	a := &b.args
 	a.Reset()
 	b.tensorArg(dst)
@@ -489,6 +504,7 @@ func (b *NNBackend) mulSigmoidRows(dst, g nn.Tensor) {
 }
 
 func (b *NNBackend) ClampDelta(dt nn.Tensor, dtBias nn.Weight, lo, hi float64) {
+	defer b.span(opElementwis)()
 	a := &b.args
 	a.Reset()
 	b.tensorArg(dt)
@@ -502,6 +518,7 @@ func (b *NNBackend) ClampDelta(dt nn.Tensor, dtBias nn.Weight, lo, hi float64) {
 }
 
 func (b *NNBackend) Rope(x nn.Tensor, r *tensor.Rope, pos []int32, heads int) {
+	defer b.span(opRope)()
 	a := &b.args
 	a.Reset()
 	b.tensorArg(x)
@@ -536,6 +553,7 @@ func (b *NNBackend) Argmax(dst []int32, x nn.Tensor) {
 	if b.err != nil || x.Rows == 0 {
 		return
 	}
+	defer b.span(opArgmax)()
 	ids := b.scratch(&b.ids, 4*x.Rows)
 	a := &b.args
 	a.Reset()
@@ -549,12 +567,14 @@ func (b *NNBackend) Argmax(dst []int32, x nn.Tensor) {
 }
 
 func (b *NNBackend) Upload(dst nn.Tensor, src []float32) {
+	defer b.span(opTransfer)()
 	if b.err == nil && len(src) > 0 {
 		b.fail(b.s.Upload(dev(dst), f32Bytes(src)))
 	}
 }
 
 func (b *NNBackend) Download(dst []float32, src nn.Tensor) {
+	defer b.span(opTransfer)()
 	if b.err != nil || src.Rows == 0 {
 		return
 	}
@@ -766,6 +786,7 @@ func (kv *gpuKV) Append(k, v nn.Tensor, seqs, pos []int32) error {
 		return err
 	}
 	b := kv.b
+	defer b.span(opKVAppend)()
 	a := &b.args
 	a.Reset()
 	a.Ptr(kv.k)
@@ -789,6 +810,7 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 		b.fail(fmt.Errorf("attention head dimension %d exceeds 256", hd))
 		return
 	}
+	defer b.span(opAttend)()
 	a := &b.args
 	a.Reset()
 	b.tensorArg(o)
@@ -814,19 +836,23 @@ type gpuSSM[In, TIn any] struct {
 }
 
 func (c gpuSSM[In, TIn]) Conv(slots []replay.Slot, in, out nn.Tensor) error {
-	return c.b.timeSSM(func() error { return c.Cache.Conv(slots, dev(in), dev(out)) })
+	defer c.b.span(opSSMConv)()
+	return c.Cache.Conv(slots, dev(in), dev(out))
 }
 
 func (c gpuSSM[In, TIn]) ConvVerify(slots []replay.Slot, T int, in, out nn.Tensor) error {
-	return c.b.timeSSM(func() error { return c.Cache.ConvVerify(slots, T, dev(in), dev(out)) })
+	defer c.b.span(opSSMConv)()
+	return c.Cache.ConvVerify(slots, T, dev(in), dev(out))
 }
 
 func (c gpuSSM[In, TIn]) Step(slots []replay.Slot, in TIn, y nn.Tensor) error {
-	return c.b.timeSSM(func() error { return c.Cache.Step(slots, c.in(in), dev(y)) })
+	defer c.b.span(opSSMStep)()
+	return c.Cache.Step(slots, c.in(in), dev(y))
 }
 
 func (c gpuSSM[In, TIn]) Verify(slots []replay.Slot, T int, counts []int, in TIn, y nn.Tensor) error {
-	return c.b.timeSSM(func() error { return c.Cache.Verify(slots, T, counts, c.in(in), dev(y)) })
+	defer c.b.span(opSSMStep)()
+	return c.Cache.Verify(slots, T, counts, c.in(in), dev(y))
 }
 
 func (b *NNBackend) NewMamba2(shape ssm.Mamba2Shape, prm replay.Mamba2Params, conv replay.ConvWeights, capacity int, opt replay.Options) (nn.Mamba2Cache, error) {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/replayssm/replayssm/engine"
 	"github.com/replayssm/replayssm/model"
@@ -430,5 +431,55 @@ func TestNNPrefillThenDecode(t *testing.T) {
 		if rel := math.Sqrt(num / den); !(rel <= 1e-4) {
 			t.Errorf("position %d: prefill-then-decode logits differ from the whole forward by %.3g of their norm", p, rel)
 		}
+	}
+}
+
+// TestNNProfile checks the operation profile against what a forward must
+// run: one state update per SSM layer and pass, products in every pass, and
+// device times that are positive and no larger than the wall time.
+func TestNNProfile(t *testing.T) {
+	be := nnBackend(t, BFloat16)
+	d, err := model.Load("../../model/testdata/fixtures/qwen3_5", model.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Place(be)
+	opt := replay.Options{Mode: replay.Replay, Window: 4}
+	st, q := oneSequence(t, d, opt)
+	be.Profile(true)
+	const passes = 5
+	start := time.Now()
+	for i := range passes {
+		rows := []nn.Row{{Seq: q, Token: 3 + i, Logits: true}}
+		if err := d.Forward(context.Background(), st, rows, make([]float32, d.Vocab)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ops, err := be.OpTimes()
+	wall := time.Since(start)
+	be.Profile(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]OpTime{}
+	var busy time.Duration
+	for _, o := range ops {
+		got[o.Op] = o
+		busy += o.Time
+		if o.Calls <= 0 || o.Time <= 0 {
+			t.Errorf("%s: %d calls, %v", o.Op, o.Calls, o.Time)
+		}
+	}
+	if n := got[opSSMStep].Calls; n != passes*d.SSMLayers() {
+		t.Errorf("ssm-step ran %d times, want %d (%d passes × %d SSM layers)", n, passes*d.SSMLayers(), passes, d.SSMLayers())
+	}
+	if got[opGemv].Calls == 0 {
+		t.Errorf("no one-row products in the profile: %v", ops)
+	}
+	if busy > wall {
+		t.Errorf("the operations' device time %v exceeds the wall time %v", busy, wall)
+	}
+	if ops2, _ := be.OpTimes(); len(ops2) != 0 {
+		t.Errorf("OpTimes did not reset: %v", ops2)
 	}
 }

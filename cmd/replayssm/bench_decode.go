@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -58,6 +60,11 @@ type decodeRow struct {
 	// RestMsPerStep is MsPerStep less it. GPU only.
 	SSMMsPerStep  float64 `json:"ssm_ms_per_step,omitempty"`
 	RestMsPerStep float64 `json:"rest_ms_per_step,omitempty"`
+	// Ops splits one decode step's device time by operation (the same
+	// event-timed run); IdleMsPerStep is MsPerStep less their sum: the time
+	// the device waits for the host to queue work. GPU only.
+	Ops           []opShare `json:"ops,omitempty"`
+	IdleMsPerStep float64   `json:"idle_ms_per_step,omitempty"`
 	// Bytes a decode step must move: every weight once (all experts of a
 	// mixture), the keys and values each sequence attends over (read) and
 	// appends, and the SSM state traffic of the batch.
@@ -72,6 +79,13 @@ type decodeRow struct {
 
 	Threads int `json:"threads"`
 	Repeats int `json:"repeats"`
+}
+
+// opShare is one operation's part of a decode step.
+type opShare struct {
+	Op           string  `json:"op"`
+	CallsPerStep float64 `json:"calls_per_step"`
+	MsPerStep    float64 `json:"ms_per_step"`
 }
 
 // prefillRow is a prompt's prefill, one sequence, in one forward.
@@ -110,6 +124,7 @@ func runBenchDecode(ctx context.Context, e *env, args []string) error {
 	repeat := fs.Int("repeat", 3, "measurements per row (modes interleaved); the median is reported")
 	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "worker threads of the state caches")
 	asJSON := fs.Bool("json", false, "print one JSON object per row")
+	profile := fs.Bool("profile", false, "on a GPU, print each row's decode step split by operation (JSON rows always carry it)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -153,7 +168,7 @@ func runBenchDecode(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.stderr, "copy bandwidth %.0f GB/s\n", m.copyGBps)
 	}
-	emit := decodePrinter(e, *asJSON)
+	emit := decodePrinter(e, *asJSON, *profile)
 	for _, B := range bs {
 		rows, err := m.batch(ctx, B, ms, base, *maxTokens, *promptLen, *repeat)
 		if err != nil {
@@ -311,32 +326,40 @@ func (m *decodeMeasure) batch(ctx context.Context, B int, modes []string, base r
 			r.RooflineFrac = r.RooflineMs / r.MsPerStep
 		}
 		if m.gpu != nil {
-			ssm, err := m.ssmPerStep(ctx, B, reqs, opts[i])
+			ops, err := m.opsPerStep(ctx, B, reqs, opts[i])
 			if err != nil {
 				return nil, err
 			}
-			r.SSMMsPerStep = ssm
-			r.RestMsPerStep = r.MsPerStep - ssm
+			busy := 0.0
+			for _, o := range ops {
+				busy += o.MsPerStep
+				if cuda.IsStateOp(o.Op) {
+					r.SSMMsPerStep += o.MsPerStep
+				}
+			}
+			r.Ops = ops
+			r.RestMsPerStep = r.MsPerStep - r.SSMMsPerStep
+			r.IdleMsPerStep = max(0, r.MsPerStep-busy)
 		}
 	}
 	return rows, nil
 }
 
-// ssmPerStep runs the requests once more with the GPU's SSM clock on and
-// returns the SSM kernels' milliseconds per decode step: the clock is read
-// and reset when the first tokens arrive (the prefill's share), and read
-// again at the end.
-func (m *decodeMeasure) ssmPerStep(ctx context.Context, B int, reqs []engine.Request, opt replay.Options) (float64, error) {
+// opsPerStep runs the requests once more with the GPU's profile on and
+// returns each operation's calls and milliseconds per decode step: the
+// profile is read and reset when the first tokens arrive (the prefill's
+// share), and read again at the end.
+func (m *decodeMeasure) opsPerStep(ctx context.Context, B int, reqs []engine.Request, opt replay.Options) ([]opShare, error) {
 	eng, err := engine.New(m.d, B, opt)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer eng.Close()
 	be := m.gpu
-	be.ProfileSSM(true)
-	defer be.ProfileSSM(false)
-	if _, err := be.SSMTime(); err != nil {
-		return 0, err
+	be.Profile(true)
+	defer be.Profile(false)
+	if _, err := be.OpTimes(); err != nil {
+		return nil, err
 	}
 	reqs = slices.Clone(reqs)
 	var clockErr error
@@ -344,19 +367,24 @@ func (m *decodeMeasure) ssmPerStep(ctx context.Context, B int, reqs []engine.Req
 	reqs[0].OnToken = func(int) bool {
 		if first {
 			first = false
-			_, clockErr = be.SSMTime()
+			_, clockErr = be.OpTimes()
 		}
 		return true
 	}
 	_, tm, err := eng.Generate(ctx, reqs)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	t, err := be.SSMTime()
+	times, err := be.OpTimes()
 	if err = errors.Join(clockErr, err); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return float64(t) / float64(time.Millisecond) / float64(max(1, tm.DecodeTokens/B)), nil
+	steps := float64(max(1, tm.DecodeTokens/B))
+	ops := make([]opShare, len(times))
+	for i, t := range times {
+		ops[i] = opShare{Op: t.Op, CallsPerStep: float64(t.Calls) / steps, MsPerStep: float64(t.Time) / float64(time.Millisecond) / steps}
+	}
+	return ops, nil
 }
 
 // prefill times one forward of an n-token prompt into a fresh sequence
@@ -407,7 +435,7 @@ func prefillPrinter(e *env, asJSON bool) func(prefillRow) error {
 	})
 }
 
-func decodePrinter(e *env, asJSON bool) func(decodeRow) error {
+func decodePrinter(e *env, asJSON, profile bool) func(decodeRow) error {
 	return rowPrinter(e, asJSON, func(r decodeRow) {
 		fmt.Fprintf(e.stdout, "device: %s\n", r.Device)
 		if r.CopyGBps > 0 {
@@ -433,6 +461,24 @@ func decodePrinter(e *env, asJSON bool) func(decodeRow) error {
 			bytesString(r.WeightBytes), bytesString(r.KVBytes), bytesString(r.StateBytes),
 			opt(r.RooflineMs, "%.3f"), opt(100*r.RooflineFrac, "%.0f%%"),
 			bytesString(int64(r.StateBytesPerToken)), vs)
-		return err
+		if err != nil || !profile || len(r.Ops) == 0 {
+			return err
+		}
+		return printOps(e, r)
 	})
+}
+
+// printOps prints a row's step by operation, the costliest first: device
+// milliseconds and calls per step, then the device's idle time.
+func printOps(e *env, r decodeRow) error {
+	ops := slices.Clone(r.Ops)
+	slices.SortStableFunc(ops, func(a, b opShare) int { return cmp.Compare(b.MsPerStep, a.MsPerStep) })
+	var sb strings.Builder
+	sb.WriteString("    per step:")
+	for _, o := range ops {
+		fmt.Fprintf(&sb, " %s %.3f ms ×%.0f ·", o.Op, o.MsPerStep, o.CallsPerStep)
+	}
+	fmt.Fprintf(&sb, " idle %.3f ms\n", r.IdleMsPerStep)
+	_, err := io.WriteString(e.stdout, sb.String())
+	return err
 }
