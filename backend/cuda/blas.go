@@ -311,33 +311,42 @@ func (b *BLAS) Gemm(g *Gemm) error {
 	if err != nil {
 		return err
 	}
+	call := gemmQueued{alpha: g.Alpha, beta: g.Beta}
+	call.args = [19]uintptr{b.h, c.transa, c.transb, uintptr(c.m), uintptr(c.n), uintptr(c.k),
+		0, uintptr(c.a), c.abType, uintptr(c.lda), uintptr(c.b), c.abType, uintptr(c.ldb),
+		0, uintptr(c.c), c.cType, uintptr(c.ldc), c.computeType, ^uintptr(0)} // CUBLAS_GEMM_DEFAULT = -1
+	if t := b.stream.recorder(); t != nil {
+		t.add(tapeOp{kind: tapeGemm, s: b.stream, blas: b, gemm: call})
+		return nil
+	}
+	return b.gemmNow(&call)
+}
+
+// gemmNow queues a GemmEx call on the handle's stream.
+func (b *BLAS) gemmNow(c *gemmQueued) error {
 	d := b.d
 	if !d.enterHot() {
 		return d.hotError()
 	}
 	pinned := d.pinnedView()
-	alpha := d.pinned + pinnedScalarsOff
-	beta := alpha + 8
-	putU32(pinned[pinnedScalarsOff:], math.Float32bits(g.Alpha))
-	putU32(pinned[pinnedScalarsOff+8:], math.Float32bits(g.Beta))
 	sc := &d.scratch
-	sc[0], sc[1], sc[2] = b.h, c.transa, c.transb
-	sc[3], sc[4], sc[5] = uintptr(c.m), uintptr(c.n), uintptr(c.k)
-	sc[6], sc[7], sc[8], sc[9] = alpha, uintptr(c.a), c.abType, uintptr(c.lda)
-	sc[10], sc[11], sc[12] = uintptr(c.b), c.abType, uintptr(c.ldb)
-	sc[13], sc[14], sc[15], sc[16] = beta, uintptr(c.c), c.cType, uintptr(c.ldc)
-	sc[17], sc[18] = c.computeType, ^uintptr(0) // CUBLAS_GEMM_DEFAULT = -1
+	copy(sc[:19], c.args[:])
+	sc[6] = d.pinned + pinnedScalarsOff
+	sc[13] = sc[6] + 8
+	putU32(pinned[pinnedScalarsOff:], math.Float32bits(c.alpha))
+	putU32(pinned[pinnedScalarsOff+8:], math.Float32bits(c.beta))
 	r := d.callHot(b.api.gemmEx, 19)
 	d.leaveHot()
 	if r != 0 {
-		return b.gemmError(r, g)
+		return b.gemmError(r, c)
 	}
 	return nil
 }
 
 //go:noinline
-func (b *BLAS) gemmError(r uint32, g *Gemm) error {
-	return b.api.check(uintptr(r), "cublasGemmEx(%d×%d×%d, %v→%v)", g.M, g.N, g.K, g.AB, g.CType)
+func (b *BLAS) gemmError(r uint32, c *gemmQueued) error {
+	// The call is column-major: m and n are the row-major N and M.
+	return b.api.check(uintptr(r), "cublasGemmEx(M %d, N %d, K %d, types %d→%d)", c.args[4], c.args[3], c.args[5], c.args[8], c.args[15])
 }
 
 // putU32 stores v little-endian.

@@ -138,7 +138,7 @@ func (c *replayCommon) init(ctx context.Context, s *Stream, plan cachePlan, capa
 		}
 	}
 	if plan.overlap {
-		if c.side, err = c.d.NewPriorityStream(); err != nil {
+		if c.side, err = s.NewSide(); err != nil {
 			return err
 		}
 		if c.fork, err = c.d.NewSyncEvent(); err != nil {

@@ -4,7 +4,7 @@
 //
 // It is the foundation the ReplaySSM GPU kernels stand on: device memory
 // ([Buffer]), ordered work ([Stream], [Event]), CUDA graphs ([Graph],
-// [GraphExec]), kernels compiled from embedded .cu sources by NVRTC with an
+// [GraphExec], and the deferred streams that make them of repeated work), kernels compiled from embedded .cu sources by NVRTC with an
 // on-disk cache ([Module], [Function], [Args]), one GEMM entry point ([BLAS])
 // and the measurements a benchmark reports next to its times ([Timer],
 // [Device.MeasureCopyBandwidth]).
@@ -40,4 +40,23 @@
 // another goroutine's synchronous copy. The synchronous Device copies are
 // therefore NOT ordered after work queued on a Stream: synchronise that stream
 // first, or use the Stream's own ordered operations.
+//
+// # Deferred streams and CUDA graphs
+//
+// A model's decode step is a few hundred small kernels, and at small
+// batches the host's launches, not the kernels, set its pace. A stream can
+// therefore be deferred ([Stream.Defer]; the model backend's is by default):
+// it records launches, copies, memsets, event records and waits and cuBLAS
+// calls on a tape instead of queueing them, and plays the tape when the host
+// waits (Synchronize, a copy to the host, an event's Synchronize, Close). A
+// tape seen once before, operation for operation and argument byte for
+// argument byte, is captured as a graph the second time and launched as one
+// the times after, so a decode step of a fixed batch costs one launch.
+// Uploads are the inputs that change between such steps: a deferred stream
+// copies them into pinned staging memory at once and records a copy from
+// there, which the graph repeats with the new bytes. Because a graph is used
+// only for a tape identical to the one it was captured from, a replay is
+// exactly the work the tape describes; nothing is keyed by batch size or
+// guessed. Side streams ([Stream.NewSide]) record into their primary's tape,
+// so a fork and join become the graph's edges.
 package cuda

@@ -140,6 +140,10 @@ func (d *Device) Launch(fn *Function, grid, block [3]uint32, sharedBytes uint32,
 	if args.err != nil {
 		return args.err
 	}
+	if t := s.recorder(); t != nil {
+		t.addKernel(s, fn, grid, block, sharedBytes, args)
+		return nil
+	}
 	if !d.enterHot() {
 		return d.hotError()
 	}

@@ -18,8 +18,9 @@ import (
 // product weights in bfloat16 (or float32, NNOptions.Weights), products by
 // cuBLAS or, for one row of bfloat16 weights, by a matrix-vector kernel of
 // kernels/nn.cu, the other operations by that file's kernels, the SSM
-// layers by this package's ReplaySSM caches, all on one stream. Host row
-// lists go to the device through a ring of index memory in stream order.
+// layers by this package's ReplaySSM caches, all on one deferred stream
+// (a repeated pass runs as a CUDA graph; NNOptions.Eager). Host row lists
+// go to the device through a ring of index memory in stream order.
 // It is not safe for concurrent use.
 type NNBackend struct {
 	ctx  context.Context
@@ -50,6 +51,11 @@ type NNOptions struct {
 	// BFloat16 (the zero value picks it) or Float32. Norms, biases and
 	// routers stay float32.
 	Weights DataType
+	// Eager queues every operation at once. By default the backend's
+	// stream is deferred (Stream.Defer): a pass is recorded and played
+	// when the host waits for it, a repeated pass (a decode step of the
+	// same batch) as one CUDA graph.
+	Eager bool
 }
 
 type nnKernels struct {
@@ -83,6 +89,10 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 		return nil, err
 	}
 	if b.ring, err = d.Alloc(nnRingBytes); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if err = b.s.Defer(!opt.Eager); err != nil {
 		b.Close()
 		return nil, err
 	}

@@ -57,8 +57,16 @@ type opClock struct {
 const clockEvents = 1 << 14
 
 // Profile turns the timing of every operation on or off (off, the default,
-// costs nothing).
-func (b *NNBackend) Profile(on bool) { b.clock.on = on }
+// costs nothing). While on, operations are queued at once, not recorded
+// for graphs: the events between them would split every graph.
+func (b *NNBackend) Profile(on bool) {
+	b.clock.on = on
+	b.fail(b.s.Defer(!on && !b.opt.Eager))
+}
+
+// Graphs reports how the backend's passes were played: op by op, or as
+// CUDA graphs.
+func (b *NNBackend) Graphs() TapeStats { return b.s.TapeStats() }
 
 // OpTimes returns the device time of each operation since the last call
 // while Profile was on, in order of first call, waiting for them to finish.

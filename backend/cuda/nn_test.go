@@ -83,10 +83,7 @@ func TestNNBackend(t *testing.T) {
 // the CPU's (‖Δ‖/‖cpu‖) and the same argmax, in replay and baseline mode.
 func TestNNModels(t *testing.T) {
 	be := nnBackend(t, Float32)
-	dirs, _ := filepath.Glob("../../model/testdata/fixtures/*/config.json")
-	dirs = append(dirs, "../../models/qwen35-kjv/config.json", "../../models/nemotronh-kjv/config.json")
-	for _, cfg := range dirs {
-		dir := filepath.Dir(cfg)
+	for _, dir := range modelDirs() {
 		for _, mode := range []replay.Mode{replay.Replay, replay.Baseline} {
 			t.Run(filepath.Base(dir)+"/"+mode.String(), func(t *testing.T) {
 				compareModel(t, dir, be, replay.Options{Mode: mode, Window: 4})
@@ -95,22 +92,35 @@ func TestNNModels(t *testing.T) {
 	}
 }
 
+// modelDirs lists the fixture architectures and the shipped models.
+func modelDirs() []string {
+	cfgs, _ := filepath.Glob("../../model/testdata/fixtures/*/config.json")
+	cfgs = append(cfgs, "../../models/qwen35-kjv/config.json", "../../models/nemotronh-kjv/config.json")
+	dirs := make([]string, len(cfgs))
+	for i, c := range cfgs {
+		dirs[i] = filepath.Dir(c)
+	}
+	return dirs
+}
+
 // loadPair loads the model in dir twice, placed on the CPU and on be.
 func loadPair(t *testing.T, dir string, be nn.Backend) (cpu, onGPU *nn.Decoder) {
 	t.Helper()
-	var err error
-	if cpu, err = model.Load(dir, model.Options{}); err != nil {
+	return loadOn(t, dir, nn.CPU()), loadOn(t, dir, be)
+}
+
+// loadOn loads the model in dir placed on be.
+func loadOn(t *testing.T, dir string, be nn.Backend) *nn.Decoder {
+	t.Helper()
+	d, err := model.Load(dir, model.Options{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if onGPU, err = model.Load(dir, model.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	cpu.Place(nn.CPU())
-	onGPU.Place(be)
+	d.Place(be)
 	if err := be.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return cpu, onGPU
+	return d
 }
 
 func compareModel(t *testing.T, dir string, be nn.Backend, opt replay.Options) {
@@ -162,13 +172,7 @@ func compareModel(t *testing.T, dir string, be nn.Backend, opt replay.Options) {
 		rows = rows[:0]
 		for i, q := range qs {
 			c, g := lc[i*V:(i+1)*V], lg[i*V:(i+1)*V]
-			var num, den float64
-			for j := range c {
-				d := float64(g[j]) - float64(c[j])
-				num += d * d
-				den += float64(c[j]) * float64(c[j])
-			}
-			rel := math.Sqrt(num / den)
+			rel := relDiff(g, c)
 			worst = max(worst, rel)
 			if !(rel <= 1e-3) {
 				t.Fatalf("step %d sequence %d: logits differ by %.3g of their norm", step, i, rel)
@@ -388,14 +392,7 @@ func BenchmarkNNMatMul(b *testing.B) {
 // paths by design, REFERENCE-NOTES point 1.)
 func TestNNPrefillThenDecode(t *testing.T) {
 	be := nnBackend(t, Float32)
-	d, err := model.Load("../../model/testdata/fixtures/qwen3_5", model.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Place(be)
-	if err := be.Err(); err != nil {
-		t.Fatal(err)
-	}
+	d := loadOn(t, "../../model/testdata/fixtures/qwen3_5", be)
 	ids := []int{5, 17, 33, 2, 9, 41, 7, 7, 12, 30, 3, 18, 25, 6, 11, 40, 8, 19, 22, 1}
 	V := d.Vocab
 	opt := replay.Options{Mode: replay.Replay, Window: 4}
@@ -421,14 +418,7 @@ func TestNNPrefillThenDecode(t *testing.T) {
 	}
 	whole, split := run(len(ids)), run(len(ids)/2)
 	for p := range len(ids) {
-		a, b := whole[p*V:(p+1)*V], split[p*V:(p+1)*V]
-		var num, den float64
-		for i := range a {
-			d := float64(a[i]) - float64(b[i])
-			num += d * d
-			den += float64(a[i]) * float64(a[i])
-		}
-		if rel := math.Sqrt(num / den); !(rel <= 1e-4) {
+		if rel := relDiff(split[p*V:(p+1)*V], whole[p*V:(p+1)*V]); !(rel <= 1e-4) {
 			t.Errorf("position %d: prefill-then-decode logits differ from the whole forward by %.3g of their norm", p, rel)
 		}
 	}
@@ -439,11 +429,7 @@ func TestNNPrefillThenDecode(t *testing.T) {
 // device times that are positive and no larger than the wall time.
 func TestNNProfile(t *testing.T) {
 	be := nnBackend(t, BFloat16)
-	d, err := model.Load("../../model/testdata/fixtures/qwen3_5", model.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.Place(be)
+	d := loadOn(t, "../../model/testdata/fixtures/qwen3_5", be)
 	opt := replay.Options{Mode: replay.Replay, Window: 4}
 	st, q := oneSequence(t, d, opt)
 	be.Profile(true)
@@ -482,4 +468,95 @@ func TestNNProfile(t *testing.T) {
 	if ops2, _ := be.OpTimes(); len(ops2) != 0 {
 		t.Errorf("OpTimes did not reset: %v", ops2)
 	}
+}
+
+// TestNNGraphs decodes two sequences step by step on a deferred backend,
+// whose repeated steps run as CUDA graphs, and on an eager one, in both
+// state modes, and requires the same logits at every step (‖Δ‖/‖eager‖ ≤
+// 1e-6: the same kernels on the same inputs; cuBLAS may in principle pick
+// another algorithm under capture) and most steps played as graphs.
+func TestNNGraphs(t *testing.T) {
+	d := gpu(t)
+	eager, err := NewNNBackend(context.Background(), d, NNOptions{Weights: BFloat16, Eager: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { must(t, eager.Close()) })
+	deferred := nnBackend(t, BFloat16)
+	for _, dir := range modelDirs() {
+		for _, mode := range []replay.Mode{replay.Replay, replay.Baseline} {
+			t.Run(filepath.Base(dir)+"/"+mode.String(), func(t *testing.T) {
+				opt := replay.Options{Mode: mode, Window: 4}
+				const steps = 12
+				var logits [2][][]float32
+				for i, be := range []*NNBackend{eager, deferred} {
+					m := loadOn(t, dir, be)
+					before := be.Graphs()
+					logits[i] = decodeSteps(t, m, opt, steps)
+					after := be.Graphs()
+					if be == deferred && after.Graphed-before.Graphed < steps-3 {
+						t.Errorf("%d of %d decode steps ran as graphs (%+v)", after.Graphed-before.Graphed, steps, after)
+					}
+					if be == eager && after.Tapes != 0 {
+						t.Errorf("the eager backend recorded tapes: %+v", after)
+					}
+				}
+				for s := range logits[0] {
+					if rel := relDiff(logits[1][s], logits[0][s]); !(rel <= 1e-6) {
+						t.Fatalf("step %d: graph logits differ from eager ones by %.3g of their norm", s, rel)
+					}
+				}
+			})
+		}
+	}
+}
+
+// decodeSteps prefills two sequences with different prompts, then decodes
+// steps greedy tokens for both, one pass per step, and returns every
+// pass's logits.
+func decodeSteps(t *testing.T, m *nn.Decoder, opt replay.Options, steps int) [][]float32 {
+	t.Helper()
+	st, err := m.NewState(2, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var seqs [2]nn.Seq
+	for i := range seqs {
+		if seqs[i], err = st.Admit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	V := m.Vocab
+	prompts := [2][]int{{5, 17, 33, 2, 9}, {41, 7, 12}}
+	var rows []nn.Row
+	for i, p := range prompts {
+		for j, id := range p {
+			rows = append(rows, nn.Row{Seq: seqs[i], Token: id % V, Logits: j == len(p)-1})
+		}
+	}
+	var out [][]float32
+	for range steps + 1 {
+		lg := make([]float32, 2*V)
+		if err := m.Forward(context.Background(), st, rows, lg); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, lg)
+		rows = rows[:0]
+		for i := range seqs {
+			rows = append(rows, nn.Row{Seq: seqs[i], Token: tensor.Argmax(lg[i*V : (i+1)*V]), Logits: true})
+		}
+	}
+	return out
+}
+
+// relDiff is ‖got − want‖/‖want‖.
+func relDiff(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(num / den)
 }

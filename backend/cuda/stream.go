@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"time"
 	"unsafe"
@@ -10,6 +11,10 @@ import (
 type Stream struct {
 	d *Device
 	h uintptr
+	// t records the stream's work while deferred (Defer); a side stream
+	// (NewSide) records into its primary's.
+	t       *tape
+	primary *Stream
 }
 
 // NewStream creates a stream that does not synchronise with the legacy
@@ -58,6 +63,9 @@ func (s *Stream) handle() uintptr {
 // Synchronize waits until all work queued on s has finished and returns the
 // first asynchronous error, if any.
 func (s *Stream) Synchronize() error {
+	if err := s.flush(); err != nil {
+		return err
+	}
 	return s.d.cold(func() error {
 		return s.d.drv.check(call(s.d.drv.streamSynchronize, s.h), "cuStreamSynchronize")
 	})
@@ -68,16 +76,25 @@ func (s *Stream) Close() error {
 	if s == nil || s.h == 0 {
 		return nil
 	}
-	err := s.d.cold(func() error {
+	var errs []error
+	if s.t != nil {
+		errs = append(errs, s.t.close())
+		s.t = nil
+	}
+	errs = append(errs, s.d.cold(func() error {
 		return s.d.drv.check(call(s.d.drv.streamDestroy, s.h), "cuStreamDestroy_v2")
-	})
+	}))
 	s.h = 0
-	return err
+	return errors.Join(errs...)
 }
 
 // Wait makes work queued on s after this call wait until e has completed
 // (cuStreamWaitEvent); it does not block the host.
 func (s *Stream) Wait(e *Event) error {
+	if t := s.recorder(); t != nil {
+		t.add(tapeOp{kind: tapeWait, s: s, ev: e})
+		return nil
+	}
 	d := s.d
 	if !d.enterHot() {
 		return d.hotError()
@@ -99,6 +116,10 @@ func (s *Stream) CopyDevice(dst, src Buffer) error {
 	if src.bytes == 0 {
 		return nil
 	}
+	if t := s.recorder(); t != nil {
+		t.add(tapeOp{kind: tapeCopy, s: s, dst: dst, src: src})
+		return nil
+	}
 	d := s.d
 	if !d.enterHot() {
 		return d.hotError()
@@ -118,6 +139,10 @@ func (s *Stream) Memset32(b Buffer, value uint32) error {
 		return fmt.Errorf("cuda: memset32 of %d bytes: not a multiple of 4", b.bytes)
 	}
 	if b.bytes == 0 {
+		return nil
+	}
+	if t := s.recorder(); t != nil {
+		t.add(tapeOp{kind: tapeMemset, s: s, dst: b, value: value})
 		return nil
 	}
 	d := s.d
@@ -143,6 +168,9 @@ func (s *Stream) CopyFromDevice(dst []byte, src Buffer) error {
 	if len(dst) == 0 {
 		return nil
 	}
+	if err := s.flush(); err != nil {
+		return err
+	}
 	return s.d.cold(func() error {
 		if err := s.d.drv.check(call(s.d.drv.memcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), uintptr(src.ptr), uintptr(len(dst)), s.h),
 			"cuMemcpyDtoHAsync_v2(%d bytes)", len(dst)); err != nil {
@@ -161,6 +189,9 @@ func (s *Stream) CopyToDevice(dst Buffer, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
+	if err := s.flush(); err != nil {
+		return err
+	}
 	return s.d.cold(func() error {
 		if err := s.d.drv.check(call(s.d.drv.memcpyHtoDAsync, uintptr(dst.ptr), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.h),
 			"cuMemcpyHtoDAsync_v2(%d bytes)", len(src)); err != nil {
@@ -173,13 +204,27 @@ func (s *Stream) CopyToDevice(dst Buffer, src []byte) error {
 // Upload queues on s a copy of src into the start of dst and returns once
 // src may be reused: from pageable memory the driver stages the bytes (or
 // waits for the stream) before it returns, and the copy lands in dst in
-// s's order. It cannot be captured in a graph.
+// s's order. A deferred stream copies src into its pinned staging memory
+// and records the copy from there, which a graph can hold.
 func (s *Stream) Upload(dst Buffer, src []byte) error {
 	if len(src) > dst.bytes {
 		return fmt.Errorf("cuda: copy %d bytes into a %d-byte buffer", len(src), dst.bytes)
 	}
 	if len(src) == 0 {
 		return nil
+	}
+	if t := s.recorder(); t != nil {
+		at, ok, err := t.stage(src)
+		if err != nil {
+			return err
+		}
+		if ok {
+			t.add(tapeOp{kind: tapeUpload, s: s, dst: dst, src: Buffer{bytes: len(src)}, stage: at})
+			return nil
+		}
+		if err := s.flush(); err != nil {
+			return err
+		}
 	}
 	return s.d.cold(func() error {
 		return s.d.drv.check(call(s.d.drv.memcpyHtoDAsync, uintptr(dst.ptr), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.h),
@@ -191,6 +236,7 @@ func (s *Stream) Upload(dst Buffer, src []byte) error {
 type Event struct {
 	d *Device
 	h uintptr
+	t *tape // the tape it was last recorded on, until played
 }
 
 // NewEvent creates an event that records timestamps.
@@ -220,6 +266,12 @@ func (d *Device) newEvent(flags uintptr) (*Event, error) {
 // Record captures the point in s's queue after the work enqueued so far
 // (nil s: the legacy default stream). It does not allocate.
 func (e *Event) Record(s *Stream) error {
+	if t := s.recorder(); t != nil {
+		t.add(tapeOp{kind: tapeRecord, s: s, ev: e})
+		e.t = t
+		return nil
+	}
+	e.t = nil
 	d := e.d
 	if !d.enterHot() {
 		return d.hotError()
@@ -235,6 +287,12 @@ func (e *Event) Record(s *Stream) error {
 
 // Synchronize waits until the recorded work has completed.
 func (e *Event) Synchronize() error {
+	if e.t != nil {
+		if err := e.t.s.flush(); err != nil {
+			return err
+		}
+		e.t = nil
+	}
 	return e.d.cold(func() error {
 		return e.d.drv.check(call(e.d.drv.eventSynchronize, e.h), "cuEventSynchronize")
 	})
@@ -326,6 +384,11 @@ func (g *Graph) Close() error {
 
 // Launch queues the whole graph on s. It does not allocate.
 func (x *GraphExec) Launch(s *Stream) error {
+	if s.recorder() != nil {
+		if err := s.flush(); err != nil {
+			return err
+		}
+	}
 	d := x.d
 	if !d.enterHot() {
 		return d.hotError()

@@ -65,6 +65,9 @@ type decodeRow struct {
 	// the device waits for the host to queue work. GPU only.
 	Ops           []opShare `json:"ops,omitempty"`
 	IdleMsPerStep float64   `json:"idle_ms_per_step,omitempty"`
+	// GraphFrac is the share of the backend's passes (prefill and decode)
+	// that ran as CUDA graphs; 0 with --eager. GPU only.
+	GraphFrac float64 `json:"graph_frac"`
 	// Bytes a decode step must move: every weight once (all experts of a
 	// mixture), the keys and values each sequence attends over (read) and
 	// appends, and the SSM state traffic of the batch.
@@ -272,7 +275,18 @@ func (m *decodeMeasure) batch(ctx context.Context, B int, modes []string, base r
 			if err != nil {
 				return nil, err
 			}
+			var before cuda.TapeStats
+			if m.gpu != nil {
+				before = m.gpu.Graphs()
+			}
 			_, tm, err := eng.Generate(ctx, reqs)
+			graphFrac := 0.0
+			if m.gpu != nil {
+				after := m.gpu.Graphs()
+				if n := after.Tapes - before.Tapes; n > 0 {
+					graphFrac = float64(after.Graphed-before.Graphed) / float64(n)
+				}
+			}
 			stats := eng.Stats()
 			eng.Close()
 			if err != nil {
@@ -286,6 +300,7 @@ func (m *decodeMeasure) batch(ctx context.Context, B int, modes []string, base r
 					r.Window = 1
 				}
 			}
+			r.GraphFrac = graphFrac
 			r.TokensPerSRuns = append(r.TokensPerSRuns, rate(tm.DecodeTokens, tm.Decode))
 			nSteps := max(1, tm.DecodeTokens/B)
 			steps[i] = append(steps[i], float64(tm.Decode)/float64(time.Millisecond)/float64(nSteps))
@@ -441,9 +456,9 @@ func decodePrinter(e *env, asJSON, profile bool) func(decodeRow) error {
 		if r.CopyGBps > 0 {
 			fmt.Fprintf(e.stdout, "roofline: weights + KV + state bytes of a step at the copy bandwidth measured in this run, %.0f GB/s\n", r.CopyGBps)
 		}
-		fmt.Fprintf(e.stdout, "%-24s %6s %5s %-13s %-16s %11s %9s %8s %8s %9s %9s %9s %9s %6s %12s %18s\n",
+		fmt.Fprintf(e.stdout, "%-24s %6s %5s %-13s %-16s %11s %9s %8s %8s %9s %9s %9s %9s %6s %6s %12s %18s\n",
 			"model", "layers", "batch", "mode", "state", "tokens/s", "ms/step", "ssm ms", "rest ms",
-			"weights", "kv", "state", "roofline", "of it", "state B/tok", "vs base (spread)")
+			"weights", "kv", "state", "roofline", "of it", "graphs", "state B/tok", "vs base (spread)")
 	}, func(r decodeRow) error {
 		vs := "-"
 		if r.SpeedupVsBaseline > 0 {
@@ -455,11 +470,11 @@ func decodePrinter(e *env, asJSON, profile bool) func(decodeRow) error {
 			}
 			return fmt.Sprintf(f, v)
 		}
-		_, err := fmt.Fprintf(e.stdout, "%-24s %6d %5d %-13s %-16s %11.1f %9.3f %8s %8s %9s %9s %9s %9s %6s %12s %18s\n",
+		_, err := fmt.Fprintf(e.stdout, "%-24s %6d %5d %-13s %-16s %11.1f %9.3f %8s %8s %9s %9s %9s %9s %6s %6s %12s %18s\n",
 			r.Model, r.Layers, r.Batch, r.Mode, r.StateDtype, r.TokensPerS, r.MsPerStep,
 			opt(r.SSMMsPerStep, "%.3f"), opt(r.RestMsPerStep, "%.3f"),
 			bytesString(r.WeightBytes), bytesString(r.KVBytes), bytesString(r.StateBytes),
-			opt(r.RooflineMs, "%.3f"), opt(100*r.RooflineFrac, "%.0f%%"),
+			opt(r.RooflineMs, "%.3f"), opt(100*r.RooflineFrac, "%.0f%%"), opt(100*r.GraphFrac, "%.0f%%"),
 			bytesString(int64(r.StateBytesPerToken)), vs)
 		if err != nil || !profile || len(r.Ops) == 0 {
 			return err

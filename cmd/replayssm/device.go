@@ -13,16 +13,18 @@ import (
 	"github.com/replayssm/replayssm/replay"
 )
 
-// deviceChoice is what --device and --dtype ask for.
+// deviceChoice is what --device, --dtype and --eager ask for.
 type deviceChoice struct {
 	device string // auto, cpu or cuda
 	dtype  string // bf16 or fp32: the GPU's product weights
+	eager  bool   // no CUDA graphs
 }
 
-// deviceFlags adds --device and --dtype to a command's flags.
+// deviceFlags adds --device, --dtype and --eager to a command's flags.
 func deviceFlags(fs *flag.FlagSet) *deviceChoice {
 	c := &deviceChoice{}
 	fs.StringVar(&c.device, "device", "auto", "where the model runs: auto (the GPU when one is usable, else the CPU), cpu or cuda")
+	fs.BoolVar(&c.eager, "eager", false, "on the GPU, queue every kernel at once instead of replaying repeated decode steps as CUDA graphs")
 	fs.StringVar(&c.dtype, "dtype", "bf16", "the GPU's weight format for matrix products: bf16 (as models are released) or fp32; the CPU computes in fp32")
 	return c
 }
@@ -54,7 +56,7 @@ func place(ctx context.Context, e *env, d *nn.Decoder, c deviceChoice) error {
 	default:
 		return fmt.Errorf("%w: --device %q: want auto, cpu or cuda", errUsage, c.device)
 	}
-	be, err := openGPU(ctx, e, wt)
+	be, err := openGPU(ctx, e, cuda.NNOptions{Weights: wt, Eager: c.eager})
 	if err == nil {
 		err = fits(be, d.WeightBytes(wt.Size()), "the weights")
 	}
@@ -66,7 +68,11 @@ func place(ctx context.Context, e *env, d *nn.Decoder, c deviceChoice) error {
 	}
 	switch {
 	case err == nil:
-		fmt.Fprintf(e.stderr, "device: %s (%s weights, %s)\n", be.Name(), wt, bytesString(be.WeightBytes()))
+		graphs := "CUDA graphs"
+		if c.eager {
+			graphs = "eager"
+		}
+		fmt.Fprintf(e.stderr, "device: %s (%s weights, %s, %s)\n", be.Name(), wt, bytesString(be.WeightBytes()), graphs)
 		return nil
 	case c.device == "cuda":
 		return fmt.Errorf("--device cuda: %w", err)
@@ -111,7 +117,7 @@ func fitsState(d *nn.Decoder, capacity, positions int, opt replay.Options) error
 
 // openGPU opens GPU 0 and a model backend on it, released when the command
 // ends.
-func openGPU(ctx context.Context, e *env, weights cuda.DataType) (*cuda.NNBackend, error) {
+func openGPU(ctx context.Context, e *env, opt cuda.NNOptions) (*cuda.NNBackend, error) {
 	if e.gpu != nil {
 		return e.gpu, nil
 	}
@@ -119,7 +125,7 @@ func openGPU(ctx context.Context, e *env, weights cuda.DataType) (*cuda.NNBacken
 	if err != nil {
 		return nil, err
 	}
-	be, err := cuda.NewNNBackend(ctx, dev, cuda.NNOptions{Weights: weights})
+	be, err := cuda.NewNNBackend(ctx, dev, opt)
 	if err != nil {
 		dev.Close()
 		return nil, err
