@@ -122,20 +122,32 @@ func TestLogprobs(t *testing.T) {
 }
 
 // TestNonFiniteLogits: a model whose logits hold NaN fails the generation
-// with a clear error instead of sampling garbage.
+// with a clear error instead of sampling garbage, whether the engine samples
+// on the host or takes greedy tokens where the model runs (Decoder.Greedy).
 func TestNonFiniteLogits(t *testing.T) {
-	d, err := model.Load(fixtureDir("qwen3_5"), model.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.LMHead.W[3*d.LMHead.In] = float32(math.NaN()) // token 3's logit
-	e, err := New(d, 1, replay.Options{Window: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	_, _, err = e.Generate(context.Background(), []Request{{Prompt: []int{5, 17}, MaxTokens: 3, Sampling: SamplerOptions{Temperature: 0.7}}})
-	if err == nil || !strings.Contains(err.Error(), "non-finite value (NaN at token 3)") {
-		t.Errorf("error %v", err)
+	for _, tc := range []struct {
+		name        string
+		temperature float64
+		want        string
+	}{
+		{"sampled", 0.7, "non-finite value (NaN at token 3)"},
+		{"greedy", 0, "row 0 of logits holds a non-finite value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := model.Load(fixtureDir("qwen3_5"), model.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.LMHead.W[3*d.LMHead.In] = float32(math.NaN()) // token 3's logit
+			e, err := New(d, 1, replay.Options{Window: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			_, _, err = e.Generate(context.Background(), []Request{{Prompt: []int{5, 17}, MaxTokens: 3, Sampling: SamplerOptions{Temperature: tc.temperature}}})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one saying %q", err, tc.want)
+			}
+		})
 	}
 }

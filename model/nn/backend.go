@@ -75,8 +75,9 @@ type Backend interface {
 	Rope(x Tensor, r *tensor.Rope, pos []int32, heads int)
 
 	// Argmax writes to dst[r] the column of x's largest value in row r
-	// (the first on ties), so that greedy decoding moves
-	// token ids off the device, not logits.
+	// (the first on ties), or -1 when the row holds a NaN or an infinity
+	// (the forward pass broke), so that greedy decoding moves token ids
+	// off the device, not logits.
 	Argmax(dst []int32, x Tensor)
 
 	// Upload copies host values into dst (contiguous).

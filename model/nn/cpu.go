@@ -36,7 +36,14 @@ func (cpuBackend) NewArena() Arena { return &cpuArena{} }
 
 func (cpuBackend) Argmax(dst []int32, x Tensor) {
 	for r := range x.Rows {
-		dst[r] = int32(tensor.Argmax(row(x, r)))
+		v := row(x, r)
+		dst[r] = int32(tensor.Argmax(v))
+		for _, f := range v {
+			if f-f != 0 { // NaN or ±Inf
+				dst[r] = -1
+				break
+			}
+		}
 	}
 }
 

@@ -382,13 +382,22 @@ func (d *Decoder) Forward(ctx context.Context, s *State, rows []Row, logits []fl
 
 // Greedy is Forward for greedy decoding: it writes to ids, in row order,
 // the largest logit's token of each row that asks for logits, taken where
-// the model runs, so that only token ids leave the device.
+// the model runs, so that only token ids leave the device. A row holding a
+// NaN or an infinity is an error, as in the engine's own sampling.
 func (d *Decoder) Greedy(ctx context.Context, s *State, rows []Row, ids []int32) error {
 	nLogits, err := d.checkRows("forward", s, rows, len(ids))
 	if err != nil {
 		return err
 	}
-	return d.forward(ctx, s, rows, func(lg Tensor) { d.be.Argmax(ids[:nLogits], lg) })
+	if err := d.forward(ctx, s, rows, func(lg Tensor) { d.be.Argmax(ids[:nLogits], lg) }); err != nil {
+		return err
+	}
+	for k, id := range ids[:nLogits] {
+		if id < 0 {
+			return fmt.Errorf("row %d of logits holds a non-finite value: the forward pass broke", k)
+		}
+	}
+	return nil
 }
 
 // forward runs rows through the model and hands the logits of the rows

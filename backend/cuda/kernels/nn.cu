@@ -148,17 +148,21 @@ extern "C" __global__ void nn_gemv_bf16(float* __restrict__ y, int ys, const flo
 }
 
 // nn_argmax: dst[r] = the column of row r's largest value, the first on
-// ties, NaN skipped (0 when nothing compares). Grid: rows; 1024 threads.
+// ties, or -1 when the row holds a NaN or an infinity. Grid: rows; 1024
+// threads.
 extern "C" __global__ void nn_argmax(int* __restrict__ dst, const float* __restrict__ x, int xs, int cols)
 {
     const float* xr = x + (long long)blockIdx.x * xs;
     float best = __int_as_float(0xff800000);
     int at = 0x7fffffff;
+    int broken = 0;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
         const float v = xr[c];
+        broken |= !isfinite(v);
         if (v > best) // columns rise within a thread: the first stays on ties
             best = v, at = c;
     }
+    broken = __syncthreads_or(broken);
     for (int o = 16; o > 0; o >>= 1) {
         const float bv = __shfl_xor_sync(0xffffffffu, best, o);
         const int ba = __shfl_xor_sync(0xffffffffu, at, o);
@@ -182,7 +186,7 @@ extern "C" __global__ void nn_argmax(int* __restrict__ dst, const float* __restr
                 best = bv, at = ba;
         }
         if (lane == 0)
-            dst[blockIdx.x] = at == 0x7fffffff ? 0 : at;
+            dst[blockIdx.x] = broken ? -1 : at;
     }
 }
 

@@ -183,18 +183,30 @@ func (c *checker) embed(t *testing.T) {
 }
 
 func (c *checker) argmax(t *testing.T) {
-	rows, cols := 5, 5003
+	rows, cols := 8, 5003
 	v := c.normals(rows*cols, 1)
 	v[1*cols+17] = 9 // a tie: the first wins
 	v[1*cols+4000] = 9
 	v[2*cols+cols-1] = 9 // the last column
 	v[3*cols] = 9        // the first
+	// A broken row gives -1: a NaN, an infinity, a NaN beside the row's
+	// largest value.
+	v[5*cols+2500] = float32(math.NaN())
+	v[6*cols+cols-1] = float32(math.Inf(1))
+	v[7*cols+10] = 9
+	v[7*cols+11] = float32(math.NaN())
 	got := make([]int32, rows)
 	for i := range got {
 		got[i] = -7
 	}
 	c.be.Argmax(got, c.tensor(v, rows, cols))
 	for r := range rows {
+		if r >= 5 {
+			if got[r] != -1 {
+				t.Fatalf("argmax of row %d, which holds a non-finite value: %d, want -1", r, got[r])
+			}
+			continue
+		}
 		want := 0
 		for i, x := range v[r*cols : (r+1)*cols] {
 			if x > v[r*cols+want] {
