@@ -32,7 +32,7 @@ type NNBackend struct {
 	opt  NNOptions
 	err  error
 
-	gemv bool // one-row products by nn_gemv_bf16 (off only in the benchmark's cuBLAS baseline)
+	gemv *Function // the one-row bf16 product kernel; nil (only in the benchmark's baseline): cuBLAS
 
 	ring    Buffer // int32 row lists and float32 row weights, in stream order
 	ringOff int    // next free byte
@@ -59,7 +59,7 @@ type NNOptions struct {
 }
 
 type nnKernels struct {
-	embed, embedBF16, toBF16, gemvBF16, argmax, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary,
+	embed, embedBF16, toBF16, gemvBF16, gemvBF16U4, argmax, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary,
 	mulSigmoidRows, clampDelta, rope, kvAppend, kvMove, attend *Function
 }
 
@@ -75,7 +75,7 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 	default:
 		return nil, fmt.Errorf("cuda: product weights in %v are not supported (want bfloat16 or float32)", opt.Weights)
 	}
-	b := &NNBackend{ctx: ctx, d: d, opt: opt, gemv: true}
+	b := &NNBackend{ctx: ctx, d: d, opt: opt}
 	var err error
 	if b.s, err = d.NewStream(); err != nil {
 		return nil, err
@@ -92,6 +92,7 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 		b.Close()
 		return nil, err
 	}
+	b.gemv = b.fn.gemvBF16
 	if err = b.s.Defer(!opt.Eager); err != nil {
 		b.Close()
 		return nil, err
@@ -101,7 +102,7 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 		name string
 	}{
 		{&b.fn.embed, "nn_embed"}, {&b.fn.embedBF16, "nn_embed_bf16"}, {&b.fn.toBF16, "nn_to_bf16"},
-		{&b.fn.gemvBF16, "nn_gemv_bf16"}, {&b.fn.argmax, "nn_argmax"}, {&b.fn.rmsnorm, "nn_rmsnorm"}, {&b.fn.rows, "nn_rows"}, {&b.fn.bias, "nn_bias"},
+		{&b.fn.gemvBF16, "nn_gemv_bf16"}, {&b.fn.gemvBF16U4, "nn_gemv_bf16_u4"}, {&b.fn.argmax, "nn_argmax"}, {&b.fn.rmsnorm, "nn_rmsnorm"}, {&b.fn.rows, "nn_rows"}, {&b.fn.bias, "nn_bias"},
 		{&b.fn.gather, "nn_gather"}, {&b.fn.scatter, "nn_scatter"}, {&b.fn.axpyRows, "nn_axpy_rows"},
 		{&b.fn.unary, "nn_unary"}, {&b.fn.binary, "nn_binary"}, {&b.fn.mulSigmoidRows, "nn_mul_sigmoid_rows"},
 		{&b.fn.clampDelta, "nn_clamp_delta"}, {&b.fn.rope, "nn_rope"}, {&b.fn.kvAppend, "nn_kv_append"},
@@ -368,7 +369,7 @@ func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 		b.fail(b.blas.Gemm(&Gemm{M: x.Rows, N: w.Rows, K: w.Cols, A: dev(x), B: wdev(w), TransB: true,
 			LDA: x.Stride, LDC: y.Stride, C: dev(y), AB: Float32, CType: Float32, Alpha: 1}))
 		end()
-	case x.Rows == 1 && b.gemv && w.Cols%8 == 0:
+	case x.Rows == 1 && b.gemv != nil && w.Cols%8 == 0:
 		end := b.span(opGemv)
 		a := &b.args
 		a.Reset()
@@ -381,7 +382,7 @@ func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 		a.I32(int32(w.Rows))
 		a.I32(1) // rows
 		per := 4 * gemvWarps
-		b.launch(b.fn.gemvBF16, [3]uint32{uint32((w.Rows + per - 1) / per), 1, 1}, 32*gemvWarps)
+		b.launch(b.gemv, [3]uint32{uint32((w.Rows + per - 1) / per), 1, 1}, 32*gemvWarps)
 		end()
 	default:
 		end := b.span(opGemm)

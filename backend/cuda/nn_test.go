@@ -360,12 +360,15 @@ func BenchmarkNNMatMul(b *testing.B) {
 			rowsList = []int{1, 2, 64, 256}
 		}
 		for _, rows := range rowsList {
-			for _, path := range []string{"gemv", "cublas"} {
-				if path == "gemv" && rows > 1 {
+			for _, path := range []struct {
+				name string
+				fn   *Function
+			}{{"gemv", be.fn.gemvBF16}, {"gemv-u4", be.fn.gemvBF16U4}, {"cublas", nil}} {
+				if path.fn != nil && rows > 1 {
 					continue
 				}
-				b.Run(fmt.Sprintf("%s/rows=%d/%s", sh.name, rows, path), func(b *testing.B) {
-					be.gemv = path == "gemv"
+				b.Run(fmt.Sprintf("%s/rows=%d/%s", sh.name, rows, path.name), func(b *testing.B) {
+					be.gemv = path.fn
 					mem.Reset()
 					x, y := mem.Zeros(rows, sh.in), mem.Zeros(rows, sh.out)
 					tm, err := timer.Median(context.Background(), 50, func() error {

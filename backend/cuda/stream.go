@@ -234,15 +234,20 @@ func (s *Stream) Upload(dst Buffer, src []byte) error {
 
 // Event marks a point in a stream's work, for timing and cross-stream waits.
 type Event struct {
-	d *Device
-	h uintptr
-	t *tape // the tape it was last recorded on, until played
+	d      *Device
+	h      uintptr
+	t      *tape // the tape it was last recorded on, until played
+	timing bool  // records timestamps (NewEvent)
 }
 
 // NewEvent creates an event that records timestamps.
 func (d *Device) NewEvent() (*Event, error) {
 	const defaultFlags = 0 // CU_EVENT_DEFAULT: timing enabled, spin on sync
-	return d.newEvent(defaultFlags)
+	e, err := d.newEvent(defaultFlags)
+	if err == nil {
+		e.timing = true
+	}
+	return e, err
 }
 
 // NewSyncEvent creates an event without timestamps, for ordering streams

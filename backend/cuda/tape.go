@@ -92,7 +92,10 @@ type tape struct {
 	seen    map[uint64]bool // keys played once without a graph
 	clock   uint64
 	noGraph error // why capturing failed, after which tapes play op by op
-	stats   TapeStats
+	// timed: the tape records a timing event, which a graph would turn
+	// into an edge that records no time; such a tape plays op by op.
+	timed bool
+	stats TapeStats
 }
 
 // tapeGraph is a captured tape, keyed by its encoding.
@@ -223,6 +226,7 @@ func (t *tape) add(op tapeOp) {
 		}
 		t.key = append(t.key, b...)
 	case tapeRecord, tapeWait:
+		t.timed = t.timed || op.kind == tapeRecord && op.ev.timing
 		b = binary.LittleEndian.AppendUint64(b, uint64(op.ev.h))
 		t.key = append(t.key, b...)
 	case tapeGemm:
@@ -265,10 +269,11 @@ func (t *tape) play() (err error) {
 			t.stageDirty = true
 		}
 		t.ops, t.key, t.argData, t.argOff, t.stageOff = t.ops[:0], t.key[:0], t.argData[:0], t.argOff[:0], 0
+		t.timed = false
 		t.playing = false
 	}()
 	t.stats.Tapes++
-	if t.noGraph != nil || len(t.ops) < tapeMinGraph {
+	if t.noGraph != nil || t.timed || len(t.ops) < tapeMinGraph {
 		return t.run()
 	}
 	t.clock++

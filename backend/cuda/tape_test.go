@@ -43,7 +43,7 @@ func TestTape(t *testing.T) {
 	side, err := s.NewSide()
 	must(t, err)
 	t.Cleanup(func() { must(t, side.Close()) })
-	fork, join := mustEvent(t, d), mustEvent(t, d)
+	fork, join := syncEvent(t, d), syncEvent(t, d)
 	fn := kernel(t, d, "saxpy.cu", "saxpy_f32")
 	const n, k = 4099, 12
 	y, snap, z := alloc(t, d, 4*n), alloc(t, d, 4*n), alloc(t, d, 4*n)
@@ -135,5 +135,40 @@ func TestTape(t *testing.T) {
 			t.Fatalf("large upload, element %d: %v, want %v", i, back[i], bigHost[i])
 		}
 	}
+
+	// Timing events keep a tape out of graphs: a captured record is an
+	// edge, not a timestamp. The same pass, timed, plays op by op and the
+	// events measure it.
+	start, stop := mustEvent(t, d), mustEvent(t, d)
+	before = s.TapeStats()
+	for pass := range 3 {
+		host := make([][]float32, k)
+		for i := range host {
+			host[i] = randF32(rng, n)
+			for j, v := range host[i] {
+				want[j] += 0.5 * float64(v)
+			}
+		}
+		must(t, start.Record(s))
+		tapePass(t, s, side, fork, join, fn, y, snap, z, xs, host, n)
+		must(t, stop.Record(s))
+		must(t, stop.Synchronize())
+		el, err := stop.Since(start)
+		must(t, err)
+		if el <= 0 {
+			t.Fatalf("timed pass %d: the events measured %v", pass, el)
+		}
+		check(300 + pass)
+	}
+	if got := s.TapeStats(); got.Graphed != before.Graphed || got.Tapes != before.Tapes+3 {
+		t.Fatalf("timed passes: %+v after %+v, want three tapes played op by op", got, before)
+	}
 	must(t, s.Defer(false))
+}
+
+func syncEvent(t *testing.T, d *Device) *Event {
+	e, err := d.NewSyncEvent()
+	must(t, err)
+	t.Cleanup(func() { e.Close() })
+	return e
 }
