@@ -299,6 +299,32 @@ type batch struct {
 	rw     []float32
 }
 
+// gather returns the rows of src named by rows (negative: zeros) for a
+// wave's SSM inputs: for a one-row wave, a view of its row (no copy; the
+// one-row waves of a decode step at batch 1 or of a prompt run token by
+// token would otherwise pay a kernel per gather), else a gathered copy.
+// The caller may change the result in place: a wave's rows of src are
+// read by nothing else.
+func (b *batch) gather(src Tensor, rows []int32) Tensor {
+	if len(rows) == 1 && rows[0] >= 0 {
+		return src.Slice(int(rows[0]), int(rows[0])+1)
+	}
+	t := b.mem.Alloc(len(rows), src.Cols)
+	b.be.Gather(t, src, rows)
+	return t
+}
+
+// packed returns src if its rows follow each other in memory (the caches
+// take contiguous inputs), else a contiguous copy.
+func (b *batch) packed(src Tensor) Tensor {
+	if src.Contiguous() {
+		return src
+	}
+	t := b.mem.Alloc(src.Rows, src.Cols)
+	b.be.Copy(t, src)
+	return t
+}
+
 func (b *batch) plan(s *State, rows []Row) {
 	b.n = len(rows)
 	b.seq = b.seq[:0]

@@ -105,20 +105,14 @@ func (m *GDNMixer) inputs(b *batch, proj Tensor, rows []int32, conv func(cin, co
 	be := b.be
 	K, V, Hv := m.dims()
 	w, C := len(rows), 2*K+V
-	cin := b.mem.Alloc(w, C)
-	bs, as := b.mem.Alloc(w, Hv), b.mem.Alloc(w, Hv)
-	be.Gather(cin, proj.Columns(0, C), rows)
-	be.Gather(bs, proj.Columns(C+V, Hv), rows)
-	be.Gather(as, proj.Columns(C+V+Hv, Hv), rows)
+	cin := b.gather(proj.Columns(0, C), rows)
+	bs, as := b.gather(proj.Columns(C+V, Hv), rows), b.gather(proj.Columns(C+V+Hv, Hv), rows)
 	cout := b.mem.Alloc(w, C)
 	if err := conv(cin, cout); err != nil {
 		return replay.GDNBatch[Tensor]{}, err
 	}
 	be.SiLU(cout)
-	qs, ks, vs := b.mem.Alloc(w, K), b.mem.Alloc(w, K), b.mem.Alloc(w, V)
-	be.Copy(qs, cout.Columns(0, K))
-	be.Copy(ks, cout.Columns(K, K))
-	be.Copy(vs, cout.Columns(2*K, V))
+	qs, ks, vs := b.packed(cout.Columns(0, K)), b.packed(cout.Columns(K, K)), b.packed(cout.Columns(2*K, V))
 	return replay.GDNBatch[Tensor]{Q: qs, K: ks, V: vs, A: as, B: bs}, nil
 }
 

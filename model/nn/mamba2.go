@@ -115,9 +115,7 @@ func (m *Mamba2Mixer) inputs(b *batch, proj Tensor, rows []int32, verify bool, c
 	be := b.be
 	I, GN, H := m.dims()
 	w, C := len(rows), I+2*GN
-	cin, dt := b.mem.Alloc(w, C), b.mem.Alloc(w, H)
-	be.Gather(cin, proj.Columns(I, C), rows)
-	be.Gather(dt, proj.Columns(I+C, H), rows)
+	cin, dt := b.gather(proj.Columns(I, C), rows), b.gather(proj.Columns(I+C, H), rows)
 	if verify {
 		m.clamp(be, dt, false)
 	} else {
@@ -135,10 +133,7 @@ func (m *Mamba2Mixer) inputs(b *batch, proj Tensor, rows []int32, verify bool, c
 		return replay.Mamba2Batch[Tensor]{}, err
 	}
 	be.SiLU(cout)
-	xs, Bs, Cs := b.mem.Alloc(w, I), b.mem.Alloc(w, GN), b.mem.Alloc(w, GN)
-	be.Copy(xs, cout.Columns(0, I))
-	be.Copy(Bs, cout.Columns(I, GN))
-	be.Copy(Cs, cout.Columns(I+GN, GN))
+	xs, Bs, Cs := b.packed(cout.Columns(0, I)), b.packed(cout.Columns(I, GN)), b.packed(cout.Columns(I+GN, GN))
 	return replay.Mamba2Batch[Tensor]{X: xs, B: Bs, C: Cs, Dt: dt}, nil
 }
 
