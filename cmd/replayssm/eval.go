@@ -18,7 +18,10 @@ func runEval(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stderr, `Usage: replayssm eval <what> [flags]
 
 What:
-  perplexity   teacher-forced NLL and perplexity of a model over a text file`)
+  perplexity   teacher-forced NLL and perplexity of a model over a text file
+  drift        how far each state mode's next-token distributions drift from
+               the float32 recurrence's over one long text (KL, log-prob,
+               top-1 agreement by position), with a plot`)
 		if len(args) == 0 {
 			return errUsage
 		}
@@ -27,8 +30,34 @@ What:
 	switch args[0] {
 	case "perplexity":
 		return runEvalPerplexity(ctx, e, args[1:])
+	case "drift":
+		return runEvalDrift(ctx, e, args[1:])
 	}
-	return fmt.Errorf("%w: unknown evaluation %q (want perplexity)", errUsage, args[0])
+	return fmt.Errorf("%w: unknown evaluation %q (want perplexity or drift)", errUsage, args[0])
+}
+
+// readTokens returns the token ids to score: those of the file idsFile
+// names, or the tokenized text of the one positional FILE.
+func readTokens(dir string, tok *tokenizer.Tokenizer, vocab int, idsFile string, pos []string) ([]int, error) {
+	if idsFile != "" {
+		raw, err := os.ReadFile(idsFile)
+		if err != nil {
+			return nil, err
+		}
+		ids, err := parseIDs(string(raw), vocab)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", idsFile, err)
+		}
+		return ids, nil
+	}
+	if tok == nil {
+		return nil, fmt.Errorf("%s has no tokenizer.json: score token ids with --ids FILE", dir)
+	}
+	raw, err := os.ReadFile(pos[0])
+	if err != nil {
+		return nil, err
+	}
+	return tok.Encode(string(raw)), nil
 }
 
 func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
@@ -61,24 +90,9 @@ func runEvalPerplexity(ctx context.Context, e *env, args []string) error {
 	if *dir, name, d, tok, err = openModel(ctx, e, *dir, *device); err != nil {
 		return err
 	}
-	var ids []int
-	if *idsFile != "" {
-		raw, err := os.ReadFile(*idsFile)
-		if err != nil {
-			return err
-		}
-		if ids, err = parseIDs(string(raw), d.Vocab); err != nil {
-			return fmt.Errorf("%s: %w", *idsFile, err)
-		}
-	} else {
-		if tok == nil {
-			return fmt.Errorf("%s has no tokenizer.json: score token ids with --ids FILE", *dir)
-		}
-		raw, err := os.ReadFile(pos[0])
-		if err != nil {
-			return err
-		}
-		ids = tok.Encode(string(raw))
+	ids, err := readTokens(*dir, tok, d.Vocab, *idsFile, pos)
+	if err != nil {
+		return err
 	}
 	if *maxTokens > 0 && len(ids) > *maxTokens+1 {
 		ids = ids[:*maxTokens+1]

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -59,12 +61,70 @@ func TestGenerateErrors(t *testing.T) {
 		{[]string{"eval", "accuracy"}, 2, "unknown evaluation"},
 		{[]string{"eval", "perplexity", "--model", nemotronFixture}, 2, "FILE"},
 		{[]string{"eval", "perplexity", "--model", nemotronFixture, "text.txt"}, 1, "no tokenizer.json"},
+		{[]string{"eval", "drift", "--model", nemotronFixture}, 2, "FILE"},
+		{[]string{"eval", "drift", "--model", nemotronFixture, "--ids", "x", "--modes", "naive-fp8+nvfp4"}, 2, "no read copy"},
+		{[]string{"eval", "drift", "--model", nemotronFixture, "--ids", "x", "--modes", "fp12"}, 2, "fp12"},
+		{[]string{"eval", "drift", "--model", nemotronFixture, "--ids", "x", "--windows", "0"}, 2, "window"},
+		{[]string{"eval", "drift", "--model", nemotronFixture, "--ids", "x", "--chunk", "0"}, 2, "--chunk"},
 	}
 	for _, tt := range tests {
 		code, _, stderr := runCLI(tt.args...)
 		if code != tt.code || !strings.Contains(stderr, tt.inStderr) {
 			t.Errorf("replayssm %v: exit %d, stderr %q; want exit %d and %q", tt.args, code, stderr, tt.code, tt.inStderr)
 		}
+	}
+}
+
+// TestEvalDriftFixture runs eval drift on a fixture: a row per mode and
+// bucket in JSON, the naive nvfp4 state drifting more than an fp16
+// checkpoint, the baseline mode once although two windows were asked for,
+// and the plot written.
+func TestEvalDriftFixture(t *testing.T) {
+	dir := t.TempDir()
+	ids := filepath.Join(dir, "ids.txt")
+	var sb strings.Builder
+	for i := range 400 {
+		fmt.Fprintf(&sb, "%d ", (i*37+11)%60)
+	}
+	if err := os.WriteFile(ids, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plot := filepath.Join(dir, "drift.svg")
+	code, stdout, stderr := runCLI("eval", "drift", "--model", nemotronFixture, "--ids", ids, "--json", "--chunk", "100",
+		"--modes", "naive-nvfp4,fp16", "--windows", "4,8", "--plot", plot)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var got struct {
+		Model     string `json:"model"`
+		Positions int    `json:"positions"`
+		Ends      []int  `json:"bucket_ends"`
+		Series    []struct {
+			Mode    string `json:"mode"`
+			Window  int    `json:"window"`
+			Buckets []struct {
+				Positions int `json:"positions"`
+			} `json:"buckets"`
+			All struct {
+				MeanKL float64 `json:"mean_kl"`
+			} `json:"all"`
+		} `json:"series"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatalf("bad JSON %q: %v", stdout, err)
+	}
+	if got.Positions != 399 || len(got.Series) != 3 || !slices.Equal(got.Ends, []int{256, 399}) {
+		t.Fatalf("%d positions, %d series, bucket ends %v; want 399, 3 (naive once, fp16 at two windows), [256 399]", got.Positions, len(got.Series), got.Ends)
+	}
+	naive, fp16 := got.Series[0], got.Series[1]
+	if naive.Mode != "naive-nvfp4" || naive.Window != 0 || fp16.Mode != "fp16" || fp16.Window != 4 || got.Series[2].Window != 8 {
+		t.Errorf("series %+v", got.Series)
+	}
+	if !(naive.All.MeanKL > fp16.All.MeanKL) {
+		t.Errorf("mean KL naive-nvfp4 %g, fp16 %g: want the naive state to drift more", naive.All.MeanKL, fp16.All.MeanKL)
+	}
+	if svg, err := os.ReadFile(plot); err != nil || !strings.Contains(string(svg), "<svg") {
+		t.Errorf("plot: %v, %d bytes", err, len(svg))
 	}
 }
 
