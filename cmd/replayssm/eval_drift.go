@@ -69,7 +69,7 @@ func runEvalDrift(ctx context.Context, e *env, args []string) error {
 	if len(ids) < 2 {
 		return fmt.Errorf("%w: need at least two tokens", errUsage)
 	}
-	bar := newProgress(e.stderr, fmt.Sprintf("drift of %d modes", len(ms)))
+	bar := newCountProgress(e.stderr, fmt.Sprintf("positions, %d modes", len(ms)), 2048)
 	start := time.Now()
 	r, err := drift.Measure(ctx, d, ids, ms, *chunk, func(done, total int) { bar.update(int64(done), int64(total)) })
 	bar.done()

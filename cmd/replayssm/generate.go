@@ -176,29 +176,39 @@ func loadModel(w io.Writer, dir string) (*nn.Decoder, error) {
 	return d, err
 }
 
-// progress draws a loading bar (github.com/schollz/progressbar), shown only
-// for checkpoints above progressMin bytes so that small models load silently.
+// progress draws a bar of long work (github.com/schollz/progressbar): the
+// bytes of a checkpoint above progressMin (small models load silently), or
+// a count of items, from min up.
 type progress struct {
 	w     io.Writer
 	label string
+	bytes bool
+	min   int64
 	bar   *progressbar.ProgressBar
 }
 
 const progressMin = 256 << 20
 
+// newProgress is a loading bar in bytes.
 func newProgress(w io.Writer, label string) *progress {
-	return &progress{w: w, label: label}
+	return &progress{w: w, label: label, bytes: true, min: progressMin}
+}
+
+// newCountProgress is a bar of items (positions, tokens) shown from min on.
+func newCountProgress(w io.Writer, label string, min int64) *progress {
+	return &progress{w: w, label: label, min: min}
 }
 
 func (p *progress) update(done, total int64) {
-	if total < progressMin {
+	if total < p.min {
 		return
 	}
 	if p.bar == nil {
 		p.bar = progressbar.NewOptions64(total,
 			progressbar.OptionSetWriter(p.w),
 			progressbar.OptionSetDescription(p.label),
-			progressbar.OptionShowBytes(true),
+			progressbar.OptionShowBytes(p.bytes),
+			progressbar.OptionShowCount(),
 			progressbar.OptionSetWidth(30),
 			progressbar.OptionThrottle(100*time.Millisecond),
 			progressbar.OptionShowElapsedTimeOnFinish(),
