@@ -38,6 +38,15 @@ const tapeGraphs = 32
 // graph launch costs about as much as a few kernel launches.
 const tapeMinGraph = 16
 
+// tapeMaxGraph is the most operations a captured tape may hold: a long
+// prompt's token-by-token pass is not worth a graph's instantiation and
+// memory. tapeMaxOps bounds a tape's memory: a longer pass is played in
+// pieces of that many operations.
+const (
+	tapeMaxGraph = 1 << 14
+	tapeMaxOps   = 1 << 16
+)
+
 // Operation kinds on a tape.
 const (
 	tapeKernel = iota + 1
@@ -87,11 +96,12 @@ type tape struct {
 	stageDone  *Event
 	stageDirty bool
 
-	seed    maphash.Seed
-	graphs  map[uint64]*tapeGraph
-	seen    map[uint64]bool // keys played once without a graph
-	clock   uint64
-	noGraph error // why capturing failed, after which tapes play op by op
+	seed     maphash.Seed
+	graphs   map[uint64]*tapeGraph
+	seen     map[uint64]bool // keys played once without a graph
+	clock    uint64
+	noGraph  error // why capturing failed, after which tapes play op by op
+	deferred error // a piece's failure, reported when the tape next plays
 	// timed: the tape records a timing event, which a graph would turn
 	// into an edge that records no time; such a tape plays op by op.
 	timed bool
@@ -187,14 +197,23 @@ func (s *Stream) flush() error {
 	if s.primary != nil {
 		p = s.primary
 	}
-	if p.t == nil || len(p.t.ops) == 0 {
+	t := p.t
+	if t == nil {
 		return nil
 	}
-	return p.t.play()
+	var err error
+	if len(t.ops) > 0 {
+		err = t.play()
+	}
+	if t.deferred != nil {
+		err, t.deferred = errors.Join(t.deferred, err), nil
+	}
+	return err
 }
 
 // addKernel records a kernel launch.
 func (t *tape) addKernel(s *Stream, fn *Function, grid, block [3]uint32, smem uint32, a *Args) {
+	t.makeRoom()
 	op := tapeOp{kind: tapeKernel, s: s, fn: fn, grid: grid, block: block, smem: smem,
 		nargs: a.n, argSize: a.size, argsAt: len(t.argData), offAt: len(t.argOff)}
 	t.argData = append(t.argData, a.data[:a.size]...)
@@ -202,8 +221,19 @@ func (t *tape) addKernel(s *Stream, fn *Function, grid, block [3]uint32, smem ui
 	t.add(op)
 }
 
+// makeRoom plays a tape that holds tapeMaxOps operations, before anything
+// of the next operation (its arguments, its staged bytes) is recorded.
+func (t *tape) makeRoom() {
+	if len(t.ops) >= tapeMaxOps {
+		if err := t.play(); err != nil {
+			t.deferred = errors.Join(t.deferred, err)
+		}
+	}
+}
+
 // add records op and its identity.
 func (t *tape) add(op tapeOp) {
+	t.makeRoom()
 	var k [96]byte
 	b := k[:0]
 	b = append(b, op.kind)
@@ -242,6 +272,7 @@ func (t *tape) add(op tapeOp) {
 // or false when it does not fit (the caller plays the tape and uploads at
 // once).
 func (t *tape) stage(src []byte) (int, bool, error) {
+	t.makeRoom()
 	n := (len(src) + 15) &^ 15
 	if t.stageOff+n > tapeStagingBytes {
 		return 0, false, nil
@@ -273,7 +304,7 @@ func (t *tape) play() (err error) {
 		t.playing = false
 	}()
 	t.stats.Tapes++
-	if t.noGraph != nil || t.timed || len(t.ops) < tapeMinGraph {
+	if t.noGraph != nil || t.timed || len(t.ops) < tapeMinGraph || len(t.ops) > tapeMaxGraph {
 		return t.run()
 	}
 	t.clock++

@@ -163,6 +163,36 @@ func TestTape(t *testing.T) {
 	if got := s.TapeStats(); got.Graphed != before.Graphed || got.Tapes != before.Tapes+3 {
 		t.Fatalf("timed passes: %+v after %+v, want three tapes played op by op", got, before)
 	}
+
+	// A pass longer than a tape holds plays in pieces, in order: 70,000
+	// increments of one, exact in float32.
+	before = s.TapeStats()
+	const m, steps = 256, tapeMaxOps + 4464
+	ones, acc := alloc(t, d, 4*m), alloc(t, d, 4*m)
+	must(t, d.Memset32(acc, 0))
+	one := make([]float32, m)
+	for i := range one {
+		one[i] = 1
+	}
+	must(t, s.Upload(ones, f32Bytes(one)))
+	var a Args
+	a.Ptr(acc)
+	a.Ptr(ones)
+	a.F32(1)
+	a.U64(m)
+	for range steps - 1 {
+		must(t, d.Launch(fn, [3]uint32{1, 1, 1}, [3]uint32{256, 1, 1}, 0, s, &a))
+	}
+	got := make([]float32, m)
+	must(t, s.CopyFromDevice(f32Bytes(got), acc))
+	for i, v := range got {
+		if v != steps-1 {
+			t.Fatalf("long pass, element %d: %v, want %d", i, v, steps-1)
+		}
+	}
+	if st := s.TapeStats(); st.Tapes != before.Tapes+2 || st.Graphed != before.Graphed {
+		t.Fatalf("a pass of %d operations: %+v after %+v, want two pieces played op by op", steps, st, before)
+	}
 	must(t, s.Defer(false))
 }
 
