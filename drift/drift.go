@@ -160,6 +160,10 @@ func Measure(ctx context.Context, d *nn.Decoder, ids []int, modes []Mode, chunk 
 			return nil, err
 		}
 	}
+	// On the CPU the states run side by side: a long prompt runs token by
+	// token through each SSM cache, which a single sequence cannot spread
+	// over the cores. A GPU backend takes one pass at a time.
+	concurrent := d.Backend() == nn.CPU()
 	series := make([]Series, len(modes))
 	for i, m := range modes {
 		series[i] = Series{Mode: m.Name, Window: m.Options.Window, KL: make([]float32, n), DLogP: make([]float32, n), top1: make([]bool, n)}
@@ -168,15 +172,30 @@ func Measure(ctx context.Context, d *nn.Decoder, ids []int, modes []Mode, chunk 
 	logits := make([][]float32, len(opts))
 	for lo := 0; lo < n; lo += chunk {
 		hi := min(lo+chunk, n)
-		for i := range opts {
+		errs := make([]error, len(opts))
+		forward := func(i int) {
 			rows := make([]nn.Row, hi-lo)
 			for p := lo; p < hi; p++ {
 				rows[p-lo] = nn.Row{Seq: seqs[i], Token: ids[p], Logits: true}
 			}
 			logits[i] = slices.Grow(logits[i][:0], len(rows)*V)[:len(rows)*V]
 			if err := d.Forward(ctx, states[i], rows, logits[i]); err != nil {
-				return nil, fmt.Errorf("drift: %s at position %d: %w", name(modes, i), lo, err)
+				errs[i] = fmt.Errorf("drift: %s at position %d: %w", name(modes, i), lo, err)
 			}
+		}
+		if concurrent {
+			var wg sync.WaitGroup
+			for i := range opts {
+				wg.Go(func() { forward(i) })
+			}
+			wg.Wait()
+		} else {
+			for i := range opts {
+				forward(i)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
 		}
 		if err := compare(logits, V, ids, lo, hi, series); err != nil {
 			return nil, err
