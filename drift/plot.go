@@ -68,8 +68,11 @@ func Plot(r *Result, title, path string) error {
 	p.Y.Label.Text = "mean KL(reference ‖ mode), nats"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = powerTicks{}, powerTicks{}
-	p.Legend.Top = true
-	p.Legend.Left = true
+	// Bottom right: the lines rise from the left, and at long positions
+	// even the closest modes stay above the legend's corner.
+	p.Legend.Top, p.Legend.Left = false, false
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	p.Legend.Padding = vg.Points(1)
 	p.Add(plotter.NewGrid())
 	drawn := 0
 	for i, s := range r.Series {
@@ -101,5 +104,5 @@ func Plot(r *Result, title, path string) error {
 	if drawn == 0 {
 		return fmt.Errorf("drift: no mode differs from the reference: nothing to plot on a log scale")
 	}
-	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+	return p.Save(7*vg.Inch, 5*vg.Inch, path)
 }

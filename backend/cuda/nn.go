@@ -34,9 +34,9 @@ type NNBackend struct {
 
 	gemv *Function // the one-row bf16 product kernel; nil (only in the benchmark's baseline): cuBLAS
 
-	ring    Buffer // int32 row lists and float32 row weights, in stream order
-	ringOff int    // next free byte
-	lists   map[listKey]listEntry
+	ring    Buffer            // int32 row lists and float32 row weights, in stream order
+	ringOff int               // next free byte
+	lists   map[string]Buffer // the ring's lists by their contents
 
 	weights     []Buffer
 	weightBytes int64
@@ -59,7 +59,7 @@ type NNOptions struct {
 }
 
 type nnKernels struct {
-	embed, embedBF16, toBF16, gemvBF16, gemvBF16U4, argmax, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary,
+	embed, embedBF16, toBF16, gemvBF16, argmax, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary,
 	mulSigmoidRows, clampDelta, rope, kvAppend, kvMove, attend *Function
 }
 
@@ -92,17 +92,12 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 		b.Close()
 		return nil, err
 	}
-	b.gemv = b.fn.gemvBF16
-	if err = b.s.Defer(!opt.Eager); err != nil {
-		b.Close()
-		return nil, err
-	}
 	for _, k := range []struct {
 		f    **Function
 		name string
 	}{
 		{&b.fn.embed, "nn_embed"}, {&b.fn.embedBF16, "nn_embed_bf16"}, {&b.fn.toBF16, "nn_to_bf16"},
-		{&b.fn.gemvBF16, "nn_gemv_bf16"}, {&b.fn.gemvBF16U4, "nn_gemv_bf16_u4"}, {&b.fn.argmax, "nn_argmax"}, {&b.fn.rmsnorm, "nn_rmsnorm"}, {&b.fn.rows, "nn_rows"}, {&b.fn.bias, "nn_bias"},
+		{&b.fn.gemvBF16, "nn_gemv_bf16"}, {&b.fn.argmax, "nn_argmax"}, {&b.fn.rmsnorm, "nn_rmsnorm"}, {&b.fn.rows, "nn_rows"}, {&b.fn.bias, "nn_bias"},
 		{&b.fn.gather, "nn_gather"}, {&b.fn.scatter, "nn_scatter"}, {&b.fn.axpyRows, "nn_axpy_rows"},
 		{&b.fn.unary, "nn_unary"}, {&b.fn.binary, "nn_binary"}, {&b.fn.mulSigmoidRows, "nn_mul_sigmoid_rows"},
 		{&b.fn.clampDelta, "nn_clamp_delta"}, {&b.fn.rope, "nn_rope"}, {&b.fn.kvAppend, "nn_kv_append"},
@@ -112,6 +107,11 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 			b.Close()
 			return nil, err
 		}
+	}
+	b.gemv = b.fn.gemvBF16
+	if err = b.s.Defer(!opt.Eager); err != nil {
+		b.Close()
+		return nil, err
 	}
 	return b, nil
 }
@@ -248,15 +248,17 @@ func encodeBF16(dst []uint16, src []float32) {
 }
 
 // list puts a host row list (or row weights) in the ring and returns its
-// device copy, queued on the stream. A list already uploaded since the
-// arena's Reset with the same memory and contents (a pass's positions and
-// sequences, read by every layer) is not uploaded again.
+// device copy, queued on the stream. A list with the same contents as one
+// already uploaded since the arena's Reset (a pass's positions and
+// sequences, read by every layer) is not uploaded again. The contents, not
+// the host address, decide: an address the garbage collector reuses would
+// otherwise change a pass's uploads from one decode step to the next, and
+// with them the graph the step is replayed from.
 func (b *NNBackend) list(p unsafe.Pointer, n int) Buffer {
 	bytes := 4 * n
 	src := unsafe.Slice((*byte)(p), bytes)
-	key := listKey{p: p, n: n}
-	if e, ok := b.lists[key]; ok && string(e.host) == string(src) {
-		return e.dev
+	if dev, ok := b.lists[string(src)]; ok {
+		return dev
 	}
 	if bytes > nnRingBytes {
 		b.fail(fmt.Errorf("a row list of %d entries exceeds the index ring", n))
@@ -272,23 +274,11 @@ func (b *NNBackend) list(p unsafe.Pointer, n int) Buffer {
 		b.fail(b.s.Upload(dst, src))
 	}
 	if b.lists == nil {
-		b.lists = make(map[listKey]listEntry)
+		b.lists = make(map[string]Buffer)
 	}
-	b.lists[key] = listEntry{host: append(b.lists[key].host[:0], src...), dev: dst}
+	b.lists[string(src)] = dst
 	return dst
 }
-
-// listKey and listEntry remember the row lists in the ring.
-type (
-	listKey struct {
-		p unsafe.Pointer
-		n int
-	}
-	listEntry struct {
-		host []byte // the contents uploaded
-		dev  Buffer
-	}
-)
 
 // resetLists starts a new pass of the ring.
 func (b *NNBackend) resetLists() {

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -363,7 +364,7 @@ func BenchmarkNNMatMul(b *testing.B) {
 			for _, path := range []struct {
 				name string
 				fn   *Function
-			}{{"gemv", be.fn.gemvBF16}, {"gemv-u4", be.fn.gemvBF16U4}, {"cublas", nil}} {
+			}{{"gemv", be.fn.gemvBF16}, {"cublas", nil}} {
 				if path.fn != nil && rows > 1 {
 					continue
 				}
@@ -562,4 +563,65 @@ func relDiff(got, want []float32) float64 {
 		den += float64(want[i]) * float64(want[i])
 	}
 	return math.Sqrt(num / den)
+}
+
+// TestNNEngineGraphs generates greedily at batch 1 and 3 through the engine
+// on the shipped models, as bench decode does, and requires that the decode
+// steps run as graphs: a pass whose operations change from one step to the
+// next (an address, an argument) would play op by op every time. A miss
+// names the first operation that differs from the last missed pass of the
+// same length.
+func TestNNEngineGraphs(t *testing.T) {
+	be := nnBackend(t, BFloat16)
+	tp := be.s.t
+	var prevKey []byte
+	var prevOps []int
+	var prevNames []string
+	tp.missed = func(tp *tape) {
+		names := make([]string, len(tp.ops))
+		for i, op := range tp.ops {
+			names[i] = fmt.Sprint(op.kind)
+			if op.fn != nil {
+				names[i] = op.fn.name
+			}
+		}
+		if len(tp.ops) == len(prevNames) {
+			for i := range tp.opKey {
+				end, pend := len(tp.key), len(prevKey)
+				if i+1 < len(tp.opKey) {
+					end, pend = tp.opKey[i+1], prevOps[i+1]
+				}
+				if !bytes.Equal(tp.key[tp.opKey[i]:end], prevKey[prevOps[i]:pend]) {
+					t.Logf("a pass of %d operations differs from the last first at operation %d (%s)", len(tp.ops), i, names[i])
+					break
+				}
+			}
+		}
+		prevKey, prevOps, prevNames = bytes.Clone(tp.key), slices.Clone(tp.opKey), names
+	}
+	defer func() { tp.missed = nil }()
+	for _, dir := range []string{"../../models/qwen35-kjv", "../../models/nemotronh-kjv"} {
+		d := loadOn(t, dir, be)
+		for _, B := range []int{1, 3} {
+			eng, err := engine.New(d, B, replay.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs := make([]engine.Request, B)
+			for i := range reqs {
+				reqs[i] = engine.Request{Prompt: []int{5 + i, 17, 33, 2, 9}, MaxTokens: 40}
+			}
+			before := be.Graphs()
+			if _, _, err := eng.Generate(context.Background(), reqs); err != nil {
+				t.Fatal(err)
+			}
+			eng.Close()
+			after := be.Graphs()
+			tapes, graphed := after.Tapes-before.Tapes, after.Graphed-before.Graphed
+			t.Logf("%s batch %d: %d of %d passes as graphs", filepath.Base(dir), B, graphed, tapes)
+			if graphed < tapes-4 {
+				t.Errorf("%s batch %d: %d of %d passes ran as graphs, want all but the prefill and the first two steps", filepath.Base(dir), B, graphed, tapes)
+			}
+		}
+	}
 }

@@ -81,11 +81,15 @@ type tapeOp struct {
 // tape is a deferred stream's recording and its graphs; side streams
 // (Stream.NewSide) record into their primary's tape.
 type tape struct {
-	s        *Stream // the primary stream
-	on       bool
-	playing  bool // operations run at once while the tape plays
-	ops      []tapeOp
-	key      []byte // the encoding of ops, compared and hashed
+	s       *Stream // the primary stream
+	on      bool
+	playing bool // operations run at once while the tape plays
+	ops     []tapeOp
+	key     []byte // the encoding of ops, compared and hashed
+	opKey   []int  // where each op's encoding starts in key
+	// missed, when set (tests), sees each tape played op by op for want
+	// of a graph, to find what differs between passes that should repeat.
+	missed   func(t *tape)
 	argData  []byte
 	argOff   []uint16
 	a        Args    // a kernel's arguments while the tape plays
@@ -234,6 +238,7 @@ func (t *tape) makeRoom() {
 // add records op and its identity.
 func (t *tape) add(op tapeOp) {
 	t.makeRoom()
+	t.opKey = append(t.opKey, len(t.key))
 	var k [96]byte
 	b := k[:0]
 	b = append(b, op.kind)
@@ -299,7 +304,7 @@ func (t *tape) play() (err error) {
 			err = errors.Join(err, t.stageDone.Record(t.s))
 			t.stageDirty = true
 		}
-		t.ops, t.key, t.argData, t.argOff, t.stageOff = t.ops[:0], t.key[:0], t.argData[:0], t.argOff[:0], 0
+		t.ops, t.key, t.opKey, t.argData, t.argOff, t.stageOff = t.ops[:0], t.key[:0], t.opKey[:0], t.argData[:0], t.argOff[:0], 0
 		t.timed = false
 		t.playing = false
 	}()
@@ -319,6 +324,9 @@ func (t *tape) play() (err error) {
 			clear(t.seen)
 		}
 		t.seen[h] = true
+		if t.missed != nil {
+			t.missed(t)
+		}
 		return t.run()
 	}
 	x, err := t.capture()

@@ -84,9 +84,8 @@ extern "C" __global__ void nn_to_bf16(unsigned short* __restrict__ dst, const fl
 // ceil(N / (GEMV_ROWS·warps)).
 #define GEMV_ROWS 4
 #define GEMV_MAX_M 8
-template <int UNROLL>
-__device__ __forceinline__ void gemv_bf16(float* __restrict__ y, int ys, const float* __restrict__ x, int xs,
-                                          const unsigned short* __restrict__ W, int K, int N, int M)
+extern "C" __global__ void nn_gemv_bf16(float* __restrict__ y, int ys, const float* __restrict__ x, int xs,
+                                        const unsigned short* __restrict__ W, int K, int N, int M)
 {
     const int lane = threadIdx.x & 31;
     const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * GEMV_ROWS;
@@ -103,7 +102,7 @@ __device__ __forceinline__ void gemv_bf16(float* __restrict__ y, int ys, const f
     for (int j = 0; j < GEMV_ROWS; j++)
         w[j] = (const uint4*)(W + (long long)min(n0 + j, N - 1) * K);
     const int K8 = K >> 3;
-#pragma unroll UNROLL
+#pragma unroll 2
     for (int k8 = lane; k8 < K8; k8 += 32) {
         uint4 p[GEMV_ROWS];
 #pragma unroll
@@ -146,20 +145,6 @@ __device__ __forceinline__ void gemv_bf16(float* __restrict__ y, int ys, const f
             }
         }
     }
-}
-
-extern "C" __global__ void nn_gemv_bf16(float* __restrict__ y, int ys, const float* __restrict__ x, int xs,
-                                        const unsigned short* __restrict__ W, int K, int N, int M)
-{
-    gemv_bf16<2>(y, ys, x, xs, W, K, N, M);
-}
-
-// nn_gemv_bf16_u4 is nn_gemv_bf16 with twice the weight loads in flight
-// per lane (BenchmarkNNMatMul compares the two).
-extern "C" __global__ void nn_gemv_bf16_u4(float* __restrict__ y, int ys, const float* __restrict__ x, int xs,
-                                           const unsigned short* __restrict__ W, int K, int N, int M)
-{
-    gemv_bf16<4>(y, ys, x, xs, W, K, N, M);
 }
 
 // nn_argmax: dst[r] = the column of row r's largest value, the first on
