@@ -262,9 +262,9 @@ func compare(logits [][]float32, V int, ids []int, lo, hi int, series []Series) 
 	return errors.Join(errs...)
 }
 
-// logSoftmax writes log p of logits x to lr in float64 and returns the
-// log-sum-exp and the most likely token (the first on ties).
-func logSoftmax(lr []float64, x []float32) (float64, int) {
+// logSumExp returns the log-sum-exp of logits x in float64 and the most
+// likely token (the first on ties).
+func logSumExp(x []float32) (float64, int) {
 	top := 0
 	for i, v := range x {
 		if v > x[top] {
@@ -276,7 +276,13 @@ func logSoftmax(lr []float64, x []float32) (float64, int) {
 	for _, v := range x {
 		sum += math.Exp(float64(v) - mx)
 	}
-	lse := mx + math.Log(sum)
+	return mx + math.Log(sum), top
+}
+
+// logSoftmax writes log p of logits x to lr in float64 and returns the
+// log-sum-exp and the most likely token.
+func logSoftmax(lr []float64, x []float32) (float64, int) {
+	lse, top := logSumExp(x)
 	for i, v := range x {
 		lr[i] = float64(v) - lse
 	}
@@ -286,17 +292,7 @@ func logSoftmax(lr []float64, x []float32) (float64, int) {
 // against returns KL(p_ref ‖ p_m) for the reference's log-probabilities lr
 // and a mode's logits m, the next token's |Δ log p|, and m's top token.
 func against(lr []float64, m []float32, next int) (kl, dlogp float64, top int, err error) {
-	for i, v := range m {
-		if v > m[top] {
-			top = i
-		}
-	}
-	mx := float64(m[top])
-	var sum float64
-	for _, v := range m {
-		sum += math.Exp(float64(v) - mx)
-	}
-	lse := mx + math.Log(sum)
+	lse, top := logSumExp(m)
 	if math.IsNaN(lse) || math.IsInf(lse, 0) {
 		return 0, 0, 0, errors.New("logits are not finite")
 	}
