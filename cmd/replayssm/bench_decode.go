@@ -60,9 +60,12 @@ type decodeRow struct {
 	// RestMsPerStep is MsPerStep less it. GPU only.
 	SSMMsPerStep  float64 `json:"ssm_ms_per_step,omitempty"`
 	RestMsPerStep float64 `json:"rest_ms_per_step,omitempty"`
-	// Ops splits one decode step's device time by operation (the same
-	// event-timed run); IdleMsPerStep is MsPerStep less their sum: the time
-	// the device waits for the host to queue work. GPU only.
+	// Ops splits one decode step's device time by operation, from events
+	// around each operation in a separate run that queues every kernel at
+	// once (no graphs); an operation's time then includes any wait for the
+	// host to queue its kernel, so where the host is behind the sum exceeds
+	// the step. IdleMsPerStep is MsPerStep less their sum, when positive:
+	// device time no operation accounts for. GPU only.
 	Ops           []opShare `json:"ops,omitempty"`
 	IdleMsPerStep float64   `json:"idle_ms_per_step,omitempty"`
 	// GraphFrac is the share of the backend's passes (prefill and decode)
