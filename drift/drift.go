@@ -153,7 +153,7 @@ func Measure(ctx context.Context, d *nn.Decoder, ids []int, modes []Mode, chunk 
 	for i, opt := range opts {
 		st, err := d.NewState(1, opt)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("drift: %s: %w", name(modes, i), err)
 		}
 		states[i] = st
 		if seqs[i], err = st.Admit(); err != nil {

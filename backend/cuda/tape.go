@@ -416,6 +416,8 @@ func (t *tape) close() error {
 	if len(t.ops) > 0 {
 		errs = append(errs, t.play())
 	}
+	// The played copies may still read the staging memory.
+	errs = append(errs, t.s.Synchronize())
 	for _, g := range t.graphs {
 		errs = append(errs, g.exec.Close())
 	}
