@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/replayssm/replayssm/backend/cuda"
 	"github.com/replayssm/replayssm/drift"
 	"github.com/replayssm/replayssm/models"
 	"github.com/replayssm/replayssm/replay"
@@ -58,6 +59,21 @@ func runEvalDrift(ctx context.Context, e *env, args []string) error {
 	modelDir, name, d, tok, err := openModel(ctx, e, *dir, *device)
 	if err != nil {
 		return err
+	}
+	if _, ok := d.Backend().(*cuda.NNBackend); ok {
+		// The GPU caches take fewer formats (no naive nvfp4 state, no
+		// stochastic rounding): say which modes are left out.
+		kept := ms[:0]
+		for _, m := range ms {
+			if _, err := m.Options.Check("", cuda.Capabilities()); err != nil {
+				fmt.Fprintf(e.stderr, "skipping %s on the GPU: %v\n", m.Name, err)
+				continue
+			}
+			kept = append(kept, m)
+		}
+		if ms = kept; len(ms) == 0 {
+			return fmt.Errorf("%w: no mode of --modes runs on the GPU", errUsage)
+		}
 	}
 	ids, err := readTokens(modelDir, tok, d.Vocab, *idsFile, pos)
 	if err != nil {
