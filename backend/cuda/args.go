@@ -49,6 +49,9 @@ func (a *Args) slot(size, align int) []byte {
 		a.err = errArgsFull
 		return nil
 	}
+	// Padding is zeroed: a deferred stream compares argument bytes, and
+	// stale bytes of an earlier launch there would tell equal launches apart.
+	clear(a.data[a.size:off])
 	a.off[a.n] = uint16(off)
 	a.n++
 	a.size = off + size

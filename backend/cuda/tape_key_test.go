@@ -85,4 +85,17 @@ func TestTapeKey(t *testing.T) {
 	if bytes.Equal(key([]rec{kernel(s, fn, g1, b1, 0, &a1)}), key([]rec{kernel(s, fn, g1, b1, 0, &a2)})) {
 		t.Error("arguments of another layout gave the same key")
 	}
+	// Padding between arguments holds no stale bytes of an earlier launch:
+	// the same arguments give the same key whatever the Args held before.
+	var used, fresh Args
+	used.U64(^uint64(0))
+	used.U64(^uint64(0))
+	used.Reset()
+	for _, a := range []*Args{&used, &fresh} {
+		a.I32(7)
+		a.U64(9)
+	}
+	if !bytes.Equal(key([]rec{kernel(s, fn, g1, b1, 0, &used)}), key([]rec{kernel(s, fn, g1, b1, 0, &fresh)})) {
+		t.Error("stale padding bytes changed the key of the same arguments")
+	}
 }
