@@ -487,7 +487,9 @@ func decodePrinter(e *env, asJSON, profile bool) func(decodeRow) error {
 }
 
 // printOps prints a row's step by operation, the costliest first: device
-// milliseconds and calls per step, then the device's idle time.
+// milliseconds and calls per step, then the device time no operation
+// accounts for; when the parts add to more than the step, the host was
+// behind and its waits are inside them.
 func printOps(e *env, r decodeRow) error {
 	ops := slices.Clone(r.Ops)
 	slices.SortStableFunc(ops, func(a, b opShare) int { return cmp.Compare(b.MsPerStep, a.MsPerStep) })
@@ -496,7 +498,12 @@ func printOps(e *env, r decodeRow) error {
 	for _, o := range ops {
 		fmt.Fprintf(&sb, " %s %.3f ms ×%.0f ·", o.Op, o.MsPerStep, o.CallsPerStep)
 	}
-	fmt.Fprintf(&sb, " idle %.3f ms\n", r.IdleMsPerStep)
+	if r.IdleMsPerStep > 0 {
+		fmt.Fprintf(&sb, " idle %.3f ms", r.IdleMsPerStep)
+	} else {
+		sb.WriteString(" (each part includes waits for the host)")
+	}
+	sb.WriteString("\n")
 	_, err := io.WriteString(e.stdout, sb.String())
 	return err
 }
