@@ -191,3 +191,43 @@ func TestMeasure(t *testing.T) {
 		t.Errorf("the plot is not a PNG (%d bytes)", len(png))
 	}
 }
+
+// TestCurve checks the plot's binning against a direct computation: every
+// position in exactly one bin, bin means of a known ramp, centres rising,
+// and bins of zero KL left out.
+func TestCurve(t *testing.T) {
+	const n = 1000
+	s := Series{KL: make([]float32, n)}
+	for i := range s.KL {
+		s.KL[i] = float32(i + 1) // position p has KL p
+	}
+	pos, kl := Curve(s)
+	lo := 0
+	for k := range pos {
+		// A bin [lo, hi) of the ramp has mean (lo+1+hi)/2: recover hi.
+		hi := int(math.Round(2*kl[k])) - lo - 1
+		if hi <= lo || hi > n {
+			t.Fatalf("bin %d: mean %v does not fit positions from %d", k, kl[k], lo+1)
+		}
+		if c := math.Sqrt(float64(lo+1) * float64(hi)); math.Abs(pos[k]-c) > 1e-9 {
+			t.Errorf("bin %d: centre %v, want %v", k, pos[k], c)
+		}
+		if k > 0 && !(pos[k] > pos[k-1]) {
+			t.Errorf("bin %d: centre %v after %v", k, pos[k], pos[k-1])
+		}
+		lo = hi
+	}
+	if lo != n {
+		t.Errorf("the bins cover positions 1..%d, want 1..%d", lo, n)
+	}
+	if want := 4 * math.Log2(n); float64(len(pos)) > want+1 {
+		t.Errorf("%d bins for %d positions, want about %.0f (four an octave)", len(pos), n, want)
+	}
+	zero := Series{KL: make([]float32, n)}
+	if p, _ := Curve(zero); len(p) != 0 {
+		t.Errorf("KL of zero gave %d points; a log axis cannot show them", len(p))
+	}
+	if err := Plot(&Result{Series: []Series{zero}}, "", filepath.Join(t.TempDir(), "x.png")); err == nil {
+		t.Error("a plot of nothing but zeros: no error")
+	}
+}
