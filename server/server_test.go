@@ -767,6 +767,18 @@ func TestJSONSchema(t *testing.T) {
 	}
 }
 
+// toolAnswer is a chat answer whose choices may call tools.
+type toolAnswer struct {
+	Choices []struct {
+		FinishReason string `json:"finish_reason"`
+		Message      struct {
+			Content   *string        `json:"content"`
+			ToolCalls []toolCallJSON `json:"tool_calls"`
+		} `json:"message"`
+	} `json:"choices"`
+	Usage usage `json:"usage"`
+}
+
 // TestToolCalls requires a tool call, by name and among several tools:
 // each choice that ends is a call of an offered function, answered as
 // OpenAI's tool_calls (arguments a JSON string following the function's
@@ -775,19 +787,10 @@ func TestJSONSchema(t *testing.T) {
 func TestToolCalls(t *testing.T) {
 	f := newFixture(t, Config{MaxBatch: 4})
 	tools := `[{"type":"function","function":{"name":"verse","description":"look up a verse","parameters":{"type":"object","properties":{"book":{"type":"string","enum":["Genesis","Exodus"]},"chapter":{"type":"integer"}},"required":["book","chapter"],"additionalProperties":false}}},{"type":"function","function":{"name":"pray","parameters":{"type":"object"}}}]`
-	type answer struct {
-		Choices []struct {
-			FinishReason string `json:"finish_reason"`
-			Message      struct {
-				Content   *string        `json:"content"`
-				ToolCalls []toolCallJSON `json:"tool_calls"`
-			} `json:"message"`
-		} `json:"choices"`
-	}
 	calls := 0
 	for _, choice := range []string{`{"type":"function","function":{"name":"verse"}}`, `"required"`} {
 		for seed := range 3 {
-			var a answer
+			var a toolAnswer
 			f.post(t, "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":"Find the verse."}],"tools":%s,"tool_choice":%s,"max_tokens":120,"temperature":1,"seed":%d,"n":2}`, tools, choice, seed), &a)
 			for _, ch := range a.Choices {
 				if ch.FinishReason == "length" {
@@ -843,7 +846,7 @@ func TestToolCalls(t *testing.T) {
 	if streamed == 0 {
 		t.Error("no streamed call finished")
 	}
-	var a answer
+	var a toolAnswer
 	f.post(t, "/v1/chat/completions", fmt.Sprintf(`{"messages":[{"role":"user","content":"Find it."},{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function","function":{"name":"verse","arguments":{"book":"Genesis","chapter":1}}}]},{"role":"tool","tool_call_id":"call_1","content":"In the beginning God created the heaven and the earth."}],"tools":%s,"tool_choice":"none","max_tokens":6,"temperature":0}`, tools), &a)
 	if len(a.Choices) != 1 || a.Choices[0].Message.Content == nil || a.Choices[0].Message.ToolCalls != nil {
 		t.Errorf("tool_choice none: %+v", a)
@@ -895,16 +898,7 @@ func TestToolChoiceAuto(t *testing.T) {
 	}
 	f := newFixture(t, Config{Template: tmpl})
 	tools := `[{"type":"function","function":{"name":"verse","parameters":{"type":"object","properties":{"book":{"type":"string"}}}}}]`
-	var with, without struct {
-		Choices []struct {
-			FinishReason string `json:"finish_reason"`
-			Message      struct {
-				Content   *string        `json:"content"`
-				ToolCalls []toolCallJSON `json:"tool_calls"`
-			} `json:"message"`
-		} `json:"choices"`
-		Usage usage `json:"usage"`
-	}
+	var with, without toolAnswer
 	f.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Who was Moses?"}],"tools":`+tools+`,"max_tokens":8,"temperature":0}`, &with)
 	f.post(t, "/v1/chat/completions", `{"messages":[{"role":"user","content":"Who was Moses?"}],"max_tokens":8,"temperature":0}`, &without)
 	ch := with.Choices[0]
