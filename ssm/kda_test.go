@@ -11,13 +11,7 @@ import (
 func TestKDAGateOfOne(t *testing.T) {
 	sh := GDNShape{KeyHeads: 1, ValueHeads: 2, KeyDim: 4, ValueDim: 3}
 	rng := rand.New(rand.NewPCG(1, 2))
-	n := func(k int) []float64 {
-		v := make([]float64, k)
-		for i := range v {
-			v[i] = rng.NormFloat64()
-		}
-		return v
-	}
+	n := func(k int) []float64 { return normals(rng, k) }
 	s1, q, k, v := n(2*4*3), n(4), n(4), n(2*3)
 	s2 := append([]float64(nil), s1...)
 	beta := []float64{0.3, 0.8}
@@ -47,13 +41,7 @@ func TestKDAReplayMatchesRecurrence(t *testing.T) {
 	const dk, dv = 6, 5
 	sh := GDNShape{KeyHeads: 1, ValueHeads: 1, KeyDim: dk, ValueDim: dv}
 	rng := rand.New(rand.NewPCG(3, 4))
-	n := func(k int) []float64 {
-		v := make([]float64, k)
-		for i := range v {
-			v[i] = rng.NormFloat64()
-		}
-		return v
-	}
+	n := func(k int) []float64 { return normals(rng, k) }
 	for _, T := range []int{1, 2, 4, 7, 16} {
 		S0 := n(dk * dv)
 		state := append([]float64(nil), S0...)
@@ -92,4 +80,13 @@ func TestKDAReplayMatchesRecurrence(t *testing.T) {
 			}
 		}
 	}
+}
+
+// normals returns k standard normal values.
+func normals(rng *rand.Rand, k int) []float64 {
+	v := make([]float64, k)
+	for i := range v {
+		v[i] = rng.NormFloat64()
+	}
+	return v
 }
