@@ -180,16 +180,20 @@ func (s *Stream) NewSide() (*Stream, error) {
 	return side, nil
 }
 
+// root is the stream whose tape s records into: its primary, or itself.
+func (s *Stream) root() *Stream {
+	if s.primary != nil {
+		return s.primary
+	}
+	return s
+}
+
 // recorder returns the tape s records into, or nil when s queues at once.
 func (s *Stream) recorder() *tape {
 	if s == nil {
 		return nil
 	}
-	p := s
-	if s.primary != nil {
-		p = s.primary
-	}
-	if t := p.t; t != nil && t.on && !t.playing {
+	if t := s.root().t; t != nil && t.on && !t.playing {
 		return t
 	}
 	return nil
@@ -197,11 +201,7 @@ func (s *Stream) recorder() *tape {
 
 // flush plays the tape s (or its primary) holds.
 func (s *Stream) flush() error {
-	p := s
-	if s.primary != nil {
-		p = s.primary
-	}
-	t := p.t
+	t := s.root().t
 	if t == nil {
 		return nil
 	}
