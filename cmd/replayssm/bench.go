@@ -27,7 +27,9 @@ What:
             tokens/s and state bytes per token, baseline vs replay vs
             replay-nvfp4
   spec      speculative decoding: tokens/s, acceptance, state memory and max
-            concurrency (nospec, spec-baseline, spec-replay)`)
+            concurrency (nospec, spec-baseline, spec-replay)
+  serve     load an OpenAI-compatible server (ours or another) as vLLM's
+            serving benchmark does: TTFT, TPOT, ITL, latency, throughput`)
 		if len(args) == 0 {
 			return errUsage
 		}
@@ -42,8 +44,10 @@ What:
 		return runBenchSpec(ctx, e, args[1:])
 	case "decode":
 		return runBenchDecode(ctx, e, args[1:])
+	case "serve":
+		return runBenchServe(ctx, e, args[1:])
 	}
-	return fmt.Errorf("%w: unknown benchmark %q (want kernels, copy, decode or spec)", errUsage, args[0])
+	return fmt.Errorf("%w: unknown benchmark %q (want kernels, copy, decode, spec or serve)", errUsage, args[0])
 }
 
 // rowPrinter returns the emit function of a benchmark's rows: one JSON

@@ -48,7 +48,7 @@ func commands() []command {
 	return []command{
 		{name: "generate", summary: "generate text from a prompt", run: runGenerate},
 		{name: "serve", summary: "serve an OpenAI-compatible HTTP API", run: runServe},
-		{name: "bench", summary: "benchmark kernels, decode and speculative decoding", run: runBench},
+		{name: "bench", summary: "benchmark kernels, decode, speculative decoding and a server", run: runBench},
 		{name: "eval", summary: "evaluate a model (perplexity, accuracy, KL)", run: runEval},
 		{name: "version", summary: "print the version", run: runVersion},
 	}
