@@ -155,6 +155,9 @@ func Measure(ctx context.Context, d *nn.Decoder, ids []int, modes []Mode, chunk 
 		if err != nil {
 			return nil, fmt.Errorf("drift: %s: %w", name(modes, i), err)
 		}
+		// Every token as a decode step: the drift is decoding's, outputs
+		// read from the checkpoint (or its read copy) and the ring.
+		st.Stepwise = true
 		states[i] = st
 		if seqs[i], err = st.Admit(); err != nil {
 			return nil, err

@@ -6,9 +6,9 @@ package replay
 //
 // Buf is where the backend keeps a batch's rows of values ([]float32 on the
 // CPU, a device buffer on the GPU); In is the layer's input batch
-// (Mamba2Batch[Buf] or GDNBatch[Buf]). Slots are host-side handles: the
-// caller says which sequences a call covers, and a backend that keeps its
-// cursors on a device takes the list there itself.
+// (Mamba2Batch[Buf], GDNBatch[Buf] or KDABatch[Buf]). Slots are host-side
+// handles: the caller says which sequences a call covers, and a backend
+// that keeps its cursors on a device takes the list there itself.
 //
 // Row i of a Step's inputs and outputs belongs to slots[i]; row i·T+s of a
 // Verify's is draft s of slots[i]. Slots in one call must be live and
@@ -60,6 +60,21 @@ type Cache[Buf, In any] interface {
 	// Verify: a cursor move, nothing copied.
 	Commit(slots []Slot, accepted []int) error
 
+	// ConvPrefill runs the convolution over T consecutive inputs per slot
+	// ([slot][T][Channels]; counts, when not nil, gives each slot's own
+	// number, 1..T, and rows past it are neither read nor written) and
+	// moves each window on by its count: Conv for a prompt's tokens.
+	ConvPrefill(slots []Slot, T int, counts []int, in, out Buf) error
+	// Prefill runs T consecutive inputs per slot (rows as Verify's, counts
+	// as ConvPrefill's; T up to MaxPrefill, not bounded by the window)
+	// through the recurrence as one multi-token forward (docs/DESIGN.md
+	// 2.3b): y receives every input's output, computed from the state in
+	// float32, never from a read copy. Replay mode folds the slot's ring
+	// and the inputs into the checkpoint, rounded once to its format, and
+	// leaves the ring empty; baseline mode rounds the state after every
+	// input, as Step does. Pending drafts are dropped.
+	Prefill(slots []Slot, T int, counts []int, in In, y Buf) error
+
 	// Close releases the cache's memory and workers.
 	Close() error
 }
@@ -87,8 +102,23 @@ type GDNBatch[Buf any] struct {
 	Q, K, V, A, B Buf
 }
 
+// KDABatch is one batch of a Kimi Delta Attention layer's recurrence
+// inputs on a backend, after the convolution and its activation, before
+// the q/k normalisation: row r holds q and k [Hk·dk], v [Hv·dv], the
+// log-decay g [Hv·dk] (one per value head and key channel, g ≤ 0, as the
+// layer computes it: Kimi's −exp(A_log)·softplus(· + dt_bias) or GLM's
+// bounded sigmoid form) and the raw b [Hv] (β = sigmoid(b)). Rows are laid
+// out as in Mamba2Batch.
+type KDABatch[Buf any] struct {
+	Q, K, V, G, B Buf
+}
+
 // Mamba2State is the contract of a Mamba-2 layer's cache on a backend.
 type Mamba2State[Buf any] = Cache[Buf, Mamba2Batch[Buf]]
 
 // GDNState is the contract of a Gated DeltaNet layer's cache on a backend.
 type GDNState[Buf any] = Cache[Buf, GDNBatch[Buf]]
+
+// KDAState is the contract of a Kimi Delta Attention layer's cache on a
+// backend.
+type KDAState[Buf any] = Cache[Buf, KDABatch[Buf]]

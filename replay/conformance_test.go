@@ -11,7 +11,8 @@ import (
 	"github.com/replayssm/replayssm/ssm"
 )
 
-// cpu is the CPU caches as a replaytest backend: buffers are slices.
+// cpu is the CPU caches as a replaytest backend (a KDABackend: it has
+// Kimi Delta Attention caches too): buffers are slices.
 type cpu struct{}
 
 func (cpu) Name() string                      { return "cpu" }
@@ -32,6 +33,16 @@ func (cpu) NewGDN(shape ssm.GDNShape, prm replay.GDNParams, conv replay.ConvWeig
 	}
 	return c, nil
 }
+
+func (cpu) NewKDA(shape ssm.GDNShape, conv replay.ConvWeights, capacity int, opt replay.Options) (replay.KDAState[[]float32], error) {
+	c, err := replay.NewKDA(shape, conv, capacity, opt)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var _ replaytest.KDABackend[[]float32] = cpu{}
 
 func (cpu) Upload(v []float32) ([]float32, error) { return slices.Clone(v), nil }
 

@@ -265,13 +265,24 @@ func relErr64(y []float32, want []float64) float64 {
 	return num / max(den, 1e-6)
 }
 
-// TestGDNFoldReadsCachedU checks which u a flush folds: the ring's cached
-// rows of one slot are poisoned (NaN) before a step's flush and before a
-// verify's early fold, and the outputs after the fold are checked. The
-// fold from cached u (no read copy, the default) must fold the poison; the
-// exact fold (Options.ExactFold, and always with a read copy) recomputes u
-// from the raw inputs and must still match the float64 reference.
-func TestGDNFoldReadsCachedU(t *testing.T) {
+// TestFoldReadsCachedU checks which u a flush folds, in the Gated
+// DeltaNet and the Kimi Delta Attention caches: the ring's cached rows of
+// one slot are poisoned (NaN) before a step's flush and before a verify's
+// early fold, and the outputs after the fold are checked. The fold from
+// cached u (no read copy, the default) must fold the poison; the exact
+// fold (Options.ExactFold, and always with a read copy) recomputes u from
+// the raw inputs and must still match the float64 reference.
+func TestFoldReadsCachedU(t *testing.T) {
+	sh := ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}
+	for _, newLayer := range []func() layer{
+		func() layer { return newGDNLayer(12, sh) },
+		func() layer { return newKDALayer(12, sh) },
+	} {
+		testFoldReadsCachedU(t, newLayer)
+	}
+}
+
+func testFoldReadsCachedU(t *testing.T, newLayer func() layer) {
 	const L = 5
 	for _, tc := range []struct {
 		name    string
@@ -284,18 +295,24 @@ func TestGDNFoldReadsCachedU(t *testing.T) {
 		{"nvfp4 read copy", Options{Mode: Replay, Window: L, MaxDraft: 4, ReadCopy: numeric.NVFP4, Threads: 2}, false, 2 * 0.35},
 	} {
 		for _, at := range []string{"flush", "early fold"} {
-			t.Run(tc.name+"/"+at, func(t *testing.T) {
+			l := newLayer()
+			t.Run(l.name()+"/"+tc.name+"/"+at, func(t *testing.T) {
 				if got := tc.opt.FoldsCachedU(); got != tc.poisons {
 					t.Fatalf("FoldsCachedU() = %v, want %v", got, tc.poisons)
 				}
-				l := newGDNLayer(12, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8})
 				cc, err := l.build(tc.opt, 2)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer cc.Close()
-				c := cc.impl.(*GDNCache)
-				s, err := c.Admit()
+				var ringU []float32
+				switch c := cc.impl.(type) {
+				case *GDNCache:
+					ringU = c.ringU
+				case *KDACache:
+					ringU = c.ringU
+				}
+				s, err := cc.Admit()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -314,8 +331,8 @@ func TestGDNFoldReadsCachedU(t *testing.T) {
 					return y[:w]
 				}
 				poisonRing := func() {
-					for i := range c.ringU {
-						c.ringU[i] = float32(math.NaN())
+					for i := range ringU {
+						ringU[i] = float32(math.NaN())
 					}
 				}
 				var got []float32

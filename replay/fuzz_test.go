@@ -13,12 +13,18 @@ import (
 // requests) and checks after every operation that each live slot still
 // produces exactly the float64 reference's outputs for the inputs it
 // accepted, that rejected operations change nothing, and that the cache
-// never panics.
+// never panics. ops[0] picks the layer (ops[0] mod 3: Mamba-2, Gated
+// DeltaNet, Kimi Delta Attention) and the options (ops[0]/3 mod 4).
 func FuzzOperations(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 4, 4, 5, 1, 5, 6, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 4, 2, 7, 4})
 	f.Add([]byte{1, 0, 0, 0, 5, 5, 5, 5, 6, 6, 6, 4, 4, 4, 4, 8, 8, 9, 1, 1, 5, 4})
-	f.Add([]byte{2, 0, 3, 0, 5, 5, 7, 7, 9, 9, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5})
-	f.Add([]byte{3, 0, 0, 0, 0, 0, 0, 0, 4, 5, 4, 5, 4, 5, 2, 2, 2, 2})
+	f.Add([]byte{3, 0, 3, 0, 5, 5, 7, 7, 9, 9, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5})
+	f.Add([]byte{4, 0, 0, 0, 0, 0, 0, 0, 4, 5, 4, 5, 4, 5, 2, 2, 2, 2})
+	// Kimi Delta Attention under each of the four option sets.
+	f.Add([]byte{2, 0, 0, 0, 5, 5, 5, 5, 6, 6, 6, 4, 4, 4, 4, 8, 8, 9, 1, 1, 5, 4})
+	f.Add([]byte{5, 0, 0, 0, 0, 0, 0, 0, 4, 5, 4, 5, 4, 5, 2, 2, 2, 2})
+	f.Add([]byte{8, 0, 0, 4, 4, 5, 1, 5, 6, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3, 4, 2, 7, 4})
+	f.Add([]byte{11, 0, 3, 0, 5, 5, 7, 7, 9, 9, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5})
 	f.Fuzz(runOperations)
 }
 
@@ -28,13 +34,13 @@ func runOperations(t *testing.T, ops []byte) {
 			return
 		}
 		layers := testLayers()
-		l := layers[int(ops[0])%2]
+		l := layers[int(ops[0])%3]
 		opt := []Options{
 			{Mode: Replay, Window: 4, MaxDraft: 3, Threads: 2},
 			{Mode: Baseline, MaxDraft: 3, Threads: 2},
 			{Mode: Replay, Window: 2, MaxDraft: 3, Threads: 1},
 			{Mode: Replay, Window: 3, MaxDraft: 3, ReadCopy: numeric.BF16, Threads: 2},
-		}[int(ops[0]/2)%4]
+		}[int(ops[0]/3)%4]
 		bound := boundFor(l, 1e-5)
 		if opt.ReadCopy != numeric.F32 {
 			bound = boundFor(l, 8e-3)
@@ -54,8 +60,21 @@ func runOperations(t *testing.T, ops []byte) {
 			return s
 		}
 		w := l.width()
+		// The error of a row is relative to its norm floored at 1e-3 per
+		// element (rms). A fresh slot's first delta-rule output is
+		// (k̂·q̂)·β·v: where k̂ and q̂ are nearly orthogonal its norm is tiny
+		// (1e-4), and the float32 rounding of their normalisation, 2^-24 of
+		// each element, is then a relative error past the fp32 bound (6.7e-5
+		// in one found case), though its absolute error (6e-9) is far below
+		// the bound's share of an ordinary row (norm 0.1 to 1).
+		floor := 1e-3 * math.Sqrt(float64(w))
 		check := func(what string, y []float32, want []float64) {
-			if e := relErr(y, want); e > bound || math.IsNaN(e) {
+			var norm float64
+			for _, v := range want {
+				norm += v * v
+			}
+			e := relErr(y, want) * min(1, math.Sqrt(norm)/floor)
+			if e > bound || math.IsNaN(e) {
 				t.Fatalf("%s: relative error %.3g > %.3g", what, e, bound)
 			}
 		}

@@ -36,17 +36,7 @@ func BenchmarkGDNNonflush(b *testing.B) {
 			fill := func(n int) []float32 { return normals(r, n) }
 			in := GDNInput{Q: fill(batch * Hk * dk), K: fill(batch * Hk * dk), V: fill(batch * Hv * dv), A: fill(batch * Hv), B: fill(batch * Hv)}
 			o := make([]float32, batch*Hv*dv)
-			L := c.opt.Window
-			for b.Loop() {
-				if err := c.Step(slots, in, o); err != nil {
-					b.Fatal(err)
-				}
-				for _, s := range slots {
-					if int(c.ledger.slots.hist[s]) >= L-1 {
-						c.ledger.slots.hist[s] = 0
-					}
-				}
-			}
+			loopSteps(b, &c.core, slots, true, func() error { return c.Step(slots, in, o) })
 		})
 	}
 }

@@ -8,10 +8,10 @@ import (
 )
 
 // The CPU-only tests of this package (fuzz_test.go, alloc_test.go,
-// precision_test.go, foldcached_test.go) drive either layer kind through
-// the helpers here: build a cache, draw inputs, run the float64 reference.
-// The contract itself, every mode and precision against the reference, is
-// checked by package replaytest (conformance_test.go).
+// precision_test.go, foldcached_test.go, kda_test.go) drive any layer kind
+// through the helpers here: build a cache, draw inputs, run the float64
+// reference. The contract itself, every mode and precision against the
+// reference, is checked by package replaytest (conformance_test.go).
 
 // layer is what those tests need of a layer kind.
 type layer interface {
@@ -23,14 +23,15 @@ type layer interface {
 	width() int // output values per row
 }
 
-// input is one batch of rows of a layer's inputs: mamba2Rows or gdnRows.
+// input is one batch of rows of a layer's inputs: mamba2Rows, gdnRows or
+// kdaRows.
 type input any
 
-// testCache is a cache of either layer kind, taking inputs as the input
+// testCache is a cache of any layer kind, taking inputs as the input
 // interface.
 type testCache struct {
 	*core
-	impl   any // the *Mamba2Cache or *GDNCache
+	impl   any // the *Mamba2Cache, *GDNCache or *KDACache
 	step   func([]Slot, input, []float32) error
 	verify func([]Slot, int, []int, input, []float32) error
 }
@@ -133,19 +134,85 @@ type gdnRows struct {
 	shape ssm.GDNShape
 }
 
+// --- Kimi Delta Attention ---
+
+// kdaLayer draws KDA inputs: q, k, v and b standard normal, and the
+// log-decay g = gate·(−U[0,1)) + gShift per channel (the default, gate 3 and
+// no shift, puts every decay α = e^g between e⁻³ and 1, different in every
+// channel of every head and step).
+type kdaLayer struct {
+	shape  ssm.GDNShape
+	rng    *rand.Rand
+	gate   float64
+	gShift float64
+	// betaMul and bShift scale and shift b, as gdnLayer's.
+	betaMul, bShift float32
+}
+
+func newKDALayer(seed uint64, shape ssm.GDNShape) *kdaLayer {
+	return &kdaLayer{shape: shape, rng: rand.New(rand.NewPCG(seed, 3)), gate: 3, betaMul: 1}
+}
+
+func (l *kdaLayer) name() string { return "kda" }
+func (l *kdaLayer) build(opt Options, capacity int) (*testCache, error) {
+	c, err := NewKDA(l.shape, ConvWeights{}, capacity, opt)
+	if err != nil {
+		return nil, err
+	}
+	return &testCache{core: &c.core, impl: c,
+		step: func(s []Slot, in input, y []float32) error { return c.Step(s, in.(kdaRows).KDAInput, y) },
+		verify: func(s []Slot, T int, counts []int, in input, y []float32) error {
+			return c.Verify(s, T, counts, in.(kdaRows).KDAInput, y)
+		}}, nil
+}
+func (l *kdaLayer) refState() []float64 { return make([]float64, l.shape.StateElems()) }
+func (l *kdaLayer) width() int          { return l.shape.ValueHeads * l.shape.ValueDim }
+func (l *kdaLayer) draw(rows int) input {
+	Hk, Hv, dk, dv := l.shape.KeyHeads, l.shape.ValueHeads, l.shape.KeyDim, l.shape.ValueDim
+	in := KDAInput{Q: normals(l.rng, rows*Hk*dk), K: normals(l.rng, rows*Hk*dk), V: normals(l.rng, rows*Hv*dv),
+		G: make([]float32, rows*Hv*dk), B: make([]float32, rows*Hv)}
+	for i := range in.G {
+		in.G[i] = float32(-l.gate*l.rng.Float64() + l.gShift)
+	}
+	for i := range in.B {
+		in.B[i] = float32(l.rng.NormFloat64())*l.betaMul + l.bShift
+	}
+	return kdaRows{in, l.shape}
+}
+func (l *kdaLayer) ref(state []float64, in input, r int) []float64 {
+	g := in.(kdaRows)
+	Hk, Hv, dk, dv := l.shape.KeyHeads, l.shape.ValueHeads, l.shape.KeyDim, l.shape.ValueDim
+	o := make([]float64, Hv*dv)
+	beta := make([]float64, Hv)
+	for j, b := range g.B[r*Hv : (r+1)*Hv] {
+		beta[j] = ssm.Sigmoid(float64(b))
+	}
+	ssm.KDAStep64(l.shape, state,
+		to64(g.Q[r*Hk*dk:(r+1)*Hk*dk]), to64(g.K[r*Hk*dk:(r+1)*Hk*dk]),
+		to64(g.V[r*Hv*dv:(r+1)*Hv*dv]), to64(g.G[r*Hv*dk:(r+1)*Hv*dk]), beta, o)
+	return o
+}
+
+type kdaRows struct {
+	KDAInput
+	shape ssm.GDNShape
+}
+
 func testLayers() []layer {
 	return []layer{
 		mamba2Layer{newMamba2Fixture(11, ssm.Mamba2Shape{Heads: 4, HeadDim: 8, StateSize: 16, Groups: 2})},
 		newGDNLayer(12, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}),
+		newKDALayer(13, ssm.GDNShape{KeyHeads: 1, ValueHeads: 3, KeyDim: 12, ValueDim: 8}),
 	}
 }
 
-// gdnBound scales a Mamba-2 precision bound for GDN. The delta rule feeds the
-// state error back through u = β(v − Sᵀk) (a contraction, |1−β·k·k| < 1), so
-// the same per-element rounding gives errors of the same order; the outputs
-// are smaller (‖q‖ = 1/√dk) so relative errors are ~2x larger.
+// boundFor scales a Mamba-2 precision bound for GDN and KDA. The delta rule
+// feeds the state error back through u = β(v − Sᵀk) (a contraction,
+// |1−β·k·k| < 1), so the same per-element rounding gives errors of the same
+// order; the outputs are smaller (‖q‖ = 1/√dk) so relative errors are ~2x
+// larger.
 func boundFor(l layer, b float64) float64 {
-	if l.name() == "gdn" && b > 1e-5 {
+	if (l.name() == "gdn" || l.name() == "kda") && b > 1e-5 {
 		return 2 * b
 	}
 	return b

@@ -79,6 +79,14 @@ func (l *Ledger) CheckVerify(slots []Slot, T int, counts []int) error {
 	return l.slots.checkBatch(slots)
 }
 
+// CheckPrefill validates a prefill's slots, stride T and per-slot counts.
+func (l *Ledger) CheckPrefill(slots []Slot, T int, counts []int) error {
+	if err := checkPrefill(counts, len(slots), T); err != nil {
+		return err
+	}
+	return l.slots.checkBatch(slots)
+}
+
 // CheckCommit validates a commit against the pending drafts.
 func (l *Ledger) CheckCommit(slots []Slot, accepted []int) error {
 	return l.slots.checkCommit(slots, accepted)
@@ -180,6 +188,30 @@ func (l *Ledger) Commit(slots []Slot, accepted []int) {
 			t.cur[s] = int32((int(t.cur[s]) + n) % l.opt.stateBuffers())
 		}
 		t.pending[s] = 0
+	}
+}
+
+// Prefill records a prefill of T inputs per slot (counts, when not nil,
+// each slot's own number): pending drafts drop, the state is read once and
+// written once, and a replay slot's ring (its history folded in with the
+// inputs) is empty afterwards.
+func (l *Ledger) Prefill(slots []Slot, T int, counts []int) {
+	t := &l.slots
+	for i, s := range slots {
+		n := T
+		if counts != nil {
+			n = counts[i]
+		}
+		t.pending[s] = 0
+		l.stats.Prefilled += int64(n)
+		l.stats.BaselineBytes += 2 * l.state
+		if l.opt.Mode == Baseline {
+			l.stats.StateBytesRead += l.state
+			l.stats.StateBytesWritten += l.state
+			continue
+		}
+		l.countFlush(s)
+		t.hist[s] = 0
 	}
 }
 

@@ -436,7 +436,7 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 	hpg := H / G
 	for h := g * hpg; h < (g+1)*hpg; h++ {
 		src := (int(s)*nb+cur)*H + h
-		if !verify && (c.state.format == numeric.BF16 || c.state.format == numeric.F16) && sc.sr == nil && c.halfStep(sc, b, g, h, src) {
+		if !verify && T == 1 && (c.state.format == numeric.BF16 || c.state.format == numeric.F16) && sc.sr == nil && c.halfStep(sc, b, g, h, src) {
 			continue
 		}
 		S := sc.s

@@ -52,16 +52,6 @@ func benchMamba2Nonflush(b *testing.B, name string, shape ssm.Mamba2Shape, opt O
 		fill := func(n int) []float32 { return normals(r, n) }
 		in := Mamba2Input{X: fill(batch * H * P), B: fill(batch * G * N), C: fill(batch * G * N), Dt: fill(batch * H)}
 		y := make([]float32, batch*H*P)
-		L := c.opt.Window
-		for b.Loop() {
-			if err := c.Step(slots, in, y); err != nil {
-				b.Fatal(err)
-			}
-			for _, s := range slots {
-				if int(c.ledger.slots.hist[s]) >= L-1 {
-					c.ledger.slots.hist[s] = 0
-				}
-			}
-		}
+		loopSteps(b, &c.core, slots, true, func() error { return c.Step(slots, in, y) })
 	})
 }

@@ -1,11 +1,12 @@
 // Package replay is the ReplaySSM state cache: the recurrent state of every
-// live sequence of one SSM layer (Mamba-2 or Gated DeltaNet), kept as a
-// checkpoint plus a ring of the raw inputs of the steps since it.
+// live sequence of one SSM layer (Mamba-2, Gated DeltaNet or Kimi Delta
+// Attention), kept as a checkpoint plus a ring of the raw inputs of the
+// steps since it.
 //
 // A plain decode step reads the whole state, updates it and writes it back.
 // The cache instead computes each step's output from the checkpoint and the
-// ring (docs/DESIGN.md 2.1, 2.2) and writes the state only when the ring is full
-// (a flush), so a step moves about half the bytes. Speculative drafts are
+// ring (docs/DESIGN.md 2.1, 2.2, 2.2b) and writes the state only when the
+// ring is full (a flush), so a step moves about half the bytes. Speculative drafts are
 // appended to the ring and verified against the same checkpoint; accepting a
 // prefix is a cursor move (docs/DESIGN.md 2.3). Outputs may read a low-precision
 // read copy of the checkpoint while the recurrence keeps its own precision, so
@@ -92,10 +93,10 @@ type Options struct {
 	// outputs read the checkpoint.
 	ReadCopy numeric.Format
 	// Ring is the format of the per-token inputs the ring keeps: Mamba-2's
-	// x and B, Gated DeltaNet's k and v (its scalars, Δ and the decays, g
-	// and β, and the cached u stay fp32). The zero value, fp32, keeps them
-	// as given. bf16 rounds them to bf16 as the cache takes them in (GDN's
-	// k before its l2 normalisation), as a bf16 model's activations already
+	// x and B, Gated DeltaNet's and Kimi Delta Attention's k and v (Δ, the
+	// decays, β and the cached u stay fp32). The zero value, fp32, keeps
+	// them as given. bf16 rounds them to bf16 as the cache takes them in (k
+	// before its l2 normalisation), as a bf16 model's activations already
 	// are, and everything the cache computes from them (outputs, flushes,
 	// verifies) sees the rounded values: the cache is then exactly the fp32
 	// ring's on inputs rounded beforehand. A ring of half the bytes is what
@@ -103,16 +104,16 @@ type Options struct {
 	// the CPU cache keeps the rounded values in float32. Replay only: a
 	// baseline keeps no ring.
 	Ring numeric.Format
-	// ExactFold makes every Gated DeltaNet flush recompute the corrected
-	// updates u from the ring's raw k, v, g, β on the checkpoint (the exact
-	// fold of docs/DESIGN.md 2.2) even without a read copy. By default a flush
-	// without a read copy folds the u that the steps since the checkpoint
-	// cached, recomputing only the flush's own token: each was formed from
-	// this same checkpoint, so it is the exact fold's value up to the order
-	// of float32 sums, at a fraction of the fold's arithmetic. With a read
-	// copy the cached u carry its quantisation error, and the fold is always
-	// exact. Mamba-2 folds its raw inputs either way (its state is additive
-	// in them).
+	// ExactFold makes every Gated DeltaNet and Kimi Delta Attention flush
+	// recompute the corrected updates u from the ring's raw k, v, g, β on
+	// the checkpoint (the exact fold of docs/DESIGN.md 2.2, 2.2b) even
+	// without a read copy. By default a flush without a read copy folds
+	// the u that the steps since the checkpoint cached, recomputing only
+	// the flush's own token: each was formed from this same checkpoint, so
+	// it is the exact fold's value up to the order of float32 sums, at a
+	// fraction of the fold's arithmetic. With a read copy the cached u
+	// carry its quantisation error, and the fold is always exact. Mamba-2
+	// folds its raw inputs either way (its state is additive in them).
 	ExactFold bool
 	// Stochastic rounds state writes in low formats stochastically, with a
 	// generator seeded from Seed, the slot and the flush count, so a run is
@@ -141,7 +142,7 @@ type Capabilities struct {
 	// none (fp32).
 	ReadCopies []numeric.Format
 	// Rings are the ring formats of a replay cache per layer kind
-	// ("mamba2", "gdn"), besides fp32.
+	// ("mamba2", "gdn", "kda"), besides fp32.
 	Rings map[string][]numeric.Format
 	// MaxWindow bounds Window, and MaxRing the ring, Window + MaxDraft
 	// entries. MaxDraft is at most MaxDraftLimit on every backend, and at
@@ -159,7 +160,7 @@ type Capabilities struct {
 // CPUCapabilities returns what the caches of this package take: replay
 // checkpoints in fp32, fp16, bf16 or fp8-e4m3 and baseline states in those
 // or nvfp4 (the naive comparison point), read copies in bf16, fp8-e4m3 or
-// nvfp4, a bf16 ring for either layer, windows up to 256 and stochastic
+// nvfp4, a bf16 ring for every layer kind, windows up to 256 and stochastic
 // rounding.
 func CPUCapabilities() Capabilities {
 	return Capabilities{
@@ -167,7 +168,7 @@ func CPUCapabilities() Capabilities {
 		ReplayStates:   []numeric.Format{numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3},
 		BaselineStates: []numeric.Format{numeric.F32, numeric.F16, numeric.BF16, numeric.E4M3, numeric.NVFP4},
 		ReadCopies:     []numeric.Format{numeric.BF16, numeric.E4M3, numeric.NVFP4},
-		Rings:          map[string][]numeric.Format{"mamba2": {numeric.BF16}, "gdn": {numeric.BF16}},
+		Rings:          map[string][]numeric.Format{"mamba2": {numeric.BF16}, "gdn": {numeric.BF16}, "kda": {numeric.BF16}},
 		MaxWindow:      256,
 		MaxRing:        256 + MaxDraftLimit,
 		Stochastic:     true,
@@ -177,7 +178,7 @@ func CPUCapabilities() Capabilities {
 // An OptionsError reports options that a backend's caches do not take.
 type OptionsError struct {
 	Backend string // Capabilities.Backend
-	Kind    string // the layer kind, "mamba2" or "gdn"; "" for every kind
+	Kind    string // the layer kind, "mamba2", "gdn" or "kda"; "" for every kind
 	// Option is the field of Options at fault: Mode, Window, MaxDraft,
 	// State, ReadCopy, Ring or Stochastic ("Kind" for an unknown layer
 	// kind).
@@ -193,9 +194,9 @@ func (e *OptionsError) Error() string {
 }
 
 // Check returns o with its defaults filled in (Window, Threads), or an
-// *OptionsError if a cache of the layer kind ("mamba2" or "gdn"; "" for
-// options every kind must take) on a backend with capabilities caps cannot
-// take it. The rules that hold on every backend are checked here too: a
+// *OptionsError if a cache of the layer kind ("mamba2", "gdn" or "kda"; ""
+// for options the Mamba-2 and Gated DeltaNet kinds must both take) on a
+// backend with capabilities caps cannot take it. The rules that hold on every backend are checked here too: a
 // read copy and a low-precision ring need replay mode, and an nvfp4
 // checkpoint is refused (docs/DESIGN.md 2.4).
 func (o Options) Check(kind string, caps Capabilities) (Options, error) {
@@ -205,17 +206,18 @@ func (o Options) Check(kind string, caps Capabilities) (Options, error) {
 	}
 	var rings []numeric.Format
 	switch kind {
-	case "mamba2", "gdn":
+	case "mamba2", "gdn", "kda":
 		rings = caps.Rings[kind]
 	case "":
-		// A ring format every kind takes.
+		// A ring format both kinds of the backends' models take. A
+		// backend may have no KDA caches at all, so "kda" is left out.
 		for _, f := range caps.Rings["mamba2"] {
 			if slices.Contains(caps.Rings["gdn"], f) {
 				rings = append(rings, f)
 			}
 		}
 	default:
-		return fail("Kind", "unknown layer kind %q (want mamba2 or gdn)", kind)
+		return fail("Kind", "unknown layer kind %q (want mamba2, gdn or kda)", kind)
 	}
 	if o.Mode != Replay && o.Mode != Baseline {
 		return fail("Mode", "mode %v not supported (want replay or baseline)", o.Mode)
@@ -313,8 +315,8 @@ func roundBF16(dst, src []float32) {
 	}
 }
 
-// FoldsCachedU reports whether a Gated DeltaNet cache with these options
-// folds the ring's cached u at a flush (no read copy, no ExactFold) rather
+// FoldsCachedU reports whether a Gated DeltaNet or Kimi Delta Attention
+// cache with these options folds the ring's cached u at a flush (no read copy, no ExactFold) rather
 // than recomputing every u from the raw inputs.
 func (o Options) FoldsCachedU() bool {
 	return o.Mode == Replay && o.ReadCopy == numeric.F32 && !o.ExactFold

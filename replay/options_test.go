@@ -51,6 +51,8 @@ func TestOptionsCheck(t *testing.T) {
 		{"fp16 ring", "gdn", cpu, replay.Options{Ring: numeric.F16}, "Ring", "want fp32 or bf16"},
 		{"baseline ring", "gdn", cpu, replay.Options{Mode: replay.Baseline, Ring: numeric.BF16}, "Ring", "needs replay mode"},
 		{"unknown kind", "lstm", cpu, replay.Options{}, "Kind", "lstm"},
+		{"kda: every format", "kda", cpu, replay.Options{State: numeric.F16, ReadCopy: numeric.NVFP4, Ring: numeric.BF16, MaxDraft: 16, ExactFold: true}, "", ""},
+		{"kda: fp16 ring", "kda", cpu, replay.Options{Ring: numeric.F16}, "Ring", "want fp32 or bf16"},
 
 		{"gpu: defaults", "gdn", gpuLike(), replay.Options{State: numeric.BF16, ReadCopy: numeric.NVFP4, MaxDraft: 16}, "", ""},
 		{"gpu: a full ring", "mamba2", gpuLike(), replay.Options{Window: 16, MaxDraft: 16, Ring: numeric.BF16}, "", ""},
@@ -58,6 +60,7 @@ func TestOptionsCheck(t *testing.T) {
 		{"gpu: window too long", "mamba2", gpuLike(), replay.Options{Window: 64}, "Window", "out of range [1, 32]"},
 		{"gpu: nvfp4 naive baseline", "gdn", gpuLike(), replay.Options{Mode: replay.Baseline, State: numeric.NVFP4}, "State", "baseline state format nvfp4 not supported (want fp32, fp16, bf16 or fp8-e4m3)"},
 		{"gpu: gdn bf16 ring", "gdn", gpuLike(), replay.Options{Ring: numeric.BF16}, "Ring", "ring format bf16 not supported (want fp32)"},
+		{"gpu: kda bf16 ring", "kda", gpuLike(), replay.Options{Ring: numeric.BF16}, "Ring", "ring format bf16 not supported (want fp32)"},
 		{"gpu: a bf16 ring every kind takes", "", gpuLike(), replay.Options{Ring: numeric.BF16}, "Ring", "want fp32"},
 		{"gpu: stochastic", "mamba2", gpuLike(), replay.Options{State: numeric.BF16, Stochastic: true}, "Stochastic", "stochastic"},
 	}
@@ -91,6 +94,12 @@ func TestConstructorsCheck(t *testing.T) {
 	_, err := replay.NewGDN(ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}, replay.GDNParams{ALog: make([]float32, 4), DtBias: make([]float32, 4)}, replay.ConvWeights{}, 1, opt)
 	if err == nil || want == nil || err.Error() != want.Error() {
 		t.Errorf("NewGDN: %v, want %v", err, want)
+	}
+	opt = replay.Options{Mode: replay.Replay, State: numeric.E5M2}
+	_, want = opt.Check("kda", replay.CPUCapabilities())
+	_, err = replay.NewKDA(ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}, replay.ConvWeights{}, 1, opt)
+	if err == nil || want == nil || err.Error() != want.Error() {
+		t.Errorf("NewKDA: %v, want %v", err, want)
 	}
 	opt = replay.Options{Mode: replay.Replay, State: numeric.NVFP4}
 	_, want = opt.Check("mamba2", replay.CPUCapabilities())

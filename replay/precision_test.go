@@ -26,7 +26,11 @@ func longMemory() []layer {
 	g.aShift = -2
 	// β ≈ 0.1: the delta rule keeps about dk/β = 160 steps of memory.
 	g.betaMul, g.bShift = 0.3, -2.2
-	return []layer{mamba2Layer{m}, g}
+	// KDA: the same β, and decays per channel between e^-0.003 and 1.
+	k := newKDALayer(23, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8})
+	k.gate = 0.003
+	k.betaMul, k.bShift = 0.3, -2.2
+	return []layer{mamba2Layer{m}, g, k}
 }
 
 // errorCurve runs one slot for steps steps and returns the mean relative

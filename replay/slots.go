@@ -12,11 +12,13 @@ type Slot int32
 // Stats counts what a cache did, in slot-steps, and the state bytes it moved
 // next to what an in-place baseline would have moved for the same tokens.
 type Stats struct {
-	Steps    int64 // slot-steps of Step
-	Verifies int64 // slot-verifies
-	Drafts   int64 // draft positions verified
-	Accepted int64 // draft positions committed
-	Flushes  int64 // checkpoint writes (including early flushes)
+	Steps int64 // slot-steps of Step
+	// Prefilled counts the inputs run by Prefill.
+	Prefilled int64
+	Verifies  int64 // slot-verifies
+	Drafts    int64 // draft positions verified
+	Accepted  int64 // draft positions committed
+	Flushes   int64 // checkpoint writes (including early flushes)
 
 	StateBytesRead    int64
 	StateBytesWritten int64
@@ -29,7 +31,7 @@ type Stats struct {
 // Add returns the sum of two Stats.
 func (s Stats) Add(o Stats) Stats {
 	return Stats{
-		Steps: s.Steps + o.Steps, Verifies: s.Verifies + o.Verifies, Drafts: s.Drafts + o.Drafts,
+		Steps: s.Steps + o.Steps, Prefilled: s.Prefilled + o.Prefilled, Verifies: s.Verifies + o.Verifies, Drafts: s.Drafts + o.Drafts,
 		Accepted: s.Accepted + o.Accepted, Flushes: s.Flushes + o.Flushes,
 		StateBytesRead: s.StateBytesRead + o.StateBytesRead, StateBytesWritten: s.StateBytesWritten + o.StateBytesWritten,
 		BaselineBytes: s.BaselineBytes + o.BaselineBytes,
@@ -157,6 +159,26 @@ func checkDrafts(counts []int, nslots, T, maxDraft int) error {
 		for i, c := range counts {
 			if c < 1 || c > T {
 				return fmt.Errorf("verify: slot index %d has %d drafts, want 1..%d", i, c, T)
+			}
+		}
+	}
+	return nil
+}
+
+// MaxPrefill bounds the inputs per slot of one Prefill.
+const MaxPrefill = 1 << 20
+
+func checkPrefill(counts []int, nslots, T int) error {
+	if T < 1 || T > MaxPrefill {
+		return fmt.Errorf("prefill: %d inputs per slot, want 1..%d", T, MaxPrefill)
+	}
+	if counts != nil {
+		if len(counts) != nslots {
+			return fmt.Errorf("prefill: %d counts for %d slots", len(counts), nslots)
+		}
+		for i, c := range counts {
+			if c < 1 || c > T {
+				return fmt.Errorf("prefill: slot index %d has %d inputs, want 1..%d", i, c, T)
 			}
 		}
 	}

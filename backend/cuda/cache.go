@@ -39,6 +39,7 @@ type replayCommon struct {
 
 	mod                          *Module
 	cursorVerify, commitF        *Function
+	prefill, prefillDone         *Function   // the layer's prefill kernel and its cursor kernel
 	nonflush, flush, verify      *Function   // the per-head kernels and the items flush
 	stepSmall                    *Function   // flush and non-flush slots in one kernel
 	verifySmall                  *Function   // Mamba-2: a small batch's verify and cursor move in one kernel
@@ -113,7 +114,7 @@ func (c *replayCommon) init(ctx context.Context, s *Stream, plan cachePlan, capa
 	for _, f := range []struct {
 		dst  **Function
 		name string
-	}{{&c.cursorVerify, "cursor_verify"}, {&c.commitF, "commit"}} {
+	}{{&c.cursorVerify, "cursor_verify"}, {&c.commitF, "commit"}, {&c.prefill, c.kind + "_prefill"}, {&c.prefillDone, "prefill_done"}} {
 		if *f.dst, err = c.mod.Function(f.name); err != nil {
 			return err
 		}

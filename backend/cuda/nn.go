@@ -856,6 +856,16 @@ func (c gpuSSM[In, TIn]) Verify(slots []replay.Slot, T int, counts []int, in TIn
 	return c.Cache.Verify(slots, T, counts, c.in(in), dev(y))
 }
 
+func (c gpuSSM[In, TIn]) ConvPrefill(slots []replay.Slot, T int, counts []int, in, out nn.Tensor) error {
+	defer c.b.span(opSSMConv)()
+	return c.Cache.ConvPrefill(slots, T, counts, dev(in), dev(out))
+}
+
+func (c gpuSSM[In, TIn]) Prefill(slots []replay.Slot, T int, counts []int, in TIn, y nn.Tensor) error {
+	defer c.b.span(opSSMStep)()
+	return c.Cache.Prefill(slots, T, counts, c.in(in), dev(y))
+}
+
 func (b *NNBackend) NewMamba2(shape ssm.Mamba2Shape, prm replay.Mamba2Params, conv replay.ConvWeights, capacity int, opt replay.Options) (nn.Mamba2Cache, error) {
 	c, err := NewMamba2Cache(b.ctx, b.s, shape, prm, conv, capacity, opt)
 	if err != nil {

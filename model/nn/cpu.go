@@ -392,6 +392,14 @@ func (c cpuSSM[In, TIn]) Verify(slots []replay.Slot, T int, counts []int, in TIn
 	return c.Cache.Verify(slots, T, counts, c.in(in), host(y))
 }
 
+func (c cpuSSM[In, TIn]) ConvPrefill(slots []replay.Slot, T int, counts []int, in, out Tensor) error {
+	return c.Cache.ConvPrefill(slots, T, counts, host(in), host(out))
+}
+
+func (c cpuSSM[In, TIn]) Prefill(slots []replay.Slot, T int, counts []int, in TIn, y Tensor) error {
+	return c.Cache.Prefill(slots, T, counts, c.in(in), host(y))
+}
+
 func (cpuBackend) NewMamba2(shape ssm.Mamba2Shape, prm replay.Mamba2Params, conv replay.ConvWeights, capacity int, opt replay.Options) (Mamba2Cache, error) {
 	c, err := replay.NewMamba2(shape, prm, conv, capacity, opt)
 	if err != nil {

@@ -154,6 +154,13 @@ type State struct {
 	// h [rows][hidden] of the rows being computed (for layer-by-layer checks
 	// against a reference). The slice is valid only during the call.
 	OnLayer func(layer int, h []float32)
+	// Stepwise makes Forward run a sequence's several rows through the SSM
+	// caches as decode steps, one Step a row, instead of one Prefill: the
+	// outputs then come from the checkpoint (or its read copy) and the
+	// ring, as a generated token's do (teacher-forced decoding, what eval
+	// drift measures). The logits agree either way up to the state
+	// formats' rounding.
+	Stepwise bool
 }
 
 // NewState builds the caches for capacity sequences. opt configures every
@@ -289,6 +296,9 @@ type batch struct {
 	tok   []int32
 	scan  []bool    // row belongs to a multi-token (prefill or verify) forward of its sequence
 	waves [][]int32 // row indices; each wave holds each sequence at most once, in order
+	// pre holds the sequences with several rows in a Forward: the SSM
+	// layers run them through their caches' Prefill, waves the rest.
+	pre prefillPlan
 
 	count, seen []int // per sequence, while planning
 
@@ -325,7 +335,11 @@ func (b *batch) packed(src Tensor) Tensor {
 	return t
 }
 
-func (b *batch) plan(s *State, rows []Row) {
+// plan lays out a pass over rows. With prefill (a Forward), the rows of
+// sequences with several of them go to b.pre, for the SSM caches' Prefill;
+// otherwise (a Verify, whose SSM layers take the rows themselves) every
+// row is in a wave.
+func (b *batch) plan(s *State, rows []Row, prefill bool) {
 	b.n = len(rows)
 	b.seq = b.seq[:0]
 	b.pos = b.pos[:0]
@@ -340,6 +354,7 @@ func (b *batch) plan(s *State, rows []Row) {
 	for _, r := range rows {
 		b.count[r.Seq]++
 	}
+	b.pre.reset()
 	for i, r := range rows {
 		q := int(r.Seq)
 		k := b.seen[q]
@@ -348,10 +363,16 @@ func (b *batch) plan(s *State, rows []Row) {
 		b.pos = append(b.pos, int32(s.pos[q]+k))
 		b.tok = append(b.tok, int32(r.Token))
 		b.scan = append(b.scan, b.count[q] > 1 || s.pos[q] == 0)
+		if prefill && b.count[q] > 1 {
+			continue
+		}
 		for len(b.waves) <= k {
 			b.waves = append(b.waves, nil)
 		}
 		b.waves[k] = append(b.waves[k], int32(i))
+	}
+	if prefill {
+		b.pre.build(rows, b.count)
 	}
 	for _, r := range rows {
 		b.count[r.Seq], b.seen[r.Seq] = 0, 0
@@ -434,7 +455,7 @@ func (d *Decoder) forward(ctx context.Context, s *State, rows []Row, out func(Te
 	}
 	s.mem.Reset()
 	b := &s.b
-	b.plan(s, rows)
+	b.plan(s, rows, !s.Stepwise)
 	h := s.mem.Alloc(len(rows), d.Hidden)
 	d.be.Embed(h, d.embed, b.tok)
 	if err := d.layers(ctx, s, h, nil, "forward"); err != nil {

@@ -140,6 +140,9 @@ func (m *GDNMixer) forward(b *batch, bst blockState, x, out Tensor) error {
 		b.be.Scatter(o, ow, wave)
 		b.mem.Rewind(mark)
 	}
+	if err := m.prefill(b, st, proj, o); err != nil {
+		return err
+	}
 	m.normGateOut(b.be, proj, o, out)
 	return nil
 }
@@ -151,4 +154,34 @@ func (m *GDNMixer) normGateOut(be Backend, proj, o, out Tensor) {
 	m.Norm.apply(be, heads, heads)
 	be.MulSiLU(o, proj.Columns(2*K+V, V))
 	m.OutProj.apply(be, out, o)
+}
+
+// prefill runs the rows of b.pre (prompts) through the cache's Prefill,
+// writing their outputs to o.
+func (m *GDNMixer) prefill(b *batch, st *gdnState, proj, o Tensor) error {
+	p := &b.pre
+	if len(p.seqs) == 0 {
+		return nil
+	}
+	mark := b.mem.Mark()
+	defer b.mem.Rewind(mark)
+	K, V, Hv := m.dims()
+	C := 2*K + V
+	st.slots = p.slots(st.slots, st.slot)
+	cin := b.packed(b.gatherRows(proj.Columns(0, C), p.index))
+	bs := b.packed(b.gatherRows(proj.Columns(C+V, Hv), p.index))
+	as := b.packed(b.gatherRows(proj.Columns(C+V+Hv, Hv), p.index))
+	cout := b.mem.Alloc(len(p.index), C)
+	if err := st.cache.ConvPrefill(st.slots, p.T, p.counts, cin, cout); err != nil {
+		return err
+	}
+	b.be.SiLU(cout)
+	in := replay.GDNBatch[Tensor]{Q: b.packed(cout.Columns(0, K)), K: b.packed(cout.Columns(K, K)),
+		V: b.packed(cout.Columns(2*K, V)), A: as, B: bs}
+	ow, done := b.prefillOut(o, p.index)
+	if err := st.cache.Prefill(st.slots, p.T, p.counts, in, ow); err != nil {
+		return err
+	}
+	done()
+	return nil
 }

@@ -161,7 +161,40 @@ func (m *Mamba2Mixer) forward(b *batch, bst blockState, x, out Tensor) error {
 		b.be.Scatter(y, yw, wave)
 		b.mem.Rewind(mark)
 	}
+	if err := m.prefill(b, st, proj, y); err != nil {
+		return err
+	}
 	m.gateNormOut(b.be, proj, y, out)
+	return nil
+}
+
+// prefill runs the rows of b.pre (prompts) through the cache's Prefill,
+// writing their outputs to y.
+func (m *Mamba2Mixer) prefill(b *batch, st *mamba2State, proj, y Tensor) error {
+	p := &b.pre
+	if len(p.seqs) == 0 {
+		return nil
+	}
+	mark := b.mem.Mark()
+	defer b.mem.Rewind(mark)
+	be := b.be
+	I, GN, H := m.dims()
+	C := I + 2*GN
+	st.slots = p.slots(st.slots, st.slot)
+	cin, dt := b.packed(b.gatherRows(proj.Columns(I, C), p.index)), b.packed(b.gatherRows(proj.Columns(I+C, H), p.index))
+	m.clamp(be, dt, true)
+	cout := b.mem.Alloc(len(p.index), C)
+	if err := st.cache.ConvPrefill(st.slots, p.T, p.counts, cin, cout); err != nil {
+		return err
+	}
+	be.SiLU(cout)
+	in := replay.Mamba2Batch[Tensor]{X: b.packed(cout.Columns(0, I)), B: b.packed(cout.Columns(I, GN)),
+		C: b.packed(cout.Columns(I+GN, GN)), Dt: dt}
+	yw, done := b.prefillOut(y, p.index)
+	if err := st.cache.Prefill(st.slots, p.T, p.counts, in, yw); err != nil {
+		return err
+	}
+	done()
 	return nil
 }
 

@@ -135,7 +135,7 @@ func (m *MTP) Forward(ctx context.Context, s *State, rows []Row, hidden []float3
 	})
 	s.mem.Reset()
 	b := &s.b
-	b.plan(s, rows)
+	b.plan(s, rows, true)
 	if !commit {
 		for i := range b.pos {
 			b.pos[i] += int32(pending[int(b.seq[i])])

@@ -34,7 +34,7 @@ func TestPlan(t *testing.T) {
 	s := &State{live: []bool{true, true, true}, pos: []int{5, 0, 2}}
 	var b batch
 	// Sequence 0 decodes two tokens, 1 prefills two, 2 decodes one.
-	b.plan(s, []Row{{Seq: 0}, {Seq: 1}, {Seq: 0}, {Seq: 2}, {Seq: 1}})
+	b.plan(s, []Row{{Seq: 0}, {Seq: 1}, {Seq: 0}, {Seq: 2}, {Seq: 1}}, false)
 	if got := fmt.Sprint(b.waves); got != "[[0 1 3] [2 4]]" {
 		t.Errorf("waves %s", got)
 	}
@@ -44,7 +44,7 @@ func TestPlan(t *testing.T) {
 	if got := fmt.Sprint(b.scan); got != "[true true true false true]" {
 		t.Errorf("scan flags %s", got)
 	}
-	b.plan(s, []Row{{Seq: 2}})
+	b.plan(s, []Row{{Seq: 2}}, false)
 	if fmt.Sprint(b.waves, b.pos, b.scan) != "[[0]] [2] [false]" {
 		t.Errorf("replanning: %v %v %v", b.waves, b.pos, b.scan)
 	}

@@ -102,7 +102,7 @@ func (d *Decoder) Verify(ctx context.Context, s *State, rows []Row, logits []flo
 	})
 	s.mem.Reset()
 	b := &s.b
-	b.plan(s, rows)
+	b.plan(s, rows, false)
 	h := s.mem.Alloc(len(rows), d.Hidden)
 	d.be.Embed(h, d.embed, b.tok)
 	if err := d.layers(ctx, s, h, vp, "verify"); err != nil {

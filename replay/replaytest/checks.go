@@ -431,6 +431,8 @@ func refusals[Buf any](t *testing.T, b Backend[Buf], l *layer) {
 		try("A_log a value short", func() (*cache[Buf], error) { return newCache(b, &bad, capacity, replay.Options{}, false) })
 		bad = *l
 		bad.gdn = ssm.GDNShape{KeyHeads: 3, ValueHeads: 4, KeyDim: l.gdn.KeyDim, ValueDim: l.gdn.ValueDim}
+	case "kda": // no constants to get wrong
+		bad.gdn = ssm.GDNShape{KeyHeads: 3, ValueHeads: 4, KeyDim: l.gdn.KeyDim, ValueDim: l.gdn.ValueDim}
 	}
 	try("3 heads in 2 groups", func() (*cache[Buf], error) { return newCache(b, &bad, capacity, replay.Options{}, false) })
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // common is what replay.Cache's methods do not take inputs of the layer's
-// batch type for: what the suite calls on either layer kind directly.
+// batch type for: what the suite calls on any layer kind directly.
 type common[Buf any] interface {
 	Options() replay.Options
 	Capacity() int
@@ -27,15 +27,18 @@ type common[Buf any] interface {
 	Conv(slots []replay.Slot, in, out Buf) error
 	ConvVerify(slots []replay.Slot, T int, in, out Buf) error
 	Commit(slots []replay.Slot, accepted []int) error
+	ConvPrefill(slots []replay.Slot, T int, counts []int, in, out Buf) error
 	Close() error
 }
 
-// cache is a cache of either layer kind: its common methods, and Step and
+// cache is a cache of any layer kind: its common methods, and Step and
 // Verify on the layer's input fields in order.
 type cache[Buf any] struct {
 	common[Buf]
 	step   func(slots []replay.Slot, in []Buf, dtMin float32, y Buf) error
 	verify func(slots []replay.Slot, T int, counts []int, in []Buf, dtMin float32, y Buf) error
+	// prefill is Prefill, as verify is Verify.
+	prefill func(slots []replay.Slot, T int, counts []int, in []Buf, dtMin float32, y Buf) error
 }
 
 // newCache builds a cache of layer l on backend b; conv says whether it
@@ -48,35 +51,43 @@ func newCache[Buf any](b Backend[Buf], l *layer, capacity int, opt replay.Option
 	switch l.kind {
 	case "mamba2":
 		c, err := b.NewMamba2(l.m2, l.m2prm, w, capacity, opt)
-		if err != nil {
-			return nil, err
-		}
-		in := func(f []Buf, dtMin float32) replay.Mamba2Batch[Buf] {
+		return wrap(c, err, func(f []Buf, dtMin float32) replay.Mamba2Batch[Buf] {
 			return replay.Mamba2Batch[Buf]{X: f[0], B: f[1], C: f[2], Dt: f[3], DtMin: dtMin}
+		})
+	case "kda":
+		kb, ok := b.(KDABackend[Buf])
+		if !ok {
+			return nil, fmt.Errorf("the %s backend builds no KDA caches", b.Name())
 		}
-		return &cache[Buf]{common: c,
-			step: func(slots []replay.Slot, f []Buf, dtMin float32, y Buf) error {
-				return c.Step(slots, in(f, dtMin), y)
-			},
-			verify: func(slots []replay.Slot, T int, counts []int, f []Buf, dtMin float32, y Buf) error {
-				return c.Verify(slots, T, counts, in(f, dtMin), y)
-			}}, nil
+		c, err := kb.NewKDA(l.gdn, w, capacity, opt)
+		return wrap(c, err, func(f []Buf, _ float32) replay.KDABatch[Buf] {
+			return replay.KDABatch[Buf]{Q: f[0], K: f[1], V: f[2], G: f[3], B: f[4]}
+		})
 	default:
 		c, err := b.NewGDN(l.gdn, l.gdnPrm, w, capacity, opt)
-		if err != nil {
-			return nil, err
-		}
-		in := func(f []Buf) replay.GDNBatch[Buf] {
+		return wrap(c, err, func(f []Buf, _ float32) replay.GDNBatch[Buf] {
 			return replay.GDNBatch[Buf]{Q: f[0], K: f[1], V: f[2], A: f[3], B: f[4]}
-		}
-		return &cache[Buf]{common: c,
-			step: func(slots []replay.Slot, f []Buf, _ float32, y Buf) error {
-				return c.Step(slots, in(f), y)
-			},
-			verify: func(slots []replay.Slot, T int, counts []int, f []Buf, _ float32, y Buf) error {
-				return c.Verify(slots, T, counts, in(f), y)
-			}}, nil
+		})
 	}
+}
+
+// wrap returns c, or err from its constructor, as a cache of the suite:
+// its Step, Verify and Prefill take the layer's input fields in order, of
+// which in makes the layer's batch (with Mamba2Batch.DtMin).
+func wrap[Buf, In any](c replay.Cache[Buf, In], err error, in func(f []Buf, dtMin float32) In) (*cache[Buf], error) {
+	if err != nil {
+		return nil, err
+	}
+	return &cache[Buf]{common: c,
+		step: func(slots []replay.Slot, f []Buf, dtMin float32, y Buf) error {
+			return c.Step(slots, in(f, dtMin), y)
+		},
+		verify: func(slots []replay.Slot, T int, counts []int, f []Buf, dtMin float32, y Buf) error {
+			return c.Verify(slots, T, counts, in(f, dtMin), y)
+		},
+		prefill: func(slots []replay.Slot, T int, counts []int, f []Buf, dtMin float32, y Buf) error {
+			return c.Prefill(slots, T, counts, in(f, dtMin), y)
+		}}, nil
 }
 
 // slotModel is the reference of one live slot: its float64 state as of its
@@ -137,6 +148,8 @@ func (h *harness[Buf]) run(t *testing.T, foreign []byte) {
 	h.checkOptions(t)
 	h.sequence(t, 40+3*h.opt.Window)
 	h.checkStats(t, "after the random sequence")
+	h.prefills(t)
+	h.checkStats(t, "after the prefills")
 	h.earlyFold(t)
 	h.errorCases(t, foreign)
 	h.sequence(t, h.opt.Window+4) // still usable, and the failed calls changed nothing

@@ -13,14 +13,16 @@ import (
 // layer is one layer shape with random constants, as the suite sees it on
 // the host: its input fields, how to draw them, and its float64 reference.
 type layer struct {
-	kind string // "mamba2" or "gdn"
+	kind string // "mamba2", "gdn" or "kda"
 	name string // kind and shape, e.g. "mamba2-H4P8N16G2"
 	// width is the output floats per row, perRow the input floats per row
-	// of each field (Mamba-2: x, B, C, dt; GDN: q, k, v, a, b).
+	// of each field (Mamba-2: x, B, C, dt; GDN: q, k, v, a, b; KDA: q, k,
+	// v, g, b).
 	width  int
 	perRow []int
 	// ringFields are the fields a bf16 ring rounds as the cache takes
-	// them (replay.Options.Ring): Mamba-2's x and B, GDN's k and v.
+	// them (replay.Options.Ring): Mamba-2's x and B, GDN's and KDA's k and
+	// v.
 	ringFields []int
 	// heads and matElems are the state matrices per slot and state buffer,
 	// and the elements of one, for the byte counts of replay.Stats.
@@ -30,7 +32,7 @@ type layer struct {
 	m2     ssm.Mamba2Shape
 	m2prm  replay.Mamba2Params
 	m2ref  ssm.Mamba2Params
-	gdn    ssm.GDNShape
+	gdn    ssm.GDNShape // GDN's or KDA's
 	gdnPrm replay.GDNParams
 	gdnRef ssm.GDNParams
 
@@ -75,6 +77,18 @@ func gdnLayers() [2]*layer {
 	return [2]*layer{
 		newGDNLayer(12, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 16, ValueDim: 8}),
 		newGDNLayer(14, ssm.GDNShape{KeyHeads: 2, ValueHeads: 4, KeyDim: 128, ValueDim: 128}),
+	}
+}
+
+// kdaLayers are the Kimi Delta Attention shapes: a small odd one (three
+// value heads on one key head, dk = 9, so that every row kernel runs its
+// scalar tails, and dk ≠ dv; a state of 144 elements, a multiple of
+// nvfp4's block of 16), and one with Kimi-Linear's head dimensions (dk = dv
+// = 128, a value head per key head).
+func kdaLayers() [2]*layer {
+	return [2]*layer{
+		newKDALayer(15, ssm.GDNShape{KeyHeads: 1, ValueHeads: 3, KeyDim: 9, ValueDim: 16}),
+		newKDALayer(16, ssm.GDNShape{KeyHeads: 2, ValueHeads: 2, KeyDim: 128, ValueDim: 128}),
 	}
 }
 
@@ -139,20 +153,55 @@ func newGDNLayer(seed uint64, sh ssm.GDNShape) *layer {
 	}
 	l.gdnRef = ssm.GDNParams{ALog: to64(l.gdnPrm.ALog), DtBias: to64(l.gdnPrm.DtBias)}
 	l.conv = newConv(rng, 2*Hk*dk+Hv*dv)
+	l.draw = func(rng *rand.Rand, rows int) [][]float32 { return drawNormal(rng, l.perRow, rows) }
+	l.step = func(state []float64, in [][]float32, r int, _ float32) []float64 {
+		o := make([]float64, Hv*dv)
+		ssm.GDNStep64(sh, l.gdnRef, state, to64(in[0][r*Hk*dk:(r+1)*Hk*dk]), to64(in[1][r*Hk*dk:(r+1)*Hk*dk]),
+			to64(in[2][r*Hv*dv:(r+1)*Hv*dv]), to64(in[3][r*Hv:(r+1)*Hv]), to64(in[4][r*Hv:(r+1)*Hv]), o)
+		return o
+	}
+	return l
+}
+
+// drawNormal draws rows of standard normal values of each field, perRow[f]
+// values a row for field f.
+func drawNormal(rng *rand.Rand, perRow []int, rows int) [][]float32 {
+	in := make([][]float32, len(perRow))
+	for f, n := range perRow {
+		in[f] = make([]float32, rows*n)
+		for i := range in[f] {
+			in[f][i] = float32(rng.NormFloat64())
+		}
+	}
+	return in
+}
+
+// newKDALayer draws a Kimi Delta Attention layer, which has no constants
+// (the layer computes the log-decay g itself): its inputs draw g
+// uniformly in (−3, 0], a decay α = e^g from e⁻³ to 1, different in every
+// channel of every head and step, so that no formula collapsing the
+// decay to one per head can pass.
+func newKDALayer(seed uint64, sh ssm.GDNShape) *layer {
+	rng := rand.New(rand.NewPCG(seed, 3))
+	Hk, Hv, dk, dv := sh.KeyHeads, sh.ValueHeads, sh.KeyDim, sh.ValueDim
+	l := &layer{kind: "kda", name: fmt.Sprintf("kda-Hk%dHv%ddk%ddv%d", Hk, Hv, dk, dv), gdn: sh,
+		width: Hv * dv, perRow: []int{Hk * dk, Hk * dk, Hv * dv, Hv * dk, Hv}, ringFields: []int{1, 2}, heads: Hv, matElems: dk * dv}
+	l.conv = newConv(rng, 2*Hk*dk+Hv*dv)
 	l.draw = func(rng *rand.Rand, rows int) [][]float32 {
-		in := make([][]float32, len(l.perRow))
-		for f, n := range l.perRow {
-			in[f] = make([]float32, rows*n)
-			for i := range in[f] {
-				in[f][i] = float32(rng.NormFloat64())
-			}
+		in := drawNormal(rng, l.perRow, rows)
+		for i := range in[3] {
+			in[3][i] = float32(-3 * rng.Float64())
 		}
 		return in
 	}
 	l.step = func(state []float64, in [][]float32, r int, _ float32) []float64 {
 		o := make([]float64, Hv*dv)
-		ssm.GDNStep64(sh, l.gdnRef, state, to64(in[0][r*Hk*dk:(r+1)*Hk*dk]), to64(in[1][r*Hk*dk:(r+1)*Hk*dk]),
-			to64(in[2][r*Hv*dv:(r+1)*Hv*dv]), to64(in[3][r*Hv:(r+1)*Hv]), to64(in[4][r*Hv:(r+1)*Hv]), o)
+		beta := make([]float64, Hv)
+		for j, b := range in[4][r*Hv : (r+1)*Hv] {
+			beta[j] = ssm.Sigmoid(float64(b))
+		}
+		ssm.KDAStep64(sh, state, to64(in[0][r*Hk*dk:(r+1)*Hk*dk]), to64(in[1][r*Hk*dk:(r+1)*Hk*dk]),
+			to64(in[2][r*Hv*dv:(r+1)*Hv*dv]), to64(in[3][r*Hv*dk:(r+1)*Hv*dk]), beta, o)
 		return o
 	}
 	return l
@@ -253,6 +302,10 @@ func gdnCases() []testCase {
 	}
 }
 
+// kdaCases is the Kimi Delta Attention table: the Gated DeltaNet one, whose
+// folds (of cached u, or exact) KDA shares.
+func kdaCases() []testCase { return gdnCases() }
+
 func base(state numeric.Format, maxDraft int) replay.Options {
 	return replay.Options{Mode: replay.Baseline, State: state, MaxDraft: maxDraft}
 }
@@ -280,17 +333,19 @@ func exact(o replay.Options) replay.Options { o.ExactFold = true; return o }
 //   - nvfp4 (read copy): e2m1 steps are up to 1/3 of the value in a block
 //     and the block scale adds e4m3 rounding: 0.35.
 //
-// GDN's bounds above fp32 are doubled: the delta rule feeds the state error
-// back through u = β(v − Sᵀk), a contraction (|1 − β·k·k| < 1), so the same
-// rounding gives errors of the same order, but its outputs are smaller
-// (‖q‖ = 1/√dk), so relative errors are about twice as large.
+// GDN's and KDA's bounds above fp32 are doubled: the delta rule feeds the
+// state error back through u = β(v − Sᵀk), a contraction (|1 − β·k·k| < 1),
+// so the same rounding gives errors of the same order, but its outputs are
+// smaller (‖q‖ = 1/√dk), so relative errors are about twice as large. KDA's
+// per-channel decay does not change the argument: Diag(α) with α ≤ 1 only
+// shrinks the state and its errors.
 func bound(kind string, o replay.Options) float64 {
 	f := map[numeric.Format]float64{numeric.F32: 1e-5, numeric.F16: 1e-3, numeric.BF16: 8e-3, numeric.E4M3: 0.1, numeric.NVFP4: 0.35}
 	b := f[o.State]
 	if o.ReadCopy != numeric.F32 {
 		b += f[o.ReadCopy]
 	}
-	if kind == "gdn" && b > 1e-5 {
+	if (kind == "gdn" || kind == "kda") && b > 1e-5 {
 		b *= 2
 	}
 	return b

@@ -1,6 +1,7 @@
 // Package replaytest is the conformance suite of the replay.Cache contract:
-// every check a backend's Mamba-2 and Gated DeltaNet caches must pass,
-// against the float64 references of package ssm. A backend runs it from its
+// every check a backend's Mamba-2, Gated DeltaNet and (where it has them)
+// Kimi Delta Attention caches must pass, against the float64 references of
+// package ssm. A backend runs it from its
 // own tests through a small Backend adapter, as the CPU caches do in
 // package replay's tests; only test code imports this package.
 //
@@ -53,10 +54,20 @@ type Backend[Buf any] interface {
 	Free(Buf)
 }
 
-// Run runs the whole suite: RunMamba2 and RunGDN.
+// KDABackend is a Backend that also builds Kimi Delta Attention caches.
+// It is optional: the suite runs its KDA checks on a backend that
+// implements it and skips them on one that does not.
+type KDABackend[Buf any] interface {
+	Backend[Buf]
+	// NewKDA builds a cache, from several goroutines at once as NewGDN.
+	NewKDA(shape ssm.GDNShape, conv replay.ConvWeights, capacity int, opt replay.Options) (replay.KDAState[Buf], error)
+}
+
+// Run runs the whole suite: RunMamba2, RunGDN and RunKDA.
 func Run[Buf any](t *testing.T, b Backend[Buf]) {
 	t.Run("mamba2", func(t *testing.T) { RunMamba2(t, b) })
 	t.Run("gdn", func(t *testing.T) { RunGDN(t, b) })
+	t.Run("kda", func(t *testing.T) { RunKDA(t, b) })
 }
 
 // RunMamba2 checks the backend's Mamba-2 caches: every mode and precision
@@ -73,6 +84,16 @@ func RunMamba2[Buf any](t *testing.T, b Backend[Buf]) {
 // exact fold (replay.Options.ExactFold) next to the fold of cached updates.
 func RunGDN[Buf any](t *testing.T, b Backend[Buf]) {
 	runKind(t, b, gdnLayers(), gdnCases())
+}
+
+// RunKDA is RunGDN for the Kimi Delta Attention caches, with the same
+// cases, on shapes of their own and with a decay per key channel. It skips
+// on a backend that does not implement KDABackend.
+func RunKDA[Buf any](t *testing.T, b Backend[Buf]) {
+	if _, ok := b.(KDABackend[Buf]); !ok {
+		t.Skipf("the %s backend builds no Kimi Delta Attention caches (it does not implement replaytest.KDABackend)", b.Name())
+	}
+	runKind(t, b, kdaLayers(), kdaCases())
 }
 
 // runKind runs the cases of one layer kind, each on one cache kept for the

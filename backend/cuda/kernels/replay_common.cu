@@ -3673,3 +3673,27 @@ extern "C" __global__ void commit(int* __restrict__ hist, int* __restrict__ cur,
     }
     pending[s] = 0;
 }
+
+// ---- prefill ----
+
+// A prefill kernel (mamba2_prefill, gdn_prefill) stages its inputs in
+// shared memory PREFILL_CHUNK rows at a time.
+#define PREFILL_CHUNK 16
+
+// prefill_done: after a Prefill the slots' rings are empty (replay: every
+// entry folded into the checkpoint with the inputs) and no drafts are
+// pending. A kernel of its own: the prefill's blocks of one slot all read
+// the history first.
+extern "C" __global__ void prefill_done(int* __restrict__ hist, int* __restrict__ pending,
+                                        const int* __restrict__ slots, int batch, int replay)
+{
+    const int b = blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= batch) {
+        return;
+    }
+    const int s = slots[b];
+    if (replay) {
+        hist[s] = 0;
+    }
+    pending[s] = 0;
+}

@@ -2831,3 +2831,125 @@ extern "C" __global__ void __launch_bounds__(GNT, GVMINB) gdn_group_verify(GDN_V
 // SM, those were slower (H200, B=256, items -> pipelined: Qwen3.5-4B
 // aligned flush 468 -> 533 us fp32, 412 -> 511 bf16, windows 192 -> 201,
 // 130 -> 139; 122B 920 -> 1046, 810 -> 1012).
+
+// gdn_prefill runs counts[b] (or T) consecutive inputs of slot slots[b]
+// through the recurrence (the contract's Prefill), as mamba2_prefill does:
+// one CTA per (value head, batch row) with the head's state in registers,
+// a replay slot's pending ring entries first (the exact fold: u recomputed
+// from the ring's k, v, exp(g) and beta on the float32 state, no output),
+// then the inputs, PREFILL_CHUNK rows at a time, each writing o = S^T q.
+// Row m of the transposed state needs only v[m] and the head's vectors:
+// u[m] = beta (v[m] - exp(g) S[m].k); S[m] = exp(g) S[m] + u[m] k.
+#if HSPLIT == 1
+extern "C" __global__ void __launch_bounds__(NT)
+    gdn_prefill(ST* state, u8* rcodes, u8* rscales, float* rglobal, const float* __restrict__ ringK,
+                const float* __restrict__ ringV, const float* __restrict__ ringA, const float* __restrict__ ringBeta,
+                const int* __restrict__ hist, const int* __restrict__ cur, int nb, int replay,
+                const int* __restrict__ slots, const int* __restrict__ counts, int T, const float* __restrict__ q,
+                const float* __restrict__ k, const float* __restrict__ v, const float* __restrict__ a,
+                const float* __restrict__ bb, float* __restrict__ o, const double* __restrict__ negA,
+                const double* __restrict__ dtb, float qscale)
+{
+    constexpr int KV = BVLEN(DK); // a padded vector (bvpad)
+    constexpr int KC = PREFILL_CHUNK;
+    __shared__ __align__(16) float sK[KC * KV];
+    __shared__ __align__(16) float sQ[KC * KV];
+    __shared__ float sV[KC * DV];
+    __shared__ float sDecay[KC];
+    __shared__ float sBeta[KC];
+    __shared__ float sScratch[NWARPS];
+
+    constexpr int VEC = SM::VEC;
+    const int j = blockIdx.x, b = blockIdx.y, kh = j / VPK;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int s = slots[b];
+    const int cnt = counts ? counts[b] : T;
+    const int n = replay ? hist[s] : 0;
+    const u64 mat = replay ? (u64)s * NVH + j : ((u64)s * nb + cur[s]) * NVH + j;
+    const bool rounds = !replay && STATE_FMT != FMT_F32;
+    float S[SM::PASSES][SM::CPL][VEC];
+    load_state<SM>(state + mat * (DV * DK), state_scale(state, mat), S);
+    for (int k0 = -n; k0 < cnt; k0 += KC) {
+        const int m = min(KC, cnt - k0);
+        __syncthreads(); // the last chunk's rows are read
+        // Keys then queries, a warp a vector: the ring's keys as kept
+        // (normalised), the inputs' normalised here.
+        for (int w = warp; w < 2 * m; w += NWARPS) {
+            const int d = w < m ? w : w - m, kk = k0 + d;
+            if (w < m && kk < 0) {
+                for (int i = lane; i < DK; i += 32) {
+                    sK[d * KV + bvpad(i)] = ringK[(ring_at(s, n + kk) * NKH + kh) * DK + i];
+                }
+            } else if (w < m) {
+                l2norm_warp<true>(sK + d * KV, k + (((u64)b * T + kk) * NKH + kh) * DK, 1.0f);
+            } else if (kk >= 0) {
+                l2norm_warp<true>(sQ + d * KV, q + (((u64)b * T + kk) * NKH + kh) * DK, qscale);
+            }
+        }
+        if (tid < m) {
+            const int kk = k0 + tid;
+            if (kk < 0) {
+                sDecay[tid] = ringA[rs_at(s, j, n + kk)];
+                sBeta[tid] = ringBeta[rs_at(s, j, n + kk)];
+            } else {
+                gdn_scalars(a[((u64)b * T + kk) * NVH + j], bb[((u64)b * T + kk) * NVH + j], negA[j], dtb[j],
+                            &sDecay[tid], &sBeta[tid]);
+            }
+        }
+        for (int idx = tid; idx < m * DV; idx += NT) {
+            const int d = idx / DV, r = idx % DV, kk = k0 + d;
+            sV[d * DV + r] = kk < 0 ? ringV[(ring_at(s, n + kk) * NVH + j) * DV + r]
+                                    : v[(((u64)b * T + kk) * NVH + j) * DV + r];
+        }
+        __syncthreads();
+        for (int d = 0; d < m; d++) {
+            const bool out = k0 + d >= 0; // the same for the whole block
+            const float eg = sDecay[d], beta = sBeta[d];
+            const float* kd = sK + d * KV;
+            const float* qd = sQ + d * KV;
+            float* od = out ? o + (((u64)b * T + k0 + d) * NVH + j) * DV : nullptr;
+#pragma unroll
+            for (int pass = 0; pass < SM::PASSES; pass++) {
+                const int r = SM::row(pass);
+                float sk = 0.0f;
+#pragma unroll
+                for (int c = 0; c < SM::CPL; c++) {
+                    const int col = SM::col(c);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) {
+                        sk = fmaf(S[pass][c][e], kd[bvpad(col) + e], sk);
+                    }
+                }
+                sk = lanes_sum<SM::LANES>(sk);
+                const float u = r < ROWS ? beta * (sV[d * DV + r] - eg * sk) : 0.0f;
+                float ov = 0.0f;
+#pragma unroll
+                for (int c = 0; c < SM::CPL; c++) {
+                    const int col = SM::col(c);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) {
+                        const float xv = eg * S[pass][c][e] + u * kd[bvpad(col) + e];
+                        S[pass][c][e] = xv;
+                        ov = fmaf(xv, qd[bvpad(col) + e], ov);
+                    }
+                }
+                if (out) {
+                    ov = lanes_sum<SM::LANES>(ov);
+                    if (r < ROWS && SM::lane() == 0) {
+                        od[r] = ov;
+                    }
+                }
+            }
+            if (rounds) {
+                store_state_rounded<SM>(S, state, mat, sScratch);
+            }
+        }
+    }
+    if (replay) {
+        store_state<SM>(S, state, mat, sScratch);
+        write_read_copy<SM>(S, rcodes, rscales, rglobal, mat, sScratch);
+    } else if (!rounds) {
+        store_state<SM>(S, state, mat, sScratch);
+    }
+}
+#endif

@@ -2463,3 +2463,119 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_fold_pipe(MA
 }
 #endif
 #endif
+
+// mamba2_prefill runs counts[b] (or T) consecutive inputs of slot slots[b]
+// through the recurrence (the contract's Prefill): one CTA per (head,
+// batch row) keeps the head's state in registers, steps a replay slot's
+// pending ring entries first (their outputs were written when they were
+// appended), then the inputs, PREFILL_CHUNK rows at a time through shared
+// memory, each writing y = S.C + D x from the float32 state. Replay mode
+// stores the checkpoint (and its read copy) once, at the end;
+// baseline mode rounds the state after every input, as its step does
+// (an fp32 state is stored once). prefill_done then moves the cursors.
+#if HSPLIT == 1
+extern "C" __global__ void __launch_bounds__(NT)
+    mamba2_prefill(ST* state, u8* rcodes, u8* rscales, float* rglobal, const ring_e* __restrict__ ringX,
+                   const ring_e* __restrict__ ringB, const float* __restrict__ ringDt, const float* __restrict__ ringA,
+                   const int* __restrict__ hist, const int* __restrict__ cur, int nb, int replay,
+                   const int* __restrict__ slots, const int* __restrict__ counts, int T, const float* __restrict__ x,
+                   const float* __restrict__ B, const float* __restrict__ C, const float* __restrict__ dt,
+                   float* __restrict__ y, const double* __restrict__ A, const double* __restrict__ dtb,
+                   const float* __restrict__ D, float dtMin)
+{
+    constexpr int NV = BVLEN(N); // a padded vector (bvpad)
+    constexpr int KC = PREFILL_CHUNK;
+    __shared__ __align__(16) float sB[KC * NV];
+    __shared__ __align__(16) float sC[KC * NV];
+    __shared__ float sX[KC * P];
+    __shared__ float sDot[KC * P];
+    __shared__ float sDelta[KC];
+    __shared__ float sDecay[KC];
+    __shared__ float sScratch[NWARPS];
+
+    constexpr int VEC = SM::VEC;
+    const int h = blockIdx.x, b = blockIdx.y, g = h / HPG;
+    const int tid = threadIdx.x;
+    const int s = slots[b];
+    const int cnt = counts ? counts[b] : T;
+    const int n = replay ? hist[s] : 0;
+    const u64 mat = replay ? (u64)s * NHEADS + h : ((u64)s * nb + cur[s]) * NHEADS + h;
+    const bool rounds = !replay && STATE_FMT != FMT_F32;
+    float S[SM::PASSES][SM::CPL][VEC];
+    load_state<SM>(state + mat * (P * N), state_scale(state, mat), S);
+    const float dh = D[h];
+    for (int k0 = -n; k0 < cnt; k0 += KC) {
+        const int m = min(KC, cnt - k0);
+        __syncthreads(); // the last chunk's rows are read
+        if (tid < m) {
+            const int k = k0 + tid;
+            if (k < 0) {
+                sDelta[tid] = ringDt[rs_at(s, h, n + k)];
+                sDecay[tid] = ringA[rs_at(s, h, n + k)];
+            } else {
+                const float delta =
+                    fmaxf((float)softplus_d((double)dt[((u64)b * T + k) * NHEADS + h] + dtb[h]), dtMin);
+                sDelta[tid] = delta;
+                sDecay[tid] = (float)exp((double)delta * A[h]);
+            }
+        }
+        for (int idx = tid; idx < m * N; idx += NT) {
+            const int kk = idx / N, i = idx % N, k = k0 + kk;
+            if (k < 0) {
+                sB[kk * NV + bvpad(i)] = ring_ld(ringB + (ring_at(s, n + k) * NGROUPS + g) * N + i);
+            } else {
+                sB[kk * NV + bvpad(i)] = B[(((u64)b * T + k) * NGROUPS + g) * N + i];
+                sC[kk * NV + bvpad(i)] = C[(((u64)b * T + k) * NGROUPS + g) * N + i];
+            }
+        }
+        for (int idx = tid; idx < m * P; idx += NT) {
+            const int kk = idx / P, p = idx % P, k = k0 + kk;
+            sX[kk * P + p] = k < 0 ? ring_ld(ringX + (ring_at(s, n + k) * NHEADS + h) * P + p)
+                                   : x[(((u64)b * T + k) * NHEADS + h) * P + p];
+        }
+        __syncthreads();
+        for (int kk = 0; kk < m; kk++) {
+            const bool out = k0 + kk >= 0; // the same for the whole block
+            const float a = sDecay[kk], delta = sDelta[kk];
+#pragma unroll
+            for (int pass = 0; pass < SM::PASSES; pass++) {
+                const int r = SM::row(pass);
+                const float xc = r < ROWS ? delta * sX[kk * P + r] : 0.0f;
+                float acc = 0.0f;
+#pragma unroll
+                for (int c = 0; c < SM::CPL; c++) {
+                    const int pc = kk * NV + bvpad(SM::col(c));
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) {
+                        const float v = a * S[pass][c][e] + xc * sB[pc + e];
+                        S[pass][c][e] = v;
+                        acc = fmaf(v, sC[pc + e], acc);
+                    }
+                }
+                if (out) {
+                    acc = lanes_sum<SM::LANES>(acc);
+                    if (r < ROWS && SM::lane() == 0) {
+                        sDot[kk * P + r] = acc;
+                    }
+                }
+            }
+            if (rounds) {
+                store_state_rounded<SM>(S, state, mat, sScratch);
+            }
+        }
+        __syncthreads();
+        for (int idx = tid; idx < m * P; idx += NT) {
+            const int kk = idx / P, p = idx % P, k = k0 + kk;
+            if (k >= 0) {
+                y[(((u64)b * T + k) * NHEADS + h) * P + p] = sDot[kk * P + p] + dh * sX[kk * P + p];
+            }
+        }
+    }
+    if (replay) {
+        store_state<SM>(S, state, mat, sScratch);
+        write_read_copy<SM>(S, rcodes, rscales, rglobal, mat, sScratch);
+    } else if (!rounds) {
+        store_state<SM>(S, state, mat, sScratch);
+    }
+}
+#endif
