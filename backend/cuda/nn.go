@@ -346,8 +346,23 @@ func (b *NNBackend) Embed(dst nn.Tensor, table nn.Weight, tokens []int32) {
 }
 
 // gemvWarps is the matrix-vector kernel's warps per block, each computing
-// GEMV_ROWS (4) outputs.
-const gemvWarps = 4
+// GEMV_ROWS (4) outputs, or a slice of them (gemvSplit).
+const gemvWarps = 8
+
+// gemvSplit is how many warps share each group of 4 outputs of an N-output
+// matrix-vector product on a GPU of sms multiprocessors: the fewest (a
+// power of two up to gemvWarps) that put 32 warps an SM in flight to hide
+// the weights' loads behind. On an H100 with one warp a group, the
+// products' weights streamed at 59% of the copy bandwidth with 6 warps an
+// SM (Nemotron-3-Nano's MLP down, 3,136 outputs), 71% with 24 (MLP up),
+// 83% with 33 (in_proj) and 97% with 248 (lm_head).
+func gemvSplit(n, sms int) int {
+	split := 1
+	for split < gemvWarps && (n+3)/4*split < 32*sms {
+		split *= 2
+	}
+	return split
+}
 
 func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 	if b.err != nil || x.Rows == 0 {
@@ -371,7 +386,9 @@ func (b *NNBackend) MatMul(y, x nn.Tensor, w, bias nn.Weight) {
 		a.I32(int32(w.Cols))
 		a.I32(int32(w.Rows))
 		a.I32(1) // rows
-		per := 4 * gemvWarps
+		split := gemvSplit(w.Rows, b.d.Multiprocessors())
+		a.I32(int32(split))
+		per := 4 * gemvWarps / split
 		b.launch(b.gemv, [3]uint32{uint32((w.Rows + per - 1) / per), 1, 1}, 32*gemvWarps)
 		end()
 	default:

@@ -235,3 +235,19 @@ func TestPlanRefusals(t *testing.T) {
 		})
 	}
 }
+
+func TestGemvSplit(t *testing.T) {
+	for _, c := range []struct{ n, sms, want int }{
+		{3136, 132, 8},   // Nemotron-3-Nano MLP down on an H100: 784 warps alone
+		{12544, 132, 2},  // MLP up: 3,136 warps
+		{17504, 132, 1},  // in_proj: 4,376 warps, past 32 an SM
+		{131072, 132, 1}, // lm_head
+		{8, 132, 8},      // never more than the block's warps
+		{16896, 132, 1},  // exactly 32 warps an SM
+		{16892, 132, 2},
+	} {
+		if got := gemvSplit(c.n, c.sms); got != c.want {
+			t.Errorf("gemvSplit(%d, %d) = %d, want %d", c.n, c.sms, got, c.want)
+		}
+	}
+}

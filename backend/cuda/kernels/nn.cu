@@ -80,17 +80,22 @@ extern "C" __global__ void nn_to_bf16(unsigned short* __restrict__ dst, const fl
 // row, so that every x value loaded serves GEMV_ROWS weights and x stays
 // float32 (cuBLAS would round it to bfloat16). nn.go calls it for one row
 // only: from two rows up cuBLAS is faster (BenchmarkNNMatMul), as the rows'
-// x loads from L1 then outweigh the weights' bytes. Grid:
-// ceil(N / (GEMV_ROWS·warps)).
+// x loads from L1 then outweigh the weights' bytes. With split > 1 the
+// warps of a block work in groups of split on the same GEMV_ROWS outputs,
+// each taking every split-th word of K, and sum through shared memory in
+// a fixed order: more warps in flight for a matrix of few rows (MLP down).
+// Grid: ceil(N / (GEMV_ROWS·warps/split)); blockDim ≤ 32·GEMV_MAX_WARPS.
 #define GEMV_ROWS 4
 #define GEMV_MAX_M 8
+#define GEMV_MAX_WARPS 8
 extern "C" __global__ void nn_gemv_bf16(float* __restrict__ y, int ys, const float* __restrict__ x, int xs,
-                                        const unsigned short* __restrict__ W, int K, int N, int M)
+                                        const unsigned short* __restrict__ W, int K, int N, int M, int split)
 {
-    const int lane = threadIdx.x & 31;
-    const int n0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * GEMV_ROWS;
-    if (n0 >= N)
-        return;
+    __shared__ float part[GEMV_MAX_WARPS][GEMV_MAX_M * GEMV_ROWS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int slice = warp % split, groups = (blockDim.x >> 5) / split;
+    const int n0 = (blockIdx.x * groups + warp / split) * GEMV_ROWS;
+    const bool active = n0 < N; // no early return: split > 1 meets at a barrier
     float acc[GEMV_MAX_M][GEMV_ROWS];
 #pragma unroll
     for (int m = 0; m < GEMV_MAX_M; m++)
@@ -101,9 +106,9 @@ extern "C" __global__ void nn_gemv_bf16(float* __restrict__ y, int ys, const flo
 #pragma unroll
     for (int j = 0; j < GEMV_ROWS; j++)
         w[j] = (const uint4*)(W + (long long)min(n0 + j, N - 1) * K);
-    const int K8 = K >> 3;
+    const int K8 = active ? K >> 3 : 0;
 #pragma unroll 2
-    for (int k8 = lane; k8 < K8; k8 += 32) {
+    for (int k8 = lane + 32 * slice; k8 < K8; k8 += 32 * split) {
         uint4 p[GEMV_ROWS];
 #pragma unroll
         for (int j = 0; j < GEMV_ROWS; j++)
@@ -140,10 +145,26 @@ extern "C" __global__ void nn_gemv_bf16(float* __restrict__ y, int ys, const flo
                 float v = acc[m][j];
                 for (int o = 16; o > 0; o >>= 1)
                     v += __shfl_xor_sync(0xffffffffu, v, o);
-                if (lane == 0 && n0 + j < N)
-                    y[(long long)m * ys + n0 + j] = v;
+                if (split == 1) {
+                    if (lane == 0 && active && n0 + j < N)
+                        y[(long long)m * ys + n0 + j] = v;
+                } else if (lane == 0) {
+                    part[warp][m * GEMV_ROWS + j] = v;
+                }
             }
         }
+    }
+    if (split == 1)
+        return;
+    // The slices' sums in slice order (no atomics: the same bits every run).
+    __syncthreads();
+    if (slice == 0 && active && lane < M * GEMV_ROWS) {
+        const int m = lane / GEMV_ROWS, j = lane % GEMV_ROWS;
+        float v = part[warp][lane];
+        for (int q = 1; q < split; q++)
+            v += part[warp + q][lane];
+        if (n0 + j < N)
+            y[(long long)m * ys + n0 + j] = v;
     }
 }
 
