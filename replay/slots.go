@@ -152,34 +152,31 @@ func checkDrafts(counts []int, nslots, T, maxDraft int) error {
 	if T < 1 || T > maxDraft {
 		return fmt.Errorf("verify: %d drafts per slot, cache allows 1..%d", T, maxDraft)
 	}
-	if counts != nil {
-		if len(counts) != nslots {
-			return fmt.Errorf("verify: %d draft counts for %d slots", len(counts), nslots)
-		}
-		for i, c := range counts {
-			if c < 1 || c > T {
-				return fmt.Errorf("verify: slot index %d has %d drafts, want 1..%d", i, c, T)
-			}
-		}
-	}
-	return nil
+	return checkCounts("verify", "drafts", counts, nslots, T)
 }
 
 // MaxPrefill bounds the inputs per slot of one Prefill.
 const MaxPrefill = 1 << 20
 
+// checkPrefill validates a prefill's stride T and per-slot counts.
 func checkPrefill(counts []int, nslots, T int) error {
 	if T < 1 || T > MaxPrefill {
 		return fmt.Errorf("prefill: %d inputs per slot, want 1..%d", T, MaxPrefill)
 	}
-	if counts != nil {
-		if len(counts) != nslots {
-			return fmt.Errorf("prefill: %d counts for %d slots", len(counts), nslots)
-		}
-		for i, c := range counts {
-			if c < 1 || c > T {
-				return fmt.Errorf("prefill: slot index %d has %d inputs, want 1..%d", i, c, T)
-			}
+	return checkCounts("prefill", "inputs", counts, nslots, T)
+}
+
+// checkCounts validates per-slot counts (of what) in 1..T, if any.
+func checkCounts(op, what string, counts []int, nslots, T int) error {
+	if counts == nil {
+		return nil
+	}
+	if len(counts) != nslots {
+		return fmt.Errorf("%s: %d counts for %d slots", op, len(counts), nslots)
+	}
+	for i, c := range counts {
+		if c < 1 || c > T {
+			return fmt.Errorf("%s: slot index %d has %d %s, want 1..%d", op, i, c, what, T)
 		}
 	}
 	return nil

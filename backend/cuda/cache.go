@@ -475,6 +475,12 @@ func (c *replayCommon) prepareVerify(slots []replay.Slot, T int, counts []int) (
 	if err := c.ledger.CheckVerify(slots, T, counts); err != nil {
 		return Buffer{}, Buffer{}, err
 	}
+	return c.useSlotsCounts(slots, counts)
+}
+
+// useSlotsCounts puts a call's slots and per-slot counts (if any) on the
+// device.
+func (c *replayCommon) useSlotsCounts(slots []replay.Slot, counts []int) (slotsDev, countsDev Buffer, err error) {
 	if slotsDev, err = c.useSlots(slots); err != nil {
 		return Buffer{}, Buffer{}, err
 	}

@@ -199,15 +199,7 @@ func (c *Mamba2Cache) QueueStep(slots Buffer, batch int, in Mamba2Input, y Buffe
 	c.replayArgs(a)
 	a.Ptr(c.hist)
 	a.Ptr(slots)
-	a.Ptr(x)
-	a.Ptr(bIn)
-	a.Ptr(in.C)
-	a.Ptr(in.Dt)
-	a.Ptr(y)
-	a.Ptr(c.a)
-	a.Ptr(c.dtb)
-	a.Ptr(c.dd)
-	a.F32(in.DtMin)
+	c.inputArgs(a, x, bIn, in, y)
 	a.I32(int32(c.opt.Window))
 	return c.launchReplayStep(a, batch)
 }
@@ -254,15 +246,7 @@ func (c *Mamba2Cache) QueueVerify(slots, counts Buffer, batch, T int, in Mamba2I
 	a.Ptr(slots)
 	a.Ptr(counts)
 	a.I32(int32(T))
-	a.Ptr(x)
-	a.Ptr(bIn)
-	a.Ptr(in.C)
-	a.Ptr(in.Dt)
-	a.Ptr(y)
-	a.Ptr(c.a)
-	a.Ptr(c.dtb)
-	a.Ptr(c.dd)
-	a.F32(in.DtMin)
+	c.inputArgs(a, x, bIn, in, y)
 	a.I32(int32(ringEntries(c.opt)))
 	return c.launchReplayVerify(a, slots, counts, batch, T)
 }
@@ -295,6 +279,21 @@ func (c *Mamba2Cache) replayArgs(a *Args) {
 	a.Ptr(c.ringA)
 }
 
+// inputArgs appends the arguments every Mamba-2 kernel ends its list
+// with: the op's x and B (the caller's, or rounded for a bf16 ring), C,
+// dt and the output, then the layer's constants and the Δ clamp.
+func (c *Mamba2Cache) inputArgs(a *Args, x, bIn Buffer, in Mamba2Input, y Buffer) {
+	a.Ptr(x)
+	a.Ptr(bIn)
+	a.Ptr(in.C)
+	a.Ptr(in.Dt)
+	a.Ptr(y)
+	a.Ptr(c.a)
+	a.Ptr(c.dtb)
+	a.Ptr(c.dd)
+	a.F32(in.DtMin)
+}
+
 func (c *Mamba2Cache) launchBaseline(slots, counts Buffer, batch, T int, verify bool, in Mamba2Input, y Buffer) error {
 	a := &c.args
 	a.Reset()
@@ -304,15 +303,7 @@ func (c *Mamba2Cache) launchBaseline(slots, counts Buffer, batch, T int, verify 
 	a.Ptr(counts)
 	a.I32(int32(T))
 	a.I32(int32(stateBuffers(c.opt)))
-	a.Ptr(in.X)
-	a.Ptr(in.B)
-	a.Ptr(in.C)
-	a.Ptr(in.Dt)
-	a.Ptr(y)
-	a.Ptr(c.a)
-	a.Ptr(c.dtb)
-	a.Ptr(c.dd)
-	a.F32(in.DtMin)
+	c.inputArgs(a, in.X, in.B, in, y)
 	a.Ptr(c.pending) // the kernel sets the pending drafts: no cursor kernel
 	return c.launchBaselineKernel(batch, verify, a)
 }

@@ -53,16 +53,7 @@ func (c *replayCommon) preparePrefill(slots []replay.Slot, T int, counts []int) 
 	if err := c.checkStep(slots); err != nil {
 		return Buffer{}, Buffer{}, err
 	}
-	if slotsDev, err = c.useSlots(slots); err != nil {
-		return Buffer{}, Buffer{}, err
-	}
-	if counts != nil {
-		if err := c.upload(c.countsDev, len(counts), func(i int) int32 { return int32(counts[i]) }); err != nil {
-			return Buffer{}, Buffer{}, err
-		}
-		countsDev, _ = c.countsDev.Slice(0, 4*len(counts))
-	}
-	return slotsDev, countsDev, nil
+	return c.useSlotsCounts(slots, counts)
 }
 
 // prefillHead appends the arguments every prefill kernel starts with: the
@@ -121,15 +112,7 @@ func (c *Mamba2Cache) Prefill(slots []replay.Slot, T int, counts []int, in Mamba
 	a.Ptr(sl)
 	a.Ptr(cn)
 	a.I32(int32(T))
-	a.Ptr(in.X)
-	a.Ptr(in.B)
-	a.Ptr(in.C)
-	a.Ptr(in.Dt)
-	a.Ptr(y)
-	a.Ptr(c.a)
-	a.Ptr(c.dtb)
-	a.Ptr(c.dd)
-	a.F32(in.DtMin)
+	c.inputArgs(a, in.X, in.B, in, y)
 	return c.launchPrefill(slots, T, counts, sl)
 }
 
@@ -148,14 +131,6 @@ func (c *GDNCache) Prefill(slots []replay.Slot, T int, counts []int, in GDNInput
 	a.Ptr(sl)
 	a.Ptr(cn)
 	a.I32(int32(T))
-	a.Ptr(in.Q)
-	a.Ptr(in.K)
-	a.Ptr(in.V)
-	a.Ptr(in.A)
-	a.Ptr(in.B)
-	a.Ptr(o)
-	a.Ptr(c.negA)
-	a.Ptr(c.dtb)
-	a.F32(c.qscale)
+	c.inputArgs(a, in, o)
 	return c.launchPrefill(slots, T, counts, sl)
 }

@@ -47,22 +47,12 @@ func (h *harness[Buf]) prefill(t *testing.T, slots []replay.Slot, T int, counts 
 	if err != nil {
 		t.Fatalf("conv prefill %v T %d counts %v: %v", slots, T, counts, err)
 	}
-	for i, s := range slots {
+	h.eachRow(t, "conv prefill", slots, T, count, out, C, func(s replay.Slot, k, r int, got []float32) {
 		m := h.live[s]
-		for k := range T {
-			r := i*T + k
-			got := out[r*C : (r+1)*C]
-			if k >= count(i) {
-				if !math.IsNaN(float64(got[0])) {
-					t.Fatalf("conv prefill slot %d wrote row %d past its count %d", s, k, count(i))
-				}
-				continue
-			}
-			row := x[r*C : (r+1)*C]
-			checkConv(t, fmt.Sprintf("conv prefill slot %d input %d", s, k), got, h.l.convRef(m.conv, row))
-			h.l.pushConv(m, row)
-		}
-	}
+		row := x[r*C : (r+1)*C]
+		checkConv(t, fmt.Sprintf("conv prefill slot %d input %d", s, k), got, h.l.convRef(m.conv, row))
+		h.l.pushConv(m, row)
+	})
 	// A prefill's inputs do not enter the ring, so a bf16 ring rounds none
 	// of them: the reference takes them as drawn.
 	in, dtMin := h.l.draw(h.rng, n*T), h.dtMin()
@@ -72,20 +62,32 @@ func (h *harness[Buf]) prefill(t *testing.T, slots []replay.Slot, T int, counts 
 	if err != nil {
 		t.Fatalf("prefill %v T %d counts %v: %v", slots, T, counts, err)
 	}
-	for i, s := range slots {
+	h.eachRow(t, "prefill", slots, T, count, y, w, func(s replay.Slot, k, r int, got []float32) {
 		m := h.live[s]
+		h.checkRow(t, fmt.Sprintf("prefill slot %d input %d (history %d)", s, k, m.hist), got, h.l.step(m.state, in, r, dtMin))
+	})
+	for i, s := range slots {
+		h.modelPrefill(h.live[s], count(i))
+	}
+}
+
+// eachRow calls f on every row of out ([slot][T] rows of width values)
+// within its slot's count, in order, and fails the test where a row past
+// the count was written (out was poisoned with NaN).
+func (h *harness[Buf]) eachRow(t *testing.T, what string, slots []replay.Slot, T int, count func(int) int, out []float32, width int, f func(s replay.Slot, k, r int, got []float32)) {
+	t.Helper()
+	for i, s := range slots {
 		for k := range T {
 			r := i*T + k
-			got := y[r*w : (r+1)*w]
+			got := out[r*width : (r+1)*width]
 			if k >= count(i) {
 				if !math.IsNaN(float64(got[0])) {
-					t.Fatalf("prefill slot %d wrote row %d past its count %d", s, k, count(i))
+					t.Fatalf("%s slot %d wrote row %d past its count %d", what, s, k, count(i))
 				}
 				continue
 			}
-			h.checkRow(t, fmt.Sprintf("prefill slot %d input %d (history %d)", s, k, m.hist), got, h.l.step(m.state, in, r, dtMin))
+			f(s, k, r, got)
 		}
-		h.modelPrefill(m, count(i))
 	}
 }
 

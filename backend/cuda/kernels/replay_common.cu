@@ -3680,6 +3680,22 @@ extern "C" __global__ void commit(int* __restrict__ hist, int* __restrict__ cur,
 // shared memory PREFILL_CHUNK rows at a time.
 #define PREFILL_CHUNK 16
 
+// prefill_store ends a prefill kernel's head: replay mode stores the
+// checkpoint and its read copy, baseline mode an fp32 state (a rounded
+// state was stored after every input). Barriers inside for fp8 and nvfp4.
+template <typename SM>
+__device__ __forceinline__ void prefill_store(float (&S)[SM::PASSES][SM::CPL][SM::VEC],
+                                              typename StateIO<STATE_FMT>::T* state, u8* rcodes, u8* rscales,
+                                              float* rglobal, u64 mat, int replay, float* scratch)
+{
+    if (replay) {
+        store_state<SM>(S, state, mat, scratch);
+        write_read_copy<SM>(S, rcodes, rscales, rglobal, mat, scratch);
+    } else if (STATE_FMT == FMT_F32) {
+        store_state<SM>(S, state, mat, scratch);
+    }
+}
+
 // prefill_done: after a Prefill the slots' rings are empty (replay: every
 // entry folded into the checkpoint with the inputs) and no drafts are
 // pending. A kernel of its own: the prefill's blocks of one slot all read

@@ -2571,11 +2571,6 @@ extern "C" __global__ void __launch_bounds__(NT)
             }
         }
     }
-    if (replay) {
-        store_state<SM>(S, state, mat, sScratch);
-        write_read_copy<SM>(S, rcodes, rscales, rglobal, mat, sScratch);
-    } else if (!rounds) {
-        store_state<SM>(S, state, mat, sScratch);
-    }
+    prefill_store<SM>(S, state, rcodes, rscales, rglobal, mat, replay, sScratch);
 }
 #endif
