@@ -37,16 +37,20 @@ type replayCommon struct {
 	elems    int // elements per state matrix
 	ledger   *replay.Ledger
 
-	mod                          *Module
-	cursorVerify, commitF        *Function
-	prefill, prefillDone         *Function   // the layer's prefill kernel and its cursor kernel
-	nonflush, flush, verify      *Function   // the per-head kernels and the items flush
-	stepSmall                    *Function   // flush and non-flush slots in one kernel
-	verifySmall                  *Function   // Mamba-2: a small batch's verify and cursor move in one kernel
-	early                        earlyVerify // a small batch's verify (Mamba-2's one kernel, GDN's per-head one) with the early start
-	flushBlocks                  int         // the items flush's grid: the blocks the GPU holds at once
-	baselineStep, baselineVerify *Function
-	small                        headSplit // the small step of split heads, where planned
+	mod                   *Module
+	cursorVerify, commitF *Function
+	// The prefill module's kernels (PREFILL_MODULE): the layer's prefill,
+	// its cursor kernel and the convolution's; prefillErr, where that
+	// module failed to build, is what Prefill and ConvPrefill return.
+	prefill, prefillDone, convPrefill *Function
+	prefillErr                        error
+	nonflush, flush, verify           *Function   // the per-head kernels and the items flush
+	stepSmall                         *Function   // flush and non-flush slots in one kernel
+	verifySmall                       *Function   // Mamba-2: a small batch's verify and cursor move in one kernel
+	early                             earlyVerify // a small batch's verify (Mamba-2's one kernel, GDN's per-head one) with the early start
+	flushBlocks                       int         // the items flush's grid: the blocks the GPU holds at once
+	baselineStep, baselineVerify      *Function
+	small                             headSplit // the small step of split heads, where planned
 
 	// The overlapped flush (plan.overlap): its stream of the greatest
 	// priority, forked from s and joined back by events.
@@ -114,11 +118,12 @@ func (c *replayCommon) init(ctx context.Context, s *Stream, plan cachePlan, capa
 	for _, f := range []struct {
 		dst  **Function
 		name string
-	}{{&c.cursorVerify, "cursor_verify"}, {&c.commitF, "commit"}, {&c.prefill, c.kind + "_prefill"}, {&c.prefillDone, "prefill_done"}} {
+	}{{&c.cursorVerify, "cursor_verify"}, {&c.commitF, "commit"}} {
 		if *f.dst, err = c.mod.Function(f.name); err != nil {
 			return err
 		}
 	}
+	c.prefillErr = c.bindPrefill(ctx, src, capacity)
 	for _, b := range []*Buffer{&c.hist, &c.cur, &c.pending, &c.slotsDev, &c.countsDev, &c.acceptedDev} {
 		if *b, err = c.alloc(4 * capacity); err != nil {
 			return err

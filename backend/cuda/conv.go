@@ -16,7 +16,6 @@ type convWindows struct {
 	win          slotArray
 	weight, bias Buffer
 	apply, shf   *Function
-	pre          *Function // conv_prefill
 	args         Args
 }
 
@@ -34,9 +33,6 @@ func (c *replayCommon) newConvWindows(ctx context.Context, w replay.ConvWeights)
 		return err
 	}
 	if cw.shf, err = c.d.Kernel(ctx, "conv.cu", "conv_shift"); err != nil {
-		return err
-	}
-	if cw.pre, err = c.d.Kernel(ctx, "conv.cu", "conv_prefill"); err != nil {
 		return err
 	}
 	if cw.weight, err = c.uploadF32(w.Weight); err != nil {

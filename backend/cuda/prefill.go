@@ -1,10 +1,30 @@
 package cuda
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/replayssm/replayssm/replay"
 )
+
+// bindPrefill builds the cache's prefill module (the plan's module with
+// PREFILL_MODULE, kernels/replay_common.cu) from src and looks up its
+// kernels.
+func (c *replayCommon) bindPrefill(ctx context.Context, src string, capacity int) error {
+	m, err := c.d.Compile(ctx, c.plan.file, src, append(c.plan.options(capacity), "-DPREFILL_MODULE=1")...)
+	if err != nil {
+		return fmt.Errorf("prefill module: %w", err)
+	}
+	for _, f := range []struct {
+		dst  **Function
+		name string
+	}{{&c.prefill, c.kind + "_prefill"}, {&c.prefillDone, "prefill_done"}, {&c.convPrefill, "conv_prefill"}} {
+		if *f.dst, err = m.Function(f.name); err != nil {
+			return fmt.Errorf("prefill module: %w", err)
+		}
+	}
+	return nil
+}
 
 // ConvPrefill runs the convolution over T consecutive inputs per slot
 // ([slot][T][Channels]; counts, when not nil, each slot's own number) and
@@ -38,7 +58,7 @@ func (c *replayCommon) ConvPrefill(slots []replay.Slot, T int, counts []int, in,
 	a.I32(int32(cw.w.Channels))
 	a.I32(int32(cw.w.Kernel))
 	a.I32(int32(cw.rows))
-	if err := c.d.Launch(cw.pre, cw.grid(len(slots)), [3]uint32{256, 1, 1}, 0, c.s, a); err != nil {
+	if err := c.d.Launch(c.convPrefill, cw.grid(len(slots)), [3]uint32{256, 1, 1}, 0, c.s, a); err != nil {
 		return c.errorf("conv", err)
 	}
 	return nil
@@ -47,6 +67,9 @@ func (c *replayCommon) ConvPrefill(slots []replay.Slot, T int, counts []int, in,
 // preparePrefill validates a prefill and puts its slots and counts on the
 // device.
 func (c *replayCommon) preparePrefill(slots []replay.Slot, T int, counts []int) (slotsDev, countsDev Buffer, err error) {
+	if c.prefillErr != nil {
+		return Buffer{}, Buffer{}, c.prefillErr
+	}
 	if err := c.ledger.CheckPrefill(slots, T, counts); err != nil {
 		return Buffer{}, Buffer{}, err
 	}

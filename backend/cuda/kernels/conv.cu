@@ -56,36 +56,3 @@ extern "C" __global__ void conv_shift(float* __restrict__ win, const int* __rest
         base[k * C] = base[(k + n) * C];
     }
 }
-
-// conv_prefill computes the outputs of counts[b] (or T) consecutive inputs
-// of slot b ([b][T][C] rows; the rest neither read nor written), each
-// seeing the window and the inputs before it, in conv_apply's order of
-// operations, and makes the last K-1 of window and inputs the window.
-// One thread per (batch row, channel).
-extern "C" __global__ void conv_prefill(float* __restrict__ win, const float* __restrict__ w,
-    const float* __restrict__ bias, const int* __restrict__ slots, const int* __restrict__ counts,
-    const float* __restrict__ in, float* __restrict__ out, int batch, int T, int C, int K, int rows)
-{
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (long long)batch * C) {
-        return;
-    }
-    const int b = (int)(i / C), c = (int)(i % C);
-    const int n = counts ? counts[b] : T;
-    float* base = win + (long long)slots[b] * rows * C + c;
-    const float* src = in + (long long)b * T * C + c;
-    // x(t): input t, the window's rows at t < 0.
-    auto at = [&](int t) { return t < 0 ? base[(t + K - 1) * C] : src[(long long)t * C]; };
-    for (int t = 0; t < n; t++) {
-        float sum = bias != nullptr ? bias[c] : 0.0f;
-        for (int k = 0; k < K; k++) {
-            sum = __fadd_rn(sum, __fmul_rn(w[c * K + k], at(t - (K - 1) + k)));
-        }
-        out[((long long)b * T + t) * C + c] = sum;
-    }
-    // The new window, oldest first: rows n .. n+K-2 of (window, inputs),
-    // each read before any row it could overwrite is written.
-    for (int r = 0; r < K - 1; r++) {
-        base[r * C] = at(n - (K - 1) + r);
-    }
-}

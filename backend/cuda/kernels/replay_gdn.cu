@@ -2840,7 +2840,7 @@ extern "C" __global__ void __launch_bounds__(GNT, GVMINB) gdn_group_verify(GDN_V
 // then the inputs, PREFILL_CHUNK rows at a time, each writing o = S^T q.
 // Row m of the transposed state needs only v[m] and the head's vectors:
 // u[m] = beta (v[m] - exp(g) S[m].k); S[m] = exp(g) S[m] + u[m] k.
-#if HSPLIT == 1
+#if PREFILL_MODULE
 extern "C" __global__ void __launch_bounds__(NT)
     gdn_prefill(ST* state, u8* rcodes, u8* rscales, float* rglobal, const float* __restrict__ ringK,
                 const float* __restrict__ ringV, const float* __restrict__ ringA, const float* __restrict__ ringBeta,

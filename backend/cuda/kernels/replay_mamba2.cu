@@ -2473,7 +2473,7 @@ extern "C" __global__ void __launch_bounds__(NT + 32, FMINB) mamba2_fold_pipe(MA
 // stores the checkpoint (and its read copy) once, at the end;
 // baseline mode rounds the state after every input, as its step does
 // (an fp32 state is stored once). prefill_done then moves the cursors.
-#if HSPLIT == 1
+#if PREFILL_MODULE
 extern "C" __global__ void __launch_bounds__(NT)
     mamba2_prefill(ST* state, u8* rcodes, u8* rscales, float* rglobal, const ring_e* __restrict__ ringX,
                    const ring_e* __restrict__ ringB, const float* __restrict__ ringDt, const float* __restrict__ ringA,
