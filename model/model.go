@@ -12,6 +12,7 @@ import (
 	"github.com/replayssm/replayssm/model/safetensors"
 
 	// The architectures register their families with package arch.
+	_ "github.com/replayssm/replayssm/model/kimi"
 	_ "github.com/replayssm/replayssm/model/mamba2"
 	_ "github.com/replayssm/replayssm/model/nemotronh"
 	_ "github.com/replayssm/replayssm/model/qwen"

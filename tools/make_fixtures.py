@@ -2,7 +2,7 @@
 """Write tiny random-weight transformers parity fixtures for replayssm.
 
 For every supported architecture (nemotron_h, qwen3_next, qwen3_5 text-only,
-qwen3_5_moe text-only, mamba2) this builds a tiny float32 model with
+qwen3_5_moe text-only, mamba2, kimi_linear) this builds a tiny float32 model with
 transformers, re-randomises every parameter (norm weights, dt_bias, D, A_log,
 router correction bias, conv weights included) so that a wrong formula cannot
 pass, saves it with save_pretrained, reloads it, and records reference
@@ -425,6 +425,64 @@ def arch_specs():
         summary="6 Mamba-2 layers, hidden 64, vocab 384, TIED embeddings; H8 P16 N32 (N != P on purpose) "
         "G2 K4 chunk16; gated norm over all of I (no groups)",
     )
+
+    # Kimi-Linear: written in the checkpoint's own spelling (linear_attn_config
+    # with 1-based kda_layers / full_attn_layers, num_experts, moe_renormalize,
+    # ...), which the config class must read since it loads the hub configs.
+    # Odd head counts (3 KDA heads, 3 MLA heads), qk_nope != v_head_dim, a
+    # rope part that Kimi leaves unrotated (mla_use_nope), a dense first
+    # layer, and forget gates far from 1: softplus(f + dt_bias) in
+    # [0.05, 2] with A in [1, 16] gives per-channel decays exp(g) from e^-32
+    # to 0.95.
+    specs["kimi_linear"] = dict(
+        arch="kimi_linear",
+        cls=("KimiLinearForCausalLM",),
+        cfg_cls=("KimiLinearConfig",),
+        seed=6000,
+        dt=(0.05, 2.0),
+        cfg=dict(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            intermediate_size=96,
+            moe_intermediate_size=32,
+            num_hidden_layers=5,
+            num_attention_heads=3,
+            num_key_value_heads=3,
+            q_lora_rank=None,
+            kv_lora_rank=24,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=12,
+            mla_use_nope=True,
+            linear_attn_config={
+                "head_dim": 16,
+                "num_heads": 3,
+                "short_conv_kernel_size": 4,
+                "kda_layers": [1, 2, 4],
+                "full_attn_layers": [3, 5],
+            },
+            num_experts=8,
+            num_experts_per_token=2,
+            num_shared_experts=1,
+            moe_router_activation_func="sigmoid",
+            moe_renormalize=True,
+            routed_scaling_factor=2.446,
+            use_grouped_topk=True,
+            num_expert_group=1,
+            topk_group=1,
+            first_k_dense_replace=1,
+            moe_layer_freq=1,
+            hidden_act="silu",
+            rms_norm_eps=1e-5,
+            model_max_length=4096,
+            tie_word_embeddings=False,
+            **no_special,
+        ),
+        summary="5 layers [KDA,KDA,MLA,KDA,MLA], dense SwiGLU 96 on layer 0, MoE elsewhere (8 experts top2 "
+        "sigmoid+correction bias renorm scale 2.446, expert 32, one shared expert); hidden 64, vocab 384; "
+        "KDA 3 heads dk=dv=16 K4, low-rank gates (rank 16), decays from e^-32 to 0.95; MLA 3 heads, "
+        "kv_lora_rank 24, qk_nope 16, qk_rope 8 (unrotated: NoPE), v 12, no q LoRA",
+    )
     return specs
 
 
@@ -516,6 +574,9 @@ class Probe:
             elif hasattr(m, "A_log") and hasattr(m, "dt_bias") and (hasattr(m, "in_proj_a") or hasattr(m, "in_proj_ba")):
                 lin = m.in_proj_a if hasattr(m, "in_proj_a") else m.in_proj_ba
                 self.handles.append(lin.register_forward_hook(self._gdn_hook(m)))
+            elif hasattr(m, "A_log") and hasattr(m, "dt_bias") and (hasattr(m, "forget_gate_up") or hasattr(m, "f_b_proj")):
+                lin = m.forget_gate_up if hasattr(m, "forget_gate_up") else m.f_b_proj
+                self.handles.append(lin.register_forward_hook(self._kda_hook(m)))
             elif cn.endswith("TopkRouter") or cn.endswith("TopKRouter"):
                 self.handles.append(m.register_forward_hook(self._router_hook(m)))
 
@@ -541,6 +602,19 @@ class Probe:
                 r = Hv // Hk
                 a = out.float().reshape(*out.shape[:-1], Hk, 2 * r)[..., r:].reshape(*out.shape[:-1], Hv)
             gg = -m.A_log.float().exp() * F.softplus(a + m.dt_bias.float())
+            self.decay.append(gg.exp().flatten())
+
+        return hook
+
+    def _kda_hook(self, m):
+        # Kimi Delta Attention: one log-decay per head and key channel,
+        # g = -exp(A_log[h]) * softplus(f + dt_bias[h, c]).
+        def hook(mod, inp, out):
+            if not self.on:
+                return
+            H = m.A_log.numel()
+            f = out.float().reshape(*out.shape[:-1], H, -1)
+            gg = -m.A_log.float().exp().reshape(H, 1) * F.softplus(f + m.dt_bias.float().reshape(H, -1))
             self.decay.append(gg.exp().flatten())
 
         return hook
@@ -580,6 +654,7 @@ class Probe:
                 st["mamba_delta"]["fraction_below_time_step_min"] = float((d < time_step_min).float().mean())
         if self.decay:
             e = torch.cat(self.decay)
+            # GDN: one decay per head; KDA: one per head and key channel
             st["gdn_decay_exp_g"] = {"min": float(e.min()), "median": float(e.median()), "max": float(e.max())}
         if self.route_count:
             st["router_min_topk_margin"] = self.route_margin
@@ -1032,7 +1107,7 @@ def report_environment():
     except Exception as e:  # noqa: BLE001
         log("  import_utils check failed: %s" % e)
     src = os.path.dirname(transformers.__file__)
-    for arch in ("nemotron_h", "mamba2", "qwen3_next", "qwen3_5", "qwen3_5_moe"):
+    for arch in ("nemotron_h", "mamba2", "qwen3_next", "qwen3_5", "qwen3_5_moe", "kimi_linear"):
         p = os.path.join(src, "models", arch, "modeling_%s.py" % arch)
         if os.path.exists(p):
             h = hashlib.sha256(open(p, "rb").read()).hexdigest()[:16]

@@ -60,7 +60,7 @@ type NNOptions struct {
 
 type nnKernels struct {
 	embed, embedBF16, toBF16, gemvBF16, argmax, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary,
-	mulSigmoidRows, clampDelta, rope, kvAppend, kvMove, attend *Function
+	mulSigmoidRows, clampDelta, rope, kvAppend, kvMove, attend, kdaGate *Function
 }
 
 // nnRingBytes bounds the row lists one pass can hold before the ring wraps
@@ -101,7 +101,7 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 		{&b.fn.gather, "nn_gather"}, {&b.fn.scatter, "nn_scatter"}, {&b.fn.axpyRows, "nn_axpy_rows"},
 		{&b.fn.unary, "nn_unary"}, {&b.fn.binary, "nn_binary"}, {&b.fn.mulSigmoidRows, "nn_mul_sigmoid_rows"},
 		{&b.fn.clampDelta, "nn_clamp_delta"}, {&b.fn.rope, "nn_rope"}, {&b.fn.kvAppend, "nn_kv_append"},
-		{&b.fn.kvMove, "nn_kv_move"}, {&b.fn.attend, "nn_attend"},
+		{&b.fn.kvMove, "nn_kv_move"}, {&b.fn.attend, "nn_attend"}, {&b.fn.kdaGate, "nn_kda_gate"},
 	} {
 		if *k.f, err = d.Kernel(ctx, "nn.cu", k.name); err != nil {
 			b.Close()
@@ -535,6 +535,24 @@ func (b *NNBackend) ClampDelta(dt nn.Tensor, dtBias nn.Weight, lo, hi float64) {
 	b.launch(b.fn.clampDelta, [3]uint32{uint32((n + 255) / 256), 1, 1}, 256)
 }
 
+func (b *NNBackend) KDAGate(f nn.Tensor, aLog, dtBias nn.Weight) {
+	defer b.span(opElementwis)()
+	if aLog.Rows*aLog.Cols == 0 || f.Cols%(aLog.Rows*aLog.Cols) != 0 {
+		b.fail(fmt.Errorf("kda gate: %d columns for %d heads", f.Cols, aLog.Rows*aLog.Cols))
+		return
+	}
+	a := &b.args
+	a.Reset()
+	b.tensorArg(f)
+	a.Ptr(wdev(aLog))
+	a.Ptr(wdev(dtBias))
+	a.I32(int32(f.Rows))
+	a.I32(int32(f.Cols))
+	a.I32(int32(f.Cols / (aLog.Rows * aLog.Cols)))
+	n := f.Rows * f.Cols
+	b.launch(b.fn.kdaGate, [3]uint32{uint32((n + 255) / 256), 1, 1}, 256)
+}
+
 func (b *NNBackend) Rope(x nn.Tensor, r *tensor.Rope, pos []int32, heads int) {
 	defer b.span(opRope)()
 	a := &b.args
@@ -845,6 +863,109 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 	b.launch(b.fn.attend, [3]uint32{uint32(len(seqs)), uint32(heads), 1}, 32)
 }
 
+// gpuLatent keeps a latent-attention layer's latents as
+// [capacity][maxLen][width], growing maxLen by doubling, with the
+// backend's own row kernels: Append scatters rows into it and Read copies
+// a sequence's rows out, through tensor views of the buffer.
+type gpuLatent struct {
+	b                       *NNBackend
+	x                       Buffer
+	capacity, width, maxLen int
+	lens                    []int
+}
+
+func (b *NNBackend) NewLatent(capacity, width int) nn.LatentCache {
+	return &gpuLatent{b: b, capacity: capacity, width: width, lens: make([]int, capacity)}
+}
+
+func (c *gpuLatent) Len(seq int) int     { return c.lens[seq] }
+func (c *gpuLatent) Truncate(seq, n int) { c.lens[seq] = min(c.lens[seq], n) }
+
+func (c *gpuLatent) Close() {
+	b := c.b
+	if c.x.ptr != 0 {
+		b.fail(b.s.Synchronize())
+		b.fail(b.d.Free(c.x))
+	}
+	c.x = Buffer{}
+}
+
+// view is the whole buffer as [capacity·maxLen][width] rows.
+func (c *gpuLatent) view() nn.Tensor {
+	return nn.Tensor{S: &gpuBuf{buf: c.x, dtype: Float32}, Rows: c.capacity * c.maxLen, Cols: c.width, Stride: c.width}
+}
+
+// grow makes room for n positions a sequence.
+func (c *gpuLatent) grow(n int) error {
+	if n <= c.maxLen {
+		return nil
+	}
+	newLen := max(64, c.maxLen)
+	for newLen < n {
+		newLen *= 2
+	}
+	b := c.b
+	nx, err := b.d.Alloc(4 * c.capacity * newLen * c.width)
+	if err != nil {
+		return fmt.Errorf("latent cache of %d positions: %w", newLen, err)
+	}
+	longest := 0
+	for _, l := range c.lens {
+		longest = max(longest, l)
+	}
+	if c.maxLen > 0 && longest > 0 {
+		a := &b.args
+		a.Reset()
+		a.Ptr(nx)
+		a.Ptr(c.x)
+		a.I32(int32(c.width))
+		a.I32(int32(c.maxLen))
+		a.I32(int32(newLen))
+		b.launch(b.fn.kvMove, [3]uint32{uint32(longest), uint32(c.capacity), 1}, rowThreads(c.width))
+	}
+	if c.x.ptr != 0 {
+		b.fail(b.s.Synchronize())
+		b.fail(b.d.Free(c.x))
+	}
+	c.x, c.maxLen = nx, newLen
+	return b.err
+}
+
+func (c *gpuLatent) Append(x nn.Tensor, seqs, pos []int32) error {
+	need := 0
+	rows := make([]int32, len(seqs))
+	for i, q := range seqs {
+		next := c.lens[q]
+		for _, p := range seqs[:i] {
+			if p == q {
+				next++
+			}
+		}
+		if int(pos[i]) != next {
+			return fmt.Errorf("sequence %d has %d cached positions, row is at position %d", q, next, pos[i])
+		}
+		need = max(need, next+1)
+	}
+	if err := c.grow(need); err != nil {
+		return err
+	}
+	for i, q := range seqs {
+		rows[i] = int32(int(q)*c.maxLen + int(pos[i]))
+	}
+	c.b.Scatter(c.view(), x, rows)
+	for _, q := range seqs {
+		c.lens[q]++
+	}
+	return c.b.err
+}
+
+func (c *gpuLatent) Read(dst nn.Tensor, seq, n int) {
+	if n == 0 {
+		return
+	}
+	c.b.Copy(dst, c.view().Slice(seq*c.maxLen, seq*c.maxLen+n))
+}
+
 // gpuSSM is one of this package's caches over the backend's tensors,
 // its calls timed by the backend's clock.
 type gpuSSM[In, TIn any] struct {
@@ -901,6 +1022,12 @@ func (b *NNBackend) NewGDN(shape ssm.GDNShape, prm replay.GDNParams, conv replay
 	return gpuSSM[GDNInput, replay.GDNBatch[nn.Tensor]]{Cache: c, b: b, in: func(x replay.GDNBatch[nn.Tensor]) GDNInput {
 		return GDNInput{Q: dev(x.Q), K: dev(x.K), V: dev(x.V), A: dev(x.A), B: dev(x.B)}
 	}}, nil
+}
+
+// NewKDA reports that this package has no Kimi Delta Attention cache yet
+// (the CPU's is replay.NewKDA).
+func (b *NNBackend) NewKDA(ssm.GDNShape, replay.ConvWeights, int, replay.Options) (nn.KDACache, error) {
+	return nil, errors.New("cuda: no KDA cache yet")
 }
 
 var _ nn.Backend = (*NNBackend)(nil)

@@ -262,6 +262,7 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 	fs.Var(&stops, "stop", "stop when this text appears (repeatable)")
 	useChat := fs.Bool("chat", false, "wrap the prompt in the model's chat template as a user turn")
 	promptIDs := fs.String("prompt-ids", "", "prompt as comma-separated token ids instead of text")
+	random := fs.Bool("random-weights", false, "seeded random weights at the model's shapes instead of its checkpoint: --model is a directory with a config.json, or a shipped config ("+strings.Join(models.Configs(), ", ")+")")
 	sf := addStateFlags(fs)
 	spf := addSpecFlags(fs)
 	pos, err := parseInterleaved(fs, args)
@@ -298,8 +299,20 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 
 	var d *nn.Decoder
 	var tok *tokenizer.Tokenizer
-	if *dir, _, d, tok, err = openModel(ctx, e, *dir, *device); err != nil {
-		return err
+	switch {
+	case *random && *dir == "":
+		return fmt.Errorf("%w: --random-weights needs --model (a directory with a config.json, or a shipped config)", errUsage)
+	case *random:
+		if _, d, err = openBenchModel(ctx, e, *dir, true, 0, *device); err != nil {
+			return err
+		}
+		if tok, err = loadTokenizer(*dir); err != nil {
+			return err
+		}
+	default:
+		if *dir, _, d, tok, err = openModel(ctx, e, *dir, *device); err != nil {
+			return err
+		}
 	}
 	var prompt []int
 	switch {

@@ -42,6 +42,40 @@ func TestGenerateFixture(t *testing.T) {
 	}
 }
 
+// TestGenerateRandomWeights generates from a Kimi-Linear config alone
+// (--random-weights): the same seeded weights give the same tokens in
+// replay and baseline modes.
+func TestGenerateRandomWeights(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := os.ReadFile("../../model/kimi/testdata/tiny_config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var first string
+	for _, mode := range [][]string{{"--state-mode", "replay", "--window", "4"}, {"--state-mode", "baseline"}} {
+		args := append([]string{"generate", "--model", dir, "--random-weights", "--prompt-ids", "5,17,200,3,99", "--max-tokens", "12"}, mode...)
+		code, stdout, stderr := runCLI(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", mode, code, stderr)
+		}
+		got := strings.TrimSpace(stdout)
+		if len(strings.Fields(got)) != 12 || !strings.Contains(stderr, "random weights, 5 layers") {
+			t.Fatalf("%v: generated %q, stderr %q", mode, got, stderr)
+		}
+		if first == "" {
+			first = got
+		} else if got != first {
+			t.Errorf("%v: generated %q, replay mode %q", mode, got, first)
+		}
+	}
+	if code, _, stderr := runCLI("generate", "--random-weights", "--prompt-ids", "1"); code != 2 || !strings.Contains(stderr, "--model") {
+		t.Errorf("--random-weights without --model: exit %d, stderr %q", code, stderr)
+	}
+}
+
 func TestGenerateErrors(t *testing.T) {
 	tests := []struct {
 		args     []string

@@ -1,8 +1,9 @@
 // Package arch is the registry of model architectures. Each architecture
-// package (model/nemotronh, model/qwen, model/mamba2) registers the model
-// families it binds from its init function; package model imports them all
-// and looks a checkpoint's family up here, so adding an architecture is one
-// new package and one import, not a new case in a switch.
+// package (model/nemotronh, model/qwen, model/mamba2, model/kimi) registers
+// the model families it binds from its init function; package model imports
+// them all and looks a checkpoint's family up here, so adding an
+// architecture is one new package and one import, not a new case in a
+// switch.
 package arch
 
 import (

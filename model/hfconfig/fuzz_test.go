@@ -29,6 +29,7 @@ func FuzzParse(f *testing.F) {
 		`{"model_type":"qwen3_5","text_config":{"hidden_size":64,"vocab_size":10,"num_hidden_layers":2000000000}}`,
 		`{"d_model":768,"n_layer":2,"vocab_size":10,"ssm_cfg":{"layer":"Mamba2"},"attn_layer_idx":[1],"attn_cfg":{"num_heads":12}}`,
 		`{"model_type":"mamba2","hidden_size":64,"vocab_size":10,"num_hidden_layers":2,"num_heads":2,"head_dim":64,"n_groups":1}`,
+		`{"model_type":"kimi_linear","hidden_size":64,"vocab_size":10,"num_hidden_layers":3,"linear_attn_config":{"kda_layers":[1,3],"full_attn_layers":[2]}}`,
 		`{"a":NaN,"b":"NaN\"","c":-Infinity}`,
 		`null`, `[]`, `{`, ``,
 	} {
@@ -59,16 +60,16 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		total := 0
-		for k := Mamba; k <= MoE; k++ {
+		for k := Mamba; k <= LatentAttention; k++ {
 			total += c.Count(k)
 		}
 		if total != branches || c.NumLayers != len(c.Layers) {
 			t.Fatalf("counts %d vs %d branches, NumLayers %d vs %d", total, branches, c.NumLayers, len(c.Layers))
 		}
-		m, g := c.Mamba, c.GDN
-		for _, v := range []int{m.ConvDim(), m.InProjSize(), m.StateElements(), g.ConvDim(), g.StateElements()} {
+		m, g, k, l := c.Mamba, c.GDN, c.KDA, c.MLA
+		for _, v := range []int{m.ConvDim(), m.InProjSize(), m.StateElements(), g.ConvDim(), g.StateElements(), k.StateElements(), l.LatentDim()} {
 			if v < 0 {
-				t.Fatalf("derived size overflowed: %+v %+v", m, g)
+				t.Fatalf("derived size overflowed: %+v %+v %+v %+v", m, g, k, l)
 			}
 		}
 		again, err := Parse(data)

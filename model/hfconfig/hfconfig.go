@@ -1,6 +1,6 @@
 // Package hfconfig reads a Hugging Face config.json of the hybrid SSM/attention
 // families replayssm runs (nemotron_h, qwen3_next, qwen3_5, qwen3_5_moe,
-// mamba2) into one normalised, validated Config.
+// mamba2, kimi_linear) into one normalised, validated Config.
 //
 // Normalised means: every spelling of a field (hub configs, transformers 5.x
 // saves, legacy aliases such as mamba_n_groups or attention_head_dim, the
@@ -42,6 +42,7 @@ const (
 	Qwen35               // model_type qwen3_5 / qwen3_5_text: GDN or attention, then a dense MLP
 	Qwen35MoE            // model_type qwen3_5_moe / qwen3_5_moe_text: GDN or attention, then MoE
 	Mamba2               // model_type mamba2, or a state-spaces mamba_ssm config: Mamba-2 only
+	KimiLinear           // model_type kimi_linear: Kimi Delta Attention or latent attention, then MLP or MoE, per layer
 )
 
 // String returns the family's canonical model_type.
@@ -57,6 +58,8 @@ func (f Family) String() string {
 		return "qwen3_5_moe"
 	case Mamba2:
 		return "mamba2"
+	case KimiLinear:
+		return "kimi_linear"
 	}
 	return "unknown"
 }
@@ -70,6 +73,7 @@ var modelTypes = map[string]Family{
 	"qwen3_5_moe":      Qwen35MoE,
 	"qwen3_5_moe_text": Qwen35MoE,
 	"mamba2":           Mamba2,
+	"kimi_linear":      KimiLinear,
 }
 
 // SupportedModelTypes returns the model_type values Parse accepts, sorted.
@@ -88,12 +92,14 @@ type LayerKind uint8
 // The kinds of residual branch. None marks an absent branch (the FFN of a
 // NemotronH or Mamba-2 layer).
 const (
-	None          LayerKind = iota
-	Mamba                   // Mamba-2 mixer (docs/DESIGN.md 1.1)
-	Attention               // softmax attention, GQA
-	GatedDeltaNet           // Gated DeltaNet, "linear_attention" in Qwen configs (docs/DESIGN.md 1.2)
-	MLP                     // dense MLP: relu² (NemotronH) or SwiGLU (Qwen)
-	MoE                     // mixture of experts
+	None               LayerKind = iota
+	Mamba                        // Mamba-2 mixer (docs/DESIGN.md 1.1)
+	Attention                    // softmax attention, GQA
+	GatedDeltaNet                // Gated DeltaNet, "linear_attention" in Qwen configs (docs/DESIGN.md 1.2)
+	MLP                          // dense MLP: relu² (NemotronH) or SwiGLU (Qwen)
+	MoE                          // mixture of experts
+	KimiDeltaAttention           // Kimi Delta Attention: GDN with a decay per key channel, "linear_attention" in Kimi configs (docs/DESIGN.md 2.2b)
+	LatentAttention              // multi-head latent attention (MLA), "full_attention" in Kimi configs
 )
 
 // String returns the kind's name, e.g. "gated_deltanet".
@@ -111,6 +117,10 @@ func (k LayerKind) String() string {
 		return "mlp"
 	case MoE:
 		return "moe"
+	case KimiDeltaAttention:
+		return "kimi_delta_attention"
+	case LatentAttention:
+		return "latent_attention"
 	}
 	return fmt.Sprintf("LayerKind(%d)", uint8(k))
 }
@@ -121,7 +131,8 @@ func (k LayerKind) String() string {
 // h += Mixer(norm(h)), and Mixer may be any kind (a NemotronH "-" layer is
 // Layer{Mixer: MLP}); FFN is None. Qwen3-Next and Qwen3.5 layers have two,
 // h += Mixer(norm1(h)); h += FFN(norm2(h)), with Mixer GatedDeltaNet or
-// Attention and FFN MLP or MoE. A mamba_ssm config with d_intermediate > 0
+// Attention and FFN MLP or MoE; Kimi-Linear layers too, with Mixer
+// KimiDeltaAttention or LatentAttention. A mamba_ssm config with d_intermediate > 0
 // also gives every layer an MLP FFN.
 type Layer struct {
 	Mixer LayerKind
@@ -161,9 +172,17 @@ type Config struct {
 
 	Mamba     MambaConfig
 	GDN       GDNConfig
+	KDA       KDAConfig
 	Attention AttentionConfig
+	MLA       MLAConfig
 	MoE       MoEConfig
 	MTP       MTPConfig
+
+	// AttnResBlockSize is Kimi K3's block attention residuals (layers
+	// grouped in blocks whose sub-layer inputs attend over the completed
+	// blocks); 0, the plain residual stream, everywhere else. Parsed so
+	// that such a model is refused, not run wrongly.
+	AttnResBlockSize int
 }
 
 // MambaConfig holds the Mamba-2 mixer's sizes (docs/DESIGN.md 1.1 names: H heads,
@@ -217,6 +236,54 @@ func (g GDNConfig) ConvDim() int { return 2*g.KeyDim() + g.ValueDim() }
 
 // StateElements returns the recurrent state per sequence, Hv·dk·dv.
 func (g GDNConfig) StateElements() int { return g.NumValueHeads * g.KeyHeadDim * g.ValueHeadDim }
+
+// KDAConfig holds the Kimi Delta Attention mixer's sizes (docs/DESIGN.md
+// 2.2b). Kimi-Linear gives keys and values the same heads and head size.
+type KDAConfig struct {
+	NumHeads   int // key and value heads
+	HeadDim    int // dk = dv, also the rank of the low-rank gate projections
+	ConvKernel int // short convolutions over q, k and v
+	// GateLowerBound, when negative, selects Kimi K3's bounded forget gate
+	// g = bound·sigmoid(exp(A_log)·(f + dt_bias)) instead of Kimi-Linear's
+	// −exp(A_log)·softplus(f + dt_bias); 0 means none.
+	GateLowerBound float64
+	// FullRankGate: Kimi K3's full-rank gate projections instead of the
+	// low-rank f_a/f_b and g_a/g_b pairs.
+	FullRankGate bool
+}
+
+// Dim returns heads·head size, the width of q, k, v and the gates.
+func (k KDAConfig) Dim() int { return k.NumHeads * k.HeadDim }
+
+// StateElements returns the recurrent state per sequence, heads·dk·dv.
+func (k KDAConfig) StateElements() int { return k.NumHeads * k.HeadDim * k.HeadDim }
+
+// MLAConfig holds the multi-head latent attention layers' sizes
+// (DeepSeek-V2's MLA as Kimi-Linear uses it). The keys and values of every
+// head are rebuilt from one shared latent of KVLoraRank values (normalised)
+// and one shared rope part of QKRopeHeadDim values per position.
+type MLAConfig struct {
+	NumHeads      int
+	NumKVHeads    int // as written; MLA gives every head its own key and value
+	QLoraRank     int // 0: q_proj directly (Kimi-Linear), else q_a_proj → norm → q_b_proj
+	KVLoraRank    int
+	QKNopeHeadDim int
+	QKRopeHeadDim int
+	VHeadDim      int
+	// NoPE: the rope parts of queries and keys take part in the scores
+	// unrotated (Kimi's mla_use_nope); false means RoPE on them
+	// (DeepSeek), which is not supported.
+	NoPE       bool
+	OutputGate bool // Kimi K3's sigmoid output gate; not supported
+	RopeTheta  float64
+}
+
+// QKHeadDim returns the query and key head size, nope + rope parts.
+func (m MLAConfig) QKHeadDim() int { return m.QKNopeHeadDim + m.QKRopeHeadDim }
+
+// LatentDim returns the values a position keeps in the cache: the latent
+// and the shared rope part.
+func (m MLAConfig) LatentDim() int { return m.KVLoraRank + m.QKRopeHeadDim }
 
 // AttentionConfig holds the attention layers' sizes and position encoding.
 type AttentionConfig struct {
@@ -374,6 +441,8 @@ func Parse(data []byte) (*Config, error) {
 		err = parseNemotronH(c, o)
 	case c.Family == Mamba2:
 		err = parseMamba2(c, o)
+	case c.Family == KimiLinear:
+		err = parseKimiLinear(c, o)
 	default:
 		err = parseQwen(c, o)
 	}

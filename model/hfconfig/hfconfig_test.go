@@ -230,11 +230,11 @@ func TestParseErrors(t *testing.T) {
 		is   error
 	}{
 		{"unknown model_type", `{"model_type":"llama","hidden_size":4}`,
-			`model_type "llama" is not supported (supported: mamba2, nemotron_h, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_next): unsupported model`, ErrUnsupported},
+			`model_type "llama" is not supported (supported: kimi_linear, mamba2, nemotron_h, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_next): unsupported model`, ErrUnsupported},
 		{"no model_type", `{"hidden_size":4}`,
-			`no model_type (supported: mamba2, nemotron_h, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_next): unsupported model`, ErrUnsupported},
+			`no model_type (supported: kimi_linear, mamba2, nemotron_h, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_next): unsupported model`, ErrUnsupported},
 		{"unknown wrapped model_type", `{"model_type":"qwen3_vl","text_config":{"model_type":"qwen3_vl_text"}}`,
-			`model_type "qwen3_vl_text" is not supported (supported: mamba2, nemotron_h, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_next): unsupported model`, ErrUnsupported},
+			`model_type "qwen3_vl_text" is not supported (supported: kimi_linear, mamba2, nemotron_h, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, qwen3_next): unsupported model`, ErrUnsupported},
 		{"not json", `{"model_type":`, `invalid JSON at byte 14: unexpected end of JSON input`, nil},
 		{"syntax", `{"model_type" "x"}`, `invalid JSON at byte 15: invalid character '"' after object key`, nil},
 		{"not object", `[1,2]`, `config is not a JSON object (found array)`, nil},

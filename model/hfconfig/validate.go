@@ -68,6 +68,16 @@ func (c *Config) Validate() error {
 			return err
 		}
 	}
+	if used[KimiDeltaAttention] {
+		if err := c.validateKDA(); err != nil {
+			return err
+		}
+	}
+	if used[LatentAttention] {
+		if err := c.validateMLA(); err != nil {
+			return err
+		}
+	}
 	if used[MLP] {
 		if err := pos("intermediate_size", c.IntermediateSize); err != nil {
 			return err
@@ -231,7 +241,7 @@ func product(factors ...int) (int, bool) {
 }
 
 func (c *Config) checkSizes() error {
-	m, g, a, e := c.Mamba, c.GDN, c.Attention, c.MoE
+	m, g, a, e, k, l := c.Mamba, c.GDN, c.Attention, c.MoE, c.KDA, c.MLA
 	width := max(e.LatentSize, c.HiddenSize)
 	for _, s := range []struct {
 		what    string
@@ -245,6 +255,9 @@ func (c *Config) checkSizes() error {
 		{"the GDN state (value heads*dk*dv)", []int{g.NumValueHeads, g.KeyHeadDim, g.ValueHeadDim}},
 		{"the GDN projections", []int{2, g.NumKeyHeads*g.KeyHeadDim + g.NumValueHeads*g.ValueHeadDim, c.HiddenSize}},
 		{"the attention projections", []int{2, a.NumHeads + a.NumKVHeads, a.HeadDim, c.HiddenSize}},
+		{"the KDA state (heads*head_dim*head_dim)", []int{k.NumHeads, k.HeadDim, k.HeadDim}},
+		{"the KDA projections", []int{6, k.NumHeads, k.HeadDim, c.HiddenSize}},
+		{"the MLA projections", []int{2, l.NumHeads, l.QKNopeHeadDim + l.QKRopeHeadDim + l.VHeadDim, c.HiddenSize + l.KVLoraRank + l.QLoraRank}},
 		{"the experts (experts*moe_intermediate_size*width)", []int{2, e.NumExperts, e.ExpertIntermediateSize, width}},
 		{"the shared experts", []int{2, e.NumSharedExperts, e.SharedExpertIntermediateSize, c.HiddenSize}},
 	} {

@@ -73,6 +73,12 @@ type Backend interface {
 	// Rope rotates x [n·heads][HeadDim] in place, row r·heads+h at position
 	// pos[r].
 	Rope(x Tensor, r *tensor.Rope, pos []int32, heads int)
+	// KDAGate rewrites Kimi Delta Attention's forget-gate logits f
+	// [rows][heads·dk] in place into the log-decays
+	// g = −exp(aLog[h])·softplus(f + dtBias[h·dk+i]), each ≤ 0, for head
+	// h = column/dk (aLog has heads values, dtBias heads·dk; softplus is
+	// x above 20, as PyTorch's), computed in float64.
+	KDAGate(f Tensor, aLog, dtBias Weight)
 
 	// Argmax writes to dst[r] the column of x's largest value in row r
 	// (the first on ties), or -1 when the row holds a NaN or an infinity
@@ -88,17 +94,25 @@ type Backend interface {
 	// NewKV returns the keys and values of an attention layer for
 	// capacity sequences, width values a position each.
 	NewKV(capacity, width int) KVCache
+	// NewLatent returns the per-position latents of a latent-attention
+	// layer for capacity sequences, width values a position each.
+	NewLatent(capacity, width int) LatentCache
 	// NewMamba2 and NewGDN build an SSM layer's decode state for capacity
 	// sequences (package replay's contract).
 	NewMamba2(shape ssm.Mamba2Shape, prm replay.Mamba2Params, conv replay.ConvWeights, capacity int, opt replay.Options) (Mamba2Cache, error)
 	NewGDN(shape ssm.GDNShape, prm replay.GDNParams, conv replay.ConvWeights, capacity int, opt replay.Options) (GDNCache, error)
+	// NewKDA builds a Kimi Delta Attention layer's decode state; the layer
+	// computes its log-decays itself (KDAGate), so the cache takes no
+	// constants. A backend without KDA caches returns an error.
+	NewKDA(shape ssm.GDNShape, conv replay.ConvWeights, capacity int, opt replay.Options) (KDACache, error)
 }
 
-// Mamba2Cache and GDNCache are an SSM layer's state cache on a backend,
-// over its tensors.
+// Mamba2Cache, GDNCache and KDACache are an SSM layer's state cache on a
+// backend, over its tensors.
 type (
 	Mamba2Cache = replay.Mamba2State[Tensor]
 	GDNCache    = replay.GDNState[Tensor]
+	KDACache    = replay.KDAState[Tensor]
 )
 
 // KVCache holds one attention layer's keys and values for every sequence.
@@ -114,6 +128,23 @@ type KVCache interface {
 	// [n][heads·hd] over positions 0..pos[i] of seqs[i], query head h
 	// reading key/value head h/(heads/kvHeads), scores scaled by scale.
 	Attend(o, q Tensor, seqs, pos []int32, heads, kvHeads, hd int, scale float32)
+	// Close releases the memory.
+	Close()
+}
+
+// LatentCache holds one latent-attention layer's per-position latents
+// (MLA's compressed keys and values) for every sequence.
+type LatentCache interface {
+	// Len is the number of positions sequence seq holds.
+	Len(seq int) int
+	// Truncate keeps the first n positions of seq (n ≤ Len).
+	Truncate(seq, n int)
+	// Append adds row i of x at position pos[i] of sequence seqs[i]; each
+	// must be the sequence's next position, or nothing is appended.
+	Append(x Tensor, seqs, pos []int32) error
+	// Read writes positions [0, n) of sequence seq to dst [n][width]
+	// (n ≤ Len).
+	Read(dst Tensor, seq, n int)
 	// Close releases the memory.
 	Close()
 }

@@ -221,6 +221,25 @@ func (cpuBackend) Rope(x Tensor, rp *tensor.Rope, pos []int32, heads int) {
 	}
 }
 
+func (cpuBackend) KDAGate(f Tensor, aLog, dtBias Weight) {
+	a, b := weights(aLog), weights(dtBias)
+	for r := range f.Rows {
+		kdaGate(row(f, r), a, b)
+	}
+}
+
+// kdaGate turns one row of forget-gate logits f [heads·dk] into log-decays
+// in place: g = −exp(aLog[h])·softplus(f + dtBias), in float64.
+func kdaGate(f, aLog, dtBias []float32) {
+	dk := len(f) / len(aLog)
+	for h, al := range aLog {
+		A := math.Exp(float64(al))
+		for i := h * dk; i < (h+1)*dk; i++ {
+			f[i] = float32(-A * tensor.Softplus(float64(f[i])+float64(dtBias[i])))
+		}
+	}
+}
+
 func (cpuBackend) Upload(dst Tensor, src []float32) { copy(host(dst), src) }
 
 func (cpuBackend) Download(dst []float32, src Tensor) {
@@ -368,6 +387,51 @@ func (j *attendJob) run(lo, hi int, scores []float32) {
 	}
 }
 
+// cpuLatent keeps each sequence's latents, [position][width].
+type cpuLatent struct {
+	x     [][]float32
+	width int
+}
+
+func (cpuBackend) NewLatent(capacity, width int) LatentCache {
+	return &cpuLatent{x: make([][]float32, capacity), width: width}
+}
+
+func (c *cpuLatent) Len(seq int) int { return len(c.x[seq]) / c.width }
+
+func (c *cpuLatent) Truncate(seq, n int) {
+	if n *= c.width; len(c.x[seq]) > n {
+		c.x[seq] = c.x[seq][:n]
+	}
+}
+
+func (c *cpuLatent) Append(x Tensor, seqs, pos []int32) error {
+	for i, q := range seqs { // all rows checked before any is appended
+		next := c.Len(int(q))
+		for _, p := range seqs[:i] {
+			if p == q {
+				next++
+			}
+		}
+		if int(pos[i]) != next {
+			return fmt.Errorf("sequence %d has %d cached positions, row is at position %d", q, next, pos[i])
+		}
+	}
+	for i, q := range seqs {
+		c.x[q] = append(c.x[q], row(x, i)...)
+	}
+	return nil
+}
+
+func (c *cpuLatent) Read(dst Tensor, seq, n int) {
+	src := c.x[seq]
+	for t := range n {
+		copy(row(dst, t), src[t*c.width:(t+1)*c.width])
+	}
+}
+
+func (c *cpuLatent) Close() {}
+
 // cpuSSM is a replay CPU cache over the CPU's tensors: the contract's
 // bookkeeping methods come from the cache, the batch methods take the
 // tensors' host slices.
@@ -417,5 +481,15 @@ func (cpuBackend) NewGDN(shape ssm.GDNShape, prm replay.GDNParams, conv replay.C
 	}
 	return cpuSSM[replay.GDNInput, replay.GDNBatch[Tensor]]{Cache: c, in: func(b replay.GDNBatch[Tensor]) replay.GDNInput {
 		return replay.GDNInput{Q: host(b.Q), K: host(b.K), V: host(b.V), A: host(b.A), B: host(b.B)}
+	}}, nil
+}
+
+func (cpuBackend) NewKDA(shape ssm.GDNShape, conv replay.ConvWeights, capacity int, opt replay.Options) (KDACache, error) {
+	c, err := replay.NewKDA(shape, conv, capacity, opt)
+	if err != nil {
+		return nil, err
+	}
+	return cpuSSM[replay.KDAInput, replay.KDABatch[Tensor]]{Cache: c, in: func(b replay.KDABatch[Tensor]) replay.KDAInput {
+		return replay.KDAInput{Q: host(b.Q), K: host(b.K), V: host(b.V), G: host(b.G), B: host(b.B)}
 	}}, nil
 }

@@ -93,6 +93,23 @@ func GDNStateBytes(sh ssm.GDNShape, convChannels, convKernel int, opt replay.Opt
 	return b
 }
 
+// KDAStateBytes is what a replay.KDACache built with opt allocates per
+// sequence for a layer of shape sh (see Mamba2StateBytes): GDN's, with a
+// decay per key channel in each ring entry.
+func KDAStateBytes(sh ssm.GDNShape, convChannels, convKernel int, opt replay.Options) StateBytes {
+	Hk, Hv, dk, dv := int64(sh.KeyHeads), int64(sh.ValueHeads), int64(sh.KeyDim), int64(sh.ValueDim)
+	b := StateBytes{States: buffers(opt) * Hv * matrixBytes(opt.State, sh.KeyDim*sh.ValueDim)}
+	if opt.Mode == replay.Replay {
+		// k, v, exp(g) per key channel, β and the cached u per entry.
+		b.Ring = (window(opt) + int64(opt.MaxDraft)) * 4 * (Hk*dk + 2*Hv*dv + Hv*dk + Hv)
+		if opt.ReadCopy != numeric.F32 {
+			b.ReadCopy = Hv * matrixBytes(opt.ReadCopy, sh.KeyDim*sh.ValueDim)
+		}
+	}
+	b.Conv = convBytes(convChannels, convKernel, opt)
+	return b
+}
+
 func convBytes(channels, kernel int, opt replay.Options) int64 {
 	if channels <= 0 {
 		return 0
@@ -112,20 +129,23 @@ func (d *Decoder) StateBytes(opt replay.Options) StateBytes {
 				t = t.Add(Mamba2StateBytes(m.Shape, m.Conv.Channels, m.Conv.Kernel, opt))
 			case *GDNMixer:
 				t = t.Add(GDNStateBytes(m.Shape, m.Conv.Channels, m.Conv.Kernel, opt))
+			case *KDAMixer:
+				t = t.Add(KDAStateBytes(m.Shape, m.Conv.Channels, m.Conv.Kernel, opt))
 			}
 		}
 	}
 	return t
 }
 
-// SSMLayers is the number of SSM blocks (Mamba-2 or Gated DeltaNet mixers)
+// SSMLayers is the number of SSM blocks (Mamba-2, Gated DeltaNet or Kimi
+// Delta Attention mixers)
 // in the decoder: the layers whose recurrent state the state cache keeps.
 func (d *Decoder) SSMLayers() int {
 	n := 0
 	for _, l := range d.Layers {
 		for _, br := range l.Branches {
 			switch br.Block.(type) {
-			case *Mamba2Mixer, *GDNMixer:
+			case *Mamba2Mixer, *GDNMixer, *KDAMixer:
 				n++
 			}
 		}
@@ -134,13 +154,18 @@ func (d *Decoder) SSMLayers() int {
 }
 
 // KVBytesPerToken is the key and value memory one position of one sequence
-// takes over every attention layer (float32, as both backends store them).
+// takes over every attention layer (float32, as both backends store them);
+// a latent-attention layer keeps its latent. The scratch of a latent layer's
+// pass, one sequence's keys and values rebuilt, is not counted.
 func (d *Decoder) KVBytesPerToken() int64 {
 	var n int64
 	for _, l := range d.Layers {
 		for _, br := range l.Branches {
-			if a, ok := br.Block.(*Attention); ok {
+			switch a := br.Block.(type) {
+			case *Attention:
 				n += 2 * 4 * int64(a.KVHeads*a.HeadDim)
+			case *MLA:
+				n += 4 * int64(a.Rank+a.RopeDim) // the latent, not the keys and values rebuilt from it
 			}
 		}
 	}

@@ -123,7 +123,7 @@ func (m *MTP) Forward(ctx context.Context, s *State, rows []Row, hidden []float3
 	be := d.be
 	// pending[q]: the uncommitted rows of q the new rows follow.
 	pending := map[int]int{}
-	d.eachKV(s, func(kv KVCache) {
+	d.eachKV(s, func(kv positions) {
 		for _, r := range rows {
 			q := int(r.Seq)
 			if commit {

@@ -1,12 +1,13 @@
 // Package nn holds the building blocks of the hybrid SSM/attention models
-// (Mamba-2 and Gated DeltaNet mixers around the ReplaySSM state cache,
-// attention with a KV cache, dense MLPs, mixtures of experts) and the Decoder
-// that runs a stack of them over a batch of sequences, on a Backend.
+// (Mamba-2, Gated DeltaNet and Kimi Delta Attention mixers around the
+// ReplaySSM state cache, attention with a KV cache, latent attention with a
+// cache of latents, dense MLPs, mixtures of experts) and the Decoder that
+// runs a stack of them over a batch of sequences, on a Backend.
 //
-// The architecture packages (model/nemotronh, model/qwen, model/mamba2) only
-// bind checkpoint tensors to these blocks, so each reads as its block diagram;
-// every formula lives here, once, as a sequence of Backend operations, so a
-// block does not know which device it runs on. Weights are bound as host
+// The architecture packages (model/nemotronh, model/qwen, model/mamba2,
+// model/kimi) only bind checkpoint tensors to these blocks, so each reads
+// as its block diagram; every formula lives here, once, as a sequence of
+// Backend operations, so a block does not know which device it runs on. Weights are bound as host
 // float32 slices and placed on the backend by Decoder.Place.
 package nn
 
@@ -61,9 +62,14 @@ func (l *Linear) check(name string) error {
 func StackRows(ls ...Linear) (Linear, error) {
 	var out Linear
 	hasBias := false
+	n := 0
 	for _, l := range ls {
 		hasBias = hasBias || l.B != nil
+		n += len(l.W)
 	}
+	// One allocation: the stacked projections of a large model are
+	// hundreds of megabytes, which growing by appends would copy again.
+	out.W = make([]float32, 0, n)
 	for i, l := range ls {
 		if i == 0 {
 			out.In = l.In

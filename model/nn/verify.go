@@ -95,7 +95,7 @@ func (d *Decoder) Verify(ctx context.Context, s *State, rows []Row, logits []flo
 		return fmt.Errorf("verify: %d rows for one sequence, the state allows %d (replay.Options.MaxDraft)", vp.stride, s.opt.MaxDraft)
 	}
 	// Drop the rows of an earlier, uncommitted verify from the KV caches.
-	d.eachKV(s, func(kv KVCache) {
+	d.eachKV(s, func(kv positions) {
 		for _, q := range vp.seqs {
 			kv.Truncate(q, s.pos[q])
 		}
@@ -134,7 +134,7 @@ func (d *Decoder) Commit(s *State, seqs []Seq, accepted []int) error {
 	// Check against the KV caches before anything moves; the SSM caches
 	// check their pending counts themselves, before they move.
 	var err error
-	d.eachKV(s, func(kv KVCache) {
+	d.eachKV(s, func(kv positions) {
 		for i, q := range seqs {
 			if pending := kv.Len(int(q)) - s.pos[q]; err == nil && accepted[i] > pending {
 				err = fmt.Errorf("commit: sequence %d accepts %d of %d verified rows", q, accepted[i], pending)
@@ -159,13 +159,18 @@ func (d *Decoder) Commit(s *State, seqs []Seq, accepted []int) error {
 					slots[i] = st.slot[q]
 				}
 				err = st.cache.Commit(slots, accepted)
+			case *kdaState:
+				for i, q := range seqs {
+					slots[i] = st.slot[q]
+				}
+				err = st.cache.Commit(slots, accepted)
 			}
 			if err != nil {
 				return fmt.Errorf("layer %d: %w", li, err)
 			}
 		}
 	}
-	d.eachKV(s, func(kv KVCache) {
+	d.eachKV(s, func(kv positions) {
 		for i, q := range seqs {
 			kv.Truncate(int(q), s.pos[q]+accepted[i])
 		}
@@ -187,12 +192,23 @@ func (d *Decoder) hasSSM() bool {
 	return false
 }
 
-// eachKV calls fn with every attention layer's KV cache.
-func (d *Decoder) eachKV(s *State, fn func(kv KVCache)) {
+// positions is what Verify, Commit and the MTP head move of an attention
+// layer's per-position state: a KVCache, or a latent-attention layer's
+// LatentCache.
+type positions interface {
+	Len(seq int) int
+	Truncate(seq, n int)
+}
+
+// eachKV calls fn with every attention layer's per-position cache.
+func (d *Decoder) eachKV(s *State, fn func(kv positions)) {
 	for li, l := range d.Layers {
-		for bi, br := range l.Branches {
-			if _, ok := br.Block.(*Attention); ok {
-				fn(s.blocks[li][bi].(*kvState).kv)
+		for bi := range l.Branches {
+			switch st := s.blocks[li][bi].(type) {
+			case *kvState:
+				fn(st.kv)
+			case *mlaState:
+				fn(st.lat)
 			}
 		}
 	}

@@ -334,6 +334,20 @@ extern "C" __global__ void nn_clamp_delta(float* dt, int ds, const float* __rest
     }
 }
 
+// nn_kda_gate: Kimi Delta Attention's forget-gate logits f [rows][cols]
+// (cols = heads·dk) rewritten in place into the log-decays
+// g = −exp(aLog[h])·softplus(f + dtBias[c]), h = c / dk, in double as the
+// CPU does. Grid-stride.
+extern "C" __global__ void nn_kda_gate(float* f, int fs, const float* __restrict__ aLog,
+                                       const float* __restrict__ dtBias, int rows, int cols, int dk)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += gridDim.x * blockDim.x) {
+        const int r = i / cols, c = i % cols;
+        float* p = f + (long long)r * fs + c;
+        *p = (float)(-exp((double)aLog[c / dk]) * softplus_((double)*p + (double)dtBias[c]));
+    }
+}
+
 // nn_rope: rotate the leading `rot` dimensions of x row r·heads+h (rotate
 // half pairing) by pos[r]·invFreq[i], the angle formed in float32 as
 // transformers does. Grid: rows·heads.

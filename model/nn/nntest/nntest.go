@@ -52,8 +52,10 @@ func Run(t *testing.T, be nn.Backend, tol Tolerances) {
 		{"gather-scatter", c.gatherScatter},
 		{"activations", c.activations},
 		{"clamp-delta", c.clampDelta},
+		{"kda-gate", c.kdaGate},
 		{"rope", c.rope},
 		{"attention", c.attention},
+		{"latent", c.latent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c.arena.Reset()
@@ -446,6 +448,20 @@ func (c *checker) clampDelta(t *testing.T) {
 	}
 }
 
+func (c *checker) kdaGate(t *testing.T) {
+	n, heads, dk := 3, 4, 8
+	f, aLog, bias := c.normals(n*heads*dk, 4), c.normals(heads, 1.5), c.normals(heads*dk, 3)
+	f[5], bias[5] = 30, 0 // softplus's linear branch
+	x := c.tensor(f, n, heads*dk)
+	c.be.KDAGate(x, c.be.Weight(aLog, 1, heads), c.be.Weight(bias, 1, heads*dk))
+	want := make([]float64, len(f))
+	for i, v := range f {
+		col := i % (heads * dk)
+		want[i] = -math.Exp(float64(aLog[col/dk])) * softplus(float64(v)+float64(bias[col]))
+	}
+	c.expect(t, "kda gate", x, want, c.tol.Elementwise)
+}
+
 func (c *checker) rope(t *testing.T) {
 	n, heads, hd, rot := 3, 2, 16, 8 // partial rotary: 8 of 16 dimensions
 	const theta = 10000.0
@@ -547,4 +563,60 @@ func (c *checker) attention(t *testing.T) {
 	if kv.Len(0) != n0 {
 		t.Fatalf("a refused append changed the length to %d", kv.Len(0))
 	}
+}
+
+// latent checks a latent cache: appends of several sequences in one call,
+// reads of a sequence's positions, truncation, and a refused append.
+func (c *checker) latent(t *testing.T) {
+	const capacity, width = 3, 20
+	lc := c.be.NewLatent(capacity, width)
+	defer lc.Close()
+	rows := make([][]float32, capacity) // host mirror
+	add := func(seqs []int32) {
+		t.Helper()
+		pos := make([]int32, len(seqs))
+		next := map[int32]int32{}
+		for i, q := range seqs {
+			pos[i] = int32(lc.Len(int(q))) + next[q]
+			next[q]++
+		}
+		x := c.normals(len(seqs)*width, 1)
+		if err := lc.Append(c.tensor(x, len(seqs), width), seqs, pos); err != nil {
+			t.Fatal(err)
+		}
+		for i, q := range seqs {
+			rows[q] = append(rows[q], x[i*width:(i+1)*width]...)
+		}
+	}
+	read := func(seq int) {
+		t.Helper()
+		n := lc.Len(seq)
+		if n != len(rows[seq])/width {
+			t.Fatalf("sequence %d holds %d positions, want %d", seq, n, len(rows[seq])/width)
+		}
+		dst := c.poisoned(n, width)
+		lc.Read(dst, seq, n)
+		c.expect(t, fmt.Sprintf("latents of sequence %d", seq), dst, f64(rows[seq]), 0)
+	}
+	add([]int32{0, 0, 0, 2, 2})
+	add([]int32{1, 0, 2})
+	for range 70 { // past a device cache's first growth (64 positions)
+		add([]int32{2, 1})
+	}
+	for q := range capacity {
+		read(q)
+	}
+	lc.Truncate(2, 5)
+	rows[2] = rows[2][:5*width]
+	add([]int32{2})
+	read(2)
+	n0 := lc.Len(0)
+	one := c.normals(width, 1)
+	if err := lc.Append(c.tensor(one, 1, width), []int32{0}, []int32{int32(n0 + 1)}); err == nil {
+		t.Fatal("append past the next position accepted")
+	}
+	if lc.Len(0) != n0 {
+		t.Fatalf("a refused append changed the length to %d", lc.Len(0))
+	}
+	read(0)
 }
