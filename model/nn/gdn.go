@@ -168,16 +168,15 @@ func (m *GDNMixer) prefill(b *batch, st *gdnState, proj, o Tensor) error {
 	K, V, Hv := m.dims()
 	C := 2*K + V
 	st.slots = p.slots(st.slots, st.slot)
-	cin := b.packed(b.gatherRows(proj.Columns(0, C), p.index))
 	bs := b.packed(b.gatherRows(proj.Columns(C+V, Hv), p.index))
 	as := b.packed(b.gatherRows(proj.Columns(C+V+Hv, Hv), p.index))
-	cout := b.mem.Alloc(len(p.index), C)
-	if err := st.cache.ConvPrefill(st.slots, p.T, p.counts, cin, cout); err != nil {
+	qkv, err := b.convSplit(b.gatherRows(proj.Columns(0, C), p.index), func(in, out Tensor) error {
+		return st.cache.ConvPrefill(st.slots, p.T, p.counts, in, out)
+	}, K, K, V)
+	if err != nil {
 		return err
 	}
-	b.be.SiLU(cout)
-	in := replay.GDNBatch[Tensor]{Q: b.packed(cout.Columns(0, K)), K: b.packed(cout.Columns(K, K)),
-		V: b.packed(cout.Columns(2*K, V)), A: as, B: bs}
+	in := replay.GDNBatch[Tensor]{Q: qkv[0], K: qkv[1], V: qkv[2], A: as, B: bs}
 	ow, done := b.prefillOut(o, p.index)
 	if err := st.cache.Prefill(st.slots, p.T, p.counts, in, ow); err != nil {
 		return err

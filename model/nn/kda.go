@@ -189,16 +189,15 @@ func (m *KDAMixer) prefill(b *batch, st *kdaState, proj, g, o Tensor) error {
 	K, V, Hv, _, _ := m.cols()
 	C := 2*K + V
 	st.slots = p.slots(st.slots, st.slot)
-	cin := b.packed(b.gatherRows(proj.Columns(0, C), p.index))
 	bs := b.packed(b.gatherRows(proj.Columns(C, Hv), p.index))
 	gs := b.packed(b.gatherRows(g, p.index))
-	cout := b.mem.Alloc(len(p.index), C)
-	if err := st.cache.ConvPrefill(st.slots, p.T, p.counts, cin, cout); err != nil {
+	qkv, err := b.convSplit(b.gatherRows(proj.Columns(0, C), p.index), func(in, out Tensor) error {
+		return st.cache.ConvPrefill(st.slots, p.T, p.counts, in, out)
+	}, K, K, V)
+	if err != nil {
 		return err
 	}
-	b.be.SiLU(cout)
-	in := replay.KDABatch[Tensor]{Q: b.packed(cout.Columns(0, K)), K: b.packed(cout.Columns(K, K)),
-		V: b.packed(cout.Columns(2*K, V)), G: gs, B: bs}
+	in := replay.KDABatch[Tensor]{Q: qkv[0], K: qkv[1], V: qkv[2], G: gs, B: bs}
 	ow, done := b.prefillOut(o, p.index)
 	if err := st.cache.Prefill(st.slots, p.T, p.counts, in, ow); err != nil {
 		return err

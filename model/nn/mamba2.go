@@ -181,15 +181,15 @@ func (m *Mamba2Mixer) prefill(b *batch, st *mamba2State, proj, y Tensor) error {
 	I, GN, H := m.dims()
 	C := I + 2*GN
 	st.slots = p.slots(st.slots, st.slot)
-	cin, dt := b.packed(b.gatherRows(proj.Columns(I, C), p.index)), b.packed(b.gatherRows(proj.Columns(I+C, H), p.index))
+	dt := b.packed(b.gatherRows(proj.Columns(I+C, H), p.index))
 	m.clamp(be, dt, true)
-	cout := b.mem.Alloc(len(p.index), C)
-	if err := st.cache.ConvPrefill(st.slots, p.T, p.counts, cin, cout); err != nil {
+	xbc, err := b.convSplit(b.gatherRows(proj.Columns(I, C), p.index), func(in, out Tensor) error {
+		return st.cache.ConvPrefill(st.slots, p.T, p.counts, in, out)
+	}, I, GN, GN)
+	if err != nil {
 		return err
 	}
-	be.SiLU(cout)
-	in := replay.Mamba2Batch[Tensor]{X: b.packed(cout.Columns(0, I)), B: b.packed(cout.Columns(I, GN)),
-		C: b.packed(cout.Columns(I+GN, GN)), Dt: dt}
+	in := replay.Mamba2Batch[Tensor]{X: xbc[0], B: xbc[1], C: xbc[2], Dt: dt}
 	yw, done := b.prefillOut(y, p.index)
 	if err := st.cache.Prefill(st.slots, p.T, p.counts, in, yw); err != nil {
 		return err

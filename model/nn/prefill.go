@@ -100,3 +100,25 @@ func (b *batch) prefillOut(out Tensor, rows []int32) (Tensor, func()) {
 	t := b.mem.Alloc(len(rows), out.Cols)
 	return t, func() { b.be.Scatter(out, t, rows) }
 }
+
+// convSplit runs an SSM layer's convolution (conv: ConvPrefill, Conv or
+// ConvVerify on the layer's cache) over cin, applies SiLU and returns the
+// output split into parts of the given widths, each packed.
+func (b *batch) convSplit(cin Tensor, conv func(in, out Tensor) error, widths ...int) ([]Tensor, error) {
+	C := 0
+	for _, w := range widths {
+		C += w
+	}
+	cout := b.mem.Alloc(cin.Rows, C)
+	if err := conv(b.packed(cin), cout); err != nil {
+		return nil, err
+	}
+	b.be.SiLU(cout)
+	parts := make([]Tensor, len(widths))
+	off := 0
+	for i, w := range widths {
+		parts[i] = b.packed(cout.Columns(off, w))
+		off += w
+	}
+	return parts, nil
+}
