@@ -27,6 +27,16 @@ type Engine struct {
 	dec *nn.Decoder
 	st  *nn.State
 
+	// PrefillChunk bounds the prompt tokens one step runs, over all the
+	// prompts in it (0: no bound): a long prompt runs in chunks over
+	// several steps, beside the other sequences' decode tokens, instead of
+	// stalling them for the whole of it (chunked prefill; values below 3
+	// count as 3). A chunk has at least two tokens, and a prompt never
+	// ends in a chunk of one: one row of a sequence at a later position
+	// would run as a decode step, which NemotronH computes differently
+	// from its multi-token path.
+	PrefillChunk int
+
 	// next's buffers
 	logits []float32
 	raw    []float32
@@ -126,21 +136,61 @@ type sequence struct {
 	logprobs func(TokenLogprobs)
 	top      int
 	next     int  // the token to feed in the next step
-	fresh    bool // its prompt has not run yet
+	fresh    bool // its prompt has not run to the end yet
+	done     int  // its prompt tokens run so far
 	out      []int
 }
 
-// appendRows adds this sequence's rows of the next forward to rows: its
-// whole prompt the first time, else the token it sampled last. It returns
-// how many prompt tokens it added.
-func (s *sequence) appendRows(rows []nn.Row, prompt []int) ([]nn.Row, int) {
+// appendRows adds this sequence's rows of the next forward to rows: the
+// token it sampled last, or the next chunk of its prompt, at most budget
+// tokens (budget < 0: the rest of it). It returns the prompt tokens it
+// added and whether its rows ask for logits (they end the prompt, or
+// decode). A fresh sequence whose budget leaves no chunk adds nothing.
+func (s *sequence) appendRows(rows []nn.Row, prompt []int, budget int) ([]nn.Row, int, bool) {
 	if !s.fresh {
-		return append(rows, nn.Row{Seq: s.seq, Token: s.next, Logits: true}), 0
+		return append(rows, nn.Row{Seq: s.seq, Token: s.next, Logits: true}), 0, true
 	}
-	for i, id := range prompt {
-		rows = append(rows, nn.Row{Seq: s.seq, Token: id, Logits: i == len(prompt)-1})
+	lo, hi := s.done, len(prompt)
+	if budget >= 0 && hi-lo > budget {
+		hi = lo + budget
+		if len(prompt)-hi == 1 {
+			hi-- // the last chunk takes two tokens
+		}
+		if hi-lo < 2 {
+			return rows, 0, false
+		}
 	}
-	return rows, len(prompt)
+	for i := lo; i < hi; i++ {
+		rows = append(rows, nn.Row{Seq: s.seq, Token: prompt[i], Logits: i == len(prompt)-1})
+	}
+	s.done = hi
+	return rows, hi - lo, hi == len(prompt)
+}
+
+// stepRows lays out one forward of the live sequences: the prompts' next
+// chunks within e.PrefillChunk, one token for the others. It returns the
+// rows, the prompt tokens among them and the sequences (indices into the
+// live list, in row order) whose rows ask for logits.
+func (e *Engine) stepRows(rows []nn.Row, asked []int, n int, seq func(k int) (*sequence, []int)) ([]nn.Row, int, []int) {
+	rows, asked = rows[:0], asked[:0]
+	budget, prefill := -1, 0
+	if e.PrefillChunk > 0 {
+		budget = max(3, e.PrefillChunk) // a chunk cut short by one keeps two
+	}
+	for k := range n {
+		s, prompt := seq(k)
+		var m int
+		var logits bool
+		rows, m, logits = s.appendRows(rows, prompt, budget)
+		prefill += m
+		if budget >= 0 {
+			budget -= m
+		}
+		if logits {
+			asked = append(asked, k)
+		}
+	}
+	return rows, prefill, asked
 }
 
 // advance appends the sequence's next token and reports whether the
@@ -227,6 +277,7 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 		}
 	}()
 	var rows []nn.Row
+	var asked []int
 	queued := 0
 	for queued < len(reqs) || len(live) > 0 {
 		if err := ctx.Err(); err != nil {
@@ -243,16 +294,13 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 			live = append(live, &sequence{req: queued, seq: q, sampler: sm, fresh: true, logprobs: r.OnLogprobs, top: r.TopLogprobs})
 			queued++
 		}
-		// One forward: new prompts whole, one token for the others.
-		rows = rows[:0]
-		prefill := 0
-		for _, s := range live {
-			var n int
-			rows, n = s.appendRows(rows, reqs[s.req].Prompt)
-			prefill += n
-		}
+		// One forward: the prompts' next chunks, one token for the others.
+		var prefill int
+		rows, prefill, asked = e.stepRows(rows, asked, len(live), func(k int) (*sequence, []int) {
+			return live[k], reqs[live[k].req].Prompt
+		})
 		start := time.Now()
-		next, err := e.next(ctx, rows, len(live), func(k int) *sequence { return live[k] })
+		next, err := e.next(ctx, rows, len(asked), func(k int) *sequence { return live[asked[k]] })
 		if err != nil {
 			return nil, tm, err
 		}
@@ -264,16 +312,21 @@ func (e *Engine) Generate(ctx context.Context, reqs []Request) ([]Result, Timing
 		}
 		tm.DecodeTokens += len(rows) - prefill
 
-		kept := live[:0]
-		for k, s := range live {
+		for k, i := range asked {
+			s := live[i]
 			if done, reason := s.advance(&reqs[s.req], next[k]); done {
 				results[s.req] = Result{Tokens: s.out, Reason: reason}
 				if err := e.st.Evict(s.seq); err != nil {
 					return nil, tm, err
 				}
-				continue
+				live[i] = nil
 			}
-			kept = append(kept, s)
+		}
+		kept := live[:0]
+		for _, s := range live {
+			if s != nil {
+				kept = append(kept, s)
+			}
 		}
 		live = kept
 	}

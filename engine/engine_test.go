@@ -157,8 +157,9 @@ func refIDs(t *testing.T, f *safetensors.File, name string) []int {
 
 // TestGenerateGreedy runs the five fixture prompts through Generate with room
 // for two sequences at a time, so prompts are admitted while others decode
-// and prefill rows share forwards with decode rows; every continuation must
-// equal transformers' greedy tokens.
+// and prefill rows share forwards with decode rows, whole and in chunks of
+// 3 and 7 tokens (Engine.PrefillChunk); every continuation must equal
+// transformers' greedy tokens.
 func TestGenerateGreedy(t *testing.T) {
 	for _, fx := range []string{"nemotron_h", "qwen3_5", "qwen3_next", "mamba2"} {
 		t.Run(fx, func(t *testing.T) {
@@ -179,7 +180,12 @@ func TestGenerateGreedy(t *testing.T) {
 			// Greedy takes the argmax where the model runs (Decoder.Greedy); a
 			// temperature of 1e-6 samples from downloaded logits, where it
 			// picks the same tokens.
-			for _, sampling := range []SamplerOptions{{}, {Temperature: 1e-6, Seed: 3}} {
+			for _, c := range []struct {
+				chunk    int
+				sampling SamplerOptions
+			}{{0, SamplerOptions{}}, {0, SamplerOptions{Temperature: 1e-6, Seed: 3}}, {3, SamplerOptions{}}, {7, SamplerOptions{}}} {
+				e.PrefillChunk = c.chunk
+				sampling := c.sampling
 				var reqs []Request
 				for i := range 5 {
 					reqs = append(reqs, Request{Prompt: refIDs(t, ref, fmt.Sprintf("prompt.%d.ids", i)), MaxTokens: 32, Sampling: sampling})
@@ -191,7 +197,7 @@ func TestGenerateGreedy(t *testing.T) {
 				for i, r := range res {
 					want := refIDs(t, ref, fmt.Sprintf("greedy.%d.ids", i))
 					if fmt.Sprint(r.Tokens) != fmt.Sprint(want) || r.Reason != StopLength {
-						t.Errorf("%+v, prompt %d: got %v (%v), want %v", sampling, i, r.Tokens, r.Reason, want)
+						t.Errorf("%+v, chunks of %d, prompt %d: got %v (%v), want %v", sampling, c.chunk, i, r.Tokens, r.Reason, want)
 					}
 				}
 			}
@@ -280,5 +286,37 @@ func TestNLL(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStepRows lays out steps of three prompts (5, 10 and 1 tokens) and a
+// decoding sequence under a budget of 4 prompt tokens a step: chunks take
+// what the budget leaves, never a last chunk of one token, never a chunk
+// of one, and only rows that end a prompt or decode ask for logits.
+func TestStepRows(t *testing.T) {
+	e := &Engine{PrefillChunk: 4}
+	prompts := [][]int{make([]int, 5), make([]int, 10), make([]int, 1), nil}
+	seqs := []*sequence{{seq: 0, fresh: true}, {seq: 1, fresh: true}, {seq: 2, fresh: true}, {seq: 3, next: 9}}
+	var steps []string
+	for range 5 {
+		rows, prefill, asked := e.stepRows(nil, nil, len(seqs), func(k int) (*sequence, []int) { return seqs[k], prompts[k] })
+		per := make([]int, len(seqs))
+		for _, r := range rows {
+			per[r.Seq]++
+		}
+		steps = append(steps, fmt.Sprint(per, prefill, asked))
+		for _, k := range asked {
+			seqs[k].fresh = false // advance's part
+		}
+	}
+	want := []string{
+		"[3 0 1 1] 4 [2 3]",     // 3 of 5, not 4 (that would leave 1); the 1-token prompt fits, the 10-token one does not
+		"[2 2 1 1] 4 [0 2 3]",   // the 5-token prompt ends; 2 of the 10
+		"[1 4 1 1] 4 [0 2 3]",   // 4 more
+		"[1 4 1 1] 4 [0 1 2 3]", // the last 4
+		"[1 1 1 1] 0 [0 1 2 3]", // every sequence decodes
+	}
+	if fmt.Sprint(steps) != fmt.Sprint(want) {
+		t.Errorf("steps:\n got %q\nwant %q", steps, want)
 	}
 }

@@ -34,7 +34,8 @@ type running struct {
 
 // Run serves jobs until ctx is done or jobs is closed and drained: the long
 // running form of Generate. Jobs are admitted as sequences free up; each
-// step runs the new prompts whole and one token for the others, samples
+// step runs the prompts' next chunks (Engine.PrefillChunk) and one token
+// for the others, samples
 // every live sequence, calls its OnToken and finishes it at an end token,
 // its budget or its callback. Run blocks while there is nothing to do. It
 // returns ctx's error, or nil when jobs was closed; every job it took from
@@ -52,6 +53,7 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 		}
 	}()
 	var rows []nn.Row
+	var asked []int
 	open := true
 	for {
 		// Admit: wait for work when idle, else take what is queued now.
@@ -109,11 +111,10 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 			continue
 		}
 
-		rows = rows[:0]
-		for _, r := range live {
-			rows, _ = r.appendRows(rows, r.job.Prompt)
-		}
-		next, err := e.next(ctx, rows, len(live), func(k int) *sequence { return &live[k].sequence })
+		rows, _, asked = e.stepRows(rows, asked, len(live), func(k int) (*sequence, []int) {
+			return &live[k].sequence, live[k].job.Prompt
+		})
+		next, err := e.next(ctx, rows, len(asked), func(k int) *sequence { return &live[asked[k]].sequence })
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -126,14 +127,18 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 			continue
 		}
 
-		kept = live[:0]
-		for k, r := range live {
-			done, reason := r.advance(&r.job.Request, next[k])
-			if done {
+		for k, i := range asked {
+			r := live[i]
+			if done, reason := r.advance(&r.job.Request, next[k]); done {
 				end(r, Result{Tokens: r.out, Reason: reason}, nil)
-				continue
+				live[i] = nil
 			}
-			kept = append(kept, r)
+		}
+		kept = live[:0]
+		for _, r := range live {
+			if r != nil {
+				kept = append(kept, r)
+			}
 		}
 		live = kept
 	}

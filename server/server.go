@@ -47,6 +47,10 @@ type Config struct {
 	// MaxQueue is the number of requests that may wait for a free sequence
 	// (default 64); more are answered 429.
 	MaxQueue int
+	// PrefillChunk bounds the prompt tokens one engine step runs
+	// (engine.Engine.PrefillChunk; 0: whole prompts), so that a long prompt
+	// does not stall the streams decoding beside it.
+	PrefillChunk int
 	// MaxTokens is the completion budget of a request without max_tokens
 	// (default 256), cut to what the context leaves.
 	MaxTokens int
@@ -118,6 +122,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	eng.PrefillChunk = cfg.PrefillChunk
 	s := &Server{
 		cfg:     cfg,
 		eng:     eng,

@@ -26,6 +26,7 @@ func TestCLIDispatch(t *testing.T) {
 		{[]string{"--help"}, 0, "Commands"},
 		{[]string{"nosuch"}, 2, `unknown command "nosuch"`},
 		{[]string{"serve", "--max-batch", "0"}, 2, "max-batch"},
+		{[]string{"serve", "--chunked-prefill-size", "-1"}, 2, "--chunked-prefill-size must not be negative"},
 		{[]string{"serve", "--help"}, 0, "Usage: replayssm serve"},
 		{[]string{"bench", "kernels", "--batch", "0"}, 2, "batch"},
 		{[]string{"bench", "kernels", "--shapes", "llama"}, 2, "unknown shape"},

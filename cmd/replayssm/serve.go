@@ -26,6 +26,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	maxBatch := fs.Int("max-batch", 16, "sequences decoded together")
 	maxQueue := fs.Int("max-queue", 64, "requests that may wait for a free sequence; more are answered 429")
 	maxTokens := fs.Int("max-tokens", 256, "completion budget of a request without max_tokens")
+	chunk := fs.Int("chunked-prefill-size", 2048, "most prompt tokens one step runs, in chunks beside the decoding streams (0: whole prompts)")
 	ctxLen := fs.Int("context", 0, "most prompt plus completion tokens (0: the model's max_position_embeddings)")
 	metrics := fs.Bool("metrics", true, "serve Prometheus metrics at GET /metrics (--metrics=false: off)")
 	apiKey := fs.String("api-key", os.Getenv("REPLAYSSM_API_KEY"), "bearer token every /v1 request must carry (default: $REPLAYSSM_API_KEY; empty: none)")
@@ -56,6 +57,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	if *ctxLen < 0 {
 		return fmt.Errorf("%w: --context must not be negative", errUsage)
+	}
+	if *chunk < 0 {
+		return fmt.Errorf("%w: --chunked-prefill-size must not be negative", errUsage)
 	}
 	for _, f := range []struct {
 		name string
@@ -88,7 +92,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	srv, err := server.New(server.Config{
 		Model: d, Tokenizer: tok, Template: tmpl, Name: name, Aliases: aliases,
-		MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxTokens: *maxTokens, ContextLength: *ctxLen, State: opt,
+		MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxTokens: *maxTokens, ContextLength: *ctxLen, State: opt, PrefillChunk: *chunk,
 		DisableMetrics: !*metrics, APIKey: *apiKey, WriteTimeout: *writeTimeout, Log: requestLog,
 	})
 	if err != nil {
