@@ -24,8 +24,9 @@ func submit(ctx context.Context, jobs chan<- *Job, r Request) <-chan jobEnd {
 }
 
 // TestRunGreedy feeds the fixture prompts to a running engine with room for
-// two sequences, plus an invalid job and a cancelled one; the valid ones
-// must give transformers' greedy tokens and the others must not disturb them.
+// two sequences and prompts run in chunks of 5 tokens, plus an invalid job
+// and a cancelled one; the valid ones must give transformers' greedy
+// tokens and the others must not disturb them.
 func TestRunGreedy(t *testing.T) {
 	d, err := model.Load(fixtureDir("qwen3_5"), model.Options{})
 	if err != nil {
@@ -41,6 +42,7 @@ func TestRunGreedy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
+	e.PrefillChunk = 5
 	jobs := make(chan *Job, 8)
 	ran := make(chan error, 1)
 	go func() { ran <- e.Run(context.Background(), jobs) }()
