@@ -805,18 +805,9 @@ func (kv *gpuKV) grow(n int) error {
 }
 
 func (kv *gpuKV) Append(k, v nn.Tensor, seqs, pos []int32) error {
-	need := 0
-	for i, q := range seqs {
-		next := kv.lens[q]
-		for _, p := range seqs[:i] {
-			if p == q {
-				next++
-			}
-		}
-		if int(pos[i]) != next {
-			return fmt.Errorf("sequence %d has %d cached positions, row is at position %d", q, next, pos[i])
-		}
-		need = max(need, next+1)
+	need, err := nn.CheckAppend(seqs, pos, kv.Len)
+	if err != nil {
+		return err
 	}
 	if err := kv.grow(need); err != nil {
 		return err
@@ -932,19 +923,10 @@ func (c *gpuLatent) grow(n int) error {
 }
 
 func (c *gpuLatent) Append(x nn.Tensor, seqs, pos []int32) error {
-	need := 0
 	rows := make([]int32, len(seqs))
-	for i, q := range seqs {
-		next := c.lens[q]
-		for _, p := range seqs[:i] {
-			if p == q {
-				next++
-			}
-		}
-		if int(pos[i]) != next {
-			return fmt.Errorf("sequence %d has %d cached positions, row is at position %d", q, next, pos[i])
-		}
-		need = max(need, next+1)
+	need, err := nn.CheckAppend(seqs, pos, c.Len)
+	if err != nil {
+		return err
 	}
 	if err := c.grow(need); err != nil {
 		return err

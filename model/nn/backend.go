@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"github.com/replayssm/replayssm/replay"
 	"github.com/replayssm/replayssm/ssm"
 	"github.com/replayssm/replayssm/tensor"
@@ -147,6 +148,28 @@ type LatentCache interface {
 	Read(dst Tensor, seq, n int)
 	// Close releases the memory.
 	Close()
+}
+
+// CheckAppend validates the rows of an Append to a per-sequence cache
+// (KVCache, LatentCache): row i must hold position pos[i], its sequence's
+// next one after the rows before it (len(q) is what sequence q holds). It
+// returns the most positions one sequence will hold, for a backend that
+// grows its storage first.
+func CheckAppend(seqs, pos []int32, length func(seq int) int) (int, error) {
+	need := 0
+	for i, q := range seqs {
+		next := length(int(q))
+		for _, p := range seqs[:i] {
+			if p == q {
+				next++
+			}
+		}
+		if int(pos[i]) != next {
+			return 0, fmt.Errorf("sequence %d has %d cached positions, row is at position %d", q, next, pos[i])
+		}
+		need = max(need, next+1)
+	}
+	return need, nil
 }
 
 // Arena hands out a State's scratch tensors for one pass and takes them all

@@ -1,7 +1,6 @@
 package nn
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/replayssm/replayssm/replay"
@@ -310,16 +309,8 @@ func (s *cpuKV) Truncate(seq, n int) {
 }
 
 func (s *cpuKV) Append(k, v Tensor, seqs, pos []int32) error {
-	for i, q := range seqs { // all rows checked before any is appended
-		next := s.Len(int(q))
-		for _, p := range seqs[:i] {
-			if p == q {
-				next++
-			}
-		}
-		if int(pos[i]) != next {
-			return fmt.Errorf("sequence %d has %d cached positions, row is at position %d", q, next, pos[i])
-		}
+	if _, err := CheckAppend(seqs, pos, s.Len); err != nil { // every row checked before any is appended
+		return err
 	}
 	for i, q := range seqs {
 		s.k[q] = append(s.k[q], row(k, i)...)
@@ -406,16 +397,8 @@ func (c *cpuLatent) Truncate(seq, n int) {
 }
 
 func (c *cpuLatent) Append(x Tensor, seqs, pos []int32) error {
-	for i, q := range seqs { // all rows checked before any is appended
-		next := c.Len(int(q))
-		for _, p := range seqs[:i] {
-			if p == q {
-				next++
-			}
-		}
-		if int(pos[i]) != next {
-			return fmt.Errorf("sequence %d has %d cached positions, row is at position %d", q, next, pos[i])
-		}
+	if _, err := CheckAppend(seqs, pos, c.Len); err != nil { // every row checked before any is appended
+		return err
 	}
 	for i, q := range seqs {
 		c.x[q] = append(c.x[q], row(x, i)...)
