@@ -74,13 +74,7 @@ func Load(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
 		}})
 	}
 	d.FinalNorm = nn.RMSNorm{W: ld.Vector("model.norm.weight", H), Eps: eps}
-	if ld.Has("lm_head.weight") {
-		d.LMHead = ld.Linear("lm_head", V, H, false)
-	} else if cfg.TieWordEmbeddings {
-		d.LMHead, d.Tied = nn.Linear{In: H, Out: V, W: d.Embed}, true
-	} else {
-		ld.Fail(fmt.Errorf("%s: no lm_head.weight and the embeddings are not tied", ld.Dir()))
-	}
+	ld.LMHead(d, cfg.TieWordEmbeddings)
 	if err := ld.Err(); err != nil {
 		return nil, fmt.Errorf("kimi: %w", err)
 	}

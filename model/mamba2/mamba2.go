@@ -60,11 +60,7 @@ func Load(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
 		d.Layers = append(d.Layers, nn.Layer{Branches: []nn.Branch{{Norm: norm, Block: mixer}}})
 	}
 	d.FinalNorm = nn.RMSNorm{W: ld.Vector("backbone.norm_f.weight", H), Eps: eps}
-	if ld.Has("lm_head.weight") {
-		d.LMHead = ld.Linear("lm_head", V, H, false)
-	} else {
-		d.LMHead, d.Tied = nn.Linear{In: H, Out: V, W: d.Embed}, true
-	}
+	ld.LMHead(d, true) // Mamba-2 checkpoints without lm_head.weight tie it
 	if err := ld.Err(); err != nil {
 		return nil, fmt.Errorf("mamba2: %w", err)
 	}

@@ -60,11 +60,7 @@ func Load(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
 		d.Layers = append(d.Layers, nn.Layer{Branches: []nn.Branch{{Norm: norm, Block: blk}}})
 	}
 	d.FinalNorm = nn.RMSNorm{W: ld.Vector(p+"norm_f.weight", H), Eps: eps}
-	if cfg.TieWordEmbeddings && !ld.Has("lm_head.weight") {
-		d.LMHead, d.Tied = nn.Linear{In: H, Out: V, W: d.Embed}, true
-	} else {
-		d.LMHead = ld.Linear("lm_head", V, H, false)
-	}
+	ld.LMHead(d, cfg.TieWordEmbeddings)
 	if err := ld.Err(); err != nil {
 		return nil, fmt.Errorf("nemotronh: %w", err)
 	}

@@ -185,3 +185,17 @@ func (l *Loader) FusedGateUp(module string, n, inter, hidden int) (gate, up []Li
 
 // ErrNoTensor reports whether err is a missing-tensor error.
 func ErrNoTensor(err error) bool { return errors.Is(err, safetensors.ErrNotFound) }
+
+// LMHead binds d's output projection (d.Vocab, d.Hidden and d.Embed set):
+// the checkpoint's lm_head.weight where it has one, else the embeddings
+// when tie (tied embeddings), else an error.
+func (l *Loader) LMHead(d *Decoder, tie bool) {
+	switch {
+	case l.Has("lm_head.weight"):
+		d.LMHead = l.Linear("lm_head", d.Vocab, d.Hidden, false)
+	case tie:
+		d.LMHead, d.Tied = Linear{In: d.Hidden, Out: d.Vocab, W: d.Embed}, true
+	default:
+		l.Fail(fmt.Errorf("%s: no lm_head.weight and the embeddings are not tied", l.Dir()))
+	}
+}
