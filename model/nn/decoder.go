@@ -309,15 +309,14 @@ type batch struct {
 	rw     []float32
 }
 
-// gather returns the rows of src named by rows (negative: zeros) for a
-// wave's SSM inputs: for a one-row wave, a view of its row (no copy; the
-// one-row waves of a decode step at batch 1 or of a prompt run token by
-// token would otherwise pay a kernel per gather), else a gathered copy.
-// The caller may change the result in place: a wave's rows of src are
-// read by nothing else.
+// gather returns the rows of src named by rows (negative: zeros) for an
+// SSM layer's inputs: a view where they follow each other (a one-row wave
+// of a decode step at batch 1, a prompt laid out in order: no copy, no
+// kernel), else a gathered copy. The caller may change the result in
+// place: a wave's or a prefill's rows of src are read by nothing else.
 func (b *batch) gather(src Tensor, rows []int32) Tensor {
-	if len(rows) == 1 && rows[0] >= 0 {
-		return src.Slice(int(rows[0]), int(rows[0])+1)
+	if lo := span(rows); lo >= 0 {
+		return src.Slice(lo, lo+len(rows))
 	}
 	t := b.mem.Alloc(len(rows), src.Cols)
 	b.be.Gather(t, src, rows)

@@ -98,22 +98,19 @@ func (s *gdnState) evict(seq int) error       { return s.cache.Evict(s.slot[seq]
 func (s *gdnState) stats() replay.Stats       { return s.cache.Stats() }
 func (s *gdnState) close()                    { _ = s.cache.Close() }
 
-// inputs gathers the recurrence's inputs of rows (one per slot or draft;
-// negative: none) from the projection [q k v | z | b | a] and runs the
-// convolution over them with conv, returning the batch the cache takes.
-func (m *GDNMixer) inputs(b *batch, proj Tensor, rows []int32, conv func(cin, cout Tensor) error) (replay.GDNBatch[Tensor], error) {
-	be := b.be
+// inputs gathers the recurrence's inputs of rows (one per slot, draft or
+// prompt token; negative: padding) from the projection [q k v | z | b | a]
+// and runs the convolution cc over them, returning the batch the
+// cache takes.
+func (m *GDNMixer) inputs(b *batch, proj Tensor, rows []int32, cc convCall) (replay.GDNBatch[Tensor], error) {
 	K, V, Hv := m.dims()
-	w, C := len(rows), 2*K+V
-	cin := b.gather(proj.Columns(0, C), rows)
-	bs, as := b.gather(proj.Columns(C+V, Hv), rows), b.gather(proj.Columns(C+V+Hv, Hv), rows)
-	cout := b.mem.Alloc(w, C)
-	if err := conv(cin, cout); err != nil {
+	C := 2*K + V
+	bs, as := b.packed(b.gather(proj.Columns(C+V, Hv), rows)), b.packed(b.gather(proj.Columns(C+V+Hv, Hv), rows))
+	qkv, err := b.convSplit(b.gather(proj.Columns(0, C), rows), cc, K, K, V)
+	if err != nil {
 		return replay.GDNBatch[Tensor]{}, err
 	}
-	be.SiLU(cout)
-	qs, ks, vs := b.packed(cout.Columns(0, K)), b.packed(cout.Columns(K, K)), b.packed(cout.Columns(2*K, V))
-	return replay.GDNBatch[Tensor]{Q: qs, K: ks, V: vs, A: as, B: bs}, nil
+	return replay.GDNBatch[Tensor]{Q: qkv[0], K: qkv[1], V: qkv[2], A: as, B: bs}, nil
 }
 
 func (m *GDNMixer) forward(b *batch, bst blockState, x, out Tensor) error {
@@ -121,26 +118,11 @@ func (m *GDNMixer) forward(b *batch, bst blockState, x, out Tensor) error {
 	_, V, _ := m.dims()
 	proj := b.mem.Alloc(b.n, m.InProj.Out)
 	m.InProj.apply(b.be, proj, x)
-
 	o := b.mem.Alloc(b.n, V)
-	for _, wave := range b.waves {
-		mark := b.mem.Mark() // a wave's scratch, once its rows are scattered
-		st.slots = st.slots[:0]
-		for _, r := range wave {
-			st.slots = append(st.slots, st.slot[b.seq[r]])
-		}
-		in, err := m.inputs(b, proj, wave, func(cin, cout Tensor) error { return st.cache.Conv(st.slots, cin, cout) })
-		if err != nil {
-			return err
-		}
-		ow := b.mem.Alloc(len(wave), V)
-		if err := st.cache.Step(st.slots, in, ow); err != nil {
-			return err
-		}
-		b.be.Scatter(o, ow, wave)
-		b.mem.Rewind(mark)
-	}
-	if err := m.prefill(b, st, proj, o); err != nil {
+	err := runSSM(b, st.cache, st.slot, &st.slots, V, o, func(rows []int32, cc convCall) (replay.GDNBatch[Tensor], error) {
+		return m.inputs(b, proj, rows, cc)
+	})
+	if err != nil {
 		return err
 	}
 	m.normGateOut(b.be, proj, o, out)
@@ -154,33 +136,4 @@ func (m *GDNMixer) normGateOut(be Backend, proj, o, out Tensor) {
 	m.Norm.apply(be, heads, heads)
 	be.MulSiLU(o, proj.Columns(2*K+V, V))
 	m.OutProj.apply(be, out, o)
-}
-
-// prefill runs the rows of b.pre (prompts) through the cache's Prefill,
-// writing their outputs to o.
-func (m *GDNMixer) prefill(b *batch, st *gdnState, proj, o Tensor) error {
-	p := &b.pre
-	if len(p.seqs) == 0 {
-		return nil
-	}
-	mark := b.mem.Mark()
-	defer b.mem.Rewind(mark)
-	K, V, Hv := m.dims()
-	C := 2*K + V
-	st.slots = p.slots(st.slots, st.slot)
-	bs := b.packed(b.gatherRows(proj.Columns(C+V, Hv), p.index))
-	as := b.packed(b.gatherRows(proj.Columns(C+V+Hv, Hv), p.index))
-	qkv, err := b.convSplit(b.gatherRows(proj.Columns(0, C), p.index), func(in, out Tensor) error {
-		return st.cache.ConvPrefill(st.slots, p.T, p.counts, in, out)
-	}, K, K, V)
-	if err != nil {
-		return err
-	}
-	in := replay.GDNBatch[Tensor]{Q: qkv[0], K: qkv[1], V: qkv[2], A: as, B: bs}
-	ow, done := b.prefillOut(o, p.index)
-	if err := st.cache.Prefill(st.slots, p.T, p.counts, in, ow); err != nil {
-		return err
-	}
-	done()
-	return nil
 }

@@ -131,21 +131,19 @@ func (m *KDAMixer) project(b *batch, x Tensor) (proj, g Tensor) {
 	return proj, g
 }
 
-// inputs gathers the recurrence's inputs of rows (one per slot or draft;
-// negative: none) from the projection and the log-decays and runs the
-// convolution over them with conv, returning the batch the cache takes.
-func (m *KDAMixer) inputs(b *batch, proj, g Tensor, rows []int32, conv func(cin, cout Tensor) error) (replay.KDABatch[Tensor], error) {
+// inputs gathers the recurrence's inputs of rows (one per slot, draft or
+// prompt token; negative: padding) from the projection and the
+// log-decays and runs the convolution cc over them, returning the
+// batch the cache takes.
+func (m *KDAMixer) inputs(b *batch, proj, g Tensor, rows []int32, cc convCall) (replay.KDABatch[Tensor], error) {
 	K, V, Hv, _, _ := m.cols()
 	C := 2*K + V
-	cin := b.gather(proj.Columns(0, C), rows)
 	bs, gs := b.packed(b.gather(proj.Columns(C, Hv), rows)), b.packed(b.gather(g, rows))
-	cout := b.mem.Alloc(len(rows), C)
-	if err := conv(cin, cout); err != nil {
+	qkv, err := b.convSplit(b.gather(proj.Columns(0, C), rows), cc, K, K, V)
+	if err != nil {
 		return replay.KDABatch[Tensor]{}, err
 	}
-	b.be.SiLU(cout)
-	return replay.KDABatch[Tensor]{Q: b.packed(cout.Columns(0, K)), K: b.packed(cout.Columns(K, K)),
-		V: b.packed(cout.Columns(2*K, V)), G: gs, B: bs}, nil
+	return replay.KDABatch[Tensor]{Q: qkv[0], K: qkv[1], V: qkv[2], G: gs, B: bs}, nil
 }
 
 func (m *KDAMixer) forward(b *batch, bst blockState, x, out Tensor) error {
@@ -153,56 +151,13 @@ func (m *KDAMixer) forward(b *batch, bst blockState, x, out Tensor) error {
 	_, V, _, _, _ := m.cols()
 	proj, g := m.project(b, x)
 	o := b.mem.Alloc(b.n, V)
-	for _, wave := range b.waves {
-		mark := b.mem.Mark() // a wave's scratch, once its rows are scattered
-		st.slots = st.slots[:0]
-		for _, r := range wave {
-			st.slots = append(st.slots, st.slot[b.seq[r]])
-		}
-		in, err := m.inputs(b, proj, g, wave, func(cin, cout Tensor) error { return st.cache.Conv(st.slots, cin, cout) })
-		if err != nil {
-			return err
-		}
-		ow := b.mem.Alloc(len(wave), V)
-		if err := st.cache.Step(st.slots, in, ow); err != nil {
-			return err
-		}
-		b.be.Scatter(o, ow, wave)
-		b.mem.Rewind(mark)
-	}
-	if err := m.prefill(b, st, proj, g, o); err != nil {
-		return err
-	}
-	m.normGateOut(b, proj, o, out)
-	return nil
-}
-
-// prefill runs the rows of b.pre (prompts) through the cache's Prefill,
-// writing their outputs to o.
-func (m *KDAMixer) prefill(b *batch, st *kdaState, proj, g, o Tensor) error {
-	p := &b.pre
-	if len(p.seqs) == 0 {
-		return nil
-	}
-	mark := b.mem.Mark()
-	defer b.mem.Rewind(mark)
-	K, V, Hv, _, _ := m.cols()
-	C := 2*K + V
-	st.slots = p.slots(st.slots, st.slot)
-	bs := b.packed(b.gatherRows(proj.Columns(C, Hv), p.index))
-	gs := b.packed(b.gatherRows(g, p.index))
-	qkv, err := b.convSplit(b.gatherRows(proj.Columns(0, C), p.index), func(in, out Tensor) error {
-		return st.cache.ConvPrefill(st.slots, p.T, p.counts, in, out)
-	}, K, K, V)
+	err := runSSM(b, st.cache, st.slot, &st.slots, V, o, func(rows []int32, cc convCall) (replay.KDABatch[Tensor], error) {
+		return m.inputs(b, proj, g, rows, cc)
+	})
 	if err != nil {
 		return err
 	}
-	in := replay.KDABatch[Tensor]{Q: qkv[0], K: qkv[1], V: qkv[2], G: gs, B: bs}
-	ow, done := b.prefillOut(o, p.index)
-	if err := st.cache.Prefill(st.slots, p.T, p.counts, in, ow); err != nil {
-		return err
-	}
-	done()
+	m.normGateOut(b, proj, o, out)
 	return nil
 }
 
@@ -217,7 +172,7 @@ func (m *KDAMixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Tenso
 		st.slots = append(st.slots, st.slot[q])
 	}
 	T := vp.stride
-	in, err := m.inputs(b, proj, g, vp.index, func(cin, cout Tensor) error { return st.cache.ConvVerify(st.slots, T, cin, cout) })
+	in, err := m.inputs(b, proj, g, vp.index, convCall{c: st.cache, slots: st.slots, op: convVerify, T: T})
 	if err != nil {
 		return err
 	}

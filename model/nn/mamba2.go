@@ -107,34 +107,29 @@ func (s *mamba2State) evict(seq int) error       { return s.cache.Evict(s.slot[s
 func (s *mamba2State) stats() replay.Stats       { return s.cache.Stats() }
 func (s *mamba2State) close()                    { _ = s.cache.Close() }
 
-// inputs gathers the SSM core's inputs of rows (one per slot or draft;
-// negative: none) from the projection [z | xBC | dt], bounds their Δ (a
-// Verify's rows as decode steps) and runs the convolution over them with
-// conv, returning the batch the cache takes.
-func (m *Mamba2Mixer) inputs(b *batch, proj Tensor, rows []int32, verify bool, conv func(cin, cout Tensor) error) (replay.Mamba2Batch[Tensor], error) {
-	be := b.be
+// inputs gathers the SSM core's inputs of rows (one per slot, draft or
+// prompt token; negative: padding) from the projection [z | xBC | dt],
+// bounds their Δ (a Verify's rows as decode steps, a multi-token
+// forward's by ScanDelta) and runs the convolution cc over them,
+// returning the batch the cache takes.
+func (m *Mamba2Mixer) inputs(b *batch, proj Tensor, rows []int32, verify bool, cc convCall) (replay.Mamba2Batch[Tensor], error) {
 	I, GN, H := m.dims()
 	w, C := len(rows), I+2*GN
-	cin, dt := b.gather(proj.Columns(I, C), rows), b.gather(proj.Columns(I+C, H), rows)
-	if verify {
-		m.clamp(be, dt, false)
-	} else {
-		for lo := 0; lo < w; { // runs of rows with the same Δ bounds
-			hi := lo + 1
-			for hi < w && b.scan[rows[hi]] == b.scan[rows[lo]] {
-				hi++
-			}
-			m.clamp(be, dt.Slice(lo, hi), b.scan[rows[lo]])
-			lo = hi
+	dt := b.packed(b.gather(proj.Columns(I+C, H), rows))
+	scan := func(k int) bool { return !verify && (rows[k] < 0 || b.scan[rows[k]]) }
+	for lo := 0; lo < w; { // runs of rows with the same Δ bounds
+		hi := lo + 1
+		for hi < w && scan(hi) == scan(lo) {
+			hi++
 		}
+		m.clamp(b.be, dt.Slice(lo, hi), scan(lo))
+		lo = hi
 	}
-	cout := b.mem.Alloc(w, C)
-	if err := conv(cin, cout); err != nil {
+	xbc, err := b.convSplit(b.gather(proj.Columns(I, C), rows), cc, I, GN, GN)
+	if err != nil {
 		return replay.Mamba2Batch[Tensor]{}, err
 	}
-	be.SiLU(cout)
-	xs, Bs, Cs := b.packed(cout.Columns(0, I)), b.packed(cout.Columns(I, GN)), b.packed(cout.Columns(I+GN, GN))
-	return replay.Mamba2Batch[Tensor]{X: xs, B: Bs, C: Cs, Dt: dt}, nil
+	return replay.Mamba2Batch[Tensor]{X: xbc[0], B: xbc[1], C: xbc[2], Dt: dt}, nil
 }
 
 func (m *Mamba2Mixer) forward(b *batch, bst blockState, x, out Tensor) error {
@@ -142,59 +137,14 @@ func (m *Mamba2Mixer) forward(b *batch, bst blockState, x, out Tensor) error {
 	I, _, _ := m.dims()
 	proj := b.mem.Alloc(b.n, m.InProj.Out)
 	m.InProj.apply(b.be, proj, x)
-
 	y := b.mem.Alloc(b.n, I)
-	for _, wave := range b.waves {
-		mark := b.mem.Mark() // a wave's scratch, once its rows are scattered
-		st.slots = st.slots[:0]
-		for _, r := range wave {
-			st.slots = append(st.slots, st.slot[b.seq[r]])
-		}
-		in, err := m.inputs(b, proj, wave, false, func(cin, cout Tensor) error { return st.cache.Conv(st.slots, cin, cout) })
-		if err != nil {
-			return err
-		}
-		yw := b.mem.Alloc(len(wave), I)
-		if err := st.cache.Step(st.slots, in, yw); err != nil {
-			return err
-		}
-		b.be.Scatter(y, yw, wave)
-		b.mem.Rewind(mark)
-	}
-	if err := m.prefill(b, st, proj, y); err != nil {
-		return err
-	}
-	m.gateNormOut(b.be, proj, y, out)
-	return nil
-}
-
-// prefill runs the rows of b.pre (prompts) through the cache's Prefill,
-// writing their outputs to y.
-func (m *Mamba2Mixer) prefill(b *batch, st *mamba2State, proj, y Tensor) error {
-	p := &b.pre
-	if len(p.seqs) == 0 {
-		return nil
-	}
-	mark := b.mem.Mark()
-	defer b.mem.Rewind(mark)
-	be := b.be
-	I, GN, H := m.dims()
-	C := I + 2*GN
-	st.slots = p.slots(st.slots, st.slot)
-	dt := b.packed(b.gatherRows(proj.Columns(I+C, H), p.index))
-	m.clamp(be, dt, true)
-	xbc, err := b.convSplit(b.gatherRows(proj.Columns(I, C), p.index), func(in, out Tensor) error {
-		return st.cache.ConvPrefill(st.slots, p.T, p.counts, in, out)
-	}, I, GN, GN)
+	err := runSSM(b, st.cache, st.slot, &st.slots, I, y, func(rows []int32, cc convCall) (replay.Mamba2Batch[Tensor], error) {
+		return m.inputs(b, proj, rows, false, cc)
+	})
 	if err != nil {
 		return err
 	}
-	in := replay.Mamba2Batch[Tensor]{X: xbc[0], B: xbc[1], C: xbc[2], Dt: dt}
-	yw, done := b.prefillOut(y, p.index)
-	if err := st.cache.Prefill(st.slots, p.T, p.counts, in, yw); err != nil {
-		return err
-	}
-	done()
+	m.gateNormOut(b.be, proj, y, out)
 	return nil
 }
 

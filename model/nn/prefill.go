@@ -81,15 +81,6 @@ func span(rows []int32) int {
 	return int(rows[0])
 }
 
-// gatherRows returns the rows of src named by rows (negative: zeros): a
-// view where they follow each other, else a gathered copy.
-func (b *batch) gatherRows(src Tensor, rows []int32) Tensor {
-	if lo := span(rows); lo >= 0 {
-		return src.Slice(lo, lo+len(rows))
-	}
-	return b.gather(src, rows)
-}
-
 // prefillOut returns where the prefill's outputs go: a view of out where
 // its rows follow each other (and done is a no-op), else scratch that done
 // scatters into out.
@@ -101,24 +92,97 @@ func (b *batch) prefillOut(out Tensor, rows []int32) (Tensor, func()) {
 	return t, func() { b.be.Scatter(out, t, rows) }
 }
 
-// convSplit runs an SSM layer's convolution (conv: ConvPrefill, Conv or
-// ConvVerify on the layer's cache) over cin, applies SiLU and returns the
-// output split into parts of the given widths, each packed.
-func (b *batch) convSplit(cin Tensor, conv func(in, out Tensor) error, widths ...int) ([]Tensor, error) {
-	C := 0
-	for _, w := range widths {
-		C += w
+// convCache is the convolution of an SSM layer's cache (any replay.Cache
+// over Tensors).
+type convCache interface {
+	Conv(slots []replay.Slot, in, out Tensor) error
+	ConvVerify(slots []replay.Slot, T int, in, out Tensor) error
+	ConvPrefill(slots []replay.Slot, T int, counts []int, in, out Tensor) error
+}
+
+// convCall is the convolution an SSM layer's inputs run: its cache's Conv
+// (a wave), ConvVerify (a verify's drafts, T a slot) or ConvPrefill
+// (prompts, T and counts), as a value, so that handing it on allocates
+// nothing in the decode step.
+type convCall struct {
+	c      convCache
+	slots  []replay.Slot
+	op     convOp
+	T      int
+	counts []int
+}
+
+type convOp uint8
+
+const (
+	convStep convOp = iota
+	convVerify
+	convPrefill
+)
+
+func (cc convCall) run(in, out Tensor) error {
+	switch cc.op {
+	case convVerify:
+		return cc.c.ConvVerify(cc.slots, cc.T, in, out)
+	case convPrefill:
+		return cc.c.ConvPrefill(cc.slots, cc.T, cc.counts, in, out)
 	}
-	cout := b.mem.Alloc(cin.Rows, C)
-	if err := conv(b.packed(cin), cout); err != nil {
-		return nil, err
+	return cc.c.Conv(cc.slots, in, out)
+}
+
+// convSplit runs an SSM layer's convolution cc over cin, applies SiLU and
+// returns the output split into three parts of the given widths ([x | B |
+// C], [q | k | v]), each packed.
+func (b *batch) convSplit(cin Tensor, cc convCall, w0, w1, w2 int) ([3]Tensor, error) {
+	cout := b.mem.Alloc(cin.Rows, w0+w1+w2)
+	if err := cc.run(b.packed(cin), cout); err != nil {
+		return [3]Tensor{}, err
 	}
 	b.be.SiLU(cout)
-	parts := make([]Tensor, len(widths))
-	off := 0
-	for i, w := range widths {
-		parts[i] = b.packed(cout.Columns(off, w))
-		off += w
+	return [3]Tensor{b.packed(cout.Columns(0, w0)), b.packed(cout.Columns(w0, w1)), b.packed(cout.Columns(w0+w1, w2))}, nil
+}
+
+// runSSM drives one SSM layer's cache c over a Forward: each wave's rows
+// through Conv and Step, then the prompts' (b.pre) through ConvPrefill and
+// Prefill, their outputs (width values a row) into y. inputs forms the
+// cache's batch of the given rows (negative: padding) with the given
+// convolution; slot maps sequences to the layer's slots, slots is scratch.
+func runSSM[In any](b *batch, c replay.Cache[Tensor, In], slot []replay.Slot, slots *[]replay.Slot, width int, y Tensor,
+	inputs func(rows []int32, cc convCall) (In, error)) error {
+	for _, wave := range b.waves {
+		mark := b.mem.Mark() // a wave's scratch, once its rows are scattered
+		sl := (*slots)[:0]
+		for _, r := range wave {
+			sl = append(sl, slot[b.seq[r]])
+		}
+		*slots = sl
+		in, err := inputs(wave, convCall{c: c, slots: sl})
+		if err != nil {
+			return err
+		}
+		yw := b.mem.Alloc(len(wave), width)
+		if err := c.Step(sl, in, yw); err != nil {
+			return err
+		}
+		b.be.Scatter(y, yw, wave)
+		b.mem.Rewind(mark)
 	}
-	return parts, nil
+	p := &b.pre
+	if len(p.seqs) == 0 {
+		return nil
+	}
+	mark := b.mem.Mark()
+	defer b.mem.Rewind(mark)
+	sl := p.slots(*slots, slot)
+	*slots = sl
+	in, err := inputs(p.index, convCall{c: c, slots: sl, op: convPrefill, T: p.T, counts: p.counts})
+	if err != nil {
+		return err
+	}
+	yw, done := b.prefillOut(y, p.index)
+	if err := c.Prefill(sl, p.T, p.counts, in, yw); err != nil {
+		return err
+	}
+	done()
+	return nil
 }

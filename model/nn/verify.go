@@ -226,7 +226,7 @@ func (m *Mamba2Mixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Te
 		st.slots = append(st.slots, st.slot[q])
 	}
 	T := vp.stride
-	in, err := m.inputs(b, proj, vp.index, true, func(cin, cout Tensor) error { return st.cache.ConvVerify(st.slots, T, cin, cout) })
+	in, err := m.inputs(b, proj, vp.index, true, convCall{c: st.cache, slots: st.slots, op: convVerify, T: T})
 	if err != nil {
 		return err
 	}
@@ -251,7 +251,7 @@ func (m *GDNMixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Tenso
 		st.slots = append(st.slots, st.slot[q])
 	}
 	T := vp.stride
-	in, err := m.inputs(b, proj, vp.index, func(cin, cout Tensor) error { return st.cache.ConvVerify(st.slots, T, cin, cout) })
+	in, err := m.inputs(b, proj, vp.index, convCall{c: st.cache, slots: st.slots, op: convVerify, T: T})
 	if err != nil {
 		return err
 	}
