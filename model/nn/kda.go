@@ -167,21 +167,12 @@ func (m *KDAMixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Tenso
 	st := bst.(*kdaState)
 	_, V, _, _, _ := m.cols()
 	proj, g := m.project(b, x)
-	st.slots = st.slots[:0]
-	for _, q := range vp.seqs {
-		st.slots = append(st.slots, st.slot[q])
-	}
-	T := vp.stride
-	in, err := m.inputs(b, proj, g, vp.index, convCall{c: st.cache, slots: st.slots, op: convVerify, T: T})
+	o, err := runVerify(b, vp, st.cache, st.slot, &st.slots, V, func(rows []int32, cc convCall) (replay.KDABatch[Tensor], error) {
+		return m.inputs(b, proj, g, rows, cc)
+	})
 	if err != nil {
 		return err
 	}
-	ov := b.mem.Alloc(len(vp.index), V)
-	if err := st.cache.Verify(st.slots, T, vp.counts, in, ov); err != nil {
-		return err
-	}
-	o := b.mem.Zeros(b.n, V)
-	b.be.Scatter(o, ov, vp.index)
 	m.normGateOut(b, proj, o, out)
 	return nil
 }

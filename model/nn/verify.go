@@ -214,6 +214,30 @@ func (d *Decoder) eachKV(s *State, fn func(kv positions)) {
 	}
 }
 
+// runVerify is runSSM for a Verify: every sequence's rows through the
+// cache's ConvVerify and Verify in one call; it returns the outputs
+// (width values a row) as b.n rows.
+func runVerify[In any](b *batch, vp *verifyPlan, c replay.Cache[Tensor, In], slot []replay.Slot, slots *[]replay.Slot, width int,
+	inputs func(rows []int32, cc convCall) (In, error)) (Tensor, error) {
+	sl := (*slots)[:0]
+	for _, q := range vp.seqs {
+		sl = append(sl, slot[q])
+	}
+	*slots = sl
+	T := vp.stride
+	in, err := inputs(vp.index, convCall{c: c, slots: sl, op: convVerify, T: T})
+	if err != nil {
+		return Tensor{}, err
+	}
+	yv := b.mem.Alloc(len(vp.index), width)
+	if err := c.Verify(sl, T, vp.counts, in, yv); err != nil {
+		return Tensor{}, err
+	}
+	y := b.mem.Zeros(b.n, width) // rows outside the plan (none today) stay defined
+	b.be.Scatter(y, yv, vp.index)
+	return y, nil
+}
+
 // verify is Mamba2Mixer's forward over the rows of a Verify: the rows of each
 // sequence go through its cache's ConvVerify and Verify in one call.
 func (m *Mamba2Mixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Tensor) error {
@@ -221,21 +245,12 @@ func (m *Mamba2Mixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Te
 	I, _, _ := m.dims()
 	proj := b.mem.Alloc(b.n, m.InProj.Out)
 	m.InProj.apply(b.be, proj, x)
-	st.slots = st.slots[:0]
-	for _, q := range vp.seqs {
-		st.slots = append(st.slots, st.slot[q])
-	}
-	T := vp.stride
-	in, err := m.inputs(b, proj, vp.index, true, convCall{c: st.cache, slots: st.slots, op: convVerify, T: T})
+	y, err := runVerify(b, vp, st.cache, st.slot, &st.slots, I, func(rows []int32, cc convCall) (replay.Mamba2Batch[Tensor], error) {
+		return m.inputs(b, proj, rows, true, cc)
+	})
 	if err != nil {
 		return err
 	}
-	yv := b.mem.Alloc(len(vp.index), I)
-	if err := st.cache.Verify(st.slots, T, vp.counts, in, yv); err != nil {
-		return err
-	}
-	y := b.mem.Zeros(b.n, I) // rows outside the plan (none today) stay defined
-	b.be.Scatter(y, yv, vp.index)
 	m.gateNormOut(b.be, proj, y, out)
 	return nil
 }
@@ -246,21 +261,12 @@ func (m *GDNMixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Tenso
 	_, V, _ := m.dims()
 	proj := b.mem.Alloc(b.n, m.InProj.Out)
 	m.InProj.apply(b.be, proj, x)
-	st.slots = st.slots[:0]
-	for _, q := range vp.seqs {
-		st.slots = append(st.slots, st.slot[q])
-	}
-	T := vp.stride
-	in, err := m.inputs(b, proj, vp.index, convCall{c: st.cache, slots: st.slots, op: convVerify, T: T})
+	o, err := runVerify(b, vp, st.cache, st.slot, &st.slots, V, func(rows []int32, cc convCall) (replay.GDNBatch[Tensor], error) {
+		return m.inputs(b, proj, rows, cc)
+	})
 	if err != nil {
 		return err
 	}
-	ov := b.mem.Alloc(len(vp.index), V)
-	if err := st.cache.Verify(st.slots, T, vp.counts, in, ov); err != nil {
-		return err
-	}
-	o := b.mem.Zeros(b.n, V)
-	b.be.Scatter(o, ov, vp.index)
 	m.normGateOut(b.be, proj, o, out)
 	return nil
 }
