@@ -16,6 +16,9 @@ type Job struct {
 	// sequence before the next forward after Context is done. The other
 	// sequences keep running.
 	Context context.Context
+	// Started, if set, is called on Run's goroutine when the job takes a
+	// sequence, before its prompt runs (the end of its wait in the queue).
+	Started func()
 	// Finish is called exactly once, on Run's goroutine, with the job's
 	// result, or with an error: the job was invalid, its Context ended,
 	// the forward failed, or Run stopped. It must not block.
@@ -86,6 +89,9 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 			if err != nil {
 				j.Finish(Result{}, err)
 				continue
+			}
+			if j.Started != nil {
+				j.Started()
 			}
 			sm := NewSampler(j.Sampling)
 			sm.Prompt(j.Prompt)

@@ -541,6 +541,7 @@ func (s *Server) newJob(ctx context.Context, g *generation, i int, start time.Ti
 			},
 		},
 		Context: ctx,
+		Started: timer.begin,
 		Finish: func(res engine.Result, err error) {
 			ev := event{index: i, final: true, tokens: len(res.Tokens), err: err, reason: "stop"}
 			if res.Reason == engine.StopLength {

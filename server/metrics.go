@@ -62,6 +62,7 @@ type metrics struct {
 
 	promptTokens, generationTokens prometheus.Counter
 	ttft, itl, e2e                 prometheus.Histogram
+	queue, prefill, decode         prometheus.Histogram
 
 	state stateSnapshot
 }
@@ -71,11 +72,12 @@ type metrics struct {
 // forward, so they are copied here between steps and the scrape reads the
 // copy.
 type stateSnapshot struct {
-	steps, flushes, read, written, baseline atomic.Int64
+	steps, prefilled, flushes, read, written, baseline atomic.Int64
 }
 
 func (p *stateSnapshot) store(st replay.Stats) {
 	p.steps.Store(st.Steps)
+	p.prefilled.Store(st.Prefilled)
 	p.flushes.Store(st.Flushes)
 	p.read.Store(st.StateBytesRead)
 	p.written.Store(st.StateBytesWritten)
@@ -128,6 +130,21 @@ func newMetrics(s *Server) *metrics {
 			Help:    "Time from a request's arrival to its end in the engine (completed, cancelled or failed).",
 			Buckets: e2eBuckets,
 		}),
+		queue: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "replayssm_request_queue_time_seconds",
+			Help:    "Time a request waited for a free sequence: from its arrival to the engine taking it.",
+			Buckets: e2eBuckets,
+		}),
+		prefill: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "replayssm_request_prefill_time_seconds",
+			Help:    "Time from the engine taking a request to its first generated token (its prompt, in chunks beside the other streams).",
+			Buckets: e2eBuckets,
+		}),
+		decode: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "replayssm_request_decode_time_seconds",
+			Help:    "Time from a request's first generated token to its end.",
+			Buckets: e2eBuckets,
+		}),
 	}
 	for _, ep := range []string{epCompletions, epChat} {
 		m.received.WithLabelValues(ep)
@@ -135,7 +152,8 @@ func newMetrics(s *Server) *metrics {
 			m.finished.WithLabelValues(ep, reason)
 		}
 	}
-	r.MustRegister(m.received, m.finished, m.errs, m.promptTokens, m.generationTokens, m.ttft, m.itl, m.e2e)
+	r.MustRegister(m.received, m.finished, m.errs, m.promptTokens, m.generationTokens, m.ttft, m.itl, m.e2e,
+		m.queue, m.prefill, m.decode)
 	r.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "replayssm_requests_waiting",
@@ -186,15 +204,17 @@ func newMetrics(s *Server) *metrics {
 
 // stateCollector exposes the engine's replay statistics from the snapshot.
 type stateCollector struct {
-	snap                  *stateSnapshot
-	steps, flushes, bytes *prometheus.Desc
+	snap                             *stateSnapshot
+	steps, prefilled, flushes, bytes *prometheus.Desc
 }
 
 func newStateCollector(snap *stateSnapshot) *stateCollector {
 	return &stateCollector{
 		snap: snap,
 		steps: prometheus.NewDesc("replayssm_state_steps_total",
-			"Recurrent-state steps of the SSM layers (one per token, sequence and layer).", nil, nil),
+			"Recurrent-state decode steps of the SSM layers (one per token, sequence and layer).", nil, nil),
+		prefilled: prometheus.NewDesc("replayssm_state_prefilled_total",
+			"Prompt inputs the SSM layers ran through Prefill, a prompt chunk a call (one per token, sequence and layer).", nil, nil),
 		flushes: prometheus.NewDesc("replayssm_state_flushes_total",
 			"Checkpoint writes of the SSM layers' replay caches.", nil, nil),
 		bytes: prometheus.NewDesc("replayssm_state_bytes_total",
@@ -205,6 +225,7 @@ func newStateCollector(snap *stateSnapshot) *stateCollector {
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.steps
+	ch <- c.prefilled
 	ch <- c.flushes
 	ch <- c.bytes
 }
@@ -214,6 +235,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v.Load()), labels...)
 	}
 	counter(c.steps, &c.snap.steps)
+	counter(c.prefilled, &c.snap.prefilled)
 	counter(c.flushes, &c.snap.flushes)
 	counter(c.bytes, &c.snap.read, "read")
 	counter(c.bytes, &c.snap.written, "written")
@@ -314,11 +336,13 @@ func trackerOf(w http.ResponseWriter) *tracker {
 // genTimer times one generation on the engine goroutine, which alone uses
 // it: its first token, the gaps between tokens, its end.
 type genTimer struct {
-	m      *metrics
-	start  time.Time
-	prompt int
-	last   time.Time
-	first  bool
+	m       *metrics
+	start   time.Time
+	prompt  int
+	started time.Time // the engine took it (zero: not yet)
+	firstAt time.Time // its first token
+	last    time.Time
+	first   bool
 }
 
 func (m *metrics) timer(start time.Time, prompt int) *genTimer {
@@ -328,6 +352,15 @@ func (m *metrics) timer(start time.Time, prompt int) *genTimer {
 	return &genTimer{m: m, start: start, prompt: prompt, first: true}
 }
 
+// begin records the engine taking the generation: the end of its wait.
+func (g *genTimer) begin() {
+	if g == nil {
+		return
+	}
+	g.started = time.Now()
+	g.m.queue.Observe(g.started.Sub(g.start).Seconds())
+}
+
 // token records a generated token.
 func (g *genTimer) token() {
 	if g == nil {
@@ -335,9 +368,12 @@ func (g *genTimer) token() {
 	}
 	now := time.Now()
 	if g.first {
-		g.first = false
+		g.first, g.firstAt = false, now
 		g.m.promptTokens.Add(float64(g.prompt))
 		g.m.ttft.Observe(now.Sub(g.start).Seconds())
+		if !g.started.IsZero() {
+			g.m.prefill.Observe(now.Sub(g.started).Seconds())
+		}
 	} else {
 		g.m.itl.Observe(now.Sub(g.last).Seconds())
 	}
@@ -351,6 +387,9 @@ func (g *genTimer) finish(tokens int) {
 	}
 	g.m.generationTokens.Add(float64(tokens))
 	g.m.e2e.Observe(time.Since(g.start).Seconds())
+	if !g.first {
+		g.m.decode.Observe(time.Since(g.firstAt).Seconds())
+	}
 }
 
 // observeState copies the engine's statistics; call it on the engine

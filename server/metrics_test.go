@@ -169,6 +169,9 @@ func TestMetrics(t *testing.T) {
 				{"replayssm_generation_tokens_total", nil, float64(c.Usage.CompletionTokens + su.CompletionTokens)},
 				{"replayssm_time_to_first_token_seconds", nil, 2},
 				{"replayssm_e2e_request_latency_seconds", nil, 2},
+				{"replayssm_request_queue_time_seconds", nil, 2},
+				{"replayssm_request_prefill_time_seconds", nil, 2},
+				{"replayssm_request_decode_time_seconds", nil, 2},
 				{"replayssm_inter_token_latency_seconds", nil, float64(c.Usage.CompletionTokens - 1 + su.CompletionTokens - 1)},
 				{"replayssm_requests_waiting", nil, 0},
 				{"replayssm_requests_running", nil, 0},
@@ -186,13 +189,13 @@ func TestMetrics(t *testing.T) {
 			}
 
 			st := map[string]float64{}
-			for _, name := range []string{"replayssm_state_steps_total", "replayssm_state_flushes_total"} {
+			for _, name := range []string{"replayssm_state_steps_total", "replayssm_state_prefilled_total", "replayssm_state_flushes_total"} {
 				st[name], _ = value(fams, name, nil)
 			}
 			for _, kind := range []string{"read", "written", "baseline"} {
 				st[kind], _ = value(fams, "replayssm_state_bytes_total", lbl("kind", kind))
 			}
-			if st["replayssm_state_steps_total"] <= 0 || st["read"] <= 0 || st["written"] <= 0 || st["baseline"] <= 0 ||
+			if st["replayssm_state_steps_total"] <= 0 || st["replayssm_state_prefilled_total"] <= 0 || st["read"] <= 0 || st["written"] <= 0 || st["baseline"] <= 0 ||
 				!tt.stateOK(st["read"]+st["written"], st["baseline"]) {
 				t.Errorf("state statistics %v", st)
 			}

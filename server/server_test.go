@@ -406,6 +406,9 @@ func TestQueueFull(t *testing.T) {
 		{"replayssm_requests_waiting", nil, 1},
 		{"replayssm_time_to_first_token_seconds", nil, 1},
 		{"replayssm_e2e_request_latency_seconds", nil, 0},
+		{"replayssm_request_queue_time_seconds", nil, 1}, // the running one left the queue; the waiting one not yet
+		{"replayssm_request_prefill_time_seconds", nil, 1},
+		{"replayssm_request_decode_time_seconds", nil, 0},
 	})
 	cancel()
 	<-waiting
