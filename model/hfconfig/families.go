@@ -307,39 +307,16 @@ func parseQwen(c *Config, o *object) error {
 // num_hidden_layers and full_attention_interval (every interval-th layer,
 // counting from 1, is attention).
 func qwenLayers(o *object) ([]Layer, error) {
-	if key, _, ok := o.lookup("layer_types", "layers_block_type"); ok {
-		names := o.strs(key)
-		if *o.err != nil {
-			return nil, *o.err
-		}
-		if len(names) > maxLayers {
-			return nil, fmt.Errorf("%s%s has %d layers, more than %d", o.path, key, len(names), maxLayers)
-		}
-		layers := make([]Layer, len(names))
-		for i, n := range names {
-			switch n {
-			case "linear_attention", "linear":
-				layers[i].Mixer = GatedDeltaNet
-			case "full_attention", "attention", "full":
-				layers[i].Mixer = Attention
-			default:
-				return nil, fmt.Errorf("%s%s[%d] = %q: want linear_attention or full_attention", o.path, key, i, n)
-			}
-		}
-		return layers, checkLayerCount(o, len(layers))
-	}
-	if !o.has("num_hidden_layers") {
-		return nil, fmt.Errorf("%snum_hidden_layers and layer_types are both missing: the layer layout is unknown", o.path)
-	}
-	n := o.int(0, "num_hidden_layers")
-	if n < 0 || n > maxLayers {
-		return nil, fmt.Errorf("%snum_hidden_layers = %d is out of range [0, %d]", o.path, n, maxLayers)
+	layers, n, err := typedLayers(o, GatedDeltaNet, Attention, []string{"linear_attention", "linear"},
+		[]string{"full_attention", "attention", "full"}, "layer_types", "layers_block_type")
+	if err != nil || layers != nil {
+		return layers, err
 	}
 	interval := o.int(4, "full_attention_interval")
 	if interval <= 0 {
 		return nil, fmt.Errorf("%sfull_attention_interval must be positive, got %d", o.path, interval)
 	}
-	layers := make([]Layer, n)
+	layers = make([]Layer, n)
 	for i := range layers {
 		layers[i].Mixer = GatedDeltaNet
 		if (i+1)%interval == 0 {
@@ -347,6 +324,42 @@ func qwenLayers(o *object) ([]Layer, error) {
 		}
 	}
 	return layers, nil
+}
+
+// typedLayers reads a hybrid's per-layer list (the first of keys present:
+// each entry one of linear's names, a linear-attention layer, or of full's,
+// an attention layer) into layers. Without the list it returns no layers
+// and num_hidden_layers, checked, for the caller's own rule.
+func typedLayers(o *object, linearKind, fullKind LayerKind, linear, full []string, keys ...string) ([]Layer, int, error) {
+	if key, _, ok := o.lookup(keys...); ok {
+		names := o.strs(key)
+		if *o.err != nil {
+			return nil, 0, *o.err
+		}
+		if len(names) > maxLayers {
+			return nil, 0, fmt.Errorf("%s%s has %d layers, more than %d", o.path, key, len(names), maxLayers)
+		}
+		layers := make([]Layer, len(names))
+		for i, n := range names {
+			switch {
+			case slices.Contains(linear, n):
+				layers[i].Mixer = linearKind
+			case slices.Contains(full, n):
+				layers[i].Mixer = fullKind
+			default:
+				return nil, 0, fmt.Errorf("%s%s[%d] = %q: want linear_attention or full_attention", o.path, key, i, n)
+			}
+		}
+		return layers, len(layers), checkLayerCount(o, len(layers))
+	}
+	if !o.has("num_hidden_layers") {
+		return nil, 0, fmt.Errorf("%snum_hidden_layers and layer_types are both missing: the layer layout is unknown", o.path)
+	}
+	n := o.int(0, "num_hidden_layers")
+	if n < 0 || n > maxLayers {
+		return nil, 0, fmt.Errorf("%snum_hidden_layers = %d is out of range [0, %d]", o.path, n, maxLayers)
+	}
+	return nil, n, nil
 }
 
 // parseMamba2 reads transformers' Mamba2Config: every layer is a Mamba-2 mixer.

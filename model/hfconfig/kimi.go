@@ -87,35 +87,12 @@ func parseKimiLinear(c *Config, o *object) error {
 // them, else every fourth layer (4, 8, ... counting from 1) is latent
 // attention, as transformers' default.
 func kimiLayers(o, lac *object) ([]Layer, error) {
-	if key, _, ok := o.lookup("layer_types"); ok {
-		names := o.strs(key)
-		if *o.err != nil {
-			return nil, *o.err
-		}
-		if len(names) > maxLayers {
-			return nil, fmt.Errorf("%s%s has %d layers, more than %d", o.path, key, len(names), maxLayers)
-		}
-		layers := make([]Layer, len(names))
-		for i, n := range names {
-			switch n {
-			case "linear_attention", "kda_attention", "kda", "linear":
-				layers[i].Mixer = KimiDeltaAttention
-			case "full_attention", "attention", "mla", "full":
-				layers[i].Mixer = LatentAttention
-			default:
-				return nil, fmt.Errorf("%s%s[%d] = %q: want linear_attention or full_attention", o.path, key, i, n)
-			}
-		}
-		return layers, checkLayerCount(o, len(layers))
+	layers, n, err := typedLayers(o, KimiDeltaAttention, LatentAttention, []string{"linear_attention", "kda_attention", "kda", "linear"},
+		[]string{"full_attention", "attention", "mla", "full"}, "layer_types")
+	if err != nil || layers != nil {
+		return layers, err
 	}
-	if !o.has("num_hidden_layers") {
-		return nil, fmt.Errorf("%snum_hidden_layers and layer_types are both missing: the layer layout is unknown", o.path)
-	}
-	n := o.int(0, "num_hidden_layers")
-	if n < 0 || n > maxLayers {
-		return nil, fmt.Errorf("%snum_hidden_layers = %d is out of range [0, %d]", o.path, n, maxLayers)
-	}
-	layers := make([]Layer, n)
+	layers = make([]Layer, n)
 	if !lac.has("kda_layers") && !lac.has("full_attn_layers") {
 		for i := range layers {
 			layers[i].Mixer = KimiDeltaAttention
