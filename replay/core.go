@@ -235,3 +235,20 @@ func (c *core) reseed(sr *numeric.Stochastic, s Slot, mat int, n int64) {
 		sr.Reseed(c.opt.Seed ^ uint64(s)<<32 ^ uint64(n)*0x9e3779b97f4a7c15 ^ uint64(mat))
 	}
 }
+
+// storeStep writes a baseline state S, just updated, to matrix dst of slot
+// s: an fp32 store in place (or copied), any other rounded (stochastic
+// rounding seeded by n) and read back into S, so that the next update
+// starts from the stored state, as in a real low-precision cache (the
+// naive comparison point).
+func (c *core) storeStep(sr *numeric.Stochastic, s Slot, dst int, S []float32, n int64) {
+	if raw := c.state.raw(dst); raw != nil {
+		if &raw[0] != &S[0] {
+			copy(raw, S)
+		}
+		return
+	}
+	c.reseed(sr, s, dst, n)
+	c.state.store(dst, S, sr)
+	c.state.load(dst, S)
+}

@@ -267,12 +267,8 @@ func (c *deltaCore) prefillTask(worker, i int) {
 			l2norm(kt, c.opIn.K[(r*Hk+kh)*dk:][:dk], 1)
 			l2norm(qt, c.opIn.Q[(r*Hk+kh)*dk:][:dk], qs)
 			c.layer.prefillInput(sc, S, j, r, kt, qt)
-			if !replayMode && c.state.raw(mat) == nil {
-				// Naive low precision, as Step: the next input sees the
-				// rounded state.
-				c.reseed(sc.sr, s, mat, c.opSteps+int64(k))
-				c.state.store(mat, S, sc.sr)
-				c.state.load(mat, S)
+			if !replayMode {
+				c.storeStep(sc.sr, s, mat, S, c.opSteps+int64(k))
 			}
 		}
 		if replayMode {
@@ -520,16 +516,7 @@ func (c *deltaCore) baselineGroup(sc *deltaScratch, b, kh, T, nd int, verify boo
 			if verify {
 				dst = (int(s)*nb+(cur+1+k)%nb)*Hv + j
 			}
-			if raw := c.state.raw(dst); raw != nil {
-				if &raw[0] != &S[0] {
-					copy(raw, S)
-				}
-			} else {
-				sr := sc.sr
-				c.reseed(sr, s, dst, c.opSteps+int64(k))
-				c.state.store(dst, S, sr)
-				c.state.load(dst, S)
-			}
+			c.storeStep(sc.sr, s, dst, S, c.opSteps+int64(k))
 		}
 	}
 }

@@ -464,18 +464,7 @@ func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 			if verify {
 				dst = (int(s)*nb+(cur+1+k)%nb)*H + h
 			}
-			if raw := c.state.raw(dst); raw != nil {
-				if &raw[0] != &S[0] {
-					copy(raw, S)
-				}
-			} else {
-				sr := sc.sr
-				c.reseed(sr, s, dst, c.opSteps+int64(k))
-				c.state.store(dst, S, sr)
-				// Naive low precision: the next update starts from the
-				// rounded state, as it would in a real low-precision cache.
-				c.state.load(dst, S)
-			}
+			c.storeStep(sc.sr, s, dst, S, c.opSteps+int64(k))
 		}
 	}
 }
