@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/replayssm/replayssm/internal/ref64"
 	"math"
 	"os"
 	"path/filepath"
@@ -173,7 +174,7 @@ func compareModel(t *testing.T, dir string, be nn.Backend, opt replay.Options) {
 		rows = rows[:0]
 		for i, q := range qs {
 			c, g := lc[i*V:(i+1)*V], lg[i*V:(i+1)*V]
-			rel := relDiff(g, c)
+			rel := ref64.RelDiff(g, c)
 			worst = max(worst, rel)
 			if !(rel <= 1e-3) {
 				t.Fatalf("step %d sequence %d: logits differ by %.3g of their norm", step, i, rel)
@@ -422,7 +423,7 @@ func TestNNPrefillThenDecode(t *testing.T) {
 	}
 	whole, split := run(len(ids)), run(len(ids)/2)
 	for p := range len(ids) {
-		if rel := relDiff(split[p*V:(p+1)*V], whole[p*V:(p+1)*V]); !(rel <= 1e-4) {
+		if rel := ref64.RelDiff(split[p*V:(p+1)*V], whole[p*V:(p+1)*V]); !(rel <= 1e-4) {
 			t.Errorf("position %d: prefill-then-decode logits differ from the whole forward by %.3g of their norm", p, rel)
 		}
 	}
@@ -506,7 +507,7 @@ func TestNNGraphs(t *testing.T) {
 					}
 				}
 				for s := range logits[0] {
-					if rel := relDiff(logits[1][s], logits[0][s]); !(rel <= 1e-6) {
+					if rel := ref64.RelDiff(logits[1][s], logits[0][s]); !(rel <= 1e-6) {
 						t.Fatalf("step %d: graph logits differ from eager ones by %.3g of their norm", s, rel)
 					}
 				}
@@ -552,17 +553,6 @@ func decodeSteps(t *testing.T, m *nn.Decoder, opt replay.Options, steps int) [][
 		}
 	}
 	return out
-}
-
-// relDiff is ‖got − want‖/‖want‖.
-func relDiff(got, want []float32) float64 {
-	var num, den float64
-	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-	}
-	return math.Sqrt(num / den)
 }
 
 // TestNNEngineGraphs generates greedily at batch 1 and 3 through the engine

@@ -60,3 +60,15 @@ func MaxRelErr(got []float32, want []float64) float64 {
 	}
 	return d / math.Max(s, 1e-3)
 }
+
+// RelDiff is ‖got − want‖ / ‖want‖ over float32 vectors (Euclidean norms,
+// summed in float64): two runs' logits against each other.
+func RelDiff(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	return math.Sqrt(num / den)
+}

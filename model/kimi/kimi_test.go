@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"github.com/replayssm/replayssm/internal/ref64"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
@@ -57,16 +58,6 @@ func prompt(n, vocab int, seed uint64) []int {
 		ids[i] = rng.IntN(vocab)
 	}
 	return ids
-}
-
-func relDiff(a, b []float32) float64 {
-	var num, den float64
-	for i := range b {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(num / den)
 }
 
 // TestBind checks the layer layout the tiny config binds to.
@@ -131,7 +122,7 @@ func TestPrefillMatchesSteps(t *testing.T) {
 		if err := d.Forward(ctx, s, []nn.Row{{Seq: steps, Token: id, Logits: true}}, one); err != nil {
 			t.Fatal(err)
 		}
-		rel := relDiff(one, all[i*V:(i+1)*V])
+		rel := ref64.RelDiff(one, all[i*V:(i+1)*V])
 		worst = max(worst, rel)
 		if rel > 1e-5 {
 			t.Fatalf("position %d: one forward and token steps differ by %.2e", i, rel)
@@ -145,7 +136,7 @@ func TestPrefillMatchesSteps(t *testing.T) {
 		if err := d.Forward(ctx, s, []nn.Row{{Seq: whole, Token: tok, Logits: true}, {Seq: steps, Token: tok, Logits: true}}, pair); err != nil {
 			t.Fatal(err)
 		}
-		rel := relDiff(pair[V:], pair[:V])
+		rel := ref64.RelDiff(pair[V:], pair[:V])
 		worst = max(worst, rel)
 		if rel > 1e-5 {
 			t.Fatalf("step %d after the prompt: prefilled and stepped sequences differ by %.2e", k, rel)
@@ -256,7 +247,7 @@ func TestVerifyCommitMatchesDecode(t *testing.T) {
 				if err := d.Forward(ctx, s, []nn.Row{{Seq: plain, Token: toks[i], Logits: true}}, one); err != nil {
 					t.Fatal(err)
 				}
-				if rel := relDiff(vl[i*V:(i+1)*V], one); rel > 1e-5 {
+				if rel := ref64.RelDiff(vl[i*V:(i+1)*V], one); rel > 1e-5 {
 					t.Fatalf("%v round %d row %d: verify and decode differ by %.2e", opt.Mode, round, i, rel)
 				}
 			}

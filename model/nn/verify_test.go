@@ -2,7 +2,7 @@ package nn_test
 
 import (
 	"context"
-	"math"
+	"github.com/replayssm/replayssm/internal/ref64"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
@@ -21,17 +21,6 @@ func loadFixture(t *testing.T, name string) *nn.Decoder {
 		t.Fatal(err)
 	}
 	return d
-}
-
-// relDiff is ‖a−b‖/‖b‖.
-func relDiff(a, b []float32) float64 {
-	var num, den float64
-	for i := range b {
-		d := float64(a[i]) - float64(b[i])
-		num += d * d
-		den += float64(b[i]) * float64(b[i])
-	}
-	return math.Sqrt(num / den)
 }
 
 // TestVerifyCommitMatchesDecode feeds two sequences the same tokens two ways:
@@ -150,7 +139,7 @@ func TestVerifyCommitMatchesDecode(t *testing.T) {
 								continue
 							}
 							if k < acc[i] {
-								rel := relDiff(lg[r*V:(r+1)*V], want[qi][done[qi]+k])
+								rel := ref64.RelDiff(lg[r*V:(r+1)*V], want[qi][done[qi]+k])
 								worst = max(worst, rel)
 								if rel > 1e-4 {
 									t.Fatalf("round %d seq %d token %d: logits differ from decode by %.2e", round, qi, done[qi]+k, rel)
