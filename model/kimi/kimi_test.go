@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"github.com/replayssm/replayssm/internal/ref64"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/replayssm/replayssm/internal/ref64"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"

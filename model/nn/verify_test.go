@@ -2,11 +2,11 @@ package nn_test
 
 import (
 	"context"
-	"github.com/replayssm/replayssm/internal/ref64"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
+	"github.com/replayssm/replayssm/internal/ref64"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/replay"
