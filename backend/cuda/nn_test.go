@@ -558,15 +558,19 @@ func decodeSteps(t *testing.T, m *nn.Decoder, opt replay.Options, steps int) [][
 // TestNNEngineGraphs generates greedily at batch 1 and 3 through the engine
 // on the shipped models, as bench decode does, and requires that the decode
 // steps run as graphs: a pass whose operations change from one step to the
-// next (an address, an argument) would play op by op every time. A miss
-// names the first operation that differs from the last missed pass of the
-// same length.
+// next (an address, an argument) would play op by op every time. A missed
+// pass is logged with the first operation that differs from the last
+// missed pass of the same length; a pass too short to capture, with its
+// operations.
 func TestNNEngineGraphs(t *testing.T) {
 	be := nnBackend(t, BFloat16)
 	tp := be.s.t
-	var prevKey []byte
-	var prevOps []int
-	var prevNames []string
+	type pass struct {
+		key []byte
+		at  []int
+	}
+	last := map[int]pass{}
+	var longMisses, shortLogged int
 	tp.missed = func(tp *tape) {
 		names := make([]string, len(tp.ops))
 		for i, op := range tp.ops {
@@ -575,19 +579,29 @@ func TestNNEngineGraphs(t *testing.T) {
 				names[i] = op.fn.name
 			}
 		}
-		if len(tp.ops) == len(prevNames) {
+		if len(tp.ops) < tapeMinGraph {
+			if shortLogged < 8 {
+				shortLogged++
+				t.Logf("a pass of %d operations, too short to capture: %v", len(tp.ops), names)
+			}
+			return
+		}
+		longMisses++
+		if prev, ok := last[len(tp.ops)]; ok {
 			for i := range tp.opKey {
-				end, pend := len(tp.key), len(prevKey)
+				end, pend := len(tp.key), len(prev.key)
 				if i+1 < len(tp.opKey) {
-					end, pend = tp.opKey[i+1], prevOps[i+1]
+					end, pend = tp.opKey[i+1], prev.at[i+1]
 				}
-				if !bytes.Equal(tp.key[tp.opKey[i]:end], prevKey[prevOps[i]:pend]) {
+				if !bytes.Equal(tp.key[tp.opKey[i]:end], prev.key[prev.at[i]:pend]) {
 					t.Logf("a pass of %d operations differs from the last first at operation %d (%s)", len(tp.ops), i, names[i])
 					break
 				}
 			}
+		} else {
+			t.Logf("a pass of %d operations missed (timed %v)", len(tp.ops), tp.timed)
 		}
-		prevKey, prevOps, prevNames = bytes.Clone(tp.key), slices.Clone(tp.opKey), names
+		last[len(tp.ops)] = pass{bytes.Clone(tp.key), slices.Clone(tp.opKey)}
 	}
 	defer func() { tp.missed = nil }()
 	for _, dir := range []string{"../../models/qwen35-kjv", "../../models/nemotronh-kjv"} {
@@ -602,15 +616,19 @@ func TestNNEngineGraphs(t *testing.T) {
 				reqs[i] = engine.Request{Prompt: []int{5 + i, 17, 33, 2, 9}, MaxTokens: 40}
 			}
 			before := be.Graphs()
+			longMisses = 0
 			if _, _, err := eng.Generate(context.Background(), reqs); err != nil {
 				t.Fatal(err)
 			}
 			eng.Close()
 			after := be.Graphs()
 			tapes, graphed := after.Tapes-before.Tapes, after.Graphed-before.Graphed
-			t.Logf("%s batch %d: %d of %d passes as graphs", filepath.Base(dir), B, graphed, tapes)
-			if graphed < tapes-4 {
-				t.Errorf("%s batch %d: %d of %d passes ran as graphs, want all but the prefill and the first two steps", filepath.Base(dir), B, graphed, tapes)
+			ops, inGraphs := after.Ops-before.Ops, after.GraphedOps-before.GraphedOps
+			t.Logf("%s batch %d: %d of %d passes as graphs, %d of %d operations", filepath.Base(dir), B, graphed, tapes, inGraphs, ops)
+			// The prefill and the first two decode steps (seen once, then
+			// captured) are the misses allowed.
+			if longMisses > 3 {
+				t.Errorf("%s batch %d: %d passes long enough to capture ran op by op, want at most the prefill and the first two steps", filepath.Base(dir), B, longMisses)
 			}
 		}
 	}

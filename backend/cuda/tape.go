@@ -87,8 +87,9 @@ type tape struct {
 	ops     []tapeOp
 	key     []byte // the encoding of ops, compared and hashed
 	opKey   []int  // where each op's encoding starts in key
-	// missed, when set (tests), sees each tape played op by op for want
-	// of a graph, to find what differs between passes that should repeat.
+	// missed, when set (tests), sees each tape played op by op: too short,
+	// too long or timed, or seen for the first time (to find what differs
+	// between passes that should repeat).
 	missed   func(t *tape)
 	argData  []byte
 	argOff   []uint16
@@ -125,6 +126,10 @@ type TapeStats struct {
 	Graphed  int // of them, launched as a graph
 	Captured int // graphs captured
 	Ops      int // operations recorded
+	// GraphedOps counts the operations that ran inside graphs: the share
+	// of launches a graph saved, which short passes (a sampling step's
+	// copy, too few operations to capture) do not dilute.
+	GraphedOps int
 }
 
 // Defer turns deferred queueing on or off (see tape above); turning it off
@@ -310,6 +315,9 @@ func (t *tape) play() (err error) {
 	}()
 	t.stats.Tapes++
 	if t.noGraph != nil || t.timed || len(t.ops) < tapeMinGraph || len(t.ops) > tapeMaxGraph {
+		if t.missed != nil {
+			t.missed(t)
+		}
 		return t.run()
 	}
 	t.clock++
@@ -317,6 +325,7 @@ func (t *tape) play() (err error) {
 	if g := t.graphs[h]; g != nil && bytes.Equal(g.key, t.key) {
 		g.used = t.clock
 		t.stats.Graphed++
+		t.stats.GraphedOps += len(t.ops)
 		return g.exec.Launch(t.s)
 	}
 	if !t.seen[h] {
@@ -339,6 +348,7 @@ func (t *tape) play() (err error) {
 	t.keep(h, x)
 	t.stats.Captured++
 	t.stats.Graphed++
+	t.stats.GraphedOps += len(t.ops)
 	return x.Launch(t.s)
 }
 

@@ -68,8 +68,8 @@ type decodeRow struct {
 	// device time no operation accounts for. GPU only.
 	Ops           []opShare `json:"ops,omitempty"`
 	IdleMsPerStep float64   `json:"idle_ms_per_step,omitempty"`
-	// GraphFrac is the share of the backend's passes (prefill and decode)
-	// that ran as CUDA graphs; 0 with --eager. GPU only.
+	// GraphFrac is the share of the backend's operations (prefill and
+	// decode) that ran inside CUDA graphs; 0 with --eager. GPU only.
 	GraphFrac float64 `json:"graph_frac"`
 	// Bytes a decode step must move: every weight once (all experts of a
 	// mixture), the keys and values each sequence attends over (read) and
@@ -104,6 +104,9 @@ type prefillRow struct {
 	StateDtype string  `json:"state_dtype"`
 	Ms         float64 `json:"ms"`
 	TokensPerS float64 `json:"tokens_per_s"`
+	// Ops splits the prefill by operation (calls and milliseconds of the
+	// whole prompt), from a further run with the GPU's profile on.
+	Ops []opShare `json:"ops,omitempty"`
 }
 
 // decodeModes lists the bench decode modes (bench.Mode names) in the order
@@ -130,7 +133,7 @@ func runBenchDecode(ctx context.Context, e *env, args []string) error {
 	repeat := fs.Int("repeat", 3, "measurements per row (modes interleaved); the median is reported")
 	threads := fs.Int("threads", runtime.GOMAXPROCS(0), "worker threads of the state caches")
 	asJSON := fs.Bool("json", false, "print one JSON object per row")
-	profile := fs.Bool("profile", false, "on a GPU, print each row's decode step split by operation (JSON rows always carry it)")
+	profile := fs.Bool("profile", false, "on a GPU, print each row's decode step and each prefill split by operation (decode JSON rows always carry it)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -186,9 +189,9 @@ func runBenchDecode(ctx context.Context, e *env, args []string) error {
 			}
 		}
 	}
-	emitPrefill := prefillPrinter(e, *asJSON)
+	emitPrefill := prefillPrinter(e, *asJSON, *profile)
 	for _, n := range prefills {
-		r, err := m.prefill(ctx, n, base)
+		r, err := m.prefill(ctx, n, base, *profile)
 		if err != nil {
 			return err
 		}
@@ -286,8 +289,8 @@ func (m *decodeMeasure) batch(ctx context.Context, B int, modes []string, base r
 			graphFrac := 0.0
 			if m.gpu != nil {
 				after := m.gpu.Graphs()
-				if n := after.Tapes - before.Tapes; n > 0 {
-					graphFrac = float64(after.Graphed-before.Graphed) / float64(n)
+				if n := after.Ops - before.Ops; n > 0 {
+					graphFrac = float64(after.GraphedOps-before.GraphedOps) / float64(n)
 				}
 			}
 			stats := eng.Stats()
@@ -406,8 +409,9 @@ func (m *decodeMeasure) opsPerStep(ctx context.Context, B int, reqs []engine.Req
 }
 
 // prefill times one forward of an n-token prompt into a fresh sequence
-// (after one untimed forward of the same length, which sizes the scratch).
-func (m *decodeMeasure) prefill(ctx context.Context, n int, base replay.Options) (prefillRow, error) {
+// (after one untimed forward of the same length, which sizes the scratch),
+// and with profile on a GPU splits a third by operation.
+func (m *decodeMeasure) prefill(ctx context.Context, n int, base replay.Options, profile bool) (prefillRow, error) {
 	mode, err := bench.ParseMode("replay")
 	if err != nil {
 		return prefillRow{}, err
@@ -417,39 +421,65 @@ func (m *decodeMeasure) prefill(ctx context.Context, n int, base replay.Options)
 		return prefillRow{}, fmt.Errorf("prefill of %d tokens: %w", n, err)
 	}
 	prompt := syntheticRequests(uint64(n)<<8|31, 1, m.d.Vocab, n, 1)[0].Prompt
-	var elapsed time.Duration
-	for range 2 {
+	once := func() (time.Duration, error) {
 		st, err := m.d.NewState(1, opt)
 		if err != nil {
-			return prefillRow{}, err
+			return 0, err
 		}
+		defer st.Close()
 		q, err := st.Admit()
 		if err != nil {
-			st.Close()
-			return prefillRow{}, err
+			return 0, err
 		}
 		rows := make([]nn.Row, n)
 		for i, id := range prompt {
 			rows[i] = nn.Row{Seq: q, Token: id, Logits: i == n-1}
 		}
 		start := time.Now()
-		err = m.d.Greedy(ctx, st, rows, make([]int32, 1))
-		elapsed = time.Since(start)
-		st.Close()
-		if err != nil {
-			return prefillRow{}, fmt.Errorf("prefill of %d tokens: %w", n, err)
+		if err := m.d.Greedy(ctx, st, rows, make([]int32, 1)); err != nil {
+			return 0, fmt.Errorf("prefill of %d tokens: %w", n, err)
+		}
+		return time.Since(start), nil
+	}
+	var elapsed time.Duration
+	for range 2 {
+		if elapsed, err = once(); err != nil {
+			return prefillRow{}, err
 		}
 	}
-	return prefillRow{Kind: "prefill", Device: m.device, Model: m.name, Tokens: n, Mode: "replay", StateDtype: precision(opt),
-		Ms: float64(elapsed) / float64(time.Millisecond), TokensPerS: rate(n, elapsed)}, nil
+	r := prefillRow{Kind: "prefill", Device: m.device, Model: m.name, Tokens: n, Mode: "replay", StateDtype: precision(opt),
+		Ms: float64(elapsed) / float64(time.Millisecond), TokensPerS: rate(n, elapsed)}
+	if profile && m.gpu != nil {
+		be := m.gpu
+		be.Profile(true)
+		defer be.Profile(false)
+		_, err := be.OpTimes()
+		if err == nil {
+			_, err = once()
+		}
+		var times []cuda.OpTime
+		if err == nil {
+			times, err = be.OpTimes()
+		}
+		if err != nil {
+			return prefillRow{}, err
+		}
+		for _, t := range times {
+			r.Ops = append(r.Ops, opShare{Op: t.Op, CallsPerStep: float64(t.Calls), MsPerStep: float64(t.Time) / float64(time.Millisecond)})
+		}
+	}
+	return r, nil
 }
 
-func prefillPrinter(e *env, asJSON bool) func(prefillRow) error {
+func prefillPrinter(e *env, asJSON, profile bool) func(prefillRow) error {
 	return rowPrinter(e, asJSON, func(prefillRow) {
 		fmt.Fprintf(e.stdout, "\n%-24s %8s %-8s %-16s %11s %10s\n", "prefill", "tokens", "mode", "state", "ms", "tokens/s")
 	}, func(r prefillRow) error {
 		_, err := fmt.Fprintf(e.stdout, "%-24s %8d %-8s %-16s %11.1f %10.0f\n", r.Model, r.Tokens, r.Mode, r.StateDtype, r.Ms, r.TokensPerS)
-		return err
+		if err != nil || !profile || len(r.Ops) == 0 {
+			return err
+		}
+		return printOps(e, "    whole prompt:", r.Ops, 0)
 	})
 }
 
@@ -482,24 +512,24 @@ func decodePrinter(e *env, asJSON, profile bool) func(decodeRow) error {
 		if err != nil || !profile || len(r.Ops) == 0 {
 			return err
 		}
-		return printOps(e, r)
+		return printOps(e, "    per step:", r.Ops, r.IdleMsPerStep)
 	})
 }
 
-// printOps prints a row's step by operation, the costliest first: device
-// milliseconds and calls per step, then the device time no operation
-// accounts for; when the parts add to more than the step, the host was
-// behind and its waits are inside them.
-func printOps(e *env, r decodeRow) error {
-	ops := slices.Clone(r.Ops)
+// printOps prints a row's operations, the costliest first: device
+// milliseconds and calls, then the device time no operation accounts for;
+// when the parts add to more than the whole, the host was behind and its
+// waits are inside them.
+func printOps(e *env, label string, ops []opShare, idleMs float64) error {
+	ops = slices.Clone(ops)
 	slices.SortStableFunc(ops, func(a, b opShare) int { return cmp.Compare(b.MsPerStep, a.MsPerStep) })
 	var sb strings.Builder
-	sb.WriteString("    per step:")
+	sb.WriteString(label)
 	for _, o := range ops {
 		fmt.Fprintf(&sb, " %s %.3f ms ×%.0f ·", o.Op, o.MsPerStep, o.CallsPerStep)
 	}
-	if r.IdleMsPerStep > 0 {
-		fmt.Fprintf(&sb, " idle %.3f ms", r.IdleMsPerStep)
+	if idleMs > 0 {
+		fmt.Fprintf(&sb, " idle %.3f ms", idleMs)
 	} else {
 		sb.WriteString(" (each part includes waits for the host)")
 	}
