@@ -19,6 +19,10 @@ type convWindows struct {
 	args         Args
 }
 
+// maxConvKernel bounds the convolution's taps: conv_prefill keeps a
+// channel's taps and inputs in registers (the models use 4).
+const maxConvKernel = 8
+
 // newConvWindows uploads the weights and allocates the windows of a cache.
 func (c *replayCommon) newConvWindows(ctx context.Context, w replay.ConvWeights) error {
 	if w.Channels == 0 {
@@ -26,6 +30,9 @@ func (c *replayCommon) newConvWindows(ctx context.Context, w replay.ConvWeights)
 	}
 	if w.Channels < 0 || w.Kernel <= 0 || len(w.Weight) != w.Channels*w.Kernel || (w.Bias != nil && len(w.Bias) != w.Channels) {
 		return fmt.Errorf("conv: %d channels, kernel %d, %d weights, %d biases", w.Channels, w.Kernel, len(w.Weight), len(w.Bias))
+	}
+	if w.Kernel > maxConvKernel {
+		return fmt.Errorf("conv: kernel %d, the GPU's convolution takes at most %d taps", w.Kernel, maxConvKernel)
 	}
 	cw := &convWindows{w: w, rows: w.Kernel - 1 + max(1, c.opt.MaxDraft)}
 	var err error

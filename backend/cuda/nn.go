@@ -60,7 +60,7 @@ type NNOptions struct {
 
 type nnKernels struct {
 	embed, embedBF16, toBF16, gemvBF16, argmax, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary,
-	mulSigmoidRows, clampDelta, rope, kvAppend, kvMove, attend, kdaGate *Function
+	mulSigmoidRows, clampDelta, rope, kvAppend, kvMove, attend, attendTiles, kdaGate *Function
 }
 
 // nnRingBytes bounds the row lists one pass can hold before the ring wraps
@@ -101,12 +101,17 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 		{&b.fn.gather, "nn_gather"}, {&b.fn.scatter, "nn_scatter"}, {&b.fn.axpyRows, "nn_axpy_rows"},
 		{&b.fn.unary, "nn_unary"}, {&b.fn.binary, "nn_binary"}, {&b.fn.mulSigmoidRows, "nn_mul_sigmoid_rows"},
 		{&b.fn.clampDelta, "nn_clamp_delta"}, {&b.fn.rope, "nn_rope"}, {&b.fn.kvAppend, "nn_kv_append"},
-		{&b.fn.kvMove, "nn_kv_move"}, {&b.fn.attend, "nn_attend"}, {&b.fn.kdaGate, "nn_kda_gate"},
+		{&b.fn.kvMove, "nn_kv_move"}, {&b.fn.attend, "nn_attend"}, {&b.fn.attendTiles, "nn_attend_tiles"},
+		{&b.fn.kdaGate, "nn_kda_gate"},
 	} {
 		if *k.f, err = d.Kernel(ctx, "nn.cu", k.name); err != nil {
 			b.Close()
 			return nil, err
 		}
+	}
+	if err = b.fn.attendTiles.SetMaxDynamicSharedMemory(attendTileSmem(maxHeadDim)); err != nil {
+		b.Close()
+		return nil, err
 	}
 	b.gemv = b.fn.gemvBF16
 	if err = b.s.Defer(!opt.Eager); err != nil {
@@ -316,6 +321,14 @@ func (b *NNBackend) launch(fn *Function, grid [3]uint32, threads uint32) {
 		return
 	}
 	b.fail(b.d.Launch(fn, grid, [3]uint32{threads, 1, 1}, 0, b.s, &b.args))
+}
+
+// launchShared is launch with smem bytes of dynamic shared memory.
+func (b *NNBackend) launchShared(fn *Function, grid [3]uint32, threads uint32, smem int) {
+	if b.err != nil || grid[0] == 0 || grid[1] == 0 || grid[2] == 0 {
+		return
+	}
+	b.fail(b.d.Launch(fn, grid, [3]uint32{threads, 1, 1}, uint32(smem), b.s, &b.args))
 }
 
 // rowThreads is a block size for work over the columns of a row.
@@ -739,6 +752,7 @@ type gpuKV struct {
 	k, v                    Buffer
 	capacity, width, maxLen int
 	lens                    []int
+	tiles, rest             []int32 // Attend's split of its rows (attendTiles)
 }
 
 func (b *NNBackend) NewKV(capacity, width int) nn.KVCache {
@@ -833,12 +847,34 @@ func (kv *gpuKV) Append(k, v nn.Tensor, seqs, pos []int32) error {
 
 func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd int, scale float32) {
 	b := kv.b
-	if hd > 256 {
-		b.fail(fmt.Errorf("attention head dimension %d exceeds 256", hd))
+	if hd > maxHeadDim {
+		b.fail(fmt.Errorf("attention head dimension %d exceeds %d", hd, maxHeadDim))
 		return
 	}
 	defer b.span(opAttend)()
+	kv.tiles, kv.rest = attendTiles(kv.tiles[:0], kv.rest[:0], seqs, pos)
 	a := &b.args
+	if len(kv.tiles) > 0 {
+		a.Reset()
+		b.tensorArg(o)
+		b.tensorArg(q)
+		a.Ptr(kv.k)
+		a.Ptr(kv.v)
+		a.Ptr(b.i32(kv.tiles))
+		a.I32(int32(heads))
+		a.I32(int32(kvHeads))
+		a.I32(int32(hd))
+		a.I32(int32(kv.maxLen))
+		a.F32(scale)
+		b.launchShared(b.fn.attendTiles, [3]uint32{uint32(len(kv.tiles) / 4), uint32(heads), 1}, 256, attendTileSmem(hd))
+		if len(kv.rest) == 0 {
+			return
+		}
+	}
+	n, rows := len(seqs), Buffer{}
+	if len(kv.tiles) > 0 {
+		n, rows = len(kv.rest), b.i32(kv.rest)
+	}
 	a.Reset()
 	b.tensorArg(o)
 	b.tensorArg(q)
@@ -846,12 +882,13 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 	a.Ptr(kv.v)
 	a.Ptr(b.i32(seqs))
 	a.Ptr(b.i32(pos))
+	a.Ptr(rows)
 	a.I32(int32(heads))
 	a.I32(int32(kvHeads))
 	a.I32(int32(hd))
 	a.I32(int32(kv.maxLen))
 	a.F32(scale)
-	b.launch(b.fn.attend, [3]uint32{uint32(len(seqs)), uint32(heads), 1}, 32)
+	b.launch(b.fn.attend, [3]uint32{uint32(n), uint32(heads), 1}, 32)
 }
 
 // gpuLatent keeps a latent-attention layer's latents as

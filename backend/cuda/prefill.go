@@ -26,6 +26,10 @@ func (c *replayCommon) bindPrefill(ctx context.Context, src string, capacity int
 	return nil
 }
 
+// convPrefillChunk is how many consecutive outputs of one channel a thread
+// of conv_prefill computes (CONV_PREFILL_CHUNK there).
+const convPrefillChunk = 64
+
 // ConvPrefill runs the convolution over T consecutive inputs per slot
 // ([slot][T][Channels]; counts, when not nil, each slot's own number) and
 // moves each window on by its count (the contract's ConvPrefill).
@@ -58,7 +62,8 @@ func (c *replayCommon) ConvPrefill(slots []replay.Slot, T int, counts []int, in,
 	a.I32(int32(cw.w.Channels))
 	a.I32(int32(cw.w.Kernel))
 	a.I32(int32(cw.rows))
-	if err := c.d.Launch(c.convPrefill, cw.grid(len(slots)), [3]uint32{256, 1, 1}, 0, c.s, a); err != nil {
+	grid := [3]uint32{uint32((cw.w.Channels + 127) / 128), uint32((T + convPrefillChunk - 1) / convPrefillChunk), uint32(len(slots))}
+	if err := c.d.Launch(c.convPrefill, grid, [3]uint32{128, 1, 1}, 0, c.s, a); err != nil {
 		return c.errorf("conv", err)
 	}
 	return nil

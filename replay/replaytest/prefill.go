@@ -10,8 +10,9 @@ import (
 
 // prefills runs ConvPrefill and Prefill on the live slots, whatever their
 // rings hold: one slot at T inputs (more than the window), one at a single
-// input, the rest at random counts; then one slot without counts. The
-// random sequences after it check the states the prefills left.
+// input, the rest at random counts; then one slot without counts, then a
+// long prompt. The random sequences after it check the states the
+// prefills left.
 func (h *harness[Buf]) prefills(t *testing.T) {
 	t.Helper()
 	slots := h.slots()
@@ -26,6 +27,9 @@ func (h *harness[Buf]) prefills(t *testing.T) {
 	counts[0], counts[len(counts)-1] = T, 1
 	h.prefill(t, slots, T, counts)
 	h.prefill(t, slots[1:2], 3, nil)
+	// A longer prompt crosses the blocks a GPU splits prompts into (64
+	// outputs per thread, 16 staged rows), one slot ending a row past one.
+	h.prefill(t, slots[:2], 135, []int{135, 65})
 }
 
 // prefill runs ConvPrefill and Prefill of T inputs per slot (counts nil: T

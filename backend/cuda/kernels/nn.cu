@@ -393,13 +393,16 @@ extern "C" __global__ void nn_kv_move(float* __restrict__ dst, const float* __re
 // nn_attend: o row i, head h = softmax(q·Kᵀ·scale)·V over positions
 // 0..pos[i] of sequence seqs[i], key/value head h/(heads/kvHeads). One warp
 // per (row, head), lanes over the head's dimensions, an online softmax
-// over the positions. Grid: (n, heads), 32 threads; hd ≤ 256.
+// over the positions. Row blockIdx.x, or rows[blockIdx.x] when rows is
+// not null (the rows nn_attend_tiles leaves). Grid: (n, heads), 32
+// threads; hd ≤ 256.
 extern "C" __global__ void nn_attend(float* __restrict__ o, int os, const float* __restrict__ q, int qs,
                                      const float* __restrict__ kc, const float* __restrict__ vc,
-                                     const int* __restrict__ seqs, const int* __restrict__ pos, int heads, int kvHeads,
-                                     int hd, int maxLen, float scale)
+                                     const int* __restrict__ seqs, const int* __restrict__ pos,
+                                     const int* __restrict__ rows, int heads, int kvHeads, int hd, int maxLen,
+                                     float scale)
 {
-    const int i = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    const int i = rows != nullptr ? rows[blockIdx.x] : blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
     const int width = kvHeads * hd, off = (h / (heads / kvHeads)) * hd;
     const float* qh = q + (long long)i * qs + h * hd;
     const float* K = kc + (long long)seqs[i] * maxLen * width + off;
@@ -440,5 +443,139 @@ extern "C" __global__ void nn_attend(float* __restrict__ o, int os, const float*
         const int c = lane + 32 * j;
         if (c < hd)
             oh[c] = acc[j] / l;
+    }
+}
+
+// nn_attend_tiles is nn_attend for a prompt's rows: tile k of tiles
+// ({row0, count, seq, pos0}, count ≤ ATT_ROWS) is rows row0.. of sequence
+// seq at positions pos0.., and a block stages the keys and values of
+// ATT_KEYS positions at a time in shared memory for all of them, where
+// nn_attend reads each once per row. Warp w holds rows 4w..4w+3: lane t
+// scores key t against them, then the lanes, over the head's dimensions,
+// fold the tile into each row's online softmax. Grid: (tiles, heads), 256
+// threads, dynamic shared memory ((2·ATT_KEYS + ATT_ROWS)·hd + ATT_KEYS)
+// floats; hd ≤ 256.
+#define ATT_ROWS 32
+#define ATT_KEYS 32
+#define ATT_WARP_ROWS 4
+extern "C" __global__ void __launch_bounds__(256) nn_attend_tiles(float* __restrict__ o, int os,
+    const float* __restrict__ q, int qs, const float* __restrict__ kc, const float* __restrict__ vc,
+    const int* __restrict__ tiles, int heads, int kvHeads, int hd, int maxLen, float scale)
+{
+    extern __shared__ float sm[];
+    const int hdp = hd + 1; // a padded key row: lane t reads row t without bank conflicts
+    float* Ks = sm;                   // [ATT_KEYS][hd+1]
+    float* Vs = Ks + ATT_KEYS * hdp;  // [ATT_KEYS][hd]
+    float* Qs = Vs + ATT_KEYS * hd;   // [ATT_ROWS][hd]
+    const int* tl = tiles + 4 * blockIdx.x;
+    const int row0 = tl[0], count = tl[1], seq = tl[2], pos0 = tl[3];
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int width = kvHeads * hd, off = (h / (heads / kvHeads)) * hd;
+    const float* K = kc + (long long)seq * maxLen * width + off;
+    const float* V = vc + (long long)seq * maxLen * width + off;
+    for (int e = threadIdx.x; e < ATT_ROWS * hd; e += blockDim.x) {
+        const int r = e / hd, d = e - r * hd;
+        Qs[e] = r < count ? q[(long long)(row0 + r) * qs + h * hd + d] : 0.0f;
+    }
+    constexpr int PER = 8; // hd ≤ 32·PER
+    float acc[ATT_WARP_ROWS][PER], m[ATT_WARP_ROWS], l[ATT_WARP_ROWS];
+#pragma unroll
+    for (int r = 0; r < ATT_WARP_ROWS; r++) {
+        m[r] = __int_as_float(0xff800000); // −∞
+        l[r] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            acc[r][j] = 0.0f;
+        }
+    }
+    const int wr = warp * ATT_WARP_ROWS; // the warp's first row in the tile
+    const int last = pos0 + count - 1;   // the last position any row sees
+    for (int t0 = 0; t0 <= last; t0 += ATT_KEYS) {
+        const int n = min(ATT_KEYS, last + 1 - t0);
+        __syncthreads(); // the previous tile is read (and Qs written)
+        for (int e = threadIdx.x; e < ATT_KEYS * hd; e += blockDim.x) {
+            const int t = e / hd, d = e - t * hd;
+            const long long at = (long long)(t0 + t) * width + d;
+            Ks[t * hdp + d] = t < n ? K[at] : 0.0f;
+            Vs[t * hd + d] = t < n ? V[at] : 0.0f;
+        }
+        __syncthreads();
+        if (wr >= count || pos0 + wr + ATT_WARP_ROWS - 1 < t0) {
+            continue; // the warp's rows are past the tile's, or see none of its keys
+        }
+        float s[ATT_WARP_ROWS];
+#pragma unroll
+        for (int r = 0; r < ATT_WARP_ROWS; r++) {
+            s[r] = 0.0f;
+        }
+        const float* kt = Ks + lane * hdp;
+        const float* qw = Qs + wr * hd;
+        for (int d = 0; d < hd; d++) {
+            const float kd = kt[d];
+#pragma unroll
+            for (int r = 0; r < ATT_WARP_ROWS; r++) {
+                s[r] += qw[r * hd + d] * kd;
+            }
+        }
+        float p[ATT_WARP_ROWS];
+#pragma unroll
+        for (int r = 0; r < ATT_WARP_ROWS; r++) {
+            const bool ok = lane < n && wr + r < count && t0 + lane <= pos0 + wr + r;
+            const float sr = ok ? s[r] * scale : __int_as_float(0xff800000);
+            float mt = sr;
+            for (int w = 16; w > 0; w >>= 1) {
+                mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, w));
+            }
+            const float mNew = fmaxf(m[r], mt);
+            if (mNew == __int_as_float(0xff800000)) {
+                p[r] = 0.0f; // a row past the count: nothing seen yet
+                continue;
+            }
+            const float corr = expf(m[r] - mNew);
+            p[r] = ok ? expf(sr - mNew) : 0.0f;
+            float ps = p[r];
+            for (int w = 16; w > 0; w >>= 1) {
+                ps += __shfl_xor_sync(0xffffffffu, ps, w);
+            }
+            l[r] = l[r] * corr + ps;
+            m[r] = mNew;
+#pragma unroll
+            for (int j = 0; j < PER; j++) {
+                acc[r][j] *= corr;
+            }
+        }
+        for (int t = 0; t < n; t++) {
+            float pt[ATT_WARP_ROWS];
+#pragma unroll
+            for (int r = 0; r < ATT_WARP_ROWS; r++) {
+                pt[r] = __shfl_sync(0xffffffffu, p[r], t);
+            }
+            const float* vt = Vs + t * hd;
+#pragma unroll
+            for (int j = 0; j < PER; j++) {
+                const int c = lane + 32 * j;
+                if (c < hd) {
+                    const float v = vt[c];
+#pragma unroll
+                    for (int r = 0; r < ATT_WARP_ROWS; r++) {
+                        acc[r][j] += pt[r] * v;
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < ATT_WARP_ROWS; r++) {
+        if (wr + r >= count) {
+            continue;
+        }
+        float* oh = o + (long long)(row0 + wr + r) * os + h * hd;
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int c = lane + 32 * j;
+            if (c < hd) {
+                oh[c] = acc[r][j] / l[r];
+            }
+        }
     }
 }

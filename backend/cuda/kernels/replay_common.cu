@@ -3726,27 +3726,65 @@ extern "C" __global__ void prefill_done(int* __restrict__ hist, int* __restrict_
 // of slot b ([b][T][C] rows; the rest neither read nor written), each
 // seeing the window and the inputs before it, in conv_apply's order of
 // operations, and makes the last K-1 of window and inputs the window.
-// One thread per (batch row, channel).
+// Thread (channel, chunk, slot) computes CONV_PREFILL_CHUNK consecutive
+// outputs of one channel, keeping its last K-1 inputs in registers: a
+// prompt spreads over chunks, not just channels. Only chunk 0 reads the
+// window (a chunk is at least K long), and it alone writes the new one
+// after its own reads, from the inputs and its registers. Grid:
+// (ceil(C/blockDim), ceil(T/CONV_PREFILL_CHUNK), batch); K <= 8.
+#define CONV_PREFILL_CHUNK 64
 extern "C" __global__ void conv_prefill(float* __restrict__ win, const float* __restrict__ w,
     const float* __restrict__ bias, const int* __restrict__ slots, const int* __restrict__ counts,
     const float* __restrict__ in, float* __restrict__ out, int batch, int T, int C, int K, int rows)
 {
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (long long)batch * C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.z;
+    if (c >= C || b >= batch) {
         return;
     }
-    const int b = (int)(i / C), c = (int)(i % C);
     const int n = counts ? counts[b] : T;
+    const int t0 = blockIdx.y * CONV_PREFILL_CHUNK, t1 = min(n, t0 + CONV_PREFILL_CHUNK);
     float* base = win + (long long)slots[b] * rows * C + c;
     const float* src = in + (long long)b * T * C + c;
+    float* dst = out + (long long)b * T * C + c;
     // x(t): input t, the window's rows at t < 0.
     auto at = [&](int t) { return t < 0 ? base[(t + K - 1) * C] : src[(long long)t * C]; };
-    for (int t = 0; t < n; t++) {
-        float sum = bias != nullptr ? bias[c] : 0.0f;
-        for (int k = 0; k < K; k++) {
-            sum = __fadd_rn(sum, __fmul_rn(w[c * K + k], at(t - (K - 1) + k)));
+    float wk[8], x[8]; // x[k]: the input K-1-k steps before the next output
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        wk[k] = k < K ? w[c * K + k] : 0.0f;
+        x[k] = 0.0f;
+    }
+    if (t0 < t1) {
+#pragma unroll
+        for (int k = 0; k < 7; k++) {
+            if (k < K - 1) {
+                x[k] = at(t0 - (K - 1) + k);
+            }
         }
-        out[((long long)b * T + t) * C + c] = sum;
+        const float b0 = bias != nullptr ? bias[c] : 0.0f;
+        for (int t = t0; t < t1; t++) {
+            const float xt = src[(long long)t * C];
+            float sum = b0;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                if (k == K - 1) {
+                    x[k] = xt;
+                }
+                if (k < K) {
+                    sum = __fadd_rn(sum, __fmul_rn(wk[k], x[k]));
+                }
+            }
+            dst[(long long)t * C] = sum;
+#pragma unroll
+            for (int k = 0; k < 7; k++) {
+                if (k < K - 1) {
+                    x[k] = x[k + 1];
+                }
+            }
+        }
+    }
+    if (blockIdx.y != 0) {
+        return;
     }
     // The new window, oldest first: rows n .. n+K-2 of (window, inputs),
     // each read before any row it could overwrite is written.

@@ -1,0 +1,79 @@
+package cuda
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestAttendTiles checks the split of attention rows between the tiled and
+// the per-row kernel against a row-by-row account: every row exactly once,
+// each tile one sequence at consecutive positions, runs below the minimum
+// left to the per-row kernel.
+func TestAttendTiles(t *testing.T) {
+	run := func(seq, from, n int32) (s, p []int32) {
+		for k := range n {
+			s, p = append(s, seq), append(p, from+k)
+		}
+		return s, p
+	}
+	cat := func(parts ...[2][]int32) (s, p []int32) {
+		for _, x := range parts {
+			s, p = append(s, x[0]...), append(p, x[1]...)
+		}
+		return s, p
+	}
+	r := func(seq, from, n int32) [2][]int32 { s, p := run(seq, from, n); return [2][]int32{s, p} }
+	for _, tc := range []struct {
+		name      string
+		seqs, pos []int32
+		tiles     []int32
+		rest      []int32
+	}{
+		{name: "decode rows", seqs: []int32{0, 1, 2}, pos: []int32{7, 3, 9}, rest: []int32{0, 1, 2}},
+		{name: "empty"},
+		{name: "short prompt", seqs: []int32{4, 4, 4, 4, 4, 4, 4}, pos: []int32{0, 1, 2, 3, 4, 5, 6}, rest: []int32{0, 1, 2, 3, 4, 5, 6}},
+		{name: "one tile", seqs: []int32{2, 2, 2, 2, 2, 2, 2, 2}, pos: []int32{5, 6, 7, 8, 9, 10, 11, 12}, tiles: []int32{0, 8, 2, 5}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tiles, rest := attendTiles(nil, nil, tc.seqs, tc.pos)
+			if !slices.Equal(tiles, tc.tiles) || !slices.Equal(rest, tc.rest) {
+				t.Errorf("tiles %v rest %v, want %v and %v", tiles, rest, tc.tiles, tc.rest)
+			}
+		})
+	}
+	// A chunked-prefill pass: decode rows, a 75-row prompt, a prompt that
+	// restarts its positions (two sequences in a row), a gap.
+	seqs, pos := cat(r(0, 40, 1), r(1, 0, 75), r(2, 3, 1), r(3, 0, 9), r(4, 0, 12), r(4, 20, 8), r(5, 2, 3))
+	tiles, rest := attendTiles(nil, nil, seqs, pos)
+	seen := make([]int, len(seqs))
+	for k := 0; k < len(tiles); k += 4 {
+		r0, n, s, p0 := tiles[k], tiles[k+1], tiles[k+2], tiles[k+3]
+		if n <= 0 || n > attendTileRows {
+			t.Fatalf("tile %v: %d rows", tiles[k:k+4], n)
+		}
+		for j := range n {
+			if seqs[r0+j] != s || pos[r0+j] != p0+j {
+				t.Fatalf("tile %v: row %d is sequence %d position %d", tiles[k:k+4], r0+j, seqs[r0+j], pos[r0+j])
+			}
+			seen[r0+j]++
+		}
+	}
+	for _, i := range rest {
+		seen[i]++
+	}
+	for i, c := range seen {
+		if c != 1 {
+			t.Errorf("row %d taken %d times", i, c)
+		}
+	}
+	if want := 4 * (3 + 1 + 1 + 1); len(tiles) != want {
+		t.Errorf("%d tiles, want %d (75 rows in three, 9, 12 and 8 in one each)", len(tiles)/4, want/4)
+	}
+	if want := []int32{0, 76, 106, 107, 108}; !slices.Equal(rest, want) {
+		t.Errorf("rest %v, want %v", rest, want)
+	}
+	// Scratch is reused without allocating.
+	if a := testing.AllocsPerRun(10, func() { tiles, rest = attendTiles(tiles[:0], rest[:0], seqs, pos) }); a != 0 {
+		t.Errorf("%v allocations per split with scratch", a)
+	}
+}
