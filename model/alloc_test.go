@@ -43,7 +43,11 @@ func TestDecodeAllocs(t *testing.T) {
 				}
 			})
 			s.Close()
-			if budget := 2 + 2*float64(d.Config.Count(hfconfig.Attention)); got > budget {
+			// A latent attention layer (not absorbed) expands its latents
+			// over the whole history each step: a product and an attention
+			// that split across goroutines as the history grows.
+			budget := 2 + 2*float64(d.Config.Count(hfconfig.Attention)) + 4*float64(d.Config.Count(hfconfig.LatentAttention))
+			if got > budget {
 				t.Errorf("%s %v: %.2f allocations per decode step, budget %.1f", fx, mode, got, budget)
 			}
 		}

@@ -3,13 +3,9 @@ package model_test
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/replayssm/replayssm/model"
@@ -23,29 +19,7 @@ import (
 // logits against transformers.
 const parityTol = 1e-4
 
-var fixtures = []string{"nemotron_h", "nemotron_h_dtclamp", "qwen3_5", "qwen3_5_moe", "qwen3_next", "mamba2"}
-
-// pendingFixtures are fixtures tools/make_fixtures.py makes that testdata
-// may not hold yet (they need a machine with transformers 5.17): the
-// parity tests run them when present and skip them, saying so, when not.
-var pendingFixtures = []string{"kimi_linear"}
-
-// parityFixtures are the fixtures the parity tests compare with transformers.
-func parityFixtures() []string { return append(append([]string(nil), fixtures...), pendingFixtures...) }
-
-// fixtureDir returns the folder of fixture fx, skipping t when fx is
-// pending and not made yet.
-func fixtureDir(t *testing.T, fx string) string {
-	t.Helper()
-	dir := filepath.Join("testdata", "fixtures", fx)
-	if slices.Contains(pendingFixtures, fx) {
-		if _, err := os.Stat(filepath.Join(dir, "config.json")); errors.Is(err, fs.ErrNotExist) {
-			t.Skipf("fixture %s is not in testdata yet: make it with `python3 tools/make_fixtures.py --out /tmp/fx --only %s` "+
-				"on a machine with transformers 5.17 and copy /tmp/fx/%s to %s", fx, fx, fx, dir)
-		}
-	}
-	return dir
-}
+var fixtures = []string{"nemotron_h", "nemotron_h_dtclamp", "qwen3_5", "qwen3_5_moe", "qwen3_next", "mamba2", "kimi_linear"}
 
 // reference is a fixture's reference.safetensors.
 type reference struct {
@@ -128,9 +102,9 @@ var parityModes = []parityMode{
 // all five prompts as one batch, and compares each position's logits and the
 // greedy continuation with transformers' (REFERENCE-NOTES).
 func TestParity(t *testing.T) {
-	for _, fx := range parityFixtures() {
+	for _, fx := range fixtures {
 		t.Run(fx, func(t *testing.T) {
-			dir := fixtureDir(t, fx)
+			dir := filepath.Join("testdata", "fixtures", fx)
 			d, err := model.Load(dir, model.Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -244,9 +218,9 @@ func runParity(t *testing.T, d *nn.Decoder, ref reference, opt replay.Options, b
 // prompt.0.hidden: the first layer off by more than the tolerance is where a
 // formula is wrong.
 func TestHiddenStates(t *testing.T) {
-	for _, fx := range parityFixtures() {
+	for _, fx := range fixtures {
 		t.Run(fx, func(t *testing.T) {
-			dir := fixtureDir(t, fx)
+			dir := filepath.Join("testdata", "fixtures", fx)
 			d, err := model.Load(dir, model.Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -284,12 +258,12 @@ func TestHiddenStates(t *testing.T) {
 // steps do not clamp Δ.)
 func TestPrefillMatchesSteps(t *testing.T) {
 	ctx := context.Background()
-	for _, fx := range parityFixtures() {
+	for _, fx := range fixtures {
 		if fx == "nemotron_h_dtclamp" {
 			continue
 		}
 		t.Run(fx, func(t *testing.T) {
-			dir := fixtureDir(t, fx)
+			dir := filepath.Join("testdata", "fixtures", fx)
 			d, err := model.Load(dir, model.Options{})
 			if err != nil {
 				t.Fatal(err)

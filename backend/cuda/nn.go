@@ -641,15 +641,20 @@ func (b *NNBackend) NewArena() nn.Arena { return &gpuArena{b: b} }
 
 // gpuArena is a State's scratch: a stack of floats in one device buffer
 // sized by the largest pass so far. A tensor that does not fit takes a
-// temporary, freed when the stack is rewound below it or at the next Reset,
-// which grows the buffer to the pass's high-water mark.
+// temporary; rewinding the stack below it makes it a spare, which a later
+// tensor of the pass that does not fit reuses (stream order keeps its
+// readers before the next writer, as for the stack). The next Reset waits
+// for the stream once, frees them all and grows the buffer to the pass's
+// high-water mark: a pass that outgrows the scratch still records as one
+// tape, not in pieces cut by waits.
 type gpuArena struct {
-	b    *NNBackend
-	buf  *gpuBuf
-	size int // floats
-	used int // the stack's top, in floats
-	peak int // its high-water mark this pass
-	tmp  []arenaTemp
+	b     *NNBackend
+	buf   *gpuBuf
+	size  int // floats
+	used  int // the stack's top, in floats
+	peak  int // its high-water mark this pass
+	tmp   []arenaTemp
+	spare []Buffer
 }
 
 // arenaTemp is a temporary and the stack position it stands for.
@@ -667,7 +672,7 @@ func (a *gpuArena) Alloc(rows, cols int) nn.Tensor {
 		return nn.Tensor{S: a.buf, Off: at, Rows: rows, Cols: cols, Stride: cols}
 	}
 	b := a.b
-	buf, err := b.d.Alloc(4 * max(n, 1))
+	buf, err := a.temp(4 * max(n, 1))
 	if err != nil {
 		b.fail(fmt.Errorf("scratch of %d×%d: %w", rows, cols, err))
 		buf = b.ring // keeps later calls from crashing; the pass fails
@@ -675,6 +680,23 @@ func (a *gpuArena) Alloc(rows, cols int) nn.Tensor {
 		a.tmp = append(a.tmp, arenaTemp{buf: buf, at: at})
 	}
 	return nn.Tensor{S: &gpuBuf{buf: buf}, Rows: rows, Cols: cols, Stride: cols}
+}
+
+// temp returns the smallest spare of at least bytes, or a new buffer.
+func (a *gpuArena) temp(bytes int) (Buffer, error) {
+	best := -1
+	for i, s := range a.spare {
+		if s.bytes >= bytes && (best < 0 || s.bytes < a.spare[best].bytes) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return a.b.d.Alloc(bytes)
+	}
+	buf := a.spare[best]
+	a.spare[best] = a.spare[len(a.spare)-1]
+	a.spare = a.spare[:len(a.spare)-1]
+	return buf, nil
 }
 
 func (a *gpuArena) Zeros(rows, cols int) nn.Tensor {
@@ -692,29 +714,33 @@ func (a *gpuArena) Mark() int { return a.used }
 
 func (a *gpuArena) Rewind(mark int) {
 	a.used = min(a.used, mark)
-	a.freeTemps(mark)
-}
-
-// freeTemps frees the temporaries at stack positions from mark up.
-func (a *gpuArena) freeTemps(mark int) {
-	b := a.b
 	k := len(a.tmp)
 	for k > 0 && a.tmp[k-1].at >= mark {
 		k--
-	}
-	if k == len(a.tmp) {
-		return
-	}
-	b.fail(b.s.Synchronize())
-	for _, t := range a.tmp[k:] {
-		b.fail(b.d.Free(t.buf))
+		a.spare = append(a.spare, a.tmp[k].buf)
 	}
 	a.tmp = a.tmp[:k]
 }
 
+// freeTemps waits for the stream and frees every temporary and spare.
+func (a *gpuArena) freeTemps() {
+	if len(a.tmp) == 0 && len(a.spare) == 0 {
+		return
+	}
+	b := a.b
+	b.fail(b.s.Synchronize())
+	for _, t := range a.tmp {
+		b.fail(b.d.Free(t.buf))
+	}
+	for _, buf := range a.spare {
+		b.fail(b.d.Free(buf))
+	}
+	a.tmp, a.spare = a.tmp[:0], a.spare[:0]
+}
+
 func (a *gpuArena) Reset() {
 	b := a.b
-	a.freeTemps(0)
+	a.freeTemps()
 	if a.peak > a.size {
 		b.fail(b.s.Synchronize())
 		a.free()
@@ -740,7 +766,7 @@ func (a *gpuArena) free() {
 // Close waits for the stream (the last pass may still read the buffer) and
 // frees the arena's memory.
 func (a *gpuArena) Close() {
-	a.freeTemps(0)
+	a.freeTemps()
 	a.b.fail(a.b.s.Synchronize())
 	a.free()
 }
@@ -1046,7 +1072,11 @@ func (b *NNBackend) NewGDN(shape ssm.GDNShape, prm replay.GDNParams, conv replay
 // NewKDA reports that this package has no Kimi Delta Attention cache yet
 // (the CPU's is replay.NewKDA).
 func (b *NNBackend) NewKDA(ssm.GDNShape, replay.ConvWeights, int, replay.Options) (nn.KDACache, error) {
-	return nil, errors.New("cuda: no KDA cache yet")
+	return nil, ErrNoKDA
 }
+
+// ErrNoKDA is NewKDA's error: the backend has no Kimi Delta Attention
+// cache yet, so kimi_linear models run on the CPU only.
+var ErrNoKDA = errors.New("cuda: no KDA cache yet (kimi_linear runs on the CPU)")
 
 var _ nn.Backend = (*NNBackend)(nil)

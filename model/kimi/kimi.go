@@ -62,7 +62,13 @@ func Load(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
 		}
 		switch l.FFN {
 		case hfconfig.MLP:
-			ffn = swiglu(ld, lp+"mlp", "gate_proj", "up_proj", "down_proj", cfg.IntermediateSize, H)
+			// The checkpoint's dense layers are under mlp; transformers'
+			// saves put them under block_sparse_moe, as the experts.
+			m := lp + "mlp"
+			if !ld.Has(m + ".gate_proj.weight") {
+				m = lp + "block_sparse_moe"
+			}
+			ffn = swiglu(ld, m, "gate_proj", "up_proj", "down_proj", cfg.IntermediateSize, H)
 		case hfconfig.MoE:
 			ffn = moe(cfg, ld, lp)
 		default:

@@ -330,10 +330,11 @@ func (s *cpuKV) Attend(o, q Tensor, seqs, pos []int32, heads, kvHeads, hd int, s
 		work += int64(p+1) * int64(2*heads*hd)
 	}
 	job := &s.job
-	*job = attendJob{kv: s, seqs: seqs, pos: pos, q: q, o: o, heads: heads, kvHeads: kvHeads, hd: hd, scale: scale}
+	*job = attendJob{kv: s, seqs: seqs, pos: pos, q: q, o: o, heads: heads, kvHeads: kvHeads, hd: hd, scale: scale, scores: job.scores}
 	if work < 1<<16 {
 		if cap(job.scores) < maxT {
-			job.scores = make([]float32, maxT)
+			// Headroom: a decode step's context grows by one position.
+			job.scores = make([]float32, maxT+maxT/2)
 		}
 		job.run(0, n*heads, job.scores[:maxT])
 	} else {
