@@ -8,10 +8,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/replayssm/replayssm/model"
+	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/model/safetensors"
 	"github.com/replayssm/replayssm/replay"
 )
@@ -294,20 +296,19 @@ func TestNLL(t *testing.T) {
 // what the budget leaves, never a last chunk of one token, never a chunk
 // of one, and only rows that end a prompt or decode ask for logits.
 func TestStepRows(t *testing.T) {
-	e := &Engine{PrefillChunk: 4}
-	prompts := [][]int{make([]int, 5), make([]int, 10), make([]int, 1), nil}
-	seqs := []*sequence{{seq: 0, fresh: true}, {seq: 1, fresh: true}, {seq: 2, fresh: true}, {seq: 3, next: 9}}
+	sc := (&Engine{PrefillChunk: 4}).newScheduler(nil)
+	for i, p := range [][]int{make([]int, 5), make([]int, 10), make([]int, 1), nil} {
+		j := &Job{Request: Request{Prompt: p}}
+		sc.running = append(sc.running, &sequence{job: j, seq: nn.Seq(i), hist: append(slices.Clone(p), 9)})
+	}
 	var steps []string
 	for range 5 {
-		rows, prefill, asked := e.stepRows(nil, nil, len(seqs), func(k int) (*sequence, []int) { return seqs[k], prompts[k] })
-		per := make([]int, len(seqs))
-		for _, r := range rows {
+		prefill := sc.layout(true)
+		per := make([]int, len(sc.running))
+		for _, r := range sc.rows {
 			per[r.Seq]++
 		}
-		steps = append(steps, fmt.Sprint(per, prefill, asked))
-		for _, k := range asked {
-			seqs[k].fresh = false // advance's part
-		}
+		steps = append(steps, fmt.Sprint(per, prefill, sc.asked))
 	}
 	want := []string{
 		"[3 0 1 1] 4 [2 3]",     // 3 of 5, not 4 (that would leave 1); the 1-token prompt fits, the 10-token one does not
@@ -318,5 +319,10 @@ func TestStepRows(t *testing.T) {
 	}
 	if fmt.Sprint(steps) != fmt.Sprint(want) {
 		t.Errorf("steps:\n got %q\nwant %q", steps, want)
+	}
+	// Under speculation the forward carries the prompts' chunks only.
+	sc.running[1].done = 0
+	if prefill := sc.layout(false); prefill != 4 || len(sc.rows) != 4 || fmt.Sprint(sc.asked) != "[]" {
+		t.Errorf("speculation: %d prompt tokens in %d rows, asked %v; want 4 in 4, none", prefill, len(sc.rows), sc.asked)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/replayssm/replayssm/model/nn"
 )
 
 // Job is one request submitted to a running engine (Run): the Request, the
@@ -29,42 +27,35 @@ type Job struct {
 // was cancelled) before the job did.
 var ErrStopped = errors.New("engine stopped")
 
-// running is a job in flight.
-type running struct {
-	sequence
-	job *Job
-}
-
-// Run serves jobs until ctx is done or jobs is closed and drained: the long
-// running form of Generate. Jobs are admitted as sequences free up; each
-// step runs the prompts' next chunks (Engine.PrefillChunk) and one token
-// for the others, samples
-// every live sequence, calls its OnToken and finishes it at an end token,
-// its budget or its callback. Run blocks while there is nothing to do. It
-// returns ctx's error, or nil when jobs was closed; every job it took from
-// the channel has been finished by then. Run and Generate must not be used
-// on one Engine at the same time.
-func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
-	var live []*running
-	end := func(r *running, res Result, err error) {
-		_ = e.st.Evict(r.seq)
-		r.job.Finish(res, err)
-	}
-	defer func() {
-		for _, r := range live {
-			end(r, Result{Tokens: r.out, Reason: StopCallback}, ErrStopped)
+// Run serves jobs until ctx is done or jobs is closed and drained: the
+// scheduler's loop fed from a channel, the long running form of Generate
+// (or, with sp set, of GenerateSpeculative). It takes jobs while sequences
+// are free, and each step runs the prompts' next chunks
+// (Engine.PrefillChunk) beside the decoding sequences, calls their OnToken
+// and finishes them at an end token, their budget or their callback. Run
+// blocks while there is nothing to do. It returns ctx's error, or nil when
+// jobs was closed; every job it took from the channel has been finished by
+// then. A failed step finishes the jobs running in it with the error, and
+// Run goes on with the next ones. Run and Generate must not be used on one
+// Engine at the same time.
+func (e *Engine) Run(ctx context.Context, jobs <-chan *Job, sp *Speculation) error {
+	var spec *speculator
+	if sp != nil {
+		var err error
+		if spec, err = e.newSpeculator(*sp); err != nil {
+			return err
 		}
-	}()
-	var rows []nn.Row
-	var asked []int
+	}
+	sc := e.newScheduler(spec)
+	defer sc.stop(ErrStopped)
 	open := true
 	for {
-		// Admit: wait for work when idle, else take what is queued now.
-	admit:
-		for open && len(live) < e.st.Capacity() {
+		// Wait for work when idle, else take what is queued now.
+	take:
+		for open && sc.room() > 0 {
 			var j *Job
 			var ok bool
-			if len(live) == 0 {
+			if !sc.busy() {
 				select {
 				case <-ctx.Done():
 					return ctx.Err()
@@ -74,79 +65,31 @@ func (e *Engine) Run(ctx context.Context, jobs <-chan *Job) error {
 				select {
 				case j, ok = <-jobs:
 				default:
-					break admit
+					break take
 				}
 			}
 			if !ok {
 				open = false
 				break
 			}
-			if err := e.checkJob(j); err != nil {
-				j.Finish(Result{}, err)
-				continue
-			}
-			q, err := e.st.Admit()
-			if err != nil {
-				j.Finish(Result{}, err)
-				continue
-			}
-			if j.Started != nil {
-				j.Started()
-			}
-			sm := NewSampler(j.Sampling)
-			sm.Prompt(j.Prompt)
-			live = append(live, &running{sequence: sequence{seq: q, sampler: sm, fresh: true, logprobs: j.OnLogprobs, top: j.TopLogprobs}, job: j})
+			sc.waiting = append(sc.waiting, j)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		// Drop the jobs whose clients went away.
-		kept := live[:0]
-		for _, r := range live {
-			if c := r.job.Context; c != nil && c.Err() != nil {
-				end(r, Result{Tokens: r.out, Reason: StopCallback}, c.Err())
-				continue
-			}
-			kept = append(kept, r)
-		}
-		live = kept
-		if len(live) == 0 {
+		if !sc.busy() {
 			if !open {
 				return nil
 			}
 			continue
 		}
-
-		rows, _, asked = e.stepRows(rows, asked, len(live), func(k int) (*sequence, []int) {
-			return &live[k].sequence, live[k].job.Prompt
-		})
-		next, err := e.next(ctx, rows, len(asked), func(k int) *sequence { return &live[asked[k]].sequence })
-		if err != nil {
+		if err := sc.step(ctx); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			// The caches of every sequence in the batch are now unknown.
-			for _, r := range live {
-				end(r, Result{Tokens: r.out, Reason: StopCallback}, fmt.Errorf("forward: %w", err))
-			}
-			live = live[:0]
-			continue
+			// The caches of every sequence in the step are now unknown.
+			sc.fail(fmt.Errorf("forward: %w", err))
 		}
-
-		for k, i := range asked {
-			r := live[i]
-			if done, reason := r.advance(&r.job.Request, next[k]); done {
-				end(r, Result{Tokens: r.out, Reason: reason}, nil)
-				live[i] = nil
-			}
-		}
-		kept = live[:0]
-		for _, r := range live {
-			if r != nil {
-				kept = append(kept, r)
-			}
-		}
-		live = kept
 	}
 }
 
@@ -156,13 +99,18 @@ func (e *Engine) checkJob(j *Job) error {
 	if j.Context != nil && j.Context.Err() != nil {
 		return j.Context.Err()
 	}
-	if len(j.Prompt) == 0 {
+	return e.checkRequest(&j.Request)
+}
+
+// checkRequest validates a request for this engine's model.
+func (e *Engine) checkRequest(r *Request) error {
+	if len(r.Prompt) == 0 {
 		return errors.New("empty prompt")
 	}
-	for _, id := range j.Prompt {
+	for _, id := range r.Prompt {
 		if id < 0 || id >= e.dec.Vocab {
 			return fmt.Errorf("token id %d outside the vocabulary [0, %d)", id, e.dec.Vocab)
 		}
 	}
-	return e.check(j.Sampling)
+	return e.check(r.Sampling)
 }

@@ -45,7 +45,7 @@ func TestRunGreedy(t *testing.T) {
 	e.PrefillChunk = 5
 	jobs := make(chan *Job, 8)
 	ran := make(chan error, 1)
-	go func() { ran <- e.Run(context.Background(), jobs) }()
+	go func() { ran <- e.Run(context.Background(), jobs, nil) }()
 
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -88,7 +88,7 @@ func TestRunStop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	jobs := make(chan *Job, 1)
 	ran := make(chan error, 1)
-	go func() { ran <- e.Run(ctx, jobs) }()
+	go func() { ran <- e.Run(ctx, jobs, nil) }()
 	started := make(chan struct{})
 	n := 0
 	end := submit(context.Background(), jobs, Request{Prompt: []int{1}, OnToken: func(int) bool {

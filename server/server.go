@@ -158,7 +158,7 @@ func (s *Server) Run(ctx context.Context) error {
 		defer close(fed)
 		s.queue.feed(feedCtx, s.jobs)
 	}()
-	err := s.eng.Run(ctx, s.jobs)
+	err := s.eng.Run(ctx, s.jobs, nil)
 	stopFeed()
 	<-fed
 	if errors.Is(err, context.Canceled) {
