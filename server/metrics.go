@@ -67,21 +67,24 @@ type metrics struct {
 	state stateSnapshot
 }
 
-// stateSnapshot is the engine's replay.Stats as last seen by the engine
-// goroutine: the state caches' counters are plain fields written during a
-// forward, so they are copied here between steps and the scrape reads the
-// copy.
+// stateSnapshot is the engine's replay.Stats and engine.SpecStats as last
+// seen by the engine goroutine: the counters are plain fields written
+// during a step, so they are copied here between steps and the scrape
+// reads the copy.
 type stateSnapshot struct {
 	steps, prefilled, flushes, read, written, baseline atomic.Int64
+	drafted, accepted                                  atomic.Int64
 }
 
-func (p *stateSnapshot) store(st replay.Stats) {
+func (p *stateSnapshot) store(st replay.Stats, ss engine.SpecStats) {
 	p.steps.Store(st.Steps)
 	p.prefilled.Store(st.Prefilled)
 	p.flushes.Store(st.Flushes)
 	p.read.Store(st.StateBytesRead)
 	p.written.Store(st.StateBytesWritten)
 	p.baseline.Store(st.BaselineBytes)
+	p.drafted.Store(int64(ss.Drafted))
+	p.accepted.Store(int64(ss.Accepted))
 }
 
 // newMetrics registers the metrics of s, whose engine and config are set.
@@ -169,6 +172,9 @@ func newMetrics(s *Server) *metrics {
 		}, func() float64 { return float64(s.cfg.MaxBatch) }),
 		newStateCollector(&m.state),
 	)
+	if s.cfg.Speculation != nil {
+		r.MustRegister(newSpecCollector(&m.state))
+	}
 	opt := s.cfg.State
 	window := opt.Window
 	if window == 0 {
@@ -240,6 +246,32 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.bytes, &c.snap.read, "read")
 	counter(c.bytes, &c.snap.written, "written")
 	counter(c.bytes, &c.snap.baseline, "baseline")
+}
+
+// specCollector exposes what speculative decoding did, from the snapshot.
+type specCollector struct {
+	snap              *stateSnapshot
+	drafted, accepted *prometheus.Desc
+}
+
+func newSpecCollector(snap *stateSnapshot) *specCollector {
+	return &specCollector{
+		snap: snap,
+		drafted: prometheus.NewDesc("replayssm_spec_decode_num_draft_tokens_total",
+			"Draft tokens proposed by the drafter and verified by the model.", nil, nil),
+		accepted: prometheus.NewDesc("replayssm_spec_decode_num_accepted_tokens_total",
+			"Draft tokens the verification accepted.", nil, nil),
+	}
+}
+
+func (c *specCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.drafted
+	ch <- c.accepted
+}
+
+func (c *specCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.drafted, prometheus.CounterValue, float64(c.snap.drafted.Load()))
+	ch <- prometheus.MustNewConstMetric(c.accepted, prometheus.CounterValue, float64(c.snap.accepted.Load()))
 }
 
 // serve answers GET /metrics.
@@ -396,7 +428,7 @@ func (g *genTimer) finish(tokens int) {
 // goroutine only, between forward steps (in a job's callbacks).
 func (m *metrics) observeState(e *engine.Engine) {
 	if m != nil {
-		m.state.store(e.Stats())
+		m.state.store(e.Stats(), e.SpecStats())
 	}
 }
 

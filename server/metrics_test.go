@@ -187,6 +187,9 @@ func TestMetrics(t *testing.T) {
 			if _, ok := value(fams, "replayssm_request_errors_total", lbl("endpoint", epChat)); ok {
 				t.Errorf("errors counted on %s", epChat)
 			}
+			if fams["replayssm_spec_decode_num_draft_tokens_total"] != nil {
+				t.Error("speculation counted by a server that does not speculate")
+			}
 
 			st := map[string]float64{}
 			for _, name := range []string{"replayssm_state_steps_total", "replayssm_state_prefilled_total", "replayssm_state_flushes_total"} {

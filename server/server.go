@@ -10,6 +10,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/replayssm/replayssm/engine"
+	"github.com/replayssm/replayssm/engine/spec"
 	"github.com/replayssm/replayssm/grammar"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/replay"
@@ -61,6 +63,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// State configures the SSM layers' state (ReplaySSM options).
 	State replay.Options
+	// Speculation, if set, makes the engine decode speculatively (its
+	// MaxDraft is raised to fit), and the metrics count the drafts.
+	Speculation *Speculation
 	// DisableMetrics turns the Prometheus metrics off: /metrics answers 404.
 	DisableMetrics bool
 	// APIKey, if set, is the bearer token every /v1 request must carry
@@ -75,11 +80,25 @@ type Config struct {
 	Log *slog.Logger
 }
 
+// Speculation configures a Server's speculative decoding: the engine's
+// speculation strategy (engine.Speculation) with a drafter built for its
+// state.
+type Speculation struct {
+	// NewDrafter builds the drafter for the engine's state st, which holds
+	// capacity sequences (an MTP drafter hooks st). The server closes it.
+	NewDrafter func(st *nn.State, capacity int) (spec.Drafter, error)
+	// Drafts is T, the most draft tokens per sequence and step (0:
+	// engine.DefaultDrafts).
+	Drafts int
+	Accept spec.Acceptance
+}
+
 // Server answers the API. Create it with New, run its engine with Run, and
 // serve HTTP with it (it is an http.Handler) from any number of goroutines.
 type Server struct {
 	cfg     Config
 	eng     *engine.Engine
+	spec    *engine.Speculation // nil: none
 	queue   *jobQueue
 	jobs    chan *engine.Job // the queue's head, handed to the engine
 	stopped chan struct{}    // closed when Run returns
@@ -118,14 +137,28 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 4 << 20
 	}
-	eng, err := engine.New(cfg.Model, cfg.MaxBatch, cfg.State)
+	state := cfg.State
+	if sp := cfg.Speculation; sp != nil {
+		state = engine.StateOptions(state, sp.Drafts)
+	}
+	eng, err := engine.New(cfg.Model, cfg.MaxBatch, state)
 	if err != nil {
 		return nil, err
 	}
 	eng.PrefillChunk = cfg.PrefillChunk
+	var esp *engine.Speculation
+	if sp := cfg.Speculation; sp != nil {
+		dr, err := sp.NewDrafter(eng.State(), cfg.MaxBatch)
+		if err != nil {
+			eng.Close()
+			return nil, fmt.Errorf("drafter: %w", err)
+		}
+		esp = &engine.Speculation{Drafter: dr, Drafts: sp.Drafts, Accept: sp.Accept}
+	}
 	s := &Server{
 		cfg:     cfg,
 		eng:     eng,
+		spec:    esp,
 		jobs:    make(chan *engine.Job),
 		stopped: make(chan struct{}),
 		created: time.Now().Unix(),
@@ -158,7 +191,7 @@ func (s *Server) Run(ctx context.Context) error {
 		defer close(fed)
 		s.queue.feed(feedCtx, s.jobs)
 	}()
-	err := s.eng.Run(ctx, s.jobs, nil)
+	err := s.eng.Run(ctx, s.jobs, s.spec)
 	stopFeed()
 	<-fed
 	if errors.Is(err, context.Canceled) {
@@ -167,8 +200,14 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-// Close releases the engine's state; call it after Run has returned.
-func (s *Server) Close() { s.eng.Close() }
+// Close releases the drafter and the engine's state; call it after Run has
+// returned.
+func (s *Server) Close() {
+	if s.spec != nil {
+		s.spec.Drafter.Close()
+	}
+	s.eng.Close()
+}
 
 // Name is the model id the server answers with.
 func (s *Server) Name() string { return s.cfg.Name }

@@ -32,16 +32,18 @@ type fixture struct {
 	stop context.CancelFunc // stops the engine (Run), as a shutdown does
 }
 
-// newFixture serves the built-in model with cfg's limits (its Model,
-// Tokenizer, Template and Name are filled in).
+// newFixture serves the built-in model with cfg's limits (its Tokenizer,
+// Template, Name and, unless set, Model are filled in).
 func newFixture(t testing.TB, cfg Config) *fixture {
 	t.Helper()
 	dir, err := models.DefaultDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Model, err = model.Load(dir, model.Options{}); err != nil {
-		t.Fatal(err)
+	if cfg.Model == nil {
+		if cfg.Model, err = model.Load(dir, model.Options{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if cfg.Tokenizer, err = tokenizer.Load(dir); err != nil {
 		t.Fatal(err)

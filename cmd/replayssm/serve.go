@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/replayssm/replayssm/engine/spec"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/models"
 	"github.com/replayssm/replayssm/server"
@@ -37,6 +38,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	servedNames := fs.String("served-model-name", "", "model ids requests may name, comma-separated; the first is the one responses report (default: the model directory's name)")
 	logRequests := fs.Bool("log-requests", true, "log one line per request on stderr (id, status, tokens, duration)")
 	sf := addStateFlags(fs)
+	spf := addSpecFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -46,6 +48,15 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	opt, err := sf.options()
 	if err != nil {
 		return err
+	}
+	acceptRule, err := spf.check()
+	if err != nil {
+		return err
+	}
+	if spf.enabled() {
+		if opt, err = spf.stateOptions(opt); err != nil {
+			return err
+		}
 	}
 	for _, f := range []struct {
 		name string
@@ -90,10 +101,21 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if *logRequests {
 		requestLog = slog.New(slog.NewTextHandler(e.stderr, nil))
 	}
+	var sp *server.Speculation
+	speculating := ""
+	if spf.enabled() {
+		sp = &server.Speculation{
+			NewDrafter: func(st *nn.State, capacity int) (spec.Drafter, error) {
+				return spf.newDrafter(e.stderr, *dir, d, st, capacity, opt)
+			},
+			Drafts: *spf.drafts, Accept: acceptRule,
+		}
+		speculating = fmt.Sprintf(", speculative %s T=%d", *spf.drafter, *spf.drafts)
+	}
 	srv, err := server.New(server.Config{
 		Model: d, Tokenizer: tok, Template: tmpl, Name: name, Aliases: aliases,
 		MaxBatch: *maxBatch, MaxQueue: *maxQueue, MaxTokens: *maxTokens, ContextLength: *ctxLen, State: opt, PrefillChunk: *chunk,
-		DisableMetrics: !*metrics, APIKey: *apiKey, WriteTimeout: *writeTimeout, Log: requestLog,
+		Speculation: sp, DisableMetrics: !*metrics, APIKey: *apiKey, WriteTimeout: *writeTimeout, Log: requestLog,
 	})
 	if err != nil {
 		return err
@@ -121,8 +143,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
-	fmt.Fprintf(e.stdout, "serving %s (%s, %s state, %d sequences) on http://%s\n",
-		name, d.Config.ModelType, precision(opt), *maxBatch, ln.Addr())
+	fmt.Fprintf(e.stdout, "serving %s (%s, %s state, %d sequences%s) on http://%s\n",
+		name, d.Config.ModelType, precision(opt), *maxBatch, speculating, ln.Addr())
 
 	var serveErr error
 	select {

@@ -12,22 +12,26 @@ import (
 
 // TestServe starts `replayssm serve` on a free loopback port, asks it for a
 // completion and its metrics, then interrupts it: it must exit cleanly
-// within the grace period.
+// within the grace period. Speculating, it answers the same completion and
+// its metrics count the drafts.
 func TestServe(t *testing.T) {
 	for _, tt := range []struct {
 		flags   []string
-		metrics int // the status of GET /metrics
+		metrics int    // the status of GET /metrics
+		series  string // a series GET /metrics must hold
 	}{
-		{nil, 200},
-		{[]string{"--metrics=false"}, 404},
+		{nil, 200, ""},
+		{[]string{"--metrics=false"}, 404, ""},
+		{[]string{"--speculative", "ngram", "--draft-tokens", "3"}, 200, "replayssm_spec_decode_num_draft_tokens_total{model_name="},
+		{[]string{"--speculative", "mtp", "--spec-mode", "baseline"}, 200, "replayssm_spec_decode_num_accepted_tokens_total{model_name="},
 	} {
 		t.Run(strings.Join(append([]string{"serve"}, tt.flags...), " "), func(t *testing.T) {
-			testServe(t, tt.flags, tt.metrics)
+			testServe(t, tt.flags, tt.metrics, tt.series)
 		})
 	}
 }
 
-func testServe(t *testing.T, flags []string, metricsStatus int) {
+func testServe(t *testing.T, flags []string, metricsStatus int, series string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	url, code := startServe(t, ctx, append([]string{"--max-batch", "2"}, flags...)...)
@@ -46,7 +50,8 @@ func testServe(t *testing.T, flags []string, metricsStatus int) {
 	body, _ = io.ReadAll(rsp.Body)
 	rsp.Body.Close()
 	if rsp.StatusCode != metricsStatus ||
-		(metricsStatus == 200 && !strings.Contains(string(body), `replayssm_generation_tokens_total{model_name=`)) {
+		(metricsStatus == 200 && !strings.Contains(string(body), `replayssm_generation_tokens_total{model_name=`)) ||
+		!strings.Contains(string(body), series) {
 		t.Errorf("GET /metrics: %d, want %d: %.300s", rsp.StatusCode, metricsStatus, body)
 	}
 	cancel()

@@ -12,8 +12,7 @@ import (
 	"github.com/replayssm/replayssm/replay"
 )
 
-// specFlags are the speculative decoding options of generate (and bench
-// spec).
+// specFlags are the speculative decoding options of generate and serve.
 type specFlags struct {
 	drafter    *string
 	drafts     *int
