@@ -43,7 +43,7 @@ type Engine struct {
 	// from its multi-token path.
 	PrefillChunk int
 
-	spec SpecStats // what speculation did since the engine began
+	specStats SpecStats // what speculation did since the engine began
 }
 
 // New builds an engine whose state holds capacity sequences, each SSM layer

@@ -39,14 +39,14 @@ var ErrStopped = errors.New("engine stopped")
 // Run goes on with the next ones. Run and Generate must not be used on one
 // Engine at the same time.
 func (e *Engine) Run(ctx context.Context, jobs <-chan *Job, sp *Speculation) error {
-	var spec *speculator
+	var strategy *speculator
 	if sp != nil {
 		var err error
-		if spec, err = e.newSpeculator(*sp); err != nil {
+		if strategy, err = e.newSpeculator(*sp); err != nil {
 			return err
 		}
 	}
-	sc := e.newScheduler(spec)
+	sc := e.newScheduler(strategy)
 	defer sc.stop(ErrStopped)
 	open := true
 	for {

@@ -95,7 +95,7 @@ func (sc *scheduler) admit() {
 		}
 		sm := NewSampler(j.Sampling)
 		sm.Prompt(j.Prompt)
-		sc.running = append(sc.running, &sequence{job: j, seq: q, sampler: sm, hist: slices.Clip(slices.Clone(j.Prompt)), draft: -1})
+		sc.running = append(sc.running, &sequence{job: j, seq: q, sampler: sm, hist: slices.Clone(j.Prompt), draft: -1})
 	}
 }
 

@@ -78,7 +78,7 @@ func (s SpecStats) since(before SpecStats) SpecStats {
 // SpecStats sums what speculation did since the engine began, over
 // GenerateSpeculative and Run. Like Stats, read it between steps only (in a
 // job's callbacks, or when no generation runs).
-func (e *Engine) SpecStats() SpecStats { return e.spec }
+func (e *Engine) SpecStats() SpecStats { return e.specStats }
 
 // speculator is the scheduler's speculation strategy. Each step it asks
 // the drafter for up to T drafts for every sequence past its prompt,
@@ -123,7 +123,7 @@ func (e *Engine) newSpeculator(sp Speculation) (*speculator, error) {
 	if md := e.st.Options().MaxDraft; md < T+1 {
 		return nil, fmt.Errorf("speculation with %d drafts verifies %d positions; the engine's state was built with MaxDraft %d (use StateOptions)", T, T+1, md)
 	}
-	return &speculator{drafter: sp.Drafter, T: T, accept: sp.Accept, stats: &e.spec}, nil
+	return &speculator{drafter: sp.Drafter, T: T, accept: sp.Accept, stats: &e.specStats}, nil
 }
 
 // step advances every sequence of sc past its prompt by a speculative
@@ -303,7 +303,7 @@ func (e *Engine) GenerateSpeculative(ctx context.Context, reqs []Request, sp Spe
 	if err != nil {
 		return nil, Timing{}, SpecStats{}, err
 	}
-	before := e.spec
+	before := e.specStats
 	res, tm, err := e.generate(ctx, reqs, p)
-	return res, tm, e.spec.since(before), err
+	return res, tm, e.specStats.since(before), err
 }

@@ -1,7 +1,7 @@
 // Package server is replayssm's OpenAI-compatible HTTP API: /v1/completions,
 // /v1/chat/completions (both streaming), /v1/models and /health, in front of
-// one engine loop that batches every request in flight (engine.Run), and its
-// Prometheus metrics at /metrics.
+// one engine loop that batches every request in flight (engine.Run), with or
+// without speculative decoding, and its Prometheus metrics at /metrics.
 package server
 
 import (

@@ -18,7 +18,7 @@ import (
 // for each sequence, the final-normed hidden state of every position the
 // target runs (prefill, verify rows) until the head has consumed it. A
 // Request's Seq must therefore be the target state's nn.Seq of the
-// sequence, as engine.GenerateSpeculative passes it.
+// sequence, as the engine's loop passes it.
 //
 // Per proposal, with history x[0..L−1] (the target has run x[0..L−2] at
 // least): the head's committed rows are t = 0..L−2 (row t: hidden t, token

@@ -3,8 +3,9 @@
 // that check the drafts against the target model's distributions so that the
 // output is distributed exactly as without speculation.
 //
-// The engine (engine.GenerateSpeculative) runs the loop: drafters propose up
-// to T tokens per sequence, one batched verify forward of the target scores
+// The engine's loop runs them as the strategy of its step
+// (engine.GenerateSpeculative, engine.Engine.Run): drafters propose up to T
+// tokens per sequence, one batched verify forward of the target scores
 // them (nn.Decoder.Verify: SSM layers verify all drafts from one checkpoint,
 // docs/DESIGN.md 2.3), Accept picks how many to keep and the token after them, and
 // nn.Decoder.Commit keeps that prefix.
