@@ -122,11 +122,13 @@ type Result struct {
 	Reason StopReason
 }
 
-// Timing splits the wall time of a Generate call.
+// Timing splits the wall time of a Generate call: a step that runs prompt
+// tokens counts as prefill, the others as decode. (GenerateSpeculative
+// splits its steps: the forward of the prompt chunks, then the verify.)
 type Timing struct {
 	Prefill, Decode time.Duration
 	PromptTokens    int // tokens run through prefill
-	DecodeTokens    int // tokens run through one-token decode steps
+	DecodeTokens    int // tokens run through one-token decode steps (speculation: tokens generated)
 }
 
 // Generate runs reqs to completion, at most Capacity at a time, and returns
