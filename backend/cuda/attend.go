@@ -1,15 +1,15 @@
 package cuda
 
 // Attention over the KV cache runs two kernels (kernels/nn.cu): nn_attend
-// takes a row at a time (a decode step's rows), nn_attend_tiles takes up
+// takes a row at a time (a decode step's rows), nn_attend_mma_<hd> takes up
 // to attendTileRows consecutive positions of one sequence together (a
-// prompt's rows), staging each block of keys and values once for all of
-// them.
+// prompt's rows) on tensor cores, staging each block of keys and values
+// once for all of them.
 const (
 	// attendTileRows and attendTileKeys are ATT_ROWS and ATT_KEYS of
-	// nn_attend_tiles: the rows of a tile and the positions staged at a
+	// nn_attend_mma: the rows of a tile and the positions staged at a
 	// time.
-	attendTileRows = 32
+	attendTileRows = 64
 	attendTileKeys = 32
 	// attendTileMin is the shortest run of a sequence's consecutive
 	// positions that goes to the tiled kernel: below it the staging costs
@@ -20,11 +20,31 @@ const (
 	maxHeadDim = 256
 )
 
-// attendTileSmem is nn_attend_tiles' dynamic shared memory for head
-// dimension hd: keys (rows padded by one) and values of attendTileKeys
-// positions, and the tile's queries.
+// attendTileSmem is nn_attend_mma's dynamic shared memory for head
+// dimension hd: the tile's queries, the keys and values of attendTileKeys
+// positions (rows padded against bank conflicts), and each of the four
+// warps' 16×attendTileKeys weights.
 func attendTileSmem(hd int) int {
-	return 4 * ((2*attendTileKeys+attendTileRows)*hd + attendTileKeys)
+	return 4 * (attendTileRows*(hd+4) + attendTileKeys*(hd+4) + attendTileKeys*(hd+8) + 4*16*(attendTileKeys+4))
+}
+
+// attendTileDims are the head dimensions nn_attend_mma is built for: a
+// head of dimension hd (a multiple of 8) runs the first at least hd.
+var attendTileDims = [...]int{64, 128, 256}
+
+// attendTileKernel returns the index in attendTileDims of the kernel for
+// head dimension hd, or -1 when hd is not a multiple of 8 (the per-row
+// kernel takes every row).
+func attendTileKernel(hd int) int {
+	if hd%8 != 0 {
+		return -1
+	}
+	for i, d := range attendTileDims {
+		if hd <= d {
+			return i
+		}
+	}
+	return -1
 }
 
 // attendTiles splits a pass's attention rows (row i: sequence seqs[i] at

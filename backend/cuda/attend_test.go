@@ -66,8 +66,8 @@ func TestAttendTiles(t *testing.T) {
 			t.Errorf("row %d taken %d times", i, c)
 		}
 	}
-	if want := 4 * (3 + 1 + 1 + 1); len(tiles) != want {
-		t.Errorf("%d tiles, want %d (75 rows in three, 9, 12 and 8 in one each)", len(tiles)/4, want/4)
+	if want := 4 * ((75+attendTileRows-1)/attendTileRows + 3); len(tiles) != want {
+		t.Errorf("%d tiles, want %d (75 rows in tiles of %d; 9, 12 and 8 in one each)", len(tiles)/4, want/4, attendTileRows)
 	}
 	if want := []int32{0, 76, 106, 107, 108}; !slices.Equal(rest, want) {
 		t.Errorf("rest %v, want %v", rest, want)

@@ -60,7 +60,8 @@ type NNOptions struct {
 
 type nnKernels struct {
 	embed, embedBF16, toBF16, gemvBF16, argmax, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary,
-	mulSigmoidRows, clampDelta, rope, kvAppend, kvMove, attend, attendTiles, kdaGate *Function
+	mulSigmoidRows, clampDelta, rope, kvAppend, kvMove, attend, kdaGate *Function
+	attendTiles [len(attendTileDims)]*Function
 }
 
 // nnRingBytes bounds the row lists one pass can hold before the ring wraps
@@ -101,17 +102,23 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 		{&b.fn.gather, "nn_gather"}, {&b.fn.scatter, "nn_scatter"}, {&b.fn.axpyRows, "nn_axpy_rows"},
 		{&b.fn.unary, "nn_unary"}, {&b.fn.binary, "nn_binary"}, {&b.fn.mulSigmoidRows, "nn_mul_sigmoid_rows"},
 		{&b.fn.clampDelta, "nn_clamp_delta"}, {&b.fn.rope, "nn_rope"}, {&b.fn.kvAppend, "nn_kv_append"},
-		{&b.fn.kvMove, "nn_kv_move"}, {&b.fn.attend, "nn_attend"}, {&b.fn.attendTiles, "nn_attend_tiles"},
-		{&b.fn.kdaGate, "nn_kda_gate"},
+		{&b.fn.kvMove, "nn_kv_move"}, {&b.fn.attend, "nn_attend"}, {&b.fn.kdaGate, "nn_kda_gate"},
 	} {
 		if *k.f, err = d.Kernel(ctx, "nn.cu", k.name); err != nil {
 			b.Close()
 			return nil, err
 		}
 	}
-	if err = b.fn.attendTiles.SetMaxDynamicSharedMemory(attendTileSmem(maxHeadDim)); err != nil {
-		b.Close()
-		return nil, err
+	for i, hd := range attendTileDims {
+		f, err := d.Kernel(ctx, "nn.cu", fmt.Sprintf("nn_attend_mma_%d", hd))
+		if err == nil {
+			err = f.SetMaxDynamicSharedMemory(attendTileSmem(hd))
+		}
+		if err != nil {
+			b.Close()
+			return nil, err
+		}
+		b.fn.attendTiles[i] = f
 	}
 	b.gemv = b.fn.gemvBF16
 	if err = b.s.Defer(!opt.Eager); err != nil {
@@ -878,7 +885,11 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 		return
 	}
 	defer b.span(opAttend)()
-	kv.tiles, kv.rest = attendTiles(kv.tiles[:0], kv.rest[:0], seqs, pos)
+	kv.tiles, kv.rest = kv.tiles[:0], kv.rest[:0]
+	ki := attendTileKernel(hd)
+	if ki >= 0 {
+		kv.tiles, kv.rest = attendTiles(kv.tiles, kv.rest, seqs, pos)
+	}
 	a := &b.args
 	if len(kv.tiles) > 0 {
 		a.Reset()
@@ -892,7 +903,7 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 		a.I32(int32(hd))
 		a.I32(int32(kv.maxLen))
 		a.F32(scale)
-		b.launchShared(b.fn.attendTiles, [3]uint32{uint32(len(kv.tiles) / 4), uint32(heads), 1}, 256, attendTileSmem(hd))
+		b.launchShared(b.fn.attendTiles[ki], [3]uint32{uint32(len(kv.tiles) / 4), uint32(heads), 1}, 128, attendTileSmem(hd))
 		if len(kv.rest) == 0 {
 			return
 		}

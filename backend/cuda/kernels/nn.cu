@@ -394,7 +394,7 @@ extern "C" __global__ void nn_kv_move(float* __restrict__ dst, const float* __re
 // 0..pos[i] of sequence seqs[i], key/value head h/(heads/kvHeads). One warp
 // per (row, head), lanes over the head's dimensions, an online softmax
 // over the positions. Row blockIdx.x, or rows[blockIdx.x] when rows is
-// not null (the rows nn_attend_tiles leaves). Grid: (n, heads), 32
+// not null (the rows nn_attend_mma leaves). Grid: (n, heads), 32
 // threads; hd ≤ 256.
 extern "C" __global__ void nn_attend(float* __restrict__ o, int os, const float* __restrict__ q, int qs,
                                      const float* __restrict__ kc, const float* __restrict__ vc,
@@ -446,136 +446,221 @@ extern "C" __global__ void nn_attend(float* __restrict__ o, int os, const float*
     }
 }
 
-// nn_attend_tiles is nn_attend for a prompt's rows: tile k of tiles
-// ({row0, count, seq, pos0}, count ≤ ATT_ROWS) is rows row0.. of sequence
-// seq at positions pos0.., and a block stages the keys and values of
-// ATT_KEYS positions at a time in shared memory for all of them, where
-// nn_attend reads each once per row. Warp w holds rows 4w..4w+3: lane t
-// scores key t against them, then the lanes, over the head's dimensions,
-// fold the tile into each row's online softmax. Grid: (tiles, heads), 256
-// threads, dynamic shared memory ((2·ATT_KEYS + ATT_ROWS)·hd + ATT_KEYS)
-// floats; hd ≤ 256.
-#define ATT_ROWS 32
+// tf32 rounds x to TensorFloat-32 (round to nearest, away from zero on
+// ties): the bits of a float whose low 13 mantissa bits are zero.
+__device__ __forceinline__ unsigned att_tf32(float x)
+{
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// att_split writes x as big + small, both TensorFloat-32: three products
+// of the parts (small·big, big·small, big·big; small·small is below
+// float32's rounding) give a float32-accurate product on tensor cores.
+__device__ __forceinline__ void att_split(float x, unsigned& big, unsigned& small)
+{
+    big = att_tf32(x);
+    small = att_tf32(x - __uint_as_float(big));
+}
+
+// att_mma: d (16×8, float32) += a (16×8) · b (8×8), TensorFloat-32.
+// Lane l = 4g + t holds a at (g, t), (g+8, t), (g, t+4), (g+8, t+4), b at
+// (t, g), (t+4, g), d at (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+__device__ __forceinline__ void att_mma(float* d, const unsigned* a, const unsigned* b)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// att_mma3 is att_mma to float32 accuracy from split operands.
+__device__ __forceinline__ void att_mma3(float* d, const unsigned* aBig, const unsigned* aSmall, const unsigned* bBig,
+                                         const unsigned* bSmall)
+{
+    att_mma(d, aSmall, bBig);
+    att_mma(d, aBig, bSmall);
+    att_mma(d, aBig, bBig);
+}
+
+// nn_attend_mma_<hd> is nn_attend for a prompt's rows, on tensor cores:
+// tile k of tiles ({row0, count, seq, pos0}, count ≤ ATT_ROWS) is rows
+// row0.. of sequence seq at positions pos0.., and a block stages the keys
+// and values of ATT_KEYS positions at a time in shared memory for all of
+// them. Warp w holds rows 16w..16w+15: S = Q·Kᵀ (16×ATT_KEYS) in
+// registers, the rows' online softmax over the quad of lanes that shares a
+// row, P through shared memory into the operand layout, then O += P·V.
+// Products are split TensorFloat-32 (att_mma3), float32-accurate, so the
+// result agrees with nn_attend's to float32 rounding. Grid: (tiles,
+// heads), 128 threads, dynamic shared memory att_smem(hd) floats; hd a
+// multiple of 8, at most NT·8.
+#define ATT_ROWS 64
 #define ATT_KEYS 32
-#define ATT_WARP_ROWS 4
-extern "C" __global__ void __launch_bounds__(256) nn_attend_tiles(float* __restrict__ o, int os,
-    const float* __restrict__ q, int qs, const float* __restrict__ kc, const float* __restrict__ vc,
-    const int* __restrict__ tiles, int heads, int kvHeads, int hd, int maxLen, float scale)
+template <int NT>
+__device__ __forceinline__ void att_tiles(float* __restrict__ o, int os, const float* __restrict__ q, int qs,
+                                          const float* __restrict__ kc, const float* __restrict__ vc,
+                                          const int* __restrict__ tiles, int heads, int kvHeads, int hd, int maxLen,
+                                          float scale)
 {
     extern __shared__ float sm[];
-    const int hdp = hd + 1; // a padded key row: lane t reads row t without bank conflicts
-    float* Ks = sm;                   // [ATT_KEYS][hd+1]
-    float* Vs = Ks + ATT_KEYS * hdp;  // [ATT_KEYS][hd]
-    float* Qs = Vs + ATT_KEYS * hd;   // [ATT_ROWS][hd]
+    const int qsd = hd + 4, ksd = hd + 4, vsd = hd + 8, psd = ATT_KEYS + 4; // padded: no bank conflicts
+    float* Qs = sm;                      // [ATT_ROWS][hd+4]
+    float* Ks = Qs + ATT_ROWS * qsd;     // [ATT_KEYS][hd+4]
+    float* Vs = Ks + ATT_KEYS * ksd;     // [ATT_KEYS][hd+8]
+    float* Ps = Vs + ATT_KEYS * vsd;     // [4 warps][16][ATT_KEYS+4]
     const int* tl = tiles + 4 * blockIdx.x;
     const int row0 = tl[0], count = tl[1], seq = tl[2], pos0 = tl[3];
-    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int width = kvHeads * hd, off = (h / (heads / kvHeads)) * hd;
     const float* K = kc + (long long)seq * maxLen * width + off;
     const float* V = vc + (long long)seq * maxLen * width + off;
     for (int e = threadIdx.x; e < ATT_ROWS * hd; e += blockDim.x) {
         const int r = e / hd, d = e - r * hd;
-        Qs[e] = r < count ? q[(long long)(row0 + r) * qs + h * hd + d] : 0.0f;
+        Qs[r * qsd + d] = r < count ? q[(long long)(row0 + r) * qs + h * hd + d] : 0.0f;
     }
-    constexpr int PER = 8; // hd ≤ 32·PER
-    float acc[ATT_WARP_ROWS][PER], m[ATT_WARP_ROWS], l[ATT_WARP_ROWS];
+    float* P = Ps + warp * 16 * psd;
+    const int wr = warp * 16;               // the warp's first row in the tile
+    const int ntiles = hd / 8;              // output column tiles
+    const int r0 = pos0 + wr + g, r1 = r0 + 8; // positions of the lane's two rows
+    const bool ok0 = wr + g < count, ok1 = wr + g + 8 < count;
+    float acc[NT][4];
 #pragma unroll
-    for (int r = 0; r < ATT_WARP_ROWS; r++) {
-        m[r] = __int_as_float(0xff800000); // −∞
-        l[r] = 0.0f;
-#pragma unroll
-        for (int j = 0; j < PER; j++) {
-            acc[r][j] = 0.0f;
-        }
+    for (int n = 0; n < NT; n++) {
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     }
-    const int wr = warp * ATT_WARP_ROWS; // the warp's first row in the tile
-    const int last = pos0 + count - 1;   // the last position any row sees
+    const float ninf = __int_as_float(0xff800000);
+    float m0 = ninf, m1 = ninf, l0 = 0.0f, l1 = 0.0f;
+    const int last = pos0 + count - 1; // the last position any row sees
     for (int t0 = 0; t0 <= last; t0 += ATT_KEYS) {
         const int n = min(ATT_KEYS, last + 1 - t0);
         __syncthreads(); // the previous tile is read (and Qs written)
         for (int e = threadIdx.x; e < ATT_KEYS * hd; e += blockDim.x) {
-            const int t = e / hd, d = e - t * hd;
-            const long long at = (long long)(t0 + t) * width + d;
-            Ks[t * hdp + d] = t < n ? K[at] : 0.0f;
-            Vs[t * hd + d] = t < n ? V[at] : 0.0f;
+            const int k = e / hd, d = e - k * hd;
+            const long long at = (long long)(t0 + k) * width + d;
+            Ks[k * ksd + d] = k < n ? K[at] : 0.0f;
+            Vs[k * vsd + d] = k < n ? V[at] : 0.0f;
         }
         __syncthreads();
-        if (wr >= count || pos0 + wr + ATT_WARP_ROWS - 1 < t0) {
+        if (wr >= count || pos0 + wr + 15 < t0) {
             continue; // the warp's rows are past the tile's, or see none of its keys
         }
-        float s[ATT_WARP_ROWS];
+        float s[ATT_KEYS / 8][4];
 #pragma unroll
-        for (int r = 0; r < ATT_WARP_ROWS; r++) {
-            s[r] = 0.0f;
+        for (int j = 0; j < ATT_KEYS / 8; j++) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
         }
-        const float* kt = Ks + lane * hdp;
-        const float* qw = Qs + wr * hd;
-        for (int d = 0; d < hd; d++) {
-            const float kd = kt[d];
+        for (int k8 = 0; k8 < hd; k8 += 8) {
+            unsigned ab[4], as[4];
+            att_split(Qs[(wr + g) * qsd + k8 + t], ab[0], as[0]);
+            att_split(Qs[(wr + g + 8) * qsd + k8 + t], ab[1], as[1]);
+            att_split(Qs[(wr + g) * qsd + k8 + t + 4], ab[2], as[2]);
+            att_split(Qs[(wr + g + 8) * qsd + k8 + t + 4], ab[3], as[3]);
 #pragma unroll
-            for (int r = 0; r < ATT_WARP_ROWS; r++) {
-                s[r] += qw[r * hd + d] * kd;
-            }
-        }
-        float p[ATT_WARP_ROWS];
-#pragma unroll
-        for (int r = 0; r < ATT_WARP_ROWS; r++) {
-            const bool ok = lane < n && wr + r < count && t0 + lane <= pos0 + wr + r;
-            const float sr = ok ? s[r] * scale : __int_as_float(0xff800000);
-            float mt = sr;
-            for (int w = 16; w > 0; w >>= 1) {
-                mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, w));
-            }
-            const float mNew = fmaxf(m[r], mt);
-            if (mNew == __int_as_float(0xff800000)) {
-                p[r] = 0.0f; // a row past the count: nothing seen yet
-                continue;
-            }
-            const float corr = expf(m[r] - mNew);
-            p[r] = ok ? expf(sr - mNew) : 0.0f;
-            float ps = p[r];
-            for (int w = 16; w > 0; w >>= 1) {
-                ps += __shfl_xor_sync(0xffffffffu, ps, w);
-            }
-            l[r] = l[r] * corr + ps;
-            m[r] = mNew;
-#pragma unroll
-            for (int j = 0; j < PER; j++) {
-                acc[r][j] *= corr;
+            for (int j = 0; j < ATT_KEYS / 8; j++) {
+                unsigned bb[2], bs[2];
+                att_split(Ks[(8 * j + g) * ksd + k8 + t], bb[0], bs[0]);
+                att_split(Ks[(8 * j + g) * ksd + k8 + t + 4], bb[1], bs[1]);
+                att_mma3(s[j], ab, as, bb, bs);
             }
         }
-        for (int t = 0; t < n; t++) {
-            float pt[ATT_WARP_ROWS];
+        // Scores of the lane's rows r0 (s[j][0..1]) and r1 (s[j][2..3]) at
+        // keys t0 + 8j + 2t + (0, 1).
+        float mt0 = ninf, mt1 = ninf;
 #pragma unroll
-            for (int r = 0; r < ATT_WARP_ROWS; r++) {
-                pt[r] = __shfl_sync(0xffffffffu, p[r], t);
+        for (int j = 0; j < ATT_KEYS / 8; j++) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int key = 8 * j + 2 * t + (c & 1), pk = t0 + key;
+                const bool ok = key < n && (c < 2 ? ok0 && pk <= r0 : ok1 && pk <= r1);
+                s[j][c] = ok ? s[j][c] * scale : ninf;
             }
-            const float* vt = Vs + t * hd;
+            mt0 = fmaxf(mt0, fmaxf(s[j][0], s[j][1]));
+            mt1 = fmaxf(mt1, fmaxf(s[j][2], s[j][3]));
+        }
+        for (int w = 1; w < 4; w <<= 1) {
+            mt0 = fmaxf(mt0, __shfl_xor_sync(0xffffffffu, mt0, w));
+            mt1 = fmaxf(mt1, __shfl_xor_sync(0xffffffffu, mt1, w));
+        }
+        const float mn0 = fmaxf(m0, mt0), mn1 = fmaxf(m1, mt1);
+        // A row past the count has seen no key: its corrections stay 1 and
+        // its weights 0.
+        const float c0 = mn0 == ninf ? 1.0f : expf(m0 - mn0), c1 = mn1 == ninf ? 1.0f : expf(m1 - mn1);
+        float ps0 = 0.0f, ps1 = 0.0f;
 #pragma unroll
-            for (int j = 0; j < PER; j++) {
-                const int c = lane + 32 * j;
-                if (c < hd) {
-                    const float v = vt[c];
+        for (int j = 0; j < ATT_KEYS / 8; j++) {
 #pragma unroll
-                    for (int r = 0; r < ATT_WARP_ROWS; r++) {
-                        acc[r][j] += pt[r] * v;
-                    }
+            for (int c = 0; c < 4; c++) {
+                const float mn = c < 2 ? mn0 : mn1;
+                const float p = s[j][c] == ninf ? 0.0f : expf(s[j][c] - mn);
+                if (c < 2) {
+                    ps0 += p;
+                } else {
+                    ps1 += p;
+                }
+                P[(g + 8 * (c >> 1)) * psd + 8 * j + 2 * t + (c & 1)] = p;
+            }
+        }
+        for (int w = 1; w < 4; w <<= 1) {
+            ps0 += __shfl_xor_sync(0xffffffffu, ps0, w);
+            ps1 += __shfl_xor_sync(0xffffffffu, ps1, w);
+        }
+        l0 = l0 * c0 + ps0;
+        l1 = l1 * c1 + ps1;
+        m0 = mn0;
+        m1 = mn1;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            acc[nt][0] *= c0;
+            acc[nt][1] *= c0;
+            acc[nt][2] *= c1;
+            acc[nt][3] *= c1;
+        }
+        __syncwarp();
+#pragma unroll
+        for (int k8 = 0; k8 < ATT_KEYS; k8 += 8) {
+            unsigned ab[4], as[4];
+            att_split(P[g * psd + k8 + t], ab[0], as[0]);
+            att_split(P[(g + 8) * psd + k8 + t], ab[1], as[1]);
+            att_split(P[g * psd + k8 + t + 4], ab[2], as[2]);
+            att_split(P[(g + 8) * psd + k8 + t + 4], ab[3], as[3]);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                if (nt < ntiles) {
+                    unsigned bb[2], bs[2];
+                    att_split(Vs[(k8 + t) * vsd + 8 * nt + g], bb[0], bs[0]);
+                    att_split(Vs[(k8 + t + 4) * vsd + 8 * nt + g], bb[1], bs[1]);
+                    att_mma3(acc[nt], ab, as, bb, bs);
+                }
+            }
+        }
+        __syncwarp(); // P is read before the next tile writes it
+    }
+    if (wr >= count) {
+        return;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        if (nt < ntiles) {
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int r = wr + g + 8 * (c >> 1);
+                if (r < count) {
+                    o[(long long)(row0 + r) * os + h * hd + 8 * nt + 2 * t + (c & 1)] = acc[nt][c] / (c < 2 ? l0 : l1);
                 }
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < ATT_WARP_ROWS; r++) {
-        if (wr + r >= count) {
-            continue;
-        }
-        float* oh = o + (long long)(row0 + wr + r) * os + h * hd;
-#pragma unroll
-        for (int j = 0; j < PER; j++) {
-            const int c = lane + 32 * j;
-            if (c < hd) {
-                oh[c] = acc[r][j] / l[r];
-            }
-        }
-    }
 }
+
+#define ATT_KERNEL(HD)                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128) nn_attend_mma_##HD(                                              \
+        float* __restrict__ o, int os, const float* __restrict__ q, int qs, const float* __restrict__ kc,              \
+        const float* __restrict__ vc, const int* __restrict__ tiles, int heads, int kvHeads, int hd, int maxLen,       \
+        float scale)                                                                                                   \
+    {                                                                                                                  \
+        att_tiles<HD / 8>(o, os, q, qs, kc, vc, tiles, heads, kvHeads, hd, maxLen, scale);                             \
+    }
+ATT_KERNEL(64)
+ATT_KERNEL(128)
+ATT_KERNEL(256)

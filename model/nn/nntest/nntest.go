@@ -490,12 +490,22 @@ func (c *checker) rope(t *testing.T) {
 	c.expect(t, "rope", xt, want, 1e-5)
 }
 
+// attention checks the KV cache's Append and Attend against float64 math
+// at head dimensions a GPU may treat apart: small, not a multiple of 8, and
+// the real models' 128 and 256; with prompts long enough for a tiled
+// kernel's several row and key tiles beside decode rows.
 func (c *checker) attention(t *testing.T) {
-	const capacity, heads, kvHeads, hd = 3, 4, 2, 16
+	for _, hd := range []int{16, 20, 128, 256} {
+		t.Run(fmt.Sprintf("hd=%d", hd), func(t *testing.T) { c.attentionAt(t, hd) })
+	}
+}
+
+func (c *checker) attentionAt(t *testing.T, hd int) {
+	const capacity, heads, kvHeads = 3, 4, 2
 	kw := kvHeads * hd
 	kv := c.be.NewKV(capacity, kw)
 	defer kv.Close()
-	scale := float32(1 / math.Sqrt(hd))
+	scale := float32(1 / math.Sqrt(float64(hd)))
 	// Host mirror of the cache.
 	keys, vals := make([][]float32, capacity), make([][]float32, capacity)
 	step := func(seqs []int32) {
@@ -554,6 +564,15 @@ func (c *checker) attention(t *testing.T) {
 	kv.Truncate(1, 2)
 	keys[1], vals[1] = keys[1][:2*kw], vals[1][:2*kw]
 	step([]int32{1, 2})
+	// A chunk of 9 prompt rows, one of 75, and a decode row in one pass.
+	var long []int32
+	for range 9 {
+		long = append(long, 0)
+	}
+	for range 75 {
+		long = append(long, 2)
+	}
+	step(append(long, 1))
 	// A row out of order is an error and appends nothing.
 	n0 := kv.Len(0)
 	one := c.normals(kw, 1)
