@@ -1,58 +1,91 @@
 package cuda
 
-// Attention over the KV cache runs two kernels (kernels/nn.cu): nn_attend
-// takes a row at a time (a decode step's rows), nn_attend_mma_<hd> takes up
-// to attendTileRows consecutive positions of one sequence together (a
-// prompt's rows) on tensor cores, staging each block of keys and values
-// once for all of them.
+import "fmt"
+
+// Attention over the KV cache (kernels/nn.cu): nn_attend takes a row at a
+// time (a decode step's rows); a tiled kernel takes up to a tile's rows of
+// consecutive positions of one sequence together (a prompt's rows),
+// staging each block of keys and values once for all of them. Tensor
+// cores (nn_attend_mma_<hd>) take heads of up to 128 dimensions, a
+// multiple of 8; nn_attend_tiles, on the CUDA cores, the rest up to 256,
+// where the tensor-core kernel's float32 tiles leave one block per SM and
+// lost to it on the H100 (161 against 114 ms for Qwen3.5-4B's 4K prompt).
 const (
-	// attendTileRows and attendTileKeys are ATT_ROWS and ATT_KEYS of
-	// nn_attend_mma: the rows of a tile and the positions staged at a
-	// time.
-	attendTileRows = 64
+	// attendTileKeys is both kernels' ATT(S)_KEYS: the positions staged at
+	// a time.
 	attendTileKeys = 32
 	// attendTileMin is the shortest run of a sequence's consecutive
-	// positions that goes to the tiled kernel: below it the staging costs
+	// positions that goes to a tiled kernel: below it the staging costs
 	// more than the rows share.
 	attendTileMin = 8
-	// maxHeadDim bounds the head dimension of both kernels (a lane holds
-	// eight of a row's values).
+	// maxHeadDim bounds the head dimension of every attention kernel (a
+	// lane holds eight of a row's values).
 	maxHeadDim = 256
 )
 
-// attendTileSmem is nn_attend_mma's dynamic shared memory for head
-// dimension hd: the tile's queries, the keys and values of attendTileKeys
-// positions (rows padded against bank conflicts), and each of the four
-// warps' 16×attendTileKeys weights.
-func attendTileSmem(hd int) int {
-	return 4 * (attendTileRows*(hd+4) + attendTileKeys*(hd+4) + attendTileKeys*(hd+8) + 4*16*(attendTileKeys+4))
+// attendKernel is a tiled attention kernel: its name, the rows of its
+// tiles, its threads, the largest head dimension it takes and whether it
+// needs a multiple of 8.
+type attendKernel struct {
+	name          string
+	rows, threads int
+	maxHD         int
+	tensorCores   bool
 }
 
-// attendTileDims are the head dimensions nn_attend_mma is built for: a
-// head of dimension hd (a multiple of 8) runs the first at least hd.
-var attendTileDims = [...]int{64, 128, 256}
+// attendKernels are the tiled kernels, tried in order.
+var attendKernels = [...]attendKernel{
+	{name: "nn_attend_mma_64", rows: 64, threads: 128, maxHD: 64, tensorCores: true},
+	{name: "nn_attend_mma_128", rows: 64, threads: 128, maxHD: 128, tensorCores: true},
+	{name: "nn_attend_tiles", rows: 32, threads: 256, maxHD: maxHeadDim},
+}
 
-// attendTileKernel returns the index in attendTileDims of the kernel for
-// head dimension hd, or -1 when hd is not a multiple of 8 (the per-row
-// kernel takes every row).
+// attendTileKernel returns the index in attendKernels of the kernel for
+// head dimension hd, or -1 when none takes it.
 func attendTileKernel(hd int) int {
-	if hd%8 != 0 {
-		return -1
-	}
-	for i, d := range attendTileDims {
-		if hd <= d {
+	for i, k := range attendKernels {
+		if hd <= k.maxHD && (!k.tensorCores || hd%8 == 0) {
 			return i
 		}
 	}
 	return -1
 }
 
+// smem is the kernel's dynamic shared memory for head dimension hd. The
+// tensor-core kernel holds the tile's queries, the keys and values of
+// attendTileKeys positions (rows padded against bank conflicts) and each
+// of its four warps' 16×attendTileKeys weights; the other holds keys (rows
+// padded by one), values and queries.
+func (k attendKernel) smem(hd int) int {
+	if k.tensorCores {
+		return 4 * (k.rows*(hd+4) + attendTileKeys*(hd+4) + attendTileKeys*(hd+8) + 4*16*(attendTileKeys+4))
+	}
+	return 4 * ((2*attendTileKeys+k.rows)*hd + attendTileKeys)
+}
+
+// loadAttendKernels loads the tiled kernels, each allowed the shared
+// memory of its largest head dimension.
+func loadAttendKernels(load func(name string) (*Function, error)) ([len(attendKernels)]*Function, error) {
+	var fs [len(attendKernels)]*Function
+	for i, k := range attendKernels {
+		f, err := load(k.name)
+		if err == nil {
+			err = f.SetMaxDynamicSharedMemory(k.smem(k.maxHD))
+		}
+		if err != nil {
+			return fs, fmt.Errorf("%s: %w", k.name, err)
+		}
+		fs[i] = f
+	}
+	return fs, nil
+}
+
 // attendTiles splits a pass's attention rows (row i: sequence seqs[i] at
 // position pos[i]): each run of at least attendTileMin rows of one
 // sequence at consecutive positions becomes tiles {first row, rows,
-// sequence, first position} of at most attendTileRows rows, appended to
-// tiles; every other row's index is appended to rest.
-func attendTiles(tiles, rest []int32, seqs, pos []int32) ([]int32, []int32) {
+// sequence, first position} of at most rows rows, appended to tiles; every
+// other row's index is appended to rest.
+func attendTiles(tiles, rest []int32, seqs, pos []int32, rows int) ([]int32, []int32) {
 	for i := 0; i < len(seqs); {
 		j := i + 1
 		for j < len(seqs) && seqs[j] == seqs[i] && pos[j] == pos[j-1]+1 {
@@ -63,8 +96,8 @@ func attendTiles(tiles, rest []int32, seqs, pos []int32) ([]int32, []int32) {
 				rest = append(rest, int32(r))
 			}
 		} else {
-			for r := i; r < j; r += attendTileRows {
-				n := min(attendTileRows, j-r)
+			for r := i; r < j; r += rows {
+				n := min(rows, j-r)
 				tiles = append(tiles, int32(r), int32(n), seqs[r], pos[r])
 			}
 		}

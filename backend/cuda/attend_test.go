@@ -35,7 +35,7 @@ func TestAttendTiles(t *testing.T) {
 		{name: "one tile", seqs: []int32{2, 2, 2, 2, 2, 2, 2, 2}, pos: []int32{5, 6, 7, 8, 9, 10, 11, 12}, tiles: []int32{0, 8, 2, 5}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tiles, rest := attendTiles(nil, nil, tc.seqs, tc.pos)
+			tiles, rest := attendTiles(nil, nil, tc.seqs, tc.pos, 32)
 			if !slices.Equal(tiles, tc.tiles) || !slices.Equal(rest, tc.rest) {
 				t.Errorf("tiles %v rest %v, want %v and %v", tiles, rest, tc.tiles, tc.rest)
 			}
@@ -44,11 +44,12 @@ func TestAttendTiles(t *testing.T) {
 	// A chunked-prefill pass: decode rows, a 75-row prompt, a prompt that
 	// restarts its positions (two sequences in a row), a gap.
 	seqs, pos := cat(r(0, 40, 1), r(1, 0, 75), r(2, 3, 1), r(3, 0, 9), r(4, 0, 12), r(4, 20, 8), r(5, 2, 3))
-	tiles, rest := attendTiles(nil, nil, seqs, pos)
+	const rows = 32
+	tiles, rest := attendTiles(nil, nil, seqs, pos, rows)
 	seen := make([]int, len(seqs))
 	for k := 0; k < len(tiles); k += 4 {
 		r0, n, s, p0 := tiles[k], tiles[k+1], tiles[k+2], tiles[k+3]
-		if n <= 0 || n > attendTileRows {
+		if n <= 0 || n > rows {
 			t.Fatalf("tile %v: %d rows", tiles[k:k+4], n)
 		}
 		for j := range n {
@@ -66,14 +67,31 @@ func TestAttendTiles(t *testing.T) {
 			t.Errorf("row %d taken %d times", i, c)
 		}
 	}
-	if want := 4 * ((75+attendTileRows-1)/attendTileRows + 3); len(tiles) != want {
-		t.Errorf("%d tiles, want %d (75 rows in tiles of %d; 9, 12 and 8 in one each)", len(tiles)/4, want/4, attendTileRows)
+	if want := 4 * ((75+rows-1)/rows + 3); len(tiles) != want {
+		t.Errorf("%d tiles, want %d (75 rows in tiles of %d; 9, 12 and 8 in one each)", len(tiles)/4, want/4, rows)
 	}
 	if want := []int32{0, 76, 106, 107, 108}; !slices.Equal(rest, want) {
 		t.Errorf("rest %v, want %v", rest, want)
 	}
 	// Scratch is reused without allocating.
-	if a := testing.AllocsPerRun(10, func() { tiles, rest = attendTiles(tiles[:0], rest[:0], seqs, pos) }); a != 0 {
+	if a := testing.AllocsPerRun(10, func() { tiles, rest = attendTiles(tiles[:0], rest[:0], seqs, pos, rows) }); a != 0 {
 		t.Errorf("%v allocations per split with scratch", a)
+	}
+}
+
+// TestAttendTileKernel checks which tiled kernel takes each head dimension
+// and that each fits an SM's shared memory at its largest.
+func TestAttendTileKernel(t *testing.T) {
+	for _, tc := range []struct{ hd, want int }{
+		{8, 0}, {16, 0}, {20, 2}, {64, 0}, {72, 1}, {128, 1}, {132, 2}, {192, 2}, {256, 2}, {257, -1},
+	} {
+		if got := attendTileKernel(tc.hd); got != tc.want {
+			t.Errorf("head dimension %d: kernel %d, want %d", tc.hd, got, tc.want)
+		}
+	}
+	for _, k := range attendKernels {
+		if s := k.smem(k.maxHD); s > 227<<10 {
+			t.Errorf("%s: %d bytes of shared memory at head dimension %d, more than an SM's 227 KiB", k.name, s, k.maxHD)
+		}
 	}
 }

@@ -61,7 +61,7 @@ type NNOptions struct {
 type nnKernels struct {
 	embed, embedBF16, toBF16, gemvBF16, argmax, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary,
 	mulSigmoidRows, clampDelta, rope, kvAppend, kvMove, attend, kdaGate *Function
-	attendTiles [len(attendTileDims)]*Function
+	attendTiles [len(attendKernels)]*Function
 }
 
 // nnRingBytes bounds the row lists one pass can hold before the ring wraps
@@ -109,16 +109,9 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 			return nil, err
 		}
 	}
-	for i, hd := range attendTileDims {
-		f, err := d.Kernel(ctx, "nn.cu", fmt.Sprintf("nn_attend_mma_%d", hd))
-		if err == nil {
-			err = f.SetMaxDynamicSharedMemory(attendTileSmem(hd))
-		}
-		if err != nil {
-			b.Close()
-			return nil, err
-		}
-		b.fn.attendTiles[i] = f
+	if b.fn.attendTiles, err = loadAttendKernels(func(name string) (*Function, error) { return d.Kernel(ctx, "nn.cu", name) }); err != nil {
+		b.Close()
+		return nil, err
 	}
 	b.gemv = b.fn.gemvBF16
 	if err = b.s.Defer(!opt.Eager); err != nil {
@@ -888,7 +881,7 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 	kv.tiles, kv.rest = kv.tiles[:0], kv.rest[:0]
 	ki := attendTileKernel(hd)
 	if ki >= 0 {
-		kv.tiles, kv.rest = attendTiles(kv.tiles, kv.rest, seqs, pos)
+		kv.tiles, kv.rest = attendTiles(kv.tiles, kv.rest, seqs, pos, attendKernels[ki].rows)
 	}
 	a := &b.args
 	if len(kv.tiles) > 0 {
@@ -903,7 +896,8 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 		a.I32(int32(hd))
 		a.I32(int32(kv.maxLen))
 		a.F32(scale)
-		b.launchShared(b.fn.attendTiles[ki], [3]uint32{uint32(len(kv.tiles) / 4), uint32(heads), 1}, 128, attendTileSmem(hd))
+		k := attendKernels[ki]
+		b.launchShared(b.fn.attendTiles[ki], [3]uint32{uint32(len(kv.tiles) / 4), uint32(heads), 1}, uint32(k.threads), k.smem(hd))
 		if len(kv.rest) == 0 {
 			return
 		}

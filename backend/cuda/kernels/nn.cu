@@ -493,8 +493,8 @@ __device__ __forceinline__ void att_mma3(float* d, const unsigned* aBig, const u
 // row, P through shared memory into the operand layout, then O += P·V.
 // Products are split TensorFloat-32 (att_mma3), float32-accurate, so the
 // result agrees with nn_attend's to float32 rounding. Grid: (tiles,
-// heads), 128 threads, dynamic shared memory att_smem(hd) floats; hd a
-// multiple of 8, at most NT·8.
+// heads), 128 threads, dynamic shared memory of attendTileSmem(hd) bytes
+// (attend.go); hd a multiple of 8, at most NT·8.
 #define ATT_ROWS 64
 #define ATT_KEYS 32
 template <int NT>
@@ -515,9 +515,12 @@ __device__ __forceinline__ void att_tiles(float* __restrict__ o, int os, const f
     const int width = kvHeads * hd, off = (h / (heads / kvHeads)) * hd;
     const float* K = kc + (long long)seq * maxLen * width + off;
     const float* V = vc + (long long)seq * maxLen * width + off;
-    for (int e = threadIdx.x; e < ATT_ROWS * hd; e += blockDim.x) {
-        const int r = e / hd, d = e - r * hd;
-        Qs[r * qsd + d] = r < count ? q[(long long)(row0 + r) * qs + h * hd + d] : 0.0f;
+    const int warps = blockDim.x >> 5;
+    for (int r = threadIdx.x >> 5; r < ATT_ROWS; r += warps) {
+        const float* qr = q + (long long)(row0 + r) * qs + h * hd;
+        for (int d = threadIdx.x & 31; d < hd; d += 32) {
+            Qs[r * qsd + d] = r < count ? qr[d] : 0.0f;
+        }
     }
     float* P = Ps + warp * 16 * psd;
     const int wr = warp * 16;               // the warp's first row in the tile
@@ -535,11 +538,12 @@ __device__ __forceinline__ void att_tiles(float* __restrict__ o, int os, const f
     for (int t0 = 0; t0 <= last; t0 += ATT_KEYS) {
         const int n = min(ATT_KEYS, last + 1 - t0);
         __syncthreads(); // the previous tile is read (and Qs written)
-        for (int e = threadIdx.x; e < ATT_KEYS * hd; e += blockDim.x) {
-            const int k = e / hd, d = e - k * hd;
-            const long long at = (long long)(t0 + k) * width + d;
-            Ks[k * ksd + d] = k < n ? K[at] : 0.0f;
-            Vs[k * vsd + d] = k < n ? V[at] : 0.0f;
+        for (int k = threadIdx.x >> 5; k < ATT_KEYS; k += warps) {
+            const long long at = (long long)(t0 + k) * width;
+            for (int d = threadIdx.x & 31; d < hd; d += 32) {
+                Ks[k * ksd + d] = k < n ? K[at + d] : 0.0f;
+                Vs[k * vsd + d] = k < n ? V[at + d] : 0.0f;
+            }
         }
         __syncthreads();
         if (wr >= count || pos0 + wr + 15 < t0) {
@@ -663,4 +667,140 @@ __device__ __forceinline__ void att_tiles(float* __restrict__ o, int os, const f
     }
 ATT_KERNEL(64)
 ATT_KERNEL(128)
-ATT_KERNEL(256)
+
+// nn_attend_tiles is nn_attend for a prompt's rows where nn_attend_mma
+// does not serve (heads of more than 128 dimensions, or not a multiple of
+// 8: at 256 its shared memory leaves one block per SM): tile k of tiles
+// ({row0, count, seq, pos0}, count ≤ ATTS_ROWS) is rows row0.. of sequence
+// seq at positions pos0.., and a block stages the keys and values of
+// ATTS_KEYS positions at a time in shared memory for all of them, where
+// nn_attend reads each once per row. Warp w holds rows 4w..4w+3: lane t
+// scores key t against them, then the lanes, over the head's dimensions,
+// fold the tile into each row's online softmax. Grid: (tiles, heads), 256
+// threads, dynamic shared memory ((2·ATTS_KEYS + ATTS_ROWS)·hd + ATTS_KEYS)
+// floats; hd ≤ 256.
+#define ATTS_ROWS 32
+#define ATTS_KEYS 32
+#define ATT_WARP_ROWS 4
+extern "C" __global__ void __launch_bounds__(256) nn_attend_tiles(float* __restrict__ o, int os,
+    const float* __restrict__ q, int qs, const float* __restrict__ kc, const float* __restrict__ vc,
+    const int* __restrict__ tiles, int heads, int kvHeads, int hd, int maxLen, float scale)
+{
+    extern __shared__ float sm[];
+    const int hdp = hd + 1; // a padded key row: lane t reads row t without bank conflicts
+    float* Ks = sm;                   // [ATTS_KEYS][hd+1]
+    float* Vs = Ks + ATTS_KEYS * hdp;  // [ATTS_KEYS][hd]
+    float* Qs = Vs + ATTS_KEYS * hd;   // [ATTS_ROWS][hd]
+    const int* tl = tiles + 4 * blockIdx.x;
+    const int row0 = tl[0], count = tl[1], seq = tl[2], pos0 = tl[3];
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int width = kvHeads * hd, off = (h / (heads / kvHeads)) * hd;
+    const float* K = kc + (long long)seq * maxLen * width + off;
+    const float* V = vc + (long long)seq * maxLen * width + off;
+    for (int e = threadIdx.x; e < ATTS_ROWS * hd; e += blockDim.x) {
+        const int r = e / hd, d = e - r * hd;
+        Qs[e] = r < count ? q[(long long)(row0 + r) * qs + h * hd + d] : 0.0f;
+    }
+    constexpr int PER = 8; // hd ≤ 32·PER
+    float acc[ATT_WARP_ROWS][PER], m[ATT_WARP_ROWS], l[ATT_WARP_ROWS];
+#pragma unroll
+    for (int r = 0; r < ATT_WARP_ROWS; r++) {
+        m[r] = __int_as_float(0xff800000); // −∞
+        l[r] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            acc[r][j] = 0.0f;
+        }
+    }
+    const int wr = warp * ATT_WARP_ROWS; // the warp's first row in the tile
+    const int last = pos0 + count - 1;   // the last position any row sees
+    for (int t0 = 0; t0 <= last; t0 += ATTS_KEYS) {
+        const int n = min(ATTS_KEYS, last + 1 - t0);
+        __syncthreads(); // the previous tile is read (and Qs written)
+        for (int e = threadIdx.x; e < ATTS_KEYS * hd; e += blockDim.x) {
+            const int t = e / hd, d = e - t * hd;
+            const long long at = (long long)(t0 + t) * width + d;
+            Ks[t * hdp + d] = t < n ? K[at] : 0.0f;
+            Vs[t * hd + d] = t < n ? V[at] : 0.0f;
+        }
+        __syncthreads();
+        if (wr >= count || pos0 + wr + ATT_WARP_ROWS - 1 < t0) {
+            continue; // the warp's rows are past the tile's, or see none of its keys
+        }
+        float s[ATT_WARP_ROWS];
+#pragma unroll
+        for (int r = 0; r < ATT_WARP_ROWS; r++) {
+            s[r] = 0.0f;
+        }
+        const float* kt = Ks + lane * hdp;
+        const float* qw = Qs + wr * hd;
+        for (int d = 0; d < hd; d++) {
+            const float kd = kt[d];
+#pragma unroll
+            for (int r = 0; r < ATT_WARP_ROWS; r++) {
+                s[r] += qw[r * hd + d] * kd;
+            }
+        }
+        float p[ATT_WARP_ROWS];
+#pragma unroll
+        for (int r = 0; r < ATT_WARP_ROWS; r++) {
+            const bool ok = lane < n && wr + r < count && t0 + lane <= pos0 + wr + r;
+            const float sr = ok ? s[r] * scale : __int_as_float(0xff800000);
+            float mt = sr;
+            for (int w = 16; w > 0; w >>= 1) {
+                mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, w));
+            }
+            const float mNew = fmaxf(m[r], mt);
+            if (mNew == __int_as_float(0xff800000)) {
+                p[r] = 0.0f; // a row past the count: nothing seen yet
+                continue;
+            }
+            const float corr = expf(m[r] - mNew);
+            p[r] = ok ? expf(sr - mNew) : 0.0f;
+            float ps = p[r];
+            for (int w = 16; w > 0; w >>= 1) {
+                ps += __shfl_xor_sync(0xffffffffu, ps, w);
+            }
+            l[r] = l[r] * corr + ps;
+            m[r] = mNew;
+#pragma unroll
+            for (int j = 0; j < PER; j++) {
+                acc[r][j] *= corr;
+            }
+        }
+        for (int t = 0; t < n; t++) {
+            float pt[ATT_WARP_ROWS];
+#pragma unroll
+            for (int r = 0; r < ATT_WARP_ROWS; r++) {
+                pt[r] = __shfl_sync(0xffffffffu, p[r], t);
+            }
+            const float* vt = Vs + t * hd;
+#pragma unroll
+            for (int j = 0; j < PER; j++) {
+                const int c = lane + 32 * j;
+                if (c < hd) {
+                    const float v = vt[c];
+#pragma unroll
+                    for (int r = 0; r < ATT_WARP_ROWS; r++) {
+                        acc[r][j] += pt[r] * v;
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < ATT_WARP_ROWS; r++) {
+        if (wr + r >= count) {
+            continue;
+        }
+        float* oh = o + (long long)(row0 + wr + r) * os + h * hd;
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int c = lane + 32 * j;
+            if (c < hd) {
+                oh[c] = acc[r][j] / l[r];
+            }
+        }
+    }
+}
+
