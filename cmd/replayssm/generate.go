@@ -273,14 +273,9 @@ func runGenerate(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	acceptRule, err := spf.check()
+	opt, acceptRule, err := spf.resolve(opt)
 	if err != nil {
 		return err
-	}
-	if spf.enabled() {
-		if opt, err = spf.stateOptions(opt); err != nil {
-			return err
-		}
 	}
 	if *maxTokens <= 0 {
 		return fmt.Errorf("%w: --max-tokens must be positive", errUsage)

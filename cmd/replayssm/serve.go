@@ -49,14 +49,9 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	acceptRule, err := spf.check()
+	opt, acceptRule, err := spf.resolve(opt)
 	if err != nil {
 		return err
-	}
-	if spf.enabled() {
-		if opt, err = spf.stateOptions(opt); err != nil {
-			return err
-		}
 	}
 	for _, f := range []struct {
 		name string

@@ -63,8 +63,19 @@ func (f specFlags) check() (spec.Acceptance, error) {
 	return acc, nil
 }
 
-// stateOptions returns the target's state options under speculation: the
-// --spec-mode state mode and room for T+1 positions per verify.
+// resolve validates the flags and returns the acceptance rule and the
+// target's state options: opt, or under speculation the --spec-mode state
+// mode and room for T+1 positions per verify.
+func (f specFlags) resolve(opt replay.Options) (replay.Options, spec.Acceptance, error) {
+	acc, err := f.check()
+	if err != nil || !f.enabled() {
+		return opt, acc, err
+	}
+	opt, err = f.stateOptions(opt)
+	return opt, acc, err
+}
+
+// stateOptions returns the target's state options under speculation.
 func (f specFlags) stateOptions(opt replay.Options) (replay.Options, error) {
 	if *f.mode != "" {
 		m, err := replay.ParseMode(*f.mode)
