@@ -12,7 +12,10 @@ type prefillPlan struct {
 	index  []int32
 	T      int
 
-	n []int // scratch: the sequences' counts while building
+	// Scratch kept across passes: the sequences' counts while building,
+	// each sequence's place in seqs (−1: not in the plan), and counts'
+	// backing array.
+	n, at, countsBuf []int
 }
 
 func (p *prefillPlan) reset() {
@@ -23,34 +26,41 @@ func (p *prefillPlan) reset() {
 // first appearance.
 func (p *prefillPlan) build(rows []Row, count []int) {
 	p.reset()
-	at := map[int32]int{}
+	for len(p.at) < len(count) {
+		p.at = append(p.at, -1)
+	}
 	for _, r := range rows {
 		q := int32(r.Seq)
-		if count[q] < 2 {
+		if count[q] < 2 || p.at[q] >= 0 {
 			continue
 		}
-		if _, ok := at[q]; !ok {
-			at[q] = len(p.seqs)
-			p.seqs = append(p.seqs, q)
-			p.T = max(p.T, count[q])
-		}
+		p.at[q] = len(p.seqs)
+		p.seqs = append(p.seqs, q)
+		p.T = max(p.T, count[q])
 	}
 	if len(p.seqs) == 0 {
 		return
 	}
-	p.n = append(p.n[:0], make([]int, len(p.seqs))...)
+	p.n = p.n[:0]
+	for range p.seqs {
+		p.n = append(p.n, 0)
+	}
 	for range len(p.seqs) * p.T {
 		p.index = append(p.index, -1)
 	}
 	for i, r := range rows {
-		if k, ok := at[int32(r.Seq)]; ok {
+		if k := p.at[r.Seq]; k >= 0 {
 			p.index[k*p.T+p.n[k]] = int32(i)
 			p.n[k]++
 		}
 	}
+	for _, q := range p.seqs {
+		p.at[q] = -1
+	}
 	for _, c := range p.n {
 		if c != p.T {
-			p.counts = append([]int(nil), p.n...)
+			p.countsBuf = append(p.countsBuf[:0], p.n...)
+			p.counts = p.countsBuf
 			break
 		}
 	}
