@@ -564,7 +564,7 @@ func decodeSteps(t *testing.T, m *nn.Decoder, opt replay.Options, steps int) [][
 	return out
 }
 
-// TestNNEngineGraphs generates greedily at batch 1 and 3 through the engine
+// TestNNEngineGraphs generates greedily at batch 1, 3 and 64 through the engine
 // on the shipped models, as bench decode does, and requires that the decode
 // steps run as graphs: a pass whose operations change from one step to the
 // next (an address, an argument) would play op by op every time. A missed
@@ -615,7 +615,7 @@ func TestNNEngineGraphs(t *testing.T) {
 	defer func() { tp.missed = nil }()
 	for _, dir := range []string{"../../models/qwen35-kjv", "../../models/nemotronh-kjv"} {
 		d := loadOn(t, dir, be)
-		for _, B := range []int{1, 3} {
+		for _, B := range []int{1, 3, 64} {
 			reqs := make([]engine.Request, B)
 			for i := range reqs {
 				reqs[i] = engine.Request{Prompt: []int{5 + i, 17, 33, 2, 9}, MaxTokens: 40}
