@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -84,8 +85,9 @@ type replayCommon struct {
 
 	conv *convWindows // nil: built without conv weights
 
-	args Args // the launch being built; a cache is driven by one goroutine
-	bufs []Buffer
+	args  Args // the launch being built; a cache is driven by one goroutine
+	clear clearTable
+	bufs  []Buffer
 }
 
 // slotArray is a device array of capacity equal parts, one per slot.
@@ -388,19 +390,71 @@ func (c *replayCommon) Evict(s replay.Slot) error {
 	return nil
 }
 
-// clearSlot queues zeroing slot s's state, read copy, conv window and
-// cursors.
-func (c *replayCommon) clearSlot(s replay.Slot) error {
+// clearParts are the parts of slot s that Admit and Reset zero: its
+// state, read copy, conv window and cursors.
+func (c *replayCommon) clearParts(s replay.Slot) []Buffer {
 	parts := c.stateParts(s)
 	if c.conv != nil {
 		parts = append(parts, c.conv.window(s))
 	}
-	for _, b := range append(parts, c.cursor(c.hist, s), c.cursor(c.cur, s), c.cursor(c.pending, s)) {
-		if err := c.s.Memset32(b, 0); err != nil {
-			return err
+	return append(parts, c.cursor(c.hist, s), c.cursor(c.cur, s), c.cursor(c.pending, s))
+}
+
+// newClearTable puts every slot's clearParts on the device, so that
+// clearing a slot is one launch of zero_slot rather than a memset per part
+// (admitting 256 sequences into a model of 21 SSM layers was some 30,000
+// launches in the first pass). It runs once the cache's buffers, conv
+// windows included, exist.
+func (c *replayCommon) newClearTable(ctx context.Context, capacity int) error {
+	fn, err := c.d.Kernel(ctx, "fill.cu", "zero_slot")
+	if err != nil {
+		return err
+	}
+	n := len(c.clearParts(0))
+	raw := make([]byte, 16*capacity*n)
+	longest := 0
+	for s := range capacity {
+		parts := c.clearParts(replay.Slot(s))
+		if len(parts) != n {
+			return fmt.Errorf("slot %d has %d parts to clear, slot 0 %d", s, len(parts), n)
+		}
+		for k, p := range parts {
+			if p.bytes%4 != 0 {
+				return fmt.Errorf("a part of %d bytes to clear is not whole 4-byte words", p.bytes)
+			}
+			at := 16 * (s*n + k)
+			binary.LittleEndian.PutUint64(raw[at:], p.ptr)
+			binary.LittleEndian.PutUint64(raw[at+8:], uint64(p.bytes/4))
+			longest = max(longest, p.bytes/4)
 		}
 	}
+	tbl, err := c.alloc(len(raw))
+	if err != nil {
+		return err
+	}
+	if err := c.d.CopyToDevice(tbl, raw); err != nil {
+		return err
+	}
+	c.clear = clearTable{fn: fn, table: tbl, parts: n, blocks: max(1, min((longest+255)/256, 2*c.d.Multiprocessors()))}
 	return nil
+}
+
+// clearTable is newClearTable's: the kernel, the table, parts per slot and
+// the blocks that stride over the longest part.
+type clearTable struct {
+	fn            *Function
+	table         Buffer
+	parts, blocks int
+}
+
+// clearSlot queues zeroing slot s's clearParts.
+func (c *replayCommon) clearSlot(s replay.Slot) error {
+	a := &c.args
+	a.Reset()
+	a.Ptr(c.clear.table)
+	a.I32(int32(c.clear.parts))
+	a.I32(int32(s))
+	return c.d.Launch(c.clear.fn, [3]uint32{uint32(c.clear.blocks), uint32(c.clear.parts), 1}, [3]uint32{256, 1, 1}, 0, c.s, a)
 }
 
 // cursor is slot s's int32 in a cursor array.

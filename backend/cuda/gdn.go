@@ -97,6 +97,9 @@ func newGDNCache(ctx context.Context, s *Stream, shape ssm.GDNShape, prm replay.
 	if err := c.newConvWindows(ctx, conv); err != nil {
 		return fail(err)
 	}
+	if err := c.newClearTable(ctx, capacity); err != nil {
+		return fail(err)
+	}
 	return c, nil
 }
 

@@ -149,6 +149,9 @@ func buildMamba2(ctx context.Context, s *Stream, shape ssm.Mamba2Shape, prm repl
 	if err := c.newConvWindows(ctx, conv); err != nil {
 		return fail(err)
 	}
+	if err := c.newClearTable(ctx, capacity); err != nil {
+		return fail(err)
+	}
 	return c, nil
 }
 

@@ -54,3 +54,17 @@ extern "C" __global__ void fill_uniform_bf16(unsigned short* __restrict__ dst, u
         dst[i] = (unsigned short)((bits + 0x7fffU + ((bits >> 16) & 1U)) >> 16);
     }
 }
+
+// zero_slot zeroes the parts of one slot of a cache: row `slot` of a table
+// [slots][n] of {device address, 4-byte words}, part blockIdx.y, the
+// blocks along x striding over its words. Grid: (blocks, n).
+extern "C" __global__ void zero_slot(const unsigned long long* __restrict__ table, int n, int slot)
+{
+    const unsigned long long* e = table + 2 * ((long long)slot * n + blockIdx.y);
+    unsigned* p = (unsigned*)e[0];
+    const unsigned long long words = e[1];
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < words;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        p[i] = 0u;
+    }
+}
