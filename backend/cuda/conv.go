@@ -67,14 +67,19 @@ func (cw *convWindows) grid(batch int) [3]uint32 {
 	return [3]uint32{uint32((batch*cw.w.Channels + 255) / 256), 1, 1}
 }
 
-// run queues conv_apply over batch slots of T inputs each.
-func (cw *convWindows) run(s *Stream, slots, in, out Buffer, batch, T int, shift bool) error {
+// rowArgs starts a launch's arguments with the windows, weights and slots,
+// then counts (when withCounts: conv_prefill's) and the rows in and out,
+// then the shape.
+func (cw *convWindows) rowArgs(slots, counts, in, out Buffer, withCounts bool, batch, T int) *Args {
 	a := &cw.args
 	a.Reset()
 	a.Ptr(cw.win.buf)
 	a.Ptr(cw.weight)
 	a.Ptr(cw.bias)
 	a.Ptr(slots)
+	if withCounts {
+		a.Ptr(counts)
+	}
 	a.Ptr(in)
 	a.Ptr(out)
 	a.I32(int32(batch))
@@ -82,8 +87,26 @@ func (cw *convWindows) run(s *Stream, slots, in, out Buffer, batch, T int, shift
 	a.I32(int32(cw.w.Channels))
 	a.I32(int32(cw.w.Kernel))
 	a.I32(int32(cw.rows))
+	return a
+}
+
+// run queues conv_apply over batch slots of T inputs each.
+func (cw *convWindows) run(s *Stream, slots, in, out Buffer, batch, T int, shift bool) error {
+	a := cw.rowArgs(slots, Buffer{}, in, out, false, batch, T)
 	a.I32(int32(b2i(shift)))
 	return s.d.Launch(cw.apply, cw.grid(batch), [3]uint32{256, 1, 1}, 0, s, a)
+}
+
+// convPrefillChunk is how many consecutive outputs of one channel a thread
+// of conv_prefill computes (CONV_PREFILL_CHUNK there).
+const convPrefillChunk = 64
+
+// prefill queues conv_prefill (fn, from the cache's prefill module) over
+// batch slots of T inputs each, counts (may be null) each slot's own.
+func (cw *convWindows) prefill(s *Stream, fn *Function, slots, counts, in, out Buffer, batch, T int) error {
+	a := cw.rowArgs(slots, counts, in, out, true, batch, T)
+	grid := [3]uint32{uint32((cw.w.Channels + 127) / 128), uint32((T + convPrefillChunk - 1) / convPrefillChunk), uint32(batch)}
+	return s.d.Launch(fn, grid, [3]uint32{128, 1, 1}, 0, s, a)
 }
 
 // shift queues conv_shift: each slot's window takes its accepted drafts.

@@ -771,77 +771,92 @@ func (a *gpuArena) Close() {
 	a.free()
 }
 
-// gpuKV keeps keys and values as [capacity][maxLen][width], growing maxLen
-// by doubling.
-type gpuKV struct {
+// seqArrays are device arrays [capacity][maxLen][width] float32 of each
+// sequence's positions, growing maxLen by doubling (moving the positions
+// held): the KV cache's keys and values, the latent cache's latents.
+type seqArrays struct {
 	b                       *NNBackend
-	k, v                    Buffer
+	what                    string
+	bufs                    []Buffer
 	capacity, width, maxLen int
 	lens                    []int
-	tiles, rest             []int32 // Attend's split of its rows (attendTiles)
 }
 
-func (b *NNBackend) NewKV(capacity, width int) nn.KVCache {
-	return &gpuKV{b: b, capacity: capacity, width: width, lens: make([]int, capacity)}
+func newSeqArrays(b *NNBackend, what string, arrays, capacity, width int) seqArrays {
+	return seqArrays{b: b, what: what, bufs: make([]Buffer, arrays), capacity: capacity, width: width, lens: make([]int, capacity)}
 }
 
-func (kv *gpuKV) Len(seq int) int     { return kv.lens[seq] }
-func (kv *gpuKV) Truncate(seq, n int) { kv.lens[seq] = min(kv.lens[seq], n) }
+func (s *seqArrays) Len(seq int) int     { return s.lens[seq] }
+func (s *seqArrays) Truncate(seq, n int) { s.lens[seq] = min(s.lens[seq], n) }
 
-func (kv *gpuKV) Close() {
-	b := kv.b
-	for _, buf := range []Buffer{kv.k, kv.v} {
-		if buf.ptr != 0 {
-			b.fail(b.s.Synchronize())
-			b.fail(b.d.Free(buf))
-		}
+// Close waits for the stream (the last pass may still read the arrays)
+// and frees them.
+func (s *seqArrays) Close() {
+	s.free(s.bufs)
+	clear(s.bufs)
+}
+
+func (s *seqArrays) free(bufs []Buffer) {
+	b := s.b
+	if len(bufs) == 0 || bufs[0].ptr == 0 {
+		return
 	}
-	kv.k, kv.v = Buffer{}, Buffer{}
+	b.fail(b.s.Synchronize())
+	for _, buf := range bufs {
+		b.fail(b.d.Free(buf))
+	}
 }
 
 // grow makes room for n positions a sequence.
-func (kv *gpuKV) grow(n int) error {
-	if n <= kv.maxLen {
+func (s *seqArrays) grow(n int) error {
+	if n <= s.maxLen {
 		return nil
 	}
-	newLen := max(64, kv.maxLen)
+	newLen := max(64, s.maxLen)
 	for newLen < n {
 		newLen *= 2
 	}
-	b := kv.b
-	bytes := 4 * kv.capacity * newLen * kv.width
-	nk, err := b.d.Alloc(bytes)
-	if err != nil {
-		return fmt.Errorf("kv cache of %d positions: %w", newLen, err)
-	}
-	nv, err := b.d.Alloc(bytes)
-	if err != nil {
-		b.d.Free(nk)
-		return fmt.Errorf("kv cache of %d positions: %w", newLen, err)
+	b := s.b
+	fresh := make([]Buffer, len(s.bufs))
+	for i := range fresh {
+		buf, err := b.d.Alloc(4 * s.capacity * newLen * s.width)
+		if err != nil {
+			for _, f := range fresh[:i] {
+				b.d.Free(f)
+			}
+			return fmt.Errorf("%s of %d positions: %w", s.what, newLen, err)
+		}
+		fresh[i] = buf
 	}
 	longest := 0
-	for _, l := range kv.lens {
+	for _, l := range s.lens {
 		longest = max(longest, l)
 	}
-	if kv.maxLen > 0 && longest > 0 {
-		for _, p := range [][2]Buffer{{nk, kv.k}, {nv, kv.v}} {
+	if s.maxLen > 0 && longest > 0 {
+		for i := range fresh {
 			a := &b.args
 			a.Reset()
-			a.Ptr(p[0])
-			a.Ptr(p[1])
-			a.I32(int32(kv.width))
-			a.I32(int32(kv.maxLen))
+			a.Ptr(fresh[i])
+			a.Ptr(s.bufs[i])
+			a.I32(int32(s.width))
+			a.I32(int32(s.maxLen))
 			a.I32(int32(newLen))
-			b.launch(b.fn.kvMove, [3]uint32{uint32(longest), uint32(kv.capacity), 1}, rowThreads(kv.width))
+			b.launch(b.fn.kvMove, [3]uint32{uint32(longest), uint32(s.capacity), 1}, rowThreads(s.width))
 		}
 	}
-	if kv.k.ptr != 0 {
-		b.fail(b.s.Synchronize())
-		b.fail(b.d.Free(kv.k))
-		b.fail(b.d.Free(kv.v))
-	}
-	kv.k, kv.v, kv.maxLen = nk, nv, newLen
+	s.free(s.bufs)
+	s.bufs, s.maxLen = fresh, newLen
 	return b.err
+}
+
+// gpuKV keeps keys (bufs[0]) and values (bufs[1]).
+type gpuKV struct {
+	seqArrays
+	tiles, rest []int32 // Attend's split of its rows (attendTiles)
+}
+
+func (b *NNBackend) NewKV(capacity, width int) nn.KVCache {
+	return &gpuKV{seqArrays: newSeqArrays(b, "kv cache", 2, capacity, width)}
 }
 
 func (kv *gpuKV) Append(k, v nn.Tensor, seqs, pos []int32) error {
@@ -856,8 +871,8 @@ func (kv *gpuKV) Append(k, v nn.Tensor, seqs, pos []int32) error {
 	defer b.span(opKVAppend)()
 	a := &b.args
 	a.Reset()
-	a.Ptr(kv.k)
-	a.Ptr(kv.v)
+	a.Ptr(kv.bufs[0])
+	a.Ptr(kv.bufs[1])
 	b.tensorArg(k)
 	b.tensorArg(v)
 	a.Ptr(b.i32(seqs))
@@ -888,8 +903,8 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 		a.Reset()
 		b.tensorArg(o)
 		b.tensorArg(q)
-		a.Ptr(kv.k)
-		a.Ptr(kv.v)
+		a.Ptr(kv.bufs[0])
+		a.Ptr(kv.bufs[1])
 		a.Ptr(b.i32(kv.tiles))
 		a.I32(int32(heads))
 		a.I32(int32(kvHeads))
@@ -909,8 +924,8 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 	a.Reset()
 	b.tensorArg(o)
 	b.tensorArg(q)
-	a.Ptr(kv.k)
-	a.Ptr(kv.v)
+	a.Ptr(kv.bufs[0])
+	a.Ptr(kv.bufs[1])
 	a.Ptr(b.i32(seqs))
 	a.Ptr(b.i32(pos))
 	a.Ptr(rows)
@@ -922,76 +937,24 @@ func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd in
 	b.launch(b.fn.attend, [3]uint32{uint32(n), uint32(heads), 1}, 32)
 }
 
-// gpuLatent keeps a latent-attention layer's latents as
-// [capacity][maxLen][width], growing maxLen by doubling, with the
-// backend's own row kernels: Append scatters rows into it and Read copies
-// a sequence's rows out, through tensor views of the buffer.
+// gpuLatent keeps a latent-attention layer's latents as seqArrays, with
+// the backend's own row kernels: Append scatters rows into it and Read
+// copies a sequence's rows out, through tensor views of the buffer.
 type gpuLatent struct {
-	b                       *NNBackend
-	x                       Buffer
-	capacity, width, maxLen int
-	lens                    []int
+	seqArrays
+	rows []int32 // Append's scratch
 }
 
 func (b *NNBackend) NewLatent(capacity, width int) nn.LatentCache {
-	return &gpuLatent{b: b, capacity: capacity, width: width, lens: make([]int, capacity)}
-}
-
-func (c *gpuLatent) Len(seq int) int     { return c.lens[seq] }
-func (c *gpuLatent) Truncate(seq, n int) { c.lens[seq] = min(c.lens[seq], n) }
-
-func (c *gpuLatent) Close() {
-	b := c.b
-	if c.x.ptr != 0 {
-		b.fail(b.s.Synchronize())
-		b.fail(b.d.Free(c.x))
-	}
-	c.x = Buffer{}
+	return &gpuLatent{seqArrays: newSeqArrays(b, "latent cache", 1, capacity, width)}
 }
 
 // view is the whole buffer as [capacity·maxLen][width] rows.
 func (c *gpuLatent) view() nn.Tensor {
-	return nn.Tensor{S: &gpuBuf{buf: c.x, dtype: Float32}, Rows: c.capacity * c.maxLen, Cols: c.width, Stride: c.width}
-}
-
-// grow makes room for n positions a sequence.
-func (c *gpuLatent) grow(n int) error {
-	if n <= c.maxLen {
-		return nil
-	}
-	newLen := max(64, c.maxLen)
-	for newLen < n {
-		newLen *= 2
-	}
-	b := c.b
-	nx, err := b.d.Alloc(4 * c.capacity * newLen * c.width)
-	if err != nil {
-		return fmt.Errorf("latent cache of %d positions: %w", newLen, err)
-	}
-	longest := 0
-	for _, l := range c.lens {
-		longest = max(longest, l)
-	}
-	if c.maxLen > 0 && longest > 0 {
-		a := &b.args
-		a.Reset()
-		a.Ptr(nx)
-		a.Ptr(c.x)
-		a.I32(int32(c.width))
-		a.I32(int32(c.maxLen))
-		a.I32(int32(newLen))
-		b.launch(b.fn.kvMove, [3]uint32{uint32(longest), uint32(c.capacity), 1}, rowThreads(c.width))
-	}
-	if c.x.ptr != 0 {
-		b.fail(b.s.Synchronize())
-		b.fail(b.d.Free(c.x))
-	}
-	c.x, c.maxLen = nx, newLen
-	return b.err
+	return nn.Tensor{S: &gpuBuf{buf: c.bufs[0], dtype: Float32}, Rows: c.capacity * c.maxLen, Cols: c.width, Stride: c.width}
 }
 
 func (c *gpuLatent) Append(x nn.Tensor, seqs, pos []int32) error {
-	rows := make([]int32, len(seqs))
 	need, err := nn.CheckAppend(seqs, pos, c.Len)
 	if err != nil {
 		return err
@@ -999,10 +962,11 @@ func (c *gpuLatent) Append(x nn.Tensor, seqs, pos []int32) error {
 	if err := c.grow(need); err != nil {
 		return err
 	}
+	c.rows = c.rows[:0]
 	for i, q := range seqs {
-		rows[i] = int32(int(q)*c.maxLen + int(pos[i]))
+		c.rows = append(c.rows, int32(int(q)*c.maxLen+int(pos[i])))
 	}
-	c.b.Scatter(c.view(), x, rows)
+	c.b.Scatter(c.view(), x, c.rows)
 	for _, q := range seqs {
 		c.lens[q]++
 	}

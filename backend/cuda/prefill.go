@@ -26,10 +26,6 @@ func (c *replayCommon) bindPrefill(ctx context.Context, src string, capacity int
 	return nil
 }
 
-// convPrefillChunk is how many consecutive outputs of one channel a thread
-// of conv_prefill computes (CONV_PREFILL_CHUNK there).
-const convPrefillChunk = 64
-
 // ConvPrefill runs the convolution over T consecutive inputs per slot
 // ([slot][T][Channels]; counts, when not nil, each slot's own number) and
 // moves each window on by its count (the contract's ConvPrefill).
@@ -47,23 +43,7 @@ func (c *replayCommon) ConvPrefill(slots []replay.Slot, T int, counts []int, in,
 	if err != nil {
 		return c.errorf("conv", err)
 	}
-	cw := c.conv
-	a := &cw.args
-	a.Reset()
-	a.Ptr(cw.win.buf)
-	a.Ptr(cw.weight)
-	a.Ptr(cw.bias)
-	a.Ptr(sl)
-	a.Ptr(cn)
-	a.Ptr(in)
-	a.Ptr(out)
-	a.I32(int32(len(slots)))
-	a.I32(int32(T))
-	a.I32(int32(cw.w.Channels))
-	a.I32(int32(cw.w.Kernel))
-	a.I32(int32(cw.rows))
-	grid := [3]uint32{uint32((cw.w.Channels + 127) / 128), uint32((T + convPrefillChunk - 1) / convPrefillChunk), uint32(len(slots))}
-	if err := c.d.Launch(c.convPrefill, grid, [3]uint32{128, 1, 1}, 0, c.s, a); err != nil {
+	if err := c.conv.prefill(c.s, c.convPrefill, sl, cn, in, out, len(slots), T); err != nil {
 		return c.errorf("conv", err)
 	}
 	return nil
