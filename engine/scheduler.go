@@ -59,9 +59,6 @@ type sequence struct {
 
 func (e *Engine) newScheduler(sp *speculator) *scheduler { return &scheduler{e: e, spec: sp} }
 
-// prompt is the sequence's prompt.
-func (s *sequence) prompt() []int { return s.job.Prompt }
-
 // prefilling reports whether the sequence's prompt has not run to the end.
 func (s *sequence) prefilling() bool { return s.done < len(s.job.Prompt) }
 
@@ -190,7 +187,7 @@ func (sc *scheduler) layout(decode bool) int {
 // (they end the prompt, or decode). A prompt whose budget leaves no chunk
 // adds nothing.
 func (s *sequence) appendRows(rows []nn.Row, budget int, decode bool) ([]nn.Row, int, bool) {
-	prompt := s.prompt()
+	prompt := s.job.Prompt
 	if !s.prefilling() {
 		if !decode {
 			return rows, 0, false
@@ -289,21 +286,41 @@ func (sc *scheduler) emit(s *sequence, id int) bool {
 
 // retire evicts the sequences that ended this step and finishes their jobs.
 func (sc *scheduler) retire() error {
+	return sc.sweep(func(s *sequence) (bool, error) { return s.ended, nil })
+}
+
+// sweep finishes the running sequences that done picks (done's error is
+// the job's for one the stop rule had not ended) and keeps the rest in
+// order. It returns the first eviction error.
+func (sc *scheduler) sweep(done func(*sequence) (bool, error)) error {
 	kept := sc.running[:0]
-	var err error
+	var first error
 	for _, s := range sc.running {
-		if !s.ended {
+		ok, err := done(s)
+		if !ok {
 			kept = append(kept, s)
 			continue
 		}
-		if e := sc.evict(s); e != nil && err == nil {
-			err = e
+		if e := sc.finish(s, err); e != nil && first == nil {
+			first = e
 		}
-		s.job.Finish(s.result(), nil)
 	}
 	clear(sc.running[len(kept):])
 	sc.running = kept
-	return err
+	return first
+}
+
+// finish evicts s and finishes its job: with its result if the stop rule
+// ended it, else cut short (StopCallback) with err.
+func (sc *scheduler) finish(s *sequence, err error) error {
+	e := sc.evict(s)
+	if s.ended {
+		err = nil
+	} else {
+		s.reason = StopCallback
+	}
+	s.job.Finish(s.result(), err)
+	return e
 }
 
 // result is the job's result so far.
@@ -321,32 +338,18 @@ func (sc *scheduler) evict(s *sequence) error {
 
 // dropCancelled ends the running jobs whose Context is done.
 func (sc *scheduler) dropCancelled() {
-	kept := sc.running[:0]
-	for _, s := range sc.running {
+	_ = sc.sweep(func(s *sequence) (bool, error) {
 		if c := s.job.Context; c != nil && c.Err() != nil {
-			_ = sc.evict(s)
-			s.job.Finish(Result{Tokens: slices.Clone(s.out()), Reason: StopCallback}, c.Err())
-			continue
+			return true, c.Err()
 		}
-		kept = append(kept, s)
-	}
-	clear(sc.running[len(kept):])
-	sc.running = kept
+		return false, nil
+	})
 }
 
 // fail ends every running job with err, except those the stop rule had
 // already ended, which get their results.
 func (sc *scheduler) fail(err error) {
-	for _, s := range sc.running {
-		_ = sc.evict(s)
-		if s.ended {
-			s.job.Finish(s.result(), nil)
-		} else {
-			s.job.Finish(Result{Tokens: slices.Clone(s.out()), Reason: StopCallback}, err)
-		}
-	}
-	clear(sc.running)
-	sc.running = sc.running[:0]
+	_ = sc.sweep(func(*sequence) (bool, error) { return true, err })
 }
 
 // stop ends every job, running or waiting, with err.

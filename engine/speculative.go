@@ -98,7 +98,6 @@ type speculator struct {
 	drafter spec.Drafter
 	T       int
 	accept  spec.Acceptance
-	stats   *SpecStats
 
 	dreqs   []spec.Request
 	rows    []nn.Row
@@ -123,7 +122,7 @@ func (e *Engine) newSpeculator(sp Speculation) (*speculator, error) {
 	if md := e.st.Options().MaxDraft; md < T+1 {
 		return nil, fmt.Errorf("speculation with %d drafts verifies %d positions; the engine's state was built with MaxDraft %d (use StateOptions)", T, T+1, md)
 	}
-	return &speculator{drafter: sp.Drafter, T: T, accept: sp.Accept, stats: &e.specStats}, nil
+	return &speculator{drafter: sp.Drafter, T: T, accept: sp.Accept}, nil
 }
 
 // step advances every sequence of sc past its prompt by a speculative
@@ -131,6 +130,7 @@ func (e *Engine) newSpeculator(sp Speculation) (*speculator, error) {
 // Timing.DecodeTokens counts every token it generates.
 func (p *speculator) step(ctx context.Context, sc *scheduler) error {
 	e, V := sc.e, sc.e.dec.Vocab
+	stats := &e.specStats
 	start := time.Now()
 
 	// Draft.
@@ -165,7 +165,7 @@ func (p *speculator) step(ctx context.Context, sc *scheduler) error {
 		if err := p.drafter.Propose(ctx, p.dreqs); err != nil {
 			return err
 		}
-		p.stats.DraftTime += time.Since(t)
+		stats.DraftTime += time.Since(t)
 	}
 
 	// Verify: each sequence's unrun token (if any), then its drafts.
@@ -187,7 +187,7 @@ func (p *speculator) step(ctx context.Context, sc *scheduler) error {
 		if err := e.dec.Verify(ctx, e.st, p.rows, p.logits); err != nil {
 			return err
 		}
-		p.stats.Steps++
+		stats.Steps++
 	}
 
 	// Accept, commit, emit.
@@ -208,10 +208,10 @@ func (p *speculator) step(ctx context.Context, sc *scheduler) error {
 		}
 		acc, next := spec.Accept(p.accept, &p.target, drafts, q)
 		if hasNext || len(drafts) > 0 {
-			p.stats.Verifies++
-			p.stats.Drafted += len(drafts)
-			p.stats.Accepted += acc
-			p.stats.Emitted += acc + 1
+			stats.Verifies++
+			stats.Drafted += len(drafts)
+			stats.Accepted += acc
+			stats.Emitted += acc + 1
 			n := acc
 			if hasNext {
 				n++

@@ -372,16 +372,15 @@ type genTimer struct {
 	start   time.Time
 	prompt  int
 	started time.Time // the engine took it (zero: not yet)
-	firstAt time.Time // its first token
+	firstAt time.Time // its first token (zero: none yet)
 	last    time.Time
-	first   bool
 }
 
 func (m *metrics) timer(start time.Time, prompt int) *genTimer {
 	if m == nil {
 		return nil
 	}
-	return &genTimer{m: m, start: start, prompt: prompt, first: true}
+	return &genTimer{m: m, start: start, prompt: prompt}
 }
 
 // begin records the engine taking the generation: the end of its wait.
@@ -399,8 +398,8 @@ func (g *genTimer) token() {
 		return
 	}
 	now := time.Now()
-	if g.first {
-		g.first, g.firstAt = false, now
+	if g.firstAt.IsZero() {
+		g.firstAt = now
 		g.m.promptTokens.Add(float64(g.prompt))
 		g.m.ttft.Observe(now.Sub(g.start).Seconds())
 		if !g.started.IsZero() {
@@ -419,7 +418,7 @@ func (g *genTimer) finish(tokens int) {
 	}
 	g.m.generationTokens.Add(float64(tokens))
 	g.m.e2e.Observe(time.Since(g.start).Seconds())
-	if !g.first {
+	if !g.firstAt.IsZero() {
 		g.m.decode.Observe(time.Since(g.firstAt).Seconds())
 	}
 }

@@ -400,12 +400,16 @@ func (m *decodeMeasure) opsPerStep(ctx context.Context, B int, reqs []engine.Req
 	if err = errors.Join(clockErr, err); err != nil {
 		return nil, err
 	}
-	steps := float64(max(1, tm.DecodeTokens/B))
+	return opShares(times, float64(max(1, tm.DecodeTokens/B))), nil
+}
+
+// opShares divides each operation's calls and device time by steps.
+func opShares(times []cuda.OpTime, steps float64) []opShare {
 	ops := make([]opShare, len(times))
 	for i, t := range times {
 		ops[i] = opShare{Op: t.Op, CallsPerStep: float64(t.Calls) / steps, MsPerStep: float64(t.Time) / float64(time.Millisecond) / steps}
 	}
-	return ops, nil
+	return ops
 }
 
 // prefill times one forward of an n-token prompt into a fresh sequence
@@ -464,9 +468,7 @@ func (m *decodeMeasure) prefill(ctx context.Context, n int, base replay.Options,
 		if err != nil {
 			return prefillRow{}, err
 		}
-		for _, t := range times {
-			r.Ops = append(r.Ops, opShare{Op: t.Op, CallsPerStep: float64(t.Calls), MsPerStep: float64(t.Time) / float64(time.Millisecond)})
-		}
+		r.Ops = opShares(times, 1)
 	}
 	return r, nil
 }
