@@ -79,24 +79,13 @@ func (m *GDNMixer) place(be Backend) {
 	m.OutProj.place(be)
 }
 
-type gdnState struct {
-	cache GDNCache
-	slot  []replay.Slot
-	slots []replay.Slot
-}
-
 func (m *GDNMixer) newState(be Backend, capacity int, opt replay.Options) (blockState, error) {
 	c, err := be.NewGDN(m.Shape, replay.GDNParams{ALog: m.ALog, DtBias: m.DtBias}, m.Conv, capacity, opt)
 	if err != nil {
 		return nil, err
 	}
-	return &gdnState{cache: c, slot: make([]replay.Slot, capacity)}, nil
+	return newSSMState(c, capacity), nil
 }
-
-func (s *gdnState) admit(seq int) (err error) { s.slot[seq], err = s.cache.Admit(); return }
-func (s *gdnState) evict(seq int) error       { return s.cache.Evict(s.slot[seq]) }
-func (s *gdnState) stats() replay.Stats       { return s.cache.Stats() }
-func (s *gdnState) close()                    { _ = s.cache.Close() }
 
 // inputs gathers the recurrence's inputs of rows (one per slot, draft or
 // prompt token; negative: padding) from the projection [q k v | z | b | a]
@@ -114,12 +103,12 @@ func (m *GDNMixer) inputs(b *batch, proj Tensor, rows []int32, cc convCall) (rep
 }
 
 func (m *GDNMixer) forward(b *batch, bst blockState, x, out Tensor) error {
-	st := bst.(*gdnState)
+	st := bst.(*ssmState[replay.GDNBatch[Tensor]])
 	_, V, _ := m.dims()
 	proj := b.mem.Alloc(b.n, m.InProj.Out)
 	m.InProj.apply(b.be, proj, x)
 	o := b.mem.Alloc(b.n, V)
-	err := runSSM(b, st.cache, st.slot, &st.slots, V, o, func(rows []int32, cc convCall) (replay.GDNBatch[Tensor], error) {
+	err := runSSM(b, st, o, func(rows []int32, cc convCall) (replay.GDNBatch[Tensor], error) {
 		return m.inputs(b, proj, rows, cc)
 	})
 	if err != nil {

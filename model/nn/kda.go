@@ -99,24 +99,13 @@ func (m *KDAMixer) place(be Backend) {
 	m.dtBias = be.Weight(m.DtBias, 1, len(m.DtBias))
 }
 
-type kdaState struct {
-	cache KDACache
-	slot  []replay.Slot
-	slots []replay.Slot
-}
-
 func (m *KDAMixer) newState(be Backend, capacity int, opt replay.Options) (blockState, error) {
 	c, err := be.NewKDA(m.Shape, m.Conv, capacity, opt)
 	if err != nil {
 		return nil, err
 	}
-	return &kdaState{cache: c, slot: make([]replay.Slot, capacity)}, nil
+	return newSSMState(c, capacity), nil
 }
-
-func (s *kdaState) admit(seq int) (err error) { s.slot[seq], err = s.cache.Admit(); return }
-func (s *kdaState) evict(seq int) error       { return s.cache.Evict(s.slot[seq]) }
-func (s *kdaState) stats() replay.Stats       { return s.cache.Stats() }
-func (s *kdaState) close()                    { _ = s.cache.Close() }
 
 // project runs the input projections of every row: proj [n][in_proj] and
 // the log-decays g [n][Hv·dk], formed once for all rows before the
@@ -147,11 +136,11 @@ func (m *KDAMixer) inputs(b *batch, proj, g Tensor, rows []int32, cc convCall) (
 }
 
 func (m *KDAMixer) forward(b *batch, bst blockState, x, out Tensor) error {
-	st := bst.(*kdaState)
+	st := bst.(*ssmState[replay.KDABatch[Tensor]])
 	_, V, _, _, _ := m.cols()
 	proj, g := m.project(b, x)
 	o := b.mem.Alloc(b.n, V)
-	err := runSSM(b, st.cache, st.slot, &st.slots, V, o, func(rows []int32, cc convCall) (replay.KDABatch[Tensor], error) {
+	err := runSSM(b, st, o, func(rows []int32, cc convCall) (replay.KDABatch[Tensor], error) {
 		return m.inputs(b, proj, g, rows, cc)
 	})
 	if err != nil {
@@ -164,10 +153,10 @@ func (m *KDAMixer) forward(b *batch, bst blockState, x, out Tensor) error {
 // verify is KDAMixer's forward over the rows of a Verify: the rows of each
 // sequence go through its cache's ConvVerify and Verify in one call.
 func (m *KDAMixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Tensor) error {
-	st := bst.(*kdaState)
+	st := bst.(*ssmState[replay.KDABatch[Tensor]])
 	_, V, _, _, _ := m.cols()
 	proj, g := m.project(b, x)
-	o, err := runVerify(b, vp, st.cache, st.slot, &st.slots, V, func(rows []int32, cc convCall) (replay.KDABatch[Tensor], error) {
+	o, err := runVerify(b, vp, st, V, func(rows []int32, cc convCall) (replay.KDABatch[Tensor], error) {
 		return m.inputs(b, proj, g, rows, cc)
 	})
 	if err != nil {

@@ -88,24 +88,13 @@ func (m *Mamba2Mixer) place(be Backend) {
 	m.dtBias = be.Weight(m.DtBias, 1, len(m.DtBias))
 }
 
-type mamba2State struct {
-	cache Mamba2Cache
-	slot  []replay.Slot // by sequence
-	slots []replay.Slot // one call's slots
-}
-
 func (m *Mamba2Mixer) newState(be Backend, capacity int, opt replay.Options) (blockState, error) {
 	c, err := be.NewMamba2(m.Shape, replay.Mamba2Params{ALog: m.ALog, DtBias: m.DtBias, D: m.D}, m.Conv, capacity, opt)
 	if err != nil {
 		return nil, err
 	}
-	return &mamba2State{cache: c, slot: make([]replay.Slot, capacity)}, nil
+	return newSSMState(c, capacity), nil
 }
-
-func (s *mamba2State) admit(seq int) (err error) { s.slot[seq], err = s.cache.Admit(); return }
-func (s *mamba2State) evict(seq int) error       { return s.cache.Evict(s.slot[seq]) }
-func (s *mamba2State) stats() replay.Stats       { return s.cache.Stats() }
-func (s *mamba2State) close()                    { _ = s.cache.Close() }
 
 // inputs gathers the SSM core's inputs of rows (one per slot, draft or
 // prompt token; negative: padding) from the projection [z | xBC | dt],
@@ -133,12 +122,12 @@ func (m *Mamba2Mixer) inputs(b *batch, proj Tensor, rows []int32, verify bool, c
 }
 
 func (m *Mamba2Mixer) forward(b *batch, bst blockState, x, out Tensor) error {
-	st := bst.(*mamba2State)
+	st := bst.(*ssmState[replay.Mamba2Batch[Tensor]])
 	I, _, _ := m.dims()
 	proj := b.mem.Alloc(b.n, m.InProj.Out)
 	m.InProj.apply(b.be, proj, x)
 	y := b.mem.Alloc(b.n, I)
-	err := runSSM(b, st.cache, st.slot, &st.slots, I, y, func(rows []int32, cc convCall) (replay.Mamba2Batch[Tensor], error) {
+	err := runSSM(b, st, y, func(rows []int32, cc convCall) (replay.Mamba2Batch[Tensor], error) {
 		return m.inputs(b, proj, rows, false, cc)
 	})
 	if err != nil {

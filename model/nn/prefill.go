@@ -91,15 +91,14 @@ func span(rows []int32) int {
 	return int(rows[0])
 }
 
-// prefillOut returns where the prefill's outputs go: a view of out where
-// its rows follow each other (and done is a no-op), else scratch that done
+// outRows returns where the outputs of rows go: a view of out where they
+// follow each other there, else scratch (scatter set) that the caller
 // scatters into out.
-func (b *batch) prefillOut(out Tensor, rows []int32) (Tensor, func()) {
+func (b *batch) outRows(out Tensor, rows []int32) (t Tensor, scatter bool) {
 	if lo := span(rows); lo >= 0 {
-		return out.Slice(lo, lo+len(rows)), func() {}
+		return out.Slice(lo, lo+len(rows)), false
 	}
-	t := b.mem.Alloc(len(rows), out.Cols)
-	return t, func() { b.be.Scatter(out, t, rows) }
+	return b.mem.Alloc(len(rows), out.Cols), true
 }
 
 // convCache is the convolution of an SSM layer's cache (any replay.Cache
@@ -152,13 +151,12 @@ func (b *batch) convSplit(cin Tensor, cc convCall, w0, w1, w2 int) ([3]Tensor, e
 	return [3]Tensor{b.packed(cout.Columns(0, w0)), b.packed(cout.Columns(w0, w1)), b.packed(cout.Columns(w0+w1, w2))}, nil
 }
 
-// runSSM drives one SSM layer's cache c over a Forward: each wave's rows
+// runSSM drives one SSM layer's cache over a Forward: each wave's rows
 // through Conv and Step, then the prompts' (b.pre) through ConvPrefill and
-// Prefill, their outputs (width values a row) into y. inputs forms the
-// cache's batch of the given rows (negative: padding) with the given
-// convolution; slot maps sequences to the layer's slots, slots is scratch.
-func runSSM[In any](b *batch, c replay.Cache[Tensor, In], slot []replay.Slot, slots *[]replay.Slot, width int, y Tensor,
-	inputs func(rows []int32, cc convCall) (In, error)) error {
+// Prefill, their outputs into y's rows. inputs forms the cache's batch of
+// the given rows (negative: padding) with the given convolution.
+func runSSM[In any](b *batch, st *ssmState[In], y Tensor, inputs func(rows []int32, cc convCall) (In, error)) error {
+	c, slot, slots := st.cache, st.slot, &st.slots
 	for _, wave := range b.waves {
 		mark := b.mem.Mark() // a wave's scratch, once its rows are scattered
 		sl := (*slots)[:0]
@@ -170,11 +168,13 @@ func runSSM[In any](b *batch, c replay.Cache[Tensor, In], slot []replay.Slot, sl
 		if err != nil {
 			return err
 		}
-		yw := b.mem.Alloc(len(wave), width)
+		yw, scatter := b.outRows(y, wave)
 		if err := c.Step(sl, in, yw); err != nil {
 			return err
 		}
-		b.be.Scatter(y, yw, wave)
+		if scatter {
+			b.be.Scatter(y, yw, wave)
+		}
 		b.mem.Rewind(mark)
 	}
 	p := &b.pre
@@ -189,10 +189,12 @@ func runSSM[In any](b *batch, c replay.Cache[Tensor, In], slot []replay.Slot, sl
 	if err != nil {
 		return err
 	}
-	yw, done := b.prefillOut(y, p.index)
+	yw, scatter := b.outRows(y, p.index)
 	if err := c.Prefill(sl, p.T, p.counts, in, yw); err != nil {
 		return err
 	}
-	done()
+	if scatter {
+		b.be.Scatter(y, yw, p.index)
+	}
 	return nil
 }

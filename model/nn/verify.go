@@ -144,29 +144,12 @@ func (d *Decoder) Commit(s *State, seqs []Seq, accepted []int) error {
 	if err != nil {
 		return err
 	}
-	slots := make([]replay.Slot, len(seqs))
 	for li, row := range s.blocks {
 		for _, bst := range row {
-			var err error
-			switch st := bst.(type) {
-			case *mamba2State:
-				for i, q := range seqs {
-					slots[i] = st.slot[q]
+			if c, ok := bst.(committer); ok {
+				if err := c.commit(seqs, accepted); err != nil {
+					return fmt.Errorf("layer %d: %w", li, err)
 				}
-				err = st.cache.Commit(slots, accepted)
-			case *gdnState:
-				for i, q := range seqs {
-					slots[i] = st.slot[q]
-				}
-				err = st.cache.Commit(slots, accepted)
-			case *kdaState:
-				for i, q := range seqs {
-					slots[i] = st.slot[q]
-				}
-				err = st.cache.Commit(slots, accepted)
-			}
-			if err != nil {
-				return fmt.Errorf("layer %d: %w", li, err)
 			}
 		}
 	}
@@ -217,8 +200,9 @@ func (d *Decoder) eachKV(s *State, fn func(kv positions)) {
 // runVerify is runSSM for a Verify: every sequence's rows through the
 // cache's ConvVerify and Verify in one call; it returns the outputs
 // (width values a row) as b.n rows.
-func runVerify[In any](b *batch, vp *verifyPlan, c replay.Cache[Tensor, In], slot []replay.Slot, slots *[]replay.Slot, width int,
+func runVerify[In any](b *batch, vp *verifyPlan, st *ssmState[In], width int,
 	inputs func(rows []int32, cc convCall) (In, error)) (Tensor, error) {
+	c, slot, slots := st.cache, st.slot, &st.slots
 	sl := (*slots)[:0]
 	for _, q := range vp.seqs {
 		sl = append(sl, slot[q])
@@ -241,11 +225,11 @@ func runVerify[In any](b *batch, vp *verifyPlan, c replay.Cache[Tensor, In], slo
 // verify is Mamba2Mixer's forward over the rows of a Verify: the rows of each
 // sequence go through its cache's ConvVerify and Verify in one call.
 func (m *Mamba2Mixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Tensor) error {
-	st := bst.(*mamba2State)
+	st := bst.(*ssmState[replay.Mamba2Batch[Tensor]])
 	I, _, _ := m.dims()
 	proj := b.mem.Alloc(b.n, m.InProj.Out)
 	m.InProj.apply(b.be, proj, x)
-	y, err := runVerify(b, vp, st.cache, st.slot, &st.slots, I, func(rows []int32, cc convCall) (replay.Mamba2Batch[Tensor], error) {
+	y, err := runVerify(b, vp, st, I, func(rows []int32, cc convCall) (replay.Mamba2Batch[Tensor], error) {
 		return m.inputs(b, proj, rows, true, cc)
 	})
 	if err != nil {
@@ -257,11 +241,11 @@ func (m *Mamba2Mixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Te
 
 // verify is GDNMixer's forward over the rows of a Verify.
 func (m *GDNMixer) verify(b *batch, vp *verifyPlan, bst blockState, x, out Tensor) error {
-	st := bst.(*gdnState)
+	st := bst.(*ssmState[replay.GDNBatch[Tensor]])
 	_, V, _ := m.dims()
 	proj := b.mem.Alloc(b.n, m.InProj.Out)
 	m.InProj.apply(b.be, proj, x)
-	o, err := runVerify(b, vp, st.cache, st.slot, &st.slots, V, func(rows []int32, cc convCall) (replay.GDNBatch[Tensor], error) {
+	o, err := runVerify(b, vp, st, V, func(rows []int32, cc convCall) (replay.GDNBatch[Tensor], error) {
 		return m.inputs(b, proj, rows, cc)
 	})
 	if err != nil {
