@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/replayssm/replayssm/internal/ref64"
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/model/safetensors"
@@ -62,14 +63,10 @@ func (r reference) floats(t testing.TB, name string) []float32 {
 
 // relErr returns ‖got−want‖/‖want‖ and max|got−want|.
 func relErr(got, want []float32) (rel, maxAbs float64) {
-	var num, den float64
 	for i := range want {
-		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
-		maxAbs = max(maxAbs, math.Abs(d))
+		maxAbs = max(maxAbs, math.Abs(float64(got[i])-float64(want[i])))
 	}
-	return math.Sqrt(num / den), maxAbs
+	return ref64.RelDiff(got, want), maxAbs
 }
 
 // errStats accumulates the worst errors of a run.

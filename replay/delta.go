@@ -217,7 +217,7 @@ func (c *deltaCore) verify(slots []Slot, T int, counts []int, in deltaRows, o []
 // prefill runs T consecutive inputs per slot through the recurrence as
 // one multi-token forward (the contract's Prefill).
 func (c *deltaCore) prefill(slots []Slot, T int, counts []int, in deltaRows, o []float32) error {
-	if err := c.ledger.CheckPrefill(slots, T, counts); err != nil {
+	if err := checkPrefill(counts, len(slots), T); err != nil {
 		return fmt.Errorf("%s cache: %w", c.kind, err)
 	}
 	if err := c.checkIO(slots, T, in, o); err != nil {

@@ -83,11 +83,16 @@ func (c *GDNCache) Verify(slots []Slot, T int, counts []int, in GDNInput, o []fl
 // gdnInputRows is a GDN batch as the shared steps read it, a as the decay input.
 func gdnInputRows(in GDNInput) deltaRows { return deltaRows{in.Q, in.K, in.V, in.A, in.B} }
 
-// appendDecay writes value head j's decay exp(g) for op row r, g =
-// −exp(A_log)·softplus(a + dt_bias), into ring entry e of slot s.
+// logDecay is value head j's g for op row r: −exp(A_log)·softplus(a +
+// dt_bias), the decay being exp(g).
+func (c *GDNCache) logDecay(j, r int) float64 {
+	return c.negA[j] * ssm.Softplus(float64(c.opIn.Gate[r*c.shape.ValueHeads+j])+c.dtb[j])
+}
+
+// appendDecay writes value head j's decay exp(g) for op row r, g rounded
+// to float32 first, into ring entry e of slot s.
 func (c *GDNCache) appendDecay(s Slot, j, r, e int) {
-	g := float32(c.negA[j] * ssm.Softplus(float64(c.opIn.Gate[r*c.shape.ValueHeads+j])+c.dtb[j]))
-	c.ringA[c.at(s, j, e)] = float32(math.Exp(float64(g)))
+	c.ringA[c.at(s, j, e)] = float32(math.Exp(float64(float32(c.logDecay(j, r)))))
 }
 
 // outputs computes, for nd entries appended at ring positions n..n+nd-1 of
@@ -245,7 +250,7 @@ func (c *GDNCache) fold(sc *deltaScratch, s Slot, kh, t, cached, r int) {
 // r (normalised k and q kt, qt).
 func (c *GDNCache) baselineUpdate(sc *deltaScratch, j, r int, kt, qt, S []float32) {
 	Hv, dv := c.shape.ValueHeads, c.shape.ValueDim
-	g := float32(math.Exp(c.negA[j] * ssm.Softplus(float64(c.opIn.Gate[r*Hv+j])+c.dtb[j])))
+	g := float32(math.Exp(c.logDecay(j, r)))
 	beta := float32(ssm.Sigmoid(float64(c.opIn.B[r*Hv+j])))
 	c.update(sc, S, kt, qt, c.opIn.V[(r*Hv+j)*dv:][:dv], g, beta, c.opOut[(r*Hv+j)*dv:][:dv])
 }
@@ -282,7 +287,7 @@ func (c *GDNCache) halfStep(sc *deltaScratch, b, j, mat int) bool {
 	if !dot(S, dk, kt, sk) {
 		return false
 	}
-	g := float32(math.Exp(c.negA[j] * ssm.Softplus(float64(c.opIn.Gate[b*Hv+j])+c.dtb[j])))
+	g := float32(math.Exp(c.logDecay(j, b)))
 	beta := float32(ssm.Sigmoid(float64(c.opIn.B[b*Hv+j])))
 	v := c.opIn.V[(b*Hv+j)*dv:][:dv]
 	u := sc.u[:dv]

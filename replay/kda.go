@@ -168,7 +168,9 @@ func decayedWeights(sc *deltaScratch, keys, alphas []float32, dk, t int, q, ck, 
 //	S₀  ← Γ(t-1)·S₀ + Σ_i Γ(t-1,i)·k_i ⊗ u'_i
 //
 // (entries 0..t-1, the last t-1), the plain recurrence S = Diag(α)·S; u = β(v − Sᵀk); S += k⊗u over the
-// window in closed form, so the state is read once and written once.
+// window in closed form: one pass over the state scales its columns by
+// Γ(t-1), one more applies the rank-t update (GDN's scalar decay folds into
+// the update's single pass).
 // Without a read copy (Options.FoldsCachedU) u'_i for i < cached is the
 // ring's u_i, formed by the steps since the checkpoint from this same S₀
 // by the same formula, and only the rest are recomputed. With r ≥ 0 it also

@@ -420,9 +420,9 @@ func (c *Mamba2Cache) readDots(sc *mamba2Scratch, s Slot, h, g, r0, nd int) {
 }
 
 // baselineGroup runs the in-place recurrence for T consecutive inputs of op
-// slot b (rows b·T..b·T+T-1) on the heads of group g. With T > 1 (verify),
-// input k's state goes to buffer cur+1+k, so the accepted one can be selected
-// by Commit; with T = 1 (step) the state is updated in its own buffer.
+// slot b (rows b·T..b·T+T-1) on the heads of group g. A verify's input k
+// goes to buffer cur+1+k, so that Commit can select the accepted one; a
+// step (T = 1) and a prefill (any T) update the state in its own buffer.
 func (c *Mamba2Cache) baselineGroup(worker, b, g, T int, verify bool) {
 	H, P, N, G := c.shape.Heads, c.shape.HeadDim, c.shape.StateSize, c.shape.Groups
 	nb := c.opt.stateBuffers()

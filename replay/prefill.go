@@ -90,7 +90,7 @@ func (c *core) recordPrefill(slots []Slot, T int, counts []int) {
 // the checkpoint, rounded once, and empties the ring; baseline mode rounds
 // the state after every input, as Step does.
 func (c *Mamba2Cache) Prefill(slots []Slot, T int, counts []int, in Mamba2Input, y []float32) error {
-	if err := c.ledger.CheckPrefill(slots, T, counts); err != nil {
+	if err := checkPrefill(counts, len(slots), T); err != nil {
 		return fmt.Errorf("mamba2 cache: %w", err)
 	}
 	if err := c.checkIO(slots, T, in, y); err != nil {
@@ -179,8 +179,7 @@ func (c *GDNCache) prefillInput(sc *deltaScratch, S []float32, j, r int, kt, qt 
 		return
 	}
 	Hv, dv := c.shape.ValueHeads, c.shape.ValueDim
-	a := float64(c.opIn.Gate[r*Hv+j])
-	g := float32(math.Exp(float64(float32(c.negA[j] * ssm.Softplus(a+c.dtb[j])))))
+	g := float32(math.Exp(float64(float32(c.logDecay(j, r)))))
 	beta := float32(ssm.Sigmoid(float64(c.opIn.B[r*Hv+j])))
 	c.update(sc, S, kt, qt, c.opIn.V[(r*Hv+j)*dv:][:dv], g, beta, c.opOut[(r*Hv+j)*dv:][:dv])
 }

@@ -353,7 +353,6 @@ func (b *batch) plan(s *State, rows []Row, prefill bool) {
 	for _, r := range rows {
 		b.count[r.Seq]++
 	}
-	b.pre.reset()
 	for i, r := range rows {
 		q := int(r.Seq)
 		k := b.seen[q]
@@ -372,6 +371,8 @@ func (b *batch) plan(s *State, rows []Row, prefill bool) {
 	}
 	if prefill {
 		b.pre.build(rows, b.count)
+	} else {
+		b.pre.reset()
 	}
 	for _, r := range rows {
 		b.count[r.Seq], b.seen[r.Seq] = 0, 0

@@ -149,24 +149,3 @@ func TestKDAMixer(t *testing.T) {
 		}
 	}
 }
-
-// TestKDAGate checks the backend's gate against its definition on the
-// CPU (nntest holds every backend to it as well).
-func TestKDAGate(t *testing.T) {
-	const heads, dk = 3, 4
-	aLog := []float32{-1, 0.5, 2.7}
-	dt := []float32{-3, -1, 0, 1, 2, 25, -25, 0.3, 0.1, -0.2, 5, -7}
-	f := []float32{0.5, -2, 3, 21, -1, 0, 0, 1, -4, 2, 0.25, 6}
-	be := nn.CPU()
-	x := be.NewArena().Alloc(1, heads*dk)
-	be.Upload(x, f)
-	be.KDAGate(x, be.Weight(aLog, 1, heads), be.Weight(dt, 1, heads*dk))
-	got := make([]float32, heads*dk)
-	be.Download(got, x)
-	for i := range got {
-		want := -math.Exp(float64(aLog[i/dk])) * ssm.Softplus(float64(f[i])+float64(dt[i]))
-		if math.Abs(float64(got[i])-want) > 1e-6*math.Abs(want)+1e-30 || got[i] > 0 {
-			t.Errorf("column %d: %v, want %v", i, got[i], want)
-		}
-	}
-}

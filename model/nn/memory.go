@@ -80,28 +80,24 @@ func Mamba2StateBytes(sh ssm.Mamba2Shape, convChannels, convKernel int, opt repl
 // GDNStateBytes is what a replay.GDNCache built with opt allocates per
 // sequence for a layer of shape sh (see Mamba2StateBytes).
 func GDNStateBytes(sh ssm.GDNShape, convChannels, convKernel int, opt replay.Options) StateBytes {
-	Hk, Hv, dk, dv := int64(sh.KeyHeads), int64(sh.ValueHeads), int64(sh.KeyDim), int64(sh.ValueDim)
-	b := StateBytes{States: buffers(opt) * Hv * matrixBytes(opt.State, sh.KeyDim*sh.ValueDim)}
-	if opt.Mode == replay.Replay {
-		// k, v, exp(g), β and the cached u per entry.
-		b.Ring = (window(opt) + int64(opt.MaxDraft)) * 4 * (Hk*dk + 2*Hv*dv + 2*Hv)
-		if opt.ReadCopy != numeric.F32 {
-			b.ReadCopy = Hv * matrixBytes(opt.ReadCopy, sh.KeyDim*sh.ValueDim)
-		}
-	}
-	b.Conv = convBytes(convChannels, convKernel, opt)
-	return b
+	return deltaStateBytes(sh, 1, convChannels, convKernel, opt)
 }
 
 // KDAStateBytes is what a replay.KDACache built with opt allocates per
 // sequence for a layer of shape sh (see Mamba2StateBytes): GDN's, with a
 // decay per key channel in each ring entry.
 func KDAStateBytes(sh ssm.GDNShape, convChannels, convKernel int, opt replay.Options) StateBytes {
+	return deltaStateBytes(sh, sh.KeyDim, convChannels, convKernel, opt)
+}
+
+// deltaStateBytes is a delta-rule cache's per-sequence bytes with decays
+// decay values per value head in each ring entry.
+func deltaStateBytes(sh ssm.GDNShape, decays, convChannels, convKernel int, opt replay.Options) StateBytes {
 	Hk, Hv, dk, dv := int64(sh.KeyHeads), int64(sh.ValueHeads), int64(sh.KeyDim), int64(sh.ValueDim)
 	b := StateBytes{States: buffers(opt) * Hv * matrixBytes(opt.State, sh.KeyDim*sh.ValueDim)}
 	if opt.Mode == replay.Replay {
-		// k, v, exp(g) per key channel, β and the cached u per entry.
-		b.Ring = (window(opt) + int64(opt.MaxDraft)) * 4 * (Hk*dk + 2*Hv*dv + Hv*dk + Hv)
+		// k, v, the decays, β and the cached u per entry.
+		b.Ring = (window(opt) + int64(opt.MaxDraft)) * 4 * (Hk*dk + 2*Hv*dv + Hv*int64(decays) + Hv)
 		if opt.ReadCopy != numeric.F32 {
 			b.ReadCopy = Hv * matrixBytes(opt.ReadCopy, sh.KeyDim*sh.ValueDim)
 		}

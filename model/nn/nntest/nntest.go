@@ -451,7 +451,8 @@ func (c *checker) clampDelta(t *testing.T) {
 func (c *checker) kdaGate(t *testing.T) {
 	n, heads, dk := 3, 4, 8
 	f, aLog, bias := c.normals(n*heads*dk, 4), c.normals(heads, 1.5), c.normals(heads*dk, 3)
-	f[5], bias[5] = 30, 0 // softplus's linear branch
+	f[5], bias[5] = 30, 0  // softplus's linear branch
+	f[6], bias[6] = -30, 0 // and its far tail
 	x := c.tensor(f, n, heads*dk)
 	c.be.KDAGate(x, c.be.Weight(aLog, 1, heads), c.be.Weight(bias, 1, heads*dk))
 	want := make([]float64, len(f))
