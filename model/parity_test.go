@@ -249,9 +249,10 @@ func TestHiddenStates(t *testing.T) {
 	}
 }
 
-// TestPrefillMatchesSteps checks that a prompt run as one forward leaves the
-// caches as running it one token per forward does: the logits of the steps
-// that follow agree. (nemotron_h_dtclamp differs by design: its one-token
+// TestPrefillMatchesSteps checks that a prompt run as one forward gives
+// the logits of running it one token per forward at every position, and
+// leaves the caches as those steps do: the logits of the steps that follow
+// agree. (nemotron_h_dtclamp differs by design: its one-token
 // steps do not clamp Δ.)
 func TestPrefillMatchesSteps(t *testing.T) {
 	ctx := context.Background()
@@ -274,19 +275,24 @@ func TestPrefillMatchesSteps(t *testing.T) {
 			whole, _ := s.Admit()
 			steps, _ := s.Admit()
 			V := d.Vocab
-			logits := make([]float32, 2*V)
+			all := make([]float32, len(ids)*V)
 			var rows []nn.Row
-			for i, id := range ids {
-				rows = append(rows, nn.Row{Seq: whole, Token: id, Logits: i == len(ids)-1})
+			for _, id := range ids {
+				rows = append(rows, nn.Row{Seq: whole, Token: id, Logits: true})
 			}
-			if err := d.Forward(ctx, s, rows, logits[:V]); err != nil {
+			if err := d.Forward(ctx, s, rows, all); err != nil {
 				t.Fatal(err)
 			}
-			for _, id := range ids {
+			logits := make([]float32, 2*V)
+			for i, id := range ids {
 				if err := d.Forward(ctx, s, []nn.Row{{Seq: steps, Token: id, Logits: true}}, logits[V:]); err != nil {
 					t.Fatal(err)
 				}
+				if rel, _ := relErr(logits[V:], all[i*V:(i+1)*V]); rel > 1e-5 {
+					t.Fatalf("position %d: one forward and token steps differ by %.2e", i, rel)
+				}
 			}
+			copy(logits[:V], all[(len(ids)-1)*V:])
 			for k := range 6 {
 				if rel, _ := relErr(logits[V:], logits[:V]); rel > 1e-5 {
 					t.Fatalf("step %d: prefilled and stepped sequences differ by %.2e", k, rel)

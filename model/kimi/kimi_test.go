@@ -20,7 +20,6 @@ import (
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/model/safetensors"
 	"github.com/replayssm/replayssm/replay"
-	"github.com/replayssm/replayssm/tensor"
 )
 
 // The tiny config (testdata/tiny_config.json) is the kimi_linear parity
@@ -90,59 +89,6 @@ func TestBind(t *testing.T) {
 	if n := d.KVBytesPerToken(); n != 2*4*(24+8) {
 		t.Errorf("%d cache bytes a position, want two latents of 32 float32", n)
 	}
-}
-
-// TestPrefillMatchesSteps: a prompt run as one forward (the KDA caches'
-// Prefill, the latent caches filled in one pass) and the same prompt run a
-// token at a time give the same logits at every position and for the
-// steps that follow.
-func TestPrefillMatchesSteps(t *testing.T) {
-	d := tinyModel(t)
-	ctx := context.Background()
-	ids := prompt(37, d.Vocab, 3)
-	V := d.Vocab
-	s, err := d.NewState(2, replay.Options{Window: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	whole, _ := s.Admit()
-	steps, _ := s.Admit()
-	all := make([]float32, len(ids)*V)
-	var rows []nn.Row
-	for _, id := range ids {
-		rows = append(rows, nn.Row{Seq: whole, Token: id, Logits: true})
-	}
-	if err := d.Forward(ctx, s, rows, all); err != nil {
-		t.Fatal(err)
-	}
-	one := make([]float32, V)
-	worst := 0.0
-	for i, id := range ids {
-		if err := d.Forward(ctx, s, []nn.Row{{Seq: steps, Token: id, Logits: true}}, one); err != nil {
-			t.Fatal(err)
-		}
-		rel := ref64.RelDiff(one, all[i*V:(i+1)*V])
-		worst = max(worst, rel)
-		if rel > 1e-5 {
-			t.Fatalf("position %d: one forward and token steps differ by %.2e", i, rel)
-		}
-	}
-	pair := make([]float32, 2*V)
-	copy(pair, all[(len(ids)-1)*V:])
-	copy(pair[V:], one)
-	for k := range 8 {
-		tok := tensor.Argmax(pair[:V])
-		if err := d.Forward(ctx, s, []nn.Row{{Seq: whole, Token: tok, Logits: true}, {Seq: steps, Token: tok, Logits: true}}, pair); err != nil {
-			t.Fatal(err)
-		}
-		rel := ref64.RelDiff(pair[V:], pair[:V])
-		worst = max(worst, rel)
-		if rel > 1e-5 {
-			t.Fatalf("step %d after the prompt: prefilled and stepped sequences differ by %.2e", k, rel)
-		}
-	}
-	t.Logf("worst relative difference %.2e", worst)
 }
 
 // greedy decodes n tokens after each prompt, the prompts batched.
