@@ -236,6 +236,30 @@ func (c *core) reseed(sr *numeric.Stochastic, s Slot, mat int, n int64) {
 	}
 }
 
+// checkpoint returns matrix mat of the checkpoint as float32: the stored
+// matrix itself where the store is float32, else decoded into scratch.
+func (c *core) checkpoint(scratch []float32, mat int) []float32 {
+	if S := c.state.raw(mat); S != nil {
+		return S
+	}
+	c.state.load(mat, scratch)
+	return scratch
+}
+
+// storeFolded writes a fold's (or prefill's) result S for matrix mat of
+// slot s: into the checkpoint where it is not the stored matrix itself
+// (rounded, and stochastically where asked, seeded by the slot's flush
+// count), and into the read copy.
+func (c *core) storeFolded(sr *numeric.Stochastic, s Slot, mat int, S []float32) {
+	if c.state.raw(mat) == nil {
+		c.reseed(sr, s, mat, int64(c.opFlushes[s]))
+		c.state.store(mat, S, sr)
+	}
+	if c.read != nil {
+		c.read.store(mat, S, nil)
+	}
+}
+
 // storeStep writes a baseline state S, just updated, to matrix dst of slot
 // s: an fp32 store in place (or copied), any other rounded (stochastic
 // rounding seeded by n) and read back into S, so that the next update

@@ -272,7 +272,7 @@ func (c *deltaCore) prefillTask(worker, i int) {
 			}
 		}
 		if replayMode {
-			c.storeFolded(sc, s, j, S)
+			c.storeFolded(sc.sr, s, int(s)*c.shape.ValueHeads+j, S)
 		}
 	}
 }
@@ -434,34 +434,6 @@ func (c *deltaCore) prefetchFold(s Slot, j, t int) {
 	prefetch(c.ringV[base*dv:][:t*dv])
 	prefetch(c.ringA[base*w:][:t*w])
 	prefetch(c.ringBeta[base:][:t])
-}
-
-// checkpoint returns value head j's checkpoint of slot s for a fold to
-// update in place: the stored matrix itself in fp32, else decoded into the
-// scratch.
-func (c *deltaCore) checkpoint(sc *deltaScratch, s Slot, j int) []float32 {
-	mat := int(s)*c.shape.ValueHeads + j
-	if S := c.state.raw(mat); S != nil {
-		return S
-	}
-	c.state.load(mat, sc.s)
-	return sc.s
-}
-
-// storeFolded writes a fold's result S for value head j of slot s: into the
-// checkpoint where it is not the stored matrix itself (rounded, and
-// stochastically where asked, seeded by the slot's flush count), and into
-// the read copy.
-func (c *deltaCore) storeFolded(sc *deltaScratch, s Slot, j int, S []float32) {
-	mat := int(s)*c.shape.ValueHeads + j
-	if c.state.raw(mat) == nil {
-		sr := sc.sr
-		c.reseed(sr, s, mat, int64(c.opFlushes[s]))
-		c.state.store(mat, S, sr)
-	}
-	if c.read != nil {
-		c.read.store(mat, S, nil)
-	}
 }
 
 // foldsCached is how many of a fold's t entries, the first cached of which

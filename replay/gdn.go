@@ -201,7 +201,7 @@ func (c *GDNCache) fold(sc *deltaScratch, s Slot, kh, t, cached, r int) {
 		if j+1 < (kh+1)*vpk {
 			c.prefetchFold(s, j+1, t)
 		}
-		S := c.checkpoint(sc, s, j)
+		S := c.checkpoint(sc.s, int(s)*c.shape.ValueHeads+j)
 		// S₀ᵀk_i for every recomputed key in one pass over the state.
 		if t > nc {
 			dotRowsMulti(S, dk, fresh, t-nc, sc.proj[nc*dv:t*dv])
@@ -242,7 +242,7 @@ func (c *GDNCache) fold(sc *deltaScratch, s Slot, kh, t, cached, r int) {
 			q, o = sc.q[:dk], c.opOut[(r*Hv+j)*dv:][:dv]
 		}
 		rankUpdateDotRows(S, dv, dk, gt, W, dv, t, keys, dk, q, o)
-		c.storeFolded(sc, s, j, S)
+		c.storeFolded(sc.sr, s, int(s)*c.shape.ValueHeads+j, S)
 	}
 }
 

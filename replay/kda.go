@@ -190,7 +190,7 @@ func (c *KDACache) fold(sc *deltaScratch, s Slot, kh, t, cached, r int) {
 		if j+1 < (kh+1)*vpk {
 			c.prefetchFold(s, j+1, t)
 		}
-		S := c.checkpoint(sc, s, j)
+		S := c.checkpoint(sc.s, int(s)*c.shape.ValueHeads+j)
 		alphas := c.ringA[c.at(s, j, 0)*dk:][:t*dk]
 		// The recomputed rows i ≥ nc: cm[i·t+l] = −(Γ(i,l)·k_l)·k_i and
 		// vecs[i] = Γ(i)·k_i, then S₀ᵀ(Γ(i)·k_i) for all of them in one
@@ -237,7 +237,7 @@ func (c *KDACache) fold(sc *deltaScratch, s Slot, kh, t, cached, r int) {
 			q, o = sc.q[:dk], c.opOut[(r*Hv+j)*dv:][:dv]
 		}
 		rankUpdateDotRows(S, dv, dk, 1, sc.u[:t*dv], dv, t, dec, dk, q, o)
-		c.storeFolded(sc, s, j, S)
+		c.storeFolded(sc.sr, s, int(s)*c.shape.ValueHeads+j, S)
 	}
 }
 

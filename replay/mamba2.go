@@ -310,11 +310,7 @@ func (c *Mamba2Cache) flushGroup(sc *mamba2Scratch, s Slot, g, t int, C []float3
 		c.suffix(sc, s, h, t)
 		decay := float32(sc.suf[0])
 		mat := int(s)*H + h
-		S := c.state.raw(mat)
-		if S == nil {
-			S = sc.s
-			c.state.load(mat, S)
-		}
+		S := c.checkpoint(sc.s, mat)
 		// S ← e^{Λ_t}·S + Wᵀ·B with W[j][p] = w_j·x_j[p]: one rank-t
 		// update. The head's x_j are contiguous (head-major ring), so W is
 		// t scaled copies of them, and the kernel takes it entry by entry.
@@ -335,21 +331,8 @@ func (c *Mamba2Cache) flushGroup(sc *mamba2Scratch, s Slot, g, t int, C []float3
 				yh[p] += c.d[h] * xt[p]
 			}
 		}
-		c.storeState(sc, s, mat, S)
-		if c.read != nil {
-			c.read.store(int(s)*H+h, S, nil)
-		}
+		c.storeFolded(sc.sr, s, mat, S)
 	}
-}
-
-// storeState writes a decoded state back when the store is not fp32.
-func (c *Mamba2Cache) storeState(sc *mamba2Scratch, s Slot, mat int, S []float32) {
-	if c.state.raw(mat) != nil {
-		return
-	}
-	sr := sc.sr
-	c.reseed(sr, s, mat, int64(c.opFlushes[s]))
-	c.state.store(mat, S, sr)
 }
 
 // outputsGroup computes outputs for op rows r0..r0+T-1 of slot s (row r0+k

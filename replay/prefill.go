@@ -123,11 +123,7 @@ func (c *Mamba2Cache) prefillTask(worker, i int) {
 	hpg := H / G
 	for h := g * hpg; h < (g+1)*hpg; h++ {
 		mat := int(s)*H + h
-		S := c.state.raw(mat)
-		if S == nil {
-			S = sc.s
-			c.state.load(mat, S)
-		}
+		S := c.checkpoint(sc.s, mat)
 		// The ring's entries first, stepped as the recurrence steps them
 		// (their outputs were written when they were appended).
 		for j := range n {
@@ -148,10 +144,7 @@ func (c *Mamba2Cache) prefillTask(worker, i int) {
 				yh[p] += c.d[h] * xp
 			}
 		}
-		c.storeState(sc, s, mat, S)
-		if c.read != nil {
-			c.read.store(mat, S, nil)
-		}
+		c.storeFolded(sc.sr, s, mat, S)
 	}
 }
 
