@@ -41,7 +41,8 @@ type NNBackend struct {
 	weights     []Buffer
 	weightBytes int64
 	xb          Buffer // activations rounded to bfloat16 for cuBLAS
-	ids         Buffer // Argmax's results
+	ids         Buffer // Argmax's and Sample's results
+	sampler     rowSampler
 	clock       opClock
 }
 
@@ -110,6 +111,10 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 		}
 	}
 	if b.fn.attendTiles, err = loadAttendKernels(func(name string) (*Function, error) { return d.Kernel(ctx, "nn.cu", name) }); err != nil {
+		b.Close()
+		return nil, err
+	}
+	if b.sampler, err = loadSampler(ctx, d); err != nil {
 		b.Close()
 		return nil, err
 	}

@@ -61,7 +61,7 @@ func TestKernelSyntax(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range []string{"nn.cu", "conv.cu", "copy.cu", "fill.cu", "saxpy.cu"} {
+	for _, f := range []string{"nn.cu", "conv.cu", "copy.cu", "fill.cu", "saxpy.cu", "sample.cu"} {
 		src, err := KernelSource(f)
 		if err != nil {
 			t.Fatal(err)

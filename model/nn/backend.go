@@ -86,6 +86,12 @@ type Backend interface {
 	// (the forward pass broke), so that greedy decoding moves token ids
 	// off the device, not logits.
 	Argmax(dst []int32, x Tensor)
+	// Sample writes to dst[r] the token SampleRow draws from row r of x
+	// with p[r], or -1 when the row holds a NaN or an infinity (either
+	// sign), as Argmax: sampling too moves only token ids off the device.
+	// A device may differ from SampleRow where the draw lies within its
+	// stated tolerance of a boundary.
+	Sample(dst []int32, x Tensor, p []SampleParams)
 
 	// Upload copies host values into dst (contiguous).
 	Upload(dst Tensor, src []float32)

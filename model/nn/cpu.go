@@ -36,14 +36,31 @@ func (cpuBackend) NewArena() Arena { return &cpuArena{} }
 func (cpuBackend) Argmax(dst []int32, x Tensor) {
 	for r := range x.Rows {
 		v := row(x, r)
-		dst[r] = int32(tensor.Argmax(v))
-		for _, f := range v {
-			if f-f != 0 { // NaN or ±Inf
-				dst[r] = -1
-				break
-			}
+		dst[r] = -1
+		if finite(v) {
+			dst[r] = int32(tensor.Argmax(v))
 		}
 	}
+}
+
+func (cpuBackend) Sample(dst []int32, x Tensor, p []SampleParams) {
+	for r := range x.Rows {
+		v := row(x, r)
+		dst[r] = -1
+		if finite(v) {
+			dst[r] = int32(SampleRow(v, p[r]))
+		}
+	}
+}
+
+// finite reports whether v holds no NaN and no infinity.
+func finite(v []float32) bool {
+	for _, f := range v {
+		if f-f != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // host is t's values when t is contiguous (nn only passes such tensors

@@ -439,7 +439,32 @@ func (d *Decoder) Greedy(ctx context.Context, s *State, rows []Row, ids []int32)
 	if err := d.forward(ctx, s, rows, func(lg Tensor) { d.be.Argmax(ids[:nLogits], lg) }); err != nil {
 		return err
 	}
-	for k, id := range ids[:nLogits] {
+	return brokenRow(ids[:nLogits])
+}
+
+// Sample is Forward for sampling: it writes to ids, in row order, the
+// token SampleRow draws from each row that asks for logits, with that
+// row's p (one per such row), drawn where the model runs, so that only
+// token ids leave the device. A row holding a NaN or an infinity is an
+// error, as in Greedy.
+func (d *Decoder) Sample(ctx context.Context, s *State, rows []Row, p []SampleParams, ids []int32) error {
+	nLogits, err := d.checkRows("forward", s, rows, len(ids))
+	if err != nil {
+		return err
+	}
+	if len(p) < nLogits {
+		return fmt.Errorf("forward: %d sampling parameters for %d rows of logits", len(p), nLogits)
+	}
+	if err := d.forward(ctx, s, rows, func(lg Tensor) { d.be.Sample(ids[:nLogits], lg, p[:nLogits]) }); err != nil {
+		return err
+	}
+	return brokenRow(ids[:nLogits])
+}
+
+// brokenRow reports the first -1 of ids, the backend's mark of a row of
+// logits holding a non-finite value.
+func brokenRow(ids []int32) error {
+	for k, id := range ids {
 		if id < 0 {
 			return fmt.Errorf("row %d of logits holds a non-finite value: the forward pass broke", k)
 		}

@@ -74,3 +74,6 @@ inline unsigned __reduce_add_sync(unsigned, unsigned v) { return v; }
 inline unsigned __reduce_max_sync(unsigned, unsigned v) { return v; }
 inline unsigned __reduce_or_sync(unsigned, unsigned v) { return v; }
 inline unsigned __byte_perm(unsigned, unsigned, unsigned) { return 0; }
+inline unsigned long long atomicAdd(unsigned long long*, unsigned long long) { return 0; }
+inline unsigned __match_any_sync(unsigned, unsigned) { return 0; }
+inline unsigned long long __float2ull_rn(float) { return 0; }

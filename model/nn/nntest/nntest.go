@@ -28,12 +28,18 @@ type Tolerances struct {
 	Product float64
 	// Elementwise bounds norms, activations, gates, RoPE and Δ clamps.
 	Elementwise float64
+	// Sample bounds, as a fraction of the kept tokens' total weight, how
+	// near a boundary of the draw's inverse CDF (or a top-p running sum
+	// near TopP) a Backend.Sample draw may differ from nn.SampleRow's.
+	Sample float64
 }
 
 // Float32 are the bounds for a backend computing in float32 with float32
 // weights: a product of a few hundred terms is within 1e-5 of its row's
-// largest value; an elementwise function within a few float32 ulps.
-var Float32 = Tolerances{MatMul: 1e-5, Product: 1e-5, Elementwise: 2e-6}
+// largest value; an elementwise function within a few float32 ulps; a
+// draw whose float32 weights are each within a few ulps and summed
+// exactly within 2e-6 of the total weight.
+var Float32 = Tolerances{MatMul: 1e-5, Product: 1e-5, Elementwise: 2e-6, Sample: 2e-6}
 
 // Run checks every operation of be.
 func Run(t *testing.T, be nn.Backend, tol Tolerances) {
@@ -46,6 +52,7 @@ func Run(t *testing.T, be nn.Backend, tol Tolerances) {
 		{"arena", c.arenaReuse},
 		{"embed", c.embed},
 		{"argmax", c.argmax},
+		{"sample", c.sample},
 		{"matmul", c.matmul},
 		{"rmsnorm", c.rmsnorm},
 		{"add-copy-views", c.addCopy},
