@@ -180,7 +180,7 @@ func TestGenerateGreedy(t *testing.T) {
 			}
 			defer e.Close()
 			// Greedy takes the argmax where the model runs (Decoder.Greedy); a
-			// temperature of 1e-6 samples from downloaded logits, where it
+			// temperature of 1e-6 samples there too (Decoder.Sample) and
 			// picks the same tokens.
 			for _, c := range []struct {
 				chunk    int

@@ -123,15 +123,17 @@ func TestLogprobs(t *testing.T) {
 
 // TestNonFiniteLogits: a model whose logits hold NaN fails the generation
 // with a clear error instead of sampling garbage, whether the engine samples
-// on the host or takes greedy tokens where the model runs (Decoder.Greedy).
+// on the host (a penalty) or takes tokens where the model runs
+// (Decoder.Greedy, Decoder.Sample).
 func TestNonFiniteLogits(t *testing.T) {
 	for _, tc := range []struct {
-		name        string
-		temperature float64
-		want        string
+		name     string
+		sampling SamplerOptions
+		want     string
 	}{
-		{"sampled", 0.7, "non-finite value (NaN at token 3)"},
-		{"greedy", 0, "row 0 of logits holds a non-finite value"},
+		{"host", SamplerOptions{Temperature: 0.7, PresencePenalty: 0.5}, "non-finite value (NaN at token 3)"},
+		{"sampled", SamplerOptions{Temperature: 0.7}, "row 0 of logits holds a non-finite value"},
+		{"greedy", SamplerOptions{}, "row 0 of logits holds a non-finite value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := model.Load(fixtureDir("qwen3_5"), model.Options{})
@@ -144,7 +146,7 @@ func TestNonFiniteLogits(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer e.Close()
-			_, _, err = e.Generate(context.Background(), []Request{{Prompt: []int{5, 17}, MaxTokens: 3, Sampling: SamplerOptions{Temperature: tc.temperature}}})
+			_, _, err = e.Generate(context.Background(), []Request{{Prompt: []int{5, 17}, MaxTokens: 3, Sampling: tc.sampling}})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one saying %q", err, tc.want)
 			}

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sort"
+
+	"github.com/replayssm/replayssm/model/nn"
 )
 
 // SamplerOptions choose how a token is drawn from a row of logits.
@@ -61,13 +62,16 @@ func (o SamplerOptions) Validate() error {
 	return o.validateProcessing(0)
 }
 
-// Sampler draws tokens: greedy, or from softmax(logits/T) restricted by top-k
-// then top-p, with its own seeded generator. A Sampler is not safe for
-// concurrent use; make one per sequence.
+// Sampler draws tokens as nn.SampleRow defines it (greedy, or from
+// softmax(logits/T) restricted by top-k then top-p), after its penalties,
+// biases and grammar, with its own seeded generator: one uniform a
+// sampled token. A device draws the same tokens from the same generator
+// (nn.Decoder.Sample). A Sampler is not safe for concurrent use; make one
+// per sequence.
 type Sampler struct {
-	opt  SamplerOptions
-	rng  *rand.Rand
-	cand []candidate
+	opt SamplerOptions
+	prm nn.SampleParams
+	rng *rand.Rand
 
 	// what the penalties and the minimum length count
 	seen     map[int]bool // prompt tokens (repetition penalty)
@@ -82,11 +86,15 @@ type candidate struct {
 
 // NewSampler returns a sampler for opt.
 func NewSampler(opt SamplerOptions) *Sampler {
-	return &Sampler{opt: opt, rng: rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15))}
+	return &Sampler{
+		opt: opt,
+		prm: nn.SampleParams{Temperature: float32(opt.Temperature), TopP: float32(opt.TopP), TopK: int32(min(opt.TopK, math.MaxInt32))},
+		rng: rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
+	}
 }
 
 // Greedy reports whether the sampler always takes the most likely token.
-func (s *Sampler) Greedy() bool { return s.opt.Temperature <= 0 || s.opt.TopK == 1 }
+func (s *Sampler) Greedy() bool { return s.prm.Greedy() }
 
 // Sample returns the chosen token id for one row of logits, which it may
 // change (penalties and biases are applied in place).
@@ -94,61 +102,22 @@ func (s *Sampler) Sample(logits []float32) int {
 	if !s.Plain() {
 		s.process(logits)
 	}
-	id := s.draw(logits)
+	id := nn.SampleRow(logits, s.next())
+	if id < 0 { // a grammar or the minimum length masked every token
+		id = argmax(logits)
+	}
 	s.record(id)
 	return id
 }
 
-func (s *Sampler) draw(logits []float32) int {
-	if s.Greedy() {
-		return argmax(logits)
+// next is the parameters of the sampler's next draw, with its uniform
+// taken from the generator unless the draw is greedy.
+func (s *Sampler) next() nn.SampleParams {
+	p := s.prm
+	if !p.Greedy() {
+		p.U = s.rng.Float64()
 	}
-	inv := 1 / s.opt.Temperature
-	m := float64(logits[argmax(logits)])
-	c := s.cand[:0]
-	if k := s.opt.TopK; k > 0 && k < len(logits) {
-		c = topK(c, logits, k)
-		for i := range c {
-			c[i].p = math.Exp((c[i].p - m) * inv)
-		}
-	} else {
-		for id, l := range logits {
-			c = append(c, candidate{id, math.Exp((float64(l) - m) * inv)})
-		}
-	}
-	if p := s.opt.TopP; p > 0 && p < 1 {
-		sort.Slice(c, func(i, j int) bool {
-			if c[i].p != c[j].p {
-				return c[i].p > c[j].p
-			}
-			return c[i].id < c[j].id
-		})
-		var total float64
-		for _, x := range c {
-			total += x.p
-		}
-		var cum float64
-		for i, x := range c {
-			cum += x.p
-			if cum >= p*total {
-				c = c[:i+1]
-				break
-			}
-		}
-	}
-	s.cand = c
-	var total float64
-	for _, x := range c {
-		total += x.p
-	}
-	u := s.rng.Float64() * total
-	for _, x := range c {
-		u -= x.p
-		if u < 0 {
-			return x.id
-		}
-	}
-	return c[len(c)-1].id
+	return p
 }
 
 // topK returns, in dst's memory, the k largest logits (p holds the

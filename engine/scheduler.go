@@ -33,6 +33,7 @@ type scheduler struct {
 	asked  []int // indices into running of the sequences whose rows ask for logits, in row order
 	toks   []int
 	ids    []int32
+	params []nn.SampleParams
 	logits []float32
 	raw    []float32
 }
@@ -212,23 +213,38 @@ func (s *sequence) appendRows(rows []nn.Row, budget int, decode bool) ([]nn.Row,
 }
 
 // sample runs sc.rows through the model and returns the next token of each
-// sequence in sc.asked. When every one decodes plainly greedily and wants no
-// log-probabilities, the model takes the argmax where it runs, so that
-// only token ids cross from a device, not rows of logits.
+// sequence in sc.asked. When every one samples from its logits as they are
+// (no penalty, bias, minimum length or grammar) and wants no
+// log-probabilities, the model draws where it runs (the argmax when all
+// are greedy), each sequence's uniform taken from its own generator as
+// the host would take it, so that only token ids cross from a device, not
+// rows of logits, and the tokens are the host's.
 func (sc *scheduler) sample(ctx context.Context) ([]int, error) {
 	e, n := sc.e, len(sc.asked)
 	sc.toks = sc.toks[:0]
-	greedy := true
+	greedy, plain := true, true
 	for _, i := range sc.asked {
 		s := sc.running[i]
-		greedy = greedy && s.sampler.Greedy() && s.sampler.Plain() && s.job.OnLogprobs == nil
+		greedy = greedy && s.sampler.Greedy()
+		plain = plain && s.sampler.Plain() && s.job.OnLogprobs == nil
 	}
-	if greedy {
+	if plain {
 		sc.ids = grow(sc.ids, n)
-		if err := e.dec.Greedy(ctx, e.st, sc.rows, sc.ids); err != nil {
+		var err error
+		if greedy {
+			err = e.dec.Greedy(ctx, e.st, sc.rows, sc.ids)
+		} else {
+			sc.params = sc.params[:0]
+			for _, i := range sc.asked {
+				sc.params = append(sc.params, sc.running[i].sampler.next())
+			}
+			err = e.dec.Sample(ctx, e.st, sc.rows, sc.params, sc.ids)
+		}
+		if err != nil {
 			return nil, err
 		}
-		for _, id := range sc.ids {
+		for k, id := range sc.ids {
+			sc.running[sc.asked[k]].sampler.record(int(id))
 			sc.toks = append(sc.toks, int(id))
 		}
 		return sc.toks, nil
