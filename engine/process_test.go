@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/replayssm/replayssm/model"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tensor"
 )
 
 // TestSamplerProcessing draws greedily from fixed logits with each
@@ -140,7 +142,14 @@ func TestNonFiniteLogits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d.LMHead.W[3*d.LMHead.In] = float32(math.NaN()) // token 3's logit
+			// The loaded weights are read-only views of the checkpoint's
+			// mapping: change a copy.
+			w := slices.Clone(d.LMHead.W.F32)
+			w[3*d.LMHead.In] = float32(math.NaN()) // token 3's logit
+			d.LMHead.W = tensor.Weights{F32: w}
+			if d.Tied {
+				d.Embed = d.LMHead.W
+			}
 			e, err := New(d, 1, replay.Options{Window: 4})
 			if err != nil {
 				t.Fatal(err)

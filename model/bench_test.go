@@ -155,6 +155,11 @@ func nemotronHRandom(tb testing.TB) string {
 	return writeRandomModel(tb, cfg, s)
 }
 
+// bf16 is model's copy in bfloat16 (writeRounded), as models are released.
+func bf16(model func(testing.TB) string) func(testing.TB) string {
+	return func(tb testing.TB) string { return writeRounded(tb, model(tb), safetensors.BF16) }
+}
+
 // BenchmarkDecode measures decode tokens/s (batch 1 and 8, after a 64-token
 // prompt) on a fixture and on the ~30M-parameter random models.
 func BenchmarkDecode(b *testing.B) {
@@ -166,6 +171,8 @@ func BenchmarkDecode(b *testing.B) {
 		{"fixture-nemotron_h", func(testing.TB) string { return filepath.Join("testdata", "fixtures", "nemotron_h") }},
 		{"qwen3_5-30M", qwen35Random},
 		{"nemotron_h-30M", nemotronHRandom},
+		{"qwen3_5-30M-bf16", bf16(qwen35Random)},
+		{"nemotron_h-30M-bf16", bf16(nemotronHRandom)},
 	}
 	for _, m := range models {
 		dir := m.dir(b)
@@ -243,7 +250,8 @@ func BenchmarkPrefill(b *testing.B) {
 	for _, m := range []struct {
 		name string
 		dir  func(testing.TB) string
-	}{{"qwen3_5-30M", qwen35Random}, {"nemotron_h-30M", nemotronHRandom}} {
+	}{{"qwen3_5-30M", qwen35Random}, {"nemotron_h-30M", nemotronHRandom},
+		{"qwen3_5-30M-bf16", bf16(qwen35Random)}, {"nemotron_h-30M-bf16", bf16(nemotronHRandom)}} {
 		d, err := model.Load(m.dir(b), model.Options{})
 		if err != nil {
 			b.Fatal(err)

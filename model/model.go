@@ -26,8 +26,10 @@ type Options struct {
 }
 
 // Load reads dir/config.json and binds the checkpoint in dir to a Decoder.
-// The weights are converted to float32 and copied; the files are closed
-// before Load returns.
+// The product weights stay in the checkpoint's format (bfloat16 as models
+// are released, or float32), as views of the memory-mapped files, so a
+// model takes no host memory beyond the mapping; the rest is converted to
+// float32. The files stay open until the Decoder's Close.
 func Load(dir string, opt Options) (*nn.Decoder, error) {
 	cfg, err := hfconfig.LoadDir(dir)
 	if err != nil {
@@ -37,8 +39,13 @@ func Load(dir string, opt Options) (*nn.Decoder, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer ckpt.Close()
-	return Bind(cfg, nn.NewLoader(ckpt, opt.Progress))
+	d, err := Bind(cfg, nn.NewLoader(ckpt, opt.Progress))
+	if err != nil {
+		ckpt.Close()
+		return nil, err
+	}
+	d.Files = ckpt
+	return d, nil
 }
 
 // Bind builds the Decoder of cfg's family from the tensors behind ld.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
+	"github.com/replayssm/replayssm/numeric"
+	"github.com/replayssm/replayssm/tensor"
 )
 
 // LoadRandom builds cfg's Decoder with seeded random weights instead of a
@@ -18,8 +20,10 @@ import (
 // too large for one device are timed per layer). Weights are drawn so that
 // activations keep their scale: projections N(0, 1/in), norms near 1, the
 // SSM parameters in their usual ranges; the same seed gives the same
-// weights.
-func LoadRandom(cfg *hfconfig.Config, seed uint64, layers int) (*nn.Decoder, error) {
+// weights. The product weights are made in format dt, drawn in float32 and
+// rounded one at a time, so that a bfloat16 model never takes float32
+// memory and matches the float32 one rounded.
+func LoadRandom(cfg *hfconfig.Config, seed uint64, layers int, dt tensor.DType) (*nn.Decoder, error) {
 	if layers > 0 && layers < len(cfg.Layers) {
 		c := *cfg
 		c.Layers = cfg.Layers[:layers]
@@ -30,7 +34,7 @@ func LoadRandom(cfg *hfconfig.Config, seed uint64, layers int) (*nn.Decoder, err
 	if err != nil {
 		return nil, err
 	}
-	src := &randomSource{seed: seed, tied: cfg.TieWordEmbeddings}
+	src := &randomSource{seed: seed, tied: cfg.TieWordEmbeddings, dtype: dt}
 	d, err := a(cfg, nn.NewSourceLoader(src))
 	if err != nil {
 		return nil, fmt.Errorf("random weights: %w", err)
@@ -45,8 +49,9 @@ func LoadRandom(cfg *hfconfig.Config, seed uint64, layers int) (*nn.Decoder, err
 // values of the asked shape. It has every name but an untied model's
 // absent LM head and an MTP head's, so the binders take their usual paths.
 type randomSource struct {
-	seed uint64
-	tied bool
+	seed  uint64
+	tied  bool
+	dtype tensor.DType // the product weights' (Matrix)
 }
 
 func (r *randomSource) Has(name string) bool {
@@ -60,42 +65,72 @@ func (r *randomSource) Has(name string) bool {
 }
 
 func (r *randomSource) Float32(name string, shape ...int) ([]float32, error) {
+	n, seed, err := r.draw(name, shape)
+	if err != nil {
+		return nil, err
+	}
+	v := make([]float32, n)
+	fill(v, seed, values(name, shape), func(x float64) float32 { return float32(x) })
+	return v, nil
+}
+
+// Matrix draws product weights as Float32 does, in r's format.
+func (r *randomSource) Matrix(name string, shape ...int) (tensor.Weights, error) {
+	if r.dtype != tensor.BFloat16 {
+		v, err := r.Float32(name, shape...)
+		return tensor.Weights{F32: v}, err
+	}
+	n, seed, err := r.draw(name, shape)
+	if err != nil {
+		return tensor.Weights{}, err
+	}
+	v := make([]uint16, n)
+	fill(v, seed, values(name, shape), func(x float64) uint16 { return numeric.BF16FromF32(float32(x)) })
+	return tensor.Weights{BF16: v}, nil
+}
+
+// draw returns the number of values of a tensor of shape and the seed its
+// values are drawn from.
+func (r *randomSource) draw(name string, shape []int) (int, uint64, error) {
 	n := 1
 	for _, s := range shape {
 		if s <= 0 {
-			return nil, fmt.Errorf("random weights: %s: shape %v", name, shape)
+			return 0, 0, fmt.Errorf("random weights: %s: shape %v", name, shape)
 		}
 		n *= s
 	}
 	h := fnv.New64a()
 	h.Write([]byte(name))
-	seed := h.Sum64() ^ r.seed
-	v := make([]float32, n)
-	switch {
-	case strings.HasSuffix(name, "A_log"):
-		fill(v, seed, func(u, _ float64) float64 { return math.Log(1 + 15*u) }) // A in [1, 16]
-	case strings.HasSuffix(name, "dt_bias"):
-		fill(v, seed, func(u, _ float64) float64 { return math.Log(math.Expm1(0.001 + 0.099*u)) }) // Δ in [0.001, 0.1]
-	case strings.HasSuffix(name, ".D"):
-		fill(v, seed, func(u, _ float64) float64 { return 0.5 + u })
-	case strings.Contains(name, "norm"):
-		fill(v, seed, func(_, g float64) float64 { return 1 + 0.05*g })
-	case strings.HasSuffix(name, "bias"):
-		fill(v, seed, func(_, g float64) float64 { return 0.02 * g })
-	default: // matrices and conv kernels: N(0, 1/fan-in), fan-in the last dimension
-		sd := 1 / math.Sqrt(float64(shape[len(shape)-1]))
-		fill(v, seed, func(_, g float64) float64 { return sd * g })
-	}
-	return v, nil
+	return n, h.Sum64() ^ r.seed, nil
 }
 
-// fill sets v[i] = f(u, g) with u uniform in [0, 1) and g of mean 0 and
+// values is the distribution of tensor name's values, as a function of a
+// uniform u in [0, 1) and a standard normal g.
+func values(name string, shape []int) func(u, g float64) float64 {
+	switch {
+	case strings.HasSuffix(name, "A_log"):
+		return func(u, _ float64) float64 { return math.Log(1 + 15*u) } // A in [1, 16]
+	case strings.HasSuffix(name, "dt_bias"):
+		return func(u, _ float64) float64 { return math.Log(math.Expm1(0.001 + 0.099*u)) } // Δ in [0.001, 0.1]
+	case strings.HasSuffix(name, ".D"):
+		return func(u, _ float64) float64 { return 0.5 + u }
+	case strings.Contains(name, "norm"):
+		return func(_, g float64) float64 { return 1 + 0.05*g }
+	case strings.HasSuffix(name, "bias"):
+		return func(_, g float64) float64 { return 0.02 * g }
+	}
+	// matrices and conv kernels: N(0, 1/fan-in), fan-in the last dimension
+	sd := 1 / math.Sqrt(float64(shape[len(shape)-1]))
+	return func(_, g float64) float64 { return sd * g }
+}
+
+// fill sets v[i] = conv(f(u, g)) with u uniform in [0, 1) and g of mean 0 and
 // variance 1, from a counter-based generator of seed and i, in parallel.
 // g is the sum of four 16-bit uniforms, centred and scaled (Irwin–Hall: a
 // bell within ±3.5): close enough to normal for weights that only have to
 // keep activations at their scale, and several times faster to draw than
 // Box–Muller, which matters for a model of billions of weights.
-func fill(v []float32, seed uint64, f func(u, g float64) float64) {
+func fill[T float32 | uint16](v []T, seed uint64, f func(u, g float64) float64, conv func(float64) T) {
 	const chunk = 1 << 16
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -110,7 +145,7 @@ func fill(v []float32, seed uint64, f func(u, g float64) float64) {
 				u := float64(b>>11) / (1 << 53)
 				sum := float64(a&0xffff+a>>16&0xffff+a>>32&0xffff+a>>48) / (1 << 16)
 				g := (sum - 2) * math.Sqrt(3) // variance 4/12 scaled to 1
-				v[i] = float32(f(u, g))
+				v[i] = conv(f(u, g))
 			}
 		}(lo, min(lo+chunk, len(v)))
 	}

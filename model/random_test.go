@@ -9,14 +9,16 @@ import (
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/models"
+	"github.com/replayssm/replayssm/numeric"
 	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tensor"
 )
 
 // TestLoadRandom instantiates every shipped target config with random
 // weights at its layer shapes (two layers, a 512-token vocabulary and at
 // most 4 experts, so that CI can hold it), checks that the weights are
-// reproducible and that a forward pass gives finite logits that are not all
-// equal.
+// reproducible (in bfloat16, the float32 draw rounded) and that a forward
+// pass gives finite logits that are not all equal.
 func TestLoadRandom(t *testing.T) {
 	for _, name := range models.Configs() {
 		t.Run(name, func(t *testing.T) {
@@ -34,19 +36,25 @@ func TestLoadRandom(t *testing.T) {
 				m.TopK = min(m.TopK, 2)
 			}
 			layers := min(2, len(cfg.Layers))
-			d, err := model.LoadRandom(cfg, 1, layers)
+			d, err := model.LoadRandom(cfg, 1, layers, tensor.BFloat16)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(d.Layers) != layers || d.Hidden != cfg.HiddenSize || d.Vocab != cfg.VocabSize {
 				t.Fatalf("%d layers, hidden %d, vocab %d", len(d.Layers), d.Hidden, d.Vocab)
 			}
-			again, err := model.LoadRandom(cfg, 1, layers)
+			again, err := model.LoadRandom(cfg, 1, layers, tensor.Float32)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.Embed[1234] != again.Embed[1234] || d.Embed[1234] == 0 {
-				t.Fatalf("embedding not reproducible: %v, %v", d.Embed[1234], again.Embed[1234])
+			if d.Embed.DType() != tensor.BFloat16 || again.Embed.DType() != tensor.Float32 {
+				t.Fatalf("embeddings in %v and %v, want bf16 and fp32", d.Embed.DType(), again.Embed.DType())
+			}
+			if f := again.Embed.F32[1234]; d.Embed.BF16[1234] != numeric.BF16FromF32(f) || f == 0 {
+				t.Fatalf("embedding not reproducible: bf16 %v, fp32 %v", d.Embed.At(1234), f)
+			}
+			if got, want := d.WeightBytes(d.Embed.DType().Size()), 2*int64(d.Params()); got != want {
+				t.Errorf("weight bytes %d, want 2 a parameter: %d", got, want)
 			}
 			st, err := d.NewState(1, replay.Options{})
 			if err != nil {

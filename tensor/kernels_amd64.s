@@ -76,3 +76,90 @@ d4done:
 	VZEROUPPER
 	RET
 
+
+// func dotBF16AVX2(x *float32, w *uint16, n int) float32
+// Widens eight bfloat16 weights at a time in registers (zero-extend to 32
+// bits, shift into the top half) and multiplies them into four
+// accumulators, so that a product reads 2 bytes a weight from memory.
+TEXT ·dotBF16AVX2(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+db32:
+	CMPQ CX, $32
+	JL   db8
+	VPMOVZXWD (DI), Y4
+	VPMOVZXWD 16(DI), Y5
+	VPMOVZXWD 32(DI), Y6
+	VPMOVZXWD 48(DI), Y7
+	VPSLLD $16, Y4, Y4
+	VPSLLD $16, Y5, Y5
+	VPSLLD $16, Y6, Y6
+	VPSLLD $16, Y7, Y7
+	VFMADD231PS (SI), Y4, Y0
+	VFMADD231PS 32(SI), Y5, Y1
+	VFMADD231PS 64(SI), Y6, Y2
+	VFMADD231PS 96(SI), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $64, DI
+	SUBQ $32, CX
+	JMP  db32
+
+db8:
+	CMPQ CX, $8
+	JL   dbdone
+	VPMOVZXWD (DI), Y4
+	VPSLLD $16, Y4, Y4
+	VFMADD231PS (SI), Y4, Y0
+	ADDQ $32, SI
+	ADDQ $16, DI
+	SUBQ $8, CX
+	JMP  db8
+
+dbdone:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func widenBF16AVX2(dst *float32, src *uint16, n int)
+TEXT ·widenBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+
+wb16:
+	CMPQ CX, $16
+	JL   wb8
+	VPMOVZXWD (SI), Y0
+	VPMOVZXWD 16(SI), Y1
+	VPSLLD $16, Y0, Y0
+	VPSLLD $16, Y1, Y1
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	ADDQ $32, SI
+	ADDQ $64, DI
+	SUBQ $16, CX
+	JMP  wb16
+
+wb8:
+	CMPQ CX, $8
+	JL   wbdone
+	VPMOVZXWD (SI), Y0
+	VPSLLD $16, Y0, Y0
+	VMOVUPS Y0, (DI)
+
+wbdone:
+	VZEROUPPER
+	RET

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"sync"
 
 	vec "github.com/replayssm/replayssm/internal/simd"
 )
@@ -63,11 +64,103 @@ func matMulCols(y, x, w []float32, n, in, out, lo, hi int) {
 	}
 }
 
+// Product computes y = x·wᵀ as MatMul does, for weights in either format.
+func Product(y, x []float32, w Weights, n, in, out int) {
+	if w.BF16 != nil {
+		MatMulBF16(y, x, w.BF16, n, in, out)
+		return
+	}
+	MatMul(y, x, w.F32, n, in, out)
+}
+
+// MatMulBF16 is MatMul with bfloat16 weights w (their bits), each widened
+// exactly to float32: y[r][o] = Σᵢ x[r][i]·float32(w[o][i]), summed in
+// float32. A matrix-vector product reads half MatMul's bytes, which is its
+// time when the weights come from memory.
+func MatMulBF16(y, x []float32, w []uint16, n, in, out int) {
+	if len(x) < n*in || len(w) < out*in || len(y) < n*out {
+		panic(fmt.Sprintf("tensor.MatMulBF16: x has %d values (want %d×%d), w %d (want %d×%d), y %d (want %d×%d)",
+			len(x), n, in, len(w), out, in, len(y), n, out))
+	}
+	if n == 0 || out == 0 {
+		return
+	}
+	work := int64(n) * int64(in) * int64(out)
+	if work < 2*minParallelWork {
+		matMulColsBF16(y, x, w, n, in, out, 0, out)
+		return
+	}
+	Parallel(out, 4, work, func(lo, hi int) {
+		matMulColsBF16(y, x, w, n, in, out, lo, hi)
+	})
+}
+
+// tiles holds the float32 copies of bfloat16 weight rows that products of
+// several rows run the float32 kernels over (*[]float32, grown as needed).
+var tiles = sync.Pool{New: func() any { return new([]float32) }}
+
+// matMulColsBF16 computes the output columns [lo, hi) of MatMulBF16.
+func matMulColsBF16(y, x []float32, w []uint16, n, in, out, lo, hi int) {
+	if n == 1 {
+		// One row widens the weights in registers: each is used once.
+		for o := lo; o < hi; o++ {
+			y[o] = dotBF16(x[:in], w[o*in:(o+1)*in])
+		}
+		return
+	}
+	// Several rows use each weight once per row: widen four weight rows
+	// into a float32 tile per block of rows and run the float32 kernels
+	// over it, so that the widening is paid once per block, not per row.
+	tp := tiles.Get().(*[]float32)
+	if cap(*tp) < 4*in {
+		*tp = make([]float32, 4*in)
+	}
+	tile := (*tp)[:4*in]
+	rb := max(1, rowBlockBytes/(4*max(1, in)))
+	var acc [4]float32
+	for r0 := 0; r0 < n; r0 += rb {
+		r1 := min(n, r0+rb)
+		o := lo
+		for ; o+4 <= hi; o += 4 {
+			widenBF16(tile, w[o*in:(o+4)*in])
+			for r := r0; r < r1; r++ {
+				dot4(x[r*in:(r+1)*in], tile, in, &acc)
+				copy(y[r*out+o:r*out+o+4], acc[:])
+			}
+		}
+		for ; o < hi; o++ {
+			wr := tile[:in]
+			widenBF16(wr, w[o*in:(o+1)*in])
+			for r := r0; r < r1; r++ {
+				y[r*out+o] = dot(x[r*in:(r+1)*in], wr)
+			}
+		}
+	}
+	tiles.Put(tp)
+}
+
 // Dot returns Σᵢ a[i]·b[i] over len(a) elements.
 func Dot(a, b []float32) float32 { return dot(a, b[:len(a)]) }
 
 // dotGo is the plain-Go dot product: four partial sums, added at the end.
 func dotGo(a, b []float32) float32 { return vec.DotGo(a, b) }
+
+// dotBF16Go is dotBF16 in plain Go: four partial sums, added pairwise.
+func dotBF16Go(x []float32, w []uint16) float32 {
+	w = w[:len(x)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += x[i] * bf16(w[i])
+		s1 += x[i+1] * bf16(w[i+1])
+		s2 += x[i+2] * bf16(w[i+2])
+		s3 += x[i+3] * bf16(w[i+3])
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * bf16(w[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
 
 // dot4Go computes acc[j] = Σᵢ x[i]·w[j·n+i] for the four rows of w: each
 // element of x is loaded once for four products.

@@ -1,6 +1,8 @@
 // Package tensor is the CPU linear algebra of the forward pass: float32
-// matrix products in PyTorch's weight layout (y = x·Wᵀ, W stored [out][in]),
-// RMS normalisation, activations, softmax and rotary position embeddings.
+// matrix products in PyTorch's weight layout (y = x·Wᵀ, W stored [out][in])
+// over float32 or bfloat16 weights (Weights; bfloat16 widened exactly as it
+// is used), RMS normalisation, activations, softmax and rotary position
+// embeddings.
 //
 // The matrix products split their output columns over goroutines and run
 // AVX2+FMA kernels where the machine has them (plain-Go kernels elsewhere,

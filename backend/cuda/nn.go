@@ -198,11 +198,13 @@ func wtype(w nn.Weight) DataType { return w.S.(*gpuBuf).dtype }
 
 // Weight copies w to the device in float32.
 func (b *NNBackend) Weight(w []float32, rows, cols int) nn.Weight {
-	return b.place(w, rows, cols, Float32)
+	return b.place(tensor.Weights{F32: w}, rows, cols, Float32)
 }
 
-// Matrix copies w to the device in the product format (NNOptions.Weights).
-func (b *NNBackend) Matrix(w []float32, rows, cols int) nn.Weight {
+// Matrix copies w to the device in the product format (NNOptions.Weights):
+// weights already in it go as they are, float32 is rounded to bfloat16,
+// bfloat16 widened to float32.
+func (b *NNBackend) Matrix(w tensor.Weights, rows, cols int) nn.Weight {
 	return b.place(w, rows, cols, b.weightType())
 }
 
@@ -220,8 +222,8 @@ func (b *NNBackend) WeightBytes() int64 { return b.weightBytes }
 // float32), so that placing a model needs no second host copy of it.
 const placeChunk = 16 << 20
 
-func (b *NNBackend) place(w []float32, rows, cols int, t DataType) nn.Weight {
-	if len(w) == 0 || b.err != nil {
+func (b *NNBackend) place(w tensor.Weights, rows, cols int, t DataType) nn.Weight {
+	if w.Len() == 0 || b.err != nil {
 		return nn.Weight{}
 	}
 	n := rows * cols
@@ -232,19 +234,33 @@ func (b *NNBackend) place(w []float32, rows, cols int, t DataType) nn.Weight {
 	}
 	b.weights = append(b.weights, buf)
 	b.weightBytes += int64(buf.bytes)
-	if t == Float32 {
-		b.fail(b.s.CopyToDevice(buf, f32Bytes(w[:n])))
-	} else {
+	switch {
+	case t == Float32 && w.BF16 == nil:
+		b.fail(b.s.CopyToDevice(buf, f32Bytes(w.F32[:n])))
+	case t == BFloat16 && w.BF16 != nil:
+		b.fail(b.s.CopyToDevice(buf, u16Bytes(w.BF16[:n])))
+	case t == Float32: // bfloat16 weights on a float32 backend
+		h := make([]float32, min(n, placeChunk))
+		for lo := 0; lo < n && b.err == nil; lo += placeChunk {
+			hi := min(n, lo+placeChunk)
+			tensor.WidenBF16(h[:hi-lo], w.BF16[lo:hi])
+			dst := Buffer{ptr: buf.ptr + uint64(4*lo), bytes: 4 * (hi - lo)}
+			b.fail(b.s.CopyToDevice(dst, f32Bytes(h[:hi-lo])))
+		}
+	default: // float32 weights rounded to bfloat16
 		h := make([]uint16, min(n, placeChunk))
 		for lo := 0; lo < n && b.err == nil; lo += placeChunk {
 			hi := min(n, lo+placeChunk)
-			encodeBF16(h[:hi-lo], w[lo:hi])
+			encodeBF16(h[:hi-lo], w.F32[lo:hi])
 			dst := Buffer{ptr: buf.ptr + uint64(2*lo), bytes: 2 * (hi - lo)}
-			b.fail(b.s.CopyToDevice(dst, unsafe.Slice((*byte)(unsafe.Pointer(&h[0])), 2*(hi-lo))))
+			b.fail(b.s.CopyToDevice(dst, u16Bytes(h[:hi-lo])))
 		}
 	}
 	return nn.Weight{S: &gpuBuf{buf: buf, dtype: t}, Rows: rows, Cols: cols}
 }
+
+// u16Bytes views v's memory as bytes.
+func u16Bytes(v []uint16) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 2*len(v)) }
 
 // encodeBF16 rounds src into dst on every core.
 func encodeBF16(dst []uint16, src []float32) {

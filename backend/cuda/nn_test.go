@@ -362,7 +362,7 @@ func BenchmarkNNMatMul(b *testing.B) {
 		for i := range w {
 			w[i] = float32(i%17) / 17
 		}
-		W := be.Matrix(w, sh.out, sh.in)
+		W := be.Matrix(tensor.Weights{F32: w}, sh.out, sh.in)
 		rowsList := sh.rows
 		if rowsList == nil {
 			rowsList = []int{1, 2, 64, 256}

@@ -168,7 +168,7 @@ func runBenchDecode(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	base := replay.Options{Window: *window, State: st, Threads: *threads}
-	m := decodeMeasure{d: d, name: name, device: d.Backend().Name(), weightBytes: d.WeightBytes(4)}
+	m := decodeMeasure{d: d, name: name, device: d.Backend().Name(), weightBytes: d.WeightBytes(d.Embed.DType().Size())}
 	if be, ok := d.Backend().(*cuda.NNBackend); ok {
 		m.gpu = be
 		m.weightBytes = be.WeightBytes()
@@ -226,15 +226,19 @@ func openBenchModel(ctx context.Context, e *env, flagValue string, random bool, 
 	if err != nil {
 		return "", nil, err
 	}
+	dt, err := device.products()
+	if err != nil {
+		return "", nil, err
+	}
 	start := time.Now()
-	d, err := model.LoadRandom(cfg, 1, layers)
+	d, err := model.LoadRandom(cfg, 1, layers, dt)
 	if err != nil {
 		return "", nil, err
 	}
 	if layers > 0 && layers < len(cfg.Layers) {
 		name = fmt.Sprintf("%s[:%d]", name, layers)
 	}
-	fmt.Fprintf(e.stderr, "%s: random weights, %d layers, %.2fB parameters (%.1f s)\n", name, len(d.Layers), float64(d.Params())/1e9, time.Since(start).Seconds())
+	fmt.Fprintf(e.stderr, "%s: random weights, %d layers, %.2fB parameters in %s (%.1f s)\n", name, len(d.Layers), float64(d.Params())/1e9, dt, time.Since(start).Seconds())
 	if err := place(ctx, e, d, device); err != nil {
 		return "", nil, err
 	}

@@ -11,12 +11,13 @@ import (
 	"github.com/replayssm/replayssm/backend/cuda"
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tensor"
 )
 
 // deviceChoice is what --device, --dtype and --eager ask for.
 type deviceChoice struct {
 	device string // auto, cpu or cuda
-	dtype  string // bf16 or fp32: the GPU's product weights
+	dtype  string // bf16 or fp32: the GPU's product weights, and random ones
 	eager  bool   // no CUDA graphs
 }
 
@@ -25,7 +26,7 @@ func deviceFlags(fs *flag.FlagSet) *deviceChoice {
 	c := &deviceChoice{}
 	fs.StringVar(&c.device, "device", "auto", "where the model runs: auto (the GPU when one is usable, else the CPU), cpu or cuda")
 	fs.BoolVar(&c.eager, "eager", false, "on the GPU, queue every kernel at once instead of replaying repeated decode steps as CUDA graphs")
-	fs.StringVar(&c.dtype, "dtype", "bf16", "the GPU's weight format for matrix products: bf16 (as models are released) or fp32; the CPU computes in fp32")
+	fs.StringVar(&c.dtype, "dtype", "bf16", "the weight format for matrix products on the GPU, and of random weights: bf16 (as models are released) or fp32; the CPU keeps a checkpoint's own format and computes in fp32")
 	return c
 }
 
@@ -37,6 +38,15 @@ func (c deviceChoice) weights() (cuda.DataType, error) {
 		return cuda.Float32, nil
 	}
 	return 0, fmt.Errorf("%w: --dtype %q: want bf16 or fp32", errUsage, c.dtype)
+}
+
+// products is the format random product weights are made in (--dtype).
+func (c deviceChoice) products() (tensor.DType, error) {
+	wt, err := c.weights()
+	if wt == cuda.Float32 {
+		return tensor.Float32, err
+	}
+	return tensor.BFloat16, err
 }
 
 // place puts d on the device c names, says on stderr which it chose,

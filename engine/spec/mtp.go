@@ -244,7 +244,7 @@ func (m *MTP) run(ctx context.Context, commit bool) error {
 	}
 	lm := m.head.Dec.LMHead
 	m.logit = grow(m.logit, nl*V)
-	tensor.MatMul(m.logit, m.sel, lm.W[:V*H], nl, H, V)
+	tensor.Product(m.logit, m.sel, lm.W.Slice(0, V*H), nl, H, V)
 	if lm.B != nil {
 		for r := range nl {
 			tensor.Add(m.logit[r*V:(r+1)*V], lm.B[:V])

@@ -48,7 +48,7 @@ func Load(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
 	H, V := cfg.HiddenSize, cfg.VocabSize
 	eps := float32(cfg.RMSNormEps)
 	d := &nn.Decoder{Config: cfg, Hidden: H, Vocab: V}
-	d.Embed = ld.Tensor("model.embed_tokens.weight", V, H)
+	d.Embed = ld.Matrix("model.embed_tokens.weight", V, H)
 	for i, l := range cfg.Layers {
 		lp := fmt.Sprintf("model.layers.%d.", i)
 		var mixer, ffn nn.Block

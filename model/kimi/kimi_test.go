@@ -20,6 +20,7 @@ import (
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/model/safetensors"
 	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tensor"
 )
 
 // The tiny config (testdata/tiny_config.json) is the kimi_linear parity
@@ -43,7 +44,7 @@ func tinyConfig(t testing.TB) (*hfconfig.Config, []byte) {
 func tinyModel(t testing.TB) *nn.Decoder {
 	t.Helper()
 	cfg, _ := tinyConfig(t)
-	d, err := model.LoadRandom(cfg, 7, 0)
+	d, err := model.LoadRandom(cfg, 7, 0, tensor.Float32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func TestUnsupported(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.field, err)
 		}
-		_, err = model.LoadRandom(cfg, 1, 0)
+		_, err = model.LoadRandom(cfg, 1, 0, tensor.Float32)
 		if !errors.Is(err, hfconfig.ErrUnsupported) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s = %v: error %v, want one naming %s", c.field, c.value, err, c.want)
 		}

@@ -31,7 +31,7 @@ func Load(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
 	if !ld.Has(embed) && ld.Has("backbone.embedding.weight") { // mamba_ssm naming
 		embed = "backbone.embedding.weight"
 	}
-	d.Embed = ld.Tensor(embed, V, H)
+	d.Embed = ld.Matrix(embed, V, H)
 	mc := cfg.Mamba
 	I, C := mc.InnerSize, mc.ConvDim()
 	for i, l := range cfg.Layers {

@@ -322,7 +322,7 @@ func checkHead(t *testing.T, rng *rand.Rand, cfg *hfconfig.Config, h *head, m *n
 				}
 			}
 			pend[q] = r
-			outs, lgs, g := h.ref(cfg, target.Embed, target.LMHead.W, r.tok, r.hid)
+			outs, lgs, g := h.ref(cfg, target.Embed.Float32(), target.LMHead.W.Float32(), r.tok, r.hid)
 			gap = math.Min(gap, g)
 			want = append(want, outs[len(outs)-counts[qi]:]...)
 			wantLg = append(wantLg, lgs[len(lgs)-counts[qi]:]...)

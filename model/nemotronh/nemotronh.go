@@ -38,7 +38,7 @@ func Load(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
 	H, V := cfg.HiddenSize, cfg.VocabSize
 	eps := float32(cfg.RMSNormEps)
 	d := &nn.Decoder{Config: cfg, Hidden: H, Vocab: V}
-	d.Embed = ld.Tensor(p+"embeddings.weight", V, H)
+	d.Embed = ld.Matrix(p+"embeddings.weight", V, H)
 	for i, l := range cfg.Layers {
 		m := fmt.Sprintf("%slayers.%d.mixer", p, i)
 		var blk nn.Block

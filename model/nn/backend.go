@@ -30,8 +30,9 @@ type Backend interface {
 	Weight(w []float32, rows, cols int) Weight
 	// Matrix places the weights of a product (MatMul's w, Embed's table)
 	// in the backend's product format, which may round them (the CUDA
-	// backend's default is bfloat16, the checkpoints' own format).
-	Matrix(w []float32, rows, cols int) Weight
+	// backend's default is bfloat16, the checkpoints' own format; the CPU
+	// keeps w's). Like Weight's, w must not change afterwards.
+	Matrix(w tensor.Weights, rows, cols int) Weight
 	// NewArena returns scratch memory for one State's passes.
 	NewArena() Arena
 

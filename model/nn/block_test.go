@@ -9,6 +9,7 @@ import (
 
 	"github.com/replayssm/replayssm/model/nn"
 	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tensor"
 )
 
 // The block tests run one block as the only residual branch of a decoder,
@@ -49,10 +50,10 @@ type blockHarness struct {
 func newBlockHarness(t *testing.T, rng *rand.Rand, hidden, vocab int, blk nn.Block, ref refBlock, opt replay.Options, seqs int, tol float64) *blockHarness {
 	t.Helper()
 	d := &nn.Decoder{Hidden: hidden, Vocab: vocab,
-		Embed:     normals(rng, vocab*hidden, 1),
+		Embed:     tensor.Weights{F32: normals(rng, vocab*hidden, 1)},
 		Layers:    []nn.Layer{{Branches: []nn.Branch{{Norm: nn.RMSNorm{W: normals(rng, hidden, 0.3, 1), Eps: 1e-5}, Block: blk}}}},
 		FinalNorm: nn.RMSNorm{W: ones(hidden), Eps: 1e-5},
-		LMHead:    nn.Linear{In: hidden, Out: vocab, W: normals(rng, vocab*hidden, 0.1)},
+		LMHead:    nn.Linear{In: hidden, Out: vocab, W: tensor.Weights{F32: normals(rng, vocab*hidden, 0.1)}},
 	}
 	if err := d.Validate(); err != nil {
 		t.Fatal(err)
@@ -77,7 +78,7 @@ func newBlockHarness(t *testing.T, rng *rand.Rand, hidden, vocab int, blk nn.Blo
 // input is the block's input for token tok: the normalised embedding.
 func (h *blockHarness) input(tok int) []float64 {
 	d := h.d
-	e := d.Embed[tok*d.Hidden : (tok+1)*d.Hidden]
+	e := d.Embed.F32[tok*d.Hidden : (tok+1)*d.Hidden]
 	w := d.Layers[0].Branches[0].Norm
 	var ss float64
 	for _, v := range e {
@@ -96,7 +97,7 @@ func (h *blockHarness) input(tok int) []float64 {
 func (h *blockHarness) check(what string, i, tok int, want []float64) {
 	h.t.Helper()
 	H := h.hidden
-	e := h.d.Embed[tok*H : (tok+1)*H]
+	e := h.d.Embed.F32[tok*H : (tok+1)*H]
 	scale := 1e-30
 	for _, w := range want {
 		scale = max(scale, math.Abs(w))
@@ -202,7 +203,7 @@ func ones(n int) []float32 {
 
 // linear returns a random out × in projection with weights of N(0, 1/in).
 func linear(rng *rand.Rand, out, in int) nn.Linear {
-	return nn.Linear{In: in, Out: out, W: normals(rng, out*in, 1/math.Sqrt(float64(in)))}
+	return nn.Linear{In: in, Out: out, W: tensor.Weights{F32: normals(rng, out*in, 1/math.Sqrt(float64(in)))}}
 }
 
 // apply64 is y = W·x in float64.
@@ -210,7 +211,7 @@ func apply64(l nn.Linear, x []float64) []float64 {
 	y := make([]float64, l.Out)
 	for o := range y {
 		var s float64
-		for i, w := range l.W[o*l.In : (o+1)*l.In] {
+		for i, w := range l.W.Float32()[o*l.In : (o+1)*l.In] {
 			s += float64(w) * x[i]
 		}
 		if l.B != nil {

@@ -10,13 +10,18 @@ import (
 
 // CPU returns the backend that computes on this machine's cores in float32
 // (package tensor's kernels, package replay's caches). It keeps weights
-// where they are, so placing a model on it copies nothing.
+// where they are, in their format (a bfloat16 checkpoint's products read
+// bfloat16 weights, widened as they are used), so placing a model on it
+// copies nothing.
 func CPU() Backend { return cpuBackend{} }
 
 type cpuBackend struct{}
 
 // cpuBuf is the CPU's storage: a Tensor's or Weight's S.
 type cpuBuf struct{ f []float32 }
+
+// cpuBF16 is a Weight's S for a bfloat16 matrix (Matrix).
+type cpuBF16 struct{ w []uint16 }
 
 func (cpuBackend) Name() string { return "cpu" }
 func (cpuBackend) Err() error   { return nil }
@@ -28,8 +33,13 @@ func (cpuBackend) Weight(w []float32, rows, cols int) Weight {
 	return Weight{S: &cpuBuf{f: w[: rows*cols : rows*cols]}, Rows: rows, Cols: cols}
 }
 
-// Matrix keeps w in float32: the CPU's products are float32.
-func (c cpuBackend) Matrix(w []float32, rows, cols int) Weight { return c.Weight(w, rows, cols) }
+// Matrix keeps w as it is, float32 or bfloat16.
+func (c cpuBackend) Matrix(w tensor.Weights, rows, cols int) Weight {
+	if len(w.BF16) == 0 {
+		return c.Weight(w.F32, rows, cols)
+	}
+	return Weight{S: &cpuBF16{w: w.BF16[: rows*cols : rows*cols]}, Rows: rows, Cols: cols}
+}
 
 func (cpuBackend) NewArena() Arena { return &cpuArena{} }
 
@@ -86,10 +96,23 @@ func weights(w Weight) []float32 {
 	return w.S.(*cpuBuf).f
 }
 
+// matrix is a product's weights in their format.
+func matrix(w Weight) tensor.Weights {
+	if b, ok := w.S.(*cpuBF16); ok {
+		return tensor.Weights{BF16: b.w}
+	}
+	return tensor.Weights{F32: weights(w)}
+}
+
 func (cpuBackend) Embed(dst Tensor, table Weight, tokens []int32) {
-	tab := weights(table)
+	tab := matrix(table)
 	for i, t := range tokens {
-		copy(row(dst, i), tab[int(t)*table.Cols:(int(t)+1)*table.Cols])
+		lo := int(t) * table.Cols
+		if tab.BF16 != nil {
+			tensor.WidenBF16(row(dst, i), tab.BF16[lo:lo+table.Cols])
+			continue
+		}
+		copy(row(dst, i), tab.F32[lo:lo+table.Cols])
 	}
 }
 
@@ -103,7 +126,7 @@ func (cpuBackend) MatMul(y, x Tensor, w, bias Weight) {
 	if !y.Contiguous() {
 		out = Tensor{S: &cpuBuf{f: make([]float32, y.Rows*y.Cols)}, Rows: y.Rows, Cols: y.Cols, Stride: y.Cols}
 	}
-	tensor.MatMul(host(out), host(x), weights(w), x.Rows, w.Cols, w.Rows)
+	tensor.Product(host(out), host(x), matrix(w), x.Rows, w.Cols, w.Rows)
 	if b := weights(bias); b != nil {
 		for r := range out.Rows {
 			tensor.Add(row(out, r), b)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/replayssm/replayssm/model/hfconfig"
 	"github.com/replayssm/replayssm/replay"
+	"github.com/replayssm/replayssm/tensor"
 )
 
 // Block is one residual branch's computation: a mixer (Mamba-2, Gated
@@ -54,11 +56,15 @@ type Decoder struct {
 	Config    *hfconfig.Config
 	Hidden    int
 	Vocab     int
-	Embed     []float32 // [Vocab][Hidden]
+	Embed     tensor.Weights // [Vocab][Hidden]
 	Layers    []Layer
 	FinalNorm RMSNorm
 	LMHead    Linear // shares Embed's memory when the embeddings are tied
 	Tied      bool
+	// Files, when not nil, holds the memory-mapped checkpoint that the
+	// product weights are views of (model.Load): it stays open while the
+	// model is used, and Close closes it.
+	Files io.Closer
 
 	be    Backend // where the weights are (Place)
 	embed Weight
@@ -83,12 +89,23 @@ func (d *Decoder) Place(be Backend) {
 	}
 }
 
+// Close closes Files, the checkpoint the weights point into; the Decoder
+// must not be used afterwards, on the CPU nor placed anew.
+func (d *Decoder) Close() error {
+	if d.Files == nil {
+		return nil
+	}
+	err := d.Files.Close()
+	d.Files = nil
+	return err
+}
+
 // Backend returns where the model runs (nil before Place or NewState).
 func (d *Decoder) Backend() Backend { return d.be }
 
 // Params is the number of weights (tied embeddings counted once).
 func (d *Decoder) Params() int {
-	n := len(d.Embed)
+	n := d.Embed.Len()
 	if !d.Tied {
 		n += d.LMHead.Params()
 	}
@@ -103,8 +120,8 @@ func (d *Decoder) Params() int {
 
 // Validate checks the sizes the forward pass relies on.
 func (d *Decoder) Validate() error {
-	if d.Hidden <= 0 || d.Vocab <= 0 || len(d.Embed) != d.Vocab*d.Hidden {
-		return fmt.Errorf("embedding has %d values, want %d×%d", len(d.Embed), d.Vocab, d.Hidden)
+	if d.Hidden <= 0 || d.Vocab <= 0 || d.Embed.Len() != d.Vocab*d.Hidden {
+		return fmt.Errorf("embedding has %d values, want %d×%d", d.Embed.Len(), d.Vocab, d.Hidden)
 	}
 	if err := d.LMHead.check("lm_head"); err != nil {
 		return err

@@ -88,8 +88,8 @@ func randomMLA(rng *rand.Rand, hidden, heads, dn, dr, dv, rank, qRank int) *nn.M
 		a.Q = linear(rng, heads*(dn+dr), hidden)
 	}
 	// Larger queries sharpen the softmax, so that a wrong key shows.
-	for i := range a.Q.W {
-		a.Q.W[i] *= 3
+	for i := range a.Q.W.F32 {
+		a.Q.W.F32[i] *= 3
 	}
 	return a
 }

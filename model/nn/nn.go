@@ -7,8 +7,11 @@
 // The architecture packages (model/nemotronh, model/qwen, model/mamba2,
 // model/kimi) only bind checkpoint tensors to these blocks, so each reads
 // as its block diagram; every formula lives here, once, as a sequence of
-// Backend operations, so a block does not know which device it runs on. Weights are bound as host
-// float32 slices and placed on the backend by Decoder.Place.
+// Backend operations, so a block does not know which device it runs on.
+// Product weights are bound in the checkpoint's format (tensor.Weights:
+// float32 or bfloat16, views of the memory-mapped files where they can be),
+// everything else as host float32, and Decoder.Place puts them on the
+// backend.
 package nn
 
 import (
@@ -18,10 +21,10 @@ import (
 )
 
 // Linear is a dense projection y = x·Wᵀ + b with W in PyTorch's [Out][In]
-// layout. B is nil when the layer has no bias.
+// layout, in the checkpoint's format. B is nil when the layer has no bias.
 type Linear struct {
 	In, Out int
-	W       []float32
+	W       tensor.Weights
 	B       []float32
 
 	w, b Weight // W and B on the backend (Place)
@@ -35,8 +38,9 @@ func (l *Linear) place(be Backend) {
 
 // placeExact puts the weights on be in float32: a router's logits choose
 // experts, and a rounding that reorders two of them changes the output.
+// (A bfloat16 checkpoint's router is widened, exactly.)
 func (l *Linear) placeExact(be Backend) {
-	l.w = be.Weight(l.W, l.Out, l.In)
+	l.w = be.Weight(l.W.Float32(), l.Out, l.In)
 	l.b = be.Weight(l.B, 1, l.Out)
 }
 
@@ -44,11 +48,11 @@ func (l *Linear) placeExact(be Backend) {
 func (l *Linear) apply(be Backend, y, x Tensor) { be.MatMul(y, x, l.w, l.b) }
 
 // Params is the number of weights.
-func (l *Linear) Params() int { return len(l.W) + len(l.B) }
+func (l *Linear) Params() int { return l.W.Len() + len(l.B) }
 
 func (l *Linear) check(name string) error {
-	if l.In <= 0 || l.Out <= 0 || len(l.W) != l.In*l.Out {
-		return fmt.Errorf("%s: weight has %d values, want %d×%d", name, len(l.W), l.Out, l.In)
+	if l.In <= 0 || l.Out <= 0 || l.W.Len() != l.In*l.Out {
+		return fmt.Errorf("%s: weight has %d values, want %d×%d", name, l.W.Len(), l.Out, l.In)
 	}
 	if l.B != nil && len(l.B) != l.Out {
 		return fmt.Errorf("%s: bias has %d values, want %d", name, len(l.B), l.Out)
@@ -58,18 +62,15 @@ func (l *Linear) check(name string) error {
 
 // StackRows concatenates the output rows of projections that read the same
 // input, so that one product computes them all: the result's outputs are
-// ls[0]'s, then ls[1]'s, and so on.
+// ls[0]'s, then ls[1]'s, and so on, in their format (tensor.Concat).
 func StackRows(ls ...Linear) (Linear, error) {
 	var out Linear
 	hasBias := false
-	n := 0
-	for _, l := range ls {
+	ws := make([]tensor.Weights, len(ls))
+	for i, l := range ls {
 		hasBias = hasBias || l.B != nil
-		n += len(l.W)
+		ws[i] = l.W
 	}
-	// One allocation: the stacked projections of a large model are
-	// hundreds of megabytes, which growing by appends would copy again.
-	out.W = make([]float32, 0, n)
 	for i, l := range ls {
 		if i == 0 {
 			out.In = l.In
@@ -77,7 +78,6 @@ func StackRows(ls ...Linear) (Linear, error) {
 			return Linear{}, fmt.Errorf("stack projections: input sizes %d and %d differ", out.In, l.In)
 		}
 		out.Out += l.Out
-		out.W = append(out.W, l.W...)
 		if hasBias {
 			b := l.B
 			if b == nil {
@@ -86,6 +86,7 @@ func StackRows(ls ...Linear) (Linear, error) {
 			out.B = append(out.B, b...)
 		}
 	}
+	out.W = tensor.Concat(ws...)
 	return out, nil
 }
 

@@ -82,21 +82,29 @@ func TestRoute(t *testing.T) {
 	}
 }
 
+// TestStackRows stacks projections in either format: bfloat16 ones stay
+// bfloat16 (the values are exact in both formats).
 func TestStackRows(t *testing.T) {
-	a := Linear{In: 2, Out: 1, W: []float32{1, 2}}
-	b := Linear{In: 2, Out: 2, W: []float32{3, 4, 5, 6}, B: []float32{1, 1}}
-	s, err := StackRows(a, b)
-	if err != nil {
-		t.Fatal(err)
+	for _, dt := range []tensor.DType{tensor.Float32, tensor.BFloat16} {
+		a := Linear{In: 2, Out: 1, W: tensor.Weights{F32: []float32{1, 2}}.Round(dt)}
+		b := Linear{In: 2, Out: 2, W: tensor.Weights{F32: []float32{3, 4, 5, 6}}.Round(dt), B: []float32{1, 1}}
+		s, err := StackRows(a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.W.DType() != dt {
+			t.Errorf("%v projections stacked into %v", dt, s.W.DType())
+		}
+		y := make([]float32, 3)
+		be := CPU()
+		s.place(be)
+		s.apply(be, tensorOf(y, 1, 3), tensorOf([]float32{1, 1}, 1, 2))
+		if fmt.Sprint(y) != "[3 8 12]" {
+			t.Errorf("%v: stacked forward %v", dt, y)
+		}
 	}
-	y := make([]float32, 3)
-	be := CPU()
-	s.place(be)
-	s.apply(be, tensorOf(y, 1, 3), tensorOf([]float32{1, 1}, 1, 2))
-	if fmt.Sprint(y) != "[3 8 12]" {
-		t.Errorf("stacked forward %v", y)
-	}
-	if _, err := StackRows(a, Linear{In: 3, Out: 1, W: make([]float32, 3)}); err == nil {
+	a := Linear{In: 2, Out: 1, W: tensor.Weights{F32: []float32{1, 2}}}
+	if _, err := StackRows(a, Linear{In: 3, Out: 1, W: tensor.Weights{F32: make([]float32, 3)}}); err == nil {
 		t.Error("mismatched inputs accepted")
 	}
 }

@@ -429,7 +429,7 @@ func testMTPFloat64(t *testing.T, fixture string, kind headKind, seed uint64) {
 		k := 0
 		for _, q := range order {
 			p := pend[q]
-			outs, lgs, g := refMTP(cfg, kind, w.w, target.Embed, target.LMHead.W, p.tok, p.hid)
+			outs, lgs, g := refMTP(cfg, kind, w.w, target.Embed.Float32(), target.LMHead.W.Float32(), p.tok, p.hid)
 			gap = math.Min(gap, g)
 			for j := len(p.tok) - counts[q]; j < len(p.tok); j++ {
 				want[k], wantLg[k] = outs[j], lgs[j]
@@ -632,7 +632,7 @@ func TestLoadMTPMoE(t *testing.T) {
 			if err := head.Forward(context.Background(), st, rows, flat, true, nil, lg); err != nil {
 				t.Fatal(err)
 			}
-			_, want, _ := refMTP(target.Config, moeHeadFused, w.w, target.Embed, target.LMHead.W, toks, hid)
+			_, want, _ := refMTP(target.Config, moeHeadFused, w.w, target.Embed.Float32(), target.LMHead.W.Float32(), toks, hid)
 			for i := range toks {
 				maxRel(t, fmt.Sprintf("row %d logits", i), lg[i*V:(i+1)*V], want[i], mtpTol)
 			}

@@ -41,7 +41,7 @@ func Load(cfg *hfconfig.Config, ld *nn.Loader) (*nn.Decoder, error) {
 	H, V := cfg.HiddenSize, cfg.VocabSize
 	eps := float32(cfg.RMSNormEps)
 	d := &nn.Decoder{Config: cfg, Hidden: H, Vocab: V}
-	d.Embed = ld.Tensor(p+"embed_tokens.weight", V, H)
+	d.Embed = ld.Matrix(p+"embed_tokens.weight", V, H)
 	var rope *tensor.Rope
 	if cfg.Attention.Rope && cfg.Count(hfconfig.Attention) > 0 {
 		var err error
@@ -128,27 +128,36 @@ func gdn(cfg *hfconfig.Config, ld *nn.Loader, m string) *nn.GDNMixer {
 func unpackQwen3Next(ld *nn.Loader, m string, H, Hk, Hv, dk, dv int) nn.Linear {
 	r := Hv / Hk
 	per := 2*dk + 2*r*dv
-	qkvz := ld.Tensor(m+".in_proj_qkvz.weight", Hk*per, H)
-	ba := ld.Tensor(m+".in_proj_ba.weight", Hk*2*r, H)
+	qkvz := ld.Matrix(m+".in_proj_qkvz.weight", Hk*per, H)
+	ba := ld.Matrix(m+".in_proj_ba.weight", Hk*2*r, H)
 	K, V := Hk*dk, Hv*dv
 	out := nn.Linear{In: H, Out: 2*K + 2*V + 2*Hv}
-	if qkvz == nil || ba == nil {
+	if qkvz.Len() == 0 || ba.Len() == 0 {
 		return out
 	}
-	w := make([]float32, out.Out*H)
-	rowsTo := func(dst, src, n int, from []float32) {
-		copy(w[dst*H:(dst+n)*H], from[src*H:(src+n)*H])
+	// The rows of each output part, in order: part p's key head kh takes
+	// rows [lo, lo+n) of its source.
+	type run struct {
+		from  tensor.Weights
+		lo, n int
 	}
+	parts := make([][]run, 6)
 	for kh := range Hk {
 		base := kh * per
-		rowsTo(kh*dk, base, dk, qkvz)                     // q
-		rowsTo(K+kh*dk, base+dk, dk, qkvz)                // k
-		rowsTo(2*K+kh*r*dv, base+2*dk, r*dv, qkvz)        // v
-		rowsTo(2*K+V+kh*r*dv, base+2*dk+r*dv, r*dv, qkvz) // z
-		rowsTo(2*K+2*V+kh*r, kh*2*r, r, ba)               // b
-		rowsTo(2*K+2*V+Hv+kh*r, kh*2*r+r, r, ba)          // a
+		parts[0] = append(parts[0], run{qkvz, base, dk})                   // q
+		parts[1] = append(parts[1], run{qkvz, base + dk, dk})              // k
+		parts[2] = append(parts[2], run{qkvz, base + 2*dk, r * dv})        // v
+		parts[3] = append(parts[3], run{qkvz, base + 2*dk + r*dv, r * dv}) // z
+		parts[4] = append(parts[4], run{ba, kh * 2 * r, r})                // b
+		parts[5] = append(parts[5], run{ba, kh*2*r + r, r})                // a
 	}
-	out.W = w
+	var rows []tensor.Weights
+	for _, p := range parts {
+		for _, q := range p {
+			rows = append(rows, q.from.Slice(q.lo*H, (q.lo+q.n)*H))
+		}
+	}
+	out.W = tensor.Concat(rows...)
 	return out
 }
 

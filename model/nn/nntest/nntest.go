@@ -158,31 +158,45 @@ func (c *checker) arenaReuse(t *testing.T) {
 	}
 }
 
-// placements are the two ways a backend holds weights, with the bound
-// each earns.
-func (c *checker) placements() []struct {
-	name  string
-	place func([]float32, int, int) nn.Weight
+// placement is one way a backend holds weights, with the bound it earns.
+type placement struct {
+	name string
+	// place puts w on the backend and returns the values the placed
+	// weights stand for (w, or w rounded to bfloat16 first).
+	place func(w []float32, rows, cols int) (nn.Weight, []float32)
 	tol   float64
-} {
-	return []struct {
-		name  string
-		place func([]float32, int, int) nn.Weight
-		tol   float64
-	}{{"weight", c.be.Weight, c.tol.MatMul}, {"matrix", c.be.Matrix, c.tol.Product}}
+}
+
+// placements are the ways a backend holds weights: float32 exactly
+// (Weight), and a product's float32 or bfloat16 weights in its product
+// format (Matrix).
+func (c *checker) placements() []placement {
+	return []placement{
+		{"weight", func(w []float32, rows, cols int) (nn.Weight, []float32) {
+			return c.be.Weight(w, rows, cols), w
+		}, c.tol.MatMul},
+		{"matrix", func(w []float32, rows, cols int) (nn.Weight, []float32) {
+			return c.be.Matrix(tensor.Weights{F32: w}, rows, cols), w
+		}, c.tol.Product},
+		{"bf16 matrix", func(w []float32, rows, cols int) (nn.Weight, []float32) {
+			b := tensor.Weights{F32: w}.Round(tensor.BFloat16)
+			return c.be.Matrix(b, rows, cols), b.Float32()
+		}, c.tol.Product},
+	}
 }
 
 func (c *checker) embed(t *testing.T) {
 	V, H := 37, 24
 	table := c.normals(V*H, 1)
 	tokens := []int32{3, 0, 36, 3, 17}
-	var want []float64
-	for _, tok := range tokens {
-		want = append(want, f64(table[int(tok)*H:(int(tok)+1)*H])...)
-	}
 	for _, p := range c.placements() {
+		w, vals := p.place(table, V, H)
+		var want []float64
+		for _, tok := range tokens {
+			want = append(want, f64(vals[int(tok)*H:(int(tok)+1)*H])...)
+		}
 		dst := c.poisoned(len(tokens), H)
-		c.be.Embed(dst, p.place(table, V, H), tokens)
+		c.be.Embed(dst, w, tokens)
 		tol := p.tol
 		if p.name == "weight" {
 			tol = 0 // a copy
@@ -233,14 +247,15 @@ func (c *checker) matmul(t *testing.T) {
 		for _, sh := range []struct {
 			n, in, out int
 			bias       bool
-		}{{1, 64, 48, false}, {7, 96, 33, true}, {16, 256, 40, false}, {3, 100, 9, false}, {8, 512, 70, true}, {9, 72, 17, false}} {
+		}{{1, 64, 48, false}, {1, 37, 5, false}, {7, 96, 33, true}, {16, 256, 40, false}, {3, 100, 9, false}, {8, 512, 70, true}, {9, 72, 17, false}} {
 			x, W := c.normals(sh.n*sh.in, 1), c.normals(sh.out*sh.in, 1/math.Sqrt(float64(sh.in)))
 			var b []float32
 			if sh.bias {
 				b = c.normals(sh.out, 1)
 			}
 			y := c.poisoned(sh.n, sh.out)
-			c.be.MatMul(y, c.tensor(x, sh.n, sh.in), p.place(W, sh.out, sh.in), c.be.Weight(b, 1, sh.out))
+			pw, W := p.place(W, sh.out, sh.in)
+			c.be.MatMul(y, c.tensor(x, sh.n, sh.in), pw, c.be.Weight(b, 1, sh.out))
 			want := make([]float64, sh.n*sh.out)
 			for r := range sh.n {
 				for o := range sh.out {
@@ -263,7 +278,8 @@ func (c *checker) matmul(t *testing.T) {
 			W := c.normals(out*in, 0.2)
 			yw := c.poisoned(n, out+3)
 			y := yw.Columns(2, out)
-			c.be.MatMul(y, c.tensor(wide, n, in+5).Columns(5, in), p.place(W, out, in), nn.Weight{})
+			pw, W := p.place(W, out, in)
+			c.be.MatMul(y, c.tensor(wide, n, in+5).Columns(5, in), pw, nn.Weight{})
 			want := make([]float64, n*out)
 			for r := range n {
 				for o := range out {
