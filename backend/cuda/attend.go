@@ -105,3 +105,34 @@ func attendTiles(tiles, rest []int32, seqs, pos []int32, rows int) ([]int32, []i
 	}
 	return tiles, rest
 }
+
+// Flash-decoding: nn_attend splits each decode row's positions into parts,
+// one block of threads (a warp) each, when the (row, head) pairs alone
+// are too few to keep the GPU busy (a long context at a small batch);
+// nn_attend_combine then merges the parts' partial softmax states.
+const (
+	// attendSplitMin is the fewest positions a part takes, so that its
+	// partial state's write and merge stay small beside its reads.
+	attendSplitMin = 256
+	// attendMaxSplits bounds the parts of a row (and its partials).
+	attendMaxSplits = 64
+	// attendWaveWarps is the one-warp blocks counted to a wave on one SM,
+	// half of what an H100's SM holds; splitting aims at two waves.
+	attendWaveWarps = 16
+)
+
+// attendSplits is the number of parts nn_attend splits each of a pass's
+// decode rows into, for pairs (row, head) pairs whose longest row reads
+// longest positions on a GPU of sms multiprocessors: a power of two,
+// doubled while the pairs' blocks fall short of two waves
+// (2·attendWaveWarps·sms) and the longest row's parts keep at least
+// attendSplitMin positions. A power of two changes only at a few lengths,
+// so a decode step's graph is recorded again rarely as its context grows.
+func attendSplits(pairs, longest, sms int) int {
+	target := 2 * attendWaveWarps * sms
+	s := 1
+	for s < attendMaxSplits && pairs*s < target && longest >= 2*s*attendSplitMin {
+		s *= 2
+	}
+	return s
+}

@@ -1,8 +1,12 @@
 package cuda
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/replayssm/replayssm/model/nn"
 )
 
 // TestAttendTiles checks the split of attention rows between the tiled and
@@ -92,6 +96,62 @@ func TestAttendTileKernel(t *testing.T) {
 	for _, k := range attendKernels {
 		if s := k.smem(k.maxHD); s > 227<<10 {
 			t.Errorf("%s: %d bytes of shared memory at head dimension %d, more than an SM's 227 KiB", k.name, s, k.maxHD)
+		}
+	}
+}
+
+// TestAttendSplits checks the flash-decoding split count: one part while
+// the (row, head) pairs fill two waves or a row is short, otherwise a
+// power of two that stops at two waves, at attendMaxSplits, or where a
+// part would fall below attendSplitMin positions.
+func TestAttendSplits(t *testing.T) {
+	const h100 = 132 // two waves: 2·16·132 = 4,224 one-warp blocks
+	for _, tc := range []struct {
+		pairs, longest, sms, want int
+	}{
+		{1 * 32, 100, h100, 1},     // short: one part
+		{1 * 32, 511, h100, 1},     // two parts would hold < 256 each
+		{1 * 32, 512, h100, 2},     // two of 256
+		{1 * 4, 3000, h100, 8},     // 375 positions a part; 16 would hold 187
+		{1 * 32, 40000, h100, 64},  // capped at attendMaxSplits
+		{64 * 32, 40000, h100, 4},  // 2,048 pairs: ×2 still short of 4,224, ×4 reaches it
+		{256 * 32, 40000, h100, 1}, // the pairs alone fill two waves
+		{4224, 40000, h100, 1},     // exactly two waves
+		{4223, 40000, h100, 2},     // just short
+		{1 * 32, 1 << 20, 1, 1},    // one SM: 32 pairs fill two waves of 16
+		{1 * 8, 1 << 20, 1, 4},     // 8·4 = 32
+		{1, attendSplitMin * 2 * 64, h100, 64},
+	} {
+		if got := attendSplits(tc.pairs, tc.longest, tc.sms); got != tc.want {
+			t.Errorf("attendSplits(%d pairs, %d positions, %d SMs) = %d, want %d", tc.pairs, tc.longest, tc.sms, got, tc.want)
+		}
+	}
+	for pairs := 1; pairs <= 1<<14; pairs *= 3 {
+		for longest := 1; longest <= 1<<17; longest = longest*2 + 1 {
+			s := attendSplits(pairs, longest, h100)
+			if s < 1 || s > attendMaxSplits || s&(s-1) != 0 {
+				t.Fatalf("attendSplits(%d, %d) = %d: not a power of two in [1, %d]", pairs, longest, s, attendMaxSplits)
+			}
+			if s > 1 && longest/s < attendSplitMin {
+				t.Fatalf("attendSplits(%d, %d) = %d: parts of %d positions", pairs, longest, s, longest/s)
+			}
+		}
+	}
+}
+
+// TestKVLayoutConstants checks that the kernels address the paged KV cache
+// with the block and chunk sizes the host books it by.
+func TestKVLayoutConstants(t *testing.T) {
+	src, err := KernelSource("nn.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"KV_BLOCK", nn.KVBlock}, {"KV_CHUNK_BLOCKS", nn.KVChunkBlocks}} {
+		if def := fmt.Sprintf("#define %s %d\n", c.name, c.v); !strings.Contains(src, def) {
+			t.Errorf("kernels/nn.cu lacks %q", strings.TrimSpace(def))
 		}
 	}
 }

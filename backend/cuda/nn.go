@@ -61,7 +61,7 @@ type NNOptions struct {
 
 type nnKernels struct {
 	embed, embedBF16, toBF16, gemvBF16, argmax, rmsnorm, rows, bias, gather, scatter, axpyRows, unary, binary,
-	mulSigmoidRows, clampDelta, rope, kvAppend, kvMove, attend, kdaGate *Function
+	mulSigmoidRows, clampDelta, rope, kvAppend, attend, attendCombine, latentMove, kdaGate *Function
 	attendTiles [len(attendKernels)]*Function
 }
 
@@ -103,7 +103,8 @@ func NewNNBackend(ctx context.Context, d *Device, opt NNOptions) (*NNBackend, er
 		{&b.fn.gather, "nn_gather"}, {&b.fn.scatter, "nn_scatter"}, {&b.fn.axpyRows, "nn_axpy_rows"},
 		{&b.fn.unary, "nn_unary"}, {&b.fn.binary, "nn_binary"}, {&b.fn.mulSigmoidRows, "nn_mul_sigmoid_rows"},
 		{&b.fn.clampDelta, "nn_clamp_delta"}, {&b.fn.rope, "nn_rope"}, {&b.fn.kvAppend, "nn_kv_append"},
-		{&b.fn.kvMove, "nn_kv_move"}, {&b.fn.attend, "nn_attend"}, {&b.fn.kdaGate, "nn_kda_gate"},
+		{&b.fn.attend, "nn_attend"}, {&b.fn.attendCombine, "nn_attend_combine"}, {&b.fn.latentMove, "nn_latent_move"},
+		{&b.fn.kdaGate, "nn_kda_gate"},
 	} {
 		if *k.f, err = d.Kernel(ctx, "nn.cu", k.name); err != nil {
 			b.Close()
@@ -790,215 +791,6 @@ func (a *gpuArena) Close() {
 	a.freeTemps()
 	a.b.fail(a.b.s.Synchronize())
 	a.free()
-}
-
-// seqArrays are device arrays [capacity][maxLen][width] float32 of each
-// sequence's positions, growing maxLen by doubling (moving the positions
-// held): the KV cache's keys and values, the latent cache's latents.
-type seqArrays struct {
-	b                       *NNBackend
-	what                    string
-	bufs                    []Buffer
-	capacity, width, maxLen int
-	lens                    []int
-}
-
-func newSeqArrays(b *NNBackend, what string, arrays, capacity, width int) seqArrays {
-	return seqArrays{b: b, what: what, bufs: make([]Buffer, arrays), capacity: capacity, width: width, lens: make([]int, capacity)}
-}
-
-func (s *seqArrays) Len(seq int) int     { return s.lens[seq] }
-func (s *seqArrays) Truncate(seq, n int) { s.lens[seq] = min(s.lens[seq], n) }
-
-// Close waits for the stream (the last pass may still read the arrays)
-// and frees them.
-func (s *seqArrays) Close() {
-	s.free(s.bufs)
-	clear(s.bufs)
-}
-
-func (s *seqArrays) free(bufs []Buffer) {
-	b := s.b
-	if len(bufs) == 0 || bufs[0].ptr == 0 {
-		return
-	}
-	b.fail(b.s.Synchronize())
-	for _, buf := range bufs {
-		b.fail(b.d.Free(buf))
-	}
-}
-
-// grow makes room for n positions a sequence.
-func (s *seqArrays) grow(n int) error {
-	if n <= s.maxLen {
-		return nil
-	}
-	newLen := max(64, s.maxLen)
-	for newLen < n {
-		newLen *= 2
-	}
-	b := s.b
-	fresh := make([]Buffer, len(s.bufs))
-	for i := range fresh {
-		buf, err := b.d.Alloc(4 * s.capacity * newLen * s.width)
-		if err != nil {
-			for _, f := range fresh[:i] {
-				b.d.Free(f)
-			}
-			return fmt.Errorf("%s of %d positions: %w", s.what, newLen, err)
-		}
-		fresh[i] = buf
-	}
-	longest := 0
-	for _, l := range s.lens {
-		longest = max(longest, l)
-	}
-	if s.maxLen > 0 && longest > 0 {
-		for i := range fresh {
-			a := &b.args
-			a.Reset()
-			a.Ptr(fresh[i])
-			a.Ptr(s.bufs[i])
-			a.I32(int32(s.width))
-			a.I32(int32(s.maxLen))
-			a.I32(int32(newLen))
-			b.launch(b.fn.kvMove, [3]uint32{uint32(longest), uint32(s.capacity), 1}, rowThreads(s.width))
-		}
-	}
-	s.free(s.bufs)
-	s.bufs, s.maxLen = fresh, newLen
-	return b.err
-}
-
-// gpuKV keeps keys (bufs[0]) and values (bufs[1]).
-type gpuKV struct {
-	seqArrays
-	tiles, rest []int32 // Attend's split of its rows (attendTiles)
-}
-
-func (b *NNBackend) NewKV(capacity, width int) nn.KVCache {
-	return &gpuKV{seqArrays: newSeqArrays(b, "kv cache", 2, capacity, width)}
-}
-
-func (kv *gpuKV) Append(k, v nn.Tensor, seqs, pos []int32) error {
-	need, err := nn.CheckAppend(seqs, pos, kv.Len)
-	if err != nil {
-		return err
-	}
-	if err := kv.grow(need); err != nil {
-		return err
-	}
-	b := kv.b
-	defer b.span(opKVAppend)()
-	a := &b.args
-	a.Reset()
-	a.Ptr(kv.bufs[0])
-	a.Ptr(kv.bufs[1])
-	b.tensorArg(k)
-	b.tensorArg(v)
-	a.Ptr(b.i32(seqs))
-	a.Ptr(b.i32(pos))
-	a.I32(int32(kv.width))
-	a.I32(int32(kv.maxLen))
-	b.launch(b.fn.kvAppend, [3]uint32{uint32(len(seqs)), 1, 1}, rowThreads(kv.width))
-	for _, q := range seqs {
-		kv.lens[q]++
-	}
-	return b.err
-}
-
-func (kv *gpuKV) Attend(o, q nn.Tensor, seqs, pos []int32, heads, kvHeads, hd int, scale float32) {
-	b := kv.b
-	if hd > maxHeadDim {
-		b.fail(fmt.Errorf("attention head dimension %d exceeds %d", hd, maxHeadDim))
-		return
-	}
-	defer b.span(opAttend)()
-	kv.tiles, kv.rest = kv.tiles[:0], kv.rest[:0]
-	ki := attendTileKernel(hd)
-	if ki >= 0 {
-		kv.tiles, kv.rest = attendTiles(kv.tiles, kv.rest, seqs, pos, attendKernels[ki].rows)
-	}
-	a := &b.args
-	if len(kv.tiles) > 0 {
-		a.Reset()
-		b.tensorArg(o)
-		b.tensorArg(q)
-		a.Ptr(kv.bufs[0])
-		a.Ptr(kv.bufs[1])
-		a.Ptr(b.i32(kv.tiles))
-		a.I32(int32(heads))
-		a.I32(int32(kvHeads))
-		a.I32(int32(hd))
-		a.I32(int32(kv.maxLen))
-		a.F32(scale)
-		k := attendKernels[ki]
-		b.launchShared(b.fn.attendTiles[ki], [3]uint32{uint32(len(kv.tiles) / 4), uint32(heads), 1}, uint32(k.threads), k.smem(hd))
-		if len(kv.rest) == 0 {
-			return
-		}
-	}
-	n, rows := len(seqs), Buffer{}
-	if len(kv.tiles) > 0 {
-		n, rows = len(kv.rest), b.i32(kv.rest)
-	}
-	a.Reset()
-	b.tensorArg(o)
-	b.tensorArg(q)
-	a.Ptr(kv.bufs[0])
-	a.Ptr(kv.bufs[1])
-	a.Ptr(b.i32(seqs))
-	a.Ptr(b.i32(pos))
-	a.Ptr(rows)
-	a.I32(int32(heads))
-	a.I32(int32(kvHeads))
-	a.I32(int32(hd))
-	a.I32(int32(kv.maxLen))
-	a.F32(scale)
-	b.launch(b.fn.attend, [3]uint32{uint32(n), uint32(heads), 1}, 32)
-}
-
-// gpuLatent keeps a latent-attention layer's latents as seqArrays, with
-// the backend's own row kernels: Append scatters rows into it and Read
-// copies a sequence's rows out, through tensor views of the buffer.
-type gpuLatent struct {
-	seqArrays
-	rows []int32 // Append's scratch
-}
-
-func (b *NNBackend) NewLatent(capacity, width int) nn.LatentCache {
-	return &gpuLatent{seqArrays: newSeqArrays(b, "latent cache", 1, capacity, width)}
-}
-
-// view is the whole buffer as [capacity·maxLen][width] rows.
-func (c *gpuLatent) view() nn.Tensor {
-	return nn.Tensor{S: &gpuBuf{buf: c.bufs[0], dtype: Float32}, Rows: c.capacity * c.maxLen, Cols: c.width, Stride: c.width}
-}
-
-func (c *gpuLatent) Append(x nn.Tensor, seqs, pos []int32) error {
-	need, err := nn.CheckAppend(seqs, pos, c.Len)
-	if err != nil {
-		return err
-	}
-	if err := c.grow(need); err != nil {
-		return err
-	}
-	c.rows = c.rows[:0]
-	for i, q := range seqs {
-		c.rows = append(c.rows, int32(int(q)*c.maxLen+int(pos[i])))
-	}
-	c.b.Scatter(c.view(), x, c.rows)
-	for _, q := range seqs {
-		c.lens[q]++
-	}
-	return c.b.err
-}
-
-func (c *gpuLatent) Read(dst nn.Tensor, seq, n int) {
-	if n == 0 {
-		return
-	}
-	c.b.Copy(dst, c.view().Slice(seq*c.maxLen, seq*c.maxLen+n))
 }
 
 // gpuSSM is one of this package's caches over the backend's tensors,

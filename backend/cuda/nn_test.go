@@ -46,7 +46,7 @@ func TestNNKernelsCompile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"nn_embed", "nn_embed_bf16", "nn_to_bf16", "nn_gemv_bf16", "nn_argmax", "nn_rmsnorm", "nn_rows", "nn_bias", "nn_gather", "nn_scatter", "nn_axpy_rows",
-		"nn_unary", "nn_binary", "nn_mul_sigmoid_rows", "nn_clamp_delta", "nn_rope", "nn_kv_append", "nn_kv_move", "nn_attend", "nn_attend_mma_64", "nn_attend_mma_128", "nn_attend_tiles"} {
+		"nn_unary", "nn_binary", "nn_mul_sigmoid_rows", "nn_clamp_delta", "nn_rope", "nn_kv_append", "nn_latent_move", "nn_attend", "nn_attend_combine", "nn_attend_mma_64", "nn_attend_mma_128", "nn_attend_tiles"} {
 		if !strings.Contains(string(ptx), ".entry "+k+"(") {
 			t.Errorf("no kernel %s", k)
 		}

@@ -123,12 +123,17 @@ type (
 	KDACache    = replay.KDAState[Tensor]
 )
 
-// KVCache holds one attention layer's keys and values for every sequence.
+// KVCache holds one attention layer's keys and values for every sequence,
+// paged (KVBlock): Truncate gives the blocks it empties back to the pool,
+// Truncate(seq, 0) all of a sequence's.
 type KVCache interface {
 	// Len is the number of positions sequence seq holds.
 	Len(seq int) int
 	// Truncate keeps the first n positions of seq (n ≤ Len).
 	Truncate(seq, n int)
+	// Blocks reports the pool's blocks that hold positions and all it
+	// holds (BlockTable.Blocks).
+	Blocks() (used, held int)
 	// Append adds row i of k and v at position pos[i] of sequence seqs[i];
 	// each must be the sequence's next position, or nothing is appended.
 	Append(k, v Tensor, seqs, pos []int32) error

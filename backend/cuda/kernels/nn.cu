@@ -366,24 +366,60 @@ extern "C" __global__ void nn_rope(float* x, int xs, const float* __restrict__ i
     }
 }
 
-// nn_kv_append: row i of k and v into sequence seqs[i]'s position pos[i]
-// of the caches [capacity][maxLen][width]. Grid: n.
-extern "C" __global__ void nn_kv_append(float* __restrict__ kc, float* __restrict__ vc, const float* __restrict__ k,
-                                        int ks, const float* __restrict__ v, int vs, const int* __restrict__ seqs,
-                                        const int* __restrict__ pos, int width, int maxLen)
+// The paged KV cache (kvcache.go gpuKV): a pool of blocks of KV_BLOCK
+// positions, allocated KV_CHUNK_BLOCKS blocks to a chunk, chunks[c] chunk
+// c's address. A chunk is a key plane [KV_CHUNK_BLOCKS][KV_BLOCK][width]
+// then a value plane of the same shape (width = kvHeads·hd floats a
+// position), so a position's value row lies kv_values(width) floats past
+// its key row. A sequence's block table is its row of table
+// [capacity][maxBlocks]: position p of sequence s is at offset p % KV_BLOCK
+// of block table[s·maxBlocks + p / KV_BLOCK]. Both constants are
+// nn.KVBlock and nn.KVChunkBlocks (TestKVLayoutConstants).
+#define KV_BLOCK 16
+#define KV_CHUNK_BLOCKS 64
+
+// kv_values is the distance from a key row to its value row.
+__device__ __forceinline__ long long kv_values(int width) { return (long long)KV_CHUNK_BLOCKS * KV_BLOCK * width; }
+
+// kv_block is the address of block blk's first key row.
+__device__ __forceinline__ float* kv_block(float* const* __restrict__ chunks, int blk, int width)
 {
-    const int i = blockIdx.x;
-    const long long at = ((long long)seqs[i] * maxLen + pos[i]) * width;
+    return chunks[blk / KV_CHUNK_BLOCKS] + (long long)(blk % KV_CHUNK_BLOCKS) * KV_BLOCK * width;
+}
+
+// kv_key is the address of the key row of position p of the sequence whose
+// block table is tbl.
+__device__ __forceinline__ const float* kv_key(float* const* __restrict__ chunks, const int* __restrict__ tbl, int p,
+                                               int width)
+{
+    return kv_block(chunks, tbl[p / KV_BLOCK], width) + (long long)(p % KV_BLOCK) * width;
+}
+
+// nn_kv_append: row i of k and v into position pos[i] of sequence seqs[i],
+// in block blocks[i] (the host's choice), which it also enters in the
+// sequence's block table. Grid: n.
+extern "C" __global__ void nn_kv_append(float* const* __restrict__ chunks, int* __restrict__ table, int maxBlocks,
+                                        const int* __restrict__ blocks, const float* __restrict__ k, int ks,
+                                        const float* __restrict__ v, int vs, const int* __restrict__ seqs,
+                                        const int* __restrict__ pos, int width)
+{
+    const int i = blockIdx.x, p = pos[i], blk = blocks[i];
+    if (threadIdx.x == 0) {
+        table[(long long)seqs[i] * maxBlocks + p / KV_BLOCK] = blk;
+    }
+    float* kr = kv_block(chunks, blk, width) + (long long)(p % KV_BLOCK) * width;
+    float* vr = kr + kv_values(width);
     for (int c = threadIdx.x; c < width; c += blockDim.x) {
-        kc[at + c] = k[(long long)i * ks + c];
-        vc[at + c] = v[(long long)i * vs + c];
+        kr[c] = k[(long long)i * ks + c];
+        vr[c] = v[(long long)i * vs + c];
     }
 }
 
-// nn_kv_move copies the first `len` positions of every sequence from caches
-// of oldLen positions to caches of newLen. Grid: (len, capacity).
-extern "C" __global__ void nn_kv_move(float* __restrict__ dst, const float* __restrict__ src, int width, int oldLen,
-                                      int newLen)
+// nn_latent_move copies the first `len` positions of every sequence from a
+// latent cache of oldLen positions a sequence to one of newLen. Grid:
+// (len, capacity).
+extern "C" __global__ void nn_latent_move(float* __restrict__ dst, const float* __restrict__ src, int width,
+                                          int oldLen, int newLen)
 {
     const long long t = blockIdx.x, q = blockIdx.y;
     for (int c = threadIdx.x; c < width; c += blockDim.x)
@@ -392,21 +428,33 @@ extern "C" __global__ void nn_kv_move(float* __restrict__ dst, const float* __re
 
 // nn_attend: o row i, head h = softmax(q·Kᵀ·scale)·V over positions
 // 0..pos[i] of sequence seqs[i], key/value head h/(heads/kvHeads). One warp
-// per (row, head), lanes over the head's dimensions, an online softmax
-// over the positions. Row blockIdx.x, or rows[blockIdx.x] when rows is
-// not null (the rows nn_attend_mma leaves). Grid: (n, heads), 32
-// threads; hd ≤ 256.
+// per (row, head, part), lanes over the head's dimensions, an online
+// softmax over the positions, block by block. Row blockIdx.x, or
+// rows[blockIdx.x] when rows is not null (the rows the tiled kernels
+// leave). Grid: (n, heads, parts), 32 threads; hd ≤ 256.
+//
+// With one part (part null) the warp writes o. With several
+// (flash-decoding, attendSplits), part z takes the row's positions
+// [z·span, (z+1)·span), span = ⌈⌈T/parts⌉/KV_BLOCK⌉·KV_BLOCK for the
+// row's T = pos[i]+1 positions (so a part starts on a block; the last
+// parts of a short row may be empty), and writes its running max m, sum l
+// and unnormalised output acc[hd] to
+// part[((blockIdx.x·heads + h)·parts + z)·(hd + 2) + {0, 1, 2..}], which
+// nn_attend_combine merges into o.
 extern "C" __global__ void nn_attend(float* __restrict__ o, int os, const float* __restrict__ q, int qs,
-                                     const float* __restrict__ kc, const float* __restrict__ vc,
+                                     float* const* __restrict__ chunks, const int* __restrict__ table, int maxBlocks,
                                      const int* __restrict__ seqs, const int* __restrict__ pos,
-                                     const int* __restrict__ rows, int heads, int kvHeads, int hd, int maxLen,
-                                     float scale)
+                                     const int* __restrict__ rows, int heads, int kvHeads, int hd, float scale,
+                                     float* __restrict__ part)
 {
-    const int i = rows != nullptr ? rows[blockIdx.x] : blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    const int x = blockIdx.x, i = rows != nullptr ? rows[x] : x, h = blockIdx.y, lane = threadIdx.x;
+    const int parts = gridDim.z, z = blockIdx.z;
     const int width = kvHeads * hd, off = (h / (heads / kvHeads)) * hd;
     const float* qh = q + (long long)i * qs + h * hd;
-    const float* K = kc + (long long)seqs[i] * maxLen * width + off;
-    const float* V = vc + (long long)seqs[i] * maxLen * width + off;
+    const int* tbl = table + (long long)seqs[i] * maxBlocks;
+    const int T = pos[i] + 1;
+    const int span = ((T + parts - 1) / parts + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK;
+    const int t0 = min(T, z * span), t1 = min(T, t0 + span);
     constexpr int PER = 8; // hd ≤ 32·PER
     float qv[PER], acc[PER];
     for (int j = 0; j < PER; j++) {
@@ -415,34 +463,85 @@ extern "C" __global__ void nn_attend(float* __restrict__ o, int os, const float*
         acc[j] = 0.0f;
     }
     float m = __int_as_float(0xff800000), l = 0.0f; // −∞
-    const int T = pos[i] + 1;
-    for (int t = 0; t < T; t++) {
-        const float* kt = K + (long long)t * width;
-        float s = 0.0f;
-        for (int j = 0; j < PER; j++) {
-            const int c = lane + 32 * j;
-            if (c < hd)
-                s += qv[j] * kt[c];
+    for (int b0 = t0; b0 < t1; b0 += KV_BLOCK) { // b0 is a multiple of KV_BLOCK
+        const float* K = kv_block(chunks, tbl[b0 / KV_BLOCK], width) + off;
+        const float* V = K + kv_values(width);
+        const int nb = min(KV_BLOCK, t1 - b0);
+        for (int t = 0; t < nb; t++) {
+            const float* kt = K + t * width;
+            float s = 0.0f;
+            for (int j = 0; j < PER; j++) {
+                const int c = lane + 32 * j;
+                if (c < hd)
+                    s += qv[j] * kt[c];
+            }
+            for (int w = 16; w > 0; w >>= 1)
+                s += __shfl_xor_sync(0xffffffffu, s, w);
+            s *= scale;
+            const float mNew = fmaxf(m, s);
+            const float corr = expf(m - mNew), p = expf(s - mNew);
+            l = l * corr + p;
+            const float* vt = V + t * width;
+            for (int j = 0; j < PER; j++) {
+                const int c = lane + 32 * j;
+                if (c < hd)
+                    acc[j] = acc[j] * corr + p * vt[c];
+            }
+            m = mNew;
         }
-        for (int w = 16; w > 0; w >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, w);
-        s *= scale;
-        const float mNew = fmaxf(m, s);
-        const float corr = expf(m - mNew), p = expf(s - mNew);
-        l = l * corr + p;
-        const float* vt = V + (long long)t * width;
-        for (int j = 0; j < PER; j++) {
-            const int c = lane + 32 * j;
-            if (c < hd)
-                acc[j] = acc[j] * corr + p * vt[c];
-        }
-        m = mNew;
     }
-    float* oh = o + (long long)i * os + h * hd;
+    if (part == nullptr) {
+        float* oh = o + (long long)i * os + h * hd;
+        for (int j = 0; j < PER; j++) {
+            const int c = lane + 32 * j;
+            if (c < hd)
+                oh[c] = acc[j] / l;
+        }
+        return;
+    }
+    float* pp = part + ((long long)(x * heads + h) * parts + z) * (hd + 2);
+    if (lane == 0) {
+        pp[0] = m; // −∞ and l = 0 for an empty part
+        pp[1] = l;
+    }
     for (int j = 0; j < PER; j++) {
         const int c = lane + 32 * j;
         if (c < hd)
-            oh[c] = acc[j] / l;
+            pp[2 + c] = acc[j];
+    }
+}
+
+// nn_attend_combine merges nn_attend's parts of o row i, head h (row
+// blockIdx.x, or rows[blockIdx.x] when rows is not null): with M the
+// largest of the parts' maxima m_z, o = Σ_z e^(m_z−M)·acc_z / Σ_z
+// e^(m_z−M)·l_z, empty parts (m_z = −∞) left out. Grid: (n, heads).
+extern "C" __global__ void nn_attend_combine(float* __restrict__ o, int os, const float* __restrict__ part,
+                                             const int* __restrict__ rows, int heads, int hd, int parts)
+{
+    const int x = blockIdx.x, i = rows != nullptr ? rows[x] : x, h = blockIdx.y;
+    const float ninf = __int_as_float(0xff800000);
+    const float* pp = part + (long long)(x * heads + h) * parts * (hd + 2);
+    float M = ninf;
+    for (int z = 0; z < parts; z++) {
+        M = fmaxf(M, pp[z * (hd + 2)]);
+    }
+    float L = 0.0f;
+    for (int z = 0; z < parts; z++) {
+        const float mz = pp[z * (hd + 2)];
+        if (mz != ninf) {
+            L += expf(mz - M) * pp[z * (hd + 2) + 1];
+        }
+    }
+    float* oh = o + (long long)i * os + h * hd;
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int z = 0; z < parts; z++) {
+            const float mz = pp[z * (hd + 2)];
+            if (mz != ninf) {
+                acc += expf(mz - M) * pp[z * (hd + 2) + 2 + c];
+            }
+        }
+        oh[c] = acc / L;
     }
 }
 
@@ -487,20 +586,22 @@ __device__ __forceinline__ void att_mma3(float* d, const unsigned* aBig, const u
 // nn_attend_mma_<hd> is nn_attend for a prompt's rows, on tensor cores:
 // tile k of tiles ({row0, count, seq, pos0}, count ≤ ATT_ROWS) is rows
 // row0.. of sequence seq at positions pos0.., and a block stages the keys
-// and values of ATT_KEYS positions at a time in shared memory for all of
-// them. Warp w holds rows 16w..16w+15: S = Q·Kᵀ (16×ATT_KEYS) in
-// registers, the rows' online softmax over the quad of lanes that shares a
-// row, P through shared memory into the operand layout, then O += P·V.
-// Products are split TensorFloat-32 (att_mma3), float32-accurate, so the
-// result agrees with nn_attend's to float32 rounding. Grid: (tiles,
-// heads), 128 threads, dynamic shared memory of attendTileSmem(hd) bytes
-// (attend.go); hd a multiple of 8, at most NT·8.
+// and values of ATT_KEYS positions at a time (ATT_KEYS / KV_BLOCK whole
+// blocks of the cache, a key row a warp through the block table) in shared
+// memory for all of them. Warp w holds rows 16w..16w+15: S = Q·Kᵀ
+// (16×ATT_KEYS) in registers, the rows' online softmax over the quad of
+// lanes that shares a row, P through shared memory into the operand
+// layout, then O += P·V. Products are split TensorFloat-32 (att_mma3),
+// float32-accurate, so the result agrees with nn_attend's to float32
+// rounding. Grid: (tiles, heads), 128 threads, dynamic shared memory of
+// attendKernel.smem(hd) bytes (attend.go); hd a multiple of 8, at most
+// NT·8.
 #define ATT_ROWS 64
 #define ATT_KEYS 32
 template <int NT>
 __device__ __forceinline__ void att_tiles(float* __restrict__ o, int os, const float* __restrict__ q, int qs,
-                                          const float* __restrict__ kc, const float* __restrict__ vc,
-                                          const int* __restrict__ tiles, int heads, int kvHeads, int hd, int maxLen,
+                                          float* const* __restrict__ chunks, const int* __restrict__ table,
+                                          int maxBlocks, const int* __restrict__ tiles, int heads, int kvHeads, int hd,
                                           float scale)
 {
     extern __shared__ float sm[];
@@ -513,8 +614,7 @@ __device__ __forceinline__ void att_tiles(float* __restrict__ o, int os, const f
     const int row0 = tl[0], count = tl[1], seq = tl[2], pos0 = tl[3];
     const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int width = kvHeads * hd, off = (h / (heads / kvHeads)) * hd;
-    const float* K = kc + (long long)seq * maxLen * width + off;
-    const float* V = vc + (long long)seq * maxLen * width + off;
+    const int* tbl = table + (long long)seq * maxBlocks;
     const int warps = blockDim.x >> 5;
     for (int r = threadIdx.x >> 5; r < ATT_ROWS; r += warps) {
         const float* qr = q + (long long)(row0 + r) * qs + h * hd;
@@ -539,10 +639,12 @@ __device__ __forceinline__ void att_tiles(float* __restrict__ o, int os, const f
         const int n = min(ATT_KEYS, last + 1 - t0);
         __syncthreads(); // the previous tile is read (and Qs written)
         for (int k = threadIdx.x >> 5; k < ATT_KEYS; k += warps) {
-            const long long at = (long long)(t0 + k) * width;
+            // A warp stages key k, from its block; keys past the last
+            // position are zeros, their blocks not looked up.
+            const float* kr = k < n ? kv_key(chunks, tbl, t0 + k, width) + off : nullptr;
             for (int d = threadIdx.x & 31; d < hd; d += 32) {
-                Ks[k * ksd + d] = k < n ? K[at + d] : 0.0f;
-                Vs[k * vsd + d] = k < n ? V[at + d] : 0.0f;
+                Ks[k * ksd + d] = k < n ? kr[d] : 0.0f;
+                Vs[k * vsd + d] = k < n ? kr[kv_values(width) + d] : 0.0f;
             }
         }
         __syncthreads();
@@ -659,11 +761,11 @@ __device__ __forceinline__ void att_tiles(float* __restrict__ o, int os, const f
 
 #define ATT_KERNEL(HD)                                                                                                 \
     extern "C" __global__ void __launch_bounds__(128) nn_attend_mma_##HD(                                              \
-        float* __restrict__ o, int os, const float* __restrict__ q, int qs, const float* __restrict__ kc,              \
-        const float* __restrict__ vc, const int* __restrict__ tiles, int heads, int kvHeads, int hd, int maxLen,       \
+        float* __restrict__ o, int os, const float* __restrict__ q, int qs, float* const* __restrict__ chunks,         \
+        const int* __restrict__ table, int maxBlocks, const int* __restrict__ tiles, int heads, int kvHeads, int hd,   \
         float scale)                                                                                                   \
     {                                                                                                                  \
-        att_tiles<HD / 8>(o, os, q, qs, kc, vc, tiles, heads, kvHeads, hd, maxLen, scale);                             \
+        att_tiles<HD / 8>(o, os, q, qs, chunks, table, maxBlocks, tiles, heads, kvHeads, hd, scale);                   \
     }
 ATT_KERNEL(64)
 ATT_KERNEL(128)
@@ -673,7 +775,8 @@ ATT_KERNEL(128)
 // 8: at 256 its shared memory leaves one block per SM): tile k of tiles
 // ({row0, count, seq, pos0}, count ≤ ATTS_ROWS) is rows row0.. of sequence
 // seq at positions pos0.., and a block stages the keys and values of
-// ATTS_KEYS positions at a time in shared memory for all of them, where
+// ATTS_KEYS positions at a time (whole blocks of the cache, a key row a
+// warp through the block table) in shared memory for all of them, where
 // nn_attend reads each once per row. Warp w holds rows 4w..4w+3: lane t
 // scores key t against them, then the lanes, over the head's dimensions,
 // fold the tile into each row's online softmax. Grid: (tiles, heads), 256
@@ -683,8 +786,8 @@ ATT_KERNEL(128)
 #define ATTS_KEYS 32
 #define ATT_WARP_ROWS 4
 extern "C" __global__ void __launch_bounds__(256) nn_attend_tiles(float* __restrict__ o, int os,
-    const float* __restrict__ q, int qs, const float* __restrict__ kc, const float* __restrict__ vc,
-    const int* __restrict__ tiles, int heads, int kvHeads, int hd, int maxLen, float scale)
+    const float* __restrict__ q, int qs, float* const* __restrict__ chunks, const int* __restrict__ table, int maxBlocks,
+    const int* __restrict__ tiles, int heads, int kvHeads, int hd, float scale)
 {
     extern __shared__ float sm[];
     const int hdp = hd + 1; // a padded key row: lane t reads row t without bank conflicts
@@ -695,8 +798,8 @@ extern "C" __global__ void __launch_bounds__(256) nn_attend_tiles(float* __restr
     const int row0 = tl[0], count = tl[1], seq = tl[2], pos0 = tl[3];
     const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int width = kvHeads * hd, off = (h / (heads / kvHeads)) * hd;
-    const float* K = kc + (long long)seq * maxLen * width + off;
-    const float* V = vc + (long long)seq * maxLen * width + off;
+    const int* tbl = table + (long long)seq * maxBlocks;
+    const int warps = blockDim.x >> 5;
     for (int e = threadIdx.x; e < ATTS_ROWS * hd; e += blockDim.x) {
         const int r = e / hd, d = e - r * hd;
         Qs[e] = r < count ? q[(long long)(row0 + r) * qs + h * hd + d] : 0.0f;
@@ -717,11 +820,14 @@ extern "C" __global__ void __launch_bounds__(256) nn_attend_tiles(float* __restr
     for (int t0 = 0; t0 <= last; t0 += ATTS_KEYS) {
         const int n = min(ATTS_KEYS, last + 1 - t0);
         __syncthreads(); // the previous tile is read (and Qs written)
-        for (int e = threadIdx.x; e < ATTS_KEYS * hd; e += blockDim.x) {
-            const int t = e / hd, d = e - t * hd;
-            const long long at = (long long)(t0 + t) * width + d;
-            Ks[t * hdp + d] = t < n ? K[at] : 0.0f;
-            Vs[t * hd + d] = t < n ? V[at] : 0.0f;
+        for (int t = warp; t < ATTS_KEYS; t += warps) {
+            // A warp stages key t, from its block; keys past the last
+            // position are zeros, their blocks not looked up.
+            const float* kr = t < n ? kv_key(chunks, tbl, t0 + t, width) + off : nullptr;
+            for (int d = lane; d < hd; d += 32) {
+                Ks[t * hdp + d] = t < n ? kr[d] : 0.0f;
+                Vs[t * hd + d] = t < n ? kr[kv_values(width) + d] : 0.0f;
+            }
         }
         __syncthreads();
         if (wr >= count || pos0 + wr + ATT_WARP_ROWS - 1 < t0) {

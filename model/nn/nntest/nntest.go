@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/replayssm/replayssm/model/nn"
@@ -517,94 +518,362 @@ func (c *checker) rope(t *testing.T) {
 // attention checks the KV cache's Append and Attend against float64 math
 // at head dimensions a GPU may treat apart: small, not a multiple of 8, and
 // the real models' 128 and 256; with prompts long enough for a tiled
-// kernel's several row and key tiles beside decode rows.
+// kernel's several row and key tiles beside decode rows; then its paging
+// (paging) and that its results do not depend on where its blocks lie
+// (kvOrder).
 func (c *checker) attention(t *testing.T) {
 	for _, hd := range []int{16, 20, 128, 256} {
-		t.Run(fmt.Sprintf("hd=%d", hd), func(t *testing.T) { c.attentionAt(t, hd) })
+		t.Run(fmt.Sprintf("hd=%d", hd), func(t *testing.T) {
+			c.attentionAt(t, hd)
+			c.paging(t, hd)
+		})
 	}
+	for _, hd := range []int{20, 128} {
+		t.Run(fmt.Sprintf("block-order/hd=%d", hd), func(t *testing.T) { c.kvOrder(t, hd) })
+	}
+	t.Run("pool-growth", c.poolGrowth)
 }
 
-func (c *checker) attentionAt(t *testing.T, hd int) {
-	const capacity, heads, kvHeads = 3, 4, 2
-	kw := kvHeads * hd
-	kv := c.be.NewKV(capacity, kw)
-	defer kv.Close()
-	scale := float32(1 / math.Sqrt(float64(hd)))
-	// Host mirror of the cache.
-	keys, vals := make([][]float32, capacity), make([][]float32, capacity)
-	step := func(seqs []int32) {
-		t.Helper()
-		n := len(seqs)
-		pos := make([]int32, n)
-		next := map[int32]int32{}
-		for i, q := range seqs {
-			pos[i] = int32(kv.Len(int(q))) + next[q]
-			next[q]++
+// kvRef is a KV cache under test beside a host copy of what it holds, the
+// input of the float64 reference. Its caches have 4 query heads over 2
+// key/value heads.
+type kvRef struct {
+	c          *checker
+	kv         nn.KVCache
+	hd         int
+	keys, vals [][]float32 // per sequence, [position][kvHeads·hd]
+}
+
+const refHeads, refKVHeads = 4, 2
+
+func (c *checker) newKVRef(capacity, hd int) *kvRef {
+	return &kvRef{c: c, kv: c.be.NewKV(capacity, refKVHeads*hd), hd: hd,
+		keys: make([][]float32, capacity), vals: make([][]float32, capacity)}
+}
+
+func (r *kvRef) width() int { return refKVHeads * r.hd }
+
+// next returns each row's position: its sequence's next one after the
+// rows before it.
+func (r *kvRef) next(seqs []int32) []int32 {
+	pos := make([]int32, len(seqs))
+	after := map[int32]int32{}
+	for i, q := range seqs {
+		pos[i] = int32(r.kv.Len(int(q))) + after[q]
+		after[q]++
+	}
+	return pos
+}
+
+// append appends random keys and values for rows of seqs at their next
+// positions, and returns the positions.
+func (r *kvRef) append(t *testing.T, seqs []int32) []int32 {
+	t.Helper()
+	n, kw := len(seqs), r.width()
+	pos := r.next(seqs)
+	k, v := r.c.normals(n*kw, 1), r.c.normals(n*kw, 1)
+	if err := r.kv.Append(r.c.tensor(k, n, kw), r.c.tensor(v, n, kw), seqs, pos); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range seqs {
+		r.keys[s] = append(r.keys[s], k[i*kw:(i+1)*kw]...)
+		r.vals[s] = append(r.vals[s], v[i*kw:(i+1)*kw]...)
+	}
+	for _, s := range seqs {
+		if got, want := r.kv.Len(int(s)), len(r.keys[s])/kw; got != want {
+			t.Fatalf("sequence %d holds %d positions after an append, want %d", s, got, want)
 		}
-		k, v, q := c.normals(n*kw, 1), c.normals(n*kw, 1), c.normals(n*heads*hd, 1)
-		if err := kv.Append(c.tensor(k, n, kw), c.tensor(v, n, kw), seqs, pos); err != nil {
-			t.Fatal(err)
-		}
-		for i, s := range seqs {
-			keys[s] = append(keys[s], k[i*kw:(i+1)*kw]...)
-			vals[s] = append(vals[s], v[i*kw:(i+1)*kw]...)
-		}
-		o := c.poisoned(n, heads*hd)
-		kv.Attend(o, c.tensor(q, n, heads*hd), seqs, pos, heads, kvHeads, hd, scale)
-		want := make([]float64, n*heads*hd)
-		for i, s := range seqs {
-			for h := range heads {
-				off := (h / (heads / kvHeads)) * hd
-				T := int(pos[i]) + 1
-				sc := make([]float64, T)
-				mx := math.Inf(-1)
-				for p := range T {
-					for j := range hd {
-						sc[p] += float64(q[i*heads*hd+h*hd+j]) * float64(keys[s][p*kw+off+j])
-					}
-					sc[p] *= float64(scale)
-					mx = math.Max(mx, sc[p])
+	}
+	return pos
+}
+
+func (r *kvRef) truncate(seq, n int) {
+	r.kv.Truncate(seq, n)
+	r.keys[seq], r.vals[seq] = r.keys[seq][:n*r.width()], r.vals[seq][:n*r.width()]
+}
+
+func (r *kvRef) scale() float32 { return float32(1 / math.Sqrt(float64(r.hd))) }
+
+// attend runs Attend for rows (seqs[i] at position pos[i]) on random
+// queries into a poisoned output and returns the output and the queries.
+func (r *kvRef) attend(seqs, pos []int32) (nn.Tensor, []float32) {
+	n, qw := len(seqs), refHeads*r.hd
+	q := r.c.normals(n*qw, 1)
+	o := r.c.poisoned(n, qw)
+	r.kv.Attend(o, r.c.tensor(q, n, qw), seqs, pos, refHeads, refKVHeads, r.hd, r.scale())
+	return o, q
+}
+
+// check runs attend and compares the output with the float64 causal
+// softmax attention over the host copy, within the backend's MatMul bound
+// of each row's largest value.
+func (r *kvRef) check(t *testing.T, what string, seqs, pos []int32) {
+	t.Helper()
+	o, q := r.attend(seqs, pos)
+	r.c.expect(t, fmt.Sprintf("%s: attention over %s", what, rowsString(seqs, pos)), o, r.want(q, seqs, pos), r.c.tol.MatMul)
+}
+
+// step appends rows of seqs and checks their attention.
+func (r *kvRef) step(t *testing.T, what string, seqs []int32) {
+	t.Helper()
+	r.check(t, what, seqs, r.append(t, seqs))
+}
+
+// want is the float64 reference of Attend for queries q.
+func (r *kvRef) want(q []float32, seqs, pos []int32) []float64 {
+	hd, kw := r.hd, r.width()
+	want := make([]float64, len(seqs)*refHeads*hd)
+	for i, s := range seqs {
+		for h := range refHeads {
+			off := (h / (refHeads / refKVHeads)) * hd
+			T := int(pos[i]) + 1
+			sc := make([]float64, T)
+			mx := math.Inf(-1)
+			for p := range T {
+				for j := range hd {
+					sc[p] += float64(q[i*refHeads*hd+h*hd+j]) * float64(r.keys[s][p*kw+off+j])
 				}
-				sum := 0.0
-				for p := range sc {
-					sc[p] = math.Exp(sc[p] - mx)
-					sum += sc[p]
-				}
-				for p := range T {
-					for j := range hd {
-						want[i*heads*hd+h*hd+j] += sc[p] / sum * float64(vals[s][p*kw+off+j])
-					}
+				sc[p] *= float64(r.scale())
+				mx = math.Max(mx, sc[p])
+			}
+			sum := 0.0
+			for p := range sc {
+				sc[p] = math.Exp(sc[p] - mx)
+				sum += sc[p]
+			}
+			out := want[i*refHeads*hd+h*hd : i*refHeads*hd+(h+1)*hd]
+			for p := range T {
+				for j := range hd {
+					out[j] += sc[p] / sum * float64(r.vals[s][p*kw+off+j])
 				}
 			}
 		}
-		c.expect(t, fmt.Sprintf("attention over %v", seqs), o, want, c.tol.MatMul)
 	}
-	step([]int32{0, 0, 0, 0, 2, 2}) // two prompts
-	step([]int32{0, 1, 2})          // decode
-	step([]int32{1, 1, 1, 0})
+	return want
+}
+
+// rowsString summarises rows as runs "seq@first..last".
+func rowsString(seqs, pos []int32) string {
+	var b strings.Builder
+	for i := 0; i < len(seqs); {
+		j := i + 1
+		for j < len(seqs) && seqs[j] == seqs[i] && pos[j] == pos[j-1]+1 {
+			j++
+		}
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if j-i == 1 {
+			fmt.Fprintf(&b, "%d@%d", seqs[i], pos[i])
+		} else {
+			fmt.Fprintf(&b, "%d@%d..%d", seqs[i], pos[i], pos[j-1])
+		}
+		i = j
+	}
+	return b.String()
+}
+
+// positions is from, from+1, ..., from+n-1.
+func positions(from, n int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(from + i)
+	}
+	return p
+}
+
+// repeat is n rows of sequence seq.
+func repeat(seq int32, n int) []int32 {
+	s := make([]int32, n)
+	for i := range s {
+		s[i] = seq
+	}
+	return s
+}
+
+func (c *checker) attentionAt(t *testing.T, hd int) {
+	r := c.newKVRef(3, hd)
+	defer r.kv.Close()
+	kv := r.kv
+	r.step(t, "two prompts", []int32{0, 0, 0, 0, 2, 2})
+	r.step(t, "decode", []int32{0, 1, 2})
+	r.step(t, "mixed", []int32{1, 1, 1, 0})
 	if kv.Len(0) != 6 || kv.Len(1) != 4 || kv.Len(2) != 3 {
 		t.Fatalf("lengths %d %d %d, want 6 4 3", kv.Len(0), kv.Len(1), kv.Len(2))
 	}
-	kv.Truncate(1, 2)
-	keys[1], vals[1] = keys[1][:2*kw], vals[1][:2*kw]
-	step([]int32{1, 2})
+	r.truncate(1, 2)
+	r.step(t, "after a truncation", []int32{1, 2})
 	// A chunk of 9 prompt rows, one of 75, and a decode row in one pass.
-	var long []int32
-	for range 9 {
-		long = append(long, 0)
-	}
-	for range 75 {
-		long = append(long, 2)
-	}
-	step(append(long, 1))
+	r.step(t, "prompt chunks", append(append(repeat(0, 9), repeat(2, 75)...), 1))
 	// A row out of order is an error and appends nothing.
 	n0 := kv.Len(0)
-	one := c.normals(kw, 1)
-	if err := kv.Append(c.tensor(one, 1, kw), c.tensor(one, 1, kw), []int32{0}, []int32{int32(n0 + 1)}); err == nil {
+	one := c.normals(r.width(), 1)
+	if err := kv.Append(c.tensor(one, 1, r.width()), c.tensor(one, 1, r.width()), []int32{0}, []int32{int32(n0 + 1)}); err == nil {
 		t.Fatal("append past the next position accepted")
 	}
 	if kv.Len(0) != n0 {
 		t.Fatalf("a refused append changed the length to %d", kv.Len(0))
+	}
+}
+
+// paging checks what a paged cache's block tables must get right, each
+// pass against the float64 reference (the MatMul bound) with its output
+// poisoned: sequences decoded side by side across several block
+// boundaries, so that their blocks interleave in the pool; truncation
+// mid-block and at a block boundary, then appends again (a rejected
+// speculation); a sequence evicted (Truncate 0) and its blocks taken by
+// another, the pool not growing; and a context of 3,000 positions, read
+// by a prompt's tile and by decode rows alone (a GPU splits those over
+// its multiprocessors) and beside a short row.
+func (c *checker) paging(t *testing.T, hd int) {
+	r := c.newKVRef(4, hd)
+	defer r.kv.Close()
+	kv := r.kv
+	blocks := func(seq int) int { return (kv.Len(seq) + nn.KVBlock - 1) / nn.KVBlock }
+	r.append(t, repeat(0, 5))
+	r.append(t, repeat(1, 3))
+	for i := range 3*nn.KVBlock + 3 {
+		seqs := []int32{0, 1, 2}
+		if i%7 == 3 {
+			seqs = []int32{2, 0, 0, 1} // two rows of one sequence in a decode pass
+		}
+		r.step(t, fmt.Sprintf("interleaved decode step %d", i), seqs)
+	}
+	used, held := kv.Blocks()
+	if want := blocks(0) + blocks(1) + blocks(2); used != want || held < used {
+		t.Fatalf("%d blocks used of %d held, want %d used", used, held, want)
+	}
+
+	// Speculative rejection: back to mid-block, and to a block boundary.
+	r.truncate(0, 2*nn.KVBlock+5)
+	r.truncate(1, 2*nn.KVBlock)
+	r.truncate(2, nn.KVBlock-1)
+	r.step(t, "after truncations", []int32{0, 0, 0, 1, 1, 2, 2, 2})
+	r.step(t, "after truncations, decode", []int32{0, 1, 2})
+
+	// Eviction: sequence 0's blocks go back to the pool and sequence 3's
+	// prompt takes them.
+	used, held = kv.Blocks()
+	freed := blocks(0)
+	r.truncate(0, 0)
+	if u, h := kv.Blocks(); u != used-freed || h != held {
+		t.Fatalf("after evicting %d blocks: %d used of %d held, want %d of %d", freed, u, h, used-freed, held)
+	}
+	r.step(t, "a prompt into freed blocks", repeat(3, freed*nn.KVBlock))
+	if u, h := kv.Blocks(); u != used || h != held {
+		t.Fatalf("a prompt of %d blocks after an eviction of as many: %d used of %d held, want %d of %d", freed, u, h, used, held)
+	}
+	r.step(t, "decode beside the reused blocks", []int32{3, 1, 2})
+
+	// A long context, appended in chunks; rows read it without appending.
+	const long = 3000
+	for kv.Len(0) < long {
+		r.append(t, repeat(0, min(700, long-kv.Len(0))))
+	}
+	r.check(t, "a prompt's rows at the end of a long context", repeat(0, 40), positions(long-40, 40))
+	r.step(t, "one decode row over a long context", []int32{0})
+	r.check(t, "a decode row mid-context", []int32{0}, []int32{1234})
+	r.step(t, "a long and a short decode row", []int32{0, 1})
+	r.truncate(0, long-7)
+	r.step(t, "a long context truncated mid-block", []int32{0})
+	r.truncate(0, 0)
+	if u, _ := kv.Blocks(); u != blocks(1)+blocks(2)+blocks(3) {
+		t.Fatalf("%d blocks used after evicting the long context, want %d", u, blocks(1)+blocks(2)+blocks(3))
+	}
+}
+
+// poolGrowth checks a pool grown to more than 16 chunks of blocks (a
+// device backend's first chunk address array) under one sequence of
+// 17,000 positions, beside a short one: decode rows against the float64
+// reference (the MatMul bound), and the pool's counts as the long
+// sequence is evicted (the blocks stay held for reuse).
+func (c *checker) poolGrowth(t *testing.T) {
+	const hd, long = 16, 17 * nn.KVChunkBlocks * nn.KVBlock
+	r := c.newKVRef(2, hd)
+	defer r.kv.Close()
+	kv := r.kv
+	r.append(t, repeat(1, 20))
+	for kv.Len(0) < long-nn.KVBlock/2 {
+		r.append(t, repeat(0, min(4096, long-nn.KVBlock/2-kv.Len(0))))
+	}
+	r.step(t, "decode over a long context", []int32{0})
+	r.step(t, "a long and a short decode row", []int32{0, 1})
+	used, held := kv.Blocks()
+	if want := (kv.Len(0)+nn.KVBlock-1)/nn.KVBlock + 2; used != want || held%nn.KVChunkBlocks != 0 || held < used {
+		t.Fatalf("%d blocks used of %d held, want %d used of a whole number of %d-block chunks", used, held, want, nn.KVChunkBlocks)
+	}
+	r.truncate(0, 0)
+	if u, h := kv.Blocks(); u != 2 || h != held {
+		t.Fatalf("after the eviction %d blocks used of %d held, want 2 of %d", u, h, held)
+	}
+	r.step(t, "the short row after the eviction", []int32{1})
+}
+
+// kvOrder is a metamorphic check: two caches given the same positions,
+// one sequence after another in the first, interleaved in reverse order
+// after an evicted sequence's blocks in the second (so each sequence's
+// blocks lie elsewhere in the pool), must attend identically, to the bit.
+func (c *checker) kvOrder(t *testing.T, hd int) {
+	const capacity = 3
+	lens := [capacity]int{70, 37, 20}
+	kw := refKVHeads * hd
+	var keys, vals [capacity][]float32
+	for q, n := range lens {
+		keys[q], vals[q] = c.normals(n*kw, 1), c.normals(n*kw, 1)
+	}
+	// add appends positions [from, from+n) of sequence seq.
+	add := func(kv nn.KVCache, seq, from, n int) {
+		t.Helper()
+		seqs, pos := repeat(int32(seq), n), positions(from, n)
+		k, v := keys[seq][from*kw:(from+n)*kw], vals[seq][from*kw:(from+n)*kw]
+		if err := kv.Append(c.tensor(k, n, kw), c.tensor(v, n, kw), seqs, pos); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inOrder := c.be.NewKV(capacity, kw)
+	defer inOrder.Close()
+	for q, n := range lens {
+		add(inOrder, q, 0, n)
+	}
+	shuffled := c.be.NewKV(capacity, kw)
+	defer shuffled.Close()
+	scratch := c.normals(50*kw, 1)
+	if err := shuffled.Append(c.tensor(scratch, 50, kw), c.tensor(scratch, 50, kw), repeat(2, 50), positions(0, 50)); err != nil {
+		t.Fatal(err)
+	}
+	shuffled.Truncate(2, 0)
+	for done := false; !done; {
+		done = true
+		for q := capacity - 1; q >= 0; q-- {
+			at := shuffled.Len(q)
+			if n := min(lens[q]-at, 1+q); n > 0 {
+				add(shuffled, q, at, n)
+				done = false
+			}
+		}
+	}
+	for q, n := range lens {
+		if inOrder.Len(q) != n || shuffled.Len(q) != n {
+			t.Fatalf("sequence %d holds %d and %d positions, want %d", q, inOrder.Len(q), shuffled.Len(q), n)
+		}
+	}
+	// Decode rows and a prompt's tile, in one call.
+	seqs := append([]int32{0, 1, 2}, repeat(0, 30)...)
+	pos := append([]int32{69, 36, 19}, positions(40, 30)...)
+	n, qw := len(seqs), refHeads*hd
+	qt := c.tensor(c.normals(n*qw, 1), n, qw)
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	var out [2][]float32
+	for i, kv := range []nn.KVCache{inOrder, shuffled} {
+		o := c.poisoned(n, qw)
+		kv.Attend(o, qt, seqs, pos, refHeads, refKVHeads, hd, scale)
+		out[i] = c.download(o)
+	}
+	for i := range out[0] {
+		if math.Float32bits(out[0][i]) != math.Float32bits(out[1][i]) || out[0][i] != out[0][i] {
+			t.Fatalf("row %d (%s) column %d: %v with blocks in order, %v with them shuffled",
+				i/qw, rowsString(seqs[i/qw:i/qw+1], pos[i/qw:i/qw+1]), i%qw, out[0][i], out[1][i])
+		}
 	}
 }
 
