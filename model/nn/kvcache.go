@@ -127,13 +127,25 @@ func (cpuBackend) NewKV(capacity, width int) KVCache {
 	return &cpuKV{BlockTable: NewBlockTable(capacity), width: width}
 }
 
-// block is block b's keys and values.
-func (s *cpuKV) block(b int32) (keys, vals []float32) {
-	n := KVBlock * s.width
-	o := int(b%KVChunkBlocks) * n
+// run is the keys and values of blocks b, b+1, ..., b+n-1, which must
+// lie in one chunk (runOf).
+func (s *cpuKV) run(b int32, n int) (keys, vals []float32) {
+	per := KVBlock * s.width
+	o := int(b%KVChunkBlocks) * per
 	c := s.chunks[b/KVChunkBlocks]
-	v := o + KVChunkBlocks*n // the value plane's
-	return c[o : o+n : o+n], c[v : v+n : v+n]
+	v := o + KVChunkBlocks*per // the value plane's
+	return c[o : o+n*per : o+n*per], c[v : v+n*per : v+n*per]
+}
+
+// runOf is the length of the run of table's blocks from index j that
+// follow each other in one chunk, and so in its planes: a prompt's blocks
+// usually do, and the scores then read its keys as one array.
+func runOf(table []int32, j int) int {
+	e := j + 1
+	for e < len(table) && table[e] == table[e-1]+1 && table[e]%KVChunkBlocks != 0 {
+		e++
+	}
+	return e - j
 }
 
 func (s *cpuKV) grow(chunks int) error {
@@ -151,7 +163,7 @@ func (s *cpuKV) Append(k, v Tensor, seqs, pos []int32) error {
 	s.blocks = blocks
 	w := s.width
 	for i, b := range blocks {
-		keys, vals := s.block(b)
+		keys, vals := s.run(b, 1)
 		o := int(pos[i]%KVBlock) * w
 		copy(keys[o:o+w], row(k, i))
 		copy(vals[o:o+w], row(v, i))
@@ -197,7 +209,8 @@ type attendJob struct {
 }
 
 // run computes o for the (row, head) pairs [lo, hi), with scores as scratch,
-// reading a row's positions block by block through its sequence's table.
+// reading a row's positions run of blocks by run through its sequence's
+// table.
 func (j *attendJob) run(lo, hi int, scores []float32) {
 	H, hd := j.heads, j.hd
 	kw := j.kvHeads * hd
@@ -208,21 +221,25 @@ func (j *attendJob) run(lo, hi int, scores []float32) {
 		qh := row(j.q, r)[h*hd : (h+1)*hd]
 		off := (h / (H / j.kvHeads)) * hd // GQA: the key/value head of query head h
 		sc := scores[:T]
-		for b, blk := range table {
-			keys, _ := j.kv.block(blk)
-			at := sc[b*KVBlock : min(T, (b+1)*KVBlock)]
+		for b := 0; b < len(table); {
+			n := runOf(table, b)
+			keys, _ := j.kv.run(table[b], n)
+			at := sc[b*KVBlock : min(T, (b+n)*KVBlock)]
 			for t := range at {
 				at[t] = tensor.Dot(qh, keys[t*kw+off:t*kw+off+hd]) * j.scale
 			}
+			b += n
 		}
 		tensor.Softmax(sc)
 		oh := row(j.o, r)[h*hd : (h+1)*hd]
 		clear(oh)
-		for b, blk := range table {
-			_, vals := j.kv.block(blk)
-			for t, p := range sc[b*KVBlock : min(T, (b+1)*KVBlock)] {
+		for b := 0; b < len(table); {
+			n := runOf(table, b)
+			_, vals := j.kv.run(table[b], n)
+			for t, p := range sc[b*KVBlock : min(T, (b+n)*KVBlock)] {
 				tensor.Axpy(oh, p, vals[t*kw+off:t*kw+off+hd])
 			}
+			b += n
 		}
 	}
 }
