@@ -45,11 +45,12 @@ type replayCommon struct {
 	// module failed to build, is what Prefill and ConvPrefill return.
 	prefill, prefillDone, convPrefill *Function
 	prefillErr                        error
-	nonflush, flush, verify           *Function   // the per-head kernels and the items flush
-	stepSmall                         *Function   // flush and non-flush slots in one kernel
-	verifySmall                       *Function   // Mamba-2: a small batch's verify and cursor move in one kernel
-	early                             earlyVerify // a small batch's verify (Mamba-2's one kernel, GDN's per-head one) with the early start
-	flushBlocks                       int         // the items flush's grid: the blocks the GPU holds at once
+	chunked                           chunkedKernels // a long prompt's prefill (prefill.go)
+	nonflush, flush, verify           *Function      // the per-head kernels and the items flush
+	stepSmall                         *Function      // flush and non-flush slots in one kernel
+	verifySmall                       *Function      // Mamba-2: a small batch's verify and cursor move in one kernel
+	early                             earlyVerify    // a small batch's verify (Mamba-2's one kernel, GDN's per-head one) with the early start
+	flushBlocks                       int            // the items flush's grid: the blocks the GPU holds at once
 	baselineStep, baselineVerify      *Function
 	small                             headSplit // the small step of split heads, where planned
 

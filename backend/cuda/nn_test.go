@@ -156,11 +156,12 @@ func compareModel(t *testing.T, dir string, be nn.Backend, opt replay.Options) {
 	}
 	V := cpu.Vocab
 	// Two prompts in one pass, then decode steps of both together: 5 rows
-	// for the per-row attention kernel, 75 for the tiled one (tiles of 32
-	// rows, keys staged 32 at a time, a short last tile).
+	// for the per-row attention kernel and the sequential SSM prefill, 200
+	// for the tiled attention (tiles of 32 rows, keys staged 32 at a time, a
+	// short last tile) and the chunked SSM prefill (3 chunks of 64 and 8).
 	var rows []nn.Row
 	for i, q := range qs {
-		n := []int{5, 75}[i]
+		n := []int{5, 200}[i]
 		for p := range n {
 			rows = append(rows, nn.Row{Seq: q, Token: (7*p + 13*i + 1) % V, Logits: p == n-1})
 		}

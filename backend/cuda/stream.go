@@ -15,6 +15,9 @@ type Stream struct {
 	// (NewSide) records into its primary's.
 	t       *tape
 	primary *Stream
+	// work is scratch memory the operations queued on the stream share
+	// (Scratch): they run one after another, so one buffer serves them all.
+	work Buffer
 }
 
 // NewStream creates a stream that does not synchronise with the legacy
@@ -81,11 +84,44 @@ func (s *Stream) Close() error {
 		errs = append(errs, s.t.close())
 		s.t = nil
 	}
+	if s.work.ptr != 0 {
+		errs = append(errs, s.Synchronize(), s.d.Free(s.work))
+		s.work = Buffer{}
+	}
 	errs = append(errs, s.d.cold(func() error {
 		return s.d.drv.check(call(s.d.drv.streamDestroy, s.h), "cuStreamDestroy_v2")
 	}))
 	s.h = 0
 	return errors.Join(errs...)
+}
+
+// Scratch returns at least bytes of device memory for an operation queued
+// on s to use while it runs; the next operation may reuse it. Growing it
+// waits for the stream, so that nothing queued still uses the memory
+// freed. A side stream's scratch is its primary's.
+func (s *Stream) Scratch(bytes int) (Buffer, error) {
+	if s.primary != nil {
+		return s.primary.Scratch(bytes)
+	}
+	if bytes <= s.work.bytes {
+		b, _ := s.work.Slice(0, bytes)
+		return b, nil
+	}
+	if s.work.ptr != 0 {
+		if err := s.Synchronize(); err != nil {
+			return Buffer{}, err
+		}
+		if err := s.d.Free(s.work); err != nil {
+			return Buffer{}, err
+		}
+		s.work = Buffer{}
+	}
+	b, err := s.d.Alloc(bytes)
+	if err != nil {
+		return Buffer{}, fmt.Errorf("cuda: scratch of %d bytes: %w", bytes, err)
+	}
+	s.work = b
+	return b, nil
 }
 
 // Wait makes work queued on s after this call wait until e has completed

@@ -9,10 +9,10 @@ import (
 )
 
 // prefills runs ConvPrefill and Prefill on the live slots, whatever their
-// rings hold: one slot at T inputs (more than the window), one at a single
-// input, the rest at random counts; then one slot without counts, then a
-// long prompt. The random sequences after it check the states the
-// prefills left.
+// rings hold: a long prompt on two slots; then one slot at T inputs (more
+// than the window), one at a single input, the rest at random counts; then
+// one slot without counts. The random sequences after it check the states
+// the prefills left.
 func (h *harness[Buf]) prefills(t *testing.T) {
 	t.Helper()
 	slots := h.slots()
@@ -25,11 +25,13 @@ func (h *harness[Buf]) prefills(t *testing.T) {
 		counts[i] = 1 + h.rng.IntN(T)
 	}
 	counts[0], counts[len(counts)-1] = T, 1
+	// A long prompt first, while the slots' rings hold the random
+	// sequence's steps: it crosses the blocks a GPU splits prompts into (64
+	// outputs per thread, 16 staged rows, chunks of 64 inputs), one slot
+	// ending a row past a chunk.
+	h.prefill(t, slots[:2], 300, []int{300, 129})
 	h.prefill(t, slots, T, counts)
 	h.prefill(t, slots[1:2], 3, nil)
-	// A longer prompt crosses the blocks a GPU splits prompts into (64
-	// outputs per thread, 16 staged rows), one slot ending a row past one.
-	h.prefill(t, slots[:2], 135, []int{135, 65})
 }
 
 // prefill runs ConvPrefill and Prefill of T inputs per slot (counts nil: T

@@ -2948,3 +2948,462 @@ extern "C" __global__ void __launch_bounds__(NT)
     prefill_store<SM>(S, state, rcodes, rscales, rglobal, mat, replay, sScratch);
 }
 #endif
+
+// ---- the chunked prefill (Gated DeltaNet's WY form, docs/DESIGN.md 2.3c) ----
+//
+// A prompt runs in chunks of CQ positions. With gamma_i the product of the
+// decays from the chunk's start through input i (float64 sums of the
+// log-decays) and S_0 the state ([dv][dk]) at the chunk's start, the
+// corrected updates u_t = beta_t (v_t - g_t S_{t-1} k_t) of the chunk
+// solve the unit lower-triangular system
+//
+//	(I + A) U = diag(beta) V - diag(beta gamma) K S_0^T,  A_tj = beta_t (gamma_t/gamma_j) (k_t . k_j), j < t
+//
+// so U = U' - W S_0^T with W = (I+A)^-1 diag(beta gamma) K and U' = (I+A)^-1
+// diag(beta) V, which depend on the chunk's inputs alone; then
+//
+//	o_t = gamma_t S_0 q_t + sum_{j<=t} (gamma_t/gamma_j) (q_t . k_j) u_j
+//	S_Q = gamma_last S_0 + sum_j (gamma_last/gamma_j) u_j k_j^T
+//
+// gdn_chunk_prep forms W, U', P_tj = (q_t . k_j) gamma_t/gamma_j (j <= t),
+// the gammas and the normalised keys and queries of every chunk in
+// parallel (forward substitution for the solve); gdn_chunk_scan walks the
+// chunks of one value head's state rows [r0, r0+CPS) with that slice of
+// the state in tensor-core accumulators (3xTF32); gdn_chunk_store stores
+// the final states as prefill_store does.
+#if PREFILL_MODULE
+#define CQ 64          // positions a chunk
+#define CPS 16         // state rows (of dv) a scan block
+#define CNT 256        // threads a prep or scan block
+#define CN4 (DK + 4)   // row stride of staged key-sized rows
+#define CQ4 (CQ + 4)   // row stride of CQ-sized rows
+#define CNCH ((DK + 127) / 128)
+#define CNR ((DK / 8 + CNT / 32 - 1) / (CNT / 32)) // state tiles a warp
+
+// The prep's output for slot b and chunk c, at chunk_at(b, c, nchunks):
+// per value head HEAD_FLOATS (W [CQ][DK], U' [CQ][DV], P [CQ][CQ], gamma
+// [CQ], gamma_last/gamma [CQ]), then per key head KEY_FLOATS (normalised
+// keys, then queries, [CQ][DK] each). gdnChunkScratch (prefill.go) counts
+// the same.
+#define HEAD_FLOATS (CQ * DK + CQ * DV + CQ * CQ + 2 * CQ)
+#define KEY_FLOATS (2 * CQ * DK)
+#define CHUNK_FLOATS (NVH * HEAD_FLOATS + NKH * KEY_FLOATS)
+__device__ __forceinline__ u64 chunk_at(int b, int c, int nchunks) { return ((u64)b * nchunks + c) * CHUNK_FLOATS; }
+__device__ __forceinline__ u64 head_at(int j) { return (u64)j * HEAD_FLOATS; }
+__device__ __forceinline__ u64 key_at(int kh) { return (u64)NVH * HEAD_FLOATS + (u64)kh * KEY_FLOATS; }
+
+// gdn_chunk_prep: grid (nchunks, NVH, batch); dynamic shared memory
+// gdnChunkPrepSmem (prefill.go).
+extern "C" __global__ void __launch_bounds__(CNT)
+    gdn_chunk_prep(const int* __restrict__ counts, int T, const float* __restrict__ q, const float* __restrict__ k,
+                   const float* __restrict__ v, const float* __restrict__ a, const float* __restrict__ bb,
+                   const double* __restrict__ negA, const double* __restrict__ dtb, float qscale,
+                   float* __restrict__ work, int nchunks)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* sK = smem;               // [CQ][CN4] normalised keys
+    float* sQ = sK + CQ * CN4;      // [CQ][CN4] normalised queries
+    float* sA = sQ + CQ * CN4;      // [CQ][CQ4] A
+    double* sCum = reinterpret_cast<double*>(sA + CQ * CQ4); // [CQ] per-warp inclusive sums
+    float* sBeta = reinterpret_cast<float*>(sCum + CQ);        // [CQ]
+
+    const int c = blockIdx.x, j = blockIdx.y, b = blockIdx.z, kh = j / VPK;
+    const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+    const int cnt = counts ? counts[b] : T;
+    const int k0 = c * CQ;
+    if (k0 >= cnt) {
+        return;
+    }
+    const int m = min(CQ, cnt - k0);
+    for (int w = warp; w < 2 * CQ; w += CNT / 32) {
+        const int i = w < CQ ? w : w - CQ;
+        float* dst = (w < CQ ? sK : sQ) + i * CN4;
+        if (i < m) {
+            const float* src = (w < CQ ? k : q) + (((u64)b * T + k0 + i) * NKH + kh) * DK;
+            l2norm_warp(dst, src, w < CQ ? 1.0f : qscale);
+        } else {
+            for (int e = lane; e < DK; e += 32) {
+                dst[e] = 0.0f;
+            }
+        }
+    }
+    if (t < CQ) {
+        double la = 0.0;
+        float beta = 0.0f;
+        if (t < m) {
+            const u64 at = ((u64)b * T + k0 + t) * NVH + j;
+            la = (double)(float)(negA[j] * softplus_d((double)a[at] + dtb[j])); // gdn_scalars' g
+            beta = (float)sigmoid_d((double)bb[at]);
+        }
+        sBeta[t] = beta;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const double x = __shfl_up_sync(FULL_MASK, la, o);
+            if (lane >= o) {
+                la += x;
+            }
+        }
+        sCum[t] = la;
+    }
+    __syncthreads();
+    auto cum = [&](int i) { return sCum[i] + (i >= 32 ? sCum[31] : 0.0); };
+    const double last = cum(CQ - 1);
+    float* out = work + chunk_at(b, c, nchunks) + head_at(j);
+    float* oW = out;
+    float* oU = oW + CQ * DK;
+    float* oP = oU + CQ * DV;
+    float* oGam = oP + CQ * CQ;
+    float* oGamR = oGam + CQ;
+    if (t < CQ) {
+        oGam[t] = expf((float)cum(t));
+        oGamR[t] = expf((float)(last - cum(t)));
+    }
+    // K K^T and Q K^T, thread (row i, columns j0 + 4kk): A and P.
+    {
+        const int i = t >> 2, j0 = t & 3;
+        float kk[CQ / 4], qk[CQ / 4];
+#pragma unroll
+        for (int e = 0; e < CQ / 4; e++) {
+            kk[e] = 0.0f;
+            qk[e] = 0.0f;
+        }
+        for (int n = 0; n < DK; n += 4) {
+            const float4 ki = *reinterpret_cast<const float4*>(sK + i * CN4 + n);
+            const float4 qi = *reinterpret_cast<const float4*>(sQ + i * CN4 + n);
+#pragma unroll
+            for (int e = 0; e < CQ / 4; e++) {
+                const float4 kj = *reinterpret_cast<const float4*>(sK + (j0 + 4 * e) * CN4 + n);
+                kk[e] = fmaf(ki.x, kj.x, fmaf(ki.y, kj.y, fmaf(ki.z, kj.z, fmaf(ki.w, kj.w, kk[e]))));
+                qk[e] = fmaf(qi.x, kj.x, fmaf(qi.y, kj.y, fmaf(qi.z, kj.z, fmaf(qi.w, kj.w, qk[e]))));
+            }
+        }
+        const double ci = cum(i);
+#pragma unroll
+        for (int e = 0; e < CQ / 4; e++) {
+            const int jj = j0 + 4 * e;
+            const float w = i < m && jj <= i ? expf((float)(ci - cum(jj))) : 0.0f;
+            sA[i * CQ4 + jj] = jj < i ? sBeta[i] * w * kk[e] : 0.0f;
+            oP[i * CQ + jj] = w * qk[e];
+        }
+    }
+    __syncthreads();
+    // (I + A) X = R by forward substitution, a column of [W | U'] a thread:
+    // R_t is beta_t gamma_t k_t (W's columns) or beta_t v_t (U''s).
+    for (int col = t; col < DK + DV; col += CNT) {
+        float X[CQ];
+#pragma unroll
+        for (int r = 0; r < CQ; r++) {
+            float x = 0.0f;
+            if (r < m) {
+                x = col < DK ? sBeta[r] * expf((float)cum(r)) * sK[r * CN4 + col]
+                             : sBeta[r] * v[(((u64)b * T + k0 + r) * NVH + j) * DV + col - DK];
+            }
+#pragma unroll
+            for (int jj = 0; jj < r; jj++) {
+                x = fmaf(-sA[r * CQ4 + jj], X[jj], x);
+            }
+            X[r] = x;
+        }
+#pragma unroll
+        for (int r = 0; r < CQ; r++) {
+            if (col < DK) {
+                oW[r * DK + col] = X[r];
+            } else {
+                oU[r * DV + col - DK] = X[r];
+            }
+        }
+    }
+    if (j % VPK == 0) { // one value head of the key head writes its keys and queries
+        float* oK = work + chunk_at(b, c, nchunks) + key_at(kh);
+        float* oQ = oK + CQ * DK;
+        for (int idx = t; idx < CQ * DK; idx += CNT) {
+            const int i = idx / DK, e = idx % DK;
+            oK[idx] = sK[i * CN4 + e];
+            oQ[idx] = sQ[i * CN4 + e];
+        }
+    }
+}
+
+// stage_rows copies CQ rows of DK floats (src, row stride DK) to dst [CQ][CN4],
+// row i times mul[i] where mul is not null.
+__device__ __forceinline__ void stage_rows(float* dst, const float* __restrict__ src, const float* mul)
+{
+    for (int idx = threadIdx.x; idx < CQ * (DK / 4); idx += CNT) {
+        const int i = idx / (DK / 4), n = 4 * (idx % (DK / 4));
+        float4 x = *reinterpret_cast<const float4*>(src + i * DK + n);
+        if (mul) {
+            const float f = mul[i];
+            x.x *= f;
+            x.y *= f;
+            x.z *= f;
+            x.w *= f;
+        }
+        *reinterpret_cast<float4*>(dst + i * CN4 + n) = x;
+    }
+}
+
+// gdn_chunk_scan runs state rows [r0, r0+CPS) of value head j of slot b
+// (r0 = CPS*blockIdx.x; grid (ceil(DV/CPS), NVH, batch)) through the
+// replay ring's pending entries (replay mode) one at a time, then through
+// the chunks gdn_chunk_prep formed, writing the outputs o of those rows,
+// and leaves the final float32 state rows in fin [b][head][DV][DK].
+// Dynamic shared memory: gdnChunkScanSmem (prefill.go).
+extern "C" __global__ void __launch_bounds__(CNT)
+    gdn_chunk_scan(const ST* state, const float* __restrict__ ringK, const float* __restrict__ ringV,
+                   const float* __restrict__ ringA, const float* __restrict__ ringBeta,
+                   const int* __restrict__ hist, const int* __restrict__ cur, int nb, int replay,
+                   const int* __restrict__ slots, const int* __restrict__ counts, int T, float* __restrict__ o,
+                   const float* __restrict__ work, int nchunks, float* __restrict__ fin)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* sCB = smem;            // [CQ][CN4]: W, then the queries, then the decayed keys
+    float* sU = sCB + CQ * CN4;   // [CPS][CQ4]: U', then U
+    float* sS = sU + CPS * CQ4;   // [CPS][CN4]: the state rows at the chunk's start
+    float* sE = sS + CPS * CN4;   // [CQ] gamma
+    float* sER = sE + CQ;         // [CQ] gamma_last/gamma
+
+    const int r0 = blockIdx.x * CPS, j = blockIdx.y, b = blockIdx.z, kh = j / VPK;
+    const int t = threadIdx.x, warp = t >> 5, lg = (t & 31) >> 2, lt = t & 3;
+    const int s = slots[b];
+    const int cnt = counts ? counts[b] : T;
+    const int nr = replay ? hist[s] : 0;
+    const u64 mat = replay ? (u64)s * NVH + j : ((u64)s * nb + cur[s]) * NVH + j;
+
+    // The state rows, loaded and run through the ring's pending entries
+    // (u = beta (v - g S k), S = g S + u k^T, as the step) by thread (row
+    // up, columns un + 128r .. +7), the 16 threads of a row summing S k
+    // with shuffles; then staged for the accumulators.
+    {
+        const int up = t >> 4, un = (t & 15) * 8, row = r0 + up;
+        float S[CNCH][8];
+        const float sc = state_scale(state, mat);
+#pragma unroll
+        for (int r = 0; r < CNCH; r++) {
+            const int n0 = un + 128 * r;
+            if (row < DV && n0 < DK) {
+                load_chunk<STATE_FMT, 8>(state + mat * (DV * DK), (u64)row * DK + n0, S[r], sc);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    S[r][e] = 0.0f;
+                }
+            }
+        }
+        for (int e = 0; e < nr; e++) {
+            const float eg = ringA[rs_at(s, j, e)], beta = ringBeta[rs_at(s, j, e)];
+            const float* ke = ringK + (ring_at(s, e) * NKH + kh) * DK;
+            float sk = 0.0f;
+#pragma unroll
+            for (int r = 0; r < CNCH; r++) {
+                const int n0 = un + 128 * r;
+                if (n0 < DK) {
+#pragma unroll
+                    for (int x = 0; x < 8; x++) {
+                        sk = fmaf(S[r][x], ke[n0 + x], sk);
+                    }
+                }
+            }
+            sk = lanes_sum<16>(sk);
+            const float u = row < DV ? beta * (ringV[(ring_at(s, e) * NVH + j) * DV + row] - eg * sk) : 0.0f;
+#pragma unroll
+            for (int r = 0; r < CNCH; r++) {
+                const int n0 = un + 128 * r;
+                if (n0 < DK) {
+#pragma unroll
+                    for (int x = 0; x < 8; x++) {
+                        S[r][x] = eg * S[r][x] + u * ke[n0 + x];
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < CNCH; r++) {
+            const int n0 = un + 128 * r;
+            if (n0 < DK) {
+#pragma unroll
+                for (int x = 0; x < 8; x++) {
+                    sS[up * CN4 + n0 + x] = S[r][x];
+                }
+            }
+        }
+    }
+    __syncthreads();
+    float acc[CNR][4]; // as mamba2_chunk_scan's
+#pragma unroll
+    for (int r = 0; r < CNR; r++) {
+        const int n = 8 * (warp + (CNT / 32) * r) + 2 * lt;
+        const bool on = n < DK;
+        acc[r][0] = on ? sS[lg * CN4 + n] : 0.0f;
+        acc[r][1] = on ? sS[lg * CN4 + n + 1] : 0.0f;
+        acc[r][2] = on ? sS[(lg + 8) * CN4 + n] : 0.0f;
+        acc[r][3] = on ? sS[(lg + 8) * CN4 + n + 1] : 0.0f;
+    }
+
+    const int mt = warp >> 1, pt = warp & 1; // the warp's tile: chunk rows 16mt.., state rows 8pt..
+    const int i0 = 16 * mt + lg, i1 = i0 + 8;
+    for (int k0 = 0, c = 0; k0 < cnt; k0 += CQ, c++) {
+        const int m = min(CQ, cnt - k0);
+        const float* in = work + chunk_at(b, c, nchunks);
+        const float* W = in + head_at(j);
+        const float* Up = W + CQ * DK;
+        const float* Pm = Up + CQ * DV;
+        const float* gam = Pm + CQ * CQ;
+        __syncthreads(); // the last chunk's keys and state rows are read
+        stage_rows(sCB, W, nullptr);
+        for (int idx = t; idx < CPS * CQ; idx += CNT) {
+            const int i = idx / CPS, p = idx % CPS;
+            sU[p * CQ4 + i] = r0 + p < DV ? Up[i * DV + r0 + p] : 0.0f;
+        }
+        if (t < CQ) {
+            sE[t] = gam[t];
+            sER[t] = gam[CQ + t];
+        }
+        __syncthreads();
+        // U = U' - W S_0^T, the warp's tile.
+        {
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const float* wa = sCB + i0 * CN4 + lt;
+            const float* sb = sS + (8 * pt + lg) * CN4 + lt;
+            for (int n = 0; n < DK; n += 8) {
+                u32 ahi[4], alo[4], bhi0, bhi1, blo0, blo1;
+                tf32_split(wa[n], ahi[0], alo[0]);
+                tf32_split(wa[8 * CN4 + n], ahi[1], alo[1]);
+                tf32_split(wa[n + 4], ahi[2], alo[2]);
+                tf32_split(wa[8 * CN4 + n + 4], ahi[3], alo[3]);
+                tf32_split(sb[n], bhi0, blo0);
+                tf32_split(sb[n + 4], bhi1, blo1);
+                mma_3xtf32<false>(d[0], d[1], d[2], d[3], ahi, alo, bhi0, bhi1, blo0, blo1);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e < 2 ? i0 : i1, p = 8 * pt + 2 * lt + (e & 1);
+                sU[p * CQ4 + i] -= d[e];
+            }
+        }
+        __syncthreads(); // W is read, U written
+        stage_rows(sCB, in + key_at(kh) + CQ * DK, nullptr);
+        __syncthreads();
+        // o_t = gamma_t (q_t . S_0) + sum_{j<=t} P_tj u_j, the warp's tile.
+        {
+            float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const float* qa = sCB + i0 * CN4 + lt;
+            const float* sb = sS + (8 * pt + lg) * CN4 + lt;
+            for (int n = 0; n < DK; n += 8) {
+                u32 ahi[4], alo[4], bhi0, bhi1, blo0, blo1;
+                tf32_split(qa[n], ahi[0], alo[0]);
+                tf32_split(qa[8 * CN4 + n], ahi[1], alo[1]);
+                tf32_split(qa[n + 4], ahi[2], alo[2]);
+                tf32_split(qa[8 * CN4 + n + 4], ahi[3], alo[3]);
+                tf32_split(sb[n], bhi0, blo0);
+                tf32_split(sb[n + 4], bhi1, blo1);
+                mma_3xtf32<false>(d[0], d[1], d[2], d[3], ahi, alo, bhi0, bhi1, blo0, blo1);
+            }
+            d[0] *= sE[i0];
+            d[1] *= sE[i0];
+            d[2] *= sE[i1];
+            d[3] *= sE[i1];
+            const float* pa = Pm + i0 * CQ + lt;
+            const float* ub = sU + (8 * pt + lg) * CQ4 + lt;
+            for (int n = 0; n < 16 * (mt + 1); n += 8) { // P is zero past the diagonal
+                u32 ahi[4], alo[4], bhi0, bhi1, blo0, blo1;
+                tf32_split(pa[n], ahi[0], alo[0]);
+                tf32_split(pa[8 * CQ + n], ahi[1], alo[1]);
+                tf32_split(pa[n + 4], ahi[2], alo[2]);
+                tf32_split(pa[8 * CQ + n + 4], ahi[3], alo[3]);
+                tf32_split(ub[n], bhi0, blo0);
+                tf32_split(ub[n + 4], bhi1, blo1);
+                mma_3xtf32<false>(d[0], d[1], d[2], d[3], ahi, alo, bhi0, bhi1, blo0, blo1);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e < 2 ? i0 : i1, p = r0 + 8 * pt + 2 * lt + (e & 1);
+                if (i < m && p < DV) {
+                    o[(((u64)b * T + k0 + i) * NVH + j) * DV + p] = d[e];
+                }
+            }
+        }
+        __syncthreads(); // the queries and the old state rows are read
+        stage_rows(sCB, in + key_at(kh), sER);
+        __syncthreads();
+        // S = gamma_last S + sum_j u_j (gamma_last/gamma_j) k_j^T.
+        {
+            const float dq = sE[CQ - 1]; // gamma_last (rows past m add nothing)
+#pragma unroll
+            for (int r = 0; r < CNR; r++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    acc[r][e] *= dq;
+                }
+            }
+            const float* ua = sU + lg * CQ4 + lt;
+            for (int kq = 0; kq < m; kq += 8) {
+                u32 ahi[4], alo[4];
+                tf32_split(ua[kq], ahi[0], alo[0]);
+                tf32_split(ua[8 * CQ4 + kq], ahi[1], alo[1]);
+                tf32_split(ua[kq + 4], ahi[2], alo[2]);
+                tf32_split(ua[8 * CQ4 + kq + 4], ahi[3], alo[3]);
+#pragma unroll
+                for (int r = 0; r < CNR; r++) {
+                    const int n = 8 * (warp + (CNT / 32) * r) + lg;
+                    if (n < DK) {
+                        u32 bhi0, bhi1, blo0, blo1;
+                        tf32_split(sCB[(kq + lt) * CN4 + n], bhi0, blo0);
+                        tf32_split(sCB[(kq + lt + 4) * CN4 + n], bhi1, blo1);
+                        mma_3xtf32<false>(acc[r][0], acc[r][1], acc[r][2], acc[r][3], ahi, alo, bhi0, bhi1, blo0, blo1);
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < CNR; r++) {
+                const int n = 8 * (warp + (CNT / 32) * r) + 2 * lt;
+                if (n < DK) {
+                    sS[lg * CN4 + n] = acc[r][0];
+                    sS[lg * CN4 + n + 1] = acc[r][1];
+                    sS[(lg + 8) * CN4 + n] = acc[r][2];
+                    sS[(lg + 8) * CN4 + n + 1] = acc[r][3];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < CNR; r++) {
+        const int n = 8 * (warp + (CNT / 32) * r) + 2 * lt;
+        if (n < DK) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = r0 + lg + 8 * (e >> 1);
+                if (row < DV) {
+                    fin[(((u64)b * NVH + j) * DV + row) * DK + n + (e & 1)] = acc[r][e];
+                }
+            }
+        }
+    }
+}
+
+// gdn_chunk_store stores the chunked prefill's final float32 states fin
+// [b][head][DV][DK] as prefill_store does (mamba2_chunk_store's). Grid
+// (NVH, batch), NT threads.
+extern "C" __global__ void __launch_bounds__(NT)
+    gdn_chunk_store(ST* state, u8* rcodes, u8* rscales, float* rglobal, const int* __restrict__ cur, int nb,
+                    int replay, const int* __restrict__ slots, const float* __restrict__ fin)
+{
+    __shared__ float sScratch[NWARPS];
+    const int j = blockIdx.x, b = blockIdx.y;
+    const int s = slots[b];
+    const u64 mat = replay ? (u64)s * NVH + j : ((u64)s * nb + cur[s]) * NVH + j;
+    float S[SM::PASSES][SM::CPL][SM::VEC];
+    const float* src = fin + ((u64)b * NVH + j) * (DV * DK);
+#pragma unroll
+    for (int pass = 0; pass < SM::PASSES; pass++) {
+        const int r = SM::row(pass);
+#pragma unroll
+        for (int c = 0; c < SM::CPL; c++) {
+#pragma unroll
+            for (int e = 0; e < SM::VEC; e++) {
+                S[pass][c][e] = r < ROWS ? src[(u64)r * COLS + SM::col(c) + e] : 0.0f;
+            }
+        }
+    }
+    prefill_store<SM>(S, state, rcodes, rscales, rglobal, mat, replay, sScratch);
+}
+#endif

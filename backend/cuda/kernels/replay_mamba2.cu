@@ -2574,3 +2574,358 @@ extern "C" __global__ void __launch_bounds__(NT)
     prefill_store<SM>(S, state, rcodes, rscales, rglobal, mat, replay, sScratch);
 }
 #endif
+
+// ---- the chunked prefill (Mamba-2's SSD form, docs/DESIGN.md 2.3c) ----
+//
+// A prompt of T inputs runs in chunks of CQ positions. Within a chunk, with
+// cum_i the inclusive sum of log-decays Delta_t*A from the chunk's start,
+// the state after input i is
+//
+//	S_i = e^{cum_i} S_0 + sum_{j<=i} e^{cum_i - cum_j} Delta_j x_j B_j^T
+//
+// so y_i = S_i C_i + D x_i is e^{cum_i} (S_0 C_i) plus sum_j M_ij x_j with
+// M_ij = (C_i . B_j) Delta_j e^{cum_i - cum_j} (j <= i), and the chunk ends
+// in S = e^{cum_last} S_0 + sum_j Delta_j e^{cum_last - cum_j} x_j B_j^T:
+// matrix products, not CQ dependent rank-one steps. Three kernels:
+// mamba2_chunk_gram forms each chunk's C B^T per group (shared by the
+// group's heads), mamba2_chunk_scan walks the chunks of one head's rows
+// [p0, p0+CPS) with that slice of the state in registers, and
+// mamba2_chunk_store stores the final float32 state as prefill_store does.
+// The scan's products run on the tensor cores in 3xTF32 (float32
+// accuracy); the decays' sums are float64, each exponent a float64
+// difference rounded once.
+#if PREFILL_MODULE
+#define CQ 64          // positions a chunk
+#define CPS 16         // state rows (of P) a scan block
+#define CNT 256        // threads a gram or scan block
+#define CN4 (N + 4)    // row stride of staged B, C and state rows: float4 rows, no bank conflicts
+#define CQ4 (CQ + 4)   // row stride of M and the staged x columns
+#define CNCH ((N + 127) / 128)
+
+// chunk_rows stages rows [k0, k0+m) of a group's B or C (zeros past m) as
+// dst [CQ][CN4].
+__device__ __forceinline__ void chunk_rows(float* dst, const float* __restrict__ src, int b, int T, int k0, int m,
+                                           int g)
+{
+    for (int idx = threadIdx.x; idx < CQ * (N / 4); idx += CNT) {
+        const int i = idx / (N / 4), n = 4 * (idx % (N / 4));
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < m) {
+            v = *reinterpret_cast<const float4*>(src + (((u64)b * T + k0 + i) * NGROUPS + g) * N + n);
+        }
+        *reinterpret_cast<float4*>(dst + i * CN4 + n) = v;
+    }
+}
+
+// mamba2_chunk_gram writes G = C B^T of chunk c of slot b's group g, [CQ][CQ]
+// at gram[((b*nchunks + c)*NGROUPS + g)*CQ*CQ], zeros past the slot's count.
+// Grid (nchunks, NGROUPS, batch); dynamic shared memory 2*CQ*CN4 floats.
+extern "C" __global__ void __launch_bounds__(CNT)
+    mamba2_chunk_gram(const int* __restrict__ counts, int T, const float* __restrict__ B,
+                      const float* __restrict__ C, float* __restrict__ gram, int nchunks)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* sC = smem;
+    float* sB = smem + CQ * CN4;
+    const int c = blockIdx.x, g = blockIdx.y, b = blockIdx.z, t = threadIdx.x;
+    const int cnt = counts ? counts[b] : T;
+    const int k0 = c * CQ;
+    if (k0 >= cnt) {
+        return;
+    }
+    const int m = min(CQ, cnt - k0);
+    chunk_rows(sC, C, b, T, k0, m, g);
+    chunk_rows(sB, B, b, T, k0, m, g);
+    __syncthreads();
+    // Thread (i, j = t%4 + 4k): lanes of a warp read 8 rows of C and share
+    // the 4 rows of B of each k.
+    const int i = t >> 2, j0 = t & 3;
+    float acc[CQ / 4];
+#pragma unroll
+    for (int k = 0; k < CQ / 4; k++) {
+        acc[k] = 0.0f;
+    }
+    for (int n = 0; n < N; n += 4) {
+        const float4 cv = *reinterpret_cast<const float4*>(sC + i * CN4 + n);
+#pragma unroll
+        for (int k = 0; k < CQ / 4; k++) {
+            const float4 bv = *reinterpret_cast<const float4*>(sB + (j0 + 4 * k) * CN4 + n);
+            acc[k] = fmaf(cv.x, bv.x, fmaf(cv.y, bv.y, fmaf(cv.z, bv.z, fmaf(cv.w, bv.w, acc[k]))));
+        }
+    }
+    float* out = gram + (((u64)b * nchunks + c) * NGROUPS + g) * (CQ * CQ) + i * CQ;
+#pragma unroll
+    for (int k = 0; k < CQ / 4; k++) {
+        out[j0 + 4 * k] = acc[k];
+    }
+}
+
+// mamba2_chunk_scan runs state rows [p0, p0+CPS) of head h of slot b
+// (p0 = CPS*blockIdx.x; grid (ceil(P/CPS), NHEADS, batch)) through the
+// replay ring's pending entries (replay mode) one at a time, then through
+// counts[b] (or T) inputs a chunk at a time, writing each input's outputs
+// y of those rows, and leaves the final float32 state rows in fin
+// [b][head][P][N]. The chunk's three products run on the tensor cores in
+// 3xTF32 (mma_3xtf32: float32 accuracy), each warp one m16n8 tile of the
+// outputs and CNR n8 tiles of the state, which stays in its accumulators
+// from chunk to chunk. Dynamic shared memory: mamba2ChunkScanSmem
+// (prefill.go).
+#define CNR ((N / 8 + CNT / 32 - 1) / (CNT / 32)) // state tiles a warp
+extern "C" __global__ void __launch_bounds__(CNT)
+    mamba2_chunk_scan(const ST* state, const ring_e* __restrict__ ringX, const ring_e* __restrict__ ringB,
+                      const float* __restrict__ ringDt, const float* __restrict__ ringA,
+                      const int* __restrict__ hist, const int* __restrict__ cur, int nb, int replay,
+                      const int* __restrict__ slots, const int* __restrict__ counts, int T,
+                      const float* __restrict__ x, const float* __restrict__ C, const float* __restrict__ dt,
+                      float* __restrict__ y, const double* __restrict__ A, const double* __restrict__ dtb,
+                      const float* __restrict__ D, float dtMin, const float* __restrict__ gram, int nchunks,
+                      const float* __restrict__ B, float* __restrict__ fin)
+{
+    extern __shared__ __align__(16) float smem[];
+    float* sCB = smem;               // [CQ][CN4]: the chunk's C rows, then its B rows
+    float* sM = sCB + CQ * CN4;      // [CQ][CQ4]: M
+    float* sXT = sM + CQ * CQ4;      // [CPS][CQ4]: x_j[p0+p]
+    float* sXW = sXT + CPS * CQ4;    // [CPS][CQ4]: Delta_j e^{cum_last-cum_j} x_j[p0+p]
+    float* sS = sXW + CPS * CQ4;     // [CPS][CN4]: the state rows at the chunk's start
+    double* sCum = reinterpret_cast<double*>(sS + CPS * CN4); // [CQ] per-warp inclusive sums
+    float* sDelta = reinterpret_cast<float*>(sCum + CQ);        // [CQ]
+    float* sE = sDelta + CQ;                                     // [CQ] e^{cum_i}
+
+    const int p0 = blockIdx.x * CPS, h = blockIdx.y, b = blockIdx.z, g = h / HPG;
+    const int t = threadIdx.x, warp = t >> 5, lg = (t & 31) >> 2, lt = t & 3;
+    const int s = slots[b];
+    const int cnt = counts ? counts[b] : T;
+    const int nr = replay ? hist[s] : 0;
+    const u64 mat = replay ? (u64)s * NHEADS + h : ((u64)s * nb + cur[s]) * NHEADS + h;
+    const double Ah = A[h], dtbh = dtb[h];
+    const float dh = D[h];
+
+    // The state rows, loaded and run through the ring's pending entries
+    // (S = a S + (Delta x) B, as the step computes them) by thread (row up,
+    // columns un + 128r .. +7), then staged for the accumulators.
+    {
+        const int up = t >> 4, un = (t & 15) * 8, prow = p0 + up;
+        float S[CNCH][8];
+        const float sc = state_scale(state, mat);
+#pragma unroll
+        for (int r = 0; r < CNCH; r++) {
+            const int n0 = un + 128 * r;
+            if (prow < P && n0 < N) {
+                load_chunk<STATE_FMT, 8>(state + mat * (P * N), (u64)prow * N + n0, S[r], sc);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    S[r][e] = 0.0f;
+                }
+            }
+        }
+        for (int e = 0; e < nr; e++) {
+            const float a = ringA[rs_at(s, h, e)];
+            const float xc =
+                prow < P ? ringDt[rs_at(s, h, e)] * ring_ld(ringX + (ring_at(s, e) * NHEADS + h) * P + prow) : 0.0f;
+            const ring_e* rb = ringB + (ring_at(s, e) * NGROUPS + g) * N;
+#pragma unroll
+            for (int r = 0; r < CNCH; r++) {
+                const int n0 = un + 128 * r;
+                if (n0 < N) {
+#pragma unroll
+                    for (int k = 0; k < 8; k++) {
+                        S[r][k] = a * S[r][k] + xc * ring_ld(rb + n0 + k);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < CNCH; r++) {
+            const int n0 = un + 128 * r;
+            if (n0 < N) {
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    sS[up * CN4 + n0 + k] = S[r][k];
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // acc[r]: the state tile of columns 8*nt .. +7, nt = warp + 8r, in
+    // mma_tf32's D layout: rows lg and lg+8 of the slice, columns 2lt, 2lt+1.
+    float acc[CNR][4];
+#pragma unroll
+    for (int r = 0; r < CNR; r++) {
+        const int n = 8 * (warp + (CNT / 32) * r) + 2 * lt;
+        const bool on = n < N;
+        acc[r][0] = on ? sS[lg * CN4 + n] : 0.0f;
+        acc[r][1] = on ? sS[lg * CN4 + n + 1] : 0.0f;
+        acc[r][2] = on ? sS[(lg + 8) * CN4 + n] : 0.0f;
+        acc[r][3] = on ? sS[(lg + 8) * CN4 + n + 1] : 0.0f;
+    }
+
+    const int mt = warp >> 1, pt = warp & 1; // the warp's output tile: rows 16mt.., state rows 8pt..
+    for (int k0 = 0, c = 0; k0 < cnt; k0 += CQ, c++) {
+        const int m = min(CQ, cnt - k0);
+        __syncthreads(); // the last chunk's B rows and state rows are read
+        if (t < CQ) {
+            double la = 0.0;
+            float delta = 0.0f;
+            if (t < m) {
+                delta = fmaxf((float)softplus_d((double)dt[((u64)b * T + k0 + t) * NHEADS + h] + dtbh), dtMin);
+                la = (double)delta * Ah;
+            }
+            sDelta[t] = delta;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const double v = __shfl_up_sync(FULL_MASK, la, o);
+                if ((t & 31) >= o) {
+                    la += v;
+                }
+            }
+            sCum[t] = la;
+        }
+        for (int idx = t; idx < CPS * CQ; idx += CNT) {
+            const int j = idx / CPS, p = idx % CPS; // consecutive threads, consecutive x
+            sXT[p * CQ4 + j] = j < m && p0 + p < P ? x[(((u64)b * T + k0 + j) * NHEADS + h) * P + p0 + p] : 0.0f;
+        }
+        chunk_rows(sCB, C, b, T, k0, m, g);
+        __syncthreads();
+        // cum_i: the two warps' sums joined.
+        auto cum = [&](int i) { return sCum[i] + (i >= 32 ? sCum[31] : 0.0); };
+        const double last = cum(CQ - 1); // rows past m add nothing
+        const float* G = gram + (((u64)b * nchunks + c) * NGROUPS + g) * (CQ * CQ);
+        for (int idx = t; idx < CQ * CQ; idx += CNT) {
+            const int i = idx / CQ, j = idx % CQ;
+            sM[i * CQ4 + j] = j <= i && i < m ? G[idx] * sDelta[j] * expf((float)(cum(i) - cum(j))) : 0.0f;
+        }
+        for (int idx = t; idx < CPS * CQ; idx += CNT) {
+            const int p = idx / CQ, j = idx % CQ;
+            sXW[p * CQ4 + j] = sDelta[j] * expf((float)(last - cum(j))) * sXT[p * CQ4 + j];
+        }
+        if (t < CQ) {
+            sE[t] = expf((float)cum(t));
+        }
+        __syncthreads();
+        // Outputs: y_i[p] = e^{cum_i} (C_i . S_0[p]) + sum_{j<=i} M_ij x_j[p] + D x_i[p].
+        {
+            float o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const float* ca = sCB + (16 * mt + lg) * CN4 + lt;
+            const float* sb = sS + (8 * pt + lg) * CN4 + lt;
+            for (int k = 0; k < N; k += 8) {
+                u32 ahi[4], alo[4], bhi0, bhi1, blo0, blo1;
+                tf32_split(ca[k], ahi[0], alo[0]);
+                tf32_split(ca[8 * CN4 + k], ahi[1], alo[1]);
+                tf32_split(ca[k + 4], ahi[2], alo[2]);
+                tf32_split(ca[8 * CN4 + k + 4], ahi[3], alo[3]);
+                tf32_split(sb[k], bhi0, blo0);
+                tf32_split(sb[k + 4], bhi1, blo1);
+                mma_3xtf32<false>(o[0], o[1], o[2], o[3], ahi, alo, bhi0, bhi1, blo0, blo1);
+            }
+            const int i0 = 16 * mt + lg, i1 = i0 + 8;
+            o[0] *= sE[i0];
+            o[1] *= sE[i0];
+            o[2] *= sE[i1];
+            o[3] *= sE[i1];
+            const float* ma = sM + i0 * CQ4 + lt;
+            const float* xb = sXT + (8 * pt + lg) * CQ4 + lt;
+            for (int k = 0; k < 16 * (mt + 1); k += 8) { // M is zero past the diagonal
+                u32 ahi[4], alo[4], bhi0, bhi1, blo0, blo1;
+                tf32_split(ma[k], ahi[0], alo[0]);
+                tf32_split(ma[8 * CQ4 + k], ahi[1], alo[1]);
+                tf32_split(ma[k + 4], ahi[2], alo[2]);
+                tf32_split(ma[8 * CQ4 + k + 4], ahi[3], alo[3]);
+                tf32_split(xb[k], bhi0, blo0);
+                tf32_split(xb[k + 4], bhi1, blo1);
+                mma_3xtf32<false>(o[0], o[1], o[2], o[3], ahi, alo, bhi0, bhi1, blo0, blo1);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e < 2 ? i0 : i1, pl = 8 * pt + 2 * lt + (e & 1), p = p0 + pl;
+                if (i < m && p < P) {
+                    y[(((u64)b * T + k0 + i) * NHEADS + h) * P + p] = o[e] + dh * sXT[pl * CQ4 + i];
+                }
+            }
+        }
+        __syncthreads(); // C and the old state rows are read
+        chunk_rows(sCB, B, b, T, k0, m, g);
+        __syncthreads();
+        // The state: S = e^{cum_last} S + sum_j (Delta_j e^{cum_last-cum_j} x_j[p]) B_j.
+        {
+            const float dq = expf((float)last);
+#pragma unroll
+            for (int r = 0; r < CNR; r++) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    acc[r][e] *= dq;
+                }
+            }
+            const float* wa = sXW + lg * CQ4 + lt;
+            for (int k = 0; k < m; k += 8) {
+                u32 ahi[4], alo[4];
+                tf32_split(wa[k], ahi[0], alo[0]);
+                tf32_split(wa[8 * CQ4 + k], ahi[1], alo[1]);
+                tf32_split(wa[k + 4], ahi[2], alo[2]);
+                tf32_split(wa[8 * CQ4 + k + 4], ahi[3], alo[3]);
+#pragma unroll
+                for (int r = 0; r < CNR; r++) {
+                    const int n = 8 * (warp + (CNT / 32) * r) + lg;
+                    if (n < N) {
+                        u32 bhi0, bhi1, blo0, blo1;
+                        tf32_split(sCB[(k + lt) * CN4 + n], bhi0, blo0);
+                        tf32_split(sCB[(k + lt + 4) * CN4 + n], bhi1, blo1);
+                        mma_3xtf32<false>(acc[r][0], acc[r][1], acc[r][2], acc[r][3], ahi, alo, bhi0, bhi1, blo0, blo1);
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < CNR; r++) {
+                const int n = 8 * (warp + (CNT / 32) * r) + 2 * lt;
+                if (n < N) {
+                    sS[lg * CN4 + n] = acc[r][0];
+                    sS[lg * CN4 + n + 1] = acc[r][1];
+                    sS[(lg + 8) * CN4 + n] = acc[r][2];
+                    sS[(lg + 8) * CN4 + n + 1] = acc[r][3];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < CNR; r++) {
+        const int n = 8 * (warp + (CNT / 32) * r) + 2 * lt;
+        if (n < N) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int p = p0 + lg + 8 * (e >> 1);
+                if (p < P) {
+                    fin[(((u64)b * NHEADS + h) * P + p) * N + n + (e & 1)] = acc[r][e];
+                }
+            }
+        }
+    }
+}
+
+// mamba2_chunk_store stores the chunked prefill's final float32 states fin
+// [b][head][P][N] as prefill_store does: replay mode the checkpoint and its
+// read copy, baseline mode (fp32 states only) the current buffer. Grid
+// (NHEADS, batch), NT threads.
+extern "C" __global__ void __launch_bounds__(NT)
+    mamba2_chunk_store(ST* state, u8* rcodes, u8* rscales, float* rglobal, const int* __restrict__ cur, int nb,
+                       int replay, const int* __restrict__ slots, const float* __restrict__ fin)
+{
+    __shared__ float sScratch[NWARPS];
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int s = slots[b];
+    const u64 mat = replay ? (u64)s * NHEADS + h : ((u64)s * nb + cur[s]) * NHEADS + h;
+    float S[SM::PASSES][SM::CPL][SM::VEC];
+    const float* src = fin + ((u64)b * NHEADS + h) * (P * N);
+#pragma unroll
+    for (int pass = 0; pass < SM::PASSES; pass++) {
+        const int r = SM::row(pass);
+#pragma unroll
+        for (int c = 0; c < SM::CPL; c++) {
+#pragma unroll
+            for (int e = 0; e < SM::VEC; e++) {
+                S[pass][c][e] = r < ROWS ? src[(u64)r * COLS + SM::col(c) + e] : 0.0f;
+            }
+        }
+    }
+    prefill_store<SM>(S, state, rcodes, rscales, rglobal, mat, replay, sScratch);
+}
+#endif
